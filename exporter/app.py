@@ -1,0 +1,75 @@
+"""Wires config, NVML (real or fake), sampler, renderer and HTTP server together."""
+
+from __future__ import annotations
+
+import logging
+
+from exporter.config import Config
+from exporter.metrics.render import RenderedSnapshot, render
+from exporter.nvml import fake
+from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.scenarios import load_scenario
+from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
+from exporter.server import ExporterHTTPServer, HealthCheck, serve_in_thread
+
+log = logging.getLogger(__name__)
+
+
+class Exporter:
+    """One running exporter: sampling threads plus the HTTP server."""
+
+    def __init__(self, config: Config, sources: list[Source] | None = None):
+        self.config = config
+        self.current: RenderedSnapshot | None = None
+        self.fake_lib: fake.FakeNvmlLibrary | None = None
+        self.sources = sources or []
+        self.sampler: Sampler | None = None
+        self.server: ExporterHTTPServer | None = None
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        self.current = RenderedSnapshot(snapshot, render(snapshot))  # one atomic swap
+
+    def start(self) -> None:
+        """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
+        c = self.config
+        if c.fake:
+            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario))
+            fake.install(self.fake_lib)
+        settings = SamplerSettings(
+            power_hertz=c.power_sample_rate_hz,
+            sweep_interval_seconds=c.sweep_interval_seconds,
+            sources_interval_seconds=c.sources_interval_seconds,
+            backend="fake" if c.fake else "nvml",
+            scenario=c.scenario if c.fake else "",
+        )
+        try:
+            self.sampler = Sampler(NvmlBackend(), settings, self.sources, self._publish)
+            self.sampler.start()
+            self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
+                                             HealthCheck(c.stale_after_seconds))
+        except BaseException:
+            self.stop()
+            raise
+        serve_in_thread(self.server)
+        host, port = self.server.server_address[:2]
+        log.info("serving on %s:%s (%d GPUs, backend %s)", host, port,
+                 self.sampler.gpu_count, settings.backend)
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.server_address[1]
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if self.fake_lib is not None:
+            self.fake_lib.release_hangs()
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
+        if self.fake_lib is not None:
+            fake.uninstall()
+            self.fake_lib = None

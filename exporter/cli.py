@@ -1,0 +1,112 @@
+"""Command line: run, check-config (and the offline tools as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from exporter import __version__
+from exporter.config import DEFAULT_PORT, build_config, load_config_file
+from exporter.nvml.backend import NvmlUnavailable
+from exporter.nvml.scenarios import builtin_names, load_scenario
+from exporter.yamlfile import ConfigError
+
+PROG = "cluster-telemetry-exporter"
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (flags win over it)")
+    parser.add_argument("--web.listen-address", dest="listen_address", metavar="ADDR",
+                        help=f"address to serve on (default :{DEFAULT_PORT})")
+    parser.add_argument("--fake", action="store_true", default=None,
+                        help="run on the built-in simulated node instead of real NVML")
+    parser.add_argument("--scenario", metavar="NAME|FILE",
+                        help="fake scenario: a built-in name (" + ", ".join(builtin_names())
+                        + ") or a YAML file; implies nothing without --fake")
+    parser.add_argument("--power.sample-rate", dest="power_sample_rate_hz", type=float,
+                        metavar="HZ", help="instant-power sampling rate, 1-100 (default 20)")
+    parser.add_argument("--sweep.interval", dest="sweep_interval_seconds", type=float,
+                        metavar="SECONDS", help="full GPU sweep interval (default 1)")
+    parser.add_argument("--health.stale-after", dest="stale_after_seconds", type=float,
+                        metavar="SECONDS",
+                        help="/healthz turns 503 when sampling is older than this (default 10)")
+    parser.add_argument("--path.sysfs", dest="path_sysfs", metavar="DIR",
+                        help="sysfs mount point (default /sys)")
+    parser.add_argument("--log.level", dest="log_level",
+                        choices=["debug", "info", "warning", "error"], help="default info")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Per-node Prometheus exporter for GPU training "
+                     "clusters: high-rate power, swings, stragglers and failing hardware.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    run = commands.add_parser("run", help="sample GPUs and serve /metrics")
+    _add_run_flags(run)
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("file", metavar="FILE")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from exporter.app import Exporter  # imported here so --help stays fast
+
+    keys = ("listen_address", "fake", "scenario", "power_sample_rate_hz",
+            "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "log_level")
+    config = build_config(args.config, {k: getattr(args, k) for k in keys})
+    if config.fake:
+        load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    exporter = Exporter(config)
+    try:
+        exporter.start()
+    except NvmlUnavailable as exc:
+        print(f"{PROG}: {exc}. This machine has no usable NVIDIA driver. To try the exporter "
+              f"on a simulated node, run: {PROG} run --fake", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{PROG}: cannot listen on {config.listen_address}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    exporter.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "check-config":
+            config = load_config_file(args.file)
+            print(f"{args.file}: ok (listen {config.listen_address}, "
+                  f"power {config.power_sample_rate_hz:g} Hz, "
+                  f"sweep {config.sweep_interval_seconds:g} s)")
+            return 0
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

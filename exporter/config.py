@@ -1,0 +1,120 @@
+"""One validated, frozen Config from a YAML file plus command-line flags (flags win)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from exporter.yamlfile import (
+    ConfigError,
+    Where,
+    expect_mapping,
+    get_bool,
+    get_number,
+    get_string,
+    load_yaml_file,
+)
+
+DEFAULT_PORT = 9955  # free of node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# Config keys as the command line spells them, for error messages about flags.
+FLAG_NAMES = {
+    "listen_address": "--web.listen-address",
+    "power_sample_rate_hz": "--power.sample-rate",
+    "sweep_interval_seconds": "--sweep.interval",
+    "stale_after_seconds": "--health.stale-after",
+    "path_sysfs": "--path.sysfs",
+    "log_level": "--log.level",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    listen_address: str = f":{DEFAULT_PORT}"
+    power_sample_rate_hz: float = 20.0
+    sweep_interval_seconds: float = 1.0
+    sources_interval_seconds: float = 5.0
+    stale_after_seconds: float = 10.0
+    fake: bool = False
+    scenario: str = "training"
+    path_sysfs: str = "/sys"
+    log_level: str = "info"
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen_address(self.listen_address)
+
+
+# key -> (low, high) for numbers
+_NUMBER_RANGES = {
+    "power_sample_rate_hz": (1.0, 100.0),
+    "sweep_interval_seconds": (0.1, 60.0),
+    "sources_interval_seconds": (0.5, 600.0),
+    "stale_after_seconds": (1.0, 3600.0),
+}
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """'host:port', ':port' or '[v6]:port' -> (host, port); host '' means every address."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listen address {text!r}: expected HOST:PORT with PORT 0-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"listen address {text!r}: write IPv6 hosts in brackets, [::1]:9955")
+    return host, int(port)
+
+
+def validate(config: Config, where: Where | None = None, mapping: Any = None) -> Config:
+    """Check cross-field and format rules; raise ConfigError naming the key."""
+    where = where or Where("flags")
+
+    def fail(key: str, message: str) -> ConfigError:
+        if mapping is not None:
+            return where.error(key, message)
+        return ConfigError(f"{FLAG_NAMES.get(key, key)} (config key {key}): {message}")
+
+    try:
+        parse_listen_address(config.listen_address)
+    except ConfigError as exc:
+        raise fail("listen_address", str(exc)) from None
+    for key, (low, high) in _NUMBER_RANGES.items():
+        value = getattr(config, key)
+        if not low <= value <= high:
+            raise fail(key, f"{value!r} is out of range [{low:g}, {high:g}]")
+    if config.log_level not in LOG_LEVELS:
+        raise fail("log_level", f"expected one of {', '.join(LOG_LEVELS)}")
+    if config.stale_after_seconds <= config.sweep_interval_seconds:
+        raise fail("stale_after_seconds", "must be longer than sweep_interval_seconds")
+    return config
+
+
+def load_config_file(path: str | Path) -> Config:
+    data = load_yaml_file(path)
+    where = Where(str(path), data)
+    names = {f.name for f in fields(Config)}
+    mapping = expect_mapping(data, where, names)
+    defaults = Config()
+    values: dict[str, Any] = {}
+    for name in names:
+        if name not in mapping:
+            continue
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            values[name] = get_bool(mapping, name, where, default)
+        elif isinstance(default, float):
+            low, high = _NUMBER_RANGES[name]
+            values[name] = get_number(mapping, name, where, default, low=low, high=high)
+        else:
+            values[name] = get_string(mapping, name, where, default)
+    return validate(replace(defaults, **values), where, mapping)
+
+
+def build_config(path: str | None, overrides: dict[str, Any]) -> Config:
+    """The file's values (or defaults), then every flag that was given."""
+    config = load_config_file(path) if path else Config()
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return validate(replace(config, **given))

@@ -1,0 +1,54 @@
+"""Render a Snapshot to the Prometheus text format once; scrapes reuse the bytes."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from exporter.metrics.gpu import gpu_families
+from exporter.metrics.self_metrics import self_families
+from exporter.sampler import Snapshot
+
+FamilySource = Callable[[Snapshot], Iterable[Metric]]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Each area adds its families here; the order is the order of the output.
+FAMILY_SOURCES: list[FamilySource] = [gpu_families, self_families]
+
+
+class _Families:
+    """The tiny registry interface generate_latest() needs."""
+
+    def __init__(self, snapshot: Snapshot, sources: list[FamilySource]):
+        self.snapshot, self.sources = snapshot, sources
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source(self.snapshot)
+
+
+def render(snapshot: Snapshot, sources: list[FamilySource] | None = None) -> bytes:
+    return generate_latest(_Families(snapshot, sources or FAMILY_SOURCES))
+
+
+class RenderedSnapshot:
+    """A snapshot's exposition bytes, with its gzip made once, on first demand."""
+
+    def __init__(self, snapshot: Snapshot, body: bytes):
+        self.snapshot = snapshot
+        self.body = body
+        self._gzip: bytes | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def gzipped(self) -> bytes:
+        if self._gzip is None:
+            with self._lock:
+                if self._gzip is None:
+                    self._gzip = gzip.compress(self.body, compresslevel=5, mtime=0)
+        return self._gzip

@@ -1,0 +1,83 @@
+"""The exporter's own health: build, loops, sources, NVML errors, snapshot age."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Iterator
+
+import pynvml
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter import __version__
+from exporter.sampler import Snapshot
+
+_NVML_BINDINGS = getattr(pynvml, "__version__", "") or "unknown"
+
+
+def self_families(snapshot: Snapshot) -> Iterator[Metric]:
+    build = InfoMetricFamily("cte_build", "Exporter build; value 1.")
+    build.add_metric([], {"version": __version__, "python_version": platform.python_version(),
+                          "nvml_bindings_version": _NVML_BINDINGS})
+    yield build
+
+    backend = InfoMetricFamily("cte_backend", "Where GPU data comes from; value 1.")
+    backend.add_metric([], {"backend": snapshot.backend, "scenario": snapshot.scenario})
+    yield backend
+
+    yield GaugeMetricFamily("cte_start_time_seconds", "When the exporter started (epoch).",
+                            value=snapshot.started_at)
+    yield GaugeMetricFamily("cte_gpus", "GPUs NVML reported at start.",
+                            value=snapshot.gpu_count)
+
+    now = time.time()
+    loops = (("power", snapshot.power_loop), ("sweep", snapshot.sweep_loop))
+    target = GaugeMetricFamily("cte_loop_target_hertz", "Configured rate of a sampling loop.",
+                               labels=["loop"])
+    achieved = GaugeMetricFamily("cte_loop_achieved_hertz",
+                                 "Achieved rate of a sampling loop over its last ~10 s.",
+                                 labels=["loop"])
+    iterations = CounterMetricFamily("cte_loop_iterations", "Completed loop iterations.",
+                                     labels=["loop"])
+    overruns = CounterMetricFamily("cte_loop_overruns",
+                                   "Ticks skipped because an iteration ran too long.",
+                                   labels=["loop"])
+    jitter = GaugeMetricFamily("cte_loop_jitter_p99_seconds",
+                               "99th percentile lateness of tick starts.", labels=["loop"])
+    age = GaugeMetricFamily("cte_loop_last_completed_age_seconds",
+                            "Seconds since the loop last completed an iteration; grows while "
+                            "sampling is stuck (e.g. a hung NVML call).", labels=["loop"])
+    for name, stats in loops:
+        target.add_metric([name], stats.target_hertz)
+        achieved.add_metric([name], stats.achieved_hertz)
+        iterations.add_metric([name], stats.iterations_total)
+        overruns.add_metric([name], stats.overruns_total)
+        jitter.add_metric([name], stats.jitter_p99_seconds)
+        if stats.last_completed:
+            age.add_metric([name], max(0.0, now - stats.last_completed))
+    yield from (target, achieved, iterations, overruns, jitter, age)
+
+    errors = CounterMetricFamily("cte_nvml_errors",
+                                 "NVML calls that failed, by call and error name (a value "
+                                 "that is NotSupported is counted here and left out).",
+                                 labels=["call", "error"])
+    for (call, error), count in sorted(snapshot.nvml_errors.items()):
+        errors.add_metric([call, error], count)
+    yield errors
+
+    duration = GaugeMetricFamily("cte_source_duration_seconds",
+                                 "How long the last read of a source took.", labels=["source"])
+    success = GaugeMetricFamily("cte_source_success",
+                                "1 if the last read of a source succeeded.", labels=["source"])
+    source_errors = CounterMetricFamily("cte_source_errors", "Failed reads of a source.",
+                                        labels=["source"])
+    for name, result in sorted(snapshot.sources.items()):
+        duration.add_metric([name], result.duration_seconds)
+        success.add_metric([name], 1.0 if result.success else 0.0)
+        source_errors.add_metric([name], result.errors_total)
+    yield from (duration, success, source_errors)
+
+    yield GaugeMetricFamily("cte_power_buffer_bytes",
+                            "Memory held by the power ring buffers.",
+                            value=snapshot.power_buffer_bytes)

@@ -1,0 +1,148 @@
+"""The one code path to NVML: pynvml calls with error accounting.
+
+Everything the exporter reads from a GPU goes through NvmlBackend.call() or
+NvmlBackend.fields(), which turn an NVMLError into a skipped value counted by
+call and error name; one failing call never stops a sweep.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pynvml
+
+T = TypeVar("T")
+
+# Field value union members by valueType (nvml.h nvmlValueType_t).
+_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
+}
+
+# Readable names for the field ids we request, used in error labels.
+FIELD_NAMES = {
+    pynvml.NVML_FI_DEV_MEMORY_TEMP: "MEMORY_TEMP",
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "TOTAL_ENERGY_CONSUMPTION",
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: "PCIE_REPLAY_COUNTER",
+    pynvml.NVML_FI_DEV_POWER_AVERAGE: "POWER_AVERAGE",
+    pynvml.NVML_FI_DEV_POWER_INSTANT: "POWER_INSTANT",
+    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "POWER_CURRENT_LIMIT",
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: "PCIE_COUNT_TX_BYTES",
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: "PCIE_COUNT_RX_BYTES",
+}
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be initialised here (no driver, no library)."""
+
+
+def error_name(exc: BaseException) -> str:
+    """`NotSupported` for pynvml.NVMLError_NotSupported; the class name otherwise."""
+    name = type(exc).__name__
+    return name.removeprefix("NVMLError_") if name != "NVMLError" else f"Code{exc.value}"
+
+
+@dataclass(frozen=True)
+class FieldReading:
+    value: float
+    timestamp: float  # seconds since the epoch, as NVML stamped it
+
+
+class ErrorCounts:
+    """Thread-safe cumulative counts of failed NVML calls by (call, error)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, call: str, error: str) -> None:
+        with self._lock:
+            self._counts[(call, error)] += 1
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class NvmlBackend:
+    """Initialises NVML once, caches device handles, and makes counted calls."""
+
+    def __init__(self) -> None:
+        self.errors = ErrorCounts()
+        self.handles: list[Any] = []
+        self.driver_version = ""
+        self.nvml_version = ""
+        self._open = False
+
+    def open(self) -> int:
+        """nvmlInit and enumerate devices; returns the GPU count."""
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML is not available: {exc} ({error_name(exc)})") from None
+        self._open = True
+        self.driver_version = self.call("nvmlSystemGetDriverVersion",
+                                        pynvml.nvmlSystemGetDriverVersion) or ""
+        self.nvml_version = self.call("nvmlSystemGetNVMLVersion",
+                                      pynvml.nvmlSystemGetNVMLVersion) or ""
+        count = self.call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount) or 0
+        self.handles = []
+        for index in range(count):
+            self.handles.append(self.call("nvmlDeviceGetHandleByIndex",
+                                          pynvml.nvmlDeviceGetHandleByIndex, index))
+        return count
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self.call("nvmlShutdown", pynvml.nvmlShutdown)
+
+    def call(self, name: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """Call fn(*args); on NVMLError count it under `name` and return None."""
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as exc:
+            self.errors.add(name, error_name(exc))
+            return None
+
+    def handle(self, gpu: int) -> Any:
+        """The cached handle, re-acquired if the first attempt failed."""
+        handle = self.handles[gpu]
+        if handle is None:
+            handle = self.call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex,
+                               gpu)
+            self.handles[gpu] = handle
+        return handle
+
+    def fields(self, gpu: int, field_ids: Sequence[int]) -> dict[int, FieldReading]:
+        """Read many fields in one nvmlDeviceGetFieldValues call; failed fields are left out."""
+        handle = self.handle(gpu)
+        if handle is None:
+            return {}
+        values = self.call("nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues,
+                           handle, list(field_ids))
+        if values is None:
+            return {}
+        out: dict[int, FieldReading] = {}
+        for entry in values:
+            if entry.nvmlReturn != pynvml.NVML_SUCCESS:
+                exc = pynvml.NVMLError(entry.nvmlReturn)
+                label = FIELD_NAMES.get(entry.fieldId, str(entry.fieldId))
+                self.errors.add(f"nvmlDeviceGetFieldValues({label})", error_name(exc))
+                continue
+            member = _VALUE_MEMBERS.get(entry.valueType)
+            if member is None:
+                self.errors.add(f"nvmlDeviceGetFieldValues({entry.fieldId})", "UnknownValueType")
+                continue
+            out[entry.fieldId] = FieldReading(float(getattr(entry.value, member)),
+                                              entry.timestamp / 1e6)
+        return out

@@ -1,0 +1,232 @@
+"""Scenarios for the fake NVML: a node described over time, in YAML.
+
+A scenario names the GPU model, the workload every GPU runs (a training step
+waveform or idle), per-GPU differences, and faults injected at given times.
+The format is documented in docs/scenarios.md; built-ins live in
+exporter/scenarios/NAME.yaml and are selected by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from exporter.yamlfile import (
+    ConfigError,
+    Where,
+    expect_mapping,
+    get_bool,
+    get_number,
+    get_string,
+    load_yaml,
+    load_yaml_file,
+)
+
+# NVML error names a scenario may inject, as pynvml spells the class suffix.
+ERROR_CODES = {
+    "Uninitialized": 1,
+    "InvalidArgument": 2,
+    "NotSupported": 3,
+    "NoPermission": 4,
+    "NotFound": 6,
+    "InsufficientSize": 7,
+    "DriverNotLoaded": 9,
+    "Timeout": 10,
+    "IrqIssue": 11,
+    "GpuIsLost": 15,
+    "ResetRequired": 16,
+    "OperatingSystem": 17,
+    "Memory": 20,
+    "NoData": 21,
+    "Unknown": 999,
+}
+
+FAULT_KINDS = ("error", "hang")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory_total_bytes: int = 81559 * 1024 * 1024
+    power_limit_watts: float = 700.0
+    default_power_limit_watts: float = 700.0
+    max_sm_clock_mhz: float = 1980.0
+    idle_sm_clock_mhz: float = 345.0
+    memory_clock_mhz: float = 2619.0
+    pcie_generation: int = 5
+    pcie_width: int = 16
+    has_fan: bool = False
+    power_update_period_seconds: float = 0.02
+    driver_version: str = "570.133.20"
+    nvml_version: str = "12.570.133.20"
+
+
+@dataclass(frozen=True)
+class Workload:
+    type: str = "training"  # "training" or "idle"
+    step_period_seconds: float = 2.0
+    compute_fraction: float = 0.65
+    compute_watts: float = 680.0
+    communication_watts: float = 190.0
+    idle_watts: float = 72.0
+    ramp_seconds: float = 0.08
+    noise_watts: float = 12.0
+    phase_seconds: float = 0.0
+    memory_used_bytes: int = 74 * 1024**3
+    pcie_bytes_per_second: float = 2.5e9
+
+
+@dataclass(frozen=True)
+class GpuOverride:
+    power_limit_watts: float | None = None
+    temperature_offset_celsius: float = 0.0
+    clock_scale: float = 1.0
+    power_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """A fault: from `at` seconds after start until `until` (None: for good)."""
+
+    kind: str
+    at: float
+    until: float | None = None
+    gpu: int | None = None  # None: every GPU
+    call: str | None = None  # NVML symbol name, e.g. nvmlDeviceGetTemperature
+    error: str | None = None  # key of ERROR_CODES
+    seconds: float = 0.0  # hang length
+
+    def active(self, t: float) -> bool:
+        return t >= self.at and (self.until is None or t < self.until)
+
+    def matches(self, call: str, gpu: int | None) -> bool:
+        if self.call is not None and self.call != call:
+            return False
+        return self.gpu is None or gpu is None or self.gpu == gpu
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str = ""
+    gpus: int = 8
+    seed: int = 1
+    device: DeviceSpec = field(default_factory=DeviceSpec)
+    workload: Workload = field(default_factory=Workload)
+    overrides: dict[int, GpuOverride] = field(default_factory=dict)
+    events: tuple[FaultEvent, ...] = ()
+
+
+def builtin_names() -> list[str]:
+    folder = resources.files("exporter") / "scenarios"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name, or a YAML file by path."""
+    if name_or_path in builtin_names():
+        resource = resources.files("exporter") / "scenarios" / f"{name_or_path}.yaml"
+        source = f"scenario {name_or_path}"
+        return parse_scenario(load_yaml(resource.read_text(encoding="utf-8"), source),
+                              source, name_or_path)
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        raise ConfigError(
+            f"unknown scenario {name_or_path!r} (built-in: {', '.join(builtin_names())}; "
+            "or give a path to a YAML file)"
+        )
+    return parse_scenario(load_yaml_file(path), str(path), path.stem)
+
+
+def _spec(cls, mapping: dict, where: Where, *, strings=(), ints=(), bools=(), bounds=None):
+    """Build a flat dataclass from a mapping, checking each field's type and range."""
+    defaults = cls()
+    names = {f for f in cls.__dataclass_fields__}
+    expect_mapping(mapping, where, names)
+    values = {}
+    for name in names:
+        default = getattr(defaults, name)
+        if name in strings:
+            values[name] = get_string(mapping, name, where, default)
+        elif name in bools:
+            values[name] = get_bool(mapping, name, where, default)
+        else:
+            low, high = (bounds or {}).get(name, (0, 1e15))
+            if default is None and name not in mapping:
+                values[name] = None
+                continue
+            values[name] = get_number(mapping, name, where, 0 if default is None else default,
+                                      low=low, high=high, integer=name in ints)
+    return cls(**values)
+
+
+def parse_scenario(data: object, source: str, name: str) -> Scenario:
+    where = Where(source, data)
+    top = expect_mapping(data, where, {"description", "gpus", "seed", "device", "workload",
+                                       "gpu_overrides", "events"})
+    gpus = get_number(top, "gpus", where, 8, low=1, high=64, integer=True)
+    device = _spec(DeviceSpec, top.get("device") or {}, where.child("device", top.get("device")),
+                   strings=("name", "driver_version", "nvml_version"),
+                   ints=("memory_total_bytes", "pcie_generation", "pcie_width"),
+                   bools=("has_fan",),
+                   bounds={"power_update_period_seconds": (0.001, 10),
+                           "pcie_generation": (1, 6), "pcie_width": (1, 32)})
+    workload = _spec(Workload, top.get("workload") or {},
+                     where.child("workload", top.get("workload")),
+                     strings=("type",), ints=("memory_used_bytes",),
+                     bounds={"step_period_seconds": (0.01, 3600), "compute_fraction": (0, 1),
+                             "phase_seconds": (-1e6, 1e6)})
+    if workload.type not in ("training", "idle"):
+        raise where.child("workload", top.get("workload")).error(
+            "type", f"expected 'training' or 'idle', got {workload.type!r}")
+    overrides = {}
+    raw_overrides = top.get("gpu_overrides") or []
+    if not isinstance(raw_overrides, list):
+        raise where.error("gpu_overrides", "expected a list")
+    for item in raw_overrides:
+        item_where = where.child("gpu_overrides", item)
+        expect_mapping(item, item_where, set(GpuOverride.__dataclass_fields__) | {"gpu"})
+        gpu = get_number(item, "gpu", item_where, -1, low=0, high=gpus - 1, integer=True)
+        rest = {k: v for k, v in item.items() if k != "gpu"}
+        overrides[gpu] = _spec(GpuOverride, rest, item_where,
+                               bounds={"temperature_offset_celsius": (-50, 100)})
+    events = []
+    raw_events = top.get("events") or []
+    if not isinstance(raw_events, list):
+        raise where.error("events", "expected a list")
+    for item in raw_events:
+        events.append(_parse_event(item, where.child("events", item), gpus))
+    return Scenario(
+        name=name,
+        description=get_string(top, "description", where, "") or "",
+        gpus=gpus,
+        seed=get_number(top, "seed", where, 1, low=0, high=2**31, integer=True),
+        device=device,
+        workload=workload,
+        overrides=overrides,
+        events=tuple(sorted(events, key=lambda e: e.at)),
+    )
+
+
+def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
+    mapping = expect_mapping(item, where, set(FaultEvent.__dataclass_fields__))
+    kind = get_string(mapping, "kind", where, None)
+    if kind not in FAULT_KINDS:
+        raise where.error("kind", f"expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
+    at = get_number(mapping, "at", where, 0, low=0, high=1e9)
+    until = mapping.get("until")
+    if until is not None:
+        until = get_number(mapping, "until", where, 0, low=at, high=1e9)
+    gpu = mapping.get("gpu")
+    if gpu is not None:
+        gpu = get_number(mapping, "gpu", where, 0, low=0, high=gpus - 1, integer=True)
+    error = get_string(mapping, "error", where, None)
+    if kind == "error" and error not in ERROR_CODES:
+        raise where.error("error", f"expected one of {', '.join(ERROR_CODES)}, got {error!r}")
+    seconds = get_number(mapping, "seconds", where, 0, low=0, high=3600)
+    if kind == "hang" and seconds <= 0:
+        raise where.error("seconds", "a hang needs seconds > 0")
+    return FaultEvent(kind=kind, at=at, until=until, gpu=gpu,
+                      call=get_string(mapping, "call", where, None), error=error,
+                      seconds=seconds)
