@@ -105,8 +105,11 @@ class PowerBuffer:
 class _Loop:
     """Runs fn at a fixed rate on a deadline schedule (no drift), in its own thread."""
 
-    def __init__(self, name: str, hertz: float, fn: Callable[[], None], stop: threading.Event):
+    def __init__(self, name: str, hertz: float, fn: Callable[[], None], stop: threading.Event,
+                 first_delay: float = 0.0):
         self.name, self.hertz, self.fn, self.stop = name, hertz, fn, stop
+        self.first_delay = first_delay
+        self.first_done = threading.Event()
         self.period = 1.0 / hertz
         self.iterations = 0
         self.overruns = 0
@@ -119,7 +122,7 @@ class _Loop:
         self.thread = threading.Thread(target=self._run, name=f"cte-{name}", daemon=True)
 
     def _run(self) -> None:
-        next_tick = time.monotonic()
+        next_tick = time.monotonic() + self.first_delay
         while not self.stop.is_set():
             now = time.monotonic()
             if now < next_tick:
@@ -139,6 +142,7 @@ class _Loop:
                 if len(self._starts) > self._keep:
                     del self._starts[: -self._keep]
                     del self._lateness[: -self._keep]
+            self.first_done.set()
             next_tick += self.period
             behind = time.monotonic() - next_tick
             if behind > self.period:  # skip the ticks we cannot make; keep the phase
@@ -221,17 +225,22 @@ class Sampler:
         self.power_loop = _Loop("power", s.power_hertz, self._power_tick, self._stop)
         self.sweep_loop = _Loop("sweep", 1.0 / s.sweep_interval_seconds, self._sweep_tick,
                                 self._stop)
-        self._loops = [self.power_loop, self.sweep_loop]
+        readers = [self.power_loop, self.sweep_loop]
         if self.sources:
-            self._loops.append(_Loop("sources", 1.0 / s.sources_interval_seconds,
-                                     self._sources_tick, self._stop))
-        self._loops.append(_Loop("publish", 1.0 / s.sweep_interval_seconds, self.publish,
-                                 self._stop))
-        self._sweep_tick()  # first values before the first snapshot
-        self._sources_tick()
-        self.publish()
-        for loop in self._loops:
+            readers.append(_Loop("sources", 1.0 / s.sources_interval_seconds,
+                                 self._sources_tick, self._stop))
+        publisher = _Loop("publish", 1.0 / s.sweep_interval_seconds, self.publish, self._stop,
+                          first_delay=s.sweep_interval_seconds)
+        self._loops = [*readers, publisher]
+        for loop in readers:
             loop.thread.start()
+        # Wait (bounded) for first values, so the first snapshot is complete; a hung
+        # NVML call at start-up only delays it.
+        deadline = time.monotonic() + max(2.0, 2 * s.sweep_interval_seconds)
+        for loop in readers:
+            loop.first_done.wait(max(0.0, deadline - time.monotonic()))
+        self.publish()
+        publisher.thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
@@ -253,17 +262,14 @@ class Sampler:
             self.buffer.append(samples)
 
     def _sweep_tick(self) -> None:
-        loop = getattr(self, "sweep_loop", None)
         for gpu in range(self.gpu_count):
-            if loop is not None:
-                loop.busy = f"gpu {gpu}"
+            self.sweep_loop.busy = f"gpu {gpu}"
             if self.identities[gpu] is None:
                 self.identities[gpu] = read_identity(self.backend, gpu)
             state = read_state(self.backend, gpu)
             if state is not None:
                 self.states[gpu] = state
-        if loop is not None:
-            loop.busy = ""
+        self.sweep_loop.busy = ""
 
     def _sources_tick(self) -> None:
         for source in self.sources:

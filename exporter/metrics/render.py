@@ -6,7 +6,7 @@ import gzip
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from exporter.metrics.gpu import gpu_families
@@ -15,7 +15,8 @@ from exporter.sampler import Snapshot
 
 FamilySource = Callable[[Snapshot], Iterable[Metric]]
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+# The classic text format, which every Prometheus since 2.0 parses (2.42 is our floor).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Each area adds its families here; the order is the order of the output.
 FAMILY_SOURCES: list[FamilySource] = [gpu_families, self_families]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Iterator
 
 import pynvml
@@ -31,7 +30,7 @@ def self_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield GaugeMetricFamily("cte_gpus", "GPUs NVML reported at start.",
                             value=snapshot.gpu_count)
 
-    now = time.time()
+    now = snapshot.time
     loops = (("power", snapshot.power_loop), ("sweep", snapshot.sweep_loop))
     target = GaugeMetricFamily("cte_loop_target_hertz", "Configured rate of a sampling loop.",
                                labels=["loop"])

@@ -1,0 +1,77 @@
+"""The fake NVML hooks pynvml's module globals; these tests fail loudly if that breaks."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from exporter.nvml import fake
+from exporter.nvml.backend import NvmlBackend
+from exporter.sources.gpu import read_identity, read_power, read_state
+
+
+def test_hook_globals_exist_in_this_nvidia_ml_py():
+    fake.check_hook()  # raises FakeHookError naming what changed
+    assert pynvml.nvmlLib is None, "nothing may leave a library loaded between tests"
+
+
+def test_install_routes_pynvml_calls_through_fake(fake_nvml):
+    pynvml.nvmlInit()
+    assert pynvml.nvmlLib is fake_nvml
+    assert pynvml.nvmlDeviceGetCount() == 8
+    assert "nvmlInitWithFlags" in fake_nvml.looked_up
+    assert "nvmlDeviceGetCount_v2" in fake_nvml.looked_up
+    pynvml.nvmlShutdown()
+
+
+def test_uninstall_leaves_pynvml_unloaded(training, clock):
+    with fake.installed(training, clock):
+        pynvml.nvmlInit()
+        pynvml.nvmlDeviceGetCount()
+    assert pynvml.nvmlLib is None
+    assert pynvml._nvmlGetFunctionPointer_cache == {}
+    assert pynvml._nvmlLib_refcount == 0
+
+
+def test_without_fake_or_driver_nvml_init_fails_with_library_not_found():
+    with pytest.raises(pynvml.NVMLError_LibraryNotFound):
+        pynvml.nvmlInit()
+
+
+def test_unknown_symbol_raises_function_not_found(fake_nvml):
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetGpuFabricInfo(handle, pynvml.c_nvmlGpuFabricInfo_t())
+    assert "nvmlDeviceGetGpuFabricInfo" in fake_nvml.missing
+
+
+def test_calls_before_init_are_uninitialized(fake_nvml):
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+
+
+def test_every_symbol_the_exporter_uses_is_served(fake_nvml):
+    backend = NvmlBackend()
+    count = backend.open()
+    for gpu in range(count):
+        assert read_identity(backend, gpu) is not None
+        read_state(backend, gpu)
+        read_power(backend, gpu)
+    assert fake_nvml.missing == set()
+    errors = backend.errors.snapshot()
+    # H100 SXM has no fan: that is the one value the training scenario does not support.
+    assert errors == {("nvmlDeviceGetFanSpeed", "NotSupported"): count}
+    backend.close()
+
+
+def test_refuses_to_replace_a_real_library(training, clock, monkeypatch):
+    monkeypatch.setattr(pynvml, "nvmlLib", object())
+    with pytest.raises(RuntimeError, match="real NVML"):
+        fake.install(fake.FakeNvmlLibrary(training, clock))
+
+
+def test_check_hook_reports_a_changed_release(monkeypatch):
+    monkeypatch.delattr(pynvml, "_nvmlGetFunctionPointer_cache")
+    with pytest.raises(fake.FakeHookError, match="changed how it loads"):
+        fake.check_hook()

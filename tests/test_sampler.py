@@ -1,0 +1,159 @@
+"""Sampler: loops keep their rate, buffers stay bounded, faults never stop publishing."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from exporter.nvml import fake
+from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.scenarios import load_scenario
+from exporter.sampler import PowerBuffer, Sampler, SamplerSettings
+from exporter.sources.gpu import PowerSample
+from tests.tools import scenario_from_yaml, wait_for
+
+
+def test_power_buffer_is_bounded_and_windows_by_time():
+    buf = PowerBuffer(gpus=2, capacity=10)
+    for i in range(25):
+        buf.append([PowerSample(1000.0 + i, float(i), 5.0 * i),
+                    PowerSample(1000.0 + i, None, None)])
+    assert buf.count == 25
+    times, watts, joules = buf.window(1e9)
+    assert times.shape == (2, 10)  # only the newest 10 rows are kept
+    assert list(watts[0]) == [float(i) for i in range(15, 25)]
+    assert np.isnan(watts[1]).all()  # a failed read is a gap, not a zero
+    times, watts, _ = buf.window(3.0)
+    assert list(times[0]) == [1021.0, 1022.0, 1023.0, 1024.0]
+    nbytes = buf.nbytes
+    for i in range(1000):
+        buf.append([PowerSample(2000.0 + i, 1.0, 1.0)] * 2)
+    assert buf.nbytes == nbytes
+
+
+def test_empty_buffer_window():
+    times, watts, _ = PowerBuffer(gpus=3, capacity=4).window(10)
+    assert times.shape == (3, 0) and watts.shape == (3, 0)
+
+
+@pytest.fixture
+def running_sampler():
+    snapshots = []
+    with fake.installed(load_scenario("training")):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(power_hertz=20, backend="fake",
+                                                         scenario="training"),
+                          on_snapshot=snapshots.append)
+        sampler.start()
+        try:
+            yield sampler, snapshots
+        finally:
+            sampler.stop()
+
+
+def test_sampler_publishes_snapshots_with_all_gpus(running_sampler):
+    sampler, snapshots = running_sampler
+    wait_for(lambda: len(snapshots) >= 3, timeout=10)
+    snap = snapshots[-1]
+    assert snap.gpu_count == 8
+    assert sorted(snap.states) == list(range(8))
+    assert sorted(snap.power) == list(range(8))
+    assert all(s.watts is not None for s in snap.power.values())
+    assert all(i is not None for i in snap.identities)
+    with pytest.raises(AttributeError):
+        snap.time = 0  # frozen
+
+
+def test_power_loop_holds_its_rate_and_timestamps_each_sample(running_sampler):
+    sampler, _ = running_sampler
+    time.sleep(2.5)
+    stats = sampler.power_loop.stats()
+    assert stats.achieved_hertz == pytest.approx(20, rel=0.05)
+    times, watts, _ = sampler.buffer.window(2.0)
+    assert watts.shape[0] == 8 and watts.shape[1] >= 35
+    steps = np.diff(times[0])
+    assert np.median(steps) == pytest.approx(0.05, rel=0.2)
+
+
+HANG_ON_GPU_1 = """
+gpus: 4
+events:
+  - {kind: hang, at: 0, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
+"""
+
+
+def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
+    snapshots = []
+    with fake.installed(scenario_from_yaml(HANG_ON_GPU_1)) as lib:
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          on_snapshot=snapshots.append)
+        t0 = time.monotonic()
+        sampler.start()
+        try:
+            assert time.monotonic() - t0 < 4
+            snap = snapshots[-1]
+            assert snap.sweep_loop.busy == "gpu 1"
+            assert sorted(snap.states) == [0]  # GPU 0 was read before the hang
+            assert sorted(snap.power) == [0, 1, 2, 3]  # the power loop is not stuck
+        finally:
+            lib.release_hangs()
+            sampler.stop()
+
+
+HANG_LATER = """
+gpus: 4
+events:
+  - {kind: hang, at: 2, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
+"""
+
+
+def test_publisher_goes_on_while_the_sweep_is_stuck():
+    snapshots = []
+    with fake.installed(scenario_from_yaml(HANG_LATER)) as lib:
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          on_snapshot=snapshots.append)
+        sampler.start()
+        try:
+            wait_for(lambda: sampler.sweep_loop.busy == "gpu 1", timeout=10, interval=0.01)
+            count = len(snapshots)
+            time.sleep(2.5)
+            assert len(snapshots) >= count + 2  # still publishing once a second
+            snap = snapshots[-1]
+            assert snap.sweep_loop.busy == "gpu 1"
+            assert time.time() - snap.sweep_loop.last_completed > 1.5
+            assert snap.power_loop.achieved_hertz > 15  # power sampling is unaffected
+        finally:
+            lib.release_hangs()
+            sampler.stop()
+
+
+class _Broken:
+    name = "broken"
+
+    def read(self):
+        raise OSError("boom")
+
+
+class _Fine:
+    name = "fine"
+
+    def read(self):
+        return {"ok": 1}
+
+
+def test_a_failing_source_is_reported_not_fatal():
+    with fake.installed(load_scenario("idle")):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          sources=[_Broken(), _Fine()])
+        sampler.start()
+        try:
+            snap = sampler.snapshot
+            assert sorted(snap.sources) == ["broken", "fine"]
+            assert snap.sources["broken"].success is False
+            assert snap.sources["broken"].errors_total == 1
+            assert "boom" in snap.sources["broken"].error
+            assert snap.sources["fine"].success is True
+            assert snap.sources["fine"].reading == {"ok": 1}
+        finally:
+            sampler.stop()

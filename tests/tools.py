@@ -1,0 +1,60 @@
+"""Helpers shared by tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from exporter.nvml.scenarios import Scenario, parse_scenario
+from exporter.yamlfile import load_yaml
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    if os.environ.get("CTE_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"{name} is required (install the Debian package)")
+    pytest.skip(f"{name} not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ManualClock:
+    """A clock tests move by hand, so the fake's physics are deterministic."""
+
+    def __init__(self, start: float = 1_790_000_000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def scenario_from_yaml(text: str, name: str = "test") -> Scenario:
+    return parse_scenario(load_yaml(text, name), name, name)
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
+    """Poll predicate until it returns a truthy value; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout} s")
+
+
+REPO = Path(__file__).resolve().parent.parent
