@@ -237,7 +237,9 @@ class InfinibandSource:
     def read(self) -> InfinibandReading:
         walk = _Walk()
         names = _list_dir(self._class_dir) or []
-        devices = tuple(self._read_device(walk, name) for name in names)
+        devices = tuple(
+            d for d in (self._read_device(walk, name) for name in names) if d is not None
+        )
         with self._lock:
             for reason, count in walk.skipped.items():
                 self._skipped[reason] = self._skipped.get(reason, 0) + count
@@ -246,7 +248,7 @@ class InfinibandSource:
 
     # -- one device
 
-    def _read_device(self, walk: _Walk, name: str) -> InfinibandDevice:
+    def _read_device(self, walk: _Walk, name: str) -> InfinibandDevice | None:
         base = os.path.join(self._class_dir, name)
         ident = {
             attr: self._attr(walk, os.path.join(base, attr), parse_text) or ""
@@ -262,6 +264,9 @@ class InfinibandSource:
                 self._read_port(walk, name, int(port_name), os.path.join(ports_dir, port_name))
             )
         ports.sort(key=lambda p: p.port)
+        if not ports and not os.path.isdir(base):  # unplugged while we read it
+            walk.skip("vanished")
+            return None
         return InfinibandDevice(name=name, ports=tuple(ports), **ident)
 
     # -- one port
