@@ -87,6 +87,11 @@ class BadValue(ValueError):
 def parse_counter(raw: bytes) -> int:
     """Parse a counter file's content into an unsigned 64-bit integer."""
     text = raw.strip()
+    if text.isdigit():  # the common case (ASCII digits only)
+        value = int(text)
+        if value > U64_MAX:
+            raise BadValue("overflow")
+        return value
     if not text:
         raise BadValue("empty")
     if text.startswith(b"N/A"):
@@ -203,9 +208,9 @@ class _Walk:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
-def _read_bounded(path: str) -> bytes:
-    """One bounded ``read()`` of a sysfs attribute."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _read_bounded(path: str, dir_fd: int | None = None) -> bytes:
+    """One bounded ``read()`` of a sysfs attribute (``path`` relative to ``dir_fd`` if set)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         return os.read(fd, MAX_READ_BYTES)
     finally:
@@ -293,19 +298,32 @@ class InfinibandSource:
 
     def _counters(self, walk: _Walk, directory: str) -> dict[str, float]:
         values: dict[str, float] = {}
-        for name in _list_dir(directory) or []:
-            if _NAME_RE.match(name) is None:
-                walk.skip("bad_name")
-                continue
-            try:
-                raw = _read_bounded(os.path.join(directory, name))
-                values[name] = scale_counter(name, parse_counter(raw))
-            except BadValue as exc:
-                walk.skip(exc.reason)
-            except FileNotFoundError:
-                walk.skip("vanished")
-            except OSError:
-                walk.skip("read_error")
+        names = _list_dir(directory)
+        if not names:
+            return values
+        try:  # open the files relative to the directory: no path walk per file
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            walk.skip("vanished")
+            return values
+        try:
+            for name in names:
+                if _NAME_RE.match(name) is None:
+                    walk.skip("bad_name")
+                    continue
+                try:
+                    raw = _read_bounded(name, dir_fd)
+                    value = parse_counter(raw)
+                except BadValue as exc:
+                    walk.skip(exc.reason)
+                except FileNotFoundError:
+                    walk.skip("vanished")
+                except OSError:
+                    walk.skip("read_error")
+                else:
+                    values[name] = scale_counter(name, value)
+        finally:
+            os.close(dir_fd)
         return values
 
     @staticmethod
