@@ -376,6 +376,28 @@ def test_bad_port_and_counter_names(tmp_path: Path) -> None:
     assert p.exists()
 
 
+def test_bad_device_name_and_unlistable_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ib_tree.ndr_hca(tmp_path, "mlx5_0")
+    ib_tree.ndr_hca(tmp_path, "mlx5 evil\u200b")
+    dev = ib_tree.add_device(tmp_path, "mlx5_1")
+    ib_tree.add_port(dev, 1, counters={"symbol_error": 1}, hw_counters={"out_of_buffer": 1})
+    real_list = ibs._list_dir
+
+    def deny(path: str) -> list[str] | None:
+        if path.endswith("mlx5_1/ports/1/hw_counters"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_list(path)
+
+    monkeypatch.setattr(ibs, "_list_dir", deny)
+    reading = InfinibandSource(tmp_path).read()
+    assert [d.name for d in reading.devices] == ["mlx5_0", "mlx5_1"]
+    port = _port(reading, "mlx5_1")
+    assert (port.counters, port.hw_counters) == ({"symbol_error": 1}, {})
+    assert (reading.skipped_total["bad_name"], reading.skipped_total["read_error"]) == (1, 1)
+
+
 def test_each_file_read_with_one_bounded_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

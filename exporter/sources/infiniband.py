@@ -64,6 +64,7 @@ SKIP_REASONS = (
 )
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_]+\Z")
+_DEVICE_RE = re.compile(r"[A-Za-z0-9_.:-]+\Z")
 _UINT_RE = re.compile(rb"[0-9]+\Z")
 _NEG_RE = re.compile(rb"-[0-9]+\Z")
 _STATE_RE = re.compile(rb"([0-9]+):\s*(\S.*?)\Z")
@@ -241,15 +242,28 @@ class InfinibandSource:
 
     def read(self) -> InfinibandReading:
         walk = _Walk()
-        names = _list_dir(self._class_dir) or []
-        devices = tuple(
-            d for d in (self._read_device(walk, name) for name in names) if d is not None
-        )
+        devices: list[InfinibandDevice] = []
+        for name in self._names(walk, self._class_dir):
+            if _DEVICE_RE.match(name) is None:
+                walk.skip("bad_name")
+                continue
+            device = self._read_device(walk, name)
+            if device is not None:
+                devices.append(device)
         with self._lock:
             for reason, count in walk.skipped.items():
                 self._skipped[reason] = self._skipped.get(reason, 0) + count
             skipped = MappingProxyType(dict(self._skipped))
-        return InfinibandReading(devices=devices, skipped_total=skipped)
+        return InfinibandReading(devices=tuple(devices), skipped_total=skipped)
+
+    @staticmethod
+    def _names(walk: _Walk, directory: str) -> list[str]:
+        """Sorted names in ``directory``: none if it is absent or cannot be listed."""
+        try:
+            return _list_dir(directory) or []
+        except OSError:
+            walk.skip("read_error")
+            return []
 
     # -- one device
 
@@ -261,7 +275,7 @@ class InfinibandSource:
         }
         ports_dir = os.path.join(base, "ports")
         ports: list[InfinibandPort] = []
-        for port_name in _list_dir(ports_dir) or []:
+        for port_name in self._names(walk, ports_dir):
             if not port_name.isdigit() or not port_name.isascii():
                 walk.skip("bad_name")
                 continue
@@ -298,7 +312,7 @@ class InfinibandSource:
 
     def _counters(self, walk: _Walk, directory: str) -> dict[str, float]:
         values: dict[str, float] = {}
-        names = _list_dir(directory)
+        names = self._names(walk, directory)
         if not names:
             return values
         try:  # open the files relative to the directory: no path walk per file
