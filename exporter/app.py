@@ -11,8 +11,17 @@ from exporter.nvml.backend import NvmlBackend
 from exporter.nvml.scenarios import load_scenario
 from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
 from exporter.server import ExporterHTTPServer, HealthCheck, serve_in_thread
+from exporter.sources.infiniband import InfinibandSource
 
 log = logging.getLogger(__name__)
+
+
+def default_sources(config: Config) -> list[Source]:
+    """The non-NVML sources the config enables (node_exporter-style --collector.NAME)."""
+    sources: list[Source] = []
+    if config.collector_infiniband:
+        sources.append(InfinibandSource(config.path_sysfs))
+    return sources
 
 
 class Exporter:
@@ -22,7 +31,7 @@ class Exporter:
         self.config = config
         self.current: RenderedSnapshot | None = None
         self.fake_lib: fake.FakeNvmlLibrary | None = None
-        self.sources = sources or []
+        self.sources = sources if sources is not None else default_sources(config)
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 

@@ -44,6 +44,9 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="/healthz turns 503 when sampling is older than this (default 10)")
     parser.add_argument("--path.sysfs", dest="path_sysfs", metavar="DIR",
                         help="sysfs mount point (default /sys)")
+    parser.add_argument("--collector.infiniband", dest="collector_infiniband",
+                        action=argparse.BooleanOptionalAction, default=None,
+                        help="read InfiniBand/RoCE counters from sysfs (default on)")
     parser.add_argument("--log.level", dest="log_level",
                         choices=["debug", "info", "warning", "error"], help="default info")
 
@@ -64,7 +67,8 @@ def _run(args: argparse.Namespace) -> int:
     from exporter.app import Exporter  # imported here so --help stays fast
 
     keys = ("listen_address", "fake", "scenario", "power_sample_rate_hz",
-            "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "log_level")
+            "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
+            "log_level")
     config = build_config(args.config, {k: getattr(args, k) for k in keys})
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything

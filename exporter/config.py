@@ -40,6 +40,7 @@ class Config:
     fake: bool = False
     scenario: str = "training"
     path_sysfs: str = "/sys"
+    collector_infiniband: bool = True
     log_level: str = "info"
 
     @property

@@ -61,7 +61,8 @@ class LoopStats:
     achieved_hertz: float  # over the last few seconds
     jitter_p99_seconds: float  # lateness of tick starts against the schedule
     last_completed: float  # epoch seconds, 0 if never
-    busy: str = ""  # what the loop is doing right now, when it is inside a call
+    busy: str = ""
+    last_duration_seconds: float = 0.0  # what the loop is doing right now, when it is inside a call
 
 
 class PowerBuffer:
@@ -114,6 +115,7 @@ class _Loop:
         self.iterations = 0
         self.overruns = 0
         self.last_completed = 0.0
+        self.last_duration = 0.0
         self.busy = ""
         self._starts: list[float] = []  # recent tick start times (monotonic)
         self._lateness: list[float] = []
@@ -134,6 +136,7 @@ class _Loop:
                 self.fn()
             except Exception:  # a bug in one iteration must not kill the loop
                 log.exception("%s loop iteration failed", self.name)
+            self.last_duration = time.monotonic() - now
             with self._lock:
                 self.iterations += 1
                 self.last_completed = time.time()
@@ -159,7 +162,8 @@ class _Loop:
         if len(starts) >= 2 and starts[-1] > starts[0]:
             achieved = (len(starts) - 1) / (starts[-1] - starts[0])
         jitter = float(np.percentile(lateness, 99)) if lateness else 0.0
-        return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, self.busy)
+        return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, self.busy,
+                         self.last_duration)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import ib_tree
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from tools import require_binary
 
 from exporter.metrics import infiniband as ibm
 from exporter.metrics.infiniband import FAMILIES, infiniband_families
@@ -27,6 +25,8 @@ from exporter.sources.infiniband import (
     parse_rate,
     parse_state,
 )
+from tests import ib_tree
+from tests.tools import require_binary
 
 REPO = Path(__file__).resolve().parent.parent
 U64_MAX = 2**64 - 1

@@ -16,14 +16,14 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import ib_tree
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from tools import require_binary
 
 from exporter.metrics.infiniband import infiniband_families
 from exporter.sources.infiniband import InfinibandSource
+from tests import ib_tree
+from tests.tools import require_binary
 
 NODE_EXPORTER = "prometheus-node-exporter"
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from exporter.metrics.gpu import gpu_families
+from exporter.metrics.infiniband import infiniband_families
 from exporter.metrics.self_metrics import self_families
 from exporter.sampler import Snapshot
 
@@ -18,8 +20,21 @@ FamilySource = Callable[[Snapshot], Iterable[Metric]]
 # The classic text format, which every Prometheus since 2.0 parses (2.42 is our floor).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+# Families of each non-NVML source's reading, by source name.
+READING_FAMILIES: dict[str, Callable[[Any], Iterable[Metric]]] = {
+    "infiniband": infiniband_families,
+}
+
+
+def source_families(snapshot: Snapshot) -> Iterator[Metric]:
+    for name, result in sorted(snapshot.sources.items()):
+        families = READING_FAMILIES.get(name)
+        if families is not None and result.reading is not None:
+            yield from families(result.reading)
+
+
 # Each area adds its families here; the order is the order of the output.
-FAMILY_SOURCES: list[FamilySource] = [gpu_families, self_families]
+FAMILY_SOURCES: list[FamilySource] = [gpu_families, source_families, self_families]
 
 
 class _Families:

@@ -55,7 +55,15 @@ def self_families(snapshot: Snapshot) -> Iterator[Metric]:
         jitter.add_metric([name], stats.jitter_p99_seconds)
         if stats.last_completed:
             age.add_metric([name], max(0.0, now - stats.last_completed))
-    yield from (target, achieved, iterations, overruns, jitter, age)
+    duration = GaugeMetricFamily("cte_loop_duration_seconds",
+                                 "How long the loop's last iteration took.", labels=["loop"])
+    for name, stats in loops:
+        duration.add_metric([name], stats.last_duration_seconds)
+    yield from (target, achieved, iterations, overruns, jitter, age, duration)
+    yield GaugeMetricFamily("cte_snapshot_time_seconds",
+                            "When the snapshot being served was built (epoch); "
+                            "time() minus this is its age as the scraper sees it.",
+                            value=snapshot.time)
 
     errors = CounterMetricFamily("cte_nvml_errors",
                                  "NVML calls that failed, by call and error name (a value "

@@ -1,0 +1,148 @@
+"""Config validation and the command line: one clear line and exit 2 for every mistake."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from exporter.config import Config, build_config, load_config_file, parse_listen_address
+from exporter.yamlfile import ConfigError
+
+CLI = [sys.executable, "-m", "exporter"]
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults():
+    config = Config()
+    assert config.host_port == ("", 9955)
+    assert config.power_sample_rate_hz == 20 and config.sweep_interval_seconds == 1
+
+
+def test_file_values_and_flags_win(tmp_path):
+    path = write(tmp_path, "power_sample_rate_hz: 50\nlisten_address: '127.0.0.1:9999'\n")
+    config = build_config(str(path), {"power_sample_rate_hz": 10.0, "fake": None})
+    assert config.power_sample_rate_hz == 10.0  # the flag wins
+    assert config.listen_address == "127.0.0.1:9999"  # the file's value stays
+    with pytest.raises(AttributeError):
+        config.fake = True  # frozen
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("power_sample_rate_hz: 500\n", r"config.yaml:1: power_sample_rate_hz: 500 is out of range"),
+    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key"),
+    ("fake: yes please\n", r"config.yaml:1: fake: expected true or false"),
+    ("sweep_interval_seconds: fast\n", r"config.yaml:1: sweep_interval_seconds: expected a number"),
+    ("listen_address: 'nope'\n", r"config.yaml:1: listen_address: .*HOST:PORT"),
+    ("log_level: loud\n", r"config.yaml:1: log_level: expected one of"),
+    ("a: [\n", r"config.yaml:2: invalid YAML"),
+    ("- 1\n- 2\n", r"config.yaml: expected a mapping, got list"),
+    ("stale_after_seconds: 1\nsweep_interval_seconds: 2\n", r"stale_after_seconds: must be longer"),
+])
+def test_bad_config_names_file_line_and_key(tmp_path, text, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config_file(write(tmp_path, text))
+
+
+def test_empty_config_file_is_all_defaults(tmp_path):
+    assert load_config_file(write(tmp_path, "")) == Config()
+
+
+def test_missing_and_binary_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config_file(tmp_path / "absent.yaml")
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="not a UTF-8"):
+        load_config_file(path)
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    (":9955", ("", 9955)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9955", ("::1", 9955)),
+])
+def test_listen_addresses(text, parsed):
+    assert parse_listen_address(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["9955", "host:", "host:99999", "::1:9955", "h:-1"])
+def test_bad_listen_addresses(text):
+    with pytest.raises(ConfigError):
+        parse_listen_address(text)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_cli_version_and_help():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("cluster-telemetry-exporter 0.")
+    result = run_cli("run", "--help")
+    assert result.returncode == 0 and "--web.listen-address" in result.stdout
+
+
+def test_cli_bad_flag():
+    assert "unrecognized arguments: --bogus" in one_line_error(run_cli("run", "--bogus"))
+
+
+def test_cli_bad_flag_value():
+    line = one_line_error(run_cli("run", "--fake", "--power.sample-rate", "0"))
+    assert "--power.sample-rate" in line and "out of range" in line
+    line = one_line_error(run_cli("run", "--fake", "--power.sample-rate", "fast"))
+    assert "invalid float value" in line
+
+
+def test_cli_unknown_scenario():
+    line = one_line_error(run_cli("run", "--fake", "--scenario", "nosuch"))
+    assert "unknown scenario 'nosuch'" in line and "training" in line
+
+
+def test_cli_bad_scenario_file(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("gpus: 4\nworkload:\n  step_period_seconds: -1\n")
+    line = one_line_error(run_cli("run", "--fake", "--scenario", str(path)))
+    assert "mine.yaml:3: workload.step_period_seconds" in line
+
+
+def test_cli_bad_config_file(tmp_path):
+    path = write(tmp_path, "power_sample_rate_hz: 1000\n")
+    line = one_line_error(run_cli("run", "--config", str(path)))
+    assert "config.yaml:1: power_sample_rate_hz" in line
+    assert "power_sample_rate_hz" in one_line_error(run_cli("check-config", str(path)))
+
+
+def test_cli_check_config_ok(tmp_path):
+    result = run_cli("check-config", str(write(tmp_path, "power_sample_rate_hz: 40\n")))
+    assert result.returncode == 0 and "ok" in result.stdout and "40 Hz" in result.stdout
+
+
+def test_cli_without_nvml_explains_how_to_run_the_simulation():
+    result = run_cli("run", "--web.listen-address", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert "NVML is not available" in result.stderr and "run --fake" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_port_in_use(tmp_path):
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = run_cli("run", "--fake", "--web.listen-address", f"127.0.0.1:{port}")
+    assert result.returncode == 1 and "cannot listen" in result.stderr
+    assert "Traceback" not in result.stderr

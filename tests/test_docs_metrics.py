@@ -1,0 +1,72 @@
+"""docs/metrics.md and the real /metrics output list exactly the same families."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import Exporter
+from exporter.config import Config
+from tests import ib_tree
+from tests.tools import REPO
+
+
+def documented() -> dict[str, tuple[str, set[str]]]:
+    rows = {}
+    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or not (m := re.fullmatch(r"`([a-z0-9_]+)`", cells[0])):
+            continue
+        assert m.group(1) not in rows, f"{m.group(1)} documented twice"
+        labels = set() if cells[3] == "-" else set(re.findall(r"`([a-z_]+)`", cells[3]))
+        rows[m.group(1)] = (cells[1], labels)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
+    sysfs = tmp_path_factory.mktemp("sysfs")
+    ib_tree.ndr_hca(sysfs)
+    # a counter name no family knows yet: exported under the generic family
+    ib_tree.write(sysfs / "class/infiniband/mlx5_0/ports/1/counters/future_counter", 7)
+    ib_tree.roce_hca(sysfs)
+    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs)))
+    exp.start()
+    try:
+        text = exp.current.body.decode()
+    finally:
+        exp.stop()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        kind = family.type
+        name = family.name
+        if kind == "counter":
+            name += "_total"
+        elif kind == "gauge" and name.endswith("_info"):
+            kind = "info"
+        labels = set()
+        for sample in family.samples:
+            labels |= set(sample.labels)
+        out[name] = (kind, labels)
+    return out
+
+
+def test_every_exposed_family_is_documented(exposed):
+    missing = sorted(set(exposed) - set(documented()))
+    assert not missing, f"add to docs/metrics.md: {missing}"
+
+
+def test_every_documented_family_is_exposed(exposed):
+    stale = sorted(set(documented()) - set(exposed))
+    assert not stale, f"documented but not exposed: {stale}"
+
+
+def test_types_and_labels_match(exposed):
+    docs = documented()
+    for name, (kind, labels) in exposed.items():
+        doc_kind, doc_labels = docs[name]
+        assert doc_kind == kind, f"{name}: documented as {doc_kind}, exposed as {kind}"
+        if labels:  # a family without samples here (e.g. no fan) shows no labels
+            assert labels == doc_labels, f"{name}: labels {labels} vs documented {doc_labels}"
