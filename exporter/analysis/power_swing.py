@@ -395,7 +395,7 @@ def analyse_cycles(
     if lag_max <= lag_min + 1:
         return None
     d = np.diff(node)
-    d = d - d.mean()
+    d = d - np.median(d)
     # clip at the k-th largest change, k = the fewest edges a cycle of the longest
     # period leaves in the window: one-off steps then weigh no more than an edge
     k_edges = max(8, 2 * int(span / max_p))
@@ -405,6 +405,7 @@ def analyse_cycles(
     if cap <= 0:
         return None
     d = np.clip(d, -cap, cap)
+    d = d - d.mean()
     m = d.size
     nfft = 1 << (2 * m - 1).bit_length()
     spec = np.fft.rfft(d, nfft)
