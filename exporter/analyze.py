@@ -197,9 +197,11 @@ def _step_swings(g: _Grid, args: argparse.Namespace, max_hz: float | None, t_sta
                             max_observable_hz=max_hz, thresholds=thresholds)
         windows.append((float(g.t[a]), float(g.t[b - 1]), ns))
     out = []
+    node = g.power.sum(axis=0)
     for run in _merge_step(windows, args.hold):
         f = _med([w[2].node.frequency_hz for w in run])
         assert f is not None
+        start, end = _swing_edges(g.t, node, run[0][0], run[-1][1], 1.0 / f)
         out.append({
             "scale": "step",
             "frequency_hz": f,
@@ -211,10 +213,29 @@ def _step_swings(g: _Grid, args: argparse.Namespace, max_hz: float | None, t_sta
             "duty_cycle": _med([w[2].node.duty_cycle for w in run]),
             "max_ramp_watts_per_second": max(w[2].node.max_ramp_watts_per_second for w in run),
             "windows": len(run),
-            "start": run[0][0] - t_start,
-            "end": run[-1][1] - t_start,
+            "start": start - t_start,
+            "end": end - t_start,
         })
     return out, len(windows)
+
+
+def _swing_edges(t: np.ndarray, node: np.ndarray, t_a: float, t_b: float, period: float
+                 ) -> tuple[float, float]:
+    """Trim a run of windows to where the swing is: the node's peak-to-peak over
+    one period (its envelope) is at least half its median over the run."""
+    a, b = int(np.searchsorted(t, t_a)), int(np.searchsorted(t, t_b, side="right"))
+    dt = float(t[1] - t[0])
+    k = max(2, int(round(period / dt)))
+    x = node[a:b]
+    if x.size <= k:
+        return t_a, t_b
+    view = np.lib.stride_tricks.sliding_window_view(x, k)
+    env = view.max(axis=1) - view.min(axis=1)
+    hit = np.flatnonzero(env >= 0.5 * np.median(env))
+    if hit.size == 0:
+        return t_a, t_b
+    # a window [i, i + k) that reaches the threshold ends just after the swing began
+    return float(t[a + hit[0] + k - 1]), float(t[min(b - 1, a + hit[-1] + k - 1)])
 
 
 def _cycle_swings(g: _Grid, args: argparse.Namespace, t_start: float) -> list[dict[str, Any]]:

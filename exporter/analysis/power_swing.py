@@ -423,9 +423,15 @@ def analyse_cycles(
     strength = float(acf[best])
     if strength < min_strength:
         return None
-    for p in peaks:  # smallest lag nearly as strong: the fundamental
+    # the smallest lag nearly as strong (>= 60 %) that divides it is the fundamental;
+    # if that lies below min_period, the pattern is a faster swing (the step scale's)
+    short = np.arange(2, lag_min)
+    short = short[(acf[short] >= acf[short - 1]) & (acf[short] > acf[short + 1])]
+    for p in [*short.tolist(), *peaks.tolist()]:
         mult = round(best / p)
         if p < best and acf[p] >= 0.6 * strength and abs(best - mult * p) <= max(1, 0.03 * best):
+            if p < lag_min:
+                return None
             best = int(p)
             break
     lag = best + _parabolic(float(acf[best - 1]), float(acf[best]), float(acf[best + 1]))
@@ -476,10 +482,14 @@ def detect_ramps(
     observed p99 - p1 range when the TDP is unknown) within
     ``max_duration_seconds``, to a level that holds: the mean power in each
     half of the ``hold_seconds`` before the ramp and in each half of the
-    ``hold_seconds`` after it must all differ by at least the threshold, and
+    ``hold_seconds`` after it (clear of ``max_duration_seconds`` around the
+    change) must all differ by at least the threshold, and
     the two halves on each side may differ by at most ``max_level_drift`` of
     the change.  That keeps out dips and drops that come back within about
     ``hold_seconds`` (step-time swings, checkpoint cycles: see analyse_cycles).
+    The time is where the mean level changes most; the duration runs from
+    leaving the old level's p5-p95 range to entering the new level's, so a
+    ramp out of a swinging level is timed by its envelope.
     """
     t = np.asarray(t, dtype=np.float64)
     node_power = np.asarray(node_power, dtype=np.float64)
@@ -504,7 +514,9 @@ def detect_ramps(
     sign = np.where(d >= thr, 1, np.where(d <= -thr, -1, 0))
     h = max(2, int(round(hold_seconds / 2 / dt)))
     min_side = max(1, h // 3)
+    csum = np.concatenate([[0.0], np.cumsum(x)])
     ramps: list[Ramp] = []
+    floor = 1  # no split point before the end of the last ramp's hold
     i = 0
     while i < sign.size:
         if sign[i] == 0:
@@ -514,29 +526,62 @@ def detect_ramps(
         while j + 1 < sign.size and sign[j + 1] == sign[i]:
             j += 1
         s = int(sign[i])
-        best = i + int(np.argmax(s * d[i:j + 1]))
-        a = best  # the change lies within x[a..a+w]
-        seg = x[a:a + w + 1]
-        frac = (seg - seg[0]) / (seg[-1] - seg[0])
-        i10 = int(np.argmax(frac >= 0.1))
-        i90 = i10 + int(np.argmax(frac[i10:] >= 0.9))
-        i50 = i10 + int(np.argmax(frac[i10:] >= 0.5))
-        rs, r_end = a + i10, a + i90
-        before = [x[max(0, rs - 2 * h):max(0, rs - h)], x[max(0, rs - h):rs]]
-        after = [x[r_end + 1:r_end + 1 + h], x[r_end + 1 + h:r_end + 1 + 2 * h]]
-        if before[1].size >= min_side and after[0].size >= min_side:
-            b_means = [float(v.mean()) for v in before if v.size >= min_side]
-            a_means = [float(v.mean()) for v in after if v.size >= min_side]
-            gap = (min(a_means) - max(b_means)) if s > 0 else (min(b_means) - max(a_means))
-            drift = max(np.ptp(b_means), np.ptp(a_means))
-            if gap >= thr and drift <= max_level_drift * gap:
-                lb = float(np.mean(np.concatenate(before)))
-                la = float(np.mean(np.concatenate(after)))
-                ramps.append(Ramp(
-                    time=float(grid[a + i50]),
-                    direction="rise" if s > 0 else "fall",
-                    delta_watts=la - lb,
-                    duration_seconds=float(max(dt, (i90 - i10) * dt)),
-                ))
+        a = i + int(np.argmax(s * d[i:j + 1]))  # the change lies within x[a..a+w]
+        ramp = _ramp_at(x, csum, grid, a, w, h, min_side, s, thr, max_level_drift, floor)
+        if ramp is not None:
+            ramps.append(ramp)
+            # one change, one ramp: skip the rest of it and the level it holds
+            floor = int(np.searchsorted(grid, ramp.time)) + h
+            j = max(j, floor)
         i = j + 1
     return ramps
+
+
+def _ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int, w: int, h: int,
+             min_side: int, s: int, thr: float, max_drift: float, floor: int
+             ) -> Ramp | None:
+    """Check and measure the candidate change in x[a..a+w] (see detect_ramps)."""
+    n = x.size
+    dt = float(grid[1] - grid[0])
+    # split point: where the mean of h samples after minus h before is largest
+    lo, hi = max(floor, a - h), min(n - 1, a + w + h)
+    if hi < lo:
+        return None
+    c = np.arange(lo, hi + 1)
+    nb = np.minimum(c, h)
+    na = np.minimum(n - c, h)
+    mb = (csum[c] - csum[c - nb]) / nb
+    ma = (csum[c + na] - csum[c]) / na
+    c0 = int(c[np.argmax(s * (ma - mb))])
+    if c0 == hi and hi < n - 1:
+        return None  # the change goes on past this candidate: a later one will see it
+    # levels, clear of the ramp itself (at most w samples either side of c0)
+    before = [x[max(0, c0 - w - 2 * h):max(0, c0 - w - h)], x[max(0, c0 - w - h):max(0, c0 - w)]]
+    after = [x[c0 + w:c0 + w + h], x[c0 + w + h:c0 + w + 2 * h]]
+    if before[1].size < min_side or after[0].size < min_side:
+        return None
+    b_means = [float(v.mean()) for v in before if v.size >= min_side]
+    a_means = [float(v.mean()) for v in after if v.size >= min_side]
+    gap = (min(a_means) - max(b_means)) if s > 0 else (min(b_means) - max(a_means))
+    drift = max(np.ptp(b_means), np.ptp(a_means))
+    if gap < thr or drift > max_drift * gap:
+        return None
+    # duration: from leaving the old level's p5-p95 range to entering the new one's
+    b_lo, b_hi = np.percentile(before[1], [5, 95])
+    a_lo, a_hi = np.percentile(after[0], [5, 95])
+    seg = x[max(0, c0 - w):min(n, c0 + w + 1)]
+    base = max(0, c0 - w)
+    in_old = (seg <= b_hi) if s > 0 else (seg >= b_lo)
+    in_new = (seg >= a_lo) if s > 0 else (seg <= a_hi)
+    k0 = c0 - base
+    old_idx = np.flatnonzero(in_old[:k0 + 1])
+    new_idx = np.flatnonzero(in_new[k0:]) + k0
+    rs = int(old_idx[-1]) if old_idx.size else 0
+    r_end = int(new_idx[0]) if new_idx.size else seg.size - 1
+    lb, la = float(before[1].mean()), float(after[0].mean())
+    return Ramp(
+        time=float(grid[base + (rs + r_end) // 2]),
+        direction="rise" if s > 0 else "fall",
+        delta_watts=la - lb,
+        duration_seconds=float(max(dt, (r_end - rs) * dt)),
+    )
