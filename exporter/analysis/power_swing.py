@@ -566,13 +566,15 @@ def _ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int, w: int, 
     drift = max(np.ptp(b_means), np.ptp(a_means))
     if gap < thr or drift > max_drift * gap:
         return None
-    # duration: from leaving the old level's p5-p95 range to entering the new one's
+    # duration: from leaving the old level's p5-p95 range (widened by 10 % of the
+    # change) to entering the new one's
     b_lo, b_hi = np.percentile(before[1], [5, 95])
     a_lo, a_hi = np.percentile(after[0], [5, 95])
     seg = x[max(0, c0 - w):min(n, c0 + w + 1)]
     base = max(0, c0 - w)
-    in_old = (seg <= b_hi) if s > 0 else (seg >= b_lo)
-    in_new = (seg >= a_lo) if s > 0 else (seg <= a_hi)
+    tol = 0.1 * gap  # flat, drifting levels: like a 10-90 % rise time
+    in_old = (seg <= b_hi + tol) if s > 0 else (seg >= b_lo - tol)
+    in_new = (seg >= a_lo - tol) if s > 0 else (seg <= a_hi + tol)
     k0 = c0 - base
     old_idx = np.flatnonzero(in_old[:k0 + 1])
     new_idx = np.flatnonzero(in_new[k0:]) + k0
