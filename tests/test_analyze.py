@@ -1,0 +1,148 @@
+"""The offline `analyze` subcommand on synthetic and real traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exporter import analyze
+from exporter.trace import TraceWriter
+
+REAL = Path("/work/shared/data/h100x8-nanogpt-training.nvidia-smi.csv")
+ROOT = Path(__file__).resolve().parents[1]
+T0 = 1_758_000_000.0
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return analyze.build_parser().parse_args(list(argv))
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert analyze.main(parse(*argv, "--format", "json")) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 GPUs at 20 Hz: idle, then in-phase 0.5 Hz step swings from 30 s to 150 s, idle."""
+    p = tmp_path_factory.mktemp("trace") / "swing.cte"
+    rng = np.random.default_rng(0)
+    t = T0 + np.arange(0, 200, 0.05)
+    busy = (t >= T0 + 30) & (t < T0 + 150)
+    high = ((t - T0) * 0.5) % 1.0 < 0.5
+    with TraceWriter(p, range(8), {g: 700.0 for g in range(8)}, ["power_watts"]) as w:
+        for g in range(8):
+            p_g = np.where(busy, np.where(high, 650.0, 200.0), 90.0) + rng.normal(0, 8, t.size)
+            for ti, pi in zip(t, p_g, strict=True):
+                w.write(float(ti), g, {"power_watts": float(pi)})
+    return p
+
+
+def test_synthetic_json(synthetic: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(synthetic))
+    assert rep["gpus"] == list(range(8))
+    assert rep["duration_seconds"] == pytest.approx(200, abs=0.1)
+    assert rep["sample_interval_seconds"] == pytest.approx(0.05)
+    assert rep["observable_band_hz"] == [0.0, pytest.approx(10.0)]
+    steps = [s for s in rep["power_swings"] if s["scale"] == "step"]
+    assert len(steps) == 1
+    s = steps[0]
+    assert s["frequency_hz"] == pytest.approx(0.5, rel=0.05)
+    assert s["period_seconds"] == pytest.approx(2.0, rel=0.05)
+    assert s["node_amplitude_watts"] == pytest.approx(8 * 450, rel=0.1)
+    assert s["amplitude_ratio"] == pytest.approx(8 * 450 / 5600, rel=0.1)
+    assert s["synchrony"] > 0.9
+    assert s["max_ramp_watts_per_second"] > 8 * 450
+    assert s["start"] == pytest.approx(30, abs=1.5) and s["end"] == pytest.approx(150, abs=1.5)
+    dirs = [(r["direction"], round(r["time"])) for r in rep["ramps"]]
+    assert [d for d, _ in dirs] == ["rise", "fall"]
+    assert abs(dirs[0][1] - 30) <= 2 and abs(dirs[1][1] - 150) <= 2
+    assert rep["ramps"][0]["delta_watts"] > 0 > rep["ramps"][1]["delta_watts"]
+    assert "outliers" in rep and "stalls" in rep
+
+
+def test_synthetic_text(synthetic: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert analyze.main(parse(str(synthetic))) == 0
+    out = capsys.readouterr().out
+    assert "[step]" in out and "period 2.00 s" in out
+    assert "rise" in out and "fall" in out
+
+
+def test_cycle_scale_in_nvidia_smi_log_without_index(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checkpoint-like drops every 60 s for 20 s, logged at 1 Hz with no index column."""
+    lines = ["timestamp, power.draw [W]"]
+    for i in range(900):
+        ts = f"2025/09/24 03:{17 + (4 + i) // 60:02d}:{(4 + i) % 60:02d}.000"
+        watts = 250.0 if i % 60 < 20 else 650.0
+        lines += [f"{ts}, {watts + g:.2f} W" for g in range(4)]
+    p = tmp_path / "ckpt.csv"
+    p.write_text("\n".join(lines) + "\n")
+    rep = run_json(capsys, str(p), "--gpus", "4", "--tdp", "700")
+    assert rep["gpus"] == [0, 1, 2, 3]
+    assert rep["observable_band_hz"][1] == pytest.approx(0.5)
+    cycles = [s for s in rep["power_swings"] if s["scale"] == "cycle"]
+    assert len(cycles) == 1
+    assert cycles[0]["period_seconds"] == pytest.approx(60, rel=0.03)
+    assert cycles[0]["node_amplitude_watts"] == pytest.approx(4 * 400, rel=0.1)
+    assert not [s for s in rep["power_swings"] if s["scale"] == "step"]
+    assert any("average" in n for n in rep["notes"])
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="real trace not available")
+def test_real_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(REAL))
+    assert rep["gpus"] == list(range(8))
+    assert isinstance(rep["duration_seconds"], float)
+    assert rep["duration_seconds"] == pytest.approx(1347, abs=5)
+    assert rep["sample_interval_seconds"] == pytest.approx(0.3, abs=0.02)
+    assert rep["observable_band_hz"] == [0.0, 0.5]  # power.draw is a 1 s average
+    for s in rep["power_swings"]:
+        assert s["scale"] in ("step", "cycle")
+        for key in ("frequency_hz", "period_seconds", "node_amplitude_watts", "synchrony",
+                    "max_ramp_watts_per_second", "start", "end"):
+            assert isinstance(s[key], float)
+        assert s["amplitude_ratio"] is None  # the trace has no power limit
+    # all eight GPUs dip together about every 22 s
+    cycles = [s for s in rep["power_swings"] if s["scale"] == "cycle"]
+    assert cycles and cycles[0]["period_seconds"] == pytest.approx(22.4, abs=0.5)
+    assert cycles[0]["synchrony"] > 0.8
+    # into and out of the phase pinned near the 700 W cap
+    ramps = rep["ramps"]
+    assert [r["direction"] for r in ramps][:1] == ["rise"]
+    assert ramps[0]["time"] == pytest.approx(162, abs=5)
+    assert all(isinstance(r["delta_watts"], float) for r in ramps)
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("", "empty file"),
+        ("timestamp, index, temperature.gpu\n2025/09/24 03:17:04.490, 0, 40\n", "no power"),
+        ("timestamp, power.draw [W]\n2025/09/24 03:17:04.490, 40 W\n", "--gpus N"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         content: str, needle: str) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(content)
+    assert analyze.main(parse(str(p))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {p}:")
+    assert needle in err
+
+
+def test_module_entry_point_no_traceback(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "exporter.analyze", str(tmp_path / "missing.csv")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith("error: ") and "cannot read" in r.stderr

@@ -1,0 +1,302 @@
+"""Power-swing analysis on synthetic signals with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from exporter.analysis.power_swing import (
+    SwingDetector,
+    SwingThresholds,
+    analyse_cycles,
+    analyse_window,
+    detect_ramps,
+    resample,
+    synchrony,
+)
+
+T0 = 1_758_000_000.0  # a 2025 Unix time: phase must survive 1.7e9-second stamps
+FS = 20.0
+TDP = np.full(8, 700.0)
+
+
+def grid(seconds: float = 30.0, fs: float = FS, start: float = T0) -> np.ndarray:
+    return start + np.arange(int(seconds * fs)) / fs
+
+
+def square(t: np.ndarray, f: float, phase: float = 0.0, duty: float = 0.5) -> np.ndarray:
+    """1 during the first `duty` of each period of cos-phase, else 0."""
+    frac = (f * (t - T0) + phase / (2 * math.pi)) % 1.0
+    return (frac < duty).astype(float)
+
+
+def node_square(t: np.ndarray, f: float, n: int = 8, low: float = 150.0, high: float = 650.0,
+                phases: np.ndarray | None = None, noise: float = 10.0, seed: int = 0,
+                duty: float = 0.5) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    ph = np.zeros(n) if phases is None else phases
+    return np.stack([low + (high - low) * square(t, f, ph[i], duty) + rng.normal(0, noise, t.size)
+                     for i in range(n)])
+
+
+@pytest.mark.parametrize("f", [0.15, 0.5, 1.0, 2.5, 4.0])
+def test_frequency_within_5_percent(f: float) -> None:
+    t = grid()
+    ns = analyse_window(t, node_square(t, f), TDP)
+    assert ns.node.frequency_hz == pytest.approx(f, rel=0.05)
+    for g in ns.gpus.values():
+        assert g.frequency_hz == pytest.approx(f, rel=0.05)
+
+
+@pytest.mark.parametrize("f", [0.23, 0.71, 1.37])
+def test_sine_frequency_between_bins(f: float) -> None:
+    t = grid()
+    p = 400 + 200 * np.sin(2 * np.pi * f * (t - T0))[None, :] + np.zeros((2, 1))
+    ns = analyse_window(t, p, None)
+    assert ns.node.frequency_hz == pytest.approx(f, rel=0.02)
+
+
+def test_amplitude_within_10_percent_and_ratio_of_tdp() -> None:
+    t = grid()
+    ns = analyse_window(t, node_square(t, 0.5), TDP)
+    assert ns.node.amplitude_watts == pytest.approx(8 * 500, rel=0.10)
+    assert ns.node.amplitude_ratio == pytest.approx(8 * 500 / 5600, rel=0.10)
+    for g in ns.gpus.values():
+        assert g.amplitude_watts == pytest.approx(500, rel=0.10)
+        assert g.amplitude_ratio == pytest.approx(500 / 700, rel=0.10)
+    assert analyse_window(t, node_square(t, 0.5), None).node.amplitude_ratio is None
+
+
+def test_short_pulses_report_the_fundamental_not_a_harmonic() -> None:
+    t = grid()
+    ns = analyse_window(t, node_square(t, 0.4, 4, duty=0.12), TDP[:4])
+    assert ns.node.frequency_hz == pytest.approx(0.4, rel=0.05)
+
+
+def test_synchrony_in_phase_vs_independent() -> None:
+    t = grid()
+    in_phase = analyse_window(t, node_square(t, 0.5), TDP)
+    assert in_phase.synchrony > 0.9
+    rng = np.random.default_rng(3)
+    phases = rng.uniform(0, 2 * math.pi, 8)
+    indep = analyse_window(t, node_square(t, 0.5, phases=phases), TDP)
+    assert indep.synchrony < 0.35
+    noise = analyse_window(t, 400 + rng.normal(0, 20, (8, t.size)), TDP)
+    assert noise.synchrony == pytest.approx(1 / 8, abs=0.08)
+
+
+def test_synchrony_bounds() -> None:
+    t = grid()
+    x = np.sin(2 * np.pi * 0.5 * (t - T0))
+    assert synchrony(np.stack([x, x])) == pytest.approx(1.0)
+    assert synchrony(np.stack([x, -x])) == pytest.approx(0.0, abs=1e-9)
+    assert synchrony(np.stack([x])) == pytest.approx(1.0)
+    assert synchrony(np.full((3, t.size), 300.0)) == 0.0
+
+
+def test_phase_matches_time_shift_between_nodes() -> None:
+    """Two nodes see the same oscillation, node B delayed by 0.3 s."""
+    f, shift = 0.5, 0.3
+    t = grid(start=T0 + 1234.56)  # both nodes sample the same wall-clock window
+    a = 400 + 200 * np.cos(2 * np.pi * f * t % (2 * np.pi) + 0.4)
+    b = 400 + 200 * np.cos(2 * np.pi * f * (t - shift) % (2 * np.pi) + 0.4)
+    na = analyse_window(t, np.stack([a, a]), None)
+    nb = analyse_window(t, np.stack([b, b]), None)
+    assert na.phase_reference_time == nb.phase_reference_time
+    diff = math.remainder(nb.node.phase_radians - na.node.phase_radians, 2 * math.pi)
+    assert diff == pytest.approx(-2 * math.pi * f * shift, abs=0.1)
+    # and the phase is the phi of cos(2 pi f (t - t_ref) + phi)
+    expect = math.remainder(2 * math.pi * f * na.phase_reference_time + 0.4, 2 * math.pi)
+    assert math.remainder(na.node.phase_radians - expect, 2 * math.pi) == pytest.approx(
+        0, abs=0.1)
+    # each GPU's phase is taken at the node's frequency, so it matches the node's
+    assert na.gpus[0].phase_radians == pytest.approx(na.node.phase_radians, abs=1e-6)
+
+
+def test_phase_is_independent_of_sampling_grid_offset() -> None:
+    """Nodes sampling at different instants still agree on the phase."""
+    f = 0.8
+    ta = grid(start=T0 + 500.0)
+    tb = grid(start=T0 + 500.0 + 0.021)
+    sig = lambda t: 300 + 100 * np.cos(2 * np.pi * f * (t - T0) + 1.0)  # noqa: E731
+    pa = analyse_window(ta, sig(ta)[None, :], None).node.phase_radians
+    pb = analyse_window(tb, sig(tb)[None, :], None).node.phase_radians
+    assert math.remainder(pa - pb, 2 * math.pi) == pytest.approx(0, abs=0.05)
+
+
+def test_no_swing_on_flat_or_noise() -> None:
+    t = grid()
+    flat = analyse_window(t, np.full((8, t.size), 450.0), TDP)
+    assert flat.node.amplitude_watts == 0.0
+    assert flat.node.frequency_hz is None
+    assert not flat.candidate
+    rng = np.random.default_rng(1)
+    noise = analyse_window(t, 450 + rng.normal(0, 15, (8, t.size)), TDP)
+    assert not noise.candidate
+    assert noise.node.peak_concentration < 0.3
+    det = SwingDetector()
+    assert not any(det.update(noise) for _ in range(5))
+
+
+def test_detector_needs_hold_consecutive_windows() -> None:
+    t = grid()
+    swing = analyse_window(t, node_square(t, 0.5), TDP)
+    calm = analyse_window(t, 400 + np.random.default_rng(0).normal(0, 5, (8, t.size)), TDP)
+    assert swing.candidate
+    det = SwingDetector(SwingThresholds(), hold=3)
+    assert [det.update(swing) for _ in range(3)] == [False, False, True]
+    assert not det.update(calm)
+    assert not det.update(swing)
+
+
+def test_thresholds_reject_out_of_band_and_out_of_phase() -> None:
+    t = grid()
+    fast = analyse_window(t, node_square(t, 4.0), TDP)
+    assert fast.node.frequency_hz == pytest.approx(4.0, rel=0.05)
+    assert not fast.candidate  # outside 0.1-3 Hz
+    ph = np.array([0, math.pi] * 4)
+    opposed = analyse_window(t, node_square(t, 0.5, phases=ph), TDP)
+    assert opposed.synchrony < 0.1
+    assert not opposed.candidate
+    small = analyse_window(t, node_square(t, 0.5, low=400, high=450), TDP)
+    assert not small.candidate  # 50 W of 700 W per GPU
+
+
+def test_band_energy_ratio() -> None:
+    t = grid()
+    inside = analyse_window(t, 400 + 100 * np.sin(2 * np.pi * 0.5 * (t - T0))[None, :], None)
+    outside = analyse_window(t, 400 + 100 * np.sin(2 * np.pi * 6.0 * (t - T0))[None, :], None)
+    assert inside.node.band_energy_ratio > 0.95
+    assert outside.node.band_energy_ratio < 0.05
+
+
+def test_duty_cycle() -> None:
+    t = grid()
+    for duty in (0.25, 0.5, 0.75):
+        ns = analyse_window(t, node_square(t, 0.5, 2, duty=duty, noise=0), None)
+        assert ns.node.duty_cycle == pytest.approx(duty, abs=0.05)
+
+
+def test_max_ramp_rate() -> None:
+    t = grid()
+    # a trapezoid: 0 -> 1000 W over 1 s: 1000 W/s
+    x = np.clip((t - T0 - 10.0) * 1000.0, 0, 1000)[None, :]
+    ns = analyse_window(t, x, None)
+    assert ns.node.max_ramp_watts_per_second == pytest.approx(1000, rel=0.05)
+
+
+def test_irregular_timestamps() -> None:
+    rng = np.random.default_rng(5)
+    t = T0 + np.cumsum(rng.uniform(0.03, 0.07, 600))
+    p = node_square(t, 0.7, 4)
+    ns = analyse_window(t, p, TDP[:4])
+    assert ns.node.frequency_hz == pytest.approx(0.7, rel=0.05)
+    assert ns.sample_rate_hz == pytest.approx(20, rel=0.1)
+    assert ns.observable_band_hz == (0.0, pytest.approx(ns.sample_rate_hz / 2))
+    assert ns.synchrony > 0.9
+
+
+def test_missing_samples_are_interpolated() -> None:
+    t = grid()
+    p = node_square(t, 0.5, 2)
+    p[1, 100:110] = np.nan
+    ns = analyse_window(t, p, TDP[:2])
+    assert set(ns.gpus) == {0, 1}
+    assert ns.node.frequency_hz == pytest.approx(0.5, rel=0.05)
+
+
+def test_single_gpu() -> None:
+    t = grid()
+    ns = analyse_window(t, node_square(t, 1.2, 1), np.array([700.0]), gpus=[5])
+    assert list(ns.gpus) == [5]
+    assert ns.synchrony == 1.0
+    assert ns.node.frequency_hz == pytest.approx(1.2, rel=0.05)
+    assert ns.candidate
+
+
+def test_observable_band_limited_by_sensor() -> None:
+    t = grid()
+    ns = analyse_window(t, node_square(t, 0.3, 2), None, max_observable_hz=0.5)
+    assert ns.observable_band_hz == (0.0, 0.5)
+    assert ns.node.frequency_hz == pytest.approx(0.3, rel=0.05)
+
+
+def test_resample_uniform_grid() -> None:
+    t = T0 + np.array([0.0, 0.1, 0.25, 0.3, 0.4])
+    g, x = resample(t, np.array([[0.0, 1.0, 2.5, 3.0, 4.0]]))
+    assert np.allclose(np.diff(g), 0.1)
+    assert np.allclose(x[0], (g - T0) * 10)
+
+
+# --------------------------------------------------------------------------- slow scale
+
+
+def checkpoint_node(seconds: float = 600.0, period: float = 60.0, drop: float = 20.0,
+                    seed: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    t = grid(seconds)
+    rng = np.random.default_rng(seed)
+    low = ((t - T0 + 30) % period) < drop
+    return t, np.stack([650 - 400 * low + rng.normal(0, 15, t.size) for _ in range(8)])
+
+
+def test_cycle_found_60s_period_20s_drops() -> None:
+    t, p = checkpoint_node()
+    c = analyse_cycles(t, p, TDP)
+    assert c is not None
+    assert c.period_seconds == pytest.approx(60, rel=0.03)
+    assert c.amplitude_watts == pytest.approx(8 * 400, rel=0.10)
+    assert c.amplitude_ratio == pytest.approx(8 * 400 / 5600, rel=0.10)
+    assert c.duty_cycle == pytest.approx(2 / 3, abs=0.05)
+    assert c.synchrony > 0.9
+    assert all(a == pytest.approx(400, rel=0.1) for a in c.gpu_amplitude_watts.values())
+
+
+def test_cycle_survives_a_job_level_step() -> None:
+    t, p = checkpoint_node()
+    p[:, t > T0 + 300] += 200  # the job changes phase: everyone draws 200 W more
+    c = analyse_cycles(t, p, TDP)
+    assert c is not None and c.period_seconds == pytest.approx(60, rel=0.03)
+
+
+def test_no_cycle_in_noise_or_single_step() -> None:
+    t = grid(600)
+    rng = np.random.default_rng(9)
+    assert analyse_cycles(t, 400 + rng.normal(0, 20, (8, t.size)), TDP) is None
+    step = 100 + 500 * (t > T0 + 250) + rng.normal(0, 5, (8, t.size))
+    assert analyse_cycles(t, step, TDP) is None
+
+
+# --------------------------------------------------------------------------- ramps
+
+
+def test_ramps_job_start_and_crash() -> None:
+    t = grid(400, fs=10)
+    rng = np.random.default_rng(4)
+    level = np.where((t > T0 + 100) & (t < T0 + 300), 5000.0, 600.0)
+    level = np.convolve(level, np.ones(20) / 20, mode="same")  # 2 s ramps
+    x = level + rng.normal(0, 40, t.size)
+    ramps = detect_ramps(t, x, 5600.0)
+    assert [r.direction for r in ramps] == ["rise", "fall"]
+    assert ramps[0].time - T0 == pytest.approx(100, abs=1.5)
+    assert ramps[1].time - T0 == pytest.approx(300, abs=1.5)
+    assert ramps[0].delta_watts == pytest.approx(4400, rel=0.05)
+    assert ramps[1].delta_watts == pytest.approx(-4400, rel=0.05)
+    assert ramps[0].duration_seconds == pytest.approx(1.6, abs=0.4)  # 10-90 % of 2 s
+
+
+def test_ramps_threshold_and_unknown_tdp() -> None:
+    t = grid(200, fs=10)
+    x = np.where(t > T0 + 100, 1500.0, 600.0)  # +900 W: 16 % of a 5600 W node
+    assert detect_ramps(t, x, 5600.0) == []
+    assert [r.direction for r in detect_ramps(t, x, None)] == ["rise"]  # of observed range
+
+
+def test_no_ramps_from_swings_or_checkpoint_cycles() -> None:
+    t = grid(300)
+    p = node_square(t, 0.5)
+    assert detect_ramps(t, p.sum(axis=0), 5600.0) == []
+    t, p = checkpoint_node()
+    inner = [r for r in detect_ramps(t, p.sum(axis=0), 5600.0) if 40 < r.time - T0 < 560]
+    assert inner == []
