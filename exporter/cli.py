@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
+    from exporter import analyze
+
+    analyze.add_arguments(commands.add_parser(
+        "analyze", help="analyse a trace (ours or an nvidia-smi CSV log) offline"))
     return parser
 
 
@@ -99,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "analyze":
+            from exporter import analyze
+
+            return analyze.main(args)
         if args.command == "check-config":
             config = load_config_file(args.file)
             print(f"{args.file}: ok (listen {config.listen_address}, "

@@ -62,7 +62,8 @@ class LoopStats:
     jitter_p99_seconds: float  # lateness of tick starts against the schedule
     last_completed: float  # epoch seconds, 0 if never
     busy: str = ""
-    last_duration_seconds: float = 0.0  # what the loop is doing right now, when it is inside a call
+    last_duration_seconds: float = 0.0
+    cpu_seconds_total: float = 0.0  # what the loop is doing right now, when it is inside a call
 
 
 class PowerBuffer:
@@ -116,6 +117,7 @@ class _Loop:
         self.overruns = 0
         self.last_completed = 0.0
         self.last_duration = 0.0
+        self.cpu_seconds = 0.0  # CPU time of this thread, so each loop's cost is visible
         self.busy = ""
         self._starts: list[float] = []  # recent tick start times (monotonic)
         self._lateness: list[float] = []
@@ -132,11 +134,13 @@ class _Loop:
                     return
                 now = time.monotonic()
             late = now - next_tick
+            cpu0 = time.thread_time()
             try:
                 self.fn()
             except Exception:  # a bug in one iteration must not kill the loop
                 log.exception("%s loop iteration failed", self.name)
             self.last_duration = time.monotonic() - now
+            self.cpu_seconds += time.thread_time() - cpu0
             with self._lock:
                 self.iterations += 1
                 self.last_completed = time.time()
@@ -163,7 +167,7 @@ class _Loop:
             achieved = (len(starts) - 1) / (starts[-1] - starts[0])
         jitter = float(np.percentile(lateness, 99)) if lateness else 0.0
         return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, self.busy,
-                         self.last_duration)
+                         self.last_duration, self.cpu_seconds)
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,7 @@ class Snapshot:
     power: dict[int, PowerSample]
     power_loop: LoopStats
     sweep_loop: LoopStats
+    other_loops: dict[str, LoopStats]
     nvml_errors: dict[tuple[str, str], int]
     sources: dict[str, SourceResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
@@ -313,6 +318,7 @@ class Sampler:
             power=dict(self.latest_power),
             power_loop=self.power_loop.stats() if self._loops else idle,
             sweep_loop=self.sweep_loop.stats() if self._loops else idle,
+            other_loops={loop.name: loop.stats() for loop in self._loops[2:]},
             nvml_errors=self.backend.errors.snapshot(),
             sources=dict(self.source_results),
             power_buffer_bytes=self.buffer.nbytes if self.buffer is not None else 0,

@@ -57,9 +57,14 @@ def self_families(snapshot: Snapshot) -> Iterator[Metric]:
             age.add_metric([name], max(0.0, now - stats.last_completed))
     duration = GaugeMetricFamily("cte_loop_duration_seconds",
                                  "How long the loop's last iteration took.", labels=["loop"])
+    cpu = CounterMetricFamily("cte_loop_cpu_seconds",
+                              "CPU time spent by a loop's thread (power, sweep, sources, "
+                              "publish).", labels=["loop"])
     for name, stats in loops:
         duration.add_metric([name], stats.last_duration_seconds)
-    yield from (target, achieved, iterations, overruns, jitter, age, duration)
+    for name, stats in (*loops, *sorted(snapshot.other_loops.items())):
+        cpu.add_metric([name], stats.cpu_seconds_total)
+    yield from (target, achieved, iterations, overruns, jitter, age, duration, cpu)
     yield GaugeMetricFamily("cte_snapshot_time_seconds",
                             "When the snapshot being served was built (epoch); "
                             "time() minus this is its age as the scraper sees it.",
