@@ -64,7 +64,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
     server_version = f"cluster-telemetry-exporter/{__version__}"
     timeout = 10  # seconds a client may take to send its request
-    protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
+    disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between header and body
+    wbufsize = -1  # buffer the response; it is flushed once per request (one send)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
