@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import pynvml
 
-from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.backend import NvmlBackend, error_name
 from exporter.sources.gpu import (
     GpuIdentity,
     GpuState,
@@ -30,6 +31,7 @@ from exporter.sources.gpu import (
     read_power,
     read_state,
 )
+from exporter.sources.gpu_health import CLOCK_EVENT_REASONS, GpuHealth, read_health
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,8 @@ class LoopStats:
     last_completed: float  # epoch seconds, 0 if never
     busy: str = ""
     last_duration_seconds: float = 0.0
-    cpu_seconds_total: float = 0.0  # what the loop is doing right now, when it is inside a call
+    cpu_seconds_total: float = 0.0
+    restarts_total: int = 0  # what the loop is doing right now, when it is inside a call
 
 
 class PowerBuffer:
@@ -105,7 +108,11 @@ class PowerBuffer:
 
 
 class _Loop:
-    """Runs fn at a fixed rate on a deadline schedule (no drift), in its own thread."""
+    """Runs fn at a fixed rate on a deadline schedule (no drift), in its own thread.
+
+    A loop stuck inside one GPU's call can be superseded: restart() starts a fresh
+    thread (a new generation) and the stuck one exits when its call finally returns.
+    """
 
     def __init__(self, name: str, hertz: float, fn: Callable[[], None], stop: threading.Event,
                  first_delay: float = 0.0):
@@ -115,19 +122,56 @@ class _Loop:
         self.period = 1.0 / hertz
         self.iterations = 0
         self.overruns = 0
+        self.restarts = 0
         self.last_completed = 0.0
         self.last_duration = 0.0
-        self.cpu_seconds = 0.0  # CPU time of this thread, so each loop's cost is visible
-        self.busy = ""
+        self.cpu_seconds = 0.0  # CPU time of this loop's threads, so its cost is visible
+        self.generation = 0
+        self.busy_gpu: int | None = None  # the GPU the current thread is reading
+        self.busy_since = 0.0
+        self._local = threading.local()
         self._starts: list[float] = []  # recent tick start times (monotonic)
         self._lateness: list[float] = []
         self._keep = max(16, int(hertz * 10))
         self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name=f"cte-{name}", daemon=True)
+        self.thread = self._new_thread()
 
-    def _run(self) -> None:
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._run, args=(self.generation,),
+                                name=f"cte-{self.name}", daemon=True)
+
+    @property
+    def busy(self) -> str:
+        gpu = self.busy_gpu
+        return "" if gpu is None else f"gpu {gpu}"
+
+    @property
+    def current(self) -> bool:
+        """True in the loop's current thread; False in a superseded one."""
+        return getattr(self._local, "generation", self.generation) == self.generation
+
+    def enter(self, gpu: int) -> None:
+        if self.current:
+            self.busy_gpu, self.busy_since = gpu, time.monotonic()
+
+    def leave(self) -> None:
+        if self.current:
+            self.busy_gpu = None
+
+    def restart(self) -> None:
+        """Abandon the current thread (stuck in a call) and continue in a new one."""
+        with self._lock:
+            self.generation += 1
+            self.restarts += 1
+            self.busy_gpu = None
+            self.first_delay = 0.0
+            self.thread = self._new_thread()
+        self.thread.start()
+
+    def _run(self, generation: int) -> None:
+        self._local.generation = generation
         next_tick = time.monotonic() + self.first_delay
-        while not self.stop.is_set():
+        while not self.stop.is_set() and generation == self.generation:
             now = time.monotonic()
             if now < next_tick:
                 if self.stop.wait(next_tick - now):
@@ -139,9 +183,11 @@ class _Loop:
                 self.fn()
             except Exception:  # a bug in one iteration must not kill the loop
                 log.exception("%s loop iteration failed", self.name)
-            self.last_duration = time.monotonic() - now
-            self.cpu_seconds += time.thread_time() - cpu0
             with self._lock:
+                self.cpu_seconds += time.thread_time() - cpu0
+                if generation != self.generation:
+                    return  # superseded while stuck: the new thread carries on
+                self.last_duration = time.monotonic() - now
                 self.iterations += 1
                 self.last_completed = time.time()
                 self._starts.append(now)
@@ -167,7 +213,13 @@ class _Loop:
             achieved = (len(starts) - 1) / (starts[-1] - starts[0])
         jitter = float(np.percentile(lateness, 99)) if lateness else 0.0
         return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, self.busy,
-                         self.last_duration, self.cpu_seconds)
+                         self.last_duration, self.cpu_seconds, self.restarts)
+
+
+@dataclass(frozen=True)
+class XidRecord:
+    count: int
+    last_seen: float  # epoch seconds
 
 
 @dataclass(frozen=True)
@@ -190,6 +242,20 @@ class Snapshot:
     nvml_errors: dict[tuple[str, str], int]
     sources: dict[str, SourceResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
+    expected_gpus: int = 0
+    health: dict[int, GpuHealth] = field(default_factory=dict)
+    clock_event_seconds: dict[tuple[int, str], float] = field(default_factory=dict)
+    xids: dict[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
+    xid_events_registered: int = 0  # GPUs registered for XID events
+    lost: frozenset[int] = frozenset()  # GPUs NVML reports lost (GpuIsLost)
+    hung: dict[int, float] = field(default_factory=dict)  # GPU stuck in a call -> since (epoch)
+    recovery_attempts: dict[int, int] = field(default_factory=dict)
+    recoveries: dict[int, int] = field(default_factory=dict)
+    hangs: dict[int, int] = field(default_factory=dict)
+
+    def up(self, gpu: int) -> bool:
+        return (gpu not in self.lost and gpu not in self.hung
+                and self.identities[gpu] is not None)
 
 
 @dataclass(frozen=True)
@@ -200,6 +266,10 @@ class SamplerSettings:
     power_buffer_seconds: float = 660.0
     backend: str = "nvml"
     scenario: str = ""
+    expected_gpus: int | None = None  # None: the count NVML reports at start
+    hang_timeout_seconds: float = 2.0  # a call inside NVML this long marks its GPU hung
+    recovery_interval_seconds: float = 10.0  # how often to retry a lost GPU
+    xid_events: bool = True
 
 
 class Sampler:
@@ -216,12 +286,24 @@ class Sampler:
         self.gpu_count = 0
         self.identities: list[GpuIdentity | None] = []
         self.states: dict[int, GpuState] = {}
+        self.health: dict[int, GpuHealth] = {}
         self.latest_power: dict[int, PowerSample] = {}
         self.source_results: dict[str, SourceResult] = {}
         self._source_errors: dict[str, int] = {}
+        self.clock_event_seconds: dict[tuple[int, str], float] = {}
+        self._last_health_time: dict[int, float] = {}
+        self.xids: dict[tuple[int, int], XidRecord] = {}
+        self.xid_registered = 0
+        self.hung: dict[int, float] = {}  # GPU -> when the stuck call began (epoch)
+        self.hangs: dict[int, int] = {}
+        self.recovery_attempts: dict[int, int] = {}
+        self.recoveries: dict[int, int] = {}
+        self._last_recovery: dict[int, float] = {}
         self.buffer: PowerBuffer | None = None
         self._stop = threading.Event()
         self._loops: list[_Loop] = []
+        self._xid_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -243,6 +325,10 @@ class Sampler:
         self._loops = [*readers, publisher]
         for loop in readers:
             loop.thread.start()
+        if s.xid_events:
+            self._xid_thread = threading.Thread(target=self._watch_xids, name="cte-xid",
+                                                daemon=True)
+            self._xid_thread.start()
         # Wait (bounded) for first values, so the first snapshot is complete; a hung
         # NVML call at start-up only delays it.
         deadline = time.monotonic() + max(2.0, 2 * s.sweep_interval_seconds)
@@ -253,32 +339,154 @@ class Sampler:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        for loop in self._loops:
-            if loop.thread.is_alive():
-                loop.thread.join(timeout)
+        threads = [loop.thread for loop in self._loops]
+        if self._xid_thread is not None:
+            threads.append(self._xid_thread)
+        for thread in threads:
+            if thread.is_alive():
+                thread.join(timeout)
         self.backend.close()
+
+    # -- per-GPU iteration that survives a stuck call -------------------------------
+    def _readable(self, gpu: int) -> bool:
+        return gpu not in self.backend.lost and gpu not in self.hung
+
+    def _each_gpu(self, loop: _Loop, read: Callable[[int], None]) -> bool:
+        """read(gpu) for every readable GPU; False if the loop was superseded meanwhile."""
+        for gpu in range(self.gpu_count):
+            if not self._readable(gpu):
+                continue
+            loop.enter(gpu)
+            try:
+                read(gpu)
+            finally:
+                loop.leave()
+            if gpu in self.hung:  # it was declared hung while we waited: it answered now
+                with self._lock:
+                    self.hung.pop(gpu, None)
+            if not loop.current:
+                return False
+        return True
+
+    def _check_hangs(self) -> None:
+        """A loop inside one GPU's call for too long: mark that GPU hung, go on without it."""
+        now = time.monotonic()
+        for loop in (self.power_loop, self.sweep_loop):
+            gpu = loop.busy_gpu
+            if gpu is None or now - loop.busy_since < self.settings.hang_timeout_seconds:
+                continue
+            log.warning("GPU %d: %s loop stuck in an NVML call for %.1f s; going on without it",
+                        gpu, loop.name, now - loop.busy_since)
+            with self._lock:
+                self.hung[gpu] = time.time() - (now - loop.busy_since)
+                self.hangs[gpu] = self.hangs.get(gpu, 0) + 1
+            loop.restart()
 
     # -- loops ---------------------------------------------------------------
     def _power_tick(self) -> None:
-        samples = []
-        for gpu in range(self.gpu_count):
-            self.power_loop.busy = f"gpu {gpu}"
-            samples.append(read_power(self.backend, gpu))
-        self.power_loop.busy = ""
-        for gpu, sample in enumerate(samples):
-            self.latest_power[gpu] = sample
+        samples: dict[int, PowerSample] = {}
+
+        def read(gpu: int) -> None:
+            samples[gpu] = read_power(self.backend, gpu)
+
+        if not self._each_gpu(self.power_loop, read):
+            return
+        self.latest_power.update(samples)
         if self.buffer is not None:
-            self.buffer.append(samples)
+            now = time.time()
+            self.buffer.append([samples.get(g) or PowerSample(now, None, None)
+                                for g in range(self.gpu_count)])
 
     def _sweep_tick(self) -> None:
-        for gpu in range(self.gpu_count):
-            self.sweep_loop.busy = f"gpu {gpu}"
+        def read(gpu: int) -> None:
             if self.identities[gpu] is None:
                 self.identities[gpu] = read_identity(self.backend, gpu)
             state = read_state(self.backend, gpu)
             if state is not None:
                 self.states[gpu] = state
-        self.sweep_loop.busy = ""
+            ident = self.identities[gpu]
+            health = read_health(self.backend, gpu, ident.nvlinks if ident else 0, time.time())
+            if health is not None:
+                self._count_clock_events(gpu, health)
+                self.health[gpu] = health
+
+        if self._each_gpu(self.sweep_loop, read):
+            self._recover_lost()
+
+    def _count_clock_events(self, gpu: int, health: GpuHealth) -> None:
+        """Accumulate seconds each clock-event reason was active, sweep to sweep."""
+        previous = self._last_health_time.get(gpu)
+        self._last_health_time[gpu] = health.time
+        if previous is None or health.clock_event_reasons is None:
+            return
+        # a gap longer than a few sweeps (a hang, a lost GPU) is not counted as active
+        elapsed = min(health.time - previous, 3 * self.settings.sweep_interval_seconds)
+        for reason, bit in CLOCK_EVENT_REASONS.items():
+            key = (gpu, reason)
+            if health.clock_event_reasons & bit:
+                self.clock_event_seconds[key] = self.clock_event_seconds.get(key, 0.0) + elapsed
+            else:
+                self.clock_event_seconds.setdefault(key, 0.0)
+
+    def _recover_lost(self) -> None:
+        """Retry each lost GPU every recovery interval: fresh handle, same UUID."""
+        now = time.monotonic()
+        for gpu in sorted(self.backend.lost):
+            if now - self._last_recovery.get(gpu, -1e9) < self.settings.recovery_interval_seconds:
+                continue
+            self._last_recovery[gpu] = now
+            self.recovery_attempts[gpu] = self.recovery_attempts.get(gpu, 0) + 1
+            self.backend.lost.discard(gpu)
+            handle = self.backend.reacquire(gpu)
+            ident = read_identity(self.backend, gpu) if handle is not None else None
+            known = self.identities[gpu]
+            if ident is None or gpu in self.backend.lost or (
+                    known is not None and ident.uuid != known.uuid):
+                self.backend.lost.add(gpu)
+                continue
+            log.info("GPU %d (%s) answers again", gpu, ident.uuid)
+            self.identities[gpu] = ident
+            self.recoveries[gpu] = self.recoveries.get(gpu, 0) + 1
+
+    def _watch_xids(self) -> None:
+        """Wait for XID events on every GPU; each reaches the next snapshot."""
+        backend = self.backend
+        event_set = backend.call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+        if event_set is None:
+            return
+        for gpu in range(self.gpu_count):
+            handle = backend.handle(gpu)
+            if handle is None:
+                continue
+            try:  # only the XID bit: if any bit of a mask is unsupported, none registers
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError,
+                                                event_set)
+                self.xid_registered += 1
+            except pynvml.NVMLError as exc:
+                backend.errors.add("nvmlDeviceRegisterEvents", error_name(exc))
+        uuids = {ident.uuid: ident.index for ident in self.identities if ident is not None}
+        while not self._stop.is_set():
+            try:
+                data = pynvml.nvmlEventSetWait(event_set, 500)
+            except pynvml.NVMLError_Timeout:
+                continue
+            except pynvml.NVMLError as exc:
+                backend.errors.add("nvmlEventSetWait", error_name(exc))
+                self._stop.wait(1.0)
+                continue
+            uuid = backend.call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, data.device)
+            gpu = uuids.get(uuid) if uuid is not None else None
+            if gpu is None:
+                gpu = backend.call("nvmlDeviceGetIndex", pynvml.nvmlDeviceGetIndex, data.device)
+            self.record_xid(-1 if gpu is None else gpu, int(data.eventData))
+        backend.call("nvmlEventSetFree", pynvml.nvmlEventSetFree, event_set)
+
+    def record_xid(self, gpu: int, code: int) -> None:
+        log.warning("XID %d on GPU %d", code, gpu)
+        with self._lock:
+            previous = self.xids.get((gpu, code))
+            self.xids[(gpu, code)] = XidRecord((previous.count if previous else 0) + 1,
+                                               time.time())
 
     def _sources_tick(self) -> None:
         for source in self.sources:
@@ -297,6 +505,7 @@ class Sampler:
                 error)
 
     def publish(self) -> None:
+        self._check_hangs()
         snapshot = self.build_snapshot()
         self._snapshot = snapshot
         if self.on_snapshot is not None:
@@ -304,7 +513,16 @@ class Sampler:
 
     def build_snapshot(self) -> Snapshot:
         s = self.settings
-        idle = LoopStats(0, 0, 0, 0, 0, 0)
+        with self._lock:
+            hung = dict(self.hung)
+            xids = dict(self.xids)
+            hangs = dict(self.hangs)
+        lost = frozenset(self.backend.lost)
+        gone = lost | set(hung)  # their last values are stale: leave them out
+
+        def fresh(values: dict) -> dict:
+            return {gpu: v for gpu, v in values.items() if gpu not in gone}
+
         return Snapshot(
             time=time.time(),
             started_at=self.started_at,
@@ -314,14 +532,24 @@ class Sampler:
             nvml_version=self.backend.nvml_version,
             gpu_count=self.gpu_count,
             identities=tuple(self.identities),
-            states=dict(self.states),
-            power=dict(self.latest_power),
-            power_loop=self.power_loop.stats() if self._loops else idle,
-            sweep_loop=self.sweep_loop.stats() if self._loops else idle,
+            states=fresh(self.states),
+            power=fresh(self.latest_power),
+            power_loop=self.power_loop.stats(),
+            sweep_loop=self.sweep_loop.stats(),
             other_loops={loop.name: loop.stats() for loop in self._loops[2:]},
             nvml_errors=self.backend.errors.snapshot(),
             sources=dict(self.source_results),
             power_buffer_bytes=self.buffer.nbytes if self.buffer is not None else 0,
+            expected_gpus=s.expected_gpus if s.expected_gpus is not None else self.gpu_count,
+            health=fresh(self.health),
+            clock_event_seconds=dict(self.clock_event_seconds),
+            xids=xids,
+            xid_events_registered=self.xid_registered,
+            lost=lost,
+            hung=hung,
+            recovery_attempts=dict(self.recovery_attempts),
+            recoveries=dict(self.recoveries),
+            hangs=hangs,
         )
 
     @property

@@ -42,6 +42,9 @@ class HealthCheck:
             if age > self.stale_after:
                 inside = f" (stuck in {loop.busy})" if loop.busy else ""
                 out.append(f"{name} loop stale: last completed {age:.1f} s ago{inside}")
+        for gpu, since in sorted(snap.hung.items()):
+            out.append(f"GPU {gpu} stuck in an NVML call for {now - since:.1f} s "
+                       "(its data is left out; other GPUs are sampled)")
         return out
 
 

@@ -92,10 +92,15 @@ def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
         sampler.start()
         try:
             assert time.monotonic() - t0 < 4
+            assert {0, 2, 3} <= set(snapshots[-1].power)  # the power loop is not stuck
+            # once the call has hung for the timeout, the sweep goes on without GPU 1
+            wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
+            wait_for(lambda: sorted(snapshots[-1].states) == [0, 2, 3], timeout=5)
             snap = snapshots[-1]
-            assert snap.sweep_loop.busy == "gpu 1"
-            assert sorted(snap.states) == [0]  # GPU 0 was read before the hang
-            assert sorted(snap.power) == [0, 1, 2, 3]  # the power loop is not stuck
+            assert not snap.up(1) and snap.up(0) and snap.up(3)
+            assert 1 not in snap.power  # a hung GPU's stale values are left out
+            assert snap.sweep_loop.restarts_total == 1
+            assert snap.hangs == {1: 1}
         finally:
             lib.release_hangs()
             sampler.stop()
@@ -108,7 +113,7 @@ events:
 """
 
 
-def test_publisher_goes_on_while_the_sweep_is_stuck():
+def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
     snapshots = []
     with fake.installed(scenario_from_yaml(HANG_LATER)) as lib:
         sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
@@ -117,12 +122,16 @@ def test_publisher_goes_on_while_the_sweep_is_stuck():
         try:
             wait_for(lambda: sampler.sweep_loop.busy == "gpu 1", timeout=10, interval=0.01)
             count = len(snapshots)
-            time.sleep(2.5)
-            assert len(snapshots) >= count + 2  # still publishing once a second
+            wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
+            assert len(snapshots) >= count + 2  # publishing never stopped
+            before = snapshots[-1].states[2].time
+            wait_for(lambda: snapshots[-1].states[2].time > before, timeout=5)  # others flow
             snap = snapshots[-1]
-            assert snap.sweep_loop.busy == "gpu 1"
-            assert time.time() - snap.sweep_loop.last_completed > 1.5
+            assert time.time() - snap.hung[1] >= 2.0
             assert snap.power_loop.achieved_hertz > 15  # power sampling is unaffected
+            lib.release_hangs()  # the stuck call returns: GPU 1 is read again
+            wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].states,
+                     timeout=5)
         finally:
             lib.release_hangs()
             sampler.stop()

@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from exporter.metrics.gpu import gpu_families
+from exporter.metrics.health import health_families
 from exporter.metrics.infiniband import infiniband_families
 from exporter.metrics.self_metrics import self_families
 from exporter.sampler import Snapshot
@@ -34,7 +35,8 @@ def source_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 # Each area adds its families here; the order is the order of the output.
-FAMILY_SOURCES: list[FamilySource] = [gpu_families, source_families, self_families]
+FAMILY_SOURCES: list[FamilySource] = [gpu_families, health_families, source_families,
+                                       self_families]
 
 
 class _Families:

@@ -90,6 +90,31 @@ def self_families(snapshot: Snapshot) -> Iterator[Metric]:
         source_errors.add_metric([name], result.errors_total)
     yield from (duration, success, source_errors)
 
+    attempts = CounterMetricFamily("cte_gpu_recovery_attempts",
+                                   "Tries to get a lost GPU back (fresh handle, same UUID).",
+                                   labels=["gpu"])
+    recoveries = CounterMetricFamily("cte_gpu_recoveries", "Lost GPUs that answered again.",
+                                     labels=["gpu"])
+    hangs = CounterMetricFamily("cte_gpu_hangs", "Times an NVML call on the GPU hung past the "
+                                "hang timeout.", labels=["gpu"])
+    stuck = GaugeMetricFamily("cte_gpu_stuck_seconds", "How long the GPU's hung NVML call "
+                              "has been running (only while it hangs).", labels=["gpu"])
+    for gpu, count in sorted(snapshot.recovery_attempts.items()):
+        attempts.add_metric([str(gpu)], count)
+    for gpu, count in sorted(snapshot.recoveries.items()):
+        recoveries.add_metric([str(gpu)], count)
+    for gpu, count in sorted(snapshot.hangs.items()):
+        hangs.add_metric([str(gpu)], count)
+    for gpu, since in sorted(snapshot.hung.items()):
+        stuck.add_metric([str(gpu)], max(0.0, now - since))
+    restarts = CounterMetricFamily("cte_loop_restarts", "Times a loop stuck in one GPU's call "
+                                   "was replaced by a fresh thread.", labels=["loop"])
+    for name, stats in loops:
+        restarts.add_metric([name], stats.restarts_total)
+    yield from (attempts, recoveries, hangs, stuck, restarts)
+    yield GaugeMetricFamily("cte_xid_event_gpus", "GPUs registered for XID events.",
+                            value=snapshot.xid_events_registered)
+
     yield GaugeMetricFamily("cte_power_buffer_bytes",
                             "Memory held by the power ring buffers.",
                             value=snapshot.power_buffer_bytes)

@@ -41,6 +41,8 @@ FIELD_NAMES = {
 }
 
 
+FIELDS_PER_CALL = 64  # keep each nvmlDeviceGetFieldValues request modest
+
 class NvmlUnavailable(RuntimeError):
     """NVML cannot be initialised here (no driver, no library)."""
 
@@ -73,11 +75,16 @@ class ErrorCounts:
             return dict(self._counts)
 
 
+# Errors that mean the GPU itself is gone (fell off the bus, or vanished from NVML).
+LOST_ERRORS = ("GpuIsLost", "GpuNotFound")
+
+
 class NvmlBackend:
     """Initialises NVML once, caches device handles, and makes counted calls."""
 
     def __init__(self) -> None:
         self.errors = ErrorCounts()
+        self.lost: set[int] = set()  # GPUs that answered GpuIsLost; cleared on recovery
         self.handles: list[Any] = []
         self.driver_version = ""
         self.nvml_version = ""
@@ -106,12 +113,18 @@ class NvmlBackend:
             self._open = False
             self.call("nvmlShutdown", pynvml.nvmlShutdown)
 
-    def call(self, name: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """Call fn(*args); on NVMLError count it under `name` and return None."""
+    def call(self, name: str, fn: Callable[..., T], *args: Any, gpu: int | None = None
+             ) -> T | None:
+        """Call fn(*args); on NVMLError count it under `name` and return None.
+
+        With `gpu`, an error saying the GPU is gone marks it lost (see `lost`)."""
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            self.errors.add(name, error_name(exc))
+            name_of_error = error_name(exc)
+            self.errors.add(name, name_of_error)
+            if gpu is not None and name_of_error in LOST_ERRORS:
+                self.lost.add(gpu)
             return None
 
     def handle(self, gpu: int) -> Any:
@@ -119,30 +132,42 @@ class NvmlBackend:
         handle = self.handles[gpu]
         if handle is None:
             handle = self.call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex,
-                               gpu)
+                               gpu, gpu=gpu)
             self.handles[gpu] = handle
         return handle
 
+    def reacquire(self, gpu: int) -> Any:
+        """Drop the cached handle and ask NVML for a fresh one (recovering a lost GPU)."""
+        self.handles[gpu] = None
+        return self.handle(gpu)
+
     def fields(self, gpu: int, field_ids: Sequence[int]) -> dict[int, FieldReading]:
         """Read many fields in one nvmlDeviceGetFieldValues call; failed fields are left out."""
+        return {fid: r for (fid, _), r in self.scoped_fields(gpu, field_ids).items()}
+
+    def scoped_fields(self, gpu: int, requests: Sequence[int | tuple[int, int]]
+                      ) -> dict[tuple[int, int], FieldReading]:
+        """Fields by (field id, scope id), e.g. one per NVLink; batched, failed ones left out."""
         handle = self.handle(gpu)
         if handle is None:
             return {}
-        values = self.call("nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues,
-                           handle, list(field_ids))
-        if values is None:
-            return {}
-        out: dict[int, FieldReading] = {}
-        for entry in values:
-            if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-                exc = pynvml.NVMLError(entry.nvmlReturn)
+        out: dict[tuple[int, int], FieldReading] = {}
+        for start in range(0, len(requests), FIELDS_PER_CALL):
+            chunk = list(requests[start:start + FIELDS_PER_CALL])
+            values = self.call("nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues,
+                               handle, chunk, gpu=gpu)
+            if values is None:
+                return out
+            for entry in values:
                 label = FIELD_NAMES.get(entry.fieldId, str(entry.fieldId))
-                self.errors.add(f"nvmlDeviceGetFieldValues({label})", error_name(exc))
-                continue
-            member = _VALUE_MEMBERS.get(entry.valueType)
-            if member is None:
-                self.errors.add(f"nvmlDeviceGetFieldValues({entry.fieldId})", "UnknownValueType")
-                continue
-            out[entry.fieldId] = FieldReading(float(getattr(entry.value, member)),
-                                              entry.timestamp / 1e6)
+                if entry.nvmlReturn != pynvml.NVML_SUCCESS:
+                    exc = pynvml.NVMLError(entry.nvmlReturn)
+                    self.errors.add(f"nvmlDeviceGetFieldValues({label})", error_name(exc))
+                    continue
+                member = _VALUE_MEMBERS.get(entry.valueType)
+                if member is None:
+                    self.errors.add(f"nvmlDeviceGetFieldValues({label})", "UnknownValueType")
+                    continue
+                out[(entry.fieldId, entry.scopeId)] = FieldReading(
+                    float(getattr(entry.value, member)), entry.timestamp / 1e6)
         return out

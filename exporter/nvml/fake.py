@@ -24,7 +24,13 @@ from contextlib import contextmanager
 import numpy as np
 import pynvml
 
-from exporter.nvml.scenarios import ERROR_CODES, Scenario
+from exporter.nvml.scenarios import (
+    CLOCK_EVENT_BITS,
+    ERROR_CODES,
+    RECOVERY_ACTIONS,
+    FaultEvent,
+    Scenario,
+)
 
 SUCCESS = 0
 ERROR_UNINITIALIZED = 1
@@ -32,6 +38,7 @@ ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
 
 _HANDLE_BASE = 0x7E57_0000
+_EVENT_SET_BASE = 0x7E58_0000
 _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _NOISE_TABLE = 4096
 
@@ -44,6 +51,22 @@ FI_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT
 FI_POWER_LIMIT = pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT
 FI_PCIE_TX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
 FI_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+
+FI_ECC_CURRENT = pynvml.NVML_FI_DEV_ECC_CURRENT
+FI_ECC_SBE_VOL, FI_ECC_DBE_VOL = (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+                                  pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
+FI_ECC_SBE_AGG, FI_ECC_DBE_AGG = (pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+                                  pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL)
+FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING = 29, 30, 31
+FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
+FI_RECOVERY_ACTION = 230
+FI_NVLINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
+FI_NVLINK_STATE = 165
+FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_NVLINK_CRC = 161, 162, 163
+FI_NVLINK_TX, FI_NVLINK_RX = 138, 139
+# NVLink data-CRC counters exist as one field per link, for links 0-11 only.
+FI_NVLINK_CRC_DATA = {**{39 + i: i for i in range(6)}, **{102 + i: 6 + i for i in range(6)}}
+NVLINK_BYTES_PER_SECOND = 12e9  # per link while training
 
 _UINT, _ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 
@@ -176,6 +199,8 @@ class FakeNvmlLibrary:
         self._released = threading.Event()
         self._hangs_done: set[int] = set()
         self._lock = threading.Lock()
+        self._event_sets: dict[int, dict] = {}
+        self._next_set = 0
 
     # -- plumbing ---------------------------------------------------------
     def __getattr__(self, name: str) -> _Symbol:
@@ -216,11 +241,46 @@ class FakeNvmlLibrary:
         return None
 
     def _gpu_of(self, handle) -> int | None:
+        if isinstance(handle, ctypes.c_uint):  # nvmlDeviceGetHandleByIndex_v2(index, ...)
+            return handle.value if 0 <= handle.value < len(self.gpus) else None
         if not isinstance(handle, pynvml.c_nvmlDevice_t):
             return None
         address = ctypes.cast(handle, ctypes.c_void_p).value or 0
         index = address - _HANDLE_BASE
         return index if 0 <= index < len(self.gpus) else None
+
+    def faults(self, kind: str, gpu: int, t: float, *, started: bool = False) -> list[FaultEvent]:
+        """Faults of a kind on a GPU: active at t, or (started=True) begun by t."""
+        return [e for e in self.scenario.events
+                if e.kind == kind and (e.gpu is None or e.gpu == gpu)
+                and (t >= e.at if started else e.active(t))]
+
+    def _count(self, kind: str, param: str, gpu: int, t: float) -> int:
+        return int(sum(e.params[param] for e in self.faults(kind, gpu, t, started=True)))
+
+    def _flag(self, kind: str, param: str, gpu: int, t: float) -> int:
+        return int(any(e.params[param] for e in self.faults(kind, gpu, t)))
+
+    def clock_events(self, gpu: _FakeGpu, t: float) -> tuple[int, float, float]:
+        """Active fault reason bits, SM clock scale and extra degrees at time t."""
+        bits, scale, hotter = 0, 1.0, 0.0
+        for event in self.faults("clock_event", gpu.index, t - self.start):
+            for reason in event.params["reasons"]:
+                bits |= CLOCK_EVENT_BITS[reason]
+            scale = min(scale, event.params["clock_scale"])
+            hotter = max(hotter, event.params["temperature_offset_celsius"])
+        return bits, scale, hotter
+
+    def _nvlink_errors(self, gpu: int, link: int, param: str, t: float) -> int:
+        total = 0.0
+        for event in self.faults("nvlink", gpu, t, started=True):
+            if event.params["link"] in (None, link):
+                total += event.params[param] * event.active_seconds(t)
+        return int(total)
+
+    def _nvlink_up(self, gpu: int, link: int, t: float) -> bool:
+        return not any(e.params["down"] and e.params["link"] in (None, link)
+                       for e in self.faults("nvlink", gpu, t))
 
     def _gpu(self, handle) -> _FakeGpu | None:
         if self.initialized <= 0:
@@ -369,8 +429,9 @@ class FakeNvmlLibrary:
         return SUCCESS
 
     def _temperature(self, gpu: _FakeGpu) -> float:
-        load = gpu.average_power(self.now(), 30.0)
-        return 28.0 + 0.056 * load + gpu.temperature_offset
+        t = self.now()
+        load = gpu.average_power(t, 30.0)
+        return 28.0 + 0.056 * load + gpu.temperature_offset + self.clock_events(gpu, t)[2]
 
     def _nvmlDeviceGetTemperature(self, handle, sensor, temp) -> int:
         if _target(sensor).value != pynvml.NVML_TEMPERATURE_GPU:
@@ -381,9 +442,10 @@ class FakeNvmlLibrary:
         dev = self.scenario.device
         if not gpu.training:
             return dev.idle_sm_clock_mhz
-        capped = gpu.instant_power(self.now(), dev.power_update_period_seconds) >= (
-            0.98 * gpu.power_limit)
-        return round(dev.max_sm_clock_mhz * gpu.clock_scale * (0.93 if capped else 1.0) / 15) * 15
+        t = self.now()
+        capped = gpu.instant_power(t, dev.power_update_period_seconds) >= 0.98 * gpu.power_limit
+        scale = gpu.clock_scale * self.clock_events(gpu, t)[1] * (0.93 if capped else 1.0)
+        return round(dev.max_sm_clock_mhz * scale / 15) * 15
 
     def _nvmlDeviceGetClockInfo(self, handle, clock_type, mhz) -> int:
         kind = _target(clock_type).value
@@ -409,12 +471,14 @@ class FakeNvmlLibrary:
 
     def _nvmlDeviceGetCurrentClocksEventReasons(self, handle, reasons) -> int:
         def compute(gpu: _FakeGpu) -> int:
+            t = self.now()
+            faults = self.clock_events(gpu, t)[0]
             if not gpu.training:
-                return 0x1  # GPU idle
+                return 0x1 | faults  # GPU idle
             dev = self.scenario.device
-            at_cap = gpu.instant_power(self.now(), dev.power_update_period_seconds) >= (
+            at_cap = gpu.instant_power(t, dev.power_update_period_seconds) >= (
                 0.98 * gpu.power_limit)
-            return 0x4 if at_cap else 0x0  # SW power cap
+            return (0x4 if at_cap else 0x0) | faults  # SW power cap
         return self._device_call(handle, reasons, compute)
 
     def _nvmlDeviceGetCurrentClocksThrottleReasons(self, handle, reasons) -> int:
@@ -441,8 +505,21 @@ class FakeNvmlLibrary:
         return int(max(0.0, self.now() - self.start) * rate * share) + 10**9 * (gpu.index + 1)
 
     # -- field values -----------------------------------------------------------
-    def _field(self, gpu: _FakeGpu, field_id: int, t: float) -> tuple[int, float] | None:
+    def _field(self, gpu: _FakeGpu, field_id: int, scope: int, t: float
+               ) -> tuple[int, float] | None:
         dev = self.scenario.device
+        since = t - self.start
+        health = self._health_field(gpu.index, field_id, since)
+        if health is not None:
+            return _ULL, health
+        if field_id == FI_NVLINK_COUNT:
+            return _UINT, dev.nvlinks
+        link = FI_NVLINK_CRC_DATA.get(field_id, scope)
+        if field_id in (FI_NVLINK_STATE, FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_NVLINK_CRC,
+                        FI_NVLINK_TX, FI_NVLINK_RX, *FI_NVLINK_CRC_DATA):
+            if not 0 <= link < dev.nvlinks:
+                return None
+            return self._nvlink_field(gpu, field_id, link, since)
         if field_id == FI_POWER_INSTANT:
             return _UINT, int(gpu.instant_power(t, dev.power_update_period_seconds) * 1000)
         if field_id == FI_POWER_AVERAGE:
@@ -461,6 +538,131 @@ class FakeNvmlLibrary:
             return _ULL, self._pcie_bytes(gpu, 0.45)
         return None
 
+    def _health_field(self, gpu: int, field_id: int, since: float) -> int | None:
+        """ECC, retired pages, remapped rows and recovery action, from the faults so far."""
+        counts = {
+            FI_ECC_SBE_VOL: ("ecc", "corrected"), FI_ECC_SBE_AGG: ("ecc", "corrected"),
+            FI_ECC_DBE_VOL: ("ecc", "uncorrected"), FI_ECC_DBE_AGG: ("ecc", "uncorrected"),
+            FI_RETIRED_SBE: ("retired_pages", "single_bit"),
+            FI_RETIRED_DBE: ("retired_pages", "double_bit"),
+            FI_REMAPPED_COR: ("row_remap", "correctable"),
+            FI_REMAPPED_UNC: ("row_remap", "uncorrectable"),
+        }
+        if field_id in counts:
+            return self._count(*counts[field_id], gpu, since)
+        flags = {FI_RETIRED_PENDING: ("retired_pages", "pending"),
+                 FI_REMAPPED_PENDING: ("row_remap", "pending"),
+                 FI_REMAPPED_FAILURE: ("row_remap", "failure")}
+        if field_id in flags:
+            return self._flag(*flags[field_id], gpu, since)
+        if field_id == FI_ECC_CURRENT:
+            return 1
+        if field_id == FI_RECOVERY_ACTION:
+            actions = self.faults("recovery_action", gpu, since)
+            return RECOVERY_ACTIONS[actions[-1].params["action"]] if actions else 0
+        return None
+
+    def _nvlink_field(self, gpu: _FakeGpu, field_id: int, link: int, since: float
+                      ) -> tuple[int, float]:
+        up = self._nvlink_up(gpu.index, link, since)
+        if field_id == FI_NVLINK_STATE:
+            return _UINT, int(up)
+        if field_id in (FI_NVLINK_TX, FI_NVLINK_RX):  # KiB counters
+            rate = NVLINK_BYTES_PER_SECOND if gpu.training and up else 0.0
+            return _ULL, int(max(0.0, since) * rate / 1024) + 1000 * (link + 1)
+        param = {FI_NVLINK_REPLAY: "replay_per_second",
+                 FI_NVLINK_RECOVERY: "recovery_per_second",
+                 FI_NVLINK_CRC: "crc_flit_per_second"}.get(field_id, "crc_data_per_second")
+        return _ULL, self._nvlink_errors(gpu.index, link, param, since)
+
+    def _nvmlDeviceGetNvLinkErrorCounter(self, handle, link, counter, result) -> int:
+        kinds = {pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay_per_second",
+                 pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery_per_second",
+                 pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit_per_second",
+                 pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data_per_second"}
+        link_no = link if isinstance(link, int) else _target(link).value
+        kind = kinds.get(counter if isinstance(counter, int) else _target(counter).value)
+        if kind is None or not 0 <= link_no < self.scenario.device.nvlinks:
+            return ERROR_INVALID_ARGUMENT
+        return self._device_call(handle, result, lambda g: self._nvlink_errors(
+            g.index, link_no, kind, self.elapsed()))
+
+    def _nvmlDeviceGetNvLinkState(self, handle, link, active) -> int:
+        link_no = link if isinstance(link, int) else _target(link).value
+        if not 0 <= link_no < self.scenario.device.nvlinks:
+            return ERROR_INVALID_ARGUMENT
+        return self._device_call(handle, active,
+                                 lambda g: int(self._nvlink_up(g.index, link_no, self.elapsed())))
+
+    # -- events (XIDs) -------------------------------------------------------------
+    def _nvmlEventSetCreate(self, event_set) -> int:
+        if self.initialized <= 0:
+            return ERROR_UNINITIALIZED
+        with self._lock:
+            self._next_set += 1
+            number = self._next_set
+            self._event_sets[number] = {"gpus": set(), "delivered": set()}
+        pointer_value = ctypes.c_void_p(_EVENT_SET_BASE + number)
+        ctypes.memmove(ctypes.addressof(_target(event_set)), ctypes.addressof(pointer_value),
+                       ctypes.sizeof(ctypes.c_void_p))
+        return SUCCESS
+
+    def _event_set(self, event_set) -> dict | None:
+        address = ctypes.cast(event_set, ctypes.c_void_p).value or 0
+        return self._event_sets.get(address - _EVENT_SET_BASE)
+
+    def _nvmlDeviceRegisterEvents(self, handle, event_types, event_set) -> int:
+        gpu = self._gpu(handle)
+        registry = self._event_set(event_set)
+        if gpu is None or registry is None:
+            return ERROR_INVALID_ARGUMENT
+        mask = _target(event_types).value
+        if mask & ~pynvml.nvmlEventTypeXidCriticalError:
+            return ERROR_NOT_SUPPORTED  # like NVML: one unsupported bit registers nothing
+        registry["gpus"].add(gpu.index)
+        return SUCCESS
+
+    def _due_xid(self, registry: dict) -> tuple[int, FaultEvent] | None:
+        t = self.elapsed()
+        for number, event in enumerate(self.scenario.events):
+            if (event.kind == "xid" and t >= event.at and number not in registry["delivered"]
+                    and (event.gpu is None or event.gpu in registry["gpus"])):
+                return number, event
+        return None
+
+    def _nvmlEventSetWait_v2(self, event_set, data, timeout_ms) -> int:
+        registry = self._event_set(event_set)
+        if registry is None:
+            return ERROR_INVALID_ARGUMENT
+        deadline = time.monotonic() + _target(timeout_ms).value / 1000.0
+        while True:
+            with self._lock:
+                due = self._due_xid(registry)
+                if due is not None:
+                    number, event = due
+                    registry["delivered"].add(number)
+            if due is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return pynvml.NVML_ERROR_TIMEOUT
+            if self._released.wait(min(left, 0.05)):
+                return pynvml.NVML_ERROR_TIMEOUT
+        target = _target(data)
+        gpu = event.gpu if event.gpu is not None else min(registry["gpus"])
+        pointer_value = ctypes.c_void_p(_HANDLE_BASE + gpu)
+        ctypes.memmove(ctypes.addressof(target.device), ctypes.addressof(pointer_value),
+                       ctypes.sizeof(ctypes.c_void_p))
+        target.eventType = pynvml.nvmlEventTypeXidCriticalError
+        target.eventData = event.params["code"]
+        return SUCCESS
+
+    def _nvmlEventSetFree(self, event_set) -> int:
+        address = ctypes.cast(event_set, ctypes.c_void_p).value or 0
+        with self._lock:
+            return SUCCESS if self._event_sets.pop(address - _EVENT_SET_BASE, None) else (
+                ERROR_INVALID_ARGUMENT)
+
     def _nvmlDeviceGetFieldValues(self, handle, count, values) -> int:
         gpu = self._gpu(handle)
         if gpu is None:
@@ -471,7 +673,7 @@ class FakeNvmlLibrary:
             entry = array[i]
             entry.timestamp = int(t * 1e6)
             entry.latencyUsec = 0
-            served = self._field(gpu, entry.fieldId, t)
+            served = self._field(gpu, entry.fieldId, entry.scopeId, t)
             if served is None:
                 entry.nvmlReturn = ERROR_NOT_SUPPORTED
                 continue

@@ -42,7 +42,51 @@ ERROR_CODES = {
     "Unknown": 999,
 }
 
-FAULT_KINDS = ("error", "hang")
+# Clock-event (throttle) reasons by name, as nvmlClocksEventReason* bits.
+CLOCK_EVENT_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+# Each fault kind and its own parameters: name -> (type, default, required).
+_INT, _FLOAT, _BOOL, _STR, _LIST = "int", "float", "bool", "str", "list"
+FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
+    # the call returns an NVML error while active
+    "error": {"call": (_STR, None, False), "error": (_STR, None, True)},
+    # the first matching call after `at` blocks for `seconds`
+    "hang": {"call": (_STR, None, False), "seconds": (_FLOAT, 0.0, True)},
+    # an XID event delivered through nvmlEventSetWait at `at`
+    "xid": {"code": (_INT, 0, True)},
+    # ECC error counts added at `at` (volatile and aggregate)
+    "ecc": {"corrected": (_INT, 0, False), "uncorrected": (_INT, 0, False)},
+    # pages retired at `at`, and the pending flag from then on
+    "retired_pages": {"single_bit": (_INT, 0, False), "double_bit": (_INT, 0, False),
+                      "pending": (_BOOL, False, False)},
+    # rows remapped at `at`; pending / failure flags while active
+    "row_remap": {"correctable": (_INT, 0, False), "uncorrectable": (_INT, 0, False),
+                  "pending": (_BOOL, False, False), "failure": (_BOOL, False, False)},
+    # NVLink error rates (per second, while active) on one link or all; `down` drops it
+    "nvlink": {"link": (_INT, None, False), "crc_flit_per_second": (_FLOAT, 0.0, False),
+               "crc_data_per_second": (_FLOAT, 0.0, False),
+               "replay_per_second": (_FLOAT, 0.0, False),
+               "recovery_per_second": (_FLOAT, 0.0, False), "down": (_BOOL, False, False)},
+    # clock-event reasons set while active, with the SM clock scaled and the GPU hotter
+    "clock_event": {"reasons": (_LIST, [], True), "clock_scale": (_FLOAT, 1.0, False),
+                    "temperature_offset_celsius": (_FLOAT, 0.0, False)},
+    # the recovery action NVML reports (field 230) while active
+    "recovery_action": {"action": (_STR, None, True)},
+}
+FAULT_KINDS = tuple(FAULT_PARAMS)
+
+RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3,
+                    "drain_and_reset": 4}
 
 
 @dataclass(frozen=True)
@@ -58,6 +102,7 @@ class DeviceSpec:
     pcie_width: int = 16
     has_fan: bool = False
     power_update_period_seconds: float = 0.02
+    nvlinks: int = 18
     driver_version: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
 
@@ -93,9 +138,24 @@ class FaultEvent:
     at: float
     until: float | None = None
     gpu: int | None = None  # None: every GPU
-    call: str | None = None  # NVML symbol name, e.g. nvmlDeviceGetTemperature
-    error: str | None = None  # key of ERROR_CODES
-    seconds: float = 0.0  # hang length
+    params: dict = field(default_factory=dict)  # the kind's own parameters (FAULT_PARAMS)
+
+    @property
+    def call(self) -> str | None:
+        return self.params.get("call")
+
+    @property
+    def error(self) -> str | None:
+        return self.params.get("error")
+
+    @property
+    def seconds(self) -> float:
+        return float(self.params.get("seconds", 0.0))
+
+    def active_seconds(self, t: float) -> float:
+        """How long the fault has been active by time t."""
+        end = t if self.until is None else min(t, self.until)
+        return max(0.0, end - self.at)
 
     def active(self, t: float) -> bool:
         return t >= self.at and (self.until is None or t < self.until)
@@ -103,7 +163,7 @@ class FaultEvent:
     def matches(self, call: str, gpu: int | None) -> bool:
         if self.call is not None and self.call != call:
             return False
-        return self.gpu is None or gpu is None or self.gpu == gpu
+        return self.gpu is None or self.gpu == gpu
 
 
 @dataclass(frozen=True)
@@ -168,10 +228,11 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
     gpus = get_number(top, "gpus", where, 8, low=1, high=64, integer=True)
     device = _spec(DeviceSpec, top.get("device") or {}, where.child("device", top.get("device")),
                    strings=("name", "driver_version", "nvml_version"),
-                   ints=("memory_total_bytes", "pcie_generation", "pcie_width"),
+                   ints=("memory_total_bytes", "pcie_generation", "pcie_width", "nvlinks"),
                    bools=("has_fan",),
                    bounds={"power_update_period_seconds": (0.001, 10),
-                           "pcie_generation": (1, 6), "pcie_width": (1, 32)})
+                           "pcie_generation": (1, 6), "pcie_width": (1, 32),
+                           "nvlinks": (0, 36)})
     workload = _spec(Workload, top.get("workload") or {},
                      where.child("workload", top.get("workload")),
                      strings=("type",), ints=("memory_used_bytes",),
@@ -210,10 +271,12 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
 
 
 def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
-    mapping = expect_mapping(item, where, set(FaultEvent.__dataclass_fields__))
-    kind = get_string(mapping, "kind", where, None)
-    if kind not in FAULT_KINDS:
+    kind = item.get("kind") if isinstance(item, dict) else None
+    if kind not in FAULT_PARAMS:
+        expect_mapping(item, where, {"kind"} | set(item or {}))
         raise where.error("kind", f"expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
+    spec = FAULT_PARAMS[kind]
+    mapping = expect_mapping(item, where, {"kind", "at", "until", "gpu"} | set(spec))
     at = get_number(mapping, "at", where, 0, low=0, high=1e9)
     until = mapping.get("until")
     if until is not None:
@@ -221,12 +284,34 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
     gpu = mapping.get("gpu")
     if gpu is not None:
         gpu = get_number(mapping, "gpu", where, 0, low=0, high=gpus - 1, integer=True)
-    error = get_string(mapping, "error", where, None)
-    if kind == "error" and error not in ERROR_CODES:
-        raise where.error("error", f"expected one of {', '.join(ERROR_CODES)}, got {error!r}")
-    seconds = get_number(mapping, "seconds", where, 0, low=0, high=3600)
-    if kind == "hang" and seconds <= 0:
+    params: dict = {}
+    for name, (kind_of, default, required) in spec.items():
+        if required and name not in mapping:
+            raise where.error(name, f"required for kind {kind}")
+        if kind_of == _STR:
+            params[name] = get_string(mapping, name, where, default)
+        elif kind_of == _BOOL:
+            params[name] = get_bool(mapping, name, where, default)
+        elif kind_of == _LIST:
+            value = mapping.get(name, default)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise where.error(name, "expected a list of names")
+            params[name] = tuple(value)
+        elif default is None and name not in mapping:
+            params[name] = None
+        else:
+            params[name] = get_number(mapping, name, where, default or 0, low=0, high=1e12,
+                                      integer=kind_of == _INT)
+    if kind == "error" and params["error"] not in ERROR_CODES:
+        raise where.error("error", f"expected one of {', '.join(ERROR_CODES)}, "
+                          f"got {params['error']!r}")
+    if kind == "hang" and params["seconds"] <= 0:
         raise where.error("seconds", "a hang needs seconds > 0")
-    return FaultEvent(kind=kind, at=at, until=until, gpu=gpu,
-                      call=get_string(mapping, "call", where, None), error=error,
-                      seconds=seconds)
+    if kind == "clock_event":
+        unknown = [r for r in params["reasons"] if r not in CLOCK_EVENT_BITS]
+        if unknown:
+            raise where.error("reasons", f"unknown reason {unknown[0]!r} (known: "
+                              f"{', '.join(CLOCK_EVENT_BITS)})")
+    if kind == "recovery_action" and params["action"] not in RECOVERY_ACTIONS:
+        raise where.error("action", f"expected one of {', '.join(RECOVERY_ACTIONS)}")
+    return FaultEvent(kind=kind, at=at, until=until, gpu=gpu, params=params)

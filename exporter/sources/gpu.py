@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import pynvml
 
@@ -40,6 +41,7 @@ class GpuIdentity:
     pcie_max_generation: int | None
     pcie_max_width: int | None
     sm_clock_max_hertz: float | None
+    nvlinks: int = 0  # NVLinks the GPU has (field 91): the ones that should be active
 
 
 @dataclass(frozen=True)
@@ -79,29 +81,33 @@ def read_identity(backend: NvmlBackend, gpu: int) -> GpuIdentity | None:
     handle = backend.handle(gpu)
     if handle is None:
         return None
-    uuid = backend.call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)
+    call = partial(backend.call, gpu=gpu)
+    uuid = call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)
     if uuid is None:
         return None  # without a UUID there is no stable identity to label series with
-    pci = backend.call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
+    pci = call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
     bus_id = pci.busId if pci is not None else ""
     if isinstance(bus_id, bytes):
         bus_id = bus_id.decode(errors="replace")
-    default_limit = backend.call("nvmlDeviceGetPowerManagementDefaultLimit",
-                                 pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
-    max_sm = backend.call("nvmlDeviceGetMaxClockInfo", pynvml.nvmlDeviceGetMaxClockInfo,
-                          handle, pynvml.NVML_CLOCK_SM)
+    default_limit = call("nvmlDeviceGetPowerManagementDefaultLimit",
+                         pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+    max_sm = call("nvmlDeviceGetMaxClockInfo", pynvml.nvmlDeviceGetMaxClockInfo,
+                  handle, pynvml.NVML_CLOCK_SM)
+    links = backend.fields(gpu, [FI.NVML_FI_DEV_NVLINK_LINK_COUNT]).get(
+        FI.NVML_FI_DEV_NVLINK_LINK_COUNT)
     return GpuIdentity(
         index=gpu,
         uuid=uuid,
-        name=backend.call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle) or "",
+        name=call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle) or "",
         pci_bus_id=bus_id,
-        serial=backend.call("nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle) or "",
+        serial=call("nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle) or "",
         default_power_limit_watts=_scaled(default_limit, 1e-3),
-        pcie_max_generation=backend.call("nvmlDeviceGetMaxPcieLinkGeneration",
-                                         pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-        pcie_max_width=backend.call("nvmlDeviceGetMaxPcieLinkWidth",
-                                    pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        pcie_max_generation=call("nvmlDeviceGetMaxPcieLinkGeneration",
+                                 pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        pcie_max_width=call("nvmlDeviceGetMaxPcieLinkWidth",
+                            pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
         sm_clock_max_hertz=_scaled(max_sm, 1e6),
+        nvlinks=0 if links is None else int(links.value),
     )
 
 
@@ -122,7 +128,7 @@ def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
     handle = backend.handle(gpu)
     if handle is None:
         return None
-    call = backend.call
+    call = partial(backend.call, gpu=gpu)
     fields = backend.fields(gpu, SWEEP_FIELDS)
 
     def field(field_id: int, factor: float = 1.0) -> float | None:

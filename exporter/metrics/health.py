@@ -1,0 +1,143 @@
+"""Hardware-health families: up/lost/hung GPUs, XIDs, memory errors, NVLink, clock events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.metrics.gpu import GPU_LABELS
+from exporter.sampler import Snapshot
+from exporter.sources.gpu_health import CLOCK_EVENT_REASONS
+from exporter.xid import xid_class
+
+
+def _labels(snapshot: Snapshot, gpu: int) -> list[str]:
+    ident = snapshot.identities[gpu] if 0 <= gpu < len(snapshot.identities) else None
+    return [str(gpu) if gpu >= 0 else "", ident.uuid if ident is not None else ""]
+
+
+def health_families(snapshot: Snapshot) -> Iterator[Metric]:
+    up = GaugeMetricFamily("gpu_up", "1 if the GPU answers NVML; 0 if it is lost (fell off "
+                           "the bus, GpuIsLost) or stuck in a call.", labels=GPU_LABELS)
+    for gpu in range(snapshot.gpu_count):
+        up.add_metric(_labels(snapshot, gpu), 1.0 if snapshot.up(gpu) else 0.0)
+    yield up
+    yield GaugeMetricFamily("gpu_expected_devices",
+                            "GPUs this node should have (configured, else the count at start).",
+                            value=snapshot.expected_gpus)
+
+    xids = CounterMetricFamily("gpu_xid_errors", "XID events by code and severity class "
+                               "(critical, warning, application, unknown).",
+                               labels=[*GPU_LABELS, "xid", "class"])
+    last = GaugeMetricFamily("gpu_xid_last_seen_timestamp_seconds",
+                             "When an XID code was last seen on the GPU (Unix time).",
+                             labels=[*GPU_LABELS, "xid", "class"])
+    for (gpu, code), record in sorted(snapshot.xids.items()):
+        labels = [*_labels(snapshot, gpu), str(code), xid_class(code)]
+        xids.add_metric(labels, record.count)
+        last.add_metric(labels, record.last_seen)
+    yield xids
+    yield last
+
+    yield from _memory_families(snapshot)
+    yield from _clock_event_families(snapshot)
+    yield from _nvlink_families(snapshot)
+
+
+def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
+    ecc = CounterMetricFamily("gpu_ecc_errors", "ECC errors: corrected (single-bit) or "
+                              "uncorrected (double-bit); volatile since the last driver load, "
+                              "aggregate over the GPU's life.",
+                              labels=[*GPU_LABELS, "type", "scope"])
+    retired = CounterMetricFamily("gpu_retired_pages", "Pages retired, by cause "
+                                  "(single_bit, double_bit).", labels=[*GPU_LABELS, "cause"])
+    retired_pending = GaugeMetricFamily("gpu_retired_pages_pending",
+                                        "1 if a page waits for retirement (next reset).",
+                                        labels=GPU_LABELS)
+    remapped = CounterMetricFamily("gpu_remapped_rows", "HBM rows remapped, by the error "
+                                   "that caused it (correctable, uncorrectable).",
+                                   labels=[*GPU_LABELS, "type"])
+    pending = GaugeMetricFamily("gpu_row_remap_pending",
+                                "1 if a row remap waits for the next GPU reset.",
+                                labels=GPU_LABELS)
+    failure = GaugeMetricFamily("gpu_row_remap_failure",
+                                "1 if a row remap failed: the GPU needs replacing (RMA).",
+                                labels=GPU_LABELS)
+    action = GaugeMetricFamily("gpu_recovery_action", "The recovery action NVML asks for; "
+                               "value 1 on the current action (none, gpu_reset, node_reboot, "
+                               "drain_p2p, drain_and_reset, ...).",
+                               labels=[*GPU_LABELS, "action"])
+    for gpu, h in sorted(snapshot.health.items()):
+        labels = _labels(snapshot, gpu)
+        for (kind, scope), value in sorted(h.ecc_errors.items()):
+            ecc.add_metric([*labels, kind, scope], value)
+        for cause, value in sorted(h.retired_pages.items()):
+            retired.add_metric([*labels, cause], value)
+        if h.retired_pages_pending is not None:
+            retired_pending.add_metric(labels, h.retired_pages_pending)
+        for kind, value in sorted(h.remapped_rows.items()):
+            remapped.add_metric([*labels, kind], value)
+        if h.row_remap_pending is not None:
+            pending.add_metric(labels, h.row_remap_pending)
+        if h.row_remap_failure is not None:
+            failure.add_metric(labels, h.row_remap_failure)
+        if h.recovery_action is not None:
+            action.add_metric([*labels, h.recovery_action], 1.0)
+    yield from (ecc, retired, retired_pending, remapped, pending, failure, action)
+
+
+def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
+    active = GaugeMetricFamily("gpu_clock_event_active", "1 while a clock-event (throttle) "
+                               "reason holds the clocks down.", labels=[*GPU_LABELS, "reason"])
+    for gpu, h in sorted(snapshot.health.items()):
+        if h.clock_event_reasons is None:
+            continue
+        labels = _labels(snapshot, gpu)
+        for reason, bit in CLOCK_EVENT_REASONS.items():
+            active.add_metric([*labels, reason], 1.0 if h.clock_event_reasons & bit else 0.0)
+    yield active
+    seconds = CounterMetricFamily("gpu_clock_event_seconds", "Seconds a clock-event reason "
+                                  "was active, accumulated sweep to sweep.",
+                                  labels=[*GPU_LABELS, "reason"])
+    for (gpu, reason), value in sorted(snapshot.clock_event_seconds.items()):
+        seconds.add_metric([*_labels(snapshot, gpu), reason], value)
+    yield seconds
+
+
+def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
+    link_labels = [*GPU_LABELS, "link"]
+    expected = GaugeMetricFamily("gpu_nvlink_links_expected", "NVLinks the GPU has, which "
+                                 "should all be active (NVML_FI_DEV_NVLINK_LINK_COUNT).",
+                                 labels=GPU_LABELS)
+    active = GaugeMetricFamily("gpu_nvlink_links_active", "NVLinks that are up.",
+                               labels=GPU_LABELS)
+    up = GaugeMetricFamily("gpu_nvlink_link_up", "1 if the NVLink is active.",
+                           labels=link_labels)
+    tx = CounterMetricFamily("gpu_nvlink_transmit_bytes", "Data bytes sent over the NVLink.",
+                             labels=link_labels)
+    rx = CounterMetricFamily("gpu_nvlink_receive_bytes", "Data bytes received over the NVLink.",
+                             labels=link_labels)
+    errors = CounterMetricFamily("gpu_nvlink_errors", "NVLink data-link errors by type: "
+                                 "replay, recovery, crc_flit, crc_data.",
+                                 labels=[*link_labels, "type"])
+    for gpu, h in sorted(snapshot.health.items()):
+        labels = _labels(snapshot, gpu)
+        ident = snapshot.identities[gpu]
+        if ident is not None and ident.nvlinks:
+            expected.add_metric(labels, ident.nvlinks)
+        states = [link.up for link in h.nvlinks if link.up is not None]
+        if states:
+            active.add_metric(labels, float(sum(states)))
+        for link in h.nvlinks:
+            ll = [*labels, str(link.link)]
+            if link.up is not None:
+                up.add_metric(ll, 1.0 if link.up else 0.0)
+            if link.transmit_bytes is not None:
+                tx.add_metric(ll, link.transmit_bytes)
+            if link.receive_bytes is not None:
+                rx.add_metric(ll, link.receive_bytes)
+            for kind, value in sorted(link.errors.items()):
+                errors.add_metric([*ll, kind], value)
+    yield from (expected, active, up, tx, rx, errors)
