@@ -11,7 +11,9 @@ from exporter.nvml.backend import NvmlBackend
 from exporter.nvml.scenarios import load_scenario
 from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
 from exporter.server import ExporterHTTPServer, HealthCheck, serve_in_thread
+from exporter.sources.host import HostSource
 from exporter.sources.infiniband import InfinibandSource
+from exporter.sources.jobs import JobsSource
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,10 @@ def default_sources(config: Config) -> list[Source]:
     sources: list[Source] = []
     if config.collector_infiniband:
         sources.append(InfinibandSource(config.path_sysfs))
+    if config.collector_host:
+        sources.append(HostSource(config.host_network_exclude))
+    if config.hpc_job_mapping_dir is not None:
+        sources.append(JobsSource(config.hpc_job_mapping_dir))
     return sources
 
 

@@ -47,6 +47,16 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collector.infiniband", dest="collector_infiniband",
                         action=argparse.BooleanOptionalAction, default=None,
                         help="read InfiniBand/RoCE counters from sysfs (default on)")
+    parser.add_argument("--collector.host", dest="collector_host",
+                        action=argparse.BooleanOptionalAction, default=None,
+                        help="CPU, memory, load and network figures through psutil (default on)")
+    parser.add_argument("--collector.host.network-exclude", dest="host_network_exclude",
+                        metavar="REGEX",
+                        help="network interfaces to leave out (default: loopback and "
+                        "container/VM interfaces)")
+    parser.add_argument("--hpc-job-mapping-dir", dest="hpc_job_mapping_dir", metavar="DIR",
+                        help="directory of GPU-to-job files as dcgm-exporter reads them "
+                        "(one file per GPU index, one job id per line); unset: off")
     parser.add_argument("--log.level", dest="log_level",
                         choices=["debug", "info", "warning", "error"], help="default info")
 
@@ -72,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
 
     keys = ("listen_address", "fake", "scenario", "power_sample_rate_hz",
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
-            "log_level")
+            "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "log_level")
     config = build_config(args.config, {k: getattr(args, k) for k in keys})
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything

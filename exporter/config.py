@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from exporter.sources.host import DEFAULT_NETWORK_EXCLUDE
 from exporter.yamlfile import (
     ConfigError,
     Where,
@@ -26,6 +28,8 @@ FLAG_NAMES = {
     "sweep_interval_seconds": "--sweep.interval",
     "stale_after_seconds": "--health.stale-after",
     "path_sysfs": "--path.sysfs",
+    "host_network_exclude": "--collector.host.network-exclude",
+    "hpc_job_mapping_dir": "--hpc-job-mapping-dir",
     "log_level": "--log.level",
 }
 
@@ -41,6 +45,9 @@ class Config:
     scenario: str = "training"
     path_sysfs: str = "/sys"
     collector_infiniband: bool = True
+    collector_host: bool = True
+    host_network_exclude: str = DEFAULT_NETWORK_EXCLUDE
+    hpc_job_mapping_dir: str | None = None  # unset: the jobs collector is off
     log_level: str = "info"
 
     @property
@@ -88,6 +95,15 @@ def validate(config: Config, where: Where | None = None, mapping: Any = None) ->
             raise fail(key, f"{value!r} is out of range [{low:g}, {high:g}]")
     if config.log_level not in LOG_LEVELS:
         raise fail("log_level", f"expected one of {', '.join(LOG_LEVELS)}")
+    if not isinstance(config.host_network_exclude, str):
+        raise fail("host_network_exclude", "expected a regular expression")
+    try:
+        re.compile(config.host_network_exclude)
+    except re.error as exc:
+        raise fail("host_network_exclude", f"invalid regular expression: {exc}") from None
+    if config.hpc_job_mapping_dir is not None and not config.hpc_job_mapping_dir.strip():
+        raise fail("hpc_job_mapping_dir", "expected a directory path (leave unset to turn "
+                   "the jobs collector off)")
     if config.stale_after_seconds <= config.sweep_interval_seconds:
         raise fail("stale_after_seconds", "must be longer than sweep_interval_seconds")
     return config

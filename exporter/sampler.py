@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 
 
 class Source(Protocol):
-    """A non-NVML source: read() returns a plain reading, or raises on failure."""
+    """A non-NVML source: read() returns a plain reading, or raises on failure.
+
+    A source that needs the GPU count (jobs: which file names are GPUs) may also have
+    ``set_gpu_count(count)``; the sampler calls it once NVML is open, before any read.
+    """
 
     name: str
 
@@ -310,6 +314,10 @@ class Sampler:
     def start(self) -> None:
         self.gpu_count = self.backend.open()
         self.identities = [read_identity(self.backend, i) for i in range(self.gpu_count)]
+        for source in self.sources:
+            set_gpu_count = getattr(source, "set_gpu_count", None)
+            if callable(set_gpu_count):
+                set_gpu_count(self.gpu_count)
         s = self.settings
         self.buffer = PowerBuffer(self.gpu_count,
                                   max(2, int(s.power_hertz * s.power_buffer_seconds)))

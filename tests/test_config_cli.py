@@ -48,6 +48,12 @@ def test_file_values_and_flags_win(tmp_path):
     ("a: [\n", r"config.yaml:2: invalid YAML"),
     ("- 1\n- 2\n", r"config.yaml: expected a mapping, got list"),
     ("stale_after_seconds: 1\nsweep_interval_seconds: 2\n", r"stale_after_seconds: must be longer"),
+    ("collector_host: maybe\n", r"config.yaml:1: collector_host: expected true or false"),
+    ("\nhost_network_exclude: '^(lo'\n",
+     r"config.yaml:2: host_network_exclude: invalid regular expression"),
+    ("host_network_exclude: 5\n", r"config.yaml:1: host_network_exclude: expected a string"),
+    ("hpc_job_mapping_dir: 7\n", r"config.yaml:1: hpc_job_mapping_dir: expected a string"),
+    ("hpc_job_mapping_dir: ''\n", r"config.yaml:1: hpc_job_mapping_dir: expected a directory"),
 ])
 def test_bad_config_names_file_line_and_key(tmp_path, text, expected):
     with pytest.raises(ConfigError, match=expected):
@@ -146,3 +152,32 @@ def test_cli_port_in_use(tmp_path):
         result = run_cli("run", "--fake", "--web.listen-address", f"127.0.0.1:{port}")
     assert result.returncode == 1 and "cannot listen" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_host_and_jobs_collectors(tmp_path):
+    from exporter.app import default_sources
+
+    assert [s.name for s in default_sources(Config())] == ["infiniband", "host"]
+    path = write(tmp_path, "collector_host: false\nhpc_job_mapping_dir: /run/x\n")
+    config = load_config_file(path)
+    assert not config.collector_host and config.hpc_job_mapping_dir == "/run/x"
+    assert [s.name for s in default_sources(config)] == ["infiniband", "jobs"]
+    config = build_config(str(path), {"collector_host": True, "hpc_job_mapping_dir": None,
+                                      "host_network_exclude": "^lo$"})
+    assert config.collector_host and config.hpc_job_mapping_dir == "/run/x"
+    assert [s.name for s in default_sources(config)] == ["infiniband", "host", "jobs"]
+
+
+def test_cli_bad_network_exclude():
+    line = one_line_error(run_cli("run", "--fake", "--collector.host.network-exclude", "(lo"))
+    assert "--collector.host.network-exclude" in line and "invalid regular expression" in line
+
+
+def test_cli_host_and_jobs_flags_parse():
+    from exporter.cli import build_parser
+
+    args = build_parser().parse_args(["run", "--no-collector.host", "--hpc-job-mapping-dir",
+                                      "/run/j", "--collector.host.network-exclude", "^lo$"])
+    assert args.collector_host is False and args.hpc_job_mapping_dir == "/run/j"
+    assert args.host_network_exclude == "^lo$"
+    assert build_parser().parse_args(["run"]).collector_host is None  # not given: file wins

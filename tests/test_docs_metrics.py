@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import Exporter
 from exporter.config import Config
 from tests import ib_tree
-from tests.tools import REPO
+from tests.tools import REPO, wait_for
 
 
 def documented() -> dict[str, tuple[str, set[str]]]:
@@ -32,10 +32,18 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     # a counter name no family knows yet: exported under the generic family
     ib_tree.write(sysfs / "class/infiniband/mlx5_0/ports/1/counters/future_counter", 7)
     ib_tree.roce_hca(sysfs)
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs)))
+    jobs = tmp_path_factory.mktemp("hpc-jobs")
+    (jobs / "0").write_text("4242\n")
+    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
+                          hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5))
     exp.start()
     try:
-        text = exp.current.body.decode()
+        # CPU utilization needs two reads of the host source
+        def body_with_cpu_utilization() -> str | None:
+            body = exp.current.body.decode()
+            return body if "\nhost_cpu_utilization_ratio " in body else None
+
+        text = wait_for(body_with_cpu_utilization)
     finally:
         exp.stop()
     out = {}

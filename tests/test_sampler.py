@@ -166,3 +166,29 @@ def test_a_failing_source_is_reported_not_fatal():
             assert snap.sources["fine"].reading == {"ok": 1}
         finally:
             sampler.stop()
+
+
+class _WantsGpuCount:
+    name = "counted"
+
+    def __init__(self):
+        self.count = None
+
+    def set_gpu_count(self, count):
+        self.count = count
+
+    def read(self):
+        assert self.count is not None, "read before set_gpu_count"
+        return self.count
+
+
+def test_sources_that_want_the_gpu_count_get_it_before_the_first_read():
+    source = _WantsGpuCount()
+    with fake.installed(load_scenario("idle")):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"), sources=[source])
+        sampler.start()
+        try:
+            result = sampler.snapshot.sources["counted"]
+            assert result.success and result.reading == sampler.gpu_count > 0
+        finally:
+            sampler.stop()

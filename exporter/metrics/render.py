@@ -12,7 +12,9 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.health import health_families
+from exporter.metrics.host import host_families
 from exporter.metrics.infiniband import infiniband_families
+from exporter.metrics.jobs import jobs_families
 from exporter.metrics.self_metrics import self_families
 from exporter.sampler import Snapshot
 
@@ -21,8 +23,11 @@ FamilySource = Callable[[Snapshot], Iterable[Metric]]
 # The classic text format, which every Prometheus since 2.0 parses (2.42 is our floor).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# Families of each non-NVML source's reading, by source name.
+# Families of each non-NVML source's reading, by source name. A source whose families
+# need more of the snapshot than its own reading (jobs: the GPUs' uuids) is a
+# FamilySource in FAMILY_SOURCES instead.
 READING_FAMILIES: dict[str, Callable[[Any], Iterable[Metric]]] = {
+    "host": host_families,
     "infiniband": infiniband_families,
 }
 
@@ -35,8 +40,8 @@ def source_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 # Each area adds its families here; the order is the order of the output.
-FAMILY_SOURCES: list[FamilySource] = [gpu_families, health_families, source_families,
-                                       self_families]
+FAMILY_SOURCES: list[FamilySource] = [gpu_families, health_families, jobs_families,
+                                       source_families, self_families]
 
 
 class _Families:

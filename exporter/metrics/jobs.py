@@ -1,0 +1,53 @@
+"""GPU -> job mapping -> a join metric, ``gpu_hpc_job_info{gpu, uuid, hpc_job} 1``.
+
+The job is not a label on every GPU series: it lives on its own ``_info`` series and
+queries join it in (``* on(gpu, uuid, instance) group_left(hpc_job)``), so a ``sum()``
+over GPU series never counts a GPU twice, and a shared GPU simply has one info series
+per job. The label is ``hpc_job`` (as dcgm-exporter names it), never ``job``, which
+Prometheus sets to the scrape job.
+
+This family needs more than its source's reading (the GPU's uuid comes from the
+snapshot's identities), so it is a family source over the whole Snapshot, listed in
+``render.FAMILY_SOURCES``, not a ``READING_FAMILIES`` entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.sampler import Snapshot
+from exporter.sources.jobs import SKIP_REASONS, JobsReading
+
+__all__ = ["jobs_families"]
+
+SOURCE_NAME = "jobs"
+
+
+def jobs_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Nothing unless the jobs source is configured and has read once."""
+    result = snapshot.sources.get(SOURCE_NAME)
+    if result is None or not isinstance(result.reading, JobsReading):
+        return
+    reading = result.reading
+    uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
+    info = InfoMetricFamily("gpu_hpc_job", "Job holding the GPU (one series per job on a "
+                            "shared GPU); value 1. Join it into GPU series on gpu and uuid.",
+                            labels=["gpu", "uuid", "hpc_job"])
+    for gpu, jobs in reading.jobs.items():
+        uuid = uuids.get(gpu)
+        if uuid is None:  # a GPU NVML does not show has no series to join to
+            continue
+        for job in jobs:
+            info.add_metric([str(gpu), uuid, job], {})
+    if info.samples:
+        yield info
+
+    skipped = CounterMetricFamily("cte_hpc_job_skipped_files",
+                                  "GPU-to-job mapping files skipped, by reason; counted on "
+                                  "every read pass while the file is there.", labels=["reason"])
+    for reason in dict.fromkeys((*SKIP_REASONS, *reading.skipped_total)):
+        skipped.add_metric([reason], float(reading.skipped_total.get(reason, 0)))
+    yield skipped

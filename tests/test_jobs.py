@@ -1,0 +1,241 @@
+"""GPU-to-job mapping files: parsing, caching, bad input, and the join metric."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.metrics.jobs import jobs_families
+from exporter.metrics.render import render
+from exporter.sampler import LoopStats, Snapshot, SourceResult
+from exporter.sources.gpu import GpuIdentity
+from exporter.sources.jobs import (
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    BadFile,
+    JobsReading,
+    JobsSource,
+    parse_gpu_index,
+    parse_job_file,
+)
+from tests.tools import require_binary
+
+# ---------------------------------------------------------------- pure parsing
+
+
+@pytest.mark.parametrize(("name", "index"), [("0", 0), ("7", 7), ("15", 15)])
+def test_gpu_index(name, index):
+    assert parse_gpu_index(name, 16) == index
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("x", "bad_name"), ("-1", "bad_name"), ("01", "bad_name"), ("1.0", "bad_name"),
+    ("", "bad_name"), ("٣", "bad_name"), ("1 ", "bad_name"), ("0x1", "bad_name"),
+    ("8", "out_of_range"), ("99999999", "out_of_range"),
+])
+def test_bad_gpu_index(name, reason):
+    with pytest.raises(BadFile) as exc:
+        parse_gpu_index(name, 8)
+    assert exc.value.reason == reason
+
+
+def test_gpu_index_without_a_gpu_count_is_still_bounded():
+    assert parse_gpu_index("4095") == 4095
+    with pytest.raises(BadFile, match="out_of_range"):
+        parse_gpu_index("4096")
+
+
+@pytest.mark.parametrize(("raw", "jobs"), [
+    (b"1234\n", ("1234",)),
+    (b"1234", ("1234",)),  # no final newline
+    (b"1234\n5678\n", ("1234", "5678")),
+    (b"  1234 \r\n\n5678_2\n1234\n", ("1234", "5678_2")),  # blanks, CRLF, repeats
+    (b"123+0\n", ("123+0",)),  # heterogeneous job component
+])
+def test_job_file(raw, jobs):
+    assert parse_job_file(raw) == jobs
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    (b"", "empty"), (b"\n \n\t\n", "empty"),
+    (b"1" * 129 + b"\n", "line_too_long"),
+    (b"12\x0034\n", "garbage"), (b"\xff\xfe\x00\x01", "garbage"), (b"caf\xc3\xa9\n", "garbage"),
+    (b"12 34\n", "garbage"), (b"12\x1b[31m\n", "garbage"),
+    (b"1\n" * (MAX_FILE_BYTES // 2 + 1), "too_large"),
+])
+def test_bad_job_file(raw, reason):
+    with pytest.raises(BadFile) as exc:
+        parse_job_file(raw)
+    assert exc.value.reason == reason
+
+
+# ---------------------------------------------------------------- the source
+
+
+def skipped(reading: JobsReading) -> dict[str, int]:
+    return {r: n for r, n in reading.skipped_total.items() if n}
+
+
+def test_reads_the_mapping(tmp_path):
+    (tmp_path / "0").write_text("101\n")
+    (tmp_path / "1").write_text("101\n102\n")
+    (tmp_path / "10").write_text("103\n")
+    (tmp_path / ".1.tmp.123").write_text("junk")  # the scripts' temporaries: ignored
+    reading = JobsSource(tmp_path, gpu_count=16).read()
+    assert list(reading.jobs.items()) == [(0, ("101",)), (1, ("101", "102")), (10, ("103",))]
+    assert skipped(reading) == {}
+
+
+def test_missing_directory_means_no_jobs(tmp_path):
+    reading = JobsSource(tmp_path / "absent").read()
+    assert dict(reading.jobs) == {} and skipped(reading) == {}
+
+
+def test_a_directory_that_is_a_file_means_no_jobs(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert dict(JobsSource(tmp_path / "file").read().jobs) == {}
+
+
+def test_reads_a_file_again_only_when_it_changes(tmp_path, monkeypatch):
+    path = tmp_path / "0"
+    path.write_text("101\n")
+    source = JobsSource(tmp_path, gpu_count=8)
+    opened = []
+    real_open = os.open
+
+    def counting_open(p, *args, **kwargs):
+        opened.append(os.fspath(p))
+        return real_open(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    assert source.read().jobs == {0: ("101",)}
+    assert source.read().jobs == {0: ("101",)}
+    assert opened == [str(path)]  # the second pass used the cache
+    # same size, same mtime, but replaced by rename (as the scripts do): a new inode
+    stat = path.stat()
+    (tmp_path / ".new").write_text("102\n")
+    os.utime(tmp_path / ".new", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.rename(tmp_path / ".new", path)
+    assert source.read().jobs == {0: ("102",)}
+    # rewritten in place with a new mtime
+    path.write_text("103\n104\n")
+    assert source.read().jobs == {0: ("103", "104")}
+    assert len(opened) == 3
+    path.unlink()
+    assert source.read().jobs == {}
+
+
+def test_bad_files_are_skipped_and_counted_on_every_pass(tmp_path):
+    (tmp_path / "0").write_text("101\n")
+    (tmp_path / "1").write_text("")  # empty
+    (tmp_path / "2").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))  # binary
+    (tmp_path / "3").write_text("9" * 1000 + "\n")  # overlong line
+    (tmp_path / "4").write_bytes(b"1\n" * 5000)  # too large
+    (tmp_path / "5").mkdir()  # not a file
+    os.mkfifo(tmp_path / "6")  # a FIFO must not block the read
+    (tmp_path / "9").write_text("102\n")  # past the GPU count
+    (tmp_path / "gpu0").write_text("102\n")
+    (tmp_path / "-1").write_text("102\n")
+    (tmp_path / "00").write_text("102\n")
+    source = JobsSource(tmp_path, gpu_count=8)
+    reading = source.read()
+    assert dict(reading.jobs) == {0: ("101",)}
+    expected = {"empty": 1, "garbage": 1, "line_too_long": 1, "too_large": 1,
+                "not_a_file": 2, "out_of_range": 1, "bad_name": 3}
+    assert skipped(reading) == expected
+    reading = source.read()  # still there: counted again (from the cache)
+    assert skipped(reading) == {reason: 2 * n for reason, n in expected.items()}
+
+
+def test_unreadable_file_is_a_read_error_and_retried(tmp_path, monkeypatch):
+    (tmp_path / "0").write_text("101\n")
+    source = JobsSource(tmp_path, gpu_count=8)
+    real_open = os.open
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "open", denied)
+    reading = source.read()
+    assert dict(reading.jobs) == {} and skipped(reading) == {"read_error": 1}
+    monkeypatch.setattr(os, "open", real_open)  # fixed without touching the file
+    assert dict(source.read().jobs) == {0: ("101",)}
+
+
+def test_gpu_count_comes_from_the_sampler(tmp_path):
+    (tmp_path / "3").write_text("101\n")
+    source = JobsSource(tmp_path)
+    assert dict(source.read().jobs) == {3: ("101",)}
+    source.set_gpu_count(2)
+    reading = source.read()
+    assert dict(reading.jobs) == {} and skipped(reading) == {"out_of_range": 1}
+
+
+def test_file_count_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr("exporter.sources.jobs.MAX_FILES", 3)
+    for gpu in range(5):
+        (tmp_path / str(gpu)).write_text(f"{gpu}\n")
+    reading = JobsSource(tmp_path).read()
+    assert sorted(reading.jobs) == [0, 1, 2]  # the lowest indices
+    assert skipped(reading) == {"too_many_files": 2}
+    assert MAX_FILES >= 64
+
+
+# ---------------------------------------------------------------- the join metric
+
+
+def ident(index: int) -> GpuIdentity:
+    return GpuIdentity(index, f"GPU-{index:08d}", "NVIDIA H100", f"0000:{index:02x}:00.0", "",
+                       None, None, None, None)
+
+
+def snapshot(reading: JobsReading | None, gpus: int = 2) -> Snapshot:
+    idle = LoopStats(0, 0, 0, 0, 0, 0)
+    sources = {} if reading is None else {"jobs": SourceResult(reading, 0.001, True, 0)}
+    identities = tuple(ident(i) for i in range(gpus))
+    return Snapshot(time=1.0, started_at=0.0, backend="fake", scenario="test",
+                    driver_version="1", nvml_version="1", gpu_count=gpus,
+                    identities=identities, states={}, power={}, power_loop=idle,
+                    sweep_loop=idle, other_loops={}, nvml_errors={}, sources=sources)
+
+
+def test_join_metric_one_series_per_job(tmp_path):
+    (tmp_path / "0").write_text("101\n")
+    (tmp_path / "1").write_text("101\n102\n")
+    (tmp_path / "x").write_text("")
+    snap = snapshot(JobsSource(tmp_path, gpu_count=2).read())
+    text = render(snap).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    info = fams["gpu_hpc_job_info"]  # the text format has no info type: a gauge
+    assert sorted((s.labels["gpu"], s.labels["uuid"], s.labels["hpc_job"], s.value)
+                  for s in info.samples) == [
+        ("0", "GPU-00000000", "101", 1.0), ("1", "GPU-00000001", "101", 1.0),
+        ("1", "GPU-00000001", "102", 1.0)]
+    assert all("job" not in s.labels for s in info.samples)
+    skipped_ = {s.labels["reason"]: s.value for s in fams["cte_hpc_job_skipped_files"].samples}
+    assert skipped_["bad_name"] == 1 and skipped_["garbage"] == 0
+
+
+def test_no_jobs_source_no_families():
+    assert list(jobs_families(snapshot(None))) == []
+
+
+def test_gpu_without_identity_has_no_join_series():
+    reading = JobsReading(jobs={0: ("101",), 1: ("102",)}, skipped_total={})
+    snap = snapshot(reading, gpus=2)
+    snap = Snapshot(**{**snap.__dict__, "identities": (ident(0), None)})
+    (info, _) = list(jobs_families(snap))
+    assert [s.labels["hpc_job"] for s in info.samples] == ["101"]
+
+
+def test_promtool_accepts_the_jobs_output(tmp_path):
+    promtool = require_binary("promtool")
+    (tmp_path / "0").write_text('101\n"quoted"\\n\n')
+    (tmp_path / "1").write_text("101\n102\n")
+    body = render(snapshot(JobsSource(tmp_path, gpu_count=2).read()))
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()

@@ -1,0 +1,159 @@
+"""deploy/slurm/prolog.sh and epilog.sh, run for real against a temporary directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from exporter.sources.jobs import JobsSource
+from tests.tools import REPO
+
+SLURM = REPO / "deploy" / "slurm"
+SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
+
+
+@pytest.fixture(params=SHELLS)
+def shell(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def mapping(tmp_path) -> Path:
+    return tmp_path / "hpc-jobs"
+
+
+def run(shell: str, script: str, mapping: Path, bin_dir: Path | None = None,
+        **env: str) -> subprocess.CompletedProcess:
+    path = f"{bin_dir}:/usr/bin:/bin" if bin_dir else "/usr/bin:/bin"
+    full_env = {"PATH": path, "CTE_HPC_JOB_MAPPING_DIR": str(mapping), **env}
+    result = subprocess.run([shell, str(SLURM / script)], env=full_env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr  # a failing prolog drains the node
+    return result
+
+
+def prolog(shell, mapping, job, **env):
+    return run(shell, "prolog.sh", mapping, SLURM_JOB_ID=job, **env)
+
+
+def epilog(shell, mapping, job, **env):
+    return run(shell, "epilog.sh", mapping, SLURM_JOB_ID=job, **env)
+
+
+def contents(mapping: Path) -> dict[str, str]:
+    """Visible files and their text (hidden files are the scripts' lock and temporaries)."""
+    return {p.name: p.read_text() for p in sorted(mapping.iterdir())
+            if not p.name.startswith(".")}
+
+
+def test_several_gpus(shell, mapping):
+    prolog(shell, mapping, "101", SLURM_JOB_GPUS="0,1,3")
+    assert contents(mapping) == {"0": "101\n", "1": "101\n", "3": "101\n"}
+    assert oct(os.stat(mapping / "0").st_mode & 0o777) == "0o644"
+    epilog(shell, mapping, "101", SLURM_JOB_GPUS="0,1,3")
+    assert contents(mapping) == {}
+
+
+def test_cuda_visible_devices_when_slurm_job_gpus_is_unset(shell, mapping):
+    prolog(shell, mapping, "7", CUDA_VISIBLE_DEVICES="2, 5")
+    assert contents(mapping) == {"2": "7\n", "5": "7\n"}
+    prolog(shell, mapping, "8", SLURM_JOB_GPUS="4", CUDA_VISIBLE_DEVICES="6")  # preferred
+    assert contents(mapping) == {"2": "7\n", "4": "8\n", "5": "7\n"}
+
+
+def test_shared_gpu_one_line_per_job_and_epilog_removes_only_its_own(shell, mapping):
+    prolog(shell, mapping, "101", SLURM_JOB_GPUS="0,1")
+    prolog(shell, mapping, "102", SLURM_JOB_GPUS="1,2")
+    prolog(shell, mapping, "102", SLURM_JOB_GPUS="1,2")  # twice: still one line
+    assert contents(mapping) == {"0": "101\n", "1": "101\n102\n", "2": "102\n"}
+    epilog(shell, mapping, "101", SLURM_JOB_GPUS="0,1")
+    assert contents(mapping) == {"1": "102\n", "2": "102\n"}
+    epilog(shell, mapping, "1", SLURM_JOB_GPUS="1,2")  # a prefix of 102 is another job
+    assert contents(mapping) == {"1": "102\n", "2": "102\n"}
+    epilog(shell, mapping, "102", SLURM_JOB_GPUS="1,2")
+    assert contents(mapping) == {}
+    epilog(shell, mapping, "102", SLURM_JOB_GPUS="1,2")  # again: nothing to do, no error
+
+
+def test_writes_are_atomic_renames_and_leave_no_temporaries(shell, mapping):
+    prolog(shell, mapping, "101", SLURM_JOB_GPUS="0")
+    inode = os.stat(mapping / "0").st_ino
+    prolog(shell, mapping, "102", SLURM_JOB_GPUS="0")
+    assert os.stat(mapping / "0").st_ino != inode  # replaced by rename, not rewritten
+    assert [p.name for p in mapping.iterdir() if ".tmp." in p.name] == []
+
+
+def test_concurrent_jobs_on_one_gpu_keep_every_line(shell, mapping):
+    jobs = [str(1000 + i) for i in range(12)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        list(pool.map(lambda j: prolog(shell, mapping, j, SLURM_JOB_GPUS="0,1"), jobs))
+    for gpu in ("0", "1"):
+        assert sorted((mapping / gpu).read_text().split()) == jobs
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        list(pool.map(lambda j: epilog(shell, mapping, j, SLURM_JOB_GPUS="0,1"), jobs))
+    assert contents(mapping) == {}
+
+
+@pytest.mark.parametrize("env", [{}, {"SLURM_JOB_GPUS": ""}, {"CUDA_VISIBLE_DEVICES": ""},
+                                 {"CUDA_VISIBLE_DEVICES": " , "}])
+def test_no_gpus_is_a_no_op(shell, mapping, env):
+    prolog(shell, mapping, "101", **env)
+    epilog(shell, mapping, "101", **env)
+    assert not mapping.exists()
+
+
+@pytest.mark.parametrize("job", ["", "1;touch x", "1 2", "../0"])
+def test_missing_or_odd_job_id_is_a_no_op(shell, mapping, job):
+    result = run(shell, "prolog.sh", mapping, SLURM_JOB_ID=job, SLURM_JOB_GPUS="0")
+    assert not mapping.exists() and "SLURM_JOB_ID" in result.stderr
+
+
+def test_uuids_and_garbage_are_skipped_and_the_rest_recorded(shell, mapping):
+    result = prolog(shell, mapping, "101", CUDA_VISIBLE_DEVICES=(
+        "GPU-8d1c5f4e-0000-1111-2222-333344445555,MIG-0a1b2c3d-4444-5555-6666-777788889999,"
+        "NoDevFiles,01,-1,3,../../etc/passwd,*"))
+    assert contents(mapping) == {"3": "101\n"}
+    for entry in ("GPU-8d1c", "MIG-0a1b", "NoDevFiles", "'01'", "'-1'", "passwd", "'*'"):
+        assert entry in result.stderr
+    assert not (mapping.parent / "etc").exists()
+
+
+def test_gpu_uuid_mapped_through_nvidia_smi_when_installed(shell, mapping, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, GPU-aaaa'\necho '1, GPU-bbbb'\n")
+    smi.chmod(0o755)
+    run(shell, "prolog.sh", mapping, bin_dir, SLURM_JOB_ID="5",
+        CUDA_VISIBLE_DEVICES="GPU-bbbb,GPU-cccc")
+    assert contents(mapping) == {"1": "5\n"}
+
+
+def test_unusable_directory_is_reported_not_fatal(shell, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = prolog(shell, blocker / "hpc-jobs", "101", SLURM_JOB_GPUS="0")
+    assert "cannot create" in result.stderr
+
+
+def test_the_exporter_reads_what_the_scripts_write(shell, mapping):
+    prolog(shell, mapping, "101", SLURM_JOB_GPUS="0,1")
+    prolog(shell, mapping, "102_3", SLURM_JOB_GPUS="1")
+    reading = JobsSource(mapping, gpu_count=8).read()
+    assert dict(reading.jobs) == {0: ("101",), 1: ("101", "102_3")}
+    assert sum(reading.skipped_total.values()) == 0  # the lock file is not counted
+
+
+def shared_part(text: str) -> str:
+    start = text.index("# ---- shared part")
+    return text[start:text.index("# ---- end of shared part")]
+
+
+def test_prolog_and_epilog_share_the_same_common_part():
+    assert shared_part((SLURM / "prolog.sh").read_text()) == shared_part(
+        (SLURM / "epilog.sh").read_text())
