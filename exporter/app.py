@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from exporter.config import Config
 from exporter.metrics.render import RenderedSnapshot, render
@@ -33,8 +35,10 @@ def default_sources(config: Config) -> list[Source]:
 class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
-    def __init__(self, config: Config, sources: list[Source] | None = None):
+    def __init__(self, config: Config, sources: list[Source] | None = None,
+                 fake_clock: Callable[[], float] | None = None):
         self.config = config
+        self.fake_clock = fake_clock  # the fake node's clock (tests run scenarios faster)
         self.current: RenderedSnapshot | None = None
         self.fake_lib: fake.FakeNvmlLibrary | None = None
         self.sources = sources if sources is not None else default_sources(config)
@@ -48,7 +52,8 @@ class Exporter:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
         if c.fake:
-            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario))
+            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario),
+                                                 self.fake_clock or time.time)
             fake.install(self.fake_lib)
         settings = SamplerSettings(
             power_hertz=c.power_sample_rate_hz,
@@ -56,6 +61,9 @@ class Exporter:
             sources_interval_seconds=c.sources_interval_seconds,
             backend="fake" if c.fake else "nvml",
             scenario=c.scenario if c.fake else "",
+            expected_gpus=c.expected_gpus,
+            hang_timeout_seconds=c.hang_timeout_seconds,
+            recovery_interval_seconds=c.gpu_recovery_interval_seconds,
         )
         try:
             self.sampler = Sampler(NvmlBackend(), settings, self.sources, self._publish)

@@ -57,6 +57,11 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hpc-job-mapping-dir", dest="hpc_job_mapping_dir", metavar="DIR",
                         help="directory of GPU-to-job files as dcgm-exporter reads them "
                         "(one file per GPU index, one job id per line); unset: off")
+    parser.add_argument("--gpus.expected", dest="expected_gpus", type=int, metavar="N",
+                        help="GPUs this node should have (default: the count at start)")
+    parser.add_argument("--nvml.hang-timeout", dest="hang_timeout_seconds", type=float,
+                        metavar="SECONDS", help="an NVML call this long marks its GPU hung "
+                        "and sampling goes on without it (default 2)")
     parser.add_argument("--log.level", dest="log_level",
                         choices=["debug", "info", "warning", "error"], help="default info")
 
@@ -82,7 +87,8 @@ def _run(args: argparse.Namespace) -> int:
 
     keys = ("listen_address", "fake", "scenario", "power_sample_rate_hz",
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
-            "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "log_level")
+            "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "expected_gpus",
+            "hang_timeout_seconds", "log_level")
     config = build_config(args.config, {k: getattr(args, k) for k in keys})
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything

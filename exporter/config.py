@@ -30,6 +30,8 @@ FLAG_NAMES = {
     "path_sysfs": "--path.sysfs",
     "host_network_exclude": "--collector.host.network-exclude",
     "hpc_job_mapping_dir": "--hpc-job-mapping-dir",
+    "expected_gpus": "--gpus.expected",
+    "hang_timeout_seconds": "--nvml.hang-timeout",
     "log_level": "--log.level",
 }
 
@@ -48,6 +50,9 @@ class Config:
     collector_host: bool = True
     host_network_exclude: str = DEFAULT_NETWORK_EXCLUDE
     hpc_job_mapping_dir: str | None = None  # unset: the jobs collector is off
+    expected_gpus: int | None = None  # unset: the count NVML reports at start
+    hang_timeout_seconds: float = 2.0
+    gpu_recovery_interval_seconds: float = 10.0
     log_level: str = "info"
 
     @property
@@ -61,7 +66,11 @@ _NUMBER_RANGES = {
     "sweep_interval_seconds": (0.1, 60.0),
     "sources_interval_seconds": (0.5, 600.0),
     "stale_after_seconds": (1.0, 3600.0),
+    "hang_timeout_seconds": (0.2, 600.0),
+    "gpu_recovery_interval_seconds": (0.1, 3600.0),
 }
+# key -> (low, high) for whole numbers that may be left unset
+_OPTIONAL_INTS = {"expected_gpus": (0, 1024)}
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
@@ -93,6 +102,11 @@ def validate(config: Config, where: Where | None = None, mapping: Any = None) ->
         value = getattr(config, key)
         if not low <= value <= high:
             raise fail(key, f"{value!r} is out of range [{low:g}, {high:g}]")
+    for key, (low, high) in _OPTIONAL_INTS.items():
+        value = getattr(config, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not low <= value <= high):
+            raise fail(key, f"expected a whole number in [{low}, {high}], got {value!r}")
     if config.log_level not in LOG_LEVELS:
         raise fail("log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     if not isinstance(config.host_network_exclude, str):
@@ -125,6 +139,10 @@ def load_config_file(path: str | Path) -> Config:
         elif isinstance(default, float):
             low, high = _NUMBER_RANGES[name]
             values[name] = get_number(mapping, name, where, default, low=low, high=high)
+        elif name in _OPTIONAL_INTS:
+            low, high = _OPTIONAL_INTS[name]
+            values[name] = get_number(mapping, name, where, 0, low=low, high=high,
+                                      integer=True)
         else:
             values[name] = get_string(mapping, name, where, default)
     return validate(replace(defaults, **values), where, mapping)

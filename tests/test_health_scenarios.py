@@ -1,0 +1,279 @@
+"""Every built-in fault scenario, through the real backend on the fake, as /metrics shows it.
+
+The fake node's clock runs 10x faster than the wall clock, so a scenario's first 30 s pass
+in 3 s while the exporter's threads run at their real rates (sweep every 0.2 s).
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import Exporter
+from exporter.config import Config
+from tests.tools import wait_for
+
+SPEED = 10.0
+
+
+class FastClock:
+    def __init__(self, speed: float):
+        self.t0, self.speed = time.time(), speed
+
+    def __call__(self) -> float:
+        return self.t0 + (time.time() - self.t0) * self.speed
+
+    def scenario_time(self) -> float:
+        return (time.time() - self.t0) * self.speed
+
+
+class Running:
+    """An exporter on a fake scenario, scraped over HTTP like Prometheus would."""
+
+    def __init__(self, scenario: str, speed: float = SPEED, **config):
+        self.clock = FastClock(speed)
+        if speed > 1:  # snapshots every 0.2 s real = 2 s of scenario time
+            config.setdefault("sweep_interval_seconds", 0.2)
+        self.exporter = Exporter(Config(listen_address="127.0.0.1:0", fake=True,
+                                        scenario=scenario, collector_infiniband=False,
+                                        collector_host=False, **config),
+                                 fake_clock=self.clock)
+        self.exporter.start()
+        self.scrapes = 0
+        self.slowest = 0.0
+
+    def get(self, path: str = "/metrics") -> tuple[int, str]:
+        t0 = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", self.exporter.port, timeout=5)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        conn.close()
+        if path == "/metrics":
+            assert resp.status == 200
+            self.scrapes += 1
+            self.slowest = max(self.slowest, time.perf_counter() - t0)
+        return resp.status, body
+
+    def metrics(self) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for family in text_string_to_metric_families(self.get()[1]):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append(sample)
+        return out
+
+    def run_until(self, scenario_seconds: float) -> dict[str, list]:
+        """Scrape every 0.2 s until the scenario reaches that time; the last scrape."""
+        while self.clock.scenario_time() < scenario_seconds:
+            self.metrics()
+            time.sleep(0.2)
+        time.sleep(0.5)  # a sweep and a snapshot later
+        return self.metrics()
+
+    def stop(self) -> None:
+        self.exporter.stop()
+
+
+@pytest.fixture
+def running(request):
+    runs = []
+
+    def start(scenario: str, **kwargs) -> Running:
+        run = Running(scenario, **kwargs)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
+def value(samples, **labels) -> float:
+    found = [s.value for s in samples if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, f"{labels}: {len(found)} samples"
+    return found[0]
+
+
+def gpus_with(samples) -> set[str]:
+    return {s.labels["gpu"] for s in samples}
+
+
+ALL = {str(i) for i in range(8)}
+
+
+def assert_other_gpus_intact(m, except_gpu: str | None = None):
+    expected = ALL - ({except_gpu} if except_gpu else set())
+    assert gpus_with(m["gpu_power_watts"]) == expected
+    assert gpus_with(m["gpu_temperature_celsius"]) == expected
+    for gpu in expected:
+        assert value(m["gpu_up"], gpu=gpu) == 1
+
+
+def test_xid_scenario_counts_codes_with_their_class(running):
+    run = running("xid")
+    m = run.run_until(26)
+    xids = m["gpu_xid_errors_total"]
+    assert value(xids, gpu="2", xid="48", **{"class": "critical"}) == 2
+    assert value(xids, gpu="2", xid="94", **{"class": "warning"}) == 1
+    assert value(xids, gpu="1", xid="13", **{"class": "application"}) == 1
+    assert value(xids, gpu="3", xid="95", **{"class": "critical"}) == 1
+    assert value(xids, gpu="4", xid="119", **{"class": "critical"}) == 1
+    assert value(xids, gpu="5", xid="79", **{"class": "critical"}) == 1
+    assert value(xids, gpu="6", xid="999", **{"class": "unknown"}) == 1
+    assert len(xids) == 7
+    seen = value(m["gpu_xid_last_seen_timestamp_seconds"], gpu="2", xid="48")
+    assert time.time() - 5 < seen <= time.time()
+    assert all(s.labels["uuid"].startswith("GPU-") for s in xids)
+    assert value(m["cte_xid_event_gpus"]) == 8
+    assert_other_gpus_intact(m)
+
+
+def test_an_xid_reaches_metrics_within_a_second(running, tmp_path):
+    path = tmp_path / "one-xid.yaml"
+    path.write_text("gpus: 2\nevents:\n  - {kind: xid, at: 2, gpu: 1, code: 48}\n")
+    run = running(str(path), speed=1.0)
+    due = run.clock.t0 + 2
+    seen = wait_for(lambda: "gpu_xid_errors_total" in run.metrics() and time.time(),
+                    timeout=10, interval=0.05)
+    assert seen - due < 1.2
+
+
+def test_gpu_lost_keeps_the_others_flowing_and_retries(running):
+    run = running("gpu-lost", gpu_recovery_interval_seconds=0.5)
+    m = run.run_until(15)
+    assert value(m["gpu_up"], gpu="5") == 0
+    assert value(m["gpu_up"], gpu="5", uuid=value_uuid(m, "5")) == 0
+    assert_other_gpus_intact(m, except_gpu="5")
+    assert value(m["gpu_xid_errors_total"], gpu="5", xid="79") == 1
+    assert value(m["cte_gpu_recovery_attempts_total"], gpu="5") >= 1
+    assert "cte_gpu_recoveries_total" not in m
+    assert value(m["gpu_expected_devices"]) == 8
+    lost = [s for s in m["cte_nvml_errors_total"] if s.labels["error"] == "GpuIsLost"]
+    assert lost and all(s.value > 0 for s in lost)
+    assert run.get("/healthz")[0] == 200  # the exporter is healthy: it reports the loss
+
+
+def value_uuid(m, gpu: str) -> str:
+    return [s.labels["uuid"] for s in m["gpu_info"] if s.labels["gpu"] == gpu][0]
+
+
+def test_lost_gpu_comes_back(running, tmp_path):
+    path = tmp_path / "flap.yaml"
+    path.write_text("gpus: 2\nevents:\n  - {kind: error, at: 2, until: 12, gpu: 1, "
+                    "error: GpuIsLost}\n")
+    run = running(str(path), gpu_recovery_interval_seconds=0.3)
+    m = run.run_until(6)
+    assert value(m["gpu_up"], gpu="1") == 0
+    m = run.run_until(20)
+    assert value(m["gpu_up"], gpu="1") == 1
+    assert value(m["cte_gpu_recoveries_total"], gpu="1") == 1
+    assert gpus_with(m["gpu_power_watts"]) == {"0", "1"}
+
+
+def test_ecc_dbe(running):
+    run = running("ecc-dbe")
+    m = run.run_until(3)
+    assert value(m["gpu_ecc_errors_total"], gpu="2", type="uncorrected", scope="volatile") == 0
+    m = run.run_until(14)
+    ecc = m["gpu_ecc_errors_total"]
+    for scope in ("volatile", "aggregate"):
+        assert value(ecc, gpu="2", type="uncorrected", scope=scope) == 1
+        assert value(ecc, gpu="2", type="corrected", scope=scope) == 40
+        assert value(ecc, gpu="0", type="uncorrected", scope=scope) == 0
+    assert value(m["gpu_recovery_action"], gpu="2", action="gpu_reset") == 1
+    assert value(m["gpu_recovery_action"], gpu="0", action="none") == 1
+    assert value(m["gpu_xid_errors_total"], gpu="2", xid="48") == 1
+    assert_other_gpus_intact(m)
+
+
+def test_row_remap_pending_then_failure(running):
+    run = running("row-remap")
+    m = run.run_until(10)
+    assert value(m["gpu_row_remap_pending"], gpu="4") == 1
+    assert value(m["gpu_row_remap_failure"], gpu="4") == 0
+    assert value(m["gpu_remapped_rows_total"], gpu="4", type="uncorrectable") == 1
+    m = run.run_until(22)
+    assert value(m["gpu_row_remap_failure"], gpu="4") == 1
+    assert value(m["gpu_remapped_rows_total"], gpu="4", type="uncorrectable") == 2
+    assert value(m["gpu_row_remap_failure"], gpu="3") == 0
+    assert value(m["gpu_xid_errors_total"], gpu="4", xid="64") == 1
+    assert_other_gpus_intact(m)
+
+
+def test_nvlink_errors_and_a_link_going_down(running):
+    run = running("nvlink-errors")
+    m = run.run_until(12)
+    errors = m["gpu_nvlink_errors_total"]
+    assert value(errors, gpu="3", link="7", type="crc_flit") > 1000
+    assert value(errors, gpu="3", link="7", type="crc_data") > 100
+    assert value(errors, gpu="3", link="7", type="replay") >= 1
+    assert value(errors, gpu="3", link="6", type="crc_flit") == 0
+    assert value(errors, gpu="2", link="7", type="crc_flit") == 0
+    assert value(errors, gpu="3", link="15", type="crc_data") == 0  # read the other way
+    assert value(m["gpu_nvlink_links_active"], gpu="3") == 18
+    m = run.run_until(22)
+    assert value(m["gpu_nvlink_link_up"], gpu="3", link="7") == 0
+    assert value(m["gpu_nvlink_links_active"], gpu="3") == 17
+    assert value(m["gpu_nvlink_links_expected"], gpu="3") == 18
+    assert value(m["gpu_nvlink_links_active"], gpu="2") == 18
+    before = value(m["gpu_nvlink_transmit_bytes_total"], gpu="3", link="7")
+    other = value(m["gpu_nvlink_transmit_bytes_total"], gpu="3", link="6")
+    m = run.run_until(26)
+    assert value(m["gpu_nvlink_transmit_bytes_total"], gpu="3", link="7") == before
+    assert value(m["gpu_nvlink_transmit_bytes_total"], gpu="3", link="6") > other
+    assert len(m["gpu_nvlink_link_up"]) == 8 * 18
+    assert_other_gpus_intact(m)
+
+
+def test_thermal_throttle(running):
+    run = running("thermal-throttle")
+    m = run.run_until(15)
+    active = m["gpu_clock_event_active"]
+    assert value(active, gpu="6", reason="hw_thermal_slowdown") == 1
+    assert value(active, gpu="6", reason="sw_thermal_slowdown") == 1
+    assert value(active, gpu="5", reason="hw_thermal_slowdown") == 0
+    seconds = value(m["gpu_clock_event_seconds_total"], gpu="6", reason="hw_thermal_slowdown")
+    assert seconds > 0.5
+    assert value(m["gpu_clock_event_seconds_total"], gpu="5",
+                 reason="hw_thermal_slowdown") == 0
+    clock6 = value(m["gpu_sm_clock_hertz"], gpu="6")
+    clock5 = value(m["gpu_sm_clock_hertz"], gpu="5")
+    assert clock6 < 0.6 * clock5
+    assert value(m["gpu_temperature_celsius"], gpu="6") > value(
+        m["gpu_temperature_celsius"], gpu="5") + 10
+    assert_other_gpus_intact(m)
+
+
+def test_power_brake_on_every_gpu_then_released(running):
+    run = running("power-brake")
+    m = run.run_until(12)
+    for gpu in ALL:
+        assert value(m["gpu_clock_event_active"], gpu=gpu, reason="hw_power_brake_slowdown") == 1
+    m = run.run_until(30)
+    for gpu in ALL:
+        assert value(m["gpu_clock_event_active"], gpu=gpu, reason="hw_power_brake_slowdown") == 0
+    assert value(m["gpu_clock_event_seconds_total"], gpu="0",
+                 reason="hw_power_brake_slowdown") > 0.5
+
+
+def test_nvml_hang_scrapes_stay_fast_and_health_names_the_gpu(running):
+    run = running("nvml-hang", speed=1.0)
+    deadline = time.time() + 12
+    while time.time() < deadline:
+        run.metrics()
+        time.sleep(0.1)
+    status, body = run.get("/healthz")
+    assert status == 503 and "GPU 1 stuck in an NVML call" in body
+    m = run.metrics()
+    assert value(m["gpu_up"], gpu="1") == 0
+    assert value(m["cte_gpu_stuck_seconds"], gpu="1") > 3
+    assert value(m["cte_gpu_hangs_total"], gpu="1") == 1
+    assert_other_gpus_intact(m, except_gpu="1")
+    assert run.slowest < 0.1, f"slowest scrape {run.slowest * 1000:.0f} ms during the hang"
+    assert run.scrapes > 50
+    run.exporter.fake_lib.release_hangs()
+    wait_for(lambda: value(run.metrics()["gpu_up"], gpu="1") == 1, timeout=5)
+    assert run.get("/healthz")[0] == 200
