@@ -463,6 +463,8 @@ def compute_level(power: np.ndarray, percentile: float = 95.0) -> np.ndarray:
     """Each GPU's compute power level: the ``percentile`` of its power (N, M)
     over a context long enough to contain compute phases (~2 min)."""
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    if p.shape[1] and np.isfinite(p).all():
+        return np.percentile(p, percentile, axis=1)
     out = np.full(p.shape[0], np.nan)
     for i, row in enumerate(p):
         fin = row[np.isfinite(row)]
