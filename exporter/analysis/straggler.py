@@ -599,7 +599,7 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     det = StragglerDetector(th)
     starts = _window_starts(m, n_win, n_step)
     runs: dict[tuple[int, str], list[tuple[int, float, str]]] = {}  # open runs
-    closed: list[tuple[int, str, list[tuple[int, float, str]], bool]] = []
+    closed: list[tuple[int, str, list[tuple[int, float, str]]]] = []
     bounds: list[tuple[float, float]] = []
     any_stats = False
     reason: str | None = None
@@ -622,19 +622,19 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
                 run = runs.get(key)
                 if sc.deviating and sc.direction is not None:
                     if run is not None and run[-1][2] != sc.direction:
-                        closed.append((g, sig, run, False))
+                        closed.append((g, sig, run))
                         run = None
                     if run is None:
                         run = runs[key] = []
                     run.append((w, sc.score, sc.direction))
                 elif run is not None:
-                    closed.append((g, sig, run, False))
+                    closed.append((g, sig, run))
                     del runs[key]
     for (g, sig), run in runs.items():
-        closed.append((g, sig, run, True))
+        closed.append((g, sig, run))
     out: list[Outlier] = []
     last = len(starts) - 1
-    for g, sig, run, _ in closed:
+    for g, sig, run in closed:
         w0, w1 = run[0][0], run[-1][0]
         held = bounds[w1][1] - bounds[w0][1]
         if held < th.persistence_seconds:
