@@ -1,4 +1,4 @@
-"""`cluster-telemetry-exporter analyze FILE`: offline power analysis of a trace.
+"""`cluster-telemetry-exporter analyze FILE`: offline power and straggler analysis of a trace.
 
 Reads an nvidia-smi CSV log or a cte recording (exporter.trace), then:
 
@@ -7,7 +7,11 @@ Reads an nvidia-smi CSV log or a cte recording (exporter.trace), then:
   thresholds with the same dominant frequency (within 10 %): scale ``step``;
 - slides the cycle window (default 10 min, every 150 s) to find slow periodic
   patterns (checkpoints, evaluation): scale ``cycle``;
-- finds large synchronised rises and falls of the node's power (``ramps``).
+- finds large synchronised rises and falls of the node's power (``ramps``);
+- slides the straggler window (default 60 s, every 10 s) to compare each GPU
+  with its peers (``outliers``: deviations that held for ``--persistence``) and
+  a short window (default 2 s) for the stall signature (``stalls``: peers
+  busy-waiting while a culprit idles or still computes); see docs/stragglers.md.
 
 Also runnable as ``python -m exporter.analyze FILE``.
 """
@@ -32,6 +36,7 @@ from exporter.analysis.power_swing import (
     analyse_window,
     detect_ramps,
 )
+from exporter.analysis.straggler import ScanResult, StragglerThresholds, scan
 from exporter.trace import Trace, TraceError, load_trace
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
@@ -44,6 +49,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not (v > 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be zero or a positive number: {text!r}")
     return v
 
 
@@ -107,6 +122,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-hz", type=_positive, metavar="HZ",
                         help="highest observable frequency, if below half the sample rate "
                         "(default: 0.5 for nvidia-smi power.draw, a ~1 s average)")
+    parser.add_argument("--outlier-window", type=_positive, default=60.0, metavar="SECONDS",
+                        help="stragglers: window over which each GPU is compared with its "
+                        "peers (default: 60)")
+    parser.add_argument("--outlier-step", type=_positive, default=10.0, metavar="SECONDS",
+                        help="stragglers: window advance (default: 10)")
+    parser.add_argument("--persistence", type=_non_negative, default=300.0, metavar="SECONDS",
+                        help="stragglers: how long a deviation must hold to be reported "
+                        "(default: 300)")
+    parser.add_argument("--stall-window", type=_positive, default=2.0, metavar="SECONDS",
+                        help="stalls: short window for the busy-wait signature (default: 2)")
+    parser.add_argument("--stall-context", type=_positive, default=120.0, metavar="SECONDS",
+                        help="stalls: span over which each GPU's compute power level is "
+                        "taken (default: 120)")
 
 
 # --------------------------------------------------------------------------- analysis
@@ -289,6 +317,62 @@ def _cycle_swings(g: _Grid, args: argparse.Namespace, t_start: float) -> list[di
     return out
 
 
+# canonical trace field -> scan() keyword
+_STRAGGLER_FIELDS = {
+    "sm_clock_hertz": "sm_clock",
+    "temperature_celsius": "temperature",
+    "utilization_gpu_ratio": "utilization",
+    "clock_event_reasons": "clock_event_reasons",
+}
+
+
+def _field_grid(trace: Trace, g: _Grid, name: str) -> np.ndarray | None:
+    """One canonical field of every GPU on the power grid (None: no GPU has it).
+
+    Continuous fields are interpolated linearly; the clock-event bitmask holds
+    its last reading.  Outside a GPU's readings the value is NaN.
+    """
+    t0 = float(g.t[0])
+    rel = g.t - t0
+    out = np.full((len(g.gpus), g.t.size), np.nan)
+    found = False
+    for i, gpu in enumerate(g.gpus):
+        s = trace.series[gpu]
+        x = s.fields.get(name)
+        if x is None:
+            continue
+        ok = np.isfinite(x)
+        if not ok.any():
+            continue
+        found = True
+        ts, xs = s.t[ok] - t0, x[ok]
+        if name == "clock_event_reasons":
+            idx = np.searchsorted(ts, rel, side="right") - 1
+            out[i] = np.where(idx >= 0, xs[np.maximum(idx, 0)], np.nan)
+            out[i, rel > ts[-1] + 5 * g.dt + 5.0] = np.nan
+        else:
+            out[i] = np.interp(rel, ts, xs, left=np.nan, right=np.nan)
+    return out if found else None
+
+
+def _stragglers(trace: Trace, g: _Grid, args: argparse.Namespace, t_start: float,
+                notes: list[str]) -> ScanResult:
+    series = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
+    missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
+    if missing:
+        notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
+    if series["utilization"] is None:
+        notes.append("no utilization: stalls (busy-waiting peers) cannot be detected")
+    th = StragglerThresholds(persistence_seconds=args.persistence)
+    res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=args.outlier_window,
+               step_seconds=args.outlier_step, thresholds=th,
+               stall_window_seconds=args.stall_window,
+               stall_context_seconds=args.stall_context, **series)
+    if not res.peer_statistics and res.reason:
+        notes.append(f"no peer statistics: {res.reason}; no GPU is compared or flagged")
+    return res
+
+
 def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     """The report as a JSON-ready dict (what ``--format json`` prints)."""
     g, notes = _grid(trace, args.tdp)
@@ -313,6 +397,7 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         notes.append("power limit unknown (pass --tdp WATTS): amplitude ratios are null and "
                      "thresholds compare with the observed peak or range instead")
     ramps = detect_ramps(g.t, g.power.sum(axis=0), node_tdp, min_ratio=args.ramp_ratio)
+    strag = _stragglers(trace, g, args, t_start, notes)
     if trace.skipped_lines:
         notes.append(f"{trace.skipped_lines} malformed line(s) skipped, first at line "
                      f"{trace.skipped[0][0]}: {trace.skipped[0][1]}")
@@ -336,8 +421,26 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
             "delta_watts": r.delta_watts,
             "duration_seconds": r.duration_seconds,
         } for r in ramps],
-        "outliers": None,  # reserved for the straggler analyser (not analysed here)
-        "stalls": None,  # reserved for the straggler analyser (not analysed here)
+        "straggler_windows_analysed": strag.windows,
+        "persistence_seconds": args.persistence,
+        "peer_statistics": strag.peer_statistics,
+        "outliers": [{
+            "gpu": o.gpu,
+            "signal": o.signal,
+            "direction": o.direction,
+            "score": o.score,
+            "start": o.start,
+            "end": o.end,
+        } for o in strag.outliers],
+        "stalls": [{
+            "start": s.start,
+            "end": s.end,
+            "waiting_gpus": list(s.waiting_gpus),
+            "culprit_gpus": list(s.culprit_gpus),
+        } for s in strag.stalls],
+        # per GPU and signal, the median |M| over the windows: how far from
+        # flagging (3.5) each GPU typically was
+        "peer_scores": {str(gpu): sig for gpu, sig in strag.typical_scores.items()},
         "notes": notes,
     }
 
@@ -373,6 +476,23 @@ def render_text(rep: dict[str, Any]) -> str:
     for r in rep["ramps"]:
         lines.append(f"  {r['time']:.1f} s: {r['direction']} {r['delta_watts']:+.0f} W "
                      f"in {r['duration_seconds']:.2f} s")
+    outl = rep["outliers"]
+    lines.append(f"outliers (held >= {rep['persistence_seconds']:g} s): "
+                 f"{len(outl) or 'none found'}")
+    for o in outl:
+        lines.append(f"  GPU {o['gpu']} {o['signal']} {o['direction']} (M {o['score']:+.1f}): "
+                     f"{o['start']:.0f}-{o['end']:.0f} s")
+    top = sorted(((v, int(g), sig) for g, sc in rep["peer_scores"].items()
+                  for sig, v in sc.items()), reverse=True)[:3]
+    if top:
+        lines.append("  highest typical |M| (median over windows; flagged above 3.5): "
+                     + ", ".join(f"GPU {g} {sig} {v:.1f}" for v, g, sig in top))
+    stalls = rep["stalls"]
+    lines.append(f"stalls: {len(stalls) or 'none found'}")
+    for s in stalls:
+        lines.append(f"  {s['start']:.1f}-{s['end']:.1f} s: culprit GPU(s) "
+                     f"{', '.join(map(str, s['culprit_gpus']))}; waiting "
+                     f"{', '.join(map(str, s['waiting_gpus']))}")
     if rep["notes"]:
         lines.append("notes:")
         lines.extend(f"  - {n}" for n in rep["notes"])
@@ -396,7 +516,8 @@ def main(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cluster-telemetry-exporter analyze",
-        description="Power swings, slow cycles and ramps in a GPU power trace.",
+        description="Power swings, slow cycles, ramps, straggler GPUs and stalls in a GPU "
+        "trace.",
     )
     add_arguments(parser)
     return parser

@@ -146,3 +146,103 @@ def test_module_entry_point_no_traceback(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().startswith("error: ") and "cannot read" in r.stderr
+
+
+# --------------------------------------------------------------------------- stragglers and stalls
+
+
+@pytest.fixture(scope="module")
+def straggler_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 GPUs at 2 Hz for 12 minutes, steps of 2 s (1.4 s compute at 650 W, wait
+    at 200 W); GPU 2 runs 15 degC hotter throughout; every 120 s rank 0 stops
+    for 15 s (0 % util, 100 W) while the others busy-wait (100 %, ~150 W)."""
+    p = tmp_path_factory.mktemp("trace") / "strag.cte"
+    rng = np.random.default_rng(3)
+    rel = np.arange(0, 720, 0.5)
+    fields = ["power_watts", "utilization_gpu_ratio", "temperature_celsius", "sm_clock_hertz",
+              "clock_event_reasons"]
+    ckpt = (rel % 120) >= 105
+    comp = (rel % 2.0) < 1.4
+    with TraceWriter(p, range(8), {g: 700.0 for g in range(8)}, fields) as w:
+        for g in range(8):
+            pw = np.where(comp, 650.0, 200.0) + rng.normal(0, 10, rel.size)
+            util = np.ones(rel.size)
+            if g == 0:
+                pw[ckpt], util[ckpt] = 100.0, 0.0
+            else:
+                pw[ckpt] = 150.0 + rng.normal(0, 5, ckpt.sum())
+            temp = 62 + rng.uniform(-3, 3) + (15 if g == 2 else 0) + rng.normal(0, 0.5, rel.size)
+            clk = 1.98e9 + rng.normal(0, 15e6, rel.size)
+            for i in range(rel.size):
+                w.write(T0 + float(rel[i]), g, {
+                    "power_watts": float(pw[i]), "utilization_gpu_ratio": float(util[i]),
+                    "temperature_celsius": float(temp[i]), "sm_clock_hertz": float(clk[i]),
+                    "clock_event_reasons": 0.0})
+    return p
+
+
+def test_outliers_and_stalls(straggler_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(straggler_trace))
+    assert rep["peer_statistics"] is True
+    assert rep["straggler_windows_analysed"] == 67  # 60 s windows every 10 s over 720 s
+    assert [(o["gpu"], o["signal"], o["direction"]) for o in rep["outliers"]] == [
+        (2, "temperature", "high")]
+    o = rep["outliers"][0]
+    assert o["score"] > 3.5
+    assert o["start"] == pytest.approx(0, abs=0.01)
+    assert o["end"] == pytest.approx(rep["duration_seconds"], abs=0.01)
+    stalls = rep["stalls"]
+    assert len(stalls) == 6
+    for k, s in enumerate(stalls):
+        assert s["culprit_gpus"] == [0] and s["waiting_gpus"] == list(range(1, 8))
+        assert s["start"] == pytest.approx(120 * k + 105, abs=1.0)
+        assert s["end"] == pytest.approx(120 * k + 120, abs=1.0)
+    assert rep["peer_scores"]["2"]["temperature"] > 3.5
+    assert rep["peer_scores"]["5"]["temperature"] < 3.5
+    assert not any("not in the trace" in n for n in rep["notes"])
+
+
+def test_outliers_text_and_persistence_flag(straggler_trace: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert analyze.main(parse(str(straggler_trace))) == 0
+    out = capsys.readouterr().out
+    assert "outliers (held >= 300 s): 1" in out
+    assert "GPU 2 temperature high" in out
+    assert "stalls: 6" in out and "culprit GPU(s) 0; waiting 1, 2, 3, 4, 5, 6, 7" in out
+    rep = run_json(capsys, str(straggler_trace), "--persistence", "800")
+    assert rep["outliers"] == [] and len(rep["stalls"]) == 6
+    assert rep["persistence_seconds"] == 800
+
+
+def test_tiny_trace_says_no_peer_statistics(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    lines = ["timestamp, index, utilization.gpu [%], temperature.gpu, power.draw [W]"]
+    for i in range(400):
+        ts = f"2025/09/24 03:{17 + (4 + i) // 60:02d}:{(4 + i) % 60:02d}.000"
+        lines += [f"{ts}, 0, 100 %, 40, 650.00 W", f"{ts}, 1, 0 %, 90, 80.00 W"]
+    p = tmp_path / "two.csv"
+    p.write_text("\n".join(lines) + "\n")
+    rep = run_json(capsys, str(p), "--persistence", "0")
+    assert rep["peer_statistics"] is False
+    assert rep["outliers"] == [] and rep["stalls"] == []
+    assert any("no peer statistics" in n and "at least 3" in n for n in rep["notes"])
+    assert any("sm_clock_hertz" in n for n in rep["notes"])
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="real trace not available")
+def test_real_trace_stragglers_and_stall(capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(REAL))
+    # rank 0 keeps computing near 690 W at ~91 % while GPUs 1-7 sit at 100 % and ~160 W
+    assert rep["stalls"] == [{"start": pytest.approx(466.5, abs=1.0),
+                              "end": pytest.approx(470, abs=1.0),
+                              "waiting_gpus": [1, 2, 3, 4, 5, 6, 7], "culprit_gpus": [0]}]
+    # GPU 1 is the hottest throughout, but during training its peers spread over
+    # ~11 degC and it scores |M| ~ 2.3: no finding at the default 5 minutes
+    assert rep["outliers"] == []
+    assert 1.5 < rep["peer_scores"]["1"]["temperature"] < 3.5
+    # when the whole node idles at the end (the last ~2.5 min) it stands out
+    # clearly, for about 110 s of window ends
+    rep = run_json(capsys, str(REAL), "--persistence", "60")
+    assert [(o["gpu"], o["signal"], o["direction"]) for o in rep["outliers"]] == [
+        (1, "temperature", "high")]
+    assert rep["outliers"][0]["start"] > 1150 and rep["outliers"][0]["score"] > 10

@@ -1,0 +1,740 @@
+"""Stragglers and stalls: each GPU against its peers, as pure numpy.
+
+Two questions, two time scales (see docs/stragglers.md):
+
+- **stragglers** (:func:`window_features` over ~60 s, then
+  :class:`StragglerDetector`): per GPU, the window's mean SM clock, power,
+  temperature, utilization, compute duty cycle, throttled share and (where
+  given) NVLink/PCIe throughput, each compared with the GPU's peers (the node,
+  or the GPUs of the same job) by a modified z-score
+  ``M = 0.6745 (x - median) / MAD`` with a floor on the MAD, an effect-size
+  gate and a persistence requirement;
+- **stalls** (:func:`detect_stall` over a few seconds): most GPUs of a group
+  busy-wait (utilization high, power far below their own compute level) while
+  one or a few look different (idle, or still computing at high power): those
+  are the likely culprits.
+
+:func:`scan` slides both over whole series (the offline ``analyze``).
+Inputs are plain numpy arrays: times ``t`` (M,) and per-GPU series (N, M),
+NaN where a sample is missing.  Nothing here knows about NVML, HTTP or
+Prometheus.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SIGNALS: tuple[str, ...] = (
+    "sm_clock", "power", "temperature", "utilization", "duty_cycle", "throttle", "nvlink", "pcie",
+)
+LOW, HIGH = "low", "high"
+
+# clock event ("throttle") reasons counted as throttling; the other bits (GPU
+# idle 0x1, applications clocks setting 0x2, sync boost 0x10, display clocks
+# 0x100) are not a slowdown of a busy GPU.
+THROTTLE_REASONS: dict[str, int] = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+}
+THROTTLE_MASK = sum(THROTTLE_REASONS.values())
+
+MAD_SCALE = 0.6745  # MAD of a normal distribution / its standard deviation
+
+# Absolute floor on the MAD, in each signal's unit (Hz, W, degC, ratio, B/s):
+# with MAD = 0 and median = 0 the score stays finite.
+DEFAULT_MAD_EPSILON: dict[str, float] = {
+    "sm_clock": 1e6, "power": 0.5, "temperature": 0.5, "utilization": 0.005,
+    "duty_cycle": 0.005, "throttle": 0.005, "nvlink": 1e6, "pcie": 1e6,
+}
+# Smallest difference from the median that counts, whatever the median (the
+# relative gate alone means nothing near a median of 0): power 10 W is twice
+# nvidia-smi's stated +/-5 W accuracy; ratios 0.1 (0.05 for the duty cycle).
+DEFAULT_MIN_ABS_EFFECT: dict[str, float] = {
+    "sm_clock": 0.0, "power": 10.0, "temperature": 3.0, "utilization": 0.10,
+    "duty_cycle": 0.05, "throttle": 0.10, "nvlink": 1e8, "pcie": 1e8,
+}
+
+Series = np.ndarray | tuple[np.ndarray, np.ndarray]
+"""An (N, M) array sampled at the window's ``t``, or ``(times, values)`` with
+its own sample times (e.g. clocks at 1 Hz next to power at 20 Hz)."""
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class GpuFeatures:
+    """One GPU over one window; NaN where the input was not given or had no data."""
+
+    gpu: int
+    sm_clock_hertz: float
+    power_watts: float
+    temperature_celsius: float
+    utilization_ratio: float
+    duty_cycle: float  # share of the window above the node's (p5 + p95) / 2 power
+    throttle_ratio: float  # share of samples with any THROTTLE_REASONS bit
+    throttle_reasons: Mapping[str, float]  # reason -> share of samples (empty if not given)
+    nvlink_bytes_per_second: float
+    pcie_bytes_per_second: float
+
+    def value(self, signal: str) -> float:
+        return {
+            "sm_clock": self.sm_clock_hertz,
+            "power": self.power_watts,
+            "temperature": self.temperature_celsius,
+            "utilization": self.utilization_ratio,
+            "duty_cycle": self.duty_cycle,
+            "throttle": self.throttle_ratio,
+            "nvlink": self.nvlink_bytes_per_second,
+            "pcie": self.pcie_bytes_per_second,
+        }[signal]
+
+
+@dataclass(frozen=True)
+class WindowFeatures:
+    """Result of :func:`window_features`: every GPU of a node over one window."""
+
+    t_start: float
+    t_end: float
+    gpus: dict[int, GpuFeatures]
+    node_power_p5_watts: float
+    node_power_p95_watts: float
+    phases: bool  # the node's power has distinct compute and wait phases (duty cycle defined)
+
+    def matrix(self, signals: Sequence[str] = SIGNALS) -> tuple[list[int], np.ndarray]:
+        """(GPU ids, (len(signals), N) values)."""
+        ids = list(self.gpus)
+        m = np.array([[self.gpus[g].value(s) for g in ids] for s in signals], dtype=np.float64)
+        return ids, m.reshape(len(signals), len(ids))
+
+
+def _rows(x: Series | None, n: int, name: str) -> np.ndarray | None:
+    if x is None:
+        return None
+    values = x[1] if isinstance(x, tuple) else x
+    a = np.asarray(values, dtype=np.float64)
+    a = a.reshape(1, -1) if a.ndim == 1 and n == 1 else a
+    if a.ndim != 2 or a.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} rows (one per GPU), got shape {a.shape}")
+    return a
+
+
+def _row_means(a: np.ndarray | None, n: int) -> np.ndarray:
+    if a is None or a.shape[1] == 0:
+        return np.full(n, np.nan)
+    ok = np.isfinite(a)
+    cnt = ok.sum(axis=1)
+    s = np.where(ok, a, 0.0).sum(axis=1)
+    out = np.full(n, np.nan)
+    np.divide(s, cnt, out=out, where=cnt > 0)
+    return out
+
+
+def window_features(
+    t: np.ndarray,
+    power: np.ndarray,
+    *,
+    gpus: Sequence[int] | None = None,
+    sm_clock: Series | None = None,
+    temperature: Series | None = None,
+    utilization: Series | None = None,
+    clock_event_reasons: Series | None = None,
+    nvlink: Series | None = None,
+    pcie: Series | None = None,
+    min_phase_contrast: float = 0.25,
+) -> WindowFeatures:
+    """Per-GPU features of a node over one window.
+
+    ``t``: (M,) sample times of ``power`` (seconds).  ``power``: (N, M) watts.
+    The optional series are (N, M') in their base units (Hz, degC, ratio 0-1,
+    bitmask, bytes/s), on ``t`` or as ``(times, values)``.
+
+    The duty cycle is the share of a GPU's power samples above the midpoint of
+    the node's pooled p5 and p95 power; it is NaN (not compared) unless the node
+    has phases: p95 - p5 >= ``min_phase_contrast`` * p95.  Without that guard a
+    flat node's midpoint splits the GPUs by their static offsets.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    p = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    if t.ndim != 1 or p.shape[1] != t.size:
+        raise ValueError(f"power has {p.shape[1]} samples per GPU, t has {t.size}")
+    n = p.shape[0]
+    ids = [int(g) for g in gpus] if gpus is not None else list(range(n))
+    if len(ids) != n:
+        raise ValueError("gpus must name every row of power")
+    fin = p[np.isfinite(p)]
+    if fin.size:
+        p5, p95 = (float(v) for v in np.percentile(fin, [5, 95]))
+    else:
+        p5 = p95 = math.nan
+    phases = bool(fin.size and p95 > 0 and p95 - p5 >= min_phase_contrast * p95)
+    if phases:
+        mid = (p5 + p95) / 2
+        with np.errstate(invalid="ignore"):
+            duty = _row_means(np.where(np.isfinite(p), (p > mid).astype(float), np.nan), n)
+    else:
+        duty = np.full(n, np.nan)
+    pw = _row_means(p, n)
+    clk = _row_means(_rows(sm_clock, n, "sm_clock"), n)
+    temp = _row_means(_rows(temperature, n, "temperature"), n)
+    util = _row_means(_rows(utilization, n, "utilization"), n)
+    nvl = _row_means(_rows(nvlink, n, "nvlink"), n)
+    pci = _row_means(_rows(pcie, n, "pcie"), n)
+    reasons_rows = _rows(clock_event_reasons, n, "clock_event_reasons")
+    thr = np.full(n, np.nan)
+    per_reason: list[dict[str, float]] = [{} for _ in range(n)]
+    if reasons_rows is not None and reasons_rows.shape[1]:
+        ok = np.isfinite(reasons_rows)
+        bits = np.where(ok, reasons_rows, 0).astype(np.int64)
+        cnt = ok.sum(axis=1)
+        has = cnt > 0
+        denom = np.maximum(cnt, 1)
+        thr = np.where(has, ((bits & THROTTLE_MASK) != 0).sum(axis=1) / denom, np.nan)
+        for name, bit in THROTTLE_REASONS.items():
+            share = ((bits & bit) != 0).sum(axis=1) / denom
+            for i in range(n):
+                if has[i]:
+                    per_reason[i][name] = float(share[i])
+    feats = {
+        g: GpuFeatures(g, float(clk[i]), float(pw[i]), float(temp[i]), float(util[i]),
+                       float(duty[i]), float(thr[i]), per_reason[i], float(nvl[i]),
+                       float(pci[i]))
+        for i, g in enumerate(ids)
+    }
+    t0 = float(t[0]) if t.size else math.nan
+    t1 = float(t[-1]) if t.size else math.nan
+    return WindowFeatures(t0, t1, feats, p5, p95, phases)
+
+
+# --------------------------------------------------------------------------- peer statistics
+
+
+@dataclass(frozen=True)
+class StragglerThresholds:
+    """When a GPU's signal counts as deviating from its peers.  Defaults from
+    docs/stragglers.md (Iglewicz-Hoaglin 3.5; 10 % effect; 5 min persistence)."""
+
+    z: float = 3.5  # |M| must exceed this
+    min_effect_ratio: float = 0.10  # |x - median| >= this * |median| ...
+    min_abs_effect: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_MIN_ABS_EFFECT))  # ... and >= this (signal units)
+    mad_floor_ratio: float = 0.01  # MAD floor: this * |median| ...
+    mad_epsilon: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_MAD_EPSILON))  # ... and this (signal units)
+    persistence_seconds: float = 300.0
+    min_group_size: int = 3  # fewer GPUs in a group: no peer statistics
+
+
+def modified_z(values: np.ndarray, *, mad_floor_ratio: float = 0.01, epsilon: float = 1e-9
+               ) -> tuple[np.ndarray, float, float]:
+    """Modified z-scores of ``values`` (NaN stays NaN) against their own median.
+
+    Returns (scores, median, effective MAD), where the effective MAD is
+    max(MAD, mad_floor_ratio * |median|, epsilon) > 0: MAD = 0 never divides by
+    zero.  With no finite value the scores are NaN and median and MAD are NaN.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    fin = x[np.isfinite(x)]
+    if fin.size == 0:
+        return np.full(x.shape, np.nan), math.nan, math.nan
+    med = float(np.median(fin))
+    mad = float(np.median(np.abs(fin - med)))
+    floor = max(mad, mad_floor_ratio * abs(med), epsilon, 1e-300)
+    return MAD_SCALE * (x - med) / floor, med, floor
+
+
+def _group_index(ids: Sequence[int], groups: Mapping[int, str] | None
+                 ) -> dict[str, list[int]]:
+    """group -> row positions; GPUs without a group share the group ""."""
+    out: dict[str, list[int]] = {}
+    for i, g in enumerate(ids):
+        out.setdefault(str(groups.get(g, "")) if groups else "", []).append(i)
+    return out
+
+
+@dataclass(frozen=True)
+class SignalScore:
+    """One GPU's signal in one window, against its group."""
+
+    value: float
+    median: float  # of the group (NaN without peer statistics)
+    score: float  # modified z-score M (NaN without peer statistics or without a value)
+    deviating: bool  # |M| > z and the effect gate passed, in this window
+    direction: str | None  # "low" or "high" while deviating
+    since: float | None  # time the current deviation began (first deviating update)
+    finding: bool  # deviating for at least the persistence
+
+
+@dataclass(frozen=True)
+class Finding:
+    gpu: int
+    signal: str
+    direction: str
+    score: float
+    since: float
+
+
+@dataclass(frozen=True)
+class GpuStraggler:
+    gpu: int
+    group: str
+    peer_statistics: bool
+    reason: str | None  # why there are no peer statistics
+    straggler: bool
+    signals: tuple[str, ...]  # signals with a finding
+    since: float | None  # earliest start among the findings
+    scores: dict[str, SignalScore]
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    group: str
+    gpus: tuple[int, ...]
+    peer_statistics: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class StragglerReport:
+    """Result of :meth:`StragglerDetector.update`, ready to export."""
+
+    time: float
+    gpus: dict[int, GpuStraggler]
+    findings: tuple[Finding, ...]
+    groups: tuple[GroupStatus, ...]
+    peer_statistics: bool  # at least one group had peer statistics
+    reason: str | None  # set when no group had them
+
+
+def _deviations(m: np.ndarray, rows: list[int], signals: Sequence[str],
+                th: StragglerThresholds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores, medians and 'deviating' for the rows of one group: (S, n), (S,), (S, n)."""
+    x = m[:, rows]
+    ok = np.isfinite(x)
+    cnt = ok.sum(axis=1)
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(np.where(cnt[:, None] > 0, x, 0.0), axis=1)
+        dev = np.abs(x - med[:, None])
+        mad = np.nanmedian(np.where(cnt[:, None] > 0, dev, 0.0), axis=1)
+    eps = np.array([th.mad_epsilon.get(s, 1e-9) for s in signals])
+    floor = np.maximum.reduce([np.nan_to_num(mad), th.mad_floor_ratio * np.abs(med), eps])
+    floor = np.maximum(floor, 1e-300)
+    score = MAD_SCALE * (x - med[:, None]) / floor[:, None]
+    gate = np.maximum(th.min_effect_ratio * np.abs(med),
+                      np.array([th.min_abs_effect.get(s, 0.0) for s in signals]))
+    enough = (cnt >= th.min_group_size)[:, None]
+    with np.errstate(invalid="ignore"):
+        deviating = ok & enough & (np.abs(score) > th.z) & (dev >= gate[:, None])
+    score = np.where(ok & enough, score, np.nan)
+    med = np.where(cnt >= th.min_group_size, med, np.nan)
+    return score, med, deviating
+
+
+@dataclass
+class _Held:
+    direction: str
+    since: float
+    group: str
+
+
+class StragglerDetector:
+    """Per GPU and signal, since when it has deviated from its peers.
+
+    Call :meth:`update` once per window with that window's features; a
+    deviation becomes a finding once it has held for
+    ``thresholds.persistence_seconds`` (measured between update times), and
+    clears at the first update where it no longer holds (or flips direction,
+    or the GPU changes group).
+    """
+
+    def __init__(self, thresholds: StragglerThresholds | None = None,
+                 signals: Sequence[str] = SIGNALS) -> None:
+        bad = [s for s in signals if s not in SIGNALS]
+        if bad:
+            raise ValueError(f"unknown signals {bad}; known: {', '.join(SIGNALS)}")
+        self.thresholds = thresholds or StragglerThresholds()
+        if self.thresholds.min_group_size < 2:
+            raise ValueError("min_group_size must be at least 2")
+        if self.thresholds.persistence_seconds < 0:
+            raise ValueError("persistence_seconds must not be negative")
+        self.signals = tuple(signals)
+        self._held: dict[tuple[int, str], _Held] = {}
+
+    def reset(self) -> None:
+        self._held.clear()
+
+    def update(self, features: WindowFeatures, t: float | None = None,
+               groups: Mapping[int, str] | None = None) -> StragglerReport:
+        """Score one window.  ``t`` defaults to the window's end;
+        ``groups`` maps GPU -> job id (compare only within a job)."""
+        now = features.t_end if t is None else float(t)
+        th = self.thresholds
+        ids, m = features.matrix(self.signals)
+        score = np.full(m.shape, np.nan)
+        med = np.full(m.shape, np.nan)
+        deviating = np.zeros(m.shape, dtype=bool)
+        group_of: dict[int, str] = {}
+        statuses: list[GroupStatus] = []
+        for name, rows in _group_index(ids, groups).items():
+            gids = tuple(ids[i] for i in rows)
+            for g in gids:
+                group_of[g] = name
+            label = f"group {name!r}" if name else "the node"
+            if len(rows) < th.min_group_size:
+                statuses.append(GroupStatus(
+                    name, gids, False,
+                    f"{label} has {len(rows)} GPU(s); peer statistics need at least "
+                    f"{th.min_group_size}"))
+                continue
+            s, md, dv = _deviations(m, rows, self.signals, th)
+            score[:, rows] = s
+            med[:, rows] = md[:, None]
+            deviating[:, rows] = dv
+            statuses.append(GroupStatus(name, gids, True, None))
+        gpus: dict[int, GpuStraggler] = {}
+        findings: list[Finding] = []
+        seen: set[tuple[int, str]] = set()
+        for j, g in enumerate(ids):
+            scores: dict[str, SignalScore] = {}
+            flagged: list[str] = []
+            first: float | None = None
+            for k, sig in enumerate(self.signals):
+                key = (g, sig)
+                sc = float(score[k, j])
+                held = None
+                if deviating[k, j]:
+                    direction = HIGH if sc > 0 else LOW
+                    held = self._held.get(key)
+                    if held is None or held.direction != direction or held.group != group_of[g]:
+                        held = _Held(direction, now, group_of[g])
+                        self._held[key] = held
+                    seen.add(key)
+                is_finding = held is not None and now - held.since >= th.persistence_seconds
+                scores[sig] = SignalScore(
+                    float(m[k, j]), float(med[k, j]), sc, bool(deviating[k, j]),
+                    held.direction if held else None, held.since if held else None, is_finding)
+                if is_finding and held is not None:
+                    flagged.append(sig)
+                    findings.append(Finding(g, sig, held.direction, sc, held.since))
+                    first = held.since if first is None else min(first, held.since)
+            st = next(s for s in statuses if s.group == group_of[g])
+            gpus[g] = GpuStraggler(g, group_of[g], st.peer_statistics, st.reason,
+                                   bool(flagged), tuple(flagged), first, scores)
+        for key in [k for k in self._held if k not in seen]:
+            del self._held[key]
+        any_stats = any(s.peer_statistics for s in statuses)
+        reason = None
+        if not any_stats:
+            reason = "; ".join(s.reason or "" for s in statuses) or "no GPUs"
+        return StragglerReport(now, gpus, tuple(findings), tuple(statuses), any_stats, reason)
+
+
+# --------------------------------------------------------------------------- stalls
+
+
+@dataclass(frozen=True)
+class StallThresholds:
+    """When a short window counts as a stall (see docs/stragglers.md)."""
+
+    busy_utilization: float = 0.9  # waiting GPUs look busy ...
+    wait_level: float = 0.6  # ... at power <= this * their own compute level
+    culprit_level: float = 0.8  # a culprit still computes (power >= this * its level) ...
+    low_utilization: float = 0.5  # ... or is idle (utilization <= this)
+    min_waiting: int = 2  # at least this many waiting GPUs in the group ...
+    min_waiting_share: float = 0.5  # ... and at least this share of the group
+
+
+@dataclass(frozen=True)
+class StallResult:
+    stalled: bool
+    waiting_gpus: tuple[int, ...]
+    culprit_gpus: tuple[int, ...]
+    groups: tuple[str, ...]  # the groups that stalled
+
+
+def compute_level(power: np.ndarray, percentile: float = 95.0) -> np.ndarray:
+    """Each GPU's compute power level: the ``percentile`` of its power (N, M)
+    over a context long enough to contain compute phases (~2 min)."""
+    p = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    if p.shape[1] and np.isfinite(p).all():
+        return np.percentile(p, percentile, axis=1)
+    out = np.full(p.shape[0], np.nan)
+    for i, row in enumerate(p):
+        fin = row[np.isfinite(row)]
+        if fin.size:
+            out[i] = float(np.percentile(fin, percentile))
+    return out
+
+
+def stall_matrix(utilization: np.ndarray, power: np.ndarray, level: np.ndarray,
+                 group_rows: Sequence[Sequence[int]], th: StallThresholds
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stall rule on K windows at once.
+
+    ``utilization``, ``power`` (mean over each short window) and ``level`` (each
+    GPU's compute level) are (N, K).  Returns (stalled (K,), waiting (N, K),
+    culprit (N, K)); waiting and culprit are False outside stalled groups.
+    """
+    u = np.asarray(utilization, dtype=np.float64)
+    p = np.asarray(power, dtype=np.float64)
+    lv = np.asarray(level, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(lv > 0, p / lv, np.nan)
+        wait = (u >= th.busy_utilization) & (rel <= th.wait_level)
+        culp = (~wait) & np.isfinite(u) & np.isfinite(rel) & (
+            (u <= th.low_utilization) | (rel >= th.culprit_level))
+    waiting = np.zeros(u.shape, dtype=bool)
+    culprit = np.zeros(u.shape, dtype=bool)
+    stalled = np.zeros(u.shape[1], dtype=bool)
+    for rows in group_rows:
+        r = list(rows)
+        nw = wait[r].sum(axis=0)
+        hit = (nw >= th.min_waiting) & (nw >= th.min_waiting_share * len(r)) & \
+            culp[r].any(axis=0)
+        waiting[r] = wait[r] & hit
+        culprit[r] = culp[r] & hit
+        stalled |= hit
+    return stalled, waiting, culprit
+
+
+def detect_stall(utilization: np.ndarray, power: np.ndarray, level: np.ndarray, *,
+                 gpus: Sequence[int] | None = None, groups: Mapping[int, str] | None = None,
+                 thresholds: StallThresholds | None = None) -> StallResult:
+    """Stall signature over one short window (a few seconds).
+
+    ``utilization`` (ratio) and ``power`` (watts): (N,) means over the window;
+    ``level``: (N,) each GPU's compute level (:func:`compute_level` over the
+    last ~2 minutes).  A group stalls when at least ``min_waiting`` GPUs (and
+    ``min_waiting_share`` of it) busy-wait, utilization >= ``busy_utilization``
+    at power <= ``wait_level`` x their level, while at least one other GPU of
+    the group is idle (utilization <= ``low_utilization``) or still computing
+    (power >= ``culprit_level`` x its level): the culprits.
+    """
+    u = np.asarray(utilization, dtype=np.float64).reshape(-1)
+    n = u.size
+    ids = [int(g) for g in gpus] if gpus is not None else list(range(n))
+    if len(ids) != n:
+        raise ValueError("gpus must name every GPU")
+    gi = _group_index(ids, groups)
+    stalled, waiting, culprit = stall_matrix(
+        u[:, None], np.asarray(power, dtype=np.float64).reshape(n, 1),
+        np.asarray(level, dtype=np.float64).reshape(n, 1), list(gi.values()),
+        thresholds or StallThresholds())
+    hit_groups = tuple(name for name, rows in gi.items() if waiting[rows, 0].any())
+    return StallResult(bool(stalled[0]), tuple(ids[i] for i in np.flatnonzero(waiting[:, 0])),
+                       tuple(ids[i] for i in np.flatnonzero(culprit[:, 0])), hit_groups)
+
+
+# --------------------------------------------------------------------------- offline scan
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A finding held over consecutive windows (times as given in ``t``)."""
+
+    gpu: int
+    signal: str
+    direction: str
+    score: float  # median M over the deviating windows
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Stall:
+    start: float
+    end: float
+    waiting_gpus: tuple[int, ...]
+    culprit_gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    outliers: list[Outlier]
+    stalls: list[Stall]
+    windows: int  # straggler windows analysed
+    peer_statistics: bool
+    reason: str | None
+    # per GPU and signal: median |M| over the windows that had a score
+    typical_scores: dict[int, dict[str, float]]
+
+
+def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
+    if m <= n_win:
+        return [0]
+    starts = list(range(0, m - n_win + 1, n_step))
+    if starts[-1] + n_win < m:
+        starts.append(m - n_win)
+    return starts
+
+
+def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
+    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1)."""
+    ok = np.isfinite(x)
+    z = np.zeros(x.shape[:-1] + (1,))
+    cs = np.cumsum(np.concatenate([z, np.where(ok, x, 0.0)], axis=-1), axis=-1)
+    cn = np.cumsum(np.concatenate([z, ok.astype(float)], axis=-1), axis=-1)
+    s = cs[..., k:] - cs[..., :-k]
+    c = cn[..., k:] - cn[..., :-k]
+    out = np.full(s.shape, np.nan)
+    np.divide(s, c, out=out, where=c > 0)
+    return out
+
+
+def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarray | None],
+                   ids: list[int], groups: Mapping[int, str] | None, window: float,
+                   step: float, th: StragglerThresholds
+                   ) -> tuple[list[Outlier], int, bool, str | None, dict[int, dict[str, float]]]:
+    dt = float(np.median(np.diff(t)))
+    m = t.size
+    n_win = max(2, int(round(window / dt)))
+    n_step = max(1, int(round(step / dt)))
+    det = StragglerDetector(th)
+    starts = _window_starts(m, n_win, n_step)
+    runs: dict[tuple[int, str], list[tuple[int, float, str]]] = {}  # open runs
+    closed: list[tuple[int, str, list[tuple[int, float, str]]]] = []
+    bounds: list[tuple[float, float]] = []
+    any_stats = False
+    reason: str | None = None
+    all_scores: dict[tuple[int, str], list[float]] = {}
+    for w, a in enumerate(starts):
+        b = min(m, a + n_win)
+        sl = slice(a, b)
+        feats = window_features(
+            t[sl], power[:, sl], gpus=ids,
+            **{k: (v[:, sl] if v is not None else None) for k, v in others.items()})
+        rep = det.update(feats, groups=groups)
+        bounds.append((float(t[a]), float(t[b - 1])))
+        any_stats = any_stats or rep.peer_statistics
+        reason = reason or rep.reason
+        for g, gs in rep.gpus.items():
+            for sig, sc in gs.scores.items():
+                key = (g, sig)
+                if math.isfinite(sc.score):
+                    all_scores.setdefault(key, []).append(abs(sc.score))
+                run = runs.get(key)
+                if sc.deviating and sc.direction is not None:
+                    if run is not None and run[-1][2] != sc.direction:
+                        closed.append((g, sig, run))
+                        run = None
+                    if run is None:
+                        run = runs[key] = []
+                    run.append((w, sc.score, sc.direction))
+                elif run is not None:
+                    closed.append((g, sig, run))
+                    del runs[key]
+    for (g, sig), run in runs.items():
+        closed.append((g, sig, run))
+    out: list[Outlier] = []
+    last = len(starts) - 1
+    for g, sig, run in closed:
+        w0, w1 = run[0][0], run[-1][0]
+        held = bounds[w1][1] - bounds[w0][1]
+        if held < th.persistence_seconds:
+            continue
+        # the deviation began about mid-way into its first window (the window's
+        # mean crosses the gate when about half of it deviates), except at the edges
+        start = bounds[w0][0] if w0 == 0 else sum(bounds[w0]) / 2
+        end = bounds[w1][1] if w1 == last else sum(bounds[w1]) / 2
+        out.append(Outlier(g, sig, run[0][2], float(np.median([s for _, s, _ in run])),
+                           start, end))
+    out.sort(key=lambda o: (o.start, o.gpu, o.signal))
+    typical: dict[int, dict[str, float]] = {}
+    for (g, sig), v in sorted(all_scores.items()):
+        typical.setdefault(g, {})[sig] = float(np.median(v))
+    return out, len(starts), any_stats, reason, typical
+
+
+def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
+                 groups: Mapping[int, str] | None, window: float, context: float,
+                 th: StallThresholds) -> list[Stall]:
+    dt = float(np.median(np.diff(t)))
+    m = t.size
+    k = max(1, int(round(window / dt)))
+    if m < k:
+        return []
+    u = _moving_mean(utilization, k)  # window j covers samples j .. j+k-1
+    p = _moving_mean(power, k)
+    # compute level: p95 over a context centred on each window, evaluated every
+    # ~context/12 and held in between
+    n_ctx = max(k, int(round(context / dt)))
+    hop = max(1, n_ctx // 12)
+    centres = np.arange(0, m, hop)
+    lv_at = np.stack([compute_level(power[:, max(0, c - n_ctx // 2):c + n_ctx // 2 + 1])
+                      for c in centres], axis=1)
+    mid = np.arange(u.shape[1]) + k // 2
+    lv = lv_at[:, np.minimum(mid // hop, centres.size - 1)]
+    gi = _group_index(ids, groups)
+    stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
+    out: list[Stall] = []
+    j = 0
+    nwin = stalled.size
+    while j < nwin:
+        if not stalled[j]:
+            j += 1
+            continue
+        e = j
+        while e + 1 < nwin and stalled[e + 1]:
+            e += 1
+        cul = culprit[:, j:e + 1].any(axis=1)
+        wai = waiting[:, j:e + 1].any(axis=1) & ~cul
+        # a short window stalls once about half of it does: date it by its middle
+        out.append(Stall(float(t[min(m - 1, j + k // 2)]), float(t[min(m - 1, e + k // 2)]),
+                         tuple(ids[i] for i in np.flatnonzero(wai)),
+                         tuple(ids[i] for i in np.flatnonzero(cul))))
+        j = e + 1
+    return out
+
+
+def scan(
+    t: np.ndarray,
+    power: np.ndarray,
+    *,
+    gpus: Sequence[int] | None = None,
+    sm_clock: np.ndarray | None = None,
+    temperature: np.ndarray | None = None,
+    utilization: np.ndarray | None = None,
+    clock_event_reasons: np.ndarray | None = None,
+    nvlink: np.ndarray | None = None,
+    pcie: np.ndarray | None = None,
+    groups: Mapping[int, str] | None = None,
+    window_seconds: float = 60.0,
+    step_seconds: float = 10.0,
+    thresholds: StragglerThresholds | None = None,
+    stall_window_seconds: float = 2.0,
+    stall_context_seconds: float = 120.0,
+    stall_thresholds: StallThresholds | None = None,
+) -> ScanResult:
+    """Slide the straggler window and the stall window over whole series.
+
+    All series are (N, M) on the uniform grid ``t`` (M,).  Consecutive
+    deviating windows of one GPU and signal become one :class:`Outlier` when
+    they held for the persistence; consecutive stalled short windows become one
+    :class:`Stall` (its culprits and waiters: the union over its windows).
+    Stalls need ``utilization``.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    p = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    if t.ndim != 1 or t.size < 2 or p.shape[1] != t.size:
+        raise ValueError("need (N, M) power on at least 2 sample times")
+    ids = [int(g) for g in gpus] if gpus is not None else list(range(p.shape[0]))
+    others = {"sm_clock": sm_clock, "temperature": temperature, "utilization": utilization,
+              "clock_event_reasons": clock_event_reasons, "nvlink": nvlink, "pcie": pcie}
+    others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
+              for k, v in others.items()}
+    th = thresholds or StragglerThresholds()
+    outliers, n, stats, reason, typical = _scan_outliers(
+        t, p, others, ids, groups, window_seconds, step_seconds, th)
+    stalls: list[Stall] = []
+    util = others["utilization"]
+    if util is not None and np.isfinite(util).any():
+        stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
+                              stall_context_seconds, stall_thresholds or StallThresholds())
+    return ScanResult(outliers, stalls, n, stats, reason, typical)
