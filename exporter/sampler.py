@@ -23,6 +23,12 @@ import numpy as np
 import pynvml
 
 from exporter.nvml.backend import NvmlBackend, error_name
+from exporter.power_monitor import (
+    PowerAnalysis,
+    PowerMonitor,
+    PowerSettings,
+    detect_update_period,
+)
 from exporter.sources.gpu import (
     GpuIdentity,
     GpuState,
@@ -256,6 +262,9 @@ class Snapshot:
     recovery_attempts: dict[int, int] = field(default_factory=dict)
     recoveries: dict[int, int] = field(default_factory=dict)
     hangs: dict[int, int] = field(default_factory=dict)
+    power_analysis: PowerAnalysis | None = None
+    power_update_periods: dict[int, float] = field(default_factory=dict)  # sensor, by GPU
+    observable_band_hz: tuple[float, float] = (0.0, 0.0)
 
     def up(self, gpu: int) -> bool:
         return (gpu not in self.lost and gpu not in self.hung
@@ -274,6 +283,7 @@ class SamplerSettings:
     hang_timeout_seconds: float = 2.0  # a call inside NVML this long marks its GPU hung
     recovery_interval_seconds: float = 10.0  # how often to retry a lost GPU
     xid_events: bool = True
+    power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
 
 
 class Sampler:
@@ -304,6 +314,8 @@ class Sampler:
         self.recoveries: dict[int, int] = {}
         self._last_recovery: dict[int, float] = {}
         self.buffer: PowerBuffer | None = None
+        self.power_monitor: PowerMonitor | None = None
+        self.power_analysis: PowerAnalysis | None = None
         self._stop = threading.Event()
         self._loops: list[_Loop] = []
         self._xid_thread: threading.Thread | None = None
@@ -325,6 +337,11 @@ class Sampler:
         self.sweep_loop = _Loop("sweep", 1.0 / s.sweep_interval_seconds, self._sweep_tick,
                                 self._stop)
         readers = [self.power_loop, self.sweep_loop]
+        if s.power is not None:
+            periods = detect_update_period(self.backend, self.gpu_count)
+            self.power_monitor = PowerMonitor(s.power, s.power_hertz, periods)
+            readers.append(_Loop("analysis", 1.0 / s.power.update_seconds, self._analysis_tick,
+                                 self._stop, first_delay=s.power.update_seconds))
         if self.sources:
             readers.append(_Loop("sources", 1.0 / s.sources_interval_seconds,
                                  self._sources_tick, self._stop))
@@ -341,7 +358,8 @@ class Sampler:
         # NVML call at start-up only delays it.
         deadline = time.monotonic() + max(2.0, 2 * s.sweep_interval_seconds)
         for loop in readers:
-            loop.first_done.wait(max(0.0, deadline - time.monotonic()))
+            if loop.name != "analysis":
+                loop.first_done.wait(max(0.0, deadline - time.monotonic()))
         self.publish()
         publisher.thread.start()
 
@@ -420,6 +438,21 @@ class Sampler:
 
         if self._each_gpu(self.sweep_loop, read):
             self._recover_lost()
+
+    def _analysis_tick(self) -> None:
+        monitor, buffer = self.power_monitor, self.buffer
+        if monitor is None or buffer is None:
+            return
+        now = time.time()
+        times, watts, _ = buffer.window(monitor.seconds_needed(now))
+        limits = [i.default_power_limit_watts if i is not None else None
+                  for i in self.identities]
+        tdp = None if any(v is None for v in limits) else np.array(limits, dtype=float)
+        self.power_analysis = monitor.update(times, watts, tdp, now)
+
+    def analysis_updates(self) -> int:
+        loop = next((loop for loop in self._loops if loop.name == "analysis"), None)
+        return 0 if loop is None else loop.iterations
 
     def _count_clock_events(self, gpu: int, health: GpuHealth) -> None:
         """Accumulate seconds each clock-event reason was active, sweep to sweep."""
@@ -558,6 +591,10 @@ class Sampler:
             recovery_attempts=dict(self.recovery_attempts),
             recoveries=dict(self.recoveries),
             hangs=hangs,
+            power_analysis=self.power_analysis,
+            power_update_periods=(dict(self.power_monitor.update_periods)
+                                  if self.power_monitor else {}),
+            observable_band_hz=self.power_monitor.band if self.power_monitor else (0.0, 0.0),
         )
 
     @property

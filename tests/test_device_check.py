@@ -18,9 +18,9 @@ def test_device_check_dry_run_on_the_fake(tmp_path):
     assert "RESULT: ok" in result.stdout
     report = json.loads(out.read_text())
     assert report["gpu_count"] == 8 and report["fake"] is True
-    # the fake's instant-power sensor updates every 20 ms: the script must find that
-    assert abs(report["power_update"]["median_interval_ms"] - 20) < 2
-    assert report["power_update"]["observable_band_hz"][1] == 25
+    # the fake's instant-power sensor updates every 50 ms: the script must find that
+    assert abs(report["power_update"]["median_interval_ms"] - 50) < 3
+    assert report["power_update"]["observable_band_hz"][1] == 10
     assert report["failures"] == []
     assert "gpu_fan_speed_ratio: present for 0 of 8 GPUs" in report["warnings"]
     assert set(report["call_latency"]) >= {"nvmlDeviceGetUtilizationRates",

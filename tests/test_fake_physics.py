@@ -94,9 +94,9 @@ def test_temperature_follows_load(clock):
 def test_instant_power_holds_between_sensor_updates(fake_nvml, clock):
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    clock.now = 1_790_000_000.001  # just after a 20 ms sensor tick
+    clock.now = 1_790_000_000.001  # just after a 50 ms sensor tick
     first = _instant_watts(handle)
-    clock.advance(0.005)
+    clock.advance(0.04)
     assert _instant_watts(handle) == first
     clock.advance(0.02)
     assert _instant_watts(handle) != first

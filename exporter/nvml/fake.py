@@ -117,7 +117,8 @@ class _Waveform:
 class _FakeGpu:
     """The simulated physics of one GPU."""
 
-    def __init__(self, index: int, scenario: Scenario, start: float):
+    def __init__(self, index: int, scenario: Scenario, start: float, period: float,
+                 fraction: float):
         self.index = index
         dev, work = scenario.device, scenario.workload
         over = scenario.overrides.get(index)
@@ -131,13 +132,17 @@ class _FakeGpu:
         low = work.communication_watts * scale if self.training else work.idle_watts * scale
         if not self.training:
             high = low
-        self.wave = _Waveform(work.step_period_seconds, work.compute_fraction,
-                              work.ramp_seconds, high, low)
+        self.wave = _Waveform(period, fraction, work.ramp_seconds, high, low)
         self.high = high
-        self.phase = work.phase_seconds
+        self.phase = work.phase_seconds + (over.phase_seconds if over else 0.0)
         self.start = start
         # x measures time along the waveform; x0 is where this GPU's run began.
         self.x0 = (start + self.phase) % self.wave.period
+        self.every = work.checkpoint_every_seconds if self.training else 0.0
+        self.ckpt_seconds = min(work.checkpoint_seconds, self.every)
+        self.writer = index == work.checkpoint_gpu
+        self.ckpt_watts = work.idle_watts + 40 if self.writer else work.wait_watts
+        self._ckpt_prefix = [0.0]  # energy corrections of completed checkpoints, summed
         self.energy0_mj = 1.2e9 + index * 3.7e7
         rng = np.random.default_rng(scenario.seed * 1000 + index)
         self.noise = rng.standard_normal(_NOISE_TABLE) * work.noise_watts
@@ -145,7 +150,12 @@ class _FakeGpu:
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
 
+    def in_checkpoint(self, t: float) -> bool:
+        return self.every > 0 and t % self.every < self.ckpt_seconds
+
     def ideal_power(self, t: float) -> float:
+        if self.in_checkpoint(t):
+            return self.ckpt_watts
         return self.wave.value(t + self.phase)
 
     def instant_power(self, t: float, update_period: float) -> float:
@@ -153,15 +163,55 @@ class _FakeGpu:
         held = self.ideal_power(tick * update_period)
         return max(0.0, held + float(self.noise[tick % _NOISE_TABLE]))
 
-    def energy_joules(self, t: float) -> float:
+    def _wave_energy(self, t: float) -> float:
         elapsed = max(0.0, t - self.start)
         return self.wave.integral(self.x0 + elapsed) - self.wave.integral(self.x0)
+
+    def _checkpoint_correction(self, k: int, t: float) -> float:
+        """Energy of checkpoint k up to t, minus the waveform's over the same time."""
+        a = max(k * self.every, self.start)
+        b = min(k * self.every + self.ckpt_seconds, t)
+        if b <= a:
+            return 0.0
+        return self.ckpt_watts * (b - a) - (self._wave_energy(b) - self._wave_energy(a))
+
+    def energy_joules(self, t: float) -> float:
+        energy = self._wave_energy(t)
+        if self.every <= 0 or t <= self.start:
+            return energy
+        first = math.floor(self.start / self.every)
+        current = math.floor(t / self.every)
+        while len(self._ckpt_prefix) <= current - first:  # completed checkpoints, once
+            k = first + len(self._ckpt_prefix) - 1
+            self._ckpt_prefix.append(self._ckpt_prefix[-1] + self._checkpoint_correction(
+                k, math.inf))
+        return energy + self._ckpt_prefix[current - first] + self._checkpoint_correction(
+            current, t)
 
     def average_power(self, t: float, window: float) -> float:
         window = max(1e-3, min(window, t - self.start))
         if t - self.start < 1e-3:
             return self.ideal_power(t)
         return (self.energy_joules(t) - self.energy_joules(t - window)) / window
+
+
+def _step_timing(scenario: Scenario) -> list[tuple[float, float]]:
+    """(period, compute fraction) of each GPU. In lockstep training every GPU waits for the
+    slowest one's compute phase, so a slow GPU stretches every peer's step."""
+    work, overrides = scenario.workload, scenario.overrides
+    n = scenario.gpus
+    if any(o.step_period_seconds for o in overrides.values()):  # independent GPUs
+        out = []
+        for gpu in range(n):
+            over = overrides.get(gpu)
+            period = (over.step_period_seconds if over and over.step_period_seconds
+                      else work.step_period_seconds)
+            out.append((period, work.compute_fraction))
+        return out
+    compute = work.compute_fraction * work.step_period_seconds
+    speeds = [overrides[g].clock_scale if g in overrides else 1.0 for g in range(n)]
+    period = max(compute / s for s in speeds) + work.step_period_seconds - compute
+    return [(period, min(0.98, compute / s / period)) for s in speeds]
 
 
 class _Symbol:
@@ -190,7 +240,8 @@ class FakeNvmlLibrary:
         self.scenario = scenario
         self.clock = clock
         self.start = clock()
-        self.gpus = [_FakeGpu(i, scenario, self.start) for i in range(scenario.gpus)]
+        timing = _step_timing(scenario)
+        self.gpus = [_FakeGpu(i, scenario, self.start, *timing[i]) for i in range(scenario.gpus)]
         self.initialized = 0
         self.calls: dict[str, int] = {}
         self.looked_up: set[str] = set()
@@ -414,7 +465,8 @@ class FakeNvmlLibrary:
         if gpu is None:
             return ERROR_INVALID_ARGUMENT
         target, t = _target(util), self.now()
-        target.gpu = 100 if gpu.training else 0
+        writing = gpu.writer and gpu.in_checkpoint(t)
+        target.gpu = 100 if gpu.training and not writing else 0
         target.memory = (55 if self._compute_phase(gpu, t) else 6) if gpu.training else 0
         return SUCCESS
 

@@ -101,7 +101,7 @@ class DeviceSpec:
     pcie_generation: int = 5
     pcie_width: int = 16
     has_fan: bool = False
-    power_update_period_seconds: float = 0.02
+    power_update_period_seconds: float = 0.05
     nvlinks: int = 18
     driver_version: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
@@ -120,14 +120,26 @@ class Workload:
     phase_seconds: float = 0.0
     memory_used_bytes: int = 74 * 1024**3
     pcie_bytes_per_second: float = 2.5e9
+    # Checkpoints: every `checkpoint_every_seconds` (0: never, aligned to the wall clock),
+    # rank `checkpoint_gpu` writes for `checkpoint_seconds` near idle at 0 % utilization
+    # while its peers busy-wait in the collective at 100 % utilization and `wait_watts`.
+    checkpoint_every_seconds: float = 0.0
+    checkpoint_seconds: float = 20.0
+    checkpoint_gpu: int = 0
+    wait_watts: float = 150.0
 
 
 @dataclass(frozen=True)
 class GpuOverride:
     power_limit_watts: float | None = None
     temperature_offset_celsius: float = 0.0
+    # <1: a slower GPU; in lockstep training its compute phase takes 1/clock_scale longer
+    # and every peer waits for it
     clock_scale: float = 1.0
     power_scale: float = 1.0
+    # set on any GPU: the GPUs step independently (not in lockstep)
+    step_period_seconds: float | None = None
+    phase_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -235,7 +247,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
                            "nvlinks": (0, 36)})
     workload = _spec(Workload, top.get("workload") or {},
                      where.child("workload", top.get("workload")),
-                     strings=("type",), ints=("memory_used_bytes",),
+                     strings=("type",), ints=("memory_used_bytes", "checkpoint_gpu"),
                      bounds={"step_period_seconds": (0.01, 3600), "compute_fraction": (0, 1),
                              "phase_seconds": (-1e6, 1e6)})
     if workload.type not in ("training", "idle"):
@@ -251,7 +263,10 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
         gpu = get_number(item, "gpu", item_where, -1, low=0, high=gpus - 1, integer=True)
         rest = {k: v for k, v in item.items() if k != "gpu"}
         overrides[gpu] = _spec(GpuOverride, rest, item_where,
-                               bounds={"temperature_offset_celsius": (-50, 100)})
+                               bounds={"temperature_offset_celsius": (-50, 100),
+                                       "clock_scale": (0.05, 2), "power_scale": (0, 5),
+                                       "step_period_seconds": (0.01, 3600),
+                                       "phase_seconds": (-1e6, 1e6)})
     events = []
     raw_events = top.get("events") or []
     if not isinstance(raw_events, list):

@@ -1,0 +1,123 @@
+"""Power-swing families: the node's swing (no gpu label), each GPU's, cycles and ramps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.analysis.power_swing import SwingFeatures
+from exporter.metrics.gpu import GPU_LABELS
+from exporter.sampler import Snapshot
+
+# (suffix, help, SwingFeatures attribute) exported for the node and for each GPU
+FEATURES: tuple[tuple[str, str, str], ...] = (
+    ("mean_watts", "Mean power over the window.", "mean_watts"),
+    ("amplitude_watts", "Swing amplitude: p95 - p5 of power over the window.",
+     "amplitude_watts"),
+    ("amplitude_ratio", "Swing amplitude as a share of the power limit (TDP).",
+     "amplitude_ratio"),
+    ("frequency_hertz", "Dominant frequency of the oscillation (1 / step time).",
+     "frequency_hz"),
+    ("peak_concentration_ratio", "Share of the AC energy at the dominant frequency and its "
+     "harmonics (1: a clean periodic swing).", "peak_concentration"),
+    ("band_energy_ratio", "Share of the AC energy inside the configured band (0.1-3 Hz).",
+     "band_energy_ratio"),
+    ("max_ramp_watts_per_second", "Largest |dP/dt| after light smoothing.",
+     "max_ramp_watts_per_second"),
+    ("duty_cycle_ratio", "Share of the window above the midpoint of p5 and p95.",
+     "duty_cycle"),
+    ("phase_radians", "Phase of the node's dominant component at "
+     "power_swing_phase_reference_timestamp_seconds, in (-pi, pi].", "phase_radians"),
+)
+
+
+def _add(family_by_suffix: dict[str, GaugeMetricFamily], labels: list[str],
+         features: SwingFeatures) -> None:
+    for suffix, _, attr in FEATURES:
+        value = getattr(features, attr)
+        if value is not None:
+            family_by_suffix[suffix].add_metric(labels, value)
+
+
+def power_families(snapshot: Snapshot) -> Iterator[Metric]:
+    analysis = snapshot.power_analysis
+    swing = analysis.swing if analysis is not None else None
+
+    yield GaugeMetricFamily("power_observable_band_max_hertz",
+                            "Highest frequency the exporter can see: half the lower of the "
+                            "sampling rate and the power sensor's update rate.",
+                            value=snapshot.observable_band_hz[1])
+    period = GaugeMetricFamily("gpu_power_sensor_update_period_seconds",
+                               "How often the GPU's instant-power reading changes, measured "
+                               "at start.", labels=GPU_LABELS)
+    for gpu, seconds in sorted(snapshot.power_update_periods.items()):
+        ident = snapshot.identities[gpu]
+        if ident is not None:
+            period.add_metric([str(gpu), ident.uuid], seconds)
+    yield period
+    if analysis is None:
+        return
+
+    yield GaugeMetricFamily("power_swing_active", "1 while the node's GPUs swing in step: "
+                            "amplitude, frequency band, band energy and synchrony past their "
+                            "thresholds for consecutive updates.",
+                            value=1.0 if analysis.swinging else 0.0)
+    yield GaugeMetricFamily("power_swing_window_seconds", "Length of the analysed window.",
+                            value=analysis.window_seconds)
+    node = {suffix: GaugeMetricFamily(f"power_swing_{suffix}", f"Node (sum of GPUs): {doc}")
+            for suffix, doc, _ in FEATURES}
+    gpus = {suffix: GaugeMetricFamily(f"gpu_power_swing_{suffix}", f"Per GPU: {doc}",
+                                      labels=GPU_LABELS) for suffix, doc, _ in FEATURES}
+    if swing is not None:
+        _add(node, [], swing.node)
+        for gpu, features in sorted(swing.gpus.items()):
+            ident = snapshot.identities[gpu]
+            if ident is not None and gpu not in snapshot.lost and gpu not in snapshot.hung:
+                _add(gpus, [str(gpu), ident.uuid], features)
+    yield from node.values()
+    yield from gpus.values()
+    if swing is not None:
+        yield GaugeMetricFamily("power_swing_synchrony_ratio", "var(sum P) / (N * sum var P): "
+                                "1 when all GPUs swing in phase, about 1/N when independent.",
+                                value=swing.synchrony)
+        yield GaugeMetricFamily("power_swing_phase_reference_timestamp_seconds",
+                                "The Unix time the phases refer to. Phase now = phase + "
+                                "2 pi f (time() - this).", value=swing.phase_reference_time)
+
+    cycle = analysis.cycle
+    yield GaugeMetricFamily("power_cycle_detected", "1 if a slow periodic pattern (e.g. "
+                            "checkpoints) shows in the last 10 minutes.",
+                            value=0.0 if cycle is None else 1.0)
+    if cycle is not None:
+        for name, doc, value in (
+                ("power_cycle_period_seconds", "Period of the slow pattern.",
+                 cycle.period_seconds),
+                ("power_cycle_amplitude_watts", "Node power range over the mean cycle.",
+                 cycle.amplitude_watts),
+                ("power_cycle_amplitude_ratio", "Cycle amplitude as a share of the node's TDP.",
+                 cycle.amplitude_ratio),
+                ("power_cycle_strength_ratio", "How regular the pattern is (autocorrelation "
+                 "at the period, 0-1).", cycle.strength),
+                ("power_cycle_synchrony_ratio", "Synchrony of the GPUs' mean cycles.",
+                 cycle.synchrony)):
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=value)
+
+    ramps = CounterMetricFamily("power_ramps", "Large synchronised rises and falls of the "
+                                "node's power (job start, stop, crash).", labels=["direction"])
+    for direction, count in sorted(analysis.ramps_total.items()):
+        ramps.add_metric([direction], count)
+    yield ramps
+    ramp = analysis.last_ramp
+    if ramp is not None:
+        yield GaugeMetricFamily("power_ramp_last_delta_watts", "Size of the last large ramp "
+                                "(negative for a fall).", value=ramp.delta_watts)
+        yield GaugeMetricFamily("power_ramp_last_timestamp_seconds", "When it happened.",
+                                value=ramp.time)
+        yield GaugeMetricFamily("power_ramp_last_duration_seconds", "How long it took "
+                                "(10-90 %).", value=ramp.duration_seconds)
+    yield GaugeMetricFamily("cte_power_analysis_duration_seconds",
+                            "What the last power-analysis update cost.",
+                            value=analysis.duration_seconds)

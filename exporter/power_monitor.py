@@ -1,0 +1,172 @@
+"""Live power analysis: the swing, cycle and ramp analysers run on the ring buffers.
+
+Every `update_seconds` (default 5 s) the last `window_seconds` (default 30 s) of every
+GPU's instant power go through analysis.power_swing.analyse_window; the slow scale
+(analyse_cycles) runs on the last 10 minutes every minute; ramps are looked for in the
+last minute. At start, the instant-power sensor's update period is measured (poll fast,
+take the typical interval between changes, as Zeus does), which bounds the band the
+exporter can observe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pynvml
+
+from exporter.analysis.power_swing import (
+    CycleFeatures,
+    NodeSwing,
+    Ramp,
+    SwingDetector,
+    SwingThresholds,
+    analyse_cycles,
+    analyse_window,
+    detect_ramps,
+)
+from exporter.nvml.backend import NvmlBackend
+
+log = logging.getLogger(__name__)
+
+FI_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT
+
+
+@dataclass(frozen=True)
+class PowerSettings:
+    window_seconds: float = 30.0
+    update_seconds: float = 5.0
+    band_hz: tuple[float, float] = (0.1, 3.0)
+    min_amplitude_ratio: float = 0.20
+    min_band_energy_ratio: float = 0.20
+    min_synchrony: float = 0.5
+    hold_updates: int = 3
+    cycle_window_seconds: float = 600.0
+    cycle_every_seconds: float = 60.0
+    ramp_window_seconds: float = 60.0
+    ramp_min_ratio: float = 0.30
+
+
+@dataclass(frozen=True)
+class PowerAnalysis:
+    time: float
+    window_seconds: float
+    swing: NodeSwing | None  # None until the window holds enough samples
+    swinging: bool  # the held decision (SwingDetector)
+    cycle: CycleFeatures | None
+    ramps_total: dict[str, int] = field(default_factory=dict)  # by direction
+    last_ramp: Ramp | None = None  # time in Unix seconds
+    duration_seconds: float = 0.0  # what the last update cost
+
+
+def detect_update_period(backend: NvmlBackend, gpus: int, seconds: float = 0.5
+                         ) -> dict[int, float]:
+    """Poll every GPU's instant power as fast as possible; typical interval between changes."""
+    changes: dict[int, list[float]] = {g: [] for g in range(gpus)}
+    last: dict[int, float | None] = {g: None for g in range(gpus)}
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for gpu in range(gpus):
+            if gpu in backend.lost:
+                continue
+            reading = backend.fields(gpu, [FI_POWER_INSTANT]).get(FI_POWER_INSTANT)
+            if reading is None:
+                continue
+            if reading.value != last[gpu]:
+                if last[gpu] is not None:
+                    changes[gpu].append(time.perf_counter())
+                last[gpu] = reading.value
+    periods = {}
+    for gpu, times in changes.items():
+        intervals = np.diff(times)
+        if len(intervals) >= 3:
+            periods[gpu] = float(np.median(intervals))
+    return periods
+
+
+def observable_band(sample_hertz: float, update_periods: dict[int, float]) -> tuple[float, float]:
+    """0 to half the effective rate: the sampling rate or the sensor's, whichever is lower."""
+    rates = [sample_hertz] + [1.0 / p for p in update_periods.values() if p > 0]
+    return (0.0, min(rates) / 2)
+
+
+class PowerMonitor:
+    """Keeps the detector's state between updates; one instance per exporter."""
+
+    def __init__(self, settings: PowerSettings, sample_hertz: float,
+                 update_periods: dict[int, float]):
+        self.settings = settings
+        self.band = observable_band(sample_hertz, update_periods)
+        self.update_periods = update_periods
+        self.thresholds = SwingThresholds(settings.min_amplitude_ratio, settings.band_hz,
+                                          settings.min_band_energy_ratio,
+                                          settings.min_synchrony)
+        self.detector = SwingDetector(self.thresholds, settings.hold_updates)
+        self.cycle: CycleFeatures | None = None
+        self._last_cycle = -1e18
+        self.ramps_total = {"rise": 0, "fall": 0}
+        self.last_ramp: Ramp | None = None
+        # "far below": under a quarter of twice the sensor's rate
+        if sample_hertz < 0.5 * min((1 / p for p in update_periods.values()), default=0):
+            log.warning("power sampled at %.0f Hz, far below twice the sensor's update rate "
+                        "(%.0f Hz): faster swings are invisible", sample_hertz,
+                        2 * min(1 / p for p in update_periods.values()))
+
+    def cycle_due(self, now: float) -> bool:
+        return now - self._last_cycle >= self.settings.cycle_every_seconds
+
+    def seconds_needed(self, now: float) -> float:
+        """How much of the buffer the next update reads (the long window only when due)."""
+        s = self.settings
+        short = max(s.window_seconds, s.ramp_window_seconds)
+        return max(short, s.cycle_window_seconds) if self.cycle_due(now) else short
+
+    def update(self, times: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None,
+               now: float) -> PowerAnalysis:
+        """times/watts: (gpus, n) from the ring buffer, the last cycle window of them."""
+        t0 = time.perf_counter()
+        s = self.settings
+        t_row = np.nanmax(times, axis=0) if times.size else np.zeros(0)
+        swing = None
+        recent = t_row >= (t_row[-1] - s.window_seconds) if t_row.size else t_row.astype(bool)
+        if recent.sum() >= 40 and np.isfinite(watts[:, recent]).any():
+            power = _fill(watts[:, recent])
+            swing = analyse_window(t_row[recent], power, tdp, s.band_hz,
+                                   max_observable_hz=self.band[1],
+                                   phase_grid_seconds=s.update_seconds,
+                                   thresholds=self.thresholds)
+        swinging = self.detector.update(swing) if swing is not None else False
+        if swing is None:
+            self.detector.reset()
+        if t_row.size and self.cycle_due(now) and t_row[-1] - t_row[0] >= 2 * 10.0:
+            self._last_cycle = now
+            self.cycle = analyse_cycles(t_row, _fill(watts), tdp)
+        self._count_ramps(t_row, watts, tdp)
+        return PowerAnalysis(now, s.window_seconds, swing, swinging, self.cycle,
+                             dict(self.ramps_total), self.last_ramp,
+                             time.perf_counter() - t0)
+
+    def _count_ramps(self, t_row: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None) -> None:
+        s = self.settings
+        if t_row.size < 40:
+            return
+        recent = t_row >= t_row[-1] - s.ramp_window_seconds
+        node = np.nansum(watts[:, recent], axis=0)
+        total = float(np.nansum(tdp)) if tdp is not None else None
+        for ramp in detect_ramps(t_row[recent], node, total, min_ratio=s.ramp_min_ratio):
+            if self.last_ramp is not None and ramp.time <= self.last_ramp.time + 5.0:
+                continue  # seen in an earlier update
+            self.ramps_total[ramp.direction] += 1
+            self.last_ramp = ramp
+
+
+def _fill(watts: np.ndarray) -> np.ndarray:
+    """Gaps (a failed read) take the GPU's mean, so one missing sample does not skew FFTs."""
+    out = np.array(watts, dtype=float)
+    for row in out:
+        bad = ~np.isfinite(row)
+        if bad.any():
+            row[bad] = np.nanmean(row) if (~bad).any() else 0.0
+    return out

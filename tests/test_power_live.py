@@ -1,0 +1,105 @@
+"""Live power analysis in the exporter: a clear swing on `training`, none on idle or
+independent GPUs, measured sensor period, and ramps on a job start."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.nvml import fake
+from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.scenarios import load_scenario
+from exporter.power_monitor import PowerSettings
+from exporter.sampler import Sampler, SamplerSettings
+from tests.tools import wait_for
+
+FAST = PowerSettings(window_seconds=10, update_seconds=1, hold_updates=3)
+
+
+def run(scenario, seconds_of_updates: int = 6):
+    with fake.installed(scenario):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(power=FAST, xid_events=False))
+        sampler.start()
+        try:
+            wait_for(lambda: sampler.power_analysis is not None
+                     and sampler.analysis_updates() >= seconds_of_updates, timeout=30)
+            return sampler.build_snapshot()
+        finally:
+            sampler.stop()
+
+
+def test_training_shows_a_clear_step_swing():
+    snap = run(load_scenario("training"))
+    a = snap.power_analysis
+    assert a.swinging
+    node = a.swing.node
+    assert node.frequency_hz == pytest.approx(0.5, rel=0.05)  # the 2 s step
+    assert node.amplitude_ratio > 0.5  # 190 W <-> 680 W on every GPU
+    assert a.swing.synchrony > 0.9
+    assert node.band_energy_ratio > 0.8
+    assert 0.55 < node.duty_cycle < 0.75  # compute fraction 0.65
+    assert all(f.frequency_hz == pytest.approx(0.5, rel=0.05) for f in a.swing.gpus.values())
+    phases = [f.phase_radians for f in a.swing.gpus.values()]
+    assert max(phases) - min(phases) < 0.5  # in phase
+    assert a.swing.phase_reference_time % FAST.update_seconds == 0
+    assert snap.power_update_periods and all(
+        p == pytest.approx(0.05, rel=0.1) for p in snap.power_update_periods.values())
+    assert snap.observable_band_hz == (0.0, pytest.approx(10.0, rel=0.1))
+
+
+def test_idle_node_does_not_swing():
+    a = run(load_scenario("idle")).power_analysis
+    assert not a.swinging
+    assert a.swing.node.amplitude_ratio < 0.05
+
+
+def test_independent_gpus_do_not_make_a_node_swing():
+    a = run(load_scenario("unsynchronised")).power_analysis
+    assert not a.swinging
+    assert a.swing.synchrony < 0.4
+    # each GPU still swings on its own: the per-GPU features see it
+    assert sum(f.amplitude_ratio > 0.5 for f in a.swing.gpus.values()) >= 6
+
+
+def test_the_same_swing_has_the_same_phase_on_two_nodes():
+    # two separate fake nodes running the same wall-clock-aligned step: the projected
+    # phases agree, which is what the cluster coherence rule relies on
+    import math
+    first = run(load_scenario("training")).power_analysis.swing
+    second = run(load_scenario("training")).power_analysis.swing
+
+    def now_phase(swing, t):
+        f = swing.node.frequency_hz
+        return swing.node.phase_radians + 2 * math.pi * f * (t - swing.phase_reference_time)
+
+    t = second.phase_reference_time
+    diff = (now_phase(first, t) - now_phase(second, t) + math.pi) % (2 * math.pi) - math.pi
+    assert abs(diff) < 0.6
+
+
+def test_monitor_counts_each_ramp_once_and_finds_cycles():
+    import numpy as np
+
+    from exporter.power_monitor import PowerMonitor
+
+    monitor = PowerMonitor(PowerSettings(cycle_every_seconds=0), 20.0, {0: 0.05})
+    t = 1_790_000_000.0 + np.arange(0, 700, 0.05)
+    node = np.where(t - t[0] < 400, 100.0, 650.0)  # a job starts at 400 s on 4 GPUs
+    # checkpoints: every 60 s the power drops for 20 s
+    node = np.where(((t - t[0]) % 60 < 20) & (t - t[0] > 400), 200.0, node)
+    watts = np.tile(node, (4, 1)) + np.random.default_rng(1).normal(0, 5, (4, t.size))
+    times = np.tile(t, (4, 1))
+    tdp = np.full(4, 700.0)
+    counts = []
+    for end in np.arange(380, 700, 5):  # updates every 5 s, as live
+        keep = t <= t[0] + end
+        result = monitor.update(times[:, keep][:, -1200:], watts[:, keep][:, -1200:], tdp,
+                                t[0] + end)
+        counts.append(result.ramps_total["rise"])
+    assert counts[-1] == 1 and counts[0] == 0  # the start, once; 20 s dips are not ramps
+    first_rise = counts.index(1)
+    assert all(c >= 1 for c in counts[first_rise:])
+    # the long window sees the 60 s checkpoint cycle
+    result = monitor.update(times[:, -12000:], watts[:, -12000:], tdp, t[-1])
+    assert result.cycle is not None
+    assert result.cycle.period_seconds == pytest.approx(60, rel=0.05)
+    assert result.cycle.amplitude_watts > 1000
