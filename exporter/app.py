@@ -16,6 +16,7 @@ from exporter.server import ExporterHTTPServer, HealthCheck, serve_in_thread
 from exporter.sources.host import HostSource
 from exporter.sources.infiniband import InfinibandSource
 from exporter.sources.jobs import JobsSource
+from exporter.straggler_monitor import StragglerSettings
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class Exporter:
             expected_gpus=c.expected_gpus,
             hang_timeout_seconds=c.hang_timeout_seconds,
             recovery_interval_seconds=c.gpu_recovery_interval_seconds,
+            stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
         )
         try:
             self.sampler = Sampler(NvmlBackend(), settings, self.sources, self._publish)

@@ -62,6 +62,9 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nvml.hang-timeout", dest="hang_timeout_seconds", type=float,
                         metavar="SECONDS", help="an NVML call this long marks its GPU hung "
                         "and sampling goes on without it (default 2)")
+    parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
+                        type=float, metavar="SECONDS",
+                        help="how long a GPU must deviate from its peers (default 300)")
     parser.add_argument("--log.level", dest="log_level",
                         choices=["debug", "info", "warning", "error"], help="default info")
 
@@ -88,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     keys = ("listen_address", "fake", "scenario", "power_sample_rate_hz",
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
             "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "expected_gpus",
-            "hang_timeout_seconds", "log_level")
+            "hang_timeout_seconds", "straggler_persistence_seconds", "log_level")
     config = build_config(args.config, {k: getattr(args, k) for k in keys})
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything

@@ -32,6 +32,7 @@ FLAG_NAMES = {
     "hpc_job_mapping_dir": "--hpc-job-mapping-dir",
     "expected_gpus": "--gpus.expected",
     "hang_timeout_seconds": "--nvml.hang-timeout",
+    "straggler_persistence_seconds": "--straggler.persistence",
     "log_level": "--log.level",
 }
 
@@ -53,6 +54,7 @@ class Config:
     expected_gpus: int | None = None  # unset: the count NVML reports at start
     hang_timeout_seconds: float = 2.0
     gpu_recovery_interval_seconds: float = 10.0
+    straggler_persistence_seconds: float = 300.0
     log_level: str = "info"
 
     @property
@@ -68,6 +70,7 @@ _NUMBER_RANGES = {
     "stale_after_seconds": (1.0, 3600.0),
     "hang_timeout_seconds": (0.2, 600.0),
     "gpu_recovery_interval_seconds": (0.1, 3600.0),
+    "straggler_persistence_seconds": (0.0, 86400.0),
 }
 # key -> (low, high) for whole numbers that may be left unset
 _OPTIONAL_INTS = {"expected_gpus": (0, 1024)}

@@ -38,6 +38,11 @@ from exporter.sources.gpu import (
     read_state,
 )
 from exporter.sources.gpu_health import CLOCK_EVENT_REASONS, GpuHealth, read_health
+from exporter.straggler_monitor import (
+    StragglerAnalysis,
+    StragglerMonitor,
+    StragglerSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +120,46 @@ class PowerBuffer:
     @property
     def nbytes(self) -> int:
         return self.times.nbytes + self.watts.nbytes + self.joules.nbytes
+
+
+class SweepBuffer:
+    """Bounded ring buffers of the sweep's values per GPU, for window analyses."""
+
+    FIELDS = ("sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
+              "clock_event_reasons", "power_average_watts")
+
+    def __init__(self, gpus: int, capacity: int):
+        self.capacity = capacity
+        self.times = np.full((gpus, capacity), np.nan)
+        self.values = {name: np.full((gpus, capacity), np.nan) for name in self.FIELDS}
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def append(self, rows: dict[int, tuple[float, dict[str, float | None]]]) -> None:
+        """One row: for each GPU read this sweep, its time and values (missing: NaN)."""
+        with self._lock:
+            slot = self.count % self.capacity
+            self.times[:, slot] = np.nan
+            for array in self.values.values():
+                array[:, slot] = np.nan
+            for gpu, (t, values) in rows.items():
+                self.times[gpu, slot] = t
+                for name, value in values.items():
+                    if value is not None:
+                        self.values[name][gpu, slot] = value
+            self.count += 1
+
+    def window(self, seconds: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        with self._lock:
+            n = min(self.count, self.capacity)
+            order = np.arange(self.count - n, self.count) % self.capacity
+            times = self.times[:, order]
+            values = {name: array[:, order] for name, array in self.values.items()}
+        if n == 0 or not np.isfinite(times).any():
+            return times[:, :0], {k: v[:, :0] for k, v in values.items()}
+        row = np.nanmax(np.where(np.isfinite(times), times, -np.inf), axis=0)
+        keep = row >= row.max() - seconds
+        return times[:, keep], {k: v[:, keep] for k, v in values.items()}
 
 
 class _Loop:
@@ -263,6 +308,7 @@ class Snapshot:
     recoveries: dict[int, int] = field(default_factory=dict)
     hangs: dict[int, int] = field(default_factory=dict)
     power_analysis: PowerAnalysis | None = None
+    straggler_analysis: StragglerAnalysis | None = None
     power_update_periods: dict[int, float] = field(default_factory=dict)  # sensor, by GPU
     observable_band_hz: tuple[float, float] = (0.0, 0.0)
 
@@ -284,6 +330,7 @@ class SamplerSettings:
     recovery_interval_seconds: float = 10.0  # how often to retry a lost GPU
     xid_events: bool = True
     power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
+    stragglers: StragglerSettings | None = field(default_factory=StragglerSettings)
 
 
 class Sampler:
@@ -316,6 +363,9 @@ class Sampler:
         self.buffer: PowerBuffer | None = None
         self.power_monitor: PowerMonitor | None = None
         self.power_analysis: PowerAnalysis | None = None
+        self.sweep_buffer: SweepBuffer | None = None
+        self.straggler_monitor: StragglerMonitor | None = None
+        self.straggler_analysis: StragglerAnalysis | None = None
         self._stop = threading.Event()
         self._loops: list[_Loop] = []
         self._xid_thread: threading.Thread | None = None
@@ -342,6 +392,12 @@ class Sampler:
             self.power_monitor = PowerMonitor(s.power, s.power_hertz, periods)
             readers.append(_Loop("analysis", 1.0 / s.power.update_seconds, self._analysis_tick,
                                  self._stop, first_delay=s.power.update_seconds))
+        if s.stragglers is not None:
+            self.sweep_buffer = SweepBuffer(self.gpu_count, max(
+                2, int(s.stragglers.window_seconds * 1.5 / s.sweep_interval_seconds)))
+            self.straggler_monitor = StragglerMonitor(s.stragglers)
+            readers.append(_Loop("stragglers", 1.0, self._straggler_tick, self._stop,
+                                 first_delay=2.0))
         if self.sources:
             readers.append(_Loop("sources", 1.0 / s.sources_interval_seconds,
                                  self._sources_tick, self._stop))
@@ -358,7 +414,7 @@ class Sampler:
         # NVML call at start-up only delays it.
         deadline = time.monotonic() + max(2.0, 2 * s.sweep_interval_seconds)
         for loop in readers:
-            if loop.name != "analysis":
+            if loop.name not in ("analysis", "stragglers"):
                 loop.first_done.wait(max(0.0, deadline - time.monotonic()))
         self.publish()
         publisher.thread.start()
@@ -438,6 +494,45 @@ class Sampler:
 
         if self._each_gpu(self.sweep_loop, read):
             self._recover_lost()
+            self._record_sweep()
+
+    def _record_sweep(self) -> None:
+        if self.sweep_buffer is None:
+            return
+        rows = {}
+        for gpu in range(self.gpu_count):
+            state, health = self.states.get(gpu), self.health.get(gpu)
+            if state is None or not self._readable(gpu):
+                continue
+            rows[gpu] = (state.time, {
+                "sm_clock_hertz": state.sm_clock_hertz,
+                "temperature_celsius": state.temperature_celsius,
+                "utilization_gpu_ratio": state.utilization_gpu_ratio,
+                "power_average_watts": state.power_average_watts,
+                "clock_event_reasons": None if health is None else health.clock_event_reasons,
+            })
+        self.sweep_buffer.append(rows)
+
+    def _straggler_tick(self) -> None:
+        monitor, power, sweep = self.straggler_monitor, self.buffer, self.sweep_buffer
+        if monitor is None or power is None or sweep is None:
+            return
+        s = monitor.settings
+        power_t, watts, _ = power.window(max(s.stall_context_seconds, s.window_seconds))
+        sweep_t, values = sweep.window(s.window_seconds)
+        self.straggler_analysis = monitor.update(time.time(), power_t, watts, sweep_t, values,
+                                                 self._job_groups())
+
+    def _job_groups(self) -> dict[int, str] | None:
+        """GPU -> job from the job mapping, where each GPU runs one job; else None."""
+        result = self.source_results.get("jobs")
+        jobs = getattr(result.reading, "jobs", None) if result is not None else None
+        if not jobs:
+            return None
+        groups = {gpu: ids[0] for gpu, ids in jobs.items() if len(ids) == 1}
+        for gpu in range(self.gpu_count):
+            groups.setdefault(gpu, "unassigned")
+        return groups
 
     def _analysis_tick(self) -> None:
         monitor, buffer = self.power_monitor, self.buffer
@@ -592,6 +687,7 @@ class Sampler:
             recoveries=dict(self.recoveries),
             hangs=hangs,
             power_analysis=self.power_analysis,
+            straggler_analysis=self.straggler_analysis,
             power_update_periods=(dict(self.power_monitor.update_periods)
                                   if self.power_monitor else {}),
             observable_band_hz=self.power_monitor.band if self.power_monitor else (0.0, 0.0),

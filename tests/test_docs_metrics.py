@@ -45,7 +45,8 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
         # CPU utilization needs two reads of the host source
         def body_with_cpu_utilization() -> str | None:
             body = exp.current.body.decode()
-            ready = "\nhost_cpu_utilization_ratio " in body and "\npower_swing_active " in body
+            ready = all(f"\n{name} " in body for name in (
+                "host_cpu_utilization_ratio", "power_swing_active", "collective_stall_active"))
             return body if ready else None
 
         text = wait_for(body_with_cpu_utilization, timeout=20)

@@ -17,6 +17,7 @@ from exporter.metrics.infiniband import infiniband_families
 from exporter.metrics.jobs import jobs_families
 from exporter.metrics.power import power_families
 from exporter.metrics.self_metrics import self_families
+from exporter.metrics.stragglers import straggler_families
 from exporter.sampler import Snapshot
 
 FamilySource = Callable[[Snapshot], Iterable[Metric]]
@@ -42,7 +43,8 @@ def source_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 # Each area adds its families here; the order is the order of the output.
 FAMILY_SOURCES: list[FamilySource] = [gpu_families, health_families, power_families,
-                                       jobs_families, source_families, self_families]
+                                       straggler_families, jobs_families, source_families,
+                                       self_families]
 
 
 class _Families:

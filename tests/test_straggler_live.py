@@ -1,0 +1,90 @@
+"""Live straggler and stall findings on the fake's scenarios: the right GPU and signal,
+and nothing on a healthy node. Windows and persistence are shortened (10 s / 5 s)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from exporter.metrics.render import render
+from exporter.nvml import fake
+from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.scenarios import load_scenario
+from exporter.sampler import Sampler, SamplerSettings
+from exporter.straggler_monitor import StragglerSettings
+from tests.tools import scenario_from_yaml
+
+FAST = StragglerSettings(window_seconds=10, update_seconds=1, persistence_seconds=5)
+
+
+def run(scenario, seconds: float = 14):
+    with fake.installed(scenario):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, xid_events=False,
+                                                         power=None))
+        sampler.start()
+        try:
+            time.sleep(seconds)
+            return sampler.build_snapshot()
+        finally:
+            sampler.stop()
+
+
+def findings(snapshot) -> dict[int, set[str]]:
+    report = snapshot.straggler_analysis.report
+    return {gpu: set(g.signals) for gpu, g in report.gpus.items() if g.straggler}
+
+
+@pytest.mark.parametrize(("scenario", "gpu", "signals"), [
+    ("straggler", 5, {"sm_clock", "duty_cycle"}),
+    ("power-capped", 2, {"power", "sm_clock"}),
+    ("hot-gpu", 3, {"temperature"}),
+])
+def test_each_scenario_yields_its_gpu_and_signal_and_nothing_else(scenario, gpu, signals):
+    snap = run(load_scenario(scenario))
+    found = findings(snap)
+    assert set(found) == {gpu}, found
+    assert signals <= found[gpu]
+    if scenario == "hot-gpu":
+        assert found[gpu] == {"temperature"}  # otherwise healthy
+    text = render(snap).decode()
+    assert f'gpu_straggler{{gpu="{gpu}",' in text
+    assert f'gpu_straggler{{gpu="{gpu}",uuid="{snap.identities[gpu].uuid}"}} 1.0' in text
+
+
+def test_healthy_training_yields_no_finding():
+    snap = run(load_scenario("training"), seconds=20)
+    assert findings(snap) == {}
+    assert snap.straggler_analysis.report.peer_statistics
+    assert snap.straggler_analysis.stalls_total == 0
+
+
+CHECKPOINTS = """
+gpus: 8
+workload: {type: training, checkpoint_every_seconds: 12, checkpoint_seconds: 5,
+           checkpoint_gpu: 0, wait_watts: 150}
+"""
+
+
+def test_checkpoint_stall_names_rank_0():
+    snap = run(scenario_from_yaml(CHECKPOINTS), seconds=16)
+    a = snap.straggler_analysis
+    assert a.stalls_total >= 1
+    assert a.culprit_seconds.get(0, 0) > 2
+    assert all(a.culprit_seconds.get(g, 0) == 0 for g in range(1, 8))
+
+
+TWO_GPUS = """
+gpus: 2
+workload: {type: training}
+gpu_overrides:
+  - {gpu: 1, temperature_offset_celsius: 30}
+"""
+
+
+def test_tiny_node_says_it_has_no_peer_statistics():
+    snap = run(scenario_from_yaml(TWO_GPUS), seconds=8)
+    report = snap.straggler_analysis.report
+    assert not report.peer_statistics and "at least 3" in report.reason
+    assert findings(snap) == {}
+    assert "straggler_peer_statistics 0.0" in render(snap).decode()
