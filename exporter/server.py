@@ -144,6 +144,17 @@ _RAW_400_PLAIN_TO_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\
                          b"Client sent an HTTP request to an HTTPS server.\n")
 
 
+def _answer_plain_http(tls: ssl.SSLSocket) -> None:
+    """Send the 400 in clear text, then drain briefly so closing does not reset it away."""
+    with contextlib.suppress(OSError):
+        socket.socket.sendall(tls, _RAW_400_PLAIN_TO_TLS)  # the plain socket's method
+        socket.socket.shutdown(tls, socket.SHUT_WR)
+        socket.socket.settimeout(tls, 0.2)
+        for _ in range(16):  # at most 16 reads of 4 KiB, 0.2 s each
+            if not socket.socket.recv(tls, 4096):
+                break
+
+
 class _HeadTooLarge(http.client.LineTooLong):
     """parse_request answers LineTooLong with 431, which is what we want."""
 
@@ -172,6 +183,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
     server_version = f"cluster-telemetry-exporter/{__version__}"
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
+    default_request_version = "HTTP/1.0"  # errors for garbage get a status line (no HTTP/0.9)
     disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between header and body
     wbufsize = -1  # buffer the response; it is flushed once per request (one send)
 
@@ -197,8 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
             tls.do_handshake()
         except ssl.SSLError as exc:
             if exc.reason == "HTTP_REQUEST":  # plain HTTP to the TLS port: say so, as Go does
-                with contextlib.suppress(OSError):
-                    socket.socket.sendall(tls, _RAW_400_PLAIN_TO_TLS)
+                _answer_plain_http(tls)
             log.debug("TLS handshake with %s failed: %s", self.client_address[0], exc)
             tls.close()
             raise _Closed("handshake") from None
@@ -234,13 +245,14 @@ class _Handler(BaseHTTPRequestHandler):
                     return  # an error was sent
             finally:
                 self.rfile = rfile
-            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or (
-                    "Transfer-Encoding" in self.headers):
-                self.send_error(HTTPStatus.CONTENT_TOO_LARGE, "request bodies are not accepted")
-                return
             if not hasattr(self, "do_" + self.command):
                 self.send_error(HTTPStatus.NOT_IMPLEMENTED,
                                 f"Unsupported method ({self.command!r})")
+                return
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or (
+                    "Transfer-Encoding" in self.headers):
+                self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                "request bodies are not accepted")
                 return
             self.authorized = self._authorize()
             if self.authorized is None:
@@ -249,6 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
         except (TimeoutError, ConnectionError, ssl.SSLError, _Closed):
             self.close_connection = True
         finally:
+            with contextlib.suppress(OSError, ValueError):
+                self.wfile.flush()  # responses sent outside _answer (401, 429, errors)
             if not self.close_connection:
                 self.server.connections.set_state(self.conn, IDLE)
 
