@@ -12,11 +12,12 @@ from exporter.nvml import fake
 from exporter.nvml.backend import NvmlBackend
 from exporter.nvml.scenarios import load_scenario
 from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
-from exporter.server import ExporterHTTPServer, HealthCheck, serve_in_thread
+from exporter.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
 from exporter.sources.host import HostSource
 from exporter.sources.infiniband import InfinibandSource
 from exporter.sources.jobs import JobsSource
 from exporter.straggler_monitor import StragglerSettings
+from exporter.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,13 @@ class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
     def __init__(self, config: Config, sources: list[Source] | None = None,
-                 fake_clock: Callable[[], float] | None = None):
+                 fake_clock: Callable[[], float] | None = None,
+                 limits: ServerLimits | None = None):
+        """Raises ConfigError for a bad web config file, before anything starts."""
         self.config = config
         self.fake_clock = fake_clock  # the fake node's clock (tests run scenarios faster)
+        self.web: WebConfig = load_web_config(config.web_config_file)
+        self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib: fake.FakeNvmlLibrary | None = None
         self.sources = sources if sources is not None else default_sources(config)
@@ -71,14 +76,16 @@ class Exporter:
             self.sampler = Sampler(NvmlBackend(), settings, self.sources, self._publish)
             self.sampler.start()
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
-                                             HealthCheck(c.stale_after_seconds))
+                                             HealthCheck(c.stale_after_seconds), self.web,
+                                             self.limits)
         except BaseException:
             self.stop()
             raise
         serve_in_thread(self.server)
         host, port = self.server.server_address[:2]
-        log.info("serving on %s:%s (%d GPUs, backend %s)", host, port,
-                 self.sampler.gpu_count, settings.backend)
+        log.info("serving on %s:%s (%s%s; %d GPUs, backend %s)", host, port,
+                 "TLS" if self.web.tls else "plain HTTP",
+                 ", basic auth" if self.web.auth else "", self.sampler.gpu_count, settings.backend)
 
     @property
     def port(self) -> int:

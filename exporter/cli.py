@@ -13,6 +13,7 @@ from exporter import __version__
 from exporter.config import DEFAULT_PORT, build_config, load_config_file
 from exporter.nvml.backend import NvmlUnavailable
 from exporter.nvml.scenarios import builtin_names, load_scenario
+from exporter.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
 PROG = "cluster-telemetry-exporter"
@@ -30,6 +31,9 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML config file (flags win over it)")
     parser.add_argument("--web.listen-address", dest="listen_address", metavar="ADDR",
                         help=f"address to serve on (default :{DEFAULT_PORT})")
+    parser.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                        help="TLS and basic auth, in the Prometheus exporter-toolkit web config "
+                        "format (default: plain HTTP, no auth)")
     parser.add_argument("--fake", action="store_true", default=None,
                         help="run on the built-in simulated node instead of real NVML")
     parser.add_argument("--scenario", metavar="NAME|FILE",
@@ -88,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from exporter.app import Exporter  # imported here so --help stays fast
 
-    keys = ("listen_address", "fake", "scenario", "power_sample_rate_hz",
+    keys = ("listen_address", "web_config_file", "fake", "scenario", "power_sample_rate_hz",
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
             "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "expected_gpus",
             "hang_timeout_seconds", "straggler_persistence_seconds", "log_level")
@@ -128,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return analyze.main(args)
         if args.command == "check-config":
             config = load_config_file(args.file)
-            print(f"{args.file}: ok (listen {config.listen_address}, "
+            web = load_web_config(config.web_config_file)
+            security = ("TLS" if web.tls else "plain HTTP") + (
+                f", basic auth for {len(web.users)} user(s)" if web.auth else "")
+            print(f"{args.file}: ok (listen {config.listen_address}, {security}, "
                   f"power {config.power_sample_rate_hz:g} Hz, "
                   f"sweep {config.sweep_interval_seconds:g} s)")
             return 0

@@ -24,6 +24,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # Config keys as the command line spells them, for error messages about flags.
 FLAG_NAMES = {
     "listen_address": "--web.listen-address",
+    "web_config_file": "--web.config.file",
     "power_sample_rate_hz": "--power.sample-rate",
     "sweep_interval_seconds": "--sweep.interval",
     "stale_after_seconds": "--health.stale-after",
@@ -40,6 +41,7 @@ FLAG_NAMES = {
 @dataclass(frozen=True)
 class Config:
     listen_address: str = f":{DEFAULT_PORT}"
+    web_config_file: str = ""  # TLS and basic auth (exporter-toolkit format); "" = plain HTTP
     power_sample_rate_hz: float = 20.0
     sweep_interval_seconds: float = 1.0
     sources_interval_seconds: float = 5.0

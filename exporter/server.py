@@ -3,20 +3,33 @@
 No request does any sampling or rendering work: /metrics writes the bytes of
 the latest RenderedSnapshot (gzip-encoded when the scraper accepts it), so
 scrape cost does not grow with the number of scrapers or series.
+
+TLS and basic auth come from the web config file (exporter/webconfig.py). What a
+client can make the server hold is bounded (ServerLimits): connections (one
+thread each; slow ones evicted first, see exporter/connections.py), requests
+answered at once, time and bytes for a request head, and no request bodies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
+import http.client
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from exporter import __version__
+from exporter.auth import BasicAuth, Verdict
+from exporter.connections import BUSY, HEAD, IDLE, Conn, Connections
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
+from exporter.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,31 +61,263 @@ class HealthCheck:
         return out
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """Bounds on what clients can make the server hold (see docs/architecture.md)."""
+
+    max_connections: int = 128  # open connections, one thread each; slow ones are evicted first
+    max_active_requests: int = 8  # requests answered at once
+    slot_wait_seconds: float = 1.0  # a request waits this long for a slot, then gets 503
+    head_timeout_seconds: float = 10.0  # TLS handshake + request line + headers, in total
+    idle_timeout_seconds: float = 60.0  # keep-alive wait for the next request
+    io_timeout_seconds: float = 10.0  # any single read or write
+    max_request_line_bytes: int = 8192
+    max_head_bytes: int = 16384  # request line and headers together
+
+
 class ExporterHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # stop() closes every connection instead of waiting for them
     allow_reuse_address = True
-    request_queue_size = 64
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], current: Callable[[], RenderedSnapshot | None],
-                 health: HealthCheck):
+                 health: HealthCheck, web: WebConfig | None = None,
+                 limits: ServerLimits | None = None):
         self.current = current
         self.health = health
+        self.web = web or WebConfig()
+        self.limits = limits or ServerLimits()
+        self.auth = BasicAuth(self.web.users) if self.web.auth else None
+        self.connections = Connections(self.limits.max_connections,
+                                       self.limits.head_timeout_seconds)
+        self.slots = threading.BoundedSemaphore(self.limits.max_active_requests)
+        self.busy_refusals = 0
+        self._conn_of: dict[socket.socket, Conn] = {}  # accepted socket -> its bookkeeping
+        self._conn_lock = threading.Lock()
         host = address[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
+    def process_request(self, request, client_address) -> None:  # type: ignore[override]
+        conn = self.connections.admit(request)
+        if conn is None:  # every connection is answering a request: refuse, quickly
+            if not self.web.tls:
+                with contextlib.suppress(OSError):
+                    request.setblocking(False)
+                    request.send(_RAW_503)
+            self.shutdown_request(request)
+            return
+        with self._conn_lock:
+            self._conn_of[request] = conn
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # cannot start a thread
+            self.shutdown_request(request)
+
+    def shutdown_request(self, request) -> None:  # type: ignore[override]
+        with self._conn_lock:
+            conn = self._conn_of.pop(request, None)
+        if conn is not None:
+            self.connections.release(conn)
+            with contextlib.suppress(OSError):
+                conn.sock.close()
+        super().shutdown_request(request)
+
+    def conn_of(self, request: socket.socket) -> Conn | None:
+        with self._conn_lock:
+            return self._conn_of.get(request)
+
+    def service_actions(self) -> None:
+        self.connections.reap()  # serve_forever calls this at least every 0.5 s
+
+    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.connections.close_all()
+
+
+_RAW_503 = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
+            b"Connection: close\r\n\r\n")
+_RAW_400_PLAIN_TO_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n"
+                         b"Connection: close\r\n\r\n"
+                         b"Client sent an HTTP request to an HTTPS server.\n")
+
+
+def _answer_plain_http(tls: ssl.SSLSocket) -> None:
+    """Send the 400 in clear text, then drain briefly so closing does not reset it away."""
+    with contextlib.suppress(OSError):
+        socket.socket.sendall(tls, _RAW_400_PLAIN_TO_TLS)  # the plain socket's method
+        socket.socket.shutdown(tls, socket.SHUT_WR)
+        socket.socket.settimeout(tls, 0.2)
+        for _ in range(16):  # at most 16 reads of 4 KiB, 0.2 s each
+            if not socket.socket.recv(tls, 4096):
+                break
+
+
+class _HeadTooLarge(http.client.LineTooLong):
+    """parse_request answers LineTooLong with 431, which is what we want."""
+
+
+class _LimitedReader:
+    """Wraps rfile while the request head is read: at most `budget` bytes in all."""
+
+    def __init__(self, inner, budget: int):
+        self.inner = inner
+        self.budget = budget
+
+    def readline(self, size: int = -1) -> bytes:
+        want = self.budget + 1 if size < 0 else min(size, self.budget + 1)
+        line = self.inner.readline(want)
+        self.budget -= len(line)
+        if self.budget < 0:
+            raise _HeadTooLarge("request head")
+        return line
+
+
+class _Closed(Exception):
+    """The connection ended before a request could be read (TLS failure, eviction)."""
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
     server_version = f"cluster-telemetry-exporter/{__version__}"
-    timeout = 10  # seconds a client may take to send its request
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
+    default_request_version = "HTTP/1.0"  # errors for garbage get a status line (no HTTP/0.9)
     disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between header and body
     wbufsize = -1  # buffer the response; it is flushed once per request (one send)
 
+    def setup(self) -> None:
+        conn = self.server.conn_of(self.request)
+        if conn is None:
+            raise _Closed("evicted")
+        self.conn = conn
+        limits = self.server.limits
+        self.timeout = limits.io_timeout_seconds
+        self.request.settimeout(limits.io_timeout_seconds)
+        context = self.server.web.ssl_context
+        if context is not None:
+            self.request = self._handshake(context, self.request)
+        super().setup()
+
+    def _handshake(self, context: ssl.SSLContext, raw: socket.socket) -> ssl.SSLSocket:
+        tls = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        if not self.server.connections.set_socket(self.conn, tls):
+            tls.close()
+            raise _Closed("evicted")
+        try:
+            tls.do_handshake()
+        except ssl.SSLError as exc:
+            if exc.reason == "HTTP_REQUEST":  # plain HTTP to the TLS port: say so, as Go does
+                _answer_plain_http(tls)
+            log.debug("TLS handshake with %s failed: %s", self.client_address[0], exc)
+            tls.close()
+            raise _Closed("handshake") from None
+        except OSError:
+            tls.close()
+            raise _Closed("handshake") from None
+        return tls
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
+
+    def handle_one_request(self) -> None:
+        """The stdlib's, plus: idle and head time limits, a head size cap, no bodies,
+        basic auth before a request slot is taken, and a bounded number of slots."""
+        limits = self.server.limits
+        try:
+            if not self._wait_for_request():
+                self.close_connection = True
+                return
+            self.server.connections.set_state(self.conn, HEAD)
+            head = _LimitedReader(self.rfile, limits.max_head_bytes)
+            self.raw_requestline = head.readline(limits.max_request_line_bytes + 1)
+            if len(self.raw_requestline) > limits.max_request_line_bytes:
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            rfile, self.rfile = self.rfile, head  # type: ignore[assignment]
+            try:
+                if not self.parse_request():
+                    return  # an error was sent
+            finally:
+                self.rfile = rfile
+            if not hasattr(self, "do_" + self.command):
+                self.send_error(HTTPStatus.NOT_IMPLEMENTED,
+                                f"Unsupported method ({self.command!r})")
+                return
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or (
+                    "Transfer-Encoding" in self.headers):
+                self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                "request bodies are not accepted")
+                return
+            self.authorized = self._authorize()
+            if self.authorized is None:
+                return  # 401 or 429 was sent
+            self._answer(getattr(self, "do_" + self.command))
+        except (TimeoutError, ConnectionError, ssl.SSLError, _Closed):
+            self.close_connection = True
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                self.wfile.flush()  # responses sent outside _answer (401, 429, errors)
+            if not self.close_connection:
+                self.server.connections.set_state(self.conn, IDLE)
+
+    def _wait_for_request(self) -> bool:
+        """Wait for the first byte of the next request, up to the idle timeout."""
+        limits = self.server.limits
+        self.connection.settimeout(limits.idle_timeout_seconds)
+        try:
+            return bool(self.rfile.peek(1))  # type: ignore[attr-defined]
+        except (OSError, ValueError):
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                self.connection.settimeout(limits.io_timeout_seconds)
+
+    def _authorize(self) -> bool | None:
+        """True if authenticated, False if auth is off for this path, None if refused."""
+        auth = self.server.auth
+        if auth is None:
+            return True
+        if self.path.split("?", 1)[0] == "/healthz":
+            verdict = auth.check(self.headers.get("Authorization")) if (
+                "Authorization" in self.headers) else Verdict.DENIED
+            return verdict is Verdict.OK  # probes need no password; they get no details
+        verdict = auth.check(self.headers.get("Authorization"))
+        if verdict is Verdict.OK:
+            return True
+        if verdict is Verdict.BUSY:
+            self._send(429, "text/plain; charset=utf-8", b"too many authentication attempts\n",
+                       self.command == "HEAD", {"Retry-After": "1"})
+        else:
+            self._send(401, "text/plain; charset=utf-8", b"unauthorized\n",
+                       self.command == "HEAD",
+                       {"WWW-Authenticate": 'Basic realm="cluster-telemetry-exporter"'})
+        return None
+
+    def _answer(self, method: Callable[[], None]) -> None:
+        server = self.server
+        if not server.slots.acquire(timeout=server.limits.slot_wait_seconds):
+            server.busy_refusals += 1
+            self.send_response(503)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self.wfile.flush()
+            return
+        try:
+            server.connections.set_state(self.conn, BUSY)
+            method()
+            self.wfile.flush()  # actually send the response
+        finally:
+            server.slots.release()
 
     def do_HEAD(self) -> None:
         self._route(head=True)
@@ -82,10 +327,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, head: bool) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._metrics(head)
-        elif path == "/healthz":
+        if path == "/healthz":
             self._healthz(head)
+        elif path == "/metrics":
+            self._metrics(head)
         elif path == "/":
             self._send(200, "text/html; charset=utf-8", _landing_page(self.server), head)
         else:
@@ -105,7 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _healthz(self, head: bool) -> None:
         problems = self.server.health.problems(self.server.current())
         if problems:
-            body = ("stale: " + "; ".join(problems) + "\n").encode()
+            detail = "; ".join(problems) if self.authorized else "see /healthz with credentials"
+            body = f"stale: {detail}\n".encode()
             self._send(503, "text/plain; charset=utf-8", body, head)
         else:
             self._send(200, "text/plain; charset=utf-8", b"ok\n", head)
@@ -115,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for key, value in (extra or {}).items():
+        for key, value in {**self.server.web.headers, **(extra or {})}.items():
             self.send_header(key, value)
         self.end_headers()
         if not head:

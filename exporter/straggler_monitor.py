@@ -10,6 +10,7 @@ same job where the job mapping says so), and holds findings for the persistence
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,7 +101,8 @@ class StragglerMonitor:
         short = t_row >= t_row[-1] - s.stall_window_seconds
         sweep_row = np.nanmax(sweep_t, axis=0)
         short_sweep = sweep_row >= sweep_row[-1] - s.stall_window_seconds
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # a GPU with no sample in 2 s (lost) gives NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
             mean_power = np.nanmean(power[:, short], axis=1)
             mean_util = np.nanmean(util[:, short_sweep], axis=1)
         level = compute_level(power)

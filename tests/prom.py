@@ -18,13 +18,16 @@ class Prometheus:
     """A throwaway Prometheus scraping the given targets; stop() always kills it."""
 
     def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s",
-                 rule_files: list[str] | None = None, evaluation_interval: str = "1s"):
+                 rule_files: list[str] | None = None, evaluation_interval: str = "1s",
+                 scrape_configs: list[dict] | None = None):
+        """scrape_configs, when given, replace the one plain job over targets."""
         binary = require_binary("prometheus")
         self.port = free_port()
         config = {
             "global": {"scrape_interval": scrape_interval,
                        "evaluation_interval": evaluation_interval},
-            "scrape_configs": [{"job_name": "gpu", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": scrape_configs or [
+                {"job_name": "gpu", "static_configs": [{"targets": targets}]}],
         }
         if rule_files:
             config["rule_files"] = rule_files

@@ -58,3 +58,15 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def require_module(name: str):
+    """Import a module the tests need; skip without it (fail under CTE_REQUIRE_TOOLS=1)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("CTE_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"Python package {name} is required (pip install -e '.[test]')")
+        pytest.skip(f"Python package {name} not installed")

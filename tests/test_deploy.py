@@ -1,0 +1,107 @@
+"""deploy/: the systemd unit's hardening, the example config, Prometheus and Kubernetes files."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import yaml
+
+from tests.tools import REPO, require_binary
+
+DEPLOY = REPO / "deploy"
+UNIT = DEPLOY / "systemd" / "cluster-telemetry-exporter.service"
+PORT = 9955
+
+
+def test_systemd_unit_exposure_is_at_most_2():
+    analyze = require_binary("systemd-analyze")
+    result = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(UNIT)],
+                            capture_output=True, text=True, timeout=60)
+    output = result.stdout + result.stderr
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", output)
+    assert found, output
+    assert float(found.group(1)) <= 2.0, output
+
+
+def test_systemd_unit_essentials():
+    text = UNIT.read_text()
+    settings = {line for line in text.splitlines() if line and not line.startswith("#")}
+    for line in ("DynamicUser=yes", "Restart=on-failure", "DevicePolicy=closed",
+                 "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia* rw",
+                 "ProtectSystem=strict", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n",
+                 "--config /etc/cluster-telemetry-exporter/config.yaml"):
+        assert line in text, line
+    assert "PrivateDevices=no" in settings  # yes would hide /dev/nvidia*
+    assert "ProcSubset=pid" not in settings  # NVML reads /proc/driver/nvidia
+
+
+def test_example_config_passes_check_config():
+    result = subprocess.run([sys.executable, "-m", "exporter", "check-config",
+                             str(DEPLOY / "config.yaml")], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "listen :9955" in result.stdout
+
+
+def test_prometheus_example_passes_promtool():
+    promtool = require_binary("promtool")
+    config = DEPLOY / "prometheus" / "prometheus.yml"
+    result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    parsed = yaml.safe_load(config.read_text())
+    assert parsed["rule_files"] == ["alerts/*.yml"]
+    sd = parsed["scrape_configs"][0]["file_sd_configs"][0]["files"]
+    assert sd == ["targets/gpu-nodes.yml"]
+    targets = yaml.safe_load((DEPLOY / "prometheus" / sd[0]).read_text())
+    assert all(t.endswith(f":{PORT}") for group in targets for t in group["targets"])
+
+
+def load_kube(name: str) -> dict:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if d]
+    assert len(docs) == 1
+    return docs[0]
+
+
+def test_kubernetes_daemonset_service_and_servicemonitor_fit_together():
+    ds, svc, sm = (load_kube(n) for n in ("daemonset.yaml", "service.yaml",
+                                          "servicemonitor.yaml"))
+    assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
+    assert (svc["apiVersion"], svc["kind"]) == ("v1", "Service")
+    assert (sm["apiVersion"], sm["kind"]) == ("monitoring.coreos.com/v1", "ServiceMonitor")
+
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert ds["metadata"]["namespace"] == svc["metadata"]["namespace"] == (
+        sm["metadata"]["namespace"])
+
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    (container,) = pod["containers"]
+    image = container["image"]
+    assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": PORT}
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == "/healthz" and ports.get(get["port"], get["port"]) == PORT
+    resources = container["resources"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= resources[kind].keys()
+    assert resources["limits"]["memory"] == "128Mi"  # measured RSS ~50 MiB
+
+    host_paths = {v["hostPath"]["path"]: v["name"] for v in pod["volumes"] if "hostPath" in v}
+    assert {"/dev", "/sys/class/infiniband"} <= host_paths.keys()
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts[host_paths["/sys/class/infiniband"]] == "/host/sys/class/infiniband"
+    assert "--path.sysfs=/host/sys" in container["args"]
+
+    (svc_port,) = svc["spec"]["ports"]
+    assert svc_port["port"] == PORT and svc_port["targetPort"] in (PORT, "metrics")
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == svc_port["name"] and endpoint["path"] == "/metrics"

@@ -1,0 +1,155 @@
+"""The web config file: exporter-toolkit format, and one clear line for every mistake."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+
+import pytest
+
+from exporter.webconfig import load_web_config
+from exporter.yamlfile import ConfigError
+from tests.certs import make_certs
+from tests.tools import require_module
+
+CLI = [sys.executable, "-m", "exporter"]
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def hashed():
+    bcrypt = require_module("bcrypt")
+    return bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+
+
+def write(directory, text: str):
+    path = directory / "web.yml"
+    path.write_text(text)
+    return path
+
+
+def test_no_file_is_plain_http_without_auth():
+    web = load_web_config("")
+    assert not web.tls and not web.auth
+
+
+def test_full_config_relative_paths_and_htpasswd_hashes(tmp_path, certs, hashed):
+    for name in ("ca.crt", "server.crt", "server.key"):
+        (tmp_path / name).write_bytes((certs.ca.parent / name).read_bytes())
+    htpasswd_style = "$2y$" + hashed[4:]
+    web = load_web_config(write(tmp_path, f"""
+tls_server_config:
+  cert_file: server.crt
+  key_file: server.key
+  client_auth_type: RequireAndVerifyClientCert
+  client_ca_file: ca.crt
+  min_version: TLS13
+http_server_config:
+  http2: false
+  headers:
+    Strict-Transport-Security: max-age=31536000
+basic_auth_users:
+  prometheus: '{hashed}'
+  grafana: '{htpasswd_style}'
+"""))
+    assert web.tls and web.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    assert web.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert set(web.users) == {"prometheus", "grafana"}
+    assert web.headers == {"Strict-Transport-Security": "max-age=31536000"}
+
+
+def test_tls_section_without_certificate_is_plain_http(tmp_path):
+    assert not load_web_config(write(tmp_path, "tls_server_config: {}\n")).tls
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("tls_server_config:\n  cert_file: absent.crt\n  key_file: {key}\n",
+     r"web.yml:2: tls_server_config.cert_file: cannot read .*absent.crt: No such file"),
+    ("tls_server_config:\n  cert_file: {dir}\n  key_file: {key}\n",
+     r"web.yml:2: tls_server_config.cert_file: cannot read .*: Is a directory"),
+    ("tls_server_config:\n  cert_file: {garbage}\n  key_file: {key}\n",
+     r"web.yml:2: tls_server_config.cert_file: .*garbage.pem is not a PEM file"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {other_key}\n",
+     r"web.yml:3: tls_server_config.key_file: .* are not a matching certificate and private key"),
+    ("tls_server_config:\n  cert_file: {cert}\n", r"web.yml:2: tls_server_config.cert_file: "
+     "cert_file is set but key_file is missing"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cipher_suites: [X]\n",
+     r"web.yml:4: tls_server_config.cipher_suites: not supported"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  certfile: x\n",
+     r"web.yml:4: tls_server_config.certfile: unknown key"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS9\n",
+     r"web.yml:4: tls_server_config.min_version: expected one of TLS10"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  client_auth_type: RequireAndVerifyClientCert\n",
+     r"web.yml:4: tls_server_config.client_auth_type: RequireAndVerifyClientCert needs "
+     "client_ca_file"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  client_auth_type: RequireAnyClientCert\n",
+     r"web.yml:4: tls_server_config.client_auth_type: .*not supported"),
+    ("tls_server_config:\n  client_ca_file: {cert}\n",
+     r"web.yml:2: tls_server_config.client_ca_file: needs cert_file and key_file"),
+    ("basic_auth_users:\n  admin: hunter2\n",
+     r"web.yml:2: basic_auth_users.admin: expected a bcrypt hash"),
+    ("basic_auth_users:\n  admin: '$2b$10$short'\n",
+     r"web.yml:2: basic_auth_users.admin: expected a bcrypt hash"),
+    ("basic_auth_users: [a, b]\n", r"web.yml:1: basic_auth_users: expected a mapping"),
+    ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key"),
+    ("http_server_config:\n  headers:\n    Server: x\n",
+     r"web.yml:3: http_server_config.headers.Server: not one of the settable headers"),
+    ("tls_server_config:\n  cert_file: [\n", r"web.yml:3: invalid YAML"),
+])
+def test_bad_web_config_names_file_line_and_key(tmp_path, certs, text, expected):
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    (tmp_path / "somedir").mkdir()
+    path = write(tmp_path, text.format(cert=certs.server_cert, key=certs.server_key,
+                                       other_key=certs.client_key, dir=tmp_path / "somedir",
+                                       garbage=tmp_path / "garbage.pem"))
+    with pytest.raises(ConfigError, match=expected) as info:
+        load_web_config(path)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_web_config_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"absent.yml: cannot read: No such file"):
+        load_web_config(tmp_path / "absent.yml")
+
+
+@pytest.mark.parametrize("text", [
+    None,  # the file does not exist
+    "tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n",
+    "basic_auth_users:\n  admin: plaintext\n",
+    "tls_server_config: [\n",
+    "bogus: 1\n",
+])
+def test_run_stops_with_one_line_and_exit_2(tmp_path, text):
+    path = tmp_path / "web.yml"
+    if text is not None:
+        path.write_text(text)
+    result = subprocess.run([*CLI, "run", "--fake", "--web.listen-address", "127.0.0.1:0",
+                             "--web.config.file", str(path)],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0], result.stderr
+    assert lines[0].startswith("cluster-telemetry-exporter: error: ")
+
+
+def test_check_config_checks_the_web_config_too(tmp_path, certs, hashed):
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
+                   f"  key_file: {certs.server_key}\nbasic_auth_users:\n  p: '{hashed}'\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"web_config_file: {web}\n")
+    result = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "TLS, basic auth for 1 user(s)" in result.stdout
+    web.write_text("basic_auth_users:\n  p: nope\n")
+    result = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2 and "web.yml:2: basic_auth_users.p" in result.stderr
