@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from types import ModuleType
+
+import pynvml
 
 from exporter.config import Config
 from exporter.metrics.render import RenderedSnapshot, render
 from exporter.nvml import fake
 from exporter.nvml.backend import NvmlBackend
-from exporter.nvml.scenarios import load_scenario
+from exporter.nvml.scenarios import Scenario, load_scenario
 from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
 from exporter.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
 from exporter.sources.host import HostSource
@@ -39,10 +42,16 @@ class Exporter:
 
     def __init__(self, config: Config, sources: list[Source] | None = None,
                  fake_clock: Callable[[], float] | None = None,
-                 limits: ServerLimits | None = None):
-        """Raises ConfigError for a bad web config file, before anything starts."""
+                 limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
+                 scenario: Scenario | None = None):
+        """Raises ConfigError for a bad web config file, before anything starts.
+
+        `nvml` and `scenario` let the fleet simulator run many fake nodes in one process:
+        each gets a private pynvml copy and a scenario built for it."""
         self.config = config
         self.fake_clock = fake_clock  # the fake node's clock (tests run scenarios faster)
+        self.nvml = nvml
+        self.scenario = scenario
         self.web: WebConfig = load_web_config(config.web_config_file)
         self.limits = limits
         self.current: RenderedSnapshot | None = None
@@ -58,9 +67,9 @@ class Exporter:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
         if c.fake:
-            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario),
+            self.fake_lib = fake.FakeNvmlLibrary(self.scenario or load_scenario(c.scenario),
                                                  self.fake_clock or time.time)
-            fake.install(self.fake_lib)
+            fake.install(self.fake_lib, self.nvml)
         settings = SamplerSettings(
             power_hertz=c.power_sample_rate_hz,
             sweep_interval_seconds=c.sweep_interval_seconds,
@@ -73,7 +82,7 @@ class Exporter:
             stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
         )
         try:
-            self.sampler = Sampler(NvmlBackend(), settings, self.sources, self._publish)
+            self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.sources, self._publish)
             self.sampler.start()
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
                                              HealthCheck(c.stale_after_seconds), self.web,
@@ -103,5 +112,5 @@ class Exporter:
             self.sampler.stop()
             self.sampler = None
         if self.fake_lib is not None:
-            fake.uninstall()
+            fake.uninstall(self.nvml)
             self.fake_lib = None

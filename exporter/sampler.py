@@ -587,7 +587,7 @@ class Sampler:
     def _watch_xids(self) -> None:
         """Wait for XID events on every GPU; each reaches the next snapshot."""
         backend = self.backend
-        event_set = backend.call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+        event_set = backend.call("nvmlEventSetCreate")
         if event_set is None:
             return
         for gpu in range(self.gpu_count):
@@ -595,27 +595,27 @@ class Sampler:
             if handle is None:
                 continue
             try:  # only the XID bit: if any bit of a mask is unsupported, none registers
-                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError,
-                                                event_set)
+                backend.nvml.nvmlDeviceRegisterEvents(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
                 self.xid_registered += 1
-            except pynvml.NVMLError as exc:
+            except backend.nvml.NVMLError as exc:
                 backend.errors.add("nvmlDeviceRegisterEvents", error_name(exc))
         uuids = {ident.uuid: ident.index for ident in self.identities if ident is not None}
         while not self._stop.is_set():
             try:
-                data = pynvml.nvmlEventSetWait(event_set, 500)
-            except pynvml.NVMLError_Timeout:
+                data = backend.nvml.nvmlEventSetWait(event_set, 500)
+            except backend.nvml.NVMLError_Timeout:
                 continue
-            except pynvml.NVMLError as exc:
+            except backend.nvml.NVMLError as exc:
                 backend.errors.add("nvmlEventSetWait", error_name(exc))
                 self._stop.wait(1.0)
                 continue
-            uuid = backend.call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, data.device)
+            uuid = backend.call("nvmlDeviceGetUUID", data.device)
             gpu = uuids.get(uuid) if uuid is not None else None
             if gpu is None:
-                gpu = backend.call("nvmlDeviceGetIndex", pynvml.nvmlDeviceGetIndex, data.device)
+                gpu = backend.call("nvmlDeviceGetIndex", data.device)
             self.record_xid(-1 if gpu is None else gpu, int(data.eventData))
-        backend.call("nvmlEventSetFree", pynvml.nvmlEventSetFree, event_set)
+        backend.call("nvmlEventSetFree", event_set)
 
     def record_xid(self, gpu: int, code: int) -> None:
         log.warning("XID %d on GPU %d", code, gpu)

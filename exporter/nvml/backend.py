@@ -7,15 +7,16 @@ call and error name; one failing call never stops a sweep.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any
 
 import pynvml
-
-T = TypeVar("T")
 
 # Field value union members by valueType (nvml.h nvmlValueType_t).
 _VALUE_MEMBERS = {
@@ -79,10 +80,26 @@ class ErrorCounts:
 LOST_ERRORS = ("GpuIsLost", "GpuNotFound")
 
 
-class NvmlBackend:
-    """Initialises NVML once, caches device handles, and makes counted calls."""
+def private_nvml_module(name: str) -> ModuleType:
+    """A separate copy of the pynvml module, with its own driver library and state.
 
-    def __init__(self) -> None:
+    The fleet simulator gives each virtual node one, so several fake nodes (each with
+    its own library under its own pynvml) run in one process."""
+    module_name = f"_cte_pynvml_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, pynvml.__file__)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # pynvml looks itself up there while loading
+    spec.loader.exec_module(module)
+    return module
+
+
+class NvmlBackend:
+    """Initialises NVML once, caches device handles, and makes counted calls.
+
+    Every call goes through `nvml` (the pynvml module, or a private copy of it)."""
+
+    def __init__(self, nvml: ModuleType = pynvml) -> None:
+        self.nvml = nvml
         self.errors = ErrorCounts()
         self.lost: set[int] = set()  # GPUs that answered GpuIsLost; cleared on recovery
         self.handles: list[Any] = []
@@ -93,34 +110,31 @@ class NvmlBackend:
     def open(self) -> int:
         """nvmlInit and enumerate devices; returns the GPU count."""
         try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML is not available: {exc} ({error_name(exc)})") from None
         self._open = True
-        self.driver_version = self.call("nvmlSystemGetDriverVersion",
-                                        pynvml.nvmlSystemGetDriverVersion) or ""
-        self.nvml_version = self.call("nvmlSystemGetNVMLVersion",
-                                      pynvml.nvmlSystemGetNVMLVersion) or ""
-        count = self.call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount) or 0
+        self.driver_version = self.call("nvmlSystemGetDriverVersion") or ""
+        self.nvml_version = self.call("nvmlSystemGetNVMLVersion") or ""
+        count = self.call("nvmlDeviceGetCount") or 0
         self.handles = []
         for index in range(count):
             self.handles.append(self.call("nvmlDeviceGetHandleByIndex",
-                                          pynvml.nvmlDeviceGetHandleByIndex, index))
+                                          index))
         return count
 
     def close(self) -> None:
         if self._open:
             self._open = False
-            self.call("nvmlShutdown", pynvml.nvmlShutdown)
+            self.call("nvmlShutdown")
 
-    def call(self, name: str, fn: Callable[..., T], *args: Any, gpu: int | None = None
-             ) -> T | None:
-        """Call fn(*args); on NVMLError count it under `name` and return None.
+    def call(self, name: str, *args: Any, gpu: int | None = None) -> Any:
+        """Call the pynvml function `name`; on NVMLError count it and return None.
 
         With `gpu`, an error saying the GPU is gone marks it lost (see `lost`)."""
         try:
-            return fn(*args)
-        except pynvml.NVMLError as exc:
+            return getattr(self.nvml, name)(*args)
+        except self.nvml.NVMLError as exc:
             name_of_error = error_name(exc)
             self.errors.add(name, name_of_error)
             if gpu is not None and name_of_error in LOST_ERRORS:
@@ -131,8 +145,7 @@ class NvmlBackend:
         """The cached handle, re-acquired if the first attempt failed."""
         handle = self.handles[gpu]
         if handle is None:
-            handle = self.call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex,
-                               gpu, gpu=gpu)
+            handle = self.call("nvmlDeviceGetHandleByIndex", gpu, gpu=gpu)
             self.handles[gpu] = handle
         return handle
 
@@ -154,14 +167,13 @@ class NvmlBackend:
         out: dict[tuple[int, int], FieldReading] = {}
         for start in range(0, len(requests), FIELDS_PER_CALL):
             chunk = list(requests[start:start + FIELDS_PER_CALL])
-            values = self.call("nvmlDeviceGetFieldValues", pynvml.nvmlDeviceGetFieldValues,
-                               handle, chunk, gpu=gpu)
+            values = self.call("nvmlDeviceGetFieldValues", handle, chunk, gpu=gpu)
             if values is None:
                 return out
             for entry in values:
                 label = FIELD_NAMES.get(entry.fieldId, str(entry.fieldId))
                 if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-                    exc = pynvml.NVMLError(entry.nvmlReturn)
+                    exc = self.nvml.NVMLError(entry.nvmlReturn)
                     self.errors.add(f"nvmlDeviceGetFieldValues({label})", error_name(exc))
                     continue
                 member = _VALUE_MEMBERS.get(entry.valueType)

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
+from types import ModuleType
 
 import numpy as np
 import pynvml
@@ -237,6 +238,7 @@ class FakeNvmlLibrary:
     """Answers the NVML C symbols pynvml looks up, from a Scenario."""
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.time):
+        self.nvml = pynvml  # the pynvml module it is installed under (install() sets it)
         self.scenario = scenario
         self.clock = clock
         self.start = clock()
@@ -294,7 +296,7 @@ class FakeNvmlLibrary:
     def _gpu_of(self, handle) -> int | None:
         if isinstance(handle, ctypes.c_uint):  # nvmlDeviceGetHandleByIndex_v2(index, ...)
             return handle.value if 0 <= handle.value < len(self.gpus) else None
-        if not isinstance(handle, pynvml.c_nvmlDevice_t):
+        if not isinstance(handle, self.nvml.c_nvmlDevice_t):
             return None
         address = ctypes.cast(handle, ctypes.c_void_p).value or 0
         index = address - _HANDLE_BASE
@@ -744,10 +746,10 @@ _HOOKED_GLOBALS = ("nvmlLib", "_nvmlGetFunctionPointer_cache", "_nvmlLib_refcoun
                    "libLoadLock")
 
 
-def check_hook() -> None:
+def check_hook(nvml: ModuleType = pynvml) -> None:
     """Fail loudly if this nvidia-ml-py no longer has the globals the fake replaces."""
-    missing = [name for name in _HOOKED_GLOBALS if not hasattr(pynvml, name)]
-    cache = getattr(pynvml, "_nvmlGetFunctionPointer_cache", None)
+    missing = [name for name in _HOOKED_GLOBALS if not hasattr(nvml, name)]
+    cache = getattr(nvml, "_nvmlGetFunctionPointer_cache", None)
     if missing or not isinstance(cache, dict):
         raise FakeHookError(
             "this nvidia-ml-py release changed how it loads the driver library "
@@ -756,27 +758,29 @@ def check_hook() -> None:
         )
 
 
-def install(lib: FakeNvmlLibrary) -> None:
-    """Put the fake under pynvml. Refuses if a real driver library is already loaded."""
-    check_hook()
-    with pynvml.libLoadLock:
-        current = pynvml.nvmlLib
+def install(lib: FakeNvmlLibrary, nvml: ModuleType = pynvml) -> None:
+    """Put the fake under pynvml (or a private copy of it). Refuses if a real driver
+    library is already loaded there."""
+    check_hook(nvml)
+    with nvml.libLoadLock:
+        current = nvml.nvmlLib
         if current is not None and not isinstance(current, FakeNvmlLibrary):
             raise RuntimeError("a real NVML library is already loaded; not replacing it")
-        pynvml.nvmlLib = lib
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        pynvml._nvmlLib_refcount = 0
+        lib.nvml = nvml
+        nvml.nvmlLib = lib
+        nvml._nvmlGetFunctionPointer_cache.clear()
+        nvml._nvmlLib_refcount = 0
 
 
-def uninstall() -> None:
+def uninstall(nvml: ModuleType = pynvml) -> None:
     """Remove the fake, leaving pynvml as if nothing had been loaded."""
-    with pynvml.libLoadLock:
-        lib = pynvml.nvmlLib
+    with nvml.libLoadLock:
+        lib = nvml.nvmlLib
         if isinstance(lib, FakeNvmlLibrary):
             lib.release_hangs()
-            pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        pynvml._nvmlLib_refcount = 0
+            nvml.nvmlLib = None
+        nvml._nvmlGetFunctionPointer_cache.clear()
+        nvml._nvmlLib_refcount = 0
 
 
 @contextmanager

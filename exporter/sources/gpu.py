@@ -82,30 +82,29 @@ def read_identity(backend: NvmlBackend, gpu: int) -> GpuIdentity | None:
     if handle is None:
         return None
     call = partial(backend.call, gpu=gpu)
-    uuid = call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)
+    uuid = call("nvmlDeviceGetUUID", handle)
     if uuid is None:
         return None  # without a UUID there is no stable identity to label series with
-    pci = call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
+    pci = call("nvmlDeviceGetPciInfo", handle)
     bus_id = pci.busId if pci is not None else ""
     if isinstance(bus_id, bytes):
         bus_id = bus_id.decode(errors="replace")
     default_limit = call("nvmlDeviceGetPowerManagementDefaultLimit",
-                         pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
-    max_sm = call("nvmlDeviceGetMaxClockInfo", pynvml.nvmlDeviceGetMaxClockInfo,
-                  handle, pynvml.NVML_CLOCK_SM)
+                         handle)
+    max_sm = call("nvmlDeviceGetMaxClockInfo", handle, pynvml.NVML_CLOCK_SM)
     links = backend.fields(gpu, [FI.NVML_FI_DEV_NVLINK_LINK_COUNT]).get(
         FI.NVML_FI_DEV_NVLINK_LINK_COUNT)
     return GpuIdentity(
         index=gpu,
         uuid=uuid,
-        name=call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle) or "",
+        name=call("nvmlDeviceGetName", handle) or "",
         pci_bus_id=bus_id,
-        serial=call("nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle) or "",
+        serial=call("nvmlDeviceGetSerial", handle) or "",
         default_power_limit_watts=_scaled(default_limit, 1e-3),
         pcie_max_generation=call("nvmlDeviceGetMaxPcieLinkGeneration",
-                                 pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+                                 handle),
         pcie_max_width=call("nvmlDeviceGetMaxPcieLinkWidth",
-                            pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+                            handle),
         sm_clock_max_hertz=_scaled(max_sm, 1e6),
         nvlinks=0 if links is None else int(links.value),
     )
@@ -135,14 +134,14 @@ def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
         reading = fields.get(field_id)
         return None if reading is None else reading.value * factor
 
-    util = call("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates, handle)
-    memory = call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
-    fan = call("nvmlDeviceGetFanSpeed", pynvml.nvmlDeviceGetFanSpeed, handle)
-    temperature = call("nvmlDeviceGetTemperature", pynvml.nvmlDeviceGetTemperature, handle,
+    util = call("nvmlDeviceGetUtilizationRates", handle)
+    memory = call("nvmlDeviceGetMemoryInfo", handle)
+    fan = call("nvmlDeviceGetFanSpeed", handle)
+    temperature = call("nvmlDeviceGetTemperature", handle,
                        pynvml.NVML_TEMPERATURE_GPU)
-    sm_clock = call("nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, handle,
+    sm_clock = call("nvmlDeviceGetClockInfo", handle,
                     pynvml.NVML_CLOCK_SM)
-    mem_clock = call("nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, handle,
+    mem_clock = call("nvmlDeviceGetClockInfo", handle,
                      pynvml.NVML_CLOCK_MEM)
     return GpuState(
         time=time.time(),
@@ -152,19 +151,19 @@ def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
         memory_total_bytes=None if memory is None else float(memory.total),
         power_average_watts=field(FI.NVML_FI_DEV_POWER_AVERAGE, 1e-3),
         power_limit_watts=_scaled(call("nvmlDeviceGetEnforcedPowerLimit",
-                                       pynvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3),
+                                       handle), 1e-3),
         temperature_celsius=None if temperature is None else float(temperature),
         memory_temperature_celsius=field(FI.NVML_FI_DEV_MEMORY_TEMP),
         sm_clock_hertz=_scaled(sm_clock, 1e6),
         memory_clock_hertz=_scaled(mem_clock, 1e6),
         performance_state=call("nvmlDeviceGetPerformanceState",
-                               pynvml.nvmlDeviceGetPerformanceState, handle),
+                               handle),
         fan_speed_ratio=None if fan is None else fan / 100.0,
         pcie_transmit_bytes=field(FI.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
         pcie_receive_bytes=field(FI.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
         pcie_replays=field(FI.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
         pcie_generation=call("nvmlDeviceGetCurrPcieLinkGeneration",
-                             pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                             handle),
         pcie_width=call("nvmlDeviceGetCurrPcieLinkWidth",
-                        pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                        handle),
     )

@@ -101,7 +101,7 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float) -> Gpu
             crc_data = value(FI_NVLINK_CRC_DATA[link])
         else:
             crc_data = backend.call("nvmlDeviceGetNvLinkErrorCounter",
-                                    pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link,
+                                    handle, link,
                                     pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA, gpu=gpu)
         if crc_data is not None:
             errors["crc_data"] = float(crc_data)
@@ -111,7 +111,7 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float) -> Gpu
                             None if rx is None else rx * 1024, errors))
     action = value(FI_RECOVERY_ACTION)
     reasons = backend.call("nvmlDeviceGetCurrentClocksEventReasons",
-                           pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle, gpu=gpu)
+                           handle, gpu=gpu)
     return GpuHealth(
         time=now,
         ecc_errors={key: v for key, fid in FI_ECC.items() if (v := value(fid)) is not None},
