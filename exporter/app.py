@@ -13,6 +13,7 @@ from exporter.config import Config
 from exporter.metrics.render import RenderedSnapshot, render
 from exporter.nvml import fake
 from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.replay import replay_library
 from exporter.nvml.scenarios import Scenario, load_scenario
 from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
 from exporter.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
@@ -20,6 +21,7 @@ from exporter.sources.host import HostSource
 from exporter.sources.infiniband import InfinibandSource
 from exporter.sources.jobs import JobsSource
 from exporter.straggler_monitor import StragglerSettings
+from exporter.trace import load_trace
 from exporter.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,11 @@ class Exporter:
     def start(self) -> None:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
-        if c.fake:
+        if c.replay:
+            self.fake_lib = replay_library(load_trace(c.replay), c.replay_speed,
+                                           self.fake_clock or time.time)
+            fake.install(self.fake_lib, self.nvml)
+        elif c.fake:
             self.fake_lib = fake.FakeNvmlLibrary(self.scenario or load_scenario(c.scenario),
                                                  self.fake_clock or time.time)
             fake.install(self.fake_lib, self.nvml)
@@ -74,8 +80,8 @@ class Exporter:
             power_hertz=c.power_sample_rate_hz,
             sweep_interval_seconds=c.sweep_interval_seconds,
             sources_interval_seconds=c.sources_interval_seconds,
-            backend="fake" if c.fake else "nvml",
-            scenario=c.scenario if c.fake else "",
+            backend="replay" if c.replay else "fake" if c.fake else "nvml",
+            scenario=c.replay if c.replay else c.scenario if c.fake else "",
             expected_gpus=c.expected_gpus,
             hang_timeout_seconds=c.hang_timeout_seconds,
             recovery_interval_seconds=c.gpu_recovery_interval_seconds,

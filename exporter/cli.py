@@ -13,6 +13,7 @@ from exporter import __version__
 from exporter.config import DEFAULT_PORT, build_config, load_config_file
 from exporter.nvml.backend import NvmlUnavailable
 from exporter.nvml.scenarios import builtin_names, load_scenario
+from exporter.trace import TraceError
 from exporter.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
@@ -69,6 +70,10 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
                         type=float, metavar="SECONDS",
                         help="how long a GPU must deviate from its peers (default 300)")
+    parser.add_argument("--replay", metavar="FILE", help="serve a recorded trace (ours or an "
+                        "nvidia-smi CSV log) as if live, looping at its end")
+    parser.add_argument("--speed", dest="replay_speed", type=float, metavar="X",
+                        help="replay speed (default 1)")
     parser.add_argument("--log.level", dest="log_level",
                         choices=["debug", "info", "warning", "error"], help="default info")
 
@@ -82,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
-    from exporter import analyze
+    from exporter import analyze, record
 
+    record.add_arguments(commands.add_parser(
+        "record", help="record GPU samples (power at full rate) to a trace file"))
     analyze.add_arguments(commands.add_parser(
         "analyze", help="analyse a trace (ours or an nvidia-smi CSV log) offline"))
     return parser
@@ -95,7 +102,8 @@ def _run(args: argparse.Namespace) -> int:
     keys = ("listen_address", "web_config_file", "fake", "scenario", "power_sample_rate_hz",
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
             "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "expected_gpus",
-            "hang_timeout_seconds", "straggler_persistence_seconds", "log_level")
+            "hang_timeout_seconds", "straggler_persistence_seconds", "replay", "replay_speed",
+            "log_level")
     config = build_config(args.config, {k: getattr(args, k) for k in keys})
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
@@ -126,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "record":
+            from exporter import record
+
+            return record.main(args)
         if args.command == "analyze":
             from exporter import analyze
 
@@ -141,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    except ConfigError as exc:
+    except (ConfigError, TraceError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

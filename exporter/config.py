@@ -34,6 +34,8 @@ FLAG_NAMES = {
     "expected_gpus": "--gpus.expected",
     "hang_timeout_seconds": "--nvml.hang-timeout",
     "straggler_persistence_seconds": "--straggler.persistence",
+    "replay": "--replay",
+    "replay_speed": "--speed",
     "log_level": "--log.level",
 }
 
@@ -57,6 +59,8 @@ class Config:
     hang_timeout_seconds: float = 2.0
     gpu_recovery_interval_seconds: float = 10.0
     straggler_persistence_seconds: float = 300.0
+    replay: str | None = None  # a trace to serve as if live, instead of NVML
+    replay_speed: float = 1.0
     log_level: str = "info"
 
     @property
@@ -73,6 +77,7 @@ _NUMBER_RANGES = {
     "hang_timeout_seconds": (0.2, 600.0),
     "gpu_recovery_interval_seconds": (0.1, 3600.0),
     "straggler_persistence_seconds": (0.0, 86400.0),
+    "replay_speed": (0.01, 1000.0),
 }
 # key -> (low, high) for whole numbers that may be left unset
 _OPTIONAL_INTS = {"expected_gpus": (0, 1024)}
@@ -123,6 +128,8 @@ def validate(config: Config, where: Where | None = None, mapping: Any = None) ->
     if config.hpc_job_mapping_dir is not None and not config.hpc_job_mapping_dir.strip():
         raise fail("hpc_job_mapping_dir", "expected a directory path (leave unset to turn "
                    "the jobs collector off)")
+    if config.replay is not None and config.fake:
+        raise fail("replay", "--replay and --fake both replace NVML: choose one")
     if config.stale_after_seconds <= config.sweep_interval_seconds:
         raise fail("stale_after_seconds", "must be longer than sweep_interval_seconds")
     return config

@@ -361,6 +361,7 @@ class Sampler:
         self.recoveries: dict[int, int] = {}
         self._last_recovery: dict[int, float] = {}
         self.buffer: PowerBuffer | None = None
+        self.recorder: Any = None  # record: gets power(samples) and sweep(gpu, state, health)
         self.power_monitor: PowerMonitor | None = None
         self.power_analysis: PowerAnalysis | None = None
         self.sweep_buffer: SweepBuffer | None = None
@@ -474,6 +475,8 @@ class Sampler:
         if not self._each_gpu(self.power_loop, read):
             return
         self.latest_power.update(samples)
+        if self.recorder is not None:
+            self.recorder.power(samples)
         if self.buffer is not None:
             now = time.time()
             self.buffer.append([samples.get(g) or PowerSample(now, None, None)
@@ -491,6 +494,8 @@ class Sampler:
             if health is not None:
                 self._count_clock_events(gpu, health)
                 self.health[gpu] = health
+            if self.recorder is not None and state is not None:
+                self.recorder.sweep(gpu, state, health)
 
         if self._each_gpu(self.sweep_loop, read):
             self._recover_lost()

@@ -151,6 +151,10 @@ class _FakeGpu:
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
 
+    def recorded(self, name: str, t: float) -> float | None:
+        """A replayed value of a sweep field (see nvml/replay.py); None: use the model."""
+        return None
+
     def in_checkpoint(self, t: float) -> bool:
         return self.every > 0 and t % self.every < self.ckpt_seconds
 
@@ -470,6 +474,11 @@ class FakeNvmlLibrary:
         writing = gpu.writer and gpu.in_checkpoint(t)
         target.gpu = 100 if gpu.training and not writing else 0
         target.memory = (55 if self._compute_phase(gpu, t) else 6) if gpu.training else 0
+        for name, attr in (("utilization_gpu_ratio", "gpu"), ("utilization_memory_ratio",
+                                                              "memory")):
+            replayed = gpu.recorded(name, t)
+            if replayed is not None:
+                setattr(target, attr, int(round(replayed * 100)))
         return SUCCESS
 
     def _nvmlDeviceGetMemoryInfo(self, handle, memory) -> int:
@@ -479,11 +488,15 @@ class FakeNvmlLibrary:
         target = _target(memory)
         total = self.scenario.device.memory_total_bytes
         used = self.scenario.workload.memory_used_bytes if gpu.training else 512 * 1024**2
+        used = int(gpu.recorded("memory_used_bytes", self.now()) or used)
         target.total, target.used, target.free = total, min(used, total), total - min(used, total)
         return SUCCESS
 
     def _temperature(self, gpu: _FakeGpu) -> float:
         t = self.now()
+        replayed = gpu.recorded("temperature_celsius", t)
+        if replayed is not None:
+            return replayed
         load = gpu.average_power(t, 30.0)
         return 28.0 + 0.056 * load + gpu.temperature_offset + self.clock_events(gpu, t)[2]
 
@@ -493,6 +506,9 @@ class FakeNvmlLibrary:
         return self._device_call(handle, temp, lambda g: int(round(self._temperature(g))))
 
     def _sm_clock(self, gpu: _FakeGpu) -> float:
+        replayed = gpu.recorded("sm_clock_hertz", self.now())
+        if replayed is not None:
+            return replayed / 1e6
         dev = self.scenario.device
         if not gpu.training:
             return dev.idle_sm_clock_mhz
@@ -526,6 +542,9 @@ class FakeNvmlLibrary:
     def _nvmlDeviceGetCurrentClocksEventReasons(self, handle, reasons) -> int:
         def compute(gpu: _FakeGpu) -> int:
             t = self.now()
+            replayed = gpu.recorded("clock_event_reasons", t)
+            if replayed is not None:
+                return int(replayed)
             faults = self.clock_events(gpu, t)[0]
             if not gpu.training:
                 return 0x1 | faults  # GPU idle
@@ -583,7 +602,9 @@ class FakeNvmlLibrary:
         if field_id == FI_POWER_LIMIT:
             return _UINT, int(gpu.power_limit * 1000)
         if field_id == FI_MEMORY_TEMP:
-            return _UINT, int(round(self._temperature(gpu) + 6))
+            replayed = gpu.recorded("memory_temperature_celsius", t)
+            return _UINT, int(round(replayed if replayed is not None
+                                    else self._temperature(gpu) + 6))
         if field_id == FI_PCIE_REPLAY:
             return _UINT, 0
         if field_id == FI_PCIE_TX:
