@@ -10,7 +10,7 @@ from types import ModuleType
 import pynvml
 
 from exporter.config import Config
-from exporter.metrics.render import RenderedSnapshot, render
+from exporter.metrics.render import RenderedSnapshot
 from exporter.nvml import fake
 from exporter.nvml.backend import NvmlBackend
 from exporter.nvml.replay import replay_library
@@ -63,7 +63,7 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
-        self.current = RenderedSnapshot(snapshot, render(snapshot))  # one atomic swap
+        self.current = RenderedSnapshot(snapshot)  # one atomic swap; rendered on first scrape
 
     def start(self) -> None:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
@@ -85,6 +85,7 @@ class Exporter:
             expected_gpus=c.expected_gpus,
             hang_timeout_seconds=c.hang_timeout_seconds,
             recovery_interval_seconds=c.gpu_recovery_interval_seconds,
+            health_interval_seconds=c.gpu_health_interval_seconds,
             stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
         )
         try:

@@ -70,6 +70,9 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
                         type=float, metavar="SECONDS",
                         help="how long a GPU must deviate from its peers (default 300)")
+    parser.add_argument("--sweep.health-interval", dest="gpu_health_interval_seconds",
+                        type=float, metavar="SECONDS", help="how often ECC, row remapping "
+                        "and NVLink counters are read (default 5)")
     parser.add_argument("--replay", metavar="FILE", help="serve a recorded trace (ours or an "
                         "nvidia-smi CSV log) as if live, looping at its end")
     parser.add_argument("--speed", dest="replay_speed", type=float, metavar="X",
@@ -103,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
             "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "expected_gpus",
             "hang_timeout_seconds", "straggler_persistence_seconds", "replay", "replay_speed",
+            "gpu_health_interval_seconds",
             "log_level")
     config = build_config(args.config, {k: getattr(args, k) for k in keys})
     if config.fake:

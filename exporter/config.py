@@ -35,6 +35,7 @@ FLAG_NAMES = {
     "hang_timeout_seconds": "--nvml.hang-timeout",
     "straggler_persistence_seconds": "--straggler.persistence",
     "replay": "--replay",
+    "gpu_health_interval_seconds": "--sweep.health-interval",
     "replay_speed": "--speed",
     "log_level": "--log.level",
 }
@@ -59,6 +60,7 @@ class Config:
     hang_timeout_seconds: float = 2.0
     gpu_recovery_interval_seconds: float = 10.0
     straggler_persistence_seconds: float = 300.0
+    gpu_health_interval_seconds: float = 5.0  # ECC, row remapping, NVLink counters
     replay: str | None = None  # a trace to serve as if live, instead of NVML
     replay_speed: float = 1.0
     log_level: str = "info"
@@ -78,6 +80,7 @@ _NUMBER_RANGES = {
     "gpu_recovery_interval_seconds": (0.1, 3600.0),
     "straggler_persistence_seconds": (0.0, 86400.0),
     "replay_speed": (0.01, 1000.0),
+    "gpu_health_interval_seconds": (0.1, 600.0),
 }
 # key -> (low, high) for whole numbers that may be left unset
 _OPTIONAL_INTS = {"expected_gpus": (0, 1024)}

@@ -34,8 +34,9 @@ SWEEP_FIELDS = {  # trace field -> GpuState attribute
     "memory_clock_hertz": "memory_clock_hertz",
     "power_limit_watts": "power_limit_watts",
     "memory_used_bytes": "memory_used_bytes",
+    "clock_event_reasons": "clock_event_reasons",
 }
-FIELDS = (*POWER_FIELDS, *SWEEP_FIELDS, "clock_event_reasons")
+FIELDS = (*POWER_FIELDS, *SWEEP_FIELDS)
 
 
 class TraceRecorder:
@@ -57,8 +58,6 @@ class TraceRecorder:
 
     def sweep(self, gpu: int, state: GpuState, health: GpuHealth | None) -> None:
         values = {name: getattr(state, attr) for name, attr in SWEEP_FIELDS.items()}
-        if health is not None and health.clock_event_reasons is not None:
-            values["clock_event_reasons"] = health.clock_event_reasons
         values = {k: float(v) for k, v in values.items() if v is not None}
         with self._lock:
             self.writer.write(state.time, gpu, values)

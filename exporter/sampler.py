@@ -96,12 +96,15 @@ class PowerBuffer:
         self._lock = threading.Lock()
 
     def append(self, samples: list[PowerSample]) -> None:
+        nan = np.nan
+        times = [s.time for s in samples]
+        watts = [nan if s.watts is None else s.watts for s in samples]
+        joules = [nan if s.joules is None else s.joules for s in samples]
         with self._lock:
             slot = self.count % self.capacity
-            for gpu, sample in enumerate(samples):
-                self.times[gpu, slot] = sample.time
-                self.watts[gpu, slot] = np.nan if sample.watts is None else sample.watts
-                self.joules[gpu, slot] = np.nan if sample.joules is None else sample.joules
+            self.times[:, slot] = times
+            self.watts[:, slot] = watts
+            self.joules[:, slot] = joules
             self.count += 1
 
     def window(self, seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -328,6 +331,7 @@ class SamplerSettings:
     expected_gpus: int | None = None  # None: the count NVML reports at start
     hang_timeout_seconds: float = 2.0  # a call inside NVML this long marks its GPU hung
     recovery_interval_seconds: float = 10.0  # how often to retry a lost GPU
+    health_interval_seconds: float = 5.0  # ECC, row remap, NVLink: every few sweeps
     xid_events: bool = True
     power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
     stragglers: StragglerSettings | None = field(default_factory=StragglerSettings)
@@ -352,7 +356,7 @@ class Sampler:
         self.source_results: dict[str, SourceResult] = {}
         self._source_errors: dict[str, int] = {}
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
-        self._last_health_time: dict[int, float] = {}
+        self._last_state_time: dict[int, float] = {}
         self.xids: dict[tuple[int, int], XidRecord] = {}
         self.xid_registered = 0
         self.hung: dict[int, float] = {}  # GPU -> when the stuck call began (epoch)
@@ -488,14 +492,17 @@ class Sampler:
                 self.identities[gpu] = read_identity(self.backend, gpu)
             state = read_state(self.backend, gpu)
             if state is not None:
+                self._count_clock_events(gpu, state)
                 self.states[gpu] = state
+            now = time.time()
             ident = self.identities[gpu]
-            health = read_health(self.backend, gpu, ident.nvlinks if ident else 0, time.time())
-            if health is not None:
-                self._count_clock_events(gpu, health)
-                self.health[gpu] = health
+            last = self.health.get(gpu)
+            if last is None or now - last.time >= self.settings.health_interval_seconds - 0.05:
+                health = read_health(self.backend, gpu, ident.nvlinks if ident else 0, now)
+                if health is not None:
+                    self.health[gpu] = health
             if self.recorder is not None and state is not None:
-                self.recorder.sweep(gpu, state, health)
+                self.recorder.sweep(gpu, state, self.health.get(gpu))
 
         if self._each_gpu(self.sweep_loop, read):
             self._recover_lost()
@@ -506,7 +513,7 @@ class Sampler:
             return
         rows = {}
         for gpu in range(self.gpu_count):
-            state, health = self.states.get(gpu), self.health.get(gpu)
+            state = self.states.get(gpu)
             if state is None or not self._readable(gpu):
                 continue
             rows[gpu] = (state.time, {
@@ -514,7 +521,7 @@ class Sampler:
                 "temperature_celsius": state.temperature_celsius,
                 "utilization_gpu_ratio": state.utilization_gpu_ratio,
                 "power_average_watts": state.power_average_watts,
-                "clock_event_reasons": None if health is None else health.clock_event_reasons,
+                "clock_event_reasons": state.clock_event_reasons,
             })
         self.sweep_buffer.append(rows)
 
@@ -554,17 +561,17 @@ class Sampler:
         loop = next((loop for loop in self._loops if loop.name == "analysis"), None)
         return 0 if loop is None else loop.iterations
 
-    def _count_clock_events(self, gpu: int, health: GpuHealth) -> None:
+    def _count_clock_events(self, gpu: int, state: GpuState) -> None:
         """Accumulate seconds each clock-event reason was active, sweep to sweep."""
-        previous = self._last_health_time.get(gpu)
-        self._last_health_time[gpu] = health.time
-        if previous is None or health.clock_event_reasons is None:
+        previous = self._last_state_time.get(gpu)
+        self._last_state_time[gpu] = state.time
+        if previous is None or state.clock_event_reasons is None:
             return
         # a gap longer than a few sweeps (a hang, a lost GPU) is not counted as active
-        elapsed = min(health.time - previous, 3 * self.settings.sweep_interval_seconds)
+        elapsed = min(state.time - previous, 3 * self.settings.sweep_interval_seconds)
         for reason, bit in CLOCK_EVENT_REASONS.items():
             key = (gpu, reason)
-            if health.clock_event_reasons & bit:
+            if state.clock_event_reasons & bit:
                 self.clock_event_seconds[key] = self.clock_event_seconds.get(key, 0.0) + elapsed
             else:
                 self.clock_event_seconds.setdefault(key, 0.0)

@@ -37,6 +37,7 @@ class Running:
         self.clock = FastClock(speed)
         if speed > 1:  # snapshots every 0.2 s real = 2 s of scenario time
             config.setdefault("sweep_interval_seconds", 0.2)
+            config.setdefault("gpu_health_interval_seconds", 0.2)
         self.exporter = Exporter(Config(listen_address="127.0.0.1:0", fake=True,
                                         scenario=scenario, collector_infiniband=False,
                                         collector_host=False, **config),

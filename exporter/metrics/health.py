@@ -41,9 +41,20 @@ def health_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield xids
     yield last
 
-    yield from _memory_families(snapshot)
     yield from _clock_event_families(snapshot)
+
+
+def link_memory_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Memory and NVLink: read every few sweeps, so their rendering is cached (see
+    link_memory_key) and costs nothing in between."""
+    yield from _memory_families(snapshot)
     yield from _nvlink_families(snapshot)
+
+
+def link_memory_key(snapshot: Snapshot) -> tuple:
+    """Changes only when a health reading, a GPU's identity or its state does."""
+    return (tuple((gpu, id(h)) for gpu, h in sorted(snapshot.health.items())),
+            snapshot.identities, snapshot.lost, tuple(snapshot.hung))
 
 
 def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -91,12 +102,12 @@ def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
 def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
     active = GaugeMetricFamily("gpu_clock_event_active", "1 while a clock-event (throttle) "
                                "reason holds the clocks down.", labels=[*GPU_LABELS, "reason"])
-    for gpu, h in sorted(snapshot.health.items()):
-        if h.clock_event_reasons is None:
+    for gpu, state in sorted(snapshot.states.items()):
+        if state.clock_event_reasons is None:
             continue
         labels = _labels(snapshot, gpu)
         for reason, bit in CLOCK_EVENT_REASONS.items():
-            active.add_metric([*labels, reason], 1.0 if h.clock_event_reasons & bit else 0.0)
+            active.add_metric([*labels, reason], 1.0 if state.clock_event_reasons & bit else 0.0)
     yield active
     seconds = CounterMetricFamily("gpu_clock_event_seconds", "Seconds a clock-event reason "
                                   "was active, accumulated sweep to sweep.",

@@ -11,7 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from exporter.metrics.gpu import gpu_families
-from exporter.metrics.health import health_families
+from exporter.metrics.health import health_families, link_memory_families, link_memory_key
 from exporter.metrics.host import host_families
 from exporter.metrics.infiniband import infiniband_families
 from exporter.metrics.jobs import jobs_families
@@ -41,10 +41,34 @@ def source_families(snapshot: Snapshot) -> Iterator[Metric]:
             yield from families(result.reading)
 
 
+class CachedFamilies:
+    """Families whose rendering is reused while `key(snapshot)` stays the same (those
+    fed by readings that change every few sweeps, not every snapshot)."""
+
+    def __init__(self, families: FamilySource, key: Callable[[Snapshot], Any]):
+        self.families, self.key = families, key
+        self.__name__ = families.__name__
+        self._last: tuple[Any, bytes] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, snapshot: Snapshot) -> Iterable[Metric]:
+        return self.families(snapshot)
+
+    def render(self, snapshot: Snapshot) -> bytes:
+        key = self.key(snapshot)
+        with self._lock:
+            if self._last is not None and self._last[0] == key:
+                return self._last[1]
+        body = generate_latest(_Families(snapshot, [self.families]))
+        with self._lock:
+            self._last = (key, body)
+        return body
+
+
 # Each area adds its families here; the order is the order of the output.
-FAMILY_SOURCES: list[FamilySource] = [gpu_families, health_families, power_families,
-                                       straggler_families, jobs_families, source_families,
-                                       self_families]
+FAMILY_SOURCES: list[FamilySource] = [
+    gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
+    power_families, straggler_families, jobs_families, source_families, self_families]
 
 
 class _Families:
@@ -59,22 +83,49 @@ class _Families:
 
 
 def render(snapshot: Snapshot, sources: list[FamilySource] | None = None) -> bytes:
-    return generate_latest(_Families(snapshot, sources or FAMILY_SOURCES))
+    """The exposition of every family; cached parts are reused, the rest rendered anew.
+
+    Each family is written whole by one generate_latest call, so joining the parts is a
+    valid exposition."""
+    parts: list[bytes] = []
+    plain: list[FamilySource] = []
+    for source in sources or FAMILY_SOURCES:
+        if isinstance(source, CachedFamilies):
+            if plain:
+                parts.append(generate_latest(_Families(snapshot, plain)))
+                plain = []
+            parts.append(source.render(snapshot))
+        else:
+            plain.append(source)
+    if plain:
+        parts.append(generate_latest(_Families(snapshot, plain)))
+    return b"".join(parts)
 
 
 class RenderedSnapshot:
-    """A snapshot's exposition bytes, with its gzip made once, on first demand."""
+    """A snapshot and its exposition, rendered once on the first scrape that wants it
+    (and its gzip likewise): the cost follows the slower of the snapshot and scrape
+    rates, and every further scrape of the same snapshot gets the same bytes."""
 
-    def __init__(self, snapshot: Snapshot, body: bytes):
+    def __init__(self, snapshot: Snapshot, body: bytes | None = None):
         self.snapshot = snapshot
-        self.body = body
+        self._body = body
         self._gzip: bytes | None = None
         self._lock = threading.Lock()
 
     @property
+    def body(self) -> bytes:
+        if self._body is None:
+            with self._lock:
+                if self._body is None:
+                    self._body = render(self.snapshot)
+        return self._body
+
+    @property
     def gzipped(self) -> bytes:
         if self._gzip is None:
+            body = self.body
             with self._lock:
                 if self._gzip is None:
-                    self._gzip = gzip.compress(self.body, compresslevel=5, mtime=0)
+                    self._gzip = gzip.compress(body, compresslevel=5, mtime=0)
         return self._gzip

@@ -219,6 +219,9 @@ def _step_timing(scenario: Scenario) -> list[tuple[float, float]]:
     return [(period, min(0.98, compute / s / period)) for s in speeds]
 
 
+_WAITING_SYMBOLS = frozenset({"nvmlEventSetWait_v2"})
+
+
 class _Symbol:
     """A callable standing for one C symbol; pynvml may set attributes (restype) on it."""
 
@@ -228,6 +231,8 @@ class _Symbol:
     def __call__(self, *args):
         lib = self.lib
         lib.calls[self.name] = lib.calls.get(self.name, 0) + 1
+        if self.name in _WAITING_SYMBOLS:  # blocks by design: not the fake's CPU cost
+            return self.impl(*args)
         t0 = time.perf_counter()
         try:
             fault = lib.fault_for(self.name, args)
@@ -721,7 +726,11 @@ class FakeNvmlLibrary:
             left = deadline - time.monotonic()
             if left <= 0:
                 return pynvml.NVML_ERROR_TIMEOUT
-            if self._released.wait(min(left, 0.05)):
+            # sleep until the next XID is due (checked at least every 50 ms while one is
+            # pending, since the fake's clock may run faster than the wall clock)
+            pending = any(e.kind == "xid" and n not in registry["delivered"]
+                          for n, e in enumerate(self.scenario.events))
+            if self._released.wait(min(left, 0.05) if pending else left):
                 return pynvml.NVML_ERROR_TIMEOUT
         target = _target(data)
         gpu = event.gpu if event.gpu is not None else min(registry["gpus"])

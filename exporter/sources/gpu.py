@@ -71,6 +71,7 @@ class GpuState:
     pcie_replays: float | None = None
     pcie_generation: int | None = None
     pcie_width: int | None = None
+    clock_event_reasons: int | None = None  # bitmask of nvmlClocksEventReason*
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -164,6 +165,7 @@ def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
         pcie_replays=field(FI.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
         pcie_generation=call("nvmlDeviceGetCurrPcieLinkGeneration",
                              handle),
+        clock_event_reasons=call("nvmlDeviceGetCurrentClocksEventReasons", handle),
         pcie_width=call("nvmlDeviceGetCurrPcieLinkWidth",
                         handle),
     )

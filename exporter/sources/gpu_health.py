@@ -1,5 +1,5 @@
-"""GPU health read in the sweep: ECC, retired pages, row remapping, recovery action,
-clock-event reasons and NVLink, in as few NVML calls as possible.
+"""GPU health read every few sweeps: ECC, retired pages, row remapping, recovery action
+and NVLink, in as few NVML calls as possible.
 
 Everything field-based goes into one batched nvmlDeviceGetFieldValues request per GPU
 (NVLink counters with the link as scope id), so 18 links cost one call, not 90.
@@ -66,7 +66,6 @@ class GpuHealth:
     row_remap_pending: float | None
     row_remap_failure: float | None
     recovery_action: str | None
-    clock_event_reasons: int | None  # bitmask
     nvlinks: tuple[NvLink, ...]
 
 
@@ -110,8 +109,6 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float) -> Gpu
                             None if tx is None else tx * 1024,
                             None if rx is None else rx * 1024, errors))
     action = value(FI_RECOVERY_ACTION)
-    reasons = backend.call("nvmlDeviceGetCurrentClocksEventReasons",
-                           handle, gpu=gpu)
     return GpuHealth(
         time=now,
         ecc_errors={key: v for key, fid in FI_ECC.items() if (v := value(fid)) is not None},
@@ -125,6 +122,5 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float) -> Gpu
         row_remap_failure=value(FI_REMAPPED_FAILURE),
         recovery_action=None if action is None else RECOVERY_ACTIONS.get(int(action),
                                                                           f"code_{int(action)}"),
-        clock_event_reasons=reasons,
         nvlinks=tuple(links),
     )
