@@ -287,7 +287,7 @@ def node_gpu_detail() -> list[dict]:
              thresholds=ORANGE_ABOVE_0),
         table("GPUs", (f"gpu_info{{{G}}}", ""), w=12,
               hide=("Time", "__name__", "job", "Value", "cluster", "instance")),
-        table("Jobs on this node", (f"gpu_hpc_job_info{{{G}}}", ""), w=12, h=6,
+        table("Jobs on this node", (f'gpu_hpc_job_info{{{G}, hpc_job=~"$hpc_job"}}', ""), w=12, h=6,
               hide=("Time", "__name__", "job", "Value", "cluster")),
         row("Utilization and power"),
         ts("GPU utilization", (f"gpu_utilization_ratio{{{G}}}", "GPU {{gpu}}"),
