@@ -22,7 +22,7 @@ import yaml
 
 from tests.ib_tree import down_hca, ndr_hca, roce_hca
 from tests.prom import Prometheus
-from tests.tools import REPO, free_port, require_binary, wait_for
+from tests.tools import REPO, free_port, require_binary, stop_process, wait_for
 
 DASHBOARDS = REPO / "dashboards"
 EXPECTED_FILES = ["cluster-overview.json", "node-gpu-detail.json", "power-swings.json",
@@ -282,14 +282,7 @@ class Fleet:
         self.deadline = time.monotonic() + 60
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+_stop = stop_process
 
 
 def _healthy(address: str) -> bool:

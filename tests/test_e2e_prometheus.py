@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.prom import Prometheus
-from tests.tools import free_port, wait_for
+from tests.tools import free_port, stop_process, wait_for
 
 
 @pytest.fixture
@@ -22,12 +22,7 @@ def exporter_process():
     try:
         yield port, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def test_prometheus_scrapes_power_for_all_gpus(tmp_path, exporter_process):

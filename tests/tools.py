@@ -70,3 +70,16 @@ def require_module(name: str):
         if os.environ.get("CTE_REQUIRE_TOOLS") == "1":
             pytest.fail(f"Python package {name} is required (pip install -e '.[test]')")
         pytest.skip(f"Python package {name} not installed")
+
+
+def stop_process(proc) -> None:
+    """Terminate a test's child process, killing it if it does not go."""
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from exporter.sources.gpu_health import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
 from exporter.yamlfile import (
     ConfigError,
     Where,
@@ -42,18 +43,6 @@ ERROR_CODES = {
     "Unknown": 999,
 }
 
-# Clock-event (throttle) reasons by name, as nvmlClocksEventReason* bits.
-CLOCK_EVENT_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clock_setting": 0x100,
-}
 
 # Each fault kind and its own parameters: name -> (type, default, required).
 _INT, _FLOAT, _BOOL, _STR, _LIST = "int", "float", "bool", "str", "list"
