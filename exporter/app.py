@@ -63,7 +63,7 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
-        self.current = RenderedSnapshot(snapshot)  # one atomic swap; rendered on first scrape
+        self.current = RenderedSnapshot(snapshot)  # rendered here, then one atomic swap
 
     def start(self) -> None:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""

@@ -269,7 +269,7 @@ class _Loop:
         achieved = 0.0
         if len(starts) >= 2 and starts[-1] > starts[0]:
             achieved = (len(starts) - 1) / (starts[-1] - starts[0])
-        jitter = float(np.percentile(lateness, 99)) if lateness else 0.0
+        jitter = sorted(lateness)[int(0.99 * (len(lateness) - 1))] if lateness else 0.0
         return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, self.busy,
                          self.last_duration, self.cpu_seconds, self.restarts)
 

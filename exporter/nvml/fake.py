@@ -233,14 +233,14 @@ class _Symbol:
         lib.calls[self.name] = lib.calls.get(self.name, 0) + 1
         if self.name in _WAITING_SYMBOLS:  # blocks by design: not the fake's CPU cost
             return self.impl(*args)
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # CPU time, not wall time: waits for the GIL are not ours
         try:
             fault = lib.fault_for(self.name, args)
             if fault is not None:
                 return fault
             return self.impl(*args)
         finally:
-            lib.busy_seconds += time.perf_counter() - t0
+            lib.busy_seconds += time.thread_time() - t0
 
 
 class FakeNvmlLibrary:
