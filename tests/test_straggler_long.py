@@ -1,0 +1,72 @@
+"""Thirty simulated minutes of the fake's scenarios through the offline analysis: the
+healthy node yields no finding at all; the straggler node yields its GPU only.
+
+The fake runs on a manual clock, so 30 minutes of 20 Hz power and 1 Hz sweeps are
+generated in seconds, written as a cte trace and read back by `analyze`.
+"""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from exporter import analyze
+from exporter.nvml import fake
+from exporter.nvml.backend import NvmlBackend
+from exporter.nvml.scenarios import load_scenario
+from exporter.sources.gpu import read_power, read_state
+from exporter.trace import TraceWriter, load_trace
+from tests.tools import ManualClock
+
+MINUTES = 30
+
+
+def simulate(tmp_path, scenario_name: str):
+    clock = ManualClock()
+    path = tmp_path / f"{scenario_name}.cte"
+    fields = ["power_watts", "sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
+              "clock_event_reasons"]
+    with fake.installed(load_scenario(scenario_name), clock):
+        backend = NvmlBackend()
+        gpus = backend.open()
+        with TraceWriter(path, range(gpus), dict.fromkeys(range(gpus), 700.0),
+                         fields) as writer:
+            for tick in range(MINUTES * 60 * 5):  # 5 Hz is plenty for 60 s windows
+                clock.advance(0.2)
+                for gpu in range(gpus):
+                    sample = read_power(backend, gpu)
+                    values = {"power_watts": sample.watts}
+                    if tick % 5 == 0:
+                        state = read_state(backend, gpu)
+                        values.update(sm_clock_hertz=state.sm_clock_hertz,
+                                      temperature_celsius=state.temperature_celsius,
+                                      utilization_gpu_ratio=state.utilization_gpu_ratio,
+                                      clock_event_reasons=state.clock_event_reasons)
+                    writer.write(clock.now, gpu, values)
+        backend.close()
+    assert pynvml.nvmlLib is None
+    return path
+
+
+def report(path) -> dict:
+    args = analyze.build_parser().parse_args([str(path), "--format", "json"])
+    return analyze.analyse_trace(load_trace(path), args)
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("long")
+
+
+def test_healthy_training_yields_no_finding_over_30_minutes(tmp):
+    rep = report(simulate(tmp, "training"))
+    assert rep["duration_seconds"] > MINUTES * 60 - 5
+    assert rep["outliers"] == []
+    assert rep["stalls"] == []
+
+
+def test_straggler_over_30_minutes_names_gpu_5_only(tmp):
+    rep = report(simulate(tmp, "straggler"))
+    assert rep["outliers"], "the throttled GPU must be found"
+    assert {o["gpu"] for o in rep["outliers"]} == {5}
+    assert {o["signal"] for o in rep["outliers"]} >= {"sm_clock"}
