@@ -165,8 +165,9 @@ def load_fleet_scenario(name_or_path: str, nodes: int | None = None,
                                 gpus_per_node)
 
 
-def _node_list(value: object, where: Where, key: str, nodes: int) -> tuple[int, ...]:
-    """`all`, a list of node indices, or 'A-B' (inclusive)."""
+def _node_list(value: object, where: Where, key: str, nodes: int,
+               clip: bool = False) -> tuple[int, ...]:
+    """`all`, a list of node indices, or 'A-B' (inclusive); `clip` drops nodes past the end."""
     if value == "all":
         return tuple(range(nodes))
     if isinstance(value, str) and "-" in value:
@@ -176,6 +177,8 @@ def _node_list(value: object, where: Where, key: str, nodes: int) -> tuple[int, 
     if not isinstance(value, list) or not value or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise where.error(key, "expected 'all', 'A-B' or a list of node indices")
+    if clip:
+        value = [v for v in value if v < nodes]
     for v in value:
         if not 0 <= v < nodes:
             raise where.error(key, f"node {v} is out of range [0, {nodes - 1}] "
@@ -224,12 +227,15 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
                 job_name).strip() or any(c.isspace() for c in str(job_name)):
             raise jw.error("name", "expected a job id without spaces")
         job = FleetJob(
-            name=str(job_name), nodes=_node_list(item.get("nodes", "all"), jw, "nodes", n),
+            name=str(job_name),
+            nodes=_node_list(item.get("nodes", "all"), jw, "nodes", n, clip=nodes is not None),
             step_period_seconds=get_number(item, "step_period_seconds", jw, 2.0, low=0.2,
                                            high=60),
             phase_seconds=get_number(item, "phase_seconds", jw, 0.0, low=-1e6, high=1e6),
             compute_fraction=get_number(item, "compute_fraction", jw, 0.65, low=0.05,
                                         high=0.95))
+        if not job.nodes:
+            continue  # --nodes left this job no node
         for node in job.nodes:
             if node in taken:
                 raise jw.error("nodes", f"node {node} already runs job {taken[node]}")
@@ -248,17 +254,20 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
         if kind not in known:
             expect_mapping(item, fw, set(item or {}))
             raise fw.error("kind", f"expected one of {', '.join(known)}, got {kind!r}")
-        node = get_number(item, "node", fw, -1, low=0, high=n - 1, integer=True) if (
-            "node" in item) else None
-        if node is None:
+        if "node" not in item:
             raise fw.error("node", "required: the node index (0-based)")
+        if nodes is not None and isinstance(item["node"], int) and item["node"] >= n:
+            log.info("fault %s on node %s left out: the fleet has %d nodes", kind,
+                     item["node"], n)
+            continue
+        node = get_number(item, "node", fw, -1, low=0, high=n - 1, integer=True)
         if kind in GPU_FAULTS:
             gpu_faults.append((node, _parse_event(_without(item, "node"), fw, g)))
         elif kind == "straggler":
             expect_mapping(item, fw, {"kind", "node", "gpu", *STRAGGLER_PARAMS})
-            gpu = get_number(item, "gpu", fw, -1, low=0, high=g - 1, integer=True)
             if "gpu" not in item:
                 raise fw.error("gpu", "required for kind straggler")
+            gpu = get_number(item, "gpu", fw, -1, low=0, high=g - 1, integer=True)
             stragglers.append((node, gpu, GpuOverride(
                 clock_scale=get_number(item, "clock_scale", fw, 0.8, low=0.05, high=1),
                 temperature_offset_celsius=get_number(
