@@ -88,6 +88,9 @@ def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--power.sample-rate", dest="power_sample_rate_hz", type=float,
                         default=5.0, metavar="HZ",
                         help="instant-power sampling rate per node (default 5: light)")
+    parser.add_argument("--sweep.interval", dest="sweep_interval_seconds", type=float,
+                        default=1.0, metavar="SECONDS",
+                        help="full GPU sweep interval per node (default 1)")
     parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
                         type=float, default=300.0, metavar="SECONDS",
                         help="how long a GPU must deviate from its peers (default 300)")
@@ -104,6 +107,8 @@ def _simulate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--gpus-per-node: expected 1-64, got {args.gpus_per_node}")
     if not 1 <= args.power_sample_rate_hz <= 100:
         raise ConfigError("--power.sample-rate: expected 1-100")
+    if not 0.1 <= args.sweep_interval_seconds <= 60:
+        raise ConfigError("--sweep.interval: expected 0.1-60")
     if not 0 <= args.straggler_persistence_seconds <= 86400:
         raise ConfigError("--straggler.persistence: expected 0-86400")
     scenario = load_fleet_scenario(args.scenario, args.nodes, args.gpus_per_node)
@@ -115,6 +120,7 @@ def _simulate(args: argparse.Namespace) -> int:
     fleet = Fleet(scenario, FleetSettings(
         base_port=args.base_port, listen_host=args.listen_host,
         power_sample_rate_hz=args.power_sample_rate_hz,
+        sweep_interval_seconds=args.sweep_interval_seconds,
         straggler_persistence_seconds=args.straggler_persistence_seconds))
     try:
         fleet.start()
