@@ -1,4 +1,4 @@
-"""Command line: run, check-config (and the offline tools as they land)."""
+"""Command line: run, check-config, analyze, simulate."""
 
 from __future__ import annotations
 
@@ -81,6 +81,73 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
                         choices=["debug", "info", "warning", "error"], help="default info")
 
 
+def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, metavar="N",
+                        help="virtual nodes (default: the scenario's, 8)")
+    parser.add_argument("--base-port", type=int, default=9955, metavar="P",
+                        help="node i serves on port P+i (default 9955)")
+    parser.add_argument("--listen-host", default="127.0.0.1", metavar="HOST",
+                        help="address every node binds (default 127.0.0.1)")
+    parser.add_argument("--scenario", default="healthy", metavar="NAME|FILE",
+                        help="fleet scenario: a built-in name (healthy, faults, two-jobs, ...) "
+                        "or a YAML file (default healthy)")
+    parser.add_argument("--gpus-per-node", type=int, metavar="G",
+                        help="GPUs per node (default: the scenario's, 8)")
+    parser.add_argument("--power.sample-rate", dest="power_sample_rate_hz", type=float,
+                        default=5.0, metavar="HZ",
+                        help="instant-power sampling rate per node (default 5: light)")
+    parser.add_argument("--sweep.interval", dest="sweep_interval_seconds", type=float,
+                        default=1.0, metavar="SECONDS",
+                        help="full GPU sweep interval per node (default 1)")
+    parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
+                        type=float, default=300.0, metavar="SECONDS",
+                        help="how long a GPU must deviate from its peers (default 300)")
+    parser.add_argument("--log.level", dest="log_level", default="info",
+                        choices=["debug", "info", "warning", "error"], help="default info")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from exporter.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
+
+    if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
+        raise ConfigError(f"--nodes: expected 1-{MAX_NODES}, got {args.nodes}")
+    if args.gpus_per_node is not None and not 1 <= args.gpus_per_node <= 64:
+        raise ConfigError(f"--gpus-per-node: expected 1-64, got {args.gpus_per_node}")
+    if not 1 <= args.power_sample_rate_hz <= 100:
+        raise ConfigError("--power.sample-rate: expected 1-100")
+    if not 0.1 <= args.sweep_interval_seconds <= 60:
+        raise ConfigError("--sweep.interval: expected 0.1-60")
+    if not 0 <= args.straggler_persistence_seconds <= 86400:
+        raise ConfigError("--straggler.persistence: expected 0-86400")
+    scenario = load_fleet_scenario(args.scenario, args.nodes, args.gpus_per_node)
+    if args.base_port < 1 or args.base_port + scenario.nodes - 1 > 65535:
+        raise ConfigError(f"--base-port: ports {args.base_port}-"
+                          f"{args.base_port + scenario.nodes - 1} are out of range")
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fleet = Fleet(scenario, FleetSettings(
+        base_port=args.base_port, listen_host=args.listen_host,
+        power_sample_rate_hz=args.power_sample_rate_hz,
+        sweep_interval_seconds=args.sweep_interval_seconds,
+        straggler_persistence_seconds=args.straggler_persistence_seconds))
+    try:
+        fleet.start()
+    except OSError as exc:
+        print(f"{PROG}: cannot start the fleet on {args.listen_host}:{args.base_port}+: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    host = f"[{args.listen_host}]" if ":" in args.listen_host else args.listen_host
+    print(f"simulating {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs "
+          f"(scenario {scenario.name}); targets:", flush=True)
+    print(" ".join(f"{host}:{port}" for port in fleet.ports), flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    fleet.stop()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Per-node Prometheus exporter for GPU training "
                      "clusters: high-rate power, swings, stragglers and failing hardware.")
@@ -90,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
+    _add_simulate_flags(commands.add_parser(
+        "simulate", help="run a fleet of simulated nodes in one process, one port each"))
     from exporter import analyze, record
 
     record.add_arguments(commands.add_parser(
@@ -145,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter import record
 
             return record.main(args)
+        if args.command == "simulate":
+            return _simulate(args)
         if args.command == "analyze":
             from exporter import analyze
 

@@ -1,0 +1,497 @@
+"""Fleet simulator: N fake nodes in one process, each a real exporter on its own port.
+
+Every virtual node runs the production collectors: the fake NVML (its own private
+pynvml copy and FakeNvmlLibrary), a generated InfiniBand sysfs tree in a temporary
+directory whose counters advance with traffic, and its own job-mapping directory. All
+nodes share one clock (the wall clock: the fake's training waveform is aligned to it, so
+nodes of one job step in phase and jobs differ by their step period and phase); fault
+times count from the fleet's start.
+
+A fleet scenario (YAML, exporter/fleet_scenarios/NAME.yaml or a file) says which jobs run
+on which nodes and injects faults into chosen nodes, GPUs and HCAs at chosen times; see
+docs/simulator.md for the format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from exporter.config import Config
+from exporter.nvml.backend import private_nvml_module
+from exporter.nvml.scenarios import (
+    FAULT_PARAMS,
+    FaultEvent,
+    GpuOverride,
+    Scenario,
+    Workload,
+    _parse_event,
+    load_scenario,
+)
+from exporter.yamlfile import (
+    ConfigError,
+    LineDict,
+    Where,
+    expect_mapping,
+    get_number,
+    get_string,
+    load_yaml,
+    load_yaml_file,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_NODES = 256
+# InfiniBand fault kinds and their parameters: name -> default.
+IB_FAULTS: dict[str, dict[str, float | str]] = {
+    # the port goes DOWN while active (link_downed counts one more at `at`)
+    "ib_down": {},
+    # the port renegotiates a lower rate while active
+    "ib_rate": {"rate": "200 Gb/sec (4X HDR)"},
+    # error counters rise while active (per second)
+    "ib_errors": {"symbol_error_per_second": 0.0, "link_error_recovery_per_second": 0.0,
+                  "link_downed_per_second": 0.0, "local_link_integrity_errors_per_second": 0.0,
+                  "excessive_buffer_overrun_errors_per_second": 0.0,
+                  "rnr_nak_retry_err_per_second": 0.0},
+}
+# A GPU slower than its peers for the whole run (a GpuOverride: lockstep peers wait for it).
+STRAGGLER_PARAMS = {"clock_scale": 0.8, "temperature_offset_celsius": 5.0}
+GPU_FAULTS = tuple(FAULT_PARAMS)
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    name: str  # the hpc_job id written into the mapping files
+    nodes: tuple[int, ...]
+    step_period_seconds: float = 2.0
+    phase_seconds: float = 0.0
+    compute_fraction: float = 0.65
+
+
+@dataclass(frozen=True)
+class IbFault:
+    kind: str
+    node: int
+    hca: int
+    at: float
+    until: float | None
+    params: dict = field(default_factory=dict)
+
+    def active(self, t: float) -> bool:
+        return t >= self.at and (self.until is None or t < self.until)
+
+    def active_seconds(self, t: float) -> float:
+        end = t if self.until is None else min(t, self.until)
+        return max(0.0, end - self.at)
+
+
+@dataclass(frozen=True)
+class InfinibandSpec:
+    hcas: int = 2
+    rate: str = "400 Gb/sec (4X NDR)"
+    link_layer: str = "InfiniBand"
+    bytes_per_second: float = 2.0e10  # per port while the node trains
+
+
+@dataclass(frozen=True)
+class FleetScenario:
+    name: str
+    description: str = ""
+    nodes: int = 8
+    gpus_per_node: int = 8
+    seed: int = 1
+    infiniband: InfinibandSpec = field(default_factory=InfinibandSpec)
+    jobs: tuple[FleetJob, ...] = ()
+    gpu_faults: tuple[tuple[int, FaultEvent], ...] = ()  # (node, event)
+    stragglers: tuple[tuple[int, int, GpuOverride], ...] = ()  # (node, gpu, override)
+    ib_faults: tuple[IbFault, ...] = ()
+
+    def job_of(self, node: int) -> FleetJob | None:
+        return next((j for j in self.jobs if node in j.nodes), None)
+
+    def node_scenario(self, node: int) -> Scenario:
+        """The fake NVML scenario of one node: its job's workload, stragglers, GPU faults."""
+        base = load_scenario("training")
+        job = self.job_of(node)
+        overrides = {gpu: o for n, gpu, o in self.stragglers if n == node}
+        if job is None:
+            workload = Workload(type="idle")
+        else:
+            period, fraction = job.step_period_seconds, job.compute_fraction
+            slowest = min((o.clock_scale for n, _, o in self.stragglers if n in job.nodes),
+                          default=1.0)
+            if slowest < 1.0 and not overrides:
+                # Lockstep across nodes: this node's GPUs wait for the job's slowest GPU
+                # elsewhere, as the straggler's own node does (see fake._step_timing).
+                compute = fraction * period
+                period = compute / slowest + period - compute
+                fraction = compute / period
+            workload = dataclasses.replace(
+                base.workload, step_period_seconds=period, phase_seconds=job.phase_seconds,
+                compute_fraction=fraction)
+        events = tuple(sorted((e for n, e in self.gpu_faults if n == node), key=lambda e: e.at))
+        return Scenario(name=f"{self.name}/node{node}", description=self.description,
+                        gpus=self.gpus_per_node, seed=self.seed * 1000 + node,
+                        device=base.device, workload=workload, overrides=overrides,
+                        events=events)
+
+
+def builtin_fleet_names() -> list[str]:
+    folder = resources.files("exporter") / "fleet_scenarios"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_fleet_scenario(name_or_path: str, nodes: int | None = None,
+                        gpus_per_node: int | None = None) -> FleetScenario:
+    """A built-in fleet scenario by name, or a YAML file; `nodes`/`gpus_per_node` override."""
+    if name_or_path in builtin_fleet_names():
+        resource = resources.files("exporter") / "fleet_scenarios" / f"{name_or_path}.yaml"
+        source = f"fleet scenario {name_or_path}"
+        data = load_yaml(resource.read_text(encoding="utf-8"), source)
+        return parse_fleet_scenario(data, source, name_or_path, nodes, gpus_per_node)
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        raise ConfigError(f"unknown fleet scenario {name_or_path!r} (built-in: "
+                          f"{', '.join(builtin_fleet_names())}; or give a path to a YAML file)")
+    return parse_fleet_scenario(load_yaml_file(path), str(path), path.stem, nodes,
+                                gpus_per_node)
+
+
+def _node_list(value: object, where: Where, key: str, nodes: int,
+               clip: bool = False) -> tuple[int, ...]:
+    """`all`, a list of node indices, or 'A-B' (inclusive); `clip` drops nodes past the end."""
+    if value == "all":
+        return tuple(range(nodes))
+    if isinstance(value, str) and "-" in value:
+        low, _, high = value.partition("-")
+        if low.strip().isdigit() and high.strip().isdigit():
+            value = list(range(int(low), int(high) + 1))
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise where.error(key, "expected 'all', 'A-B' or a list of node indices")
+    if clip:
+        value = [v for v in value if v < nodes]
+    for v in value:
+        if not 0 <= v < nodes:
+            raise where.error(key, f"node {v} is out of range [0, {nodes - 1}] "
+                              f"(the fleet has {nodes} nodes)")
+    return tuple(value)
+
+
+def _without(mapping: dict, *keys: str) -> LineDict:
+    out = LineDict({k: v for k, v in mapping.items() if k not in keys})
+    out.lines = getattr(mapping, "lines", {})
+    out.start_line = getattr(mapping, "start_line", 0)
+    return out
+
+
+def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None = None,
+                         gpus_per_node: int | None = None) -> FleetScenario:
+    where = Where(source, data)
+    top = expect_mapping(data, where, {"description", "nodes", "gpus_per_node", "seed",
+                                       "infiniband", "jobs", "faults"})
+    n = nodes or get_number(top, "nodes", where, 8, low=1, high=MAX_NODES, integer=True)
+    g = gpus_per_node or get_number(top, "gpus_per_node", where, 8, low=1, high=64,
+                                    integer=True)
+    ib_raw = top.get("infiniband") or {}
+    ib_where = where.child("infiniband", ib_raw)
+    expect_mapping(ib_raw, ib_where, {f.name for f in dataclasses.fields(InfinibandSpec)})
+    defaults = InfinibandSpec()
+    ib = InfinibandSpec(
+        hcas=get_number(ib_raw, "hcas", ib_where, defaults.hcas, low=0, high=16, integer=True),
+        rate=get_string(ib_raw, "rate", ib_where, defaults.rate),
+        link_layer=get_string(ib_raw, "link_layer", ib_where, defaults.link_layer),
+        bytes_per_second=get_number(ib_raw, "bytes_per_second", ib_where,
+                                    defaults.bytes_per_second, low=0, high=1e13))
+    if ib.link_layer not in ("InfiniBand", "Ethernet"):
+        raise ib_where.error("link_layer", "expected InfiniBand or Ethernet")
+    jobs: list[FleetJob] = []
+    raw_jobs = top.get("jobs") or []
+    if not isinstance(raw_jobs, list):
+        raise where.error("jobs", "expected a list")
+    taken: dict[int, str] = {}
+    for item in raw_jobs:
+        jw = where.child("jobs", item)
+        expect_mapping(item, jw, {"name", "nodes", "step_period_seconds", "phase_seconds",
+                                  "compute_fraction"})
+        job_name = item.get("name")
+        if not isinstance(job_name, str | int) or isinstance(job_name, bool) or not str(
+                job_name).strip() or any(c.isspace() for c in str(job_name)):
+            raise jw.error("name", "expected a job id without spaces")
+        job = FleetJob(
+            name=str(job_name),
+            nodes=_node_list(item.get("nodes", "all"), jw, "nodes", n, clip=nodes is not None),
+            step_period_seconds=get_number(item, "step_period_seconds", jw, 2.0, low=0.2,
+                                           high=60),
+            phase_seconds=get_number(item, "phase_seconds", jw, 0.0, low=-1e6, high=1e6),
+            compute_fraction=get_number(item, "compute_fraction", jw, 0.65, low=0.05,
+                                        high=0.95))
+        if not job.nodes:
+            continue  # --nodes left this job no node
+        for node in job.nodes:
+            if node in taken:
+                raise jw.error("nodes", f"node {node} already runs job {taken[node]}")
+            taken[node] = job.name
+        jobs.append(job)
+    gpu_faults: list[tuple[int, FaultEvent]] = []
+    stragglers: list[tuple[int, int, GpuOverride]] = []
+    ib_faults: list[IbFault] = []
+    raw_faults = top.get("faults") or []
+    if not isinstance(raw_faults, list):
+        raise where.error("faults", "expected a list")
+    for item in raw_faults:
+        fw = where.child("faults", item)
+        kind = item.get("kind") if isinstance(item, dict) else None
+        known = (*GPU_FAULTS, "straggler", *IB_FAULTS)
+        if kind not in known:
+            expect_mapping(item, fw, set(item or {}))
+            raise fw.error("kind", f"expected one of {', '.join(known)}, got {kind!r}")
+        if "node" not in item:
+            raise fw.error("node", "required: the node index (0-based)")
+        if nodes is not None and isinstance(item["node"], int) and item["node"] >= n:
+            log.info("fault %s on node %s left out: the fleet has %d nodes", kind,
+                     item["node"], n)
+            continue
+        node = get_number(item, "node", fw, -1, low=0, high=n - 1, integer=True)
+        if kind in GPU_FAULTS:
+            gpu_faults.append((node, _parse_event(_without(item, "node"), fw, g)))
+        elif kind == "straggler":
+            expect_mapping(item, fw, {"kind", "node", "gpu", *STRAGGLER_PARAMS})
+            if "gpu" not in item:
+                raise fw.error("gpu", "required for kind straggler")
+            gpu = get_number(item, "gpu", fw, -1, low=0, high=g - 1, integer=True)
+            stragglers.append((node, gpu, GpuOverride(
+                clock_scale=get_number(item, "clock_scale", fw, 0.8, low=0.05, high=1),
+                temperature_offset_celsius=get_number(
+                    item, "temperature_offset_celsius", fw, 5.0, low=-50, high=100))))
+        else:
+            spec = IB_FAULTS[kind]
+            expect_mapping(item, fw, {"kind", "node", "hca", "at", "until", *spec})
+            at = get_number(item, "at", fw, 0, low=0, high=1e9)
+            until = item.get("until")
+            if until is not None:
+                until = get_number(item, "until", fw, 0, low=at, high=1e9)
+            hca = get_number(item, "hca", fw, 0, low=0, high=max(0, ib.hcas - 1), integer=True)
+            if ib.hcas == 0:
+                raise fw.error("kind", "the fleet has no InfiniBand HCAs (infiniband.hcas: 0)")
+            params = {}
+            for key, default in spec.items():
+                if isinstance(default, str):
+                    params[key] = get_string(item, key, fw, default)
+                else:
+                    params[key] = get_number(item, key, fw, default, low=0, high=1e9)
+            ib_faults.append(IbFault(kind, node, hca, at, until, params))
+    return FleetScenario(
+        name=name, description=get_string(top, "description", where, "") or "", nodes=n,
+        gpus_per_node=g, seed=get_number(top, "seed", where, 1, low=0, high=2**20,
+                                         integer=True),
+        infiniband=ib, jobs=tuple(jobs), gpu_faults=tuple(gpu_faults),
+        stragglers=tuple(stragglers), ib_faults=tuple(ib_faults))
+
+
+# -- generated InfiniBand sysfs ------------------------------------------------------
+
+_IB_ZERO_COUNTERS = (
+    "VL15_dropped", "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
+    "local_link_integrity_errors", "port_rcv_constraint_errors", "port_rcv_errors",
+    "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_rcv_discards",
+    "port_xmit_constraint_errors", "port_xmit_discards", "symbol_error",
+    "multicast_rcv_packets", "multicast_xmit_packets")
+_TRAFFIC_COUNTERS = ("port_rcv_data", "port_xmit_data", "port_rcv_packets", "port_xmit_packets",
+                     "unicast_rcv_packets", "unicast_xmit_packets", "port_xmit_wait")
+_HW_COUNTERS = ("rnr_nak_retry_err", "local_ack_timeout_err", "out_of_sequence",
+                "packet_seq_err", "out_of_buffer")
+_STATES = {True: ("4: ACTIVE", "5: LinkUp"), False: ("1: DOWN", "3: Disabled")}
+
+
+class NodeFabric:
+    """One node's /sys/class/infiniband tree; `update(t)` advances it to fleet time t."""
+
+    def __init__(self, root: Path, node: int, spec: InfinibandSpec, faults: list[IbFault],
+                 training: bool):
+        self.root, self.spec, self.faults, self.training = root, spec, faults, training
+        self.staging = root / "staging"
+        self.staging.mkdir(parents=True, exist_ok=True)
+        self.written: dict[Path, str] = {}
+        self.traffic_time = [0.0] * spec.hcas  # seconds of traffic while up, per HCA
+        self.last_t = 0.0
+        for hca in range(spec.hcas):
+            dev = self.dev(hca)
+            for sub in ("counters", "hw_counters"):
+                (dev / "ports" / "1" / sub).mkdir(parents=True, exist_ok=True)
+            self._write(dev / "fw_ver", "28.39.1002")
+            self._write(dev / "board_id", "MT_0000000838")
+            self._write(dev / "hca_type", "MT4129")
+            self._write(dev / "node_guid", f"b83f:d203:{node:04x}:{hca:04x}")
+            self._write(dev / "ports" / "1" / "link_layer", spec.link_layer)
+            self._write(dev / "ports" / "1" / "hw_counters" / "lifespan", "10")
+        self.update(0.0)
+
+    def dev(self, hca: int) -> Path:
+        return self.root / "class" / "infiniband" / f"mlx5_{hca}"
+
+    def _write(self, path: Path, value: object) -> None:
+        text = f"{value}\n"
+        if self.written.get(path) == text:
+            return
+        tmp = self.staging / path.name
+        tmp.write_text(text)
+        os.replace(tmp, path)  # atomic: a reader never sees a half-written file
+        self.written[path] = text
+
+    def update(self, t: float) -> None:
+        dt = max(0.0, t - self.last_t)
+        self.last_t = t
+        for hca in range(self.spec.hcas):
+            mine = [f for f in self.faults if f.hca == hca]
+            down = any(f.kind == "ib_down" and f.active(t) for f in mine)
+            if not down:
+                self.traffic_time[hca] += dt
+            rate = next((f.params["rate"] for f in mine if f.kind == "ib_rate" and f.active(t)),
+                        self.spec.rate)
+            port = self.dev(hca) / "ports" / "1"
+            state, phys = _STATES[not down]
+            self._write(port / "state", state)
+            self._write(port / "phys_state", phys)
+            self._write(port / "rate", "10 Gb/sec (4X SDR)" if down else rate)
+            counters = dict.fromkeys(_IB_ZERO_COUNTERS, 0)
+            hw = dict.fromkeys(_HW_COUNTERS, 0)
+            counters["link_downed"] = 1 + sum(1 for f in mine if f.kind == "ib_down" and t >= f.at)
+            for f in mine:
+                if f.kind != "ib_errors":
+                    continue
+                seconds = f.active_seconds(t)
+                for key, per_second in f.params.items():
+                    name = key.removesuffix("_per_second")
+                    target = hw if name in hw else counters
+                    target[name] = target.get(name, 0) + int(per_second * seconds)
+            busy = self.traffic_time[hca] if self.training else self.traffic_time[hca] * 1e-4
+            words = int(busy * self.spec.bytes_per_second / 4)
+            packets = words // 1024
+            counters.update(port_rcv_data=words, port_xmit_data=words, port_rcv_packets=packets,
+                            port_xmit_packets=packets, unicast_rcv_packets=packets,
+                            unicast_xmit_packets=packets, port_xmit_wait=packets // 50)
+            for key, value in counters.items():
+                self._write(port / "counters" / key, value)
+            for key, value in hw.items():
+                self._write(port / "hw_counters" / key, value)
+
+
+# -- the fleet ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FleetSettings:
+    base_port: int = 9955
+    listen_host: str = "127.0.0.1"
+    power_sample_rate_hz: float = 5.0  # light on purpose: 8 nodes x 8 GPUs on 2 cores
+    sweep_interval_seconds: float = 1.0
+    sources_interval_seconds: float = 5.0
+    fabric_update_seconds: float = 2.0
+    straggler_persistence_seconds: float = 300.0
+
+
+class Fleet:
+    """Starts, runs and stops the virtual nodes of a FleetScenario."""
+
+    def __init__(self, scenario: FleetScenario, settings: FleetSettings | None = None,
+                 clock=time.time):
+        self.scenario = scenario
+        self.settings = settings or FleetSettings()
+        self.clock = clock
+        self.start_time = 0.0
+        self.exporters: list = []
+        self.fabrics: list[NodeFabric] = []
+        self.workdir: Path | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start_time
+
+    @property
+    def ports(self) -> list[int]:
+        return [e.port for e in self.exporters]
+
+    def start(self) -> None:
+        from exporter.app import Exporter  # the sampler stack, only when a fleet runs
+
+        sc, st = self.scenario, self.settings
+        self.workdir = Path(tempfile.mkdtemp(prefix="cte-fleet-"))
+        self.start_time = self.clock()
+        try:
+            for node in range(sc.nodes):
+                self._start_node(Exporter, node)
+        except BaseException:
+            self.stop()
+            raise
+        self._thread = threading.Thread(target=self._fabric_loop, name="fleet-fabric",
+                                        daemon=True)
+        self._thread.start()
+        log.info("fleet %s: %d nodes x %d GPUs on %s:%d-%d", sc.name, sc.nodes,
+                 sc.gpus_per_node, st.listen_host, st.base_port, st.base_port + sc.nodes - 1)
+
+    def _start_node(self, exporter_class, node: int) -> None:
+        sc, st = self.scenario, self.settings
+        assert self.workdir is not None
+        base = self.workdir / f"node{node}"
+        job = sc.job_of(node)
+        jobs_dir = base / "jobs"
+        jobs_dir.mkdir(parents=True)
+        if job is not None:
+            for gpu in range(sc.gpus_per_node):
+                (jobs_dir / str(gpu)).write_text(f"{job.name}\n")
+        fabric = NodeFabric(base / "sys", node, sc.infiniband,
+                            [f for f in sc.ib_faults if f.node == node], job is not None)
+        self.fabrics.append(fabric)
+        config = Config(
+            listen_address=f"{st.listen_host}:{st.base_port + node}" if ":" not in
+            st.listen_host else f"[{st.listen_host}]:{st.base_port + node}",
+            fake=True, scenario=f"{sc.name}/node{node}",
+            power_sample_rate_hz=st.power_sample_rate_hz,
+            sweep_interval_seconds=st.sweep_interval_seconds,
+            sources_interval_seconds=st.sources_interval_seconds,
+            path_sysfs=str(base / "sys"), collector_host=False,
+            hpc_job_mapping_dir=str(jobs_dir), expected_gpus=sc.gpus_per_node,
+            straggler_persistence_seconds=st.straggler_persistence_seconds)
+        scenario = sc.node_scenario(node)
+        exporter = exporter_class(config, fake_clock=self.clock,
+                                  nvml=private_nvml_module(f"fleet{id(self)}_node{node}"),
+                                  scenario=scenario)
+        exporter.start()
+        self.exporters.append(exporter)
+        # Fault times count from the fleet's start, the fake's from its own: shift them.
+        lib = exporter.fake_lib
+        if lib is not None and scenario.events:
+            shift = self.start_time - lib.start
+            lib.scenario = dataclasses.replace(scenario, events=tuple(
+                dataclasses.replace(e, at=max(0.0, e.at + shift),
+                                    until=None if e.until is None else max(0.0, e.until + shift))
+                for e in scenario.events))
+
+    def _fabric_loop(self) -> None:
+        while not self._stop.wait(self.settings.fabric_update_seconds):
+            t = self.elapsed()
+            for fabric in self.fabrics:
+                try:
+                    fabric.update(t)
+                except OSError as exc:  # a full disk must not kill the fleet
+                    log.warning("fabric update failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        for exporter in self.exporters:
+            exporter.stop()
+        self.exporters = []
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
