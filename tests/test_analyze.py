@@ -13,8 +13,9 @@ import pytest
 
 from exporter import analyze
 from exporter.trace import TraceWriter
+from tests.tools import REAL_TRACE
 
-REAL = Path("/work/shared/data/h100x8-nanogpt-training.nvidia-smi.csv")
+REAL = REAL_TRACE
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_758_000_000.0
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from exporter.trace import TraceError, TraceWriter, load_trace
+from tests.tools import REAL_TRACE
 
-REAL = Path("/work/shared/data/h100x8-nanogpt-training.nvidia-smi.csv")
+REAL = REAL_TRACE
 
 
 def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
