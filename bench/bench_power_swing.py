@@ -9,24 +9,14 @@ same run on the same arrays: a bare ``np.fft.rfft`` of the (8, 600) block, and
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
+from timing import median_seconds
 
 from exporter.analysis.power_swing import analyse_cycles, analyse_window, detect_ramps
 
 T0 = 1_758_000_000.0
 
 
-def median_seconds(fn: Callable[[], object], repeat: int = 200) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
 
 
 def main() -> None:

@@ -12,10 +12,8 @@ arrays: ``np.median(power, axis=1)`` (one robust statistic of the window) and
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
+from timing import median_seconds
 
 from exporter.analysis.straggler import (
     StragglerDetector,
@@ -28,14 +26,6 @@ T0 = 1_758_000_000.0
 N = 8
 
 
-def median_seconds(fn: Callable[[], object], repeat: int = 500) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
 
 
 def main() -> None:
