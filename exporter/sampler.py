@@ -490,14 +490,16 @@ class Sampler:
         def read(gpu: int) -> None:
             if self.identities[gpu] is None:
                 self.identities[gpu] = read_identity(self.backend, gpu)
-            state = read_state(self.backend, gpu)
+            now = time.time()
+            last = self.health.get(gpu)
+            slow_due = last is None or (
+                now - last.time >= self.settings.health_interval_seconds - 0.05)
+            state = read_state(self.backend, gpu, None if slow_due else self.states.get(gpu))
             if state is not None:
                 self._count_clock_events(gpu, state)
                 self.states[gpu] = state
-            now = time.time()
             ident = self.identities[gpu]
-            last = self.health.get(gpu)
-            if last is None or now - last.time >= self.settings.health_interval_seconds - 0.05:
+            if slow_due:
                 health = read_health(self.backend, gpu, ident.nvlinks if ident else 0, now)
                 if health is not None:
                     self.health[gpu] = health

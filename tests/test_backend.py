@@ -104,3 +104,28 @@ def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
 def test_open_without_nvml_raises_a_clear_error():
     with pytest.raises(NvmlUnavailable, match="NVML is not available"):
         NvmlBackend().open()
+
+
+def test_a_call_the_gpu_does_not_support_is_counted_once_and_not_repeated(fake_nvml):
+    backend = NvmlBackend()
+    backend.open()
+    for _ in range(5):
+        state = read_state(backend, 0)
+        assert state.fan_speed_ratio is None
+    assert fake_nvml.calls["nvmlDeviceGetFanSpeed"] == 1
+    assert backend.errors.snapshot() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
+    # other errors are not remembered: a transient one is asked again
+    assert state.temperature_celsius is not None
+
+
+def test_seldom_changing_values_are_carried_over_between_health_reads(fake_nvml):
+    backend = NvmlBackend()
+    backend.open()
+    first = read_state(backend, 0)
+    before = fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"]
+    second = read_state(backend, 0, previous=first)
+    assert fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"] == before
+    assert (second.power_limit_watts, second.performance_state, second.pcie_generation,
+            second.pcie_width) == (first.power_limit_watts, first.performance_state,
+                                   first.pcie_generation, first.pcie_width)
+    assert second.time >= first.time

@@ -102,6 +102,9 @@ class NvmlBackend:
         self.nvml = nvml
         self.errors = ErrorCounts()
         self.lost: set[int] = set()  # GPUs that answered GpuIsLost; cleared on recovery
+        # (gpu, call, args) NVML said NotSupported for: a property of the device, so it is
+        # counted once and not asked again
+        self._unsupported: set[tuple] = set()
         self.handles: list[Any] = []
         self.driver_version = ""
         self.nvml_version = ""
@@ -131,7 +134,12 @@ class NvmlBackend:
     def call(self, name: str, *args: Any, gpu: int | None = None) -> Any:
         """Call the pynvml function `name`; on NVMLError count it and return None.
 
-        With `gpu`, an error saying the GPU is gone marks it lost (see `lost`)."""
+        With `gpu`, an error saying the GPU is gone marks it lost (see `lost`), and a call
+        the GPU does not support is not made again."""
+        key = (gpu, name, *(a for a in args[1:] if isinstance(a, int))) if gpu is not None \
+            else None
+        if key is not None and key in self._unsupported:
+            return None
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
@@ -139,6 +147,8 @@ class NvmlBackend:
             self.errors.add(name, name_of_error)
             if gpu is not None and name_of_error in LOST_ERRORS:
                 self.lost.add(gpu)
+            elif key is not None and name_of_error == "NotSupported":
+                self._unsupported.add(key)
             return None
 
     def handle(self, gpu: int) -> Any:

@@ -123,8 +123,13 @@ def read_power(backend: NvmlBackend, gpu: int) -> PowerSample:
     )
 
 
-def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
-    """The full sweep of one GPU; None when its handle cannot be had."""
+def read_state(backend: NvmlBackend, gpu: int, previous: GpuState | None = None
+               ) -> GpuState | None:
+    """The sweep of one GPU; None when its handle cannot be had.
+
+    With `previous`, the values that change seldom (enforced power limit, P-state, PCIe
+    link generation and width) are carried over instead of read: the sampler re-reads
+    them at the health interval."""
     handle = backend.handle(gpu)
     if handle is None:
         return None
@@ -144,6 +149,14 @@ def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
                     pynvml.NVML_CLOCK_SM)
     mem_clock = call("nvmlDeviceGetClockInfo", handle,
                      pynvml.NVML_CLOCK_MEM)
+    if previous is None:
+        limit = _scaled(call("nvmlDeviceGetEnforcedPowerLimit", handle), 1e-3)
+        pstate = call("nvmlDeviceGetPerformanceState", handle)
+        generation = call("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        width = call("nvmlDeviceGetCurrPcieLinkWidth", handle)
+    else:
+        limit, pstate = previous.power_limit_watts, previous.performance_state
+        generation, width = previous.pcie_generation, previous.pcie_width
     return GpuState(
         time=time.time(),
         utilization_gpu_ratio=None if util is None else util.gpu / 100.0,
@@ -151,21 +164,17 @@ def read_state(backend: NvmlBackend, gpu: int) -> GpuState | None:
         memory_used_bytes=None if memory is None else float(memory.used),
         memory_total_bytes=None if memory is None else float(memory.total),
         power_average_watts=field(FI.NVML_FI_DEV_POWER_AVERAGE, 1e-3),
-        power_limit_watts=_scaled(call("nvmlDeviceGetEnforcedPowerLimit",
-                                       handle), 1e-3),
+        power_limit_watts=limit,
         temperature_celsius=None if temperature is None else float(temperature),
         memory_temperature_celsius=field(FI.NVML_FI_DEV_MEMORY_TEMP),
         sm_clock_hertz=_scaled(sm_clock, 1e6),
         memory_clock_hertz=_scaled(mem_clock, 1e6),
-        performance_state=call("nvmlDeviceGetPerformanceState",
-                               handle),
+        performance_state=pstate,
         fan_speed_ratio=None if fan is None else fan / 100.0,
         pcie_transmit_bytes=field(FI.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
         pcie_receive_bytes=field(FI.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
         pcie_replays=field(FI.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
-        pcie_generation=call("nvmlDeviceGetCurrPcieLinkGeneration",
-                             handle),
+        pcie_generation=generation,
         clock_event_reasons=call("nvmlDeviceGetCurrentClocksEventReasons", handle),
-        pcie_width=call("nvmlDeviceGetCurrPcieLinkWidth",
-                        handle),
+        pcie_width=width,
     )
