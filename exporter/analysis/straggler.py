@@ -232,6 +232,24 @@ class StragglerThresholds:
     min_group_size: int = 3  # fewer GPUs in a group: no peer statistics
 
 
+def _mad_scores(x: np.ndarray, mad_floor_ratio: float, epsilon: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Modified z-scores of each row of ``x`` (S, n) against the row's median, with the
+    MAD floored at max(mad_floor_ratio * |median|, epsilon): MAD = 0 never divides by zero.
+
+    Returns (scores, medians, effective MADs, |x - median|, finite count per row).
+    Rows without a finite value get median 0 (callers mask them by the count)."""
+    ok = np.isfinite(x)
+    cnt = ok.sum(axis=1)
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(np.where(cnt[:, None] > 0, x, 0.0), axis=1)
+        dev = np.abs(x - med[:, None])
+        mad = np.nanmedian(np.where(cnt[:, None] > 0, dev, 0.0), axis=1)
+    floor = np.maximum.reduce([np.nan_to_num(mad), mad_floor_ratio * np.abs(med), epsilon])
+    floor = np.maximum(floor, 1e-300)
+    return MAD_SCALE * (x - med[:, None]) / floor[:, None], med, floor, dev, cnt
+
+
 def modified_z(values: np.ndarray, *, mad_floor_ratio: float = 0.01, epsilon: float = 1e-9
                ) -> tuple[np.ndarray, float, float]:
     """Modified z-scores of ``values`` (NaN stays NaN) against their own median.
@@ -241,13 +259,11 @@ def modified_z(values: np.ndarray, *, mad_floor_ratio: float = 0.01, epsilon: fl
     zero.  With no finite value the scores are NaN and median and MAD are NaN.
     """
     x = np.asarray(values, dtype=np.float64)
-    fin = x[np.isfinite(x)]
-    if fin.size == 0:
+    if not np.isfinite(x).any():
         return np.full(x.shape, np.nan), math.nan, math.nan
-    med = float(np.median(fin))
-    mad = float(np.median(np.abs(fin - med)))
-    floor = max(mad, mad_floor_ratio * abs(med), epsilon, 1e-300)
-    return MAD_SCALE * (x - med) / floor, med, floor
+    score, med, floor, _, _ = _mad_scores(x.reshape(1, -1), mad_floor_ratio,
+                                          np.array([epsilon]))
+    return score.reshape(x.shape), float(med[0]), float(floor[0])
 
 
 def _group_index(ids: Sequence[int], groups: Mapping[int, str] | None
@@ -318,15 +334,8 @@ def _deviations(m: np.ndarray, rows: list[int], signals: Sequence[str],
     """Scores, medians and 'deviating' for the rows of one group: (S, n), (S,), (S, n)."""
     x = m[:, rows]
     ok = np.isfinite(x)
-    cnt = ok.sum(axis=1)
-    with np.errstate(all="ignore"):
-        med = np.nanmedian(np.where(cnt[:, None] > 0, x, 0.0), axis=1)
-        dev = np.abs(x - med[:, None])
-        mad = np.nanmedian(np.where(cnt[:, None] > 0, dev, 0.0), axis=1)
     eps = np.array([th.mad_epsilon.get(s, 1e-9) for s in signals])
-    floor = np.maximum.reduce([np.nan_to_num(mad), th.mad_floor_ratio * np.abs(med), eps])
-    floor = np.maximum(floor, 1e-300)
-    score = MAD_SCALE * (x - med[:, None]) / floor[:, None]
+    score, med, _, dev, cnt = _mad_scores(x, th.mad_floor_ratio, eps)
     gate = np.maximum(th.min_effect_ratio * np.abs(med),
                       np.array([th.min_abs_effect.get(s, 0.0) for s in signals]))
     enough = (cnt >= th.min_group_size)[:, None]
