@@ -7,7 +7,6 @@ through exporter.trace.TraceWriter (format: docs/trace-format.md).
 from __future__ import annotations
 
 import argparse
-import logging
 import socket
 import sys
 import threading
@@ -20,8 +19,6 @@ from exporter.sampler import Sampler, SamplerSettings
 from exporter.sources.gpu import GpuState, PowerSample, read_identity
 from exporter.sources.gpu_health import GpuHealth
 from exporter.trace import TraceWriter
-
-log = logging.getLogger(__name__)
 
 POWER_FIELDS = ("power_watts", "energy_joules")
 SWEEP_FIELDS = {  # trace field -> GpuState attribute

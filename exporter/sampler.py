@@ -84,75 +84,28 @@ class LoopStats:
     restarts_total: int = 0  # what the loop is doing right now, when it is inside a call
 
 
-class PowerBuffer:
-    """Bounded ring buffers of (time, watts, joules) per GPU; memory independent of uptime."""
+class RingBuffer:
+    """Bounded ring buffers per GPU: one row a tick, a time and named values per GPU;
+    memory fixed at start, independent of uptime."""
 
-    def __init__(self, gpus: int, capacity: int):
+    def __init__(self, gpus: int, capacity: int, fields: tuple[str, ...]):
         self.capacity = capacity
         self.times = np.full((gpus, capacity), np.nan)
-        self.watts = np.full((gpus, capacity), np.nan)
-        self.joules = np.full((gpus, capacity), np.nan)
+        self.values = {name: np.full((gpus, capacity), np.nan) for name in fields}
         self.count = 0  # total rows written
         self._lock = threading.Lock()
 
-    def append(self, samples: list[PowerSample]) -> None:
-        nan = np.nan
-        times = [s.time for s in samples]
-        watts = [nan if s.watts is None else s.watts for s in samples]
-        joules = [nan if s.joules is None else s.joules for s in samples]
+    def _write(self, times: list[float], columns: dict[str, list[float]]) -> None:
+        """One row: a time per GPU (NaN: not read this tick) and each field's column."""
         with self._lock:
             slot = self.count % self.capacity
             self.times[:, slot] = times
-            self.watts[:, slot] = watts
-            self.joules[:, slot] = joules
+            for name, array in self.values.items():
+                array[:, slot] = columns[name]
             self.count += 1
 
-    def window(self, seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Copies of the last `seconds` of rows, oldest first: times, watts, joules (gpus x n)."""
-        with self._lock:
-            n = min(self.count, self.capacity)
-            order = (np.arange(self.count - n, self.count)) % self.capacity
-            times, watts, joules = (self.times[:, order], self.watts[:, order],
-                                    self.joules[:, order])
-        if n == 0:
-            return times, watts, joules
-        newest = np.nanmax(times[:, -1]) if np.isfinite(times[:, -1]).any() else 0.0
-        keep = np.nanmax(times, axis=0) >= newest - seconds
-        return times[:, keep], watts[:, keep], joules[:, keep]
-
-    @property
-    def nbytes(self) -> int:
-        return self.times.nbytes + self.watts.nbytes + self.joules.nbytes
-
-
-class SweepBuffer:
-    """Bounded ring buffers of the sweep's values per GPU, for window analyses."""
-
-    FIELDS = ("sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
-              "clock_event_reasons", "power_average_watts")
-
-    def __init__(self, gpus: int, capacity: int):
-        self.capacity = capacity
-        self.times = np.full((gpus, capacity), np.nan)
-        self.values = {name: np.full((gpus, capacity), np.nan) for name in self.FIELDS}
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def append(self, rows: dict[int, tuple[float, dict[str, float | None]]]) -> None:
-        """One row: for each GPU read this sweep, its time and values (missing: NaN)."""
-        with self._lock:
-            slot = self.count % self.capacity
-            self.times[:, slot] = np.nan
-            for array in self.values.values():
-                array[:, slot] = np.nan
-            for gpu, (t, values) in rows.items():
-                self.times[gpu, slot] = t
-                for name, value in values.items():
-                    if value is not None:
-                        self.values[name][gpu, slot] = value
-            self.count += 1
-
-    def window(self, seconds: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def window_values(self, seconds: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Copies of the last `seconds` of rows, oldest first: times and values (gpus x n)."""
         with self._lock:
             n = min(self.count, self.capacity)
             order = np.arange(self.count - n, self.count) % self.capacity
@@ -163,6 +116,53 @@ class SweepBuffer:
         row = np.nanmax(np.where(np.isfinite(times), times, -np.inf), axis=0)
         keep = row >= row.max() - seconds
         return times[:, keep], {k: v[:, keep] for k, v in values.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return self.times.nbytes + sum(array.nbytes for array in self.values.values())
+
+
+class PowerBuffer(RingBuffer):
+    """The power loop's samples: time, watts and joules per GPU."""
+
+    def __init__(self, gpus: int, capacity: int):
+        super().__init__(gpus, capacity, ("watts", "joules"))
+
+    def append(self, samples: list[PowerSample]) -> None:
+        nan = np.nan
+        self._write([s.time for s in samples], {
+            "watts": [nan if s.watts is None else s.watts for s in samples],
+            "joules": [nan if s.joules is None else s.joules for s in samples]})
+
+    def window(self, seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """times, watts, joules (gpus x n) of the last `seconds`, oldest first."""
+        times, values = self.window_values(seconds)
+        return times, values["watts"], values["joules"]
+
+
+class SweepBuffer(RingBuffer):
+    """The sweep's values per GPU, for window analyses (stragglers)."""
+
+    FIELDS = ("sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
+              "clock_event_reasons", "power_average_watts")
+
+    def __init__(self, gpus: int, capacity: int):
+        super().__init__(gpus, capacity, self.FIELDS)
+
+    def append(self, rows: dict[int, tuple[float, dict[str, float | None]]]) -> None:
+        """One row: for each GPU read this sweep, its time and values (missing: NaN)."""
+        gpus = self.times.shape[0]
+        times = [rows[g][0] if g in rows else np.nan for g in range(gpus)]
+        columns = {}
+        for name in self.FIELDS:
+            column = []
+            for g in range(gpus):
+                value = rows[g][1].get(name) if g in rows else None
+                column.append(np.nan if value is None else value)
+            columns[name] = column
+        self._write(times, columns)
+
+    window = RingBuffer.window_values
 
 
 class _Loop:
