@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.app import Exporter  # noqa: E402
 from exporter.config import Config  # noqa: E402
-from exporter.nvml import fake  # noqa: E402
-from exporter.nvml.backend import NvmlBackend  # noqa: E402
-from exporter.nvml.scenarios import load_scenario  # noqa: E402
-from exporter.sampler import Sampler, SamplerSettings  # noqa: E402
-from exporter.sources.gpu import read_power, read_state  # noqa: E402
+from exporter.gpu.backend import NvmlBackend  # noqa: E402
+from exporter.gpu.state import read_power, read_state  # noqa: E402
+from exporter.sampling.sampler import Sampler, SamplerSettings  # noqa: E402
+from exporter.sim import fake  # noqa: E402
+from exporter.sim.scenarios import load_scenario  # noqa: E402
 
 
 def cpu(seconds: float) -> None:

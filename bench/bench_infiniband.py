@@ -36,8 +36,8 @@ import ib_tree  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from exporter.metrics.infiniband import infiniband_families  # noqa: E402
-from exporter.sources.infiniband import InfinibandSource  # noqa: E402
+from exporter.collectors.infiniband import InfinibandSource  # noqa: E402
+from exporter.collectors.infiniband_families import infiniband_families  # noqa: E402
 
 
 def timings(fn: Callable[[], object], n: int) -> list[float]:

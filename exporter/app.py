@@ -9,20 +9,20 @@ from types import ModuleType
 
 import pynvml
 
+from exporter.analysis.live_stragglers import StragglerSettings
+from exporter.collectors.host import HostSource
+from exporter.collectors.infiniband import InfinibandSource
+from exporter.collectors.jobs import JobsSource
 from exporter.config import Config
+from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend
-from exporter.nvml.replay import replay_library
-from exporter.nvml.scenarios import Scenario, load_scenario
-from exporter.sampler import Sampler, SamplerSettings, Snapshot, Source
-from exporter.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
-from exporter.sources.host import HostSource
-from exporter.sources.infiniband import InfinibandSource
-from exporter.sources.jobs import JobsSource
-from exporter.straggler_monitor import StragglerSettings
-from exporter.trace import load_trace
-from exporter.webconfig import WebConfig, load_web_config
+from exporter.offline.trace import load_trace
+from exporter.sampling.sampler import Sampler, SamplerSettings, Snapshot, Source
+from exporter.sim import fake
+from exporter.sim.replay import replay_library
+from exporter.sim.scenarios import Scenario, load_scenario
+from exporter.web.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
+from exporter.web.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 

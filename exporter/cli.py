@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 from exporter import __version__
 from exporter.config import DEFAULT_PORT, build_config, load_config_file
-from exporter.nvml.backend import NvmlUnavailable
-from exporter.nvml.scenarios import builtin_names, load_scenario
-from exporter.trace import TraceError
-from exporter.webconfig import load_web_config
+from exporter.gpu.backend import NvmlUnavailable
+from exporter.offline.trace import TraceError
+from exporter.sim.scenarios import builtin_names, load_scenario
+from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
 PROG = "cluster-telemetry-exporter"
@@ -107,7 +107,7 @@ def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from exporter.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
+    from exporter.sim.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
 
     if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
         raise ConfigError(f"--nodes: expected 1-{MAX_NODES}, got {args.nodes}")
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE")
     _add_simulate_flags(commands.add_parser(
         "simulate", help="run a fleet of simulated nodes in one process, one port each"))
-    from exporter import analyze, record
+    from exporter.offline import analyze, record
 
     record.add_arguments(commands.add_parser(
         "record", help="record GPU samples (power at full rate) to a trace file"))
@@ -211,13 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "record":
-            from exporter import record
+            from exporter.offline import record
 
             return record.main(args)
         if args.command == "simulate":
             return _simulate(args)
         if args.command == "analyze":
-            from exporter import analyze
+            from exporter.offline import analyze
 
             return analyze.main(args)
         if args.command == "check-config":

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from exporter.sources.host import DEFAULT_NETWORK_EXCLUDE
+from exporter.collectors.host import DEFAULT_NETWORK_EXCLUDE
 from exporter.yamlfile import (
     ConfigError,
     Where,

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.app import Exporter  # noqa: E402
 from exporter.config import Config  # noqa: E402
-from exporter.nvml import fake  # noqa: E402
-from exporter.nvml.backend import NvmlBackend  # noqa: E402
-from exporter.nvml.scenarios import load_scenario  # noqa: E402
+from exporter.gpu.backend import NvmlBackend  # noqa: E402
+from exporter.sim import fake  # noqa: E402
+from exporter.sim.scenarios import load_scenario  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 # Families a GPU may lack without being wrong (fanless SXM boards, no HBM sensor).

@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from exporter import analyze  # noqa: E402
-from exporter.trace import TraceError, load_trace  # noqa: E402
+from exporter.offline import analyze  # noqa: E402
+from exporter.offline.trace import TraceError, load_trace  # noqa: E402
 
 
 def main() -> int:

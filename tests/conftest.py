@@ -4,8 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.nvml import fake
-from exporter.nvml.scenarios import Scenario, load_scenario
+from exporter.sim import fake
+from exporter.sim.scenarios import Scenario, load_scenario
 from tests.tools import ManualClock
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from exporter.app import Exporter
 from exporter.config import Config
-from exporter.server import ServerLimits
+from exporter.web.server import ServerLimits
 from tests.certs import make_certs
 from tests.tools import require_module, wait_for
 

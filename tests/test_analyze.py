@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter import analyze
-from exporter.trace import TraceWriter
+from exporter.offline import analyze
+from exporter.offline.trace import TraceWriter
 from tests.tools import REAL_TRACE
 
 REAL = REAL_TRACE
@@ -142,7 +142,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_module_entry_point_no_traceback(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "exporter.analyze", str(tmp_path / "missing.csv")],
+    r = subprocess.run([sys.executable, "-m", "exporter.offline.analyze",
+                        str(tmp_path / "missing.csv")],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend, NvmlUnavailable
-from exporter.sources.gpu import POWER_FIELDS, read_identity, read_power, read_state
+from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
+from exporter.gpu.state import POWER_FIELDS, read_identity, read_power, read_state
+from exporter.sim import fake
 from tests.tools import scenario_from_yaml
 
 

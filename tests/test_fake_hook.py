@@ -5,9 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend
-from exporter.sources.gpu import read_identity, read_power, read_state
+from exporter.gpu.backend import NvmlBackend
+from exporter.gpu.state import read_identity, read_power, read_state
+from exporter.sim import fake
 
 
 def test_hook_globals_exist_in_this_nvidia_ml_py():

@@ -6,8 +6,8 @@ import numpy as np
 import pynvml
 import pytest
 
-from exporter.nvml import fake
-from exporter.nvml.scenarios import load_scenario
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
 
 
 def _instant_watts(handle) -> float:

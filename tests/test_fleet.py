@@ -7,7 +7,8 @@ import urllib.request
 import pytest
 
 from exporter.cli import main
-from exporter.fleet import (
+from exporter.collectors.infiniband import InfinibandSource
+from exporter.sim.fleet import (
     Fleet,
     FleetSettings,
     IbFault,
@@ -17,7 +18,6 @@ from exporter.fleet import (
     load_fleet_scenario,
     parse_fleet_scenario,
 )
-from exporter.sources.infiniband import InfinibandSource
 from exporter.yamlfile import ConfigError, load_yaml
 from tests.tools import free_port
 

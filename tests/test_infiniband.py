@@ -12,10 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.metrics import infiniband as ibm
-from exporter.metrics.infiniband import FAMILIES, infiniband_families
-from exporter.sources import infiniband as ibs
-from exporter.sources.infiniband import (
+from exporter.collectors import infiniband as ibs
+from exporter.collectors import infiniband_families as ibm
+from exporter.collectors.infiniband import (
     MAX_READ_BYTES,
     SKIP_REASONS,
     BadValue,
@@ -25,6 +24,7 @@ from exporter.sources.infiniband import (
     parse_rate,
     parse_state,
 )
+from exporter.collectors.infiniband_families import FAMILIES, infiniband_families
 from tests import ib_tree
 from tests.tools import require_binary
 

@@ -8,11 +8,7 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.metrics.jobs import jobs_families
-from exporter.metrics.render import render
-from exporter.sampler import LoopStats, Snapshot, SourceResult
-from exporter.sources.gpu import GpuIdentity
-from exporter.sources.jobs import (
+from exporter.collectors.jobs import (
     MAX_FILE_BYTES,
     MAX_FILES,
     BadFile,
@@ -21,6 +17,10 @@ from exporter.sources.jobs import (
     parse_gpu_index,
     parse_job_file,
 )
+from exporter.gpu.state import GpuIdentity
+from exporter.metrics.jobs import jobs_families
+from exporter.metrics.render import render
+from exporter.sampling.sampler import LoopStats, Snapshot, SourceResult
 from tests.tools import require_binary
 
 # ---------------------------------------------------------------- pure parsing
@@ -175,7 +175,7 @@ def test_gpu_count_comes_from_the_sampler(tmp_path):
 
 
 def test_file_count_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr("exporter.sources.jobs.MAX_FILES", 3)
+    monkeypatch.setattr("exporter.collectors.jobs.MAX_FILES", 3)
     for gpu in range(5):
         (tmp_path / str(gpu)).write_text(f"{gpu}\n")
     reading = JobsSource(tmp_path).read()

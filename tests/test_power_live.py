@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend
-from exporter.nvml.scenarios import load_scenario
-from exporter.power_monitor import PowerSettings
-from exporter.sampler import Sampler, SamplerSettings
+from exporter.analysis.live_power import PowerSettings
+from exporter.gpu.backend import NvmlBackend
+from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
 from tests.tools import wait_for
 
 FAST = PowerSettings(window_seconds=10, update_seconds=1, hold_updates=3)
@@ -79,7 +79,7 @@ def test_the_same_swing_has_the_same_phase_on_two_nodes():
 def test_monitor_counts_each_ramp_once_and_finds_cycles():
     import numpy as np
 
-    from exporter.power_monitor import PowerMonitor
+    from exporter.analysis.live_power import PowerMonitor
 
     monitor = PowerMonitor(PowerSettings(cycle_every_seconds=0), 20.0, {0: 0.05})
     t = 1_790_000_000.0 + np.arange(0, 700, 0.05)

@@ -11,8 +11,8 @@ import pytest
 
 from exporter.app import Exporter
 from exporter.config import Config
-from exporter.nvml.replay import replay_library
-from exporter.trace import load_trace
+from exporter.offline.trace import load_trace
+from exporter.sim.replay import replay_library
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE

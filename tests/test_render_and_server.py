@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import Exporter
 from exporter.config import Config
 from exporter.metrics.render import render
-from exporter.server import HealthCheck
+from exporter.web.server import HealthCheck
 from tests.tools import require_binary, scenario_from_yaml, wait_for
 
 

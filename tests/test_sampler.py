@@ -7,11 +7,11 @@ import time
 import numpy as np
 import pytest
 
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend
-from exporter.nvml.scenarios import load_scenario
-from exporter.sampler import PowerBuffer, Sampler, SamplerSettings
-from exporter.sources.gpu import PowerSample
+from exporter.gpu.backend import NvmlBackend
+from exporter.gpu.state import PowerSample
+from exporter.sampling.sampler import PowerBuffer, Sampler, SamplerSettings
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml, wait_for
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.jobs import JobsSource
+from exporter.collectors.jobs import JobsSource
 from tests.tools import REPO
 
 SLURM = REPO / "deploy" / "slurm"

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
+from exporter.analysis.live_stragglers import StragglerSettings
+from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import render
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend
-from exporter.nvml.scenarios import load_scenario
-from exporter.sampler import Sampler, SamplerSettings
-from exporter.straggler_monitor import StragglerSettings
+from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml
 
 FAST = StragglerSettings(window_seconds=10, update_seconds=1, persistence_seconds=5)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from exporter import analyze
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend
-from exporter.nvml.scenarios import load_scenario
-from exporter.sources.gpu import read_power, read_state
-from exporter.trace import TraceWriter, load_trace
+from exporter.gpu.backend import NvmlBackend
+from exporter.gpu.state import read_power, read_state
+from exporter.offline import analyze
+from exporter.offline.trace import TraceWriter, load_trace
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
 from tests.tools import ManualClock
 
 MINUTES = 30

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.trace import TraceError, TraceWriter, load_trace
+from exporter.offline.trace import TraceError, TraceWriter, load_trace
 from tests.tools import REAL_TRACE
 
 REAL = REAL_TRACE

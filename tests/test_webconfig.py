@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from exporter.webconfig import load_web_config
+from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 from tests.certs import make_certs
 from tests.tools import require_module

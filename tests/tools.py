@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.nvml.scenarios import Scenario, parse_scenario
+from exporter.sim.scenarios import Scenario, parse_scenario
 from exporter.yamlfile import load_yaml
 
 

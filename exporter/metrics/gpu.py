@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.sampler import Snapshot
+from exporter.sampling.sampler import Snapshot
 
 GPU_LABELS = ["gpu", "uuid"]
 

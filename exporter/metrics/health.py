@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.gpu.health import CLOCK_EVENT_REASONS
+from exporter.gpu.xid import xid_class
 from exporter.metrics.gpu import GPU_LABELS
-from exporter.sampler import Snapshot
-from exporter.sources.gpu_health import CLOCK_EVENT_REASONS
-from exporter.xid import xid_class
+from exporter.sampling.sampler import Snapshot
 
 
 def _labels(snapshot: Snapshot, gpu: int) -> list[str]:

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.sampler import Snapshot
-from exporter.sources.jobs import SKIP_REASONS, JobsReading
+from exporter.collectors.jobs import SKIP_REASONS, JobsReading
+from exporter.sampling.sampler import Snapshot
 
 __all__ = ["jobs_families"]
 

@@ -9,7 +9,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.analysis.power_swing import SwingFeatures
 from exporter.metrics.gpu import GPU_LABELS
-from exporter.sampler import Snapshot
+from exporter.sampling.sampler import Snapshot
 
 # (suffix, help, SwingFeatures attribute) exported for the node and for each GPU
 FEATURES: tuple[tuple[str, str, str], ...] = (

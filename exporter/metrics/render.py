@@ -10,15 +10,15 @@ from typing import Any
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
+from exporter.collectors.infiniband_families import infiniband_families
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.health import health_families, link_memory_families, link_memory_key
 from exporter.metrics.host import host_families
-from exporter.metrics.infiniband import infiniband_families
 from exporter.metrics.jobs import jobs_families
 from exporter.metrics.power import power_families
 from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
-from exporter.sampler import Snapshot
+from exporter.sampling.sampler import Snapshot
 
 FamilySource = Callable[[Snapshot], Iterable[Metric]]
 

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from exporter import __version__
-from exporter.sampler import Snapshot
+from exporter.sampling.sampler import Snapshot
 
 _NVML_BINDINGS = getattr(pynvml, "__version__", "") or "unknown"
 

@@ -26,8 +26,8 @@ from importlib import resources
 from pathlib import Path
 
 from exporter.config import Config
-from exporter.nvml.backend import private_nvml_module
-from exporter.nvml.scenarios import (
+from exporter.gpu.backend import private_nvml_module
+from exporter.sim.scenarios import (
     FAULT_PARAMS,
     FaultEvent,
     GpuOverride,

@@ -25,7 +25,7 @@ from types import ModuleType
 import numpy as np
 import pynvml
 
-from exporter.nvml.scenarios import (
+from exporter.sim.scenarios import (
     CLOCK_EVENT_BITS,
     ERROR_CODES,
     RECOVERY_ACTIONS,
@@ -152,7 +152,7 @@ class _FakeGpu:
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
 
     def recorded(self, name: str, t: float) -> float | None:
-        """A replayed value of a sweep field (see nvml/replay.py); None: use the model."""
+        """A replayed value of a sweep field (see sim/replay.py); None: use the model."""
         return None
 
     def in_checkpoint(self, t: float) -> bool:

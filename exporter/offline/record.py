@@ -1,7 +1,7 @@
 """`record`: sample GPUs (real or fake) for a while and write a cte trace.
 
 Power and energy go in at the full sampling rate, the sweep's values once a second,
-through exporter.trace.TraceWriter (format: docs/trace-format.md).
+through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import sys
 import threading
 import time
 
-from exporter.nvml import fake
-from exporter.nvml.backend import NvmlBackend, NvmlUnavailable
-from exporter.nvml.scenarios import load_scenario
-from exporter.sampler import Sampler, SamplerSettings
-from exporter.sources.gpu import GpuState, PowerSample, read_identity
-from exporter.sources.gpu_health import GpuHealth
-from exporter.trace import TraceWriter
+from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
+from exporter.gpu.health import GpuHealth
+from exporter.gpu.state import GpuState, PowerSample, read_identity
+from exporter.offline.trace import TraceWriter
+from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
 
 POWER_FIELDS = ("power_watts", "energy_joules")
 SWEEP_FIELDS = {  # trace field -> GpuState attribute

@@ -22,26 +22,26 @@ from typing import Any, Protocol
 import numpy as np
 import pynvml
 
-from exporter.nvml.backend import NvmlBackend, error_name
-from exporter.power_monitor import (
+from exporter.analysis.live_power import (
     PowerAnalysis,
     PowerMonitor,
     PowerSettings,
     detect_update_period,
 )
-from exporter.sources.gpu import (
+from exporter.analysis.live_stragglers import (
+    StragglerAnalysis,
+    StragglerMonitor,
+    StragglerSettings,
+)
+from exporter.gpu.backend import NvmlBackend, error_name
+from exporter.gpu.health import CLOCK_EVENT_REASONS, GpuHealth, read_health
+from exporter.gpu.state import (
     GpuIdentity,
     GpuState,
     PowerSample,
     read_identity,
     read_power,
     read_state,
-)
-from exporter.sources.gpu_health import CLOCK_EVENT_REASONS, GpuHealth, read_health
-from exporter.straggler_monitor import (
-    StragglerAnalysis,
-    StragglerMonitor,
-    StragglerSettings,
 )
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ No request does any sampling or rendering work: /metrics writes the bytes of
 the latest RenderedSnapshot (gzip-encoded when the scraper accepts it), so
 scrape cost does not grow with the number of scrapers or series.
 
-TLS and basic auth come from the web config file (exporter/webconfig.py). What a
+TLS and basic auth come from the web config file (exporter/web/webconfig.py). What a
 client can make the server hold is bounded (ServerLimits): connections (one
 thread each; slow ones evicted first, see exporter/connections.py), requests
 answered at once, time and bytes for a request head, and no request bodies.
@@ -26,10 +26,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from exporter import __version__
-from exporter.auth import BasicAuth, Verdict
-from exporter.connections import BUSY, HEAD, IDLE, Conn, Connections
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
-from exporter.webconfig import WebConfig
+from exporter.web.auth import BasicAuth, Verdict
+from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
+from exporter.web.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from exporter.analysis.power_swing import (
     analyse_window,
     detect_ramps,
 )
-from exporter.nvml.backend import NvmlBackend
+from exporter.gpu.backend import NvmlBackend
 
 log = logging.getLogger(__name__)
 

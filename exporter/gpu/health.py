@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pynvml
 
-from exporter.nvml.backend import NvmlBackend
+from exporter.gpu.backend import NvmlBackend
 
 FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING = 29, 30, 31
 FI_REMAPPED = {"correctable": 142, "uncorrectable": 143}

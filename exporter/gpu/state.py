@@ -16,7 +16,7 @@ from functools import partial
 
 import pynvml
 
-from exporter.nvml.backend import NvmlBackend
+from exporter.gpu.backend import NvmlBackend
 
 FI = pynvml  # field-id constants live on the pynvml module
 

@@ -1,6 +1,6 @@
 """`cluster-telemetry-exporter analyze FILE`: offline power and straggler analysis of a trace.
 
-Reads an nvidia-smi CSV log or a cte recording (exporter.trace), then:
+Reads an nvidia-smi CSV log or a cte recording (exporter.offline.trace), then:
 
 - slides the step window (default 30 s, every 10 s) over the node's power and
   keeps runs of at least ``--hold`` consecutive windows that meet the swing
@@ -13,7 +13,7 @@ Reads an nvidia-smi CSV log or a cte recording (exporter.trace), then:
   a short window (default 2 s) for the stall signature (``stalls``: peers
   busy-waiting while a culprit idles or still computes); see docs/stragglers.md.
 
-Also runnable as ``python -m exporter.analyze FILE``.
+Also runnable as ``python -m exporter.offline.analyze FILE``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from exporter.analysis.power_swing import (
     detect_ramps,
 )
 from exporter.analysis.straggler import ScanResult, StragglerThresholds, scan
-from exporter.trace import Trace, TraceError, load_trace
+from exporter.offline.trace import Trace, TraceError, load_trace
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from exporter.sources.gpu_health import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
+from exporter.gpu.health import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
 from exporter.yamlfile import (
     ConfigError,
     Where,

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from exporter.nvml.fake import FakeNvmlLibrary, _FakeGpu
-from exporter.nvml.scenarios import DeviceSpec, Scenario, Workload
-from exporter.trace import Trace
+from exporter.offline.trace import Trace
+from exporter.sim.fake import FakeNvmlLibrary, _FakeGpu
+from exporter.sim.scenarios import DeviceSpec, Scenario, Workload
 
 REPLAYED = ("temperature_celsius", "memory_temperature_celsius", "sm_clock_hertz",
             "memory_clock_hertz", "utilization_gpu_ratio", "utilization_memory_ratio",
