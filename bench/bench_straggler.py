@@ -15,12 +15,8 @@ from __future__ import annotations
 import numpy as np
 from timing import median_seconds
 
-from exporter.analysis.straggler import (
-    StragglerDetector,
-    compute_level,
-    detect_stall,
-    window_features,
-)
+from exporter.analysis.stalls import compute_level, detect_stall
+from exporter.analysis.straggler import StragglerDetector, window_features
 
 T0 = 1_758_000_000.0
 N = 8

@@ -1,98 +1,108 @@
-"""Wires config, NVML (real or fake), sampler, renderer and HTTP server together."""
+"""Wires config, NVML (real, fake or a replayed trace), sampler, renderer and HTTP server."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import pynvml
 
 from exporter.analysis.live_stragglers import StragglerSettings
-from exporter.collectors.host import HostSource
-from exporter.collectors.infiniband import InfinibandSource
-from exporter.collectors.jobs import JobsSource
-from exporter.config import Config
+from exporter.collectors import registry
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
 from exporter.offline.trace import load_trace
-from exporter.sampling.sampler import Sampler, SamplerSettings, Snapshot, Source
-from exporter.sim import fake
+from exporter.sampling.clock import SYSTEM, Clock
+from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
+from exporter.sampling.snapshot import Snapshot
+from exporter.sim import costs, fake
 from exporter.sim.replay import replay_library
-from exporter.sim.scenarios import Scenario, load_scenario
+from exporter.sim.scenarios import load_scenario
 from exporter.web.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
 from exporter.web.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
 
-def default_sources(config: Config) -> list[Source]:
-    """The non-NVML sources the config enables (node_exporter-style --collector.NAME)."""
-    sources: list[Source] = []
-    if config.collector_infiniband:
-        sources.append(InfinibandSource(config.path_sysfs))
-    if config.collector_host:
-        sources.append(HostSource(config.host_network_exclude))
-    if config.hpc_job_mapping_dir is not None:
-        sources.append(JobsSource(config.hpc_job_mapping_dir))
-    return sources
+def collector_makers(config: Any) -> list[CollectorMaker]:
+    """The collectors the config enables (node_exporter-style --collector.NAME)."""
+    return [CollectorMaker(spec.name, spec.interval(config),
+                           lambda context, spec=spec: spec.factory(config, context))
+            for spec in registry.enabled(config)]
+
+
+def sampler_settings(config: Any) -> SamplerSettings:
+    c = config
+    return SamplerSettings(
+        power_sample_rate_hz=c.power_sample_rate_hz,
+        power_drain_interval_seconds=c.power_drain_interval_seconds,
+        energy_interval_seconds=c.energy_interval_seconds,
+        sweep_interval_seconds=c.sweep_interval_seconds,
+        gpu_health_interval_seconds=c.gpu_health_interval_seconds,
+        sources_interval_seconds=c.sources_interval_seconds,
+        backend="replay" if c.replay else "fake" if c.fake else "nvml",
+        scenario=c.replay if c.replay else c.scenario if c.fake else "",
+        expected_gpus=c.expected_gpus,
+        hang_timeout_seconds=c.hang_timeout_seconds,
+        gpu_recovery_interval_seconds=c.gpu_recovery_interval_seconds,
+        stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
+    )
 
 
 class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
-    def __init__(self, config: Config, sources: list[Source] | None = None,
+    def __init__(self, config: Any, collectors: list | None = None,
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
-                 scenario: Scenario | None = None):
+                 fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
         """Raises ConfigError for a bad web config file, before anything starts.
 
-        `nvml` and `scenario` let the fleet simulator run many fake nodes in one process:
-        each gets a private pynvml copy and a scenario built for it."""
+        `nvml` and `fake_lib` let the fleet simulator run many fake nodes in one process:
+        each gets a private pynvml copy and a fake library built for it. `collectors`,
+        when given, replace the ones the config enables."""
         self.config = config
         self.fake_clock = fake_clock  # the fake node's clock (tests run scenarios faster)
+        self.clock = clock
         self.nvml = nvml
-        self.scenario = scenario
         self.web: WebConfig = load_web_config(config.web_config_file)
         self.limits = limits
         self.current: RenderedSnapshot | None = None
-        self.fake_lib: fake.FakeNvmlLibrary | None = None
-        self.sources = sources if sources is not None else default_sources(config)
+        self.fake_lib = fake_lib
+        self.collectors = collectors if collectors is not None else collector_makers(config)
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
-        self.current = RenderedSnapshot(snapshot)  # rendered here, then one atomic swap
+        self.current = RenderedSnapshot(snapshot)  # rendered on first scrape, then cached
 
-    def start(self) -> None:
+    def _install_fake(self) -> None:
+        c = self.config
+        model = costs.H200 if c.fake_costs else None
+        clock = self.fake_clock or self.clock
+        if self.fake_lib is not None:
+            pass  # built by the caller (the fleet simulator)
+        elif c.replay:
+            self.fake_lib = replay_library(load_trace(c.replay), c.replay_speed, clock, model)
+        elif c.fake:
+            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario), clock, model)
+        if self.fake_lib is not None:
+            fake.install(self.fake_lib, self.nvml)
+
+    def start(self, threads: bool = True) -> None:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
-        if c.replay:
-            self.fake_lib = replay_library(load_trace(c.replay), c.replay_speed,
-                                           self.fake_clock or time.time)
-            fake.install(self.fake_lib, self.nvml)
-        elif c.fake:
-            self.fake_lib = fake.FakeNvmlLibrary(self.scenario or load_scenario(c.scenario),
-                                                 self.fake_clock or time.time)
-            fake.install(self.fake_lib, self.nvml)
-        settings = SamplerSettings(
-            power_hertz=c.power_sample_rate_hz,
-            sweep_interval_seconds=c.sweep_interval_seconds,
-            sources_interval_seconds=c.sources_interval_seconds,
-            backend="replay" if c.replay else "fake" if c.fake else "nvml",
-            scenario=c.replay if c.replay else c.scenario if c.fake else "",
-            expected_gpus=c.expected_gpus,
-            hang_timeout_seconds=c.hang_timeout_seconds,
-            recovery_interval_seconds=c.gpu_recovery_interval_seconds,
-            health_interval_seconds=c.gpu_health_interval_seconds,
-            stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
-        )
+        self._install_fake()
+        settings = sampler_settings(c)
         try:
-            self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.sources, self._publish)
-            self.sampler.start()
+            self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
+                                   self._publish, self.clock)
+            self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
-                                             HealthCheck(c.stale_after_seconds), self.web,
+                                             HealthCheck(c.stale_after_seconds,
+                                                         self.clock.time), self.web,
                                              self.limits)
         except BaseException:
             self.stop()
@@ -121,3 +131,4 @@ class Exporter:
         if self.fake_lib is not None:
             fake.uninstall(self.nvml)
             self.fake_lib = None
+

@@ -10,10 +10,12 @@ import threading
 from collections.abc import Sequence
 
 from exporter import __version__
-from exporter.config import DEFAULT_PORT, build_config, load_config_file
+from exporter.collectors import registry
+from exporter.config import all_options, build_config, load_config_file
 from exporter.gpu.backend import NvmlUnavailable
 from exporter.offline.trace import TraceError
-from exporter.sim.scenarios import builtin_names, load_scenario
+from exporter.options import RUN, SIMULATE, add_flags, resolve
+from exporter.sim.scenarios import load_scenario
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
@@ -30,55 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML config file (flags win over it)")
-    parser.add_argument("--web.listen-address", dest="listen_address", metavar="ADDR",
-                        help=f"address to serve on (default :{DEFAULT_PORT})")
-    parser.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
-                        help="TLS and basic auth, in the Prometheus exporter-toolkit web config "
-                        "format (default: plain HTTP, no auth)")
-    parser.add_argument("--fake", action="store_true", default=None,
-                        help="run on the built-in simulated node instead of real NVML")
-    parser.add_argument("--scenario", metavar="NAME|FILE",
-                        help="fake scenario: a built-in name (" + ", ".join(builtin_names())
-                        + ") or a YAML file; implies nothing without --fake")
-    parser.add_argument("--power.sample-rate", dest="power_sample_rate_hz", type=float,
-                        metavar="HZ", help="instant-power sampling rate, 1-100 (default 20)")
-    parser.add_argument("--sweep.interval", dest="sweep_interval_seconds", type=float,
-                        metavar="SECONDS", help="full GPU sweep interval (default 1)")
-    parser.add_argument("--health.stale-after", dest="stale_after_seconds", type=float,
-                        metavar="SECONDS",
-                        help="/healthz turns 503 when sampling is older than this (default 10)")
-    parser.add_argument("--path.sysfs", dest="path_sysfs", metavar="DIR",
-                        help="sysfs mount point (default /sys)")
-    parser.add_argument("--collector.infiniband", dest="collector_infiniband",
-                        action=argparse.BooleanOptionalAction, default=None,
-                        help="read InfiniBand/RoCE counters from sysfs (default on)")
-    parser.add_argument("--collector.host", dest="collector_host",
-                        action=argparse.BooleanOptionalAction, default=None,
-                        help="CPU, memory, load and network figures through psutil (default on)")
-    parser.add_argument("--collector.host.network-exclude", dest="host_network_exclude",
-                        metavar="REGEX",
-                        help="network interfaces to leave out (default: loopback and "
-                        "container/VM interfaces)")
-    parser.add_argument("--hpc-job-mapping-dir", dest="hpc_job_mapping_dir", metavar="DIR",
-                        help="directory of GPU-to-job files as dcgm-exporter reads them "
-                        "(one file per GPU index, one job id per line); unset: off")
-    parser.add_argument("--gpus.expected", dest="expected_gpus", type=int, metavar="N",
-                        help="GPUs this node should have (default: the count at start)")
-    parser.add_argument("--nvml.hang-timeout", dest="hang_timeout_seconds", type=float,
-                        metavar="SECONDS", help="an NVML call this long marks its GPU hung "
-                        "and sampling goes on without it (default 2)")
-    parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
-                        type=float, metavar="SECONDS",
-                        help="how long a GPU must deviate from its peers (default 300)")
-    parser.add_argument("--sweep.health-interval", dest="gpu_health_interval_seconds",
-                        type=float, metavar="SECONDS", help="how often ECC, row remapping "
-                        "and NVLink counters are read (default 5)")
-    parser.add_argument("--replay", metavar="FILE", help="serve a recorded trace (ours or an "
-                        "nvidia-smi CSV log) as if live, looping at its end")
-    parser.add_argument("--speed", dest="replay_speed", type=float, metavar="X",
-                        help="replay speed (default 1)")
-    parser.add_argument("--log.level", dest="log_level",
-                        choices=["debug", "info", "warning", "error"], help="default info")
+    add_flags(parser, RUN, all_options())
 
 
 def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
@@ -88,22 +42,12 @@ def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
                         help="node i serves on port P+i (default 9955)")
     parser.add_argument("--listen-host", default="127.0.0.1", metavar="HOST",
                         help="address every node binds (default 127.0.0.1)")
-    parser.add_argument("--scenario", default="healthy", metavar="NAME|FILE",
-                        help="fleet scenario: a built-in name (healthy, faults, two-jobs, ...) "
-                        "or a YAML file (default healthy)")
+    parser.add_argument("--scenario", dest="fleet_scenario", default="healthy",
+                        metavar="NAME|FILE", help="fleet scenario: a built-in name (healthy, "
+                        "faults, two-jobs, ...) or a YAML file (default healthy)")
     parser.add_argument("--gpus-per-node", type=int, metavar="G",
                         help="GPUs per node (default: the scenario's, 8)")
-    parser.add_argument("--power.sample-rate", dest="power_sample_rate_hz", type=float,
-                        default=5.0, metavar="HZ",
-                        help="instant-power sampling rate per node (default 5: light)")
-    parser.add_argument("--sweep.interval", dest="sweep_interval_seconds", type=float,
-                        default=1.0, metavar="SECONDS",
-                        help="full GPU sweep interval per node (default 1)")
-    parser.add_argument("--straggler.persistence", dest="straggler_persistence_seconds",
-                        type=float, default=300.0, metavar="SECONDS",
-                        help="how long a GPU must deviate from its peers (default 300)")
-    parser.add_argument("--log.level", dest="log_level", default="info",
-                        choices=["debug", "info", "warning", "error"], help="default info")
+    add_flags(parser, SIMULATE, all_options())
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -113,23 +57,15 @@ def _simulate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--nodes: expected 1-{MAX_NODES}, got {args.nodes}")
     if args.gpus_per_node is not None and not 1 <= args.gpus_per_node <= 64:
         raise ConfigError(f"--gpus-per-node: expected 1-64, got {args.gpus_per_node}")
-    if not 1 <= args.power_sample_rate_hz <= 100:
-        raise ConfigError("--power.sample-rate: expected 1-100")
-    if not 0.1 <= args.sweep_interval_seconds <= 60:
-        raise ConfigError("--sweep.interval: expected 0.1-60")
-    if not 0 <= args.straggler_persistence_seconds <= 86400:
-        raise ConfigError("--straggler.persistence: expected 0-86400")
-    scenario = load_fleet_scenario(args.scenario, args.nodes, args.gpus_per_node)
+    options = resolve(args, SIMULATE, all_options())
+    scenario = load_fleet_scenario(args.fleet_scenario, args.nodes, args.gpus_per_node)
     if args.base_port < 1 or args.base_port + scenario.nodes - 1 > 65535:
         raise ConfigError(f"--base-port: ports {args.base_port}-"
                           f"{args.base_port + scenario.nodes - 1} are out of range")
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=options["log_level"].upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fleet = Fleet(scenario, FleetSettings(
-        base_port=args.base_port, listen_host=args.listen_host,
-        power_sample_rate_hz=args.power_sample_rate_hz,
-        sweep_interval_seconds=args.sweep_interval_seconds,
-        straggler_persistence_seconds=args.straggler_persistence_seconds))
+    fleet = Fleet(scenario, FleetSettings(base_port=args.base_port,
+                                          listen_host=args.listen_host, options=options))
     try:
         fleet.start()
     except OSError as exc:
@@ -171,13 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from exporter.app import Exporter  # imported here so --help stays fast
 
-    keys = ("listen_address", "web_config_file", "fake", "scenario", "power_sample_rate_hz",
-            "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
-            "collector_host", "host_network_exclude", "hpc_job_mapping_dir", "expected_gpus",
-            "hang_timeout_seconds", "straggler_persistence_seconds", "replay", "replay_speed",
-            "gpu_health_interval_seconds",
-            "log_level")
-    config = build_config(args.config, {k: getattr(args, k) for k in keys})
+    flags = {o.key: getattr(args, o.key) for o in all_options()
+             if o.flag is not None and RUN in o.commands}
+    config = build_config(args.config, flags)
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
@@ -225,9 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             web = load_web_config(config.web_config_file)
             security = ("TLS" if web.tls else "plain HTTP") + (
                 f", basic auth for {len(web.users)} user(s)" if web.auth else "")
-            print(f"{args.file}: ok (listen {config.listen_address}, {security}, "
-                  f"power {config.power_sample_rate_hz:g} Hz, "
-                  f"sweep {config.sweep_interval_seconds:g} s)")
+            collectors = ", ".join(spec.name for spec in registry.enabled(config)) or "none"
+            print(f"{args.file}: ok (listen {config.listen_address}, {security}; "
+                  f"power buffer drained every {config.power_drain_interval_seconds:g} s, "
+                  f"polled at {config.power_sample_rate_hz:g} Hz where there is none; "
+                  f"sweep {config.sweep_interval_seconds:g} s; collectors: {collectors})")
             return 0
         parser.print_help(sys.stderr)
         return EXIT_USAGE

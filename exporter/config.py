@@ -1,89 +1,28 @@
-"""One validated, frozen Config from a YAML file plus command-line flags (flags win)."""
+"""One validated, frozen Config from a YAML file plus command-line flags (flags win).
+
+Config's fields are the options of exporter/options.py and of every collector
+(exporter/collectors/registry.py): one definition each, so a key can never be known to
+the file but not to the flags, or the reverse.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, fields, replace
+import dataclasses
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from exporter.collectors.host import DEFAULT_NETWORK_EXCLUDE
-from exporter.yamlfile import (
-    ConfigError,
-    Where,
-    expect_mapping,
-    get_bool,
-    get_number,
-    get_string,
-    load_yaml_file,
-)
+from exporter.collectors import registry
+from exporter.options import CORE, DEFAULT_PORT, Option, unique
+from exporter.yamlfile import ConfigError, Where, expect_mapping, load_yaml_file
 
-DEFAULT_PORT = 9955  # free of node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-# Config keys as the command line spells them, for error messages about flags.
-FLAG_NAMES = {
-    "listen_address": "--web.listen-address",
-    "web_config_file": "--web.config.file",
-    "power_sample_rate_hz": "--power.sample-rate",
-    "sweep_interval_seconds": "--sweep.interval",
-    "stale_after_seconds": "--health.stale-after",
-    "path_sysfs": "--path.sysfs",
-    "host_network_exclude": "--collector.host.network-exclude",
-    "hpc_job_mapping_dir": "--hpc-job-mapping-dir",
-    "expected_gpus": "--gpus.expected",
-    "hang_timeout_seconds": "--nvml.hang-timeout",
-    "straggler_persistence_seconds": "--straggler.persistence",
-    "replay": "--replay",
-    "gpu_health_interval_seconds": "--sweep.health-interval",
-    "replay_speed": "--speed",
-    "log_level": "--log.level",
-}
+__all__ = ["DEFAULT_PORT", "Config", "all_options", "build_config", "load_config_file",
+           "parse_listen_address", "validate"]
 
 
-@dataclass(frozen=True)
-class Config:
-    listen_address: str = f":{DEFAULT_PORT}"
-    web_config_file: str = ""  # TLS and basic auth (exporter-toolkit format); "" = plain HTTP
-    power_sample_rate_hz: float = 20.0
-    sweep_interval_seconds: float = 1.0
-    sources_interval_seconds: float = 5.0
-    stale_after_seconds: float = 10.0
-    fake: bool = False
-    scenario: str = "training"
-    path_sysfs: str = "/sys"
-    collector_infiniband: bool = True
-    collector_host: bool = True
-    host_network_exclude: str = DEFAULT_NETWORK_EXCLUDE
-    hpc_job_mapping_dir: str | None = None  # unset: the jobs collector is off
-    expected_gpus: int | None = None  # unset: the count NVML reports at start
-    hang_timeout_seconds: float = 2.0
-    gpu_recovery_interval_seconds: float = 10.0
-    straggler_persistence_seconds: float = 300.0
-    gpu_health_interval_seconds: float = 5.0  # ECC, row remapping, NVLink counters
-    replay: str | None = None  # a trace to serve as if live, instead of NVML
-    replay_speed: float = 1.0
-    log_level: str = "info"
-
-    @property
-    def host_port(self) -> tuple[str, int]:
-        return parse_listen_address(self.listen_address)
-
-
-# key -> (low, high) for numbers
-_NUMBER_RANGES = {
-    "power_sample_rate_hz": (1.0, 100.0),
-    "sweep_interval_seconds": (0.1, 60.0),
-    "sources_interval_seconds": (0.5, 600.0),
-    "stale_after_seconds": (1.0, 3600.0),
-    "hang_timeout_seconds": (0.2, 600.0),
-    "gpu_recovery_interval_seconds": (0.1, 3600.0),
-    "straggler_persistence_seconds": (0.0, 86400.0),
-    "replay_speed": (0.01, 1000.0),
-    "gpu_health_interval_seconds": (0.1, 600.0),
-}
-# key -> (low, high) for whole numbers that may be left unset
-_OPTIONAL_INTS = {"expected_gpus": (0, 1024)}
+@cache
+def all_options() -> tuple[Option, ...]:
+    return tuple(unique([*CORE, *registry.options()]))
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
@@ -98,73 +37,90 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def validate(config: Config, where: Where | None = None, mapping: Any = None) -> Config:
-    """Check cross-field and format rules; raise ConfigError naming the key."""
-    where = where or Where("flags")
+def _make_config_class() -> type:
+    fields = []
+    for option in all_options():
+        default = option.default
+        if isinstance(default, dict | list):
+            default = dataclasses.field(default_factory=lambda d=default: type(d)(d))
+        fields.append((option.key, Any, default))
+    namespace = {
+        "__doc__": "Every setting; build with build_config() or load_config_file().",
+        "host_port": property(lambda self: parse_listen_address(self.listen_address)),
+    }
+    cls = dataclasses.make_dataclass("Config", fields, frozen=True, namespace=namespace)
+    cls.__module__ = __name__
+    return cls
+
+
+Config = _make_config_class()
+
+
+def _option(key: str) -> Option:
+    return next(o for o in all_options() if o.key == key)
+
+
+def _cross_checks(config: Any) -> list[tuple[str, str]]:
+    """(key, problem) for rules that span keys."""
+    problems = []
+    if config.replay is not None and config.fake:
+        problems.append(("replay", "--replay and --fake both replace NVML: choose one"))
+    if config.stale_after_seconds <= config.sweep_interval_seconds:
+        problems.append(("stale_after_seconds", "must be longer than sweep_interval_seconds"))
+    for spec in registry.specs():
+        if getattr(config, spec.key) and spec.requirement is not None:
+            missing = spec.requirement(config)
+            if missing:
+                problems.append((spec.key, missing))
+    return problems
+
+
+def validate(config: Any, where: Where | None = None) -> Any:
+    """Check every value and the rules across keys; raise ConfigError naming the key
+    (with file and line when `where` is the file's)."""
 
     def fail(key: str, message: str) -> ConfigError:
-        if mapping is not None:
+        if where is not None:
             return where.error(key, message)
-        return ConfigError(f"{FLAG_NAMES.get(key, key)} (config key {key}): {message}")
+        flag = _option(key).flag
+        return ConfigError(f"{flag} (config key {key}): {message}" if flag else
+                           f"{key}: {message}")
 
-    try:
-        parse_listen_address(config.listen_address)
-    except ConfigError as exc:
-        raise fail("listen_address", str(exc)) from None
-    for key, (low, high) in _NUMBER_RANGES.items():
-        value = getattr(config, key)
-        if not low <= value <= high:
-            raise fail(key, f"{value!r} is out of range [{low:g}, {high:g}]")
-    for key, (low, high) in _OPTIONAL_INTS.items():
-        value = getattr(config, key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not low <= value <= high):
-            raise fail(key, f"expected a whole number in [{low}, {high}], got {value!r}")
-    if config.log_level not in LOG_LEVELS:
-        raise fail("log_level", f"expected one of {', '.join(LOG_LEVELS)}")
-    if not isinstance(config.host_network_exclude, str):
-        raise fail("host_network_exclude", "expected a regular expression")
-    try:
-        re.compile(config.host_network_exclude)
-    except re.error as exc:
-        raise fail("host_network_exclude", f"invalid regular expression: {exc}") from None
-    if config.hpc_job_mapping_dir is not None and not config.hpc_job_mapping_dir.strip():
-        raise fail("hpc_job_mapping_dir", "expected a directory path (leave unset to turn "
-                   "the jobs collector off)")
-    if config.replay is not None and config.fake:
-        raise fail("replay", "--replay and --fake both replace NVML: choose one")
-    if config.stale_after_seconds <= config.sweep_interval_seconds:
-        raise fail("stale_after_seconds", "must be longer than sweep_interval_seconds")
+    for option in all_options():
+        problem = option.problem(getattr(config, option.key))
+        if problem:
+            raise fail(option.key, problem)
+    for key, problem in _cross_checks(config):
+        raise fail(key, problem)
     return config
 
 
-def load_config_file(path: str | Path) -> Config:
+def load_config_file(path: str | Path) -> Any:
     data = load_yaml_file(path)
     where = Where(str(path), data)
-    names = {f.name for f in fields(Config)}
-    mapping = expect_mapping(data, where, names)
-    defaults = Config()
-    values: dict[str, Any] = {}
-    for name in names:
-        if name not in mapping:
-            continue
-        default = getattr(defaults, name)
-        if isinstance(default, bool):
-            values[name] = get_bool(mapping, name, where, default)
-        elif isinstance(default, float):
-            low, high = _NUMBER_RANGES[name]
-            values[name] = get_number(mapping, name, where, default, low=low, high=high)
-        elif name in _OPTIONAL_INTS:
-            low, high = _OPTIONAL_INTS[name]
-            values[name] = get_number(mapping, name, where, 0, low=low, high=high,
-                                      integer=True)
-        else:
-            values[name] = get_string(mapping, name, where, default)
-    return validate(replace(defaults, **values), where, mapping)
+    in_file = {o.key for o in all_options() if o.in_file}
+    mapping = expect_mapping(data, where, in_file)
+    values = {}
+    for key, value in mapping.items():
+        option = _option(key)
+        problem = option.problem(value)  # as written, before any conversion
+        if problem:
+            raise where.error(key, problem)
+        if not isinstance(value, bool) and isinstance(value, int | float):
+            if option.kind is float:
+                value = float(value)
+            elif option.kind is int and float(value).is_integer():
+                value = int(value)
+        values[key] = value
+    try:
+        config = Config(**values)
+    except TypeError as exc:  # cannot happen for known keys; keep one line if it does
+        raise where.error(None, str(exc)) from None
+    return validate(config, where)
 
 
-def build_config(path: str | None, overrides: dict[str, Any]) -> Config:
+def build_config(path: str | None, overrides: dict[str, Any]) -> Any:
     """The file's values (or defaults), then every flag that was given."""
     config = load_config_file(path) if path else Config()
     given = {k: v for k, v in overrides.items() if v is not None}
-    return validate(replace(config, **given))
+    return validate(dataclasses.replace(config, **given))

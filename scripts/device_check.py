@@ -2,72 +2,81 @@
 
     python scripts/device_check.py [--seconds 20] [--json OUT] [--fake]
 
-1. Per-call NVML latency (p50/p99) of every call the exporter makes.
-2. The update period of the instant-power field (poll fast, smallest interval between
-   changes, as Zeus does) and the observable band it implies.
-3. Runs the exporter on real NVML (or --fake), scrapes /metrics twice and checks that
-   every GPU metric in docs/metrics.md is present for every GPU and sane.
-Prints a report; exits 1 if a check failed. Needs nothing beyond the package.
+1. The wall time and CPU of every NVML call the exporter makes, each alone (keys name
+   the call: `nvmlDeviceGetFieldValues(TOTAL_ENERGY_CONSUMPTION)`,
+   `nvmlDeviceGetFieldValues(POWER_INSTANT)`, `nvmlDeviceGetSamples(TOTAL_POWER)`, ...).
+2. The update period of the instant-power field (poll fast, intervals between changes,
+   as Zeus does), and the driver's buffer of power samples (`power_samples`: median
+   interval, samples a second, the capacity found, samples lost by a late drain).
+3. Runs the exporter on real NVML (or --fake, with the fake's H200 costs), measures its
+   CPU per GPU, scrapes /metrics twice and checks that every GPU metric in
+   docs/metrics.md is present for every GPU and sane.
+Prints a report; exits 1 if a check failed. With --fake it reports the fake's figures
+the same way. Needs nothing beyond the package.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pynvml
-from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.app import Exporter  # noqa: E402
-from exporter.config import Config  # noqa: E402
+from device_checks.exporter_run import check_metrics  # noqa: E402 (scripts/device_checks)
+from device_checks.report import print_report  # noqa: E402
+
+from exporter.gpu import fields as fi  # noqa: E402
 from exporter.gpu.backend import NvmlBackend  # noqa: E402
 from exporter.sim import fake  # noqa: E402
 from exporter.sim.scenarios import load_scenario  # noqa: E402
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
-# Families a GPU may lack without being wrong (fanless SXM boards, no HBM sensor).
-OPTIONAL = {"gpu_fan_speed_ratio", "gpu_memory_temperature_celsius"}
-SANE = {  # family -> (low, high) for every sample
-    "gpu_power_watts": (0, 1500), "gpu_power_average_watts": (0, 1500),
-    "gpu_temperature_celsius": (0, 120), "gpu_memory_temperature_celsius": (0, 130),
-    "gpu_utilization_ratio": (0, 1), "gpu_memory_utilization_ratio": (0, 1),
-    "gpu_sm_clock_hertz": (1e7, 5e9), "gpu_memory_clock_hertz": (1e7, 2e10),
-    "gpu_power_limit_watts": (50, 1500), "gpu_power_default_limit_watts": (50, 1500),
-    "gpu_pcie_link_generation": (1, 6), "gpu_pcie_link_width": (1, 32),
-    "gpu_performance_state": (0, 15),
-}
 
-
-def timed(fn, *args, repeat: int = 200) -> dict:
-    times, error = [], ""
+def timed(fn, *args, repeat: int = 100) -> dict:
+    """p50/p99 wall and mean CPU (process time: the driver's threads too) of a call."""
+    walls, error = [], ""
+    cpu0 = time.process_time()
     for _ in range(repeat):
         t0 = time.perf_counter()
         try:
             fn(*args)
         except pynvml.NVMLError as exc:
             error = type(exc).__name__
-        times.append(time.perf_counter() - t0)
-    us = np.array(times) * 1e6
+        walls.append(time.perf_counter() - t0)
+    cpu = (time.process_time() - cpu0) / repeat
+    us = np.array(walls) * 1e6
     return {"p50_us": round(float(np.percentile(us, 50)), 1),
-            "p99_us": round(float(np.percentile(us, 99)), 1), "error": error}
+            "p99_us": round(float(np.percentile(us, 99)), 1),
+            "cpu_us": round(cpu * 1e6, 1), "error": error}
+
+
+def _field(handle, field_id: int):
+    return lambda: pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
 
 
 def call_latencies(handle) -> dict:
     p = pynvml
-    calls = {
-        "nvmlDeviceGetFieldValues(POWER_INSTANT,TOTAL_ENERGY)":
-            (p.nvmlDeviceGetFieldValues, handle, [p.NVML_FI_DEV_POWER_INSTANT,
-                                                  p.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]),
-        "nvmlDeviceGetFieldValues(sweep: 5 fields)":
-            (p.nvmlDeviceGetFieldValues, handle, [185, 82, 94, 197, 198]),
+    calls = {f"nvmlDeviceGetFieldValues({fi.name(f)})": (_field(handle, f),) for f in (
+        fi.TOTAL_ENERGY, fi.POWER_INSTANT, fi.POWER_AVERAGE, fi.MEMORY_TEMP,
+        fi.PCIE_REPLAY_COUNTER, fi.PCIE_TX_BYTES, fi.PCIE_RX_BYTES, fi.VIOLATION_POWER,
+        fi.VIOLATION_THERMAL, fi.VIOLATION_SW_THERMAL, fi.VIOLATION_HW_THERMAL,
+        fi.VIOLATION_HW_POWER_BRAKE, fi.RETIRED_SBE)}
+    calls.update({
+        "nvmlDeviceGetFieldValues(sweep: POWER_AVERAGE, MEMORY_TEMP)":
+            (p.nvmlDeviceGetFieldValues, handle, [fi.POWER_AVERAGE, fi.MEMORY_TEMP]),
+        "nvmlDeviceGetTotalEnergyConsumption": (p.nvmlDeviceGetTotalEnergyConsumption, handle),
+        "nvmlDeviceGetSamples(TOTAL_POWER, last second)":
+            (lambda: p.nvmlDeviceGetSamples(handle, p.NVML_TOTAL_POWER_SAMPLES,
+                                            int((time.time() - 1) * 1e6)),),
+        "nvmlDeviceGetSamples(TOTAL_POWER, whole buffer)":
+            (p.nvmlDeviceGetSamples, handle, p.NVML_TOTAL_POWER_SAMPLES, 0),
+        "nvmlDeviceGetSamples(GPU_UTILIZATION, whole buffer)":
+            (p.nvmlDeviceGetSamples, handle, p.NVML_GPU_UTILIZATION_SAMPLES, 0),
         "nvmlDeviceGetPowerUsage": (p.nvmlDeviceGetPowerUsage, handle),
         "nvmlDeviceGetUtilizationRates": (p.nvmlDeviceGetUtilizationRates, handle),
         "nvmlDeviceGetMemoryInfo": (p.nvmlDeviceGetMemoryInfo, handle),
@@ -78,8 +87,10 @@ def call_latencies(handle) -> dict:
         "nvmlDeviceGetCurrPcieLinkGeneration": (p.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "nvmlDeviceGetCurrentClocksEventReasons":
             (p.nvmlDeviceGetCurrentClocksEventReasons, handle),
-    }
-    return {name: timed(fn, *args) for name, (fn, *args) in calls.items()}
+    })
+    repeat = {"nvmlDeviceGetSamples(TOTAL_POWER, last second)": 20}
+    return {name: timed(fn, *args, repeat=repeat.get(name, 100))
+            for name, (fn, *args) in calls.items()}
 
 
 def power_update_period(handle, seconds: float) -> dict:
@@ -99,76 +110,68 @@ def power_update_period(handle, seconds: float) -> dict:
     intervals = np.diff(changes[1:])  # the first change is just the first reading
     if len(intervals) < 3:
         return {"polls": polls, "error": "the instant power did not change while polled"}
-    period = float(np.percentile(intervals, 5))
     return {"polls": polls, "poll_rate_hz": round(polls / seconds),
             "changes": len(changes), "min_interval_ms": round(float(intervals.min()) * 1e3, 2),
-            "p5_interval_ms": round(period * 1e3, 2),
             "median_interval_ms": round(float(np.median(intervals)) * 1e3, 2),
             "observable_band_hz": [0, round(0.5 / float(np.median(intervals)), 2)]}
 
 
-def documented_gpu_families() -> set[str]:
-    text = DOCS.read_text()
-    section = text.split("## GPU (NVML)", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", section, re.M))
+def power_samples(backend: NvmlBackend, seconds: float) -> dict:
+    """The driver's buffer of power samples: drained every second for `seconds`, then
+    once after a 5 s pause (how much a late drain loses, and the buffer's capacity)."""
+    first = backend.samples(0, fi.TOTAL_POWER_SAMPLES, 0)
+    if first is None:
+        return {"error": "nvmlDeviceGetSamples(NVML_TOTAL_POWER_SAMPLES) is not supported"}
+    stamps, last = [t for t, _ in first], first[-1][0] if first else 0
+    capacity = len(first)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        time.sleep(1.0)
+        new = backend.samples(0, fi.TOTAL_POWER_SAMPLES, last) or []
+        stamps += [t for t, _ in new]
+        last = new[-1][0] if new else last
+    time.sleep(5.0)
+    late = backend.samples(0, fi.TOTAL_POWER_SAMPLES, last) or []
+    capacity = max(capacity, len(late))
+    if len(stamps) < 3:
+        return {"error": f"only {len(stamps)} power samples in {seconds:g} s"}
+    gaps = np.diff(np.array(stamps, dtype=float)) / 1e3  # ms
+    interval = float(np.median(gaps))
+    span = (stamps[-1] - stamps[0]) / 1e6
+    lost_ms = (late[0][0] - last) / 1e3 - interval if late else None
+    return {"median_interval_ms": round(interval, 2),
+            "min_interval_ms": round(float(gaps.min()), 2),
+            "max_interval_ms": round(float(gaps.max()), 2),
+            "samples_per_second": round((len(stamps) - 1) / span, 1),
+            "capacity_found": capacity,
+            "late_drain_after_s": 5.0,
+            "lost_samples": None if lost_ms is None else max(0, round(lost_ms / interval)),
+            "lost_ms": None if lost_ms is None else round(lost_ms, 1),
+            "observable_band_hz": [0, round(500 / interval, 2)]}
 
 
-def scrape(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append(sample)
-    return out
-
-
-def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str], dict]:
-    failures, warnings = [], []
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=use_fake,
-                          collector_infiniband=False))
-    exp.start()
-    try:
-        time.sleep(2)
-        first = scrape(exp.port)
-        time.sleep(max(2.0, seconds / 4))
-        second = scrape(exp.port)
-        gpus = exp.sampler.gpu_count
-        loop = exp.current.snapshot.power_loop
-    finally:
-        exp.stop()
-    for name in sorted(documented_gpu_families()):
-        samples = second.get(name, [])
-        seen = {s.labels.get("gpu") for s in samples}
-        if len(seen) < gpus:
-            (warnings if name in OPTIONAL else failures).append(
-                f"{name}: present for {len(seen)} of {gpus} GPUs")
-        low, high = SANE.get(name, (None, None))
-        for s in samples:
-            if low is not None and not low <= s.value <= high:
-                failures.append(f"{name}{s.labels}: {s.value} outside [{low}, {high}]")
-    for s in second.get("gpu_memory_used_bytes", []):
-        total = [t.value for t in second.get("gpu_memory_total_bytes", [])
-                 if t.labels["gpu"] == s.labels["gpu"]]
-        if total and s.value > total[0]:
-            failures.append(f"gpu {s.labels['gpu']}: memory used > total")
-    before = {s.labels["gpu"]: s.value for s in first.get("gpu_energy_joules_total", [])}
-    for s in second.get("gpu_energy_joules_total", []):
-        if s.labels["gpu"] in before and s.value < before[s.labels["gpu"]]:
-            failures.append(f"gpu {s.labels['gpu']}: energy counter went down")
-    errors = {f"{s.labels['call']}/{s.labels['error']}": s.value
-              for s in second.get("cte_nvml_errors_total", [])}
-    summary = {"gpus": gpus, "power_loop_hz": round(loop.achieved_hertz, 2),
-               "power_loop_jitter_p99_ms": round(loop.jitter_p99_seconds * 1e3, 2),
-               "nvml_errors": errors}
-    return failures, warnings, summary
+def measure_nvml(args: argparse.Namespace) -> dict:
+    report: dict = {}
+    backend = NvmlBackend()
+    count = backend.open()
+    handle = backend.handle(0)
+    report["driver"] = backend.driver_version
+    report["nvml"] = backend.nvml_version
+    report["gpu_name"] = pynvml.nvmlDeviceGetName(handle)
+    report["gpu_count"] = count
+    report["call_latency"] = call_latencies(handle)
+    report["power_update"] = power_update_period(handle, min(5.0, args.seconds / 4))
+    report["power_samples"] = power_samples(backend, min(10.0, args.seconds / 2))
+    backend.close()
+    return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--json", metavar="OUT", help="also write the report as JSON")
-    parser.add_argument("--fake", action="store_true", help="dry run on the simulated node")
+    parser.add_argument("--fake", action="store_true",
+                        help="dry run on the simulated node (with its modelled H200 costs)")
     args = parser.parse_args()
 
     report: dict = {"fake": args.fake}
@@ -176,35 +179,13 @@ def main() -> int:
     if ctx is not None:
         ctx.__enter__()
     try:
-        backend = NvmlBackend()
-        count = backend.open()
-        handle = backend.handle(0)
-        report["driver"] = backend.driver_version
-        report["nvml"] = backend.nvml_version
-        report["gpu_name"] = pynvml.nvmlDeviceGetName(handle)
-        report["gpu_count"] = count
-        report["call_latency"] = call_latencies(handle)
-        report["power_update"] = power_update_period(handle, min(5.0, args.seconds / 4))
-        backend.close()
+        report.update(measure_nvml(args))
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
     failures, warnings, summary = check_metrics(args.fake, args.seconds)
     report.update(exporter=summary, failures=failures, warnings=warnings)
-
-    print(f"GPU: {report['gpu_count']}x {report['gpu_name']}, driver {report['driver']}, "
-          f"NVML {report['nvml']}{' (FAKE)' if args.fake else ''}")
-    print("NVML call latency on GPU 0 (200 calls each):")
-    for name, lat in report["call_latency"].items():
-        note = f"  [{lat['error']}]" if lat["error"] else ""
-        print(f"  {name:56s} p50 {lat['p50_us']:8.1f} us  p99 {lat['p99_us']:8.1f} us{note}")
-    print(f"instant power field updates: {json.dumps(report['power_update'])}")
-    print(f"exporter: {json.dumps(summary)}")
-    for w in warnings:
-        print(f"WARN {w}")
-    for f in failures:
-        print(f"FAIL {f}")
-    print("RESULT: " + ("ok" if not failures else f"{len(failures)} check(s) failed"))
+    print_report(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 1 if failures else 0

@@ -1,12 +1,21 @@
+"""Fixtures shared by the tests: a manual clock, the fake under pynvml, and running
+exporters (on the fake, with the fake's costs off unless a test asks for them)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
 
+from exporter.sampling.clock import ManualClock
 from exporter.sim import fake
 from exporter.sim.scenarios import Scenario, load_scenario
-from tests.tools import ManualClock
+from tests.tools import ExporterFactory
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: starts real Prometheus/node_exporter processes "
+                            "and runs for tens of seconds (deselect with -m 'not e2e')")
 
 
 @pytest.fixture
@@ -21,6 +30,25 @@ def training() -> Scenario:
 
 @pytest.fixture
 def fake_nvml(training: Scenario, clock: ManualClock) -> Iterator[fake.FakeNvmlLibrary]:
-    """The training scenario under pynvml, on a manual clock."""
-    with fake.installed(training, clock) as lib:
+    """The training scenario under pynvml, on a manual clock, without call costs."""
+    with fake.installed(training, clock, costs=None) as lib:
         yield lib
+
+
+@pytest.fixture
+def running_exporter() -> Iterator[ExporterFactory]:
+    """Starts exporters on the fake (see tools.ExporterFactory); stops them all after."""
+    factory = ExporterFactory()
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_exporter() -> Iterator[ExporterFactory]:
+    factory = ExporterFactory()
+    try:
+        yield factory
+    finally:
+        factory.stop_all()

@@ -1,13 +1,17 @@
-"""The NVML backend and GPU source on the fake: values, batching, errors counted."""
+"""The NVML backend and the catalogue's reads on the fake: values, batching, errors."""
 
 from __future__ import annotations
 
 import pytest
 
+from exporter.gpu import catalogue
+from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
-from exporter.gpu.state import POWER_FIELDS, read_identity, read_power, read_state
+from exporter.gpu.state import read_identity, read_state
 from exporter.sim import fake
 from tests.tools import scenario_from_yaml
+
+ALL = catalogue.CADENCES
 
 
 def test_identity(fake_nvml):
@@ -19,7 +23,9 @@ def test_identity(fake_nvml):
     assert ident.uuid.startswith("GPU-")
     assert ident.pci_bus_id == "00000000:AB:00.0"
     assert ident.default_power_limit_watts == 700
-    assert ident.pcie_max_generation == 5 and ident.pcie_max_width == 16
+    assert ident.values["pcie_max_generation"] == 5 and ident.values["pcie_max_width"] == 16
+    assert ident.values["sm_clock_max_hertz"] == 1980e6
+    assert ident.nvlinks == 18
     assert backend.driver_version == "570.133.20"
     assert backend.nvml_version == "12.570.133.20"
 
@@ -28,33 +34,53 @@ def test_state_values_have_base_units(fake_nvml, clock):
     backend = NvmlBackend()
     backend.open()
     clock.advance(40)
-    state = read_state(backend, 0)
-    assert state.utilization_gpu_ratio == 1.0
-    assert 0 <= state.utilization_memory_ratio <= 1
-    assert state.memory_total_bytes == 81559 * 1024 * 1024
-    assert 0 < state.memory_used_bytes <= state.memory_total_bytes
-    assert 150 < state.power_average_watts < 700
-    assert state.power_limit_watts == 700
-    assert 40 < state.temperature_celsius < 90
-    assert state.memory_temperature_celsius > state.temperature_celsius
-    assert state.sm_clock_hertz >= 1.5e9
-    assert state.memory_clock_hertz == 2619e6
-    assert state.performance_state == 0
-    assert state.fan_speed_ratio is None  # not supported on SXM: left out, counted
-    assert state.pcie_transmit_bytes > 0 and state.pcie_receive_bytes > 0
-    assert state.pcie_replays == 0
-    assert (state.pcie_generation, state.pcie_width) == (5, 16)
+    state = read_state(backend, 0, clock(), ALL)
+    get = state.get
+    assert get("utilization_gpu_ratio") == 1.0
+    assert 0 <= get("utilization_memory_ratio") <= 1
+    assert get("memory_total_bytes") == 81559 * 1024 * 1024
+    assert 0 < get("memory_used_bytes") <= get("memory_total_bytes")
+    assert 150 < get("power_average_watts") < 700
+    assert get("power_limit_watts") == 700
+    assert 40 < get("temperature_celsius") < 90
+    assert get("memory_temperature_celsius") > get("temperature_celsius")
+    assert get("sm_clock_hertz") >= 1.5e9
+    assert get("memory_clock_hertz") == 2619e6
+    assert get("performance_state") == 0
+    assert get("fan_speed_ratio") is None  # not supported on SXM: left out, counted
+    assert get("pcie_transmit_bytes") > 0 and get("pcie_receive_bytes") > 0
+    assert get("pcie_replays") == 0
+    assert (get("pcie_generation"), get("pcie_width")) == (5, 16)
+    assert get("energy_joules") > 1e6
+    assert state.time == clock()
 
 
-def test_power_sample_batches_instant_power_and_energy_in_one_call(fake_nvml):
+def test_each_cadence_reads_only_its_values_in_one_batched_call(fake_nvml, clock):
     backend = NvmlBackend()
     backend.open()
-    before = fake_nvml.calls.get("nvmlDeviceGetFieldValues", 0)
-    sample = read_power(backend, 1)
-    assert fake_nvml.calls["nvmlDeviceGetFieldValues"] == before + 1
-    assert len(POWER_FIELDS) == 2
-    assert 0 < sample.watts < 800
-    assert sample.joules > 1e6
+    calls = fake_nvml.calls
+    before = dict(calls)
+    state = read_state(backend, 0, clock(), [catalogue.SWEEP])
+    assert calls["nvmlDeviceGetFieldValues"] == before.get("nvmlDeviceGetFieldValues", 0) + 1
+    assert "energy_joules" not in state.values and "pcie_replays" not in state.values
+    # one call serves the values that share it (utilization: gpu and memory)
+    assert calls["nvmlDeviceGetUtilizationRates"] == before.get(
+        "nvmlDeviceGetUtilizationRates", 0) + 1
+    assert calls.get("nvmlDeviceGetEnforcedPowerLimit", 0) == before.get(
+        "nvmlDeviceGetEnforcedPowerLimit", 0)
+
+
+def test_values_of_cadences_not_due_are_carried_over(fake_nvml, clock):
+    backend = NvmlBackend()
+    backend.open()
+    first = read_state(backend, 0, clock(), ALL)
+    clock.advance(1)
+    before = fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"]
+    second = read_state(backend, 0, clock(), [catalogue.SWEEP], previous=first)
+    assert fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"] == before
+    for key in ("power_limit_watts", "performance_state", "pcie_generation", "energy_joules"):
+        assert second.get(key) == first.get(key)
+    assert second.time > first.time
 
 
 ERRORS_ON_GPU_2 = """
@@ -69,35 +95,34 @@ events:
 
 def test_errors_are_counted_by_call_and_name_and_hide_nothing_else(clock):
     scenario = scenario_from_yaml(ERRORS_ON_GPU_2)
-    with fake.installed(scenario, clock):
+    with fake.installed(scenario, clock, costs=None):
         backend = NvmlBackend()
         backend.open()
-        states = {gpu: read_state(backend, gpu) for gpu in range(4)}
-        assert states[2].temperature_celsius is None
-        assert states[2].memory_used_bytes is None
-        assert states[2].power_average_watts is None
-        assert states[2].sm_clock_hertz is not None  # other calls on the failing GPU still work
+        states = {gpu: read_state(backend, gpu, clock(), ALL) for gpu in range(4)}
+        assert states[2].get("temperature_celsius") is None
+        assert states[2].get("memory_used_bytes") is None
+        assert states[2].get("power_average_watts") is None
+        assert states[2].get("sm_clock_hertz") is not None  # other calls still work
         for gpu in (0, 1, 3):
-            assert states[gpu].temperature_celsius is not None
-            assert states[gpu].memory_used_bytes is not None
-        assert read_power(backend, 2).watts is None
-        assert read_power(backend, 3).watts is not None
+            assert states[gpu].get("temperature_celsius") is not None
+            assert states[gpu].get("memory_used_bytes") is not None
+        assert 2 in backend.lost  # GpuIsLost marks the GPU lost
         errors = backend.errors.snapshot()
         assert errors[("nvmlDeviceGetTemperature", "Unknown")] == 1
         assert errors[("nvmlDeviceGetMemoryInfo", "NoPermission")] == 1
-        assert errors[("nvmlDeviceGetFieldValues", "GpuIsLost")] == 2
+        assert errors[("nvmlDeviceGetFieldValues", "GpuIsLost")] == 1
         # a fault window opens and closes with scenario time
         clock.advance(15)
-        assert read_state(backend, 0).utilization_gpu_ratio is None
+        assert read_state(backend, 0, clock(), ALL).get("utilization_gpu_ratio") is None
         clock.advance(10)
-        assert read_state(backend, 0).utilization_gpu_ratio == 1.0
+        assert read_state(backend, 0, clock(), ALL).get("utilization_gpu_ratio") == 1.0
 
 
 def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
     backend = NvmlBackend()
     backend.open()
-    readings = backend.fields(0, [186, 123456])
-    assert set(readings) == {186}
+    readings = backend.fields(0, [fi.POWER_INSTANT, 123456])
+    assert set(readings) == {fi.POWER_INSTANT}
     assert backend.errors.snapshot() == {("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
 
 
@@ -106,26 +131,41 @@ def test_open_without_nvml_raises_a_clear_error():
         NvmlBackend().open()
 
 
-def test_a_call_the_gpu_does_not_support_is_counted_once_and_not_repeated(fake_nvml):
+def test_a_call_the_gpu_does_not_support_is_counted_once_and_not_repeated(fake_nvml, clock):
     backend = NvmlBackend()
     backend.open()
     for _ in range(5):
-        state = read_state(backend, 0)
-        assert state.fan_speed_ratio is None
+        state = read_state(backend, 0, clock(), ALL)
+        assert state.get("fan_speed_ratio") is None
     assert fake_nvml.calls["nvmlDeviceGetFanSpeed"] == 1
     assert backend.errors.snapshot() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
-    # other errors are not remembered: a transient one is asked again
-    assert state.temperature_celsius is not None
+    assert state.get("temperature_celsius") is not None
 
 
-def test_seldom_changing_values_are_carried_over_between_health_reads(fake_nvml):
+def test_a_field_the_gpu_does_not_support_is_asked_once(fake_nvml):
+    """Retired pages (fields 29-31) are NotSupported on Hopper: asked once, not every
+    health read, and counted once."""
     backend = NvmlBackend()
     backend.open()
-    first = read_state(backend, 0)
-    before = fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"]
-    second = read_state(backend, 0, previous=first)
-    assert fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"] == before
-    assert (second.power_limit_watts, second.performance_state, second.pcie_generation,
-            second.pcie_width) == (first.power_limit_watts, first.performance_state,
-                                   first.pcie_generation, first.pcie_width)
-    assert second.time >= first.time
+    for _ in range(4):
+        got = backend.fields(0, [fi.RETIRED_SBE, fi.RETIRED_DBE, fi.MEMORY_TEMP])
+        assert set(got) == {fi.MEMORY_TEMP}
+    errors = backend.errors.snapshot()
+    assert errors == {("nvmlDeviceGetFieldValues(RETIRED_SBE)", "NotSupported"): 1,
+                      ("nvmlDeviceGetFieldValues(RETIRED_DBE)", "NotSupported"): 1}
+
+
+def test_power_samples_come_from_the_driver_buffer_in_order(fake_nvml, clock):
+    backend = NvmlBackend()
+    backend.open()
+    clock.advance(1.0)
+    first = backend.samples(0, fi.TOTAL_POWER_SAMPLES, 0)
+    assert len(first) == 119  # the driver's whole buffer: it sampled before we asked
+    stamps = [t for t, _ in first]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert all(50_000 < w < 800_000 for _, w in first)  # milliwatts
+    assert backend.samples(0, fi.TOTAL_POWER_SAMPLES, stamps[-1]) == []  # NotFound: none new
+    clock.advance(0.5)
+    newer = backend.samples(0, fi.TOTAL_POWER_SAMPLES, stamps[-1])
+    assert newer and newer[0][0] > stamps[-1]
+    assert backend.errors.snapshot() == {}  # "nothing new" is not an error

@@ -155,17 +155,22 @@ def test_cli_port_in_use(tmp_path):
 
 
 def test_host_and_jobs_collectors(tmp_path):
-    from exporter.app import default_sources
+    from exporter.collectors.registry import enabled
 
-    assert [s.name for s in default_sources(Config())] == ["infiniband", "host"]
+    def names(config) -> list[str]:
+        return [spec.name for spec in enabled(config)]
+
+    assert names(Config()) == ["host", "infiniband"]
     path = write(tmp_path, "collector_host: false\nhpc_job_mapping_dir: /run/x\n")
     config = load_config_file(path)
     assert not config.collector_host and config.hpc_job_mapping_dir == "/run/x"
-    assert [s.name for s in default_sources(config)] == ["infiniband", "jobs"]
+    assert names(config) == ["infiniband", "jobs"]
     config = build_config(str(path), {"collector_host": True, "hpc_job_mapping_dir": None,
                                       "host_network_exclude": "^lo$"})
     assert config.collector_host and config.hpc_job_mapping_dir == "/run/x"
-    assert [s.name for s in default_sources(config)] == ["infiniband", "host", "jobs"]
+    assert names(config) == ["host", "infiniband", "jobs"]
+    with pytest.raises(ConfigError, match="collector_jobs: needs --hpc-job-mapping-dir"):
+        load_config_file(write(tmp_path, "collector_jobs: true\n"))
 
 
 def test_cli_bad_network_exclude():

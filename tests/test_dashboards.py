@@ -272,6 +272,7 @@ NODES = {
                                          "--no-collector.infiniband"]),
     "lost": ("beta", "gpu-lost", ["--no-collector.infiniband"]),
     "nvlink": ("beta", "nvlink-errors", ["--ib-small"]),
+    "volta": ("beta", "retired-pages", ["--no-collector.infiniband"]),  # page retirement
 }
 
 
@@ -339,7 +340,7 @@ def fleet(tmp_path_factory):
         # persistence after the first 10 s window), XID 74 at 20 s, lost GPU 5 at 10 s.
         for expr in ("gpu_straggler_signal", 'count_over_time(gpu_xid_errors_total{xid="74"}'
                      "[1m]) >= 3", "gpu_up == 0", "count(count_over_time("
-                     "power_swing_amplitude_watts[1m]) >= 3) == 4"):
+                     f"power_swing_amplitude_watts[1m]) >= 3) == {len(NODES)}"):
             wait_for(lambda e=expr: prom.query(e), timeout=max(1, fleet.deadline
                                                                - time.monotonic()),
                      interval=0.5)

@@ -18,10 +18,22 @@ def test_device_check_dry_run_on_the_fake(tmp_path):
     assert "RESULT: ok" in result.stdout
     report = json.loads(out.read_text())
     assert report["gpu_count"] == 8 and report["fake"] is True
-    # the fake's instant-power sensor updates every 50 ms: the script must find that
-    assert abs(report["power_update"]["median_interval_ms"] - 50) < 3
-    assert report["power_update"]["observable_band_hz"][1] == 10
+    # the fake's instant-power field changes every 100 ms, as an H200's: the script finds it
+    assert abs(report["power_update"]["median_interval_ms"] - 100) < 5
+    # and the driver's buffer: a sample every ~20 ms, 119 of them, a late drain loses some
+    samples = report["power_samples"]
+    assert abs(samples["median_interval_ms"] - 20) < 3 and samples["capacity_found"] == 119
+    assert samples["samples_per_second"] > 40 and samples["lost_samples"] > 100
     assert report["failures"] == []
     assert "gpu_fan_speed_ratio: present for 0 of 8 GPUs" in report["warnings"]
-    assert set(report["call_latency"]) >= {"nvmlDeviceGetUtilizationRates",
-                                           "nvmlDeviceGetMemoryInfo"}
+    calls = report["call_latency"]
+    # each call the exporter makes is measured alone, under a name that says which
+    assert {"nvmlDeviceGetFieldValues(TOTAL_ENERGY_CONSUMPTION)",
+            "nvmlDeviceGetFieldValues(POWER_INSTANT)",
+            "nvmlDeviceGetSamples(TOTAL_POWER, last second)",
+            "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo"} <= set(calls)
+    # the fake charges the H200's costs: the energy field costs milliseconds
+    assert calls["nvmlDeviceGetFieldValues(TOTAL_ENERGY_CONSUMPTION)"]["p50_us"] >= 2500
+    exporter = report["exporter"]
+    assert exporter["power_source"] == ["buffer"] and exporter["observable_band_hz"] >= 20
+    assert "process_cpu_percent_per_gpu" in exporter and "modelled_driver_cpu_percent" in exporter

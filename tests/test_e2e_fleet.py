@@ -114,6 +114,7 @@ def _has(alerts, name, **labels) -> bool:
                and all(a["labels"].get(k) == v for k, v in labels.items()) for a in alerts)
 
 
+@pytest.mark.e2e
 def test_fleet_alerts_through_prometheus(tmp_path, fleets):
     scrape = [{"job_name": f"gpu-{name}", "static_configs": [{
         "targets": [f"127.0.0.1:{base + i}" for i in range(NODES)],

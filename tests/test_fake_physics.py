@@ -67,7 +67,7 @@ def test_power_usage_is_a_one_second_average(fake_nvml, clock):
 
 
 def test_idle_is_flat_and_reports_idle_clock_reason(clock):
-    with fake.installed(load_scenario("idle"), clock):
+    with fake.installed(load_scenario("idle"), clock, costs=None):
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         values = []
@@ -80,11 +80,11 @@ def test_idle_is_flat_and_reports_idle_clock_reason(clock):
 
 
 def test_temperature_follows_load(clock):
-    with fake.installed(load_scenario("idle"), clock):
+    with fake.installed(load_scenario("idle"), clock, costs=None):
         pynvml.nvmlInit()
         clock.advance(60)
         idle = pynvml.nvmlDeviceGetTemperature(pynvml.nvmlDeviceGetHandleByIndex(0), 0)
-    with fake.installed(load_scenario("training"), clock):
+    with fake.installed(load_scenario("training"), clock, costs=None):
         pynvml.nvmlInit()
         clock.advance(60)
         busy = pynvml.nvmlDeviceGetTemperature(pynvml.nvmlDeviceGetHandleByIndex(0), 0)
@@ -92,14 +92,67 @@ def test_temperature_follows_load(clock):
 
 
 def test_instant_power_holds_between_sensor_updates(fake_nvml, clock):
+    """Field 186 changes every 100 ms on an H200: polling it faster reads values again."""
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    clock.now = 1_790_000_000.001  # just after a 50 ms sensor tick
+    clock.now = 1_790_000_000.001  # just after a 100 ms sensor tick
     first = _instant_watts(handle)
-    clock.advance(0.04)
+    clock.advance(0.09)
     assert _instant_watts(handle) == first
     clock.advance(0.02)
     assert _instant_watts(handle) != first
+
+
+def test_the_driver_buffers_power_samples_every_20_ms_with_jitter(fake_nvml, clock):
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(3)
+    clock.advance(2.0)
+    _, samples = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, 0)
+    stamps = np.array([s.timeStamp for s in samples]) / 1e6
+    gaps = np.diff(stamps)
+    assert len(samples) == 119  # the whole buffer, ~2.4 s at ~50/s
+    assert np.median(gaps) == pytest.approx(0.02, rel=0.15)
+    assert gaps.min() < 0.012 and gaps.max() > 0.028  # jittered, as the driver's are
+    watts = np.array([s.sampleValue.uiVal for s in samples]) / 1000
+    assert watts.max() > 600 and watts.min() < 260  # the step swing is in the samples
+    # the instant field shows the newest sample as of the sensor's last 100 ms update
+    assert _instant_watts(handle) in set(watts)
+
+
+def test_the_buffer_holds_119_samples_so_a_late_drain_loses_the_oldest(fake_nvml, clock):
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    clock.advance(1.0)
+    _, first = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, 0)
+    last = first[-1].timeStamp
+    clock.advance(2.0)  # well inside the ~2.4 s buffer: nothing lost
+    _, soon = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, last)
+    assert (soon[0].timeStamp - last) / 1e6 < 0.05
+    clock.advance(5.0)  # too late: only the newest 119 are left
+    _, late = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_TOTAL_POWER_SAMPLES,
+                                          soon[-1].timeStamp)
+    assert len(late) == 119
+    assert (late[0].timeStamp - soon[-1].timeStamp) / 1e6 > 2.0  # the first ~2.6 s are gone
+
+
+def test_the_fake_charges_what_the_h200_charges():
+    """REFERENCE.md's H200 figures: the energy read costs milliseconds, the instant field
+    microseconds, a buffer drain a few tenths of a millisecond."""
+    import time
+
+    from exporter.sim.costs import H200
+
+    assert H200.of_fields([pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]).wall >= 2.5e-3
+    assert H200.of_fields([pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]).cpu >= 4e-3
+    assert H200.of_fields([pynvml.NVML_FI_DEV_POWER_INSTANT]).wall < 0.5e-3
+    assert H200.of_samples(50).wall >= 0.2e-3 and H200.of_samples(119).wall <= 1.5e-3
+    with fake.installed(load_scenario("training")) as lib:  # costs on: the default
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        busy0, t0 = lib.busy_seconds, time.perf_counter()
+        _energy_joules(handle)
+        assert time.perf_counter() - t0 >= 2.5e-3  # charged in wall time
+        assert lib.busy_seconds - busy0 >= 3e-3  # and in CPU, counted as the driver's
 
 
 def test_identity_is_stable_and_distinct(fake_nvml):

@@ -108,7 +108,7 @@ def test_generated_sysfs_reads_clean_and_advances(tmp_path):
 def test_tiny_fleet_serves_every_node():
     sc = load_fleet_scenario("two-jobs", nodes=2, gpus_per_node=2)
     base = free_port()
-    fleet = Fleet(sc, FleetSettings(base_port=base, power_sample_rate_hz=2))
+    fleet = Fleet(sc, FleetSettings(base_port=base, options={"power_drain_interval_seconds": 1}))
     try:
         fleet.start()
     except OSError:

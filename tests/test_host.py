@@ -17,7 +17,7 @@ from exporter.collectors.host import (
     cpu_busy_ratio,
     keep_interface,
 )
-from exporter.metrics.host import host_families
+from exporter.collectors.host_families import host_families
 
 # psutil's Linux field sets
 CpuT = namedtuple("CpuT", "user nice system idle iowait irq softirq steal guest guest_nice")

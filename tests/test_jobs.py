@@ -17,11 +17,11 @@ from exporter.collectors.jobs import (
     parse_gpu_index,
     parse_job_file,
 )
+from exporter.collectors.jobs_families import jobs_families
 from exporter.gpu.state import GpuIdentity
-from exporter.metrics.jobs import jobs_families
 from exporter.metrics.render import render
-from exporter.sampling.sampler import LoopStats, Snapshot, SourceResult
-from tests.tools import require_binary
+from exporter.sampling.snapshot import CollectorResult, Snapshot
+from tests.tools import make_snapshot, require_binary
 
 # ---------------------------------------------------------------- pure parsing
 
@@ -165,6 +165,12 @@ def test_unreadable_file_is_a_read_error_and_retried(tmp_path, monkeypatch):
     assert dict(source.read().jobs) == {0: ("101",)}
 
 
+def test_jobs_are_peer_groups_where_a_gpu_runs_one_job():
+    reading = JobsReading(jobs={0: ("101",), 1: ("101", "102"), 2: ("103",)},
+                          skipped_total={})
+    assert reading.gpu_groups() == {0: "101", 2: "103"}
+
+
 def test_gpu_count_comes_from_the_sampler(tmp_path):
     (tmp_path / "3").write_text("101\n")
     source = JobsSource(tmp_path)
@@ -188,18 +194,12 @@ def test_file_count_is_bounded(tmp_path, monkeypatch):
 
 
 def ident(index: int) -> GpuIdentity:
-    return GpuIdentity(index, f"GPU-{index:08d}", "NVIDIA H100", f"0000:{index:02x}:00.0", "",
-                       None, None, None, None)
+    return GpuIdentity(index, f"GPU-{index:08d}", "NVIDIA H100", f"0000:{index:02x}:00.0", "")
 
 
 def snapshot(reading: JobsReading | None, gpus: int = 2) -> Snapshot:
-    idle = LoopStats(0, 0, 0, 0, 0, 0)
-    sources = {} if reading is None else {"jobs": SourceResult(reading, 0.001, True, 0)}
-    identities = tuple(ident(i) for i in range(gpus))
-    return Snapshot(time=1.0, started_at=0.0, backend="fake", scenario="test",
-                    driver_version="1", nvml_version="1", gpu_count=gpus,
-                    identities=identities, states={}, power={}, power_loop=idle,
-                    sweep_loop=idle, other_loops={}, nvml_errors={}, sources=sources)
+    collectors = {} if reading is None else {"jobs": CollectorResult(reading, 0.001, True, 0)}
+    return make_snapshot(gpus, collectors=collectors)
 
 
 def test_join_metric_one_series_per_job(tmp_path):
@@ -219,15 +219,15 @@ def test_join_metric_one_series_per_job(tmp_path):
     assert skipped_["bad_name"] == 1 and skipped_["garbage"] == 0
 
 
-def test_no_jobs_source_no_families():
-    assert list(jobs_families(snapshot(None))) == []
+def test_no_jobs_collector_no_families():
+    assert "gpu_hpc_job" not in render(snapshot(None)).decode()
 
 
 def test_gpu_without_identity_has_no_join_series():
     reading = JobsReading(jobs={0: ("101",), 1: ("102",)}, skipped_total={})
     snap = snapshot(reading, gpus=2)
     snap = Snapshot(**{**snap.__dict__, "identities": (ident(0), None)})
-    (info, _) = list(jobs_families(snap))
+    (info, _) = list(jobs_families(reading, snap))
     assert [s.labels["hpc_job"] for s in info.samples] == ["101"]
 
 

@@ -15,7 +15,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.metrics.render import render
 from exporter.web.server import HealthCheck
-from tests.tools import require_binary, scenario_from_yaml, wait_for
+from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_metrics_has_every_gpu_and_base_units(exporter):
     assert info[0].labels["name"] == "NVIDIA H100 80GB HBM3"
     assert fams["cte_nvml_errors"].type == "counter"
     rate = {s.labels["loop"]: s.value for s in fams["cte_loop_target_hertz"].samples}
-    assert rate == {"power": 20.0, "sweep": 1.0}
+    assert rate == {"power": 1.0, "sweep": 1.0}  # the driver's power buffer, drained at 1 Hz
 
 
 def test_scrapes_get_the_same_bytes_until_the_next_snapshot(exporter):
@@ -110,6 +110,19 @@ def test_render_cost_is_paid_once_per_snapshot(exporter):
     assert render(snap) == render(snap)  # deterministic for one snapshot
 
 
+def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
+    from exporter.metrics import render as render_module
+
+    calls = []
+    real = render_module.render
+    monkeypatch.setattr(render_module, "render", lambda snap: calls.append(snap) or real(snap))
+    rendered = render_module.RenderedSnapshot(make_snapshot())
+    assert calls == []  # published, not scraped: nothing rendered
+    body, gz = rendered.body, rendered.gzipped
+    assert rendered.body is body and rendered.gzipped is gz and len(calls) == 1
+    assert gzip.decompress(gz) == body
+
+
 def test_healthz_reports_stale_sampling(exporter):
     health = HealthCheck(stale_after_seconds=5)
     rendered = exporter.current
@@ -148,6 +161,6 @@ def test_scrapes_stay_fast_and_healthz_turns_503_during_a_hang(tmp_path):
         assert max(latencies) < 0.1
         ages = {s.labels["loop"]: s.value
                 for s in families(body)["cte_loop_last_completed_age_seconds"].samples}
-        assert ages["sweep"] > 1.5 and ages["power"] < 1
+        assert ages["sweep"] > 1.5 and ages["power"] < 1.5
     finally:
         exp.stop()

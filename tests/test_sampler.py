@@ -1,140 +1,133 @@
-"""Sampler: loops keep their rate, buffers stay bounded, faults never stop publishing."""
+"""Sampler: power at the sensor's native rate, buffers bounded, every cadence on time,
+faults never stop publishing. Most tests run in simulated time (Sampler.advance on a
+manual clock); the hang tests use real threads, since that is what they test."""
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.state import PowerSample
-from exporter.sampling.sampler import PowerBuffer, Sampler, SamplerSettings
+from exporter.sampling.buffers import PowerBuffer
+from exporter.sampling.clock import ManualClock
+from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml, wait_for
 
 
+@contextmanager
+def simulated(scenario, **settings):
+    """A sampler on the fake, ticked by hand on a manual clock (no threads)."""
+    clock = ManualClock()
+    with fake.installed(scenario, clock, costs=None) as lib:
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake", **settings),
+                          clock=clock)
+        sampler.start(threads=False)
+        try:
+            yield sampler, lib, clock
+        finally:
+            sampler.stop()
+
+
 def test_power_buffer_is_bounded_and_windows_by_time():
     buf = PowerBuffer(gpus=2, capacity=10)
-    for i in range(25):
-        buf.append([PowerSample(1000.0 + i, float(i), 5.0 * i),
-                    PowerSample(1000.0 + i, None, None)])
-    assert buf.count == 25
-    times, watts, joules = buf.window(1e9)
-    assert times.shape == (2, 10)  # only the newest 10 rows are kept
-    assert list(watts[0]) == [float(i) for i in range(15, 25)]
-    assert np.isnan(watts[1]).all()  # a failed read is a gap, not a zero
-    times, watts, _ = buf.window(3.0)
-    assert list(times[0]) == [1021.0, 1022.0, 1023.0, 1024.0]
+    buf.append(0, np.arange(1000.0, 1025.0), np.arange(25.0))
+    assert buf.count == [25, 0]
+    times, watts = buf.window(0, 1e9)
+    assert list(watts) == [float(i) for i in range(15, 25)]  # only the newest 10 are kept
+    times, _ = buf.window(0, 3.0)
+    assert list(times) == [1022.0, 1023.0, 1024.0]
+    assert len(buf.window(1, 10)[0]) == 0
     nbytes = buf.nbytes
-    for i in range(1000):
-        buf.append([PowerSample(2000.0 + i, 1.0, 1.0)] * 2)
+    buf.append(1, np.arange(2000.0, 3000.0), np.ones(1000))  # more than the capacity at once
     assert buf.nbytes == nbytes
+    assert list(buf.window(1, 1e9)[0]) == [float(t) for t in range(2990, 3000)]
 
 
-def test_empty_buffer_window():
-    times, watts, _ = PowerBuffer(gpus=3, capacity=4).window(10)
-    assert times.shape == (3, 0) and watts.shape == (3, 0)
+def test_power_buffer_grid_aligns_gpus_and_leaves_holes_empty():
+    buf = PowerBuffer(gpus=2, capacity=1000)
+    t = np.arange(0.0, 10.0, 0.02)
+    buf.append(0, t, 100 + 10 * np.sin(t))
+    keep = (t < 4) | (t > 6)  # GPU 1 has a 2 s hole
+    buf.append(1, t[keep], np.full(keep.sum(), 50.0))
+    grid, watts = buf.grid(8.0, 0.1)
+    assert watts.shape == (2, len(grid)) and grid[-1] == pytest.approx(t[-1])
+    assert np.allclose(watts[0], 100 + 10 * np.sin(grid), atol=0.05)
+    hole, clear = (grid > 4.05) & (grid < 5.95), (grid < 3.9) | (grid > 6.1)
+    assert np.isnan(watts[1][hole]).all() and not np.isnan(watts[1][clear]).any()
 
 
-@pytest.fixture
-def running_sampler():
-    snapshots = []
-    with fake.installed(load_scenario("training")):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(power_hertz=20, backend="fake",
-                                                         scenario="training"),
-                          on_snapshot=snapshots.append)
-        sampler.start()
-        try:
-            yield sampler, snapshots
-        finally:
-            sampler.stop()
+def test_power_comes_from_the_driver_buffer_at_its_native_rate():
+    with simulated(load_scenario("training")) as (sampler, _, clock):
+        sampler.advance(10)
+        snap = sampler.snapshot
+        assert snap.gpu_count == 8 and sorted(snap.power) == list(range(8))
+        for stats in snap.power_sources.values():
+            assert stats.kind == "buffer" and stats.lost_total == 0
+            assert stats.sample_interval_seconds == pytest.approx(0.02, rel=0.1)
+            assert stats.samples_total >= 10 * 45  # >= 40 samples/s per GPU
+        assert snap.observable_band_hz[1] >= 20
+        times, watts = snap.power_history.window(3, 5.0)
+        assert np.all(np.diff(times) > 0)  # in order, no duplicates
+        assert watts.max() > 600 and watts.min() < 260  # the step swing, sample by sample
+        assert sampler.loop("power").period == 1.0  # one drain a second
 
 
-def test_sampler_publishes_snapshots_with_all_gpus(running_sampler):
-    sampler, snapshots = running_sampler
-    wait_for(lambda: len(snapshots) >= 3, timeout=10)
-    snap = snapshots[-1]
-    assert snap.gpu_count == 8
-    assert sorted(snap.states) == list(range(8))
-    assert sorted(snap.power) == list(range(8))
-    assert all(s.watts is not None for s in snap.power.values())
-    assert all(i is not None for i in snap.identities)
-    with pytest.raises(AttributeError):
-        snap.time = 0  # frozen
+def test_a_late_drain_counts_the_samples_it_lost():
+    with simulated(load_scenario("training")) as (sampler, _, clock):
+        sampler.advance(3)
+        clock.advance(5)  # the exporter was starved for 5 s: the buffer holds 2.4 s
+        sampler.advance(2)
+        stats = sampler.snapshot.power_sources[0]
+        assert stats.lost_total == pytest.approx(130, abs=30)  # ~2.6 s at 50/s
+        assert stats.gap_seconds_total == pytest.approx(2.6, abs=0.5)
 
 
-def test_power_loop_holds_its_rate_and_timestamps_each_sample(running_sampler):
-    sampler, _ = running_sampler
-    time.sleep(2.5)
-    stats = sampler.power_loop.stats()
-    assert stats.achieved_hertz == pytest.approx(20, rel=0.05)
-    times, watts, _ = sampler.buffer.window(2.0)
-    assert watts.shape[0] == 8 and watts.shape[1] >= 35
-    steps = np.diff(times[0])
-    assert np.median(steps) == pytest.approx(0.05, rel=0.2)
-
-
-HANG_ON_GPU_1 = """
-gpus: 4
-events:
-  - {kind: hang, at: 0, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
+NO_BUFFER = """
+gpus: 2
+device: {power_sample_buffer: 0}
 """
 
 
-def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
-    snapshots = []
-    with fake.installed(scenario_from_yaml(HANG_ON_GPU_1)) as lib:
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
-                          on_snapshot=snapshots.append)
-        t0 = time.monotonic()
-        sampler.start()
-        try:
-            assert time.monotonic() - t0 < 4
-            assert {0, 2, 3} <= set(snapshots[-1].power)  # the power loop is not stuck
-            # once the call has hung for the timeout, the sweep goes on without GPU 1
-            wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
-            wait_for(lambda: sorted(snapshots[-1].states) == [0, 2, 3], timeout=5)
-            snap = snapshots[-1]
-            assert not snap.up(1) and snap.up(0) and snap.up(3)
-            assert 1 not in snap.power  # a hung GPU's stale values are left out
-            assert snap.sweep_loop.restarts_total == 1
-            assert snap.hangs == {1: 1}
-        finally:
-            lib.release_hangs()
-            sampler.stop()
+def test_without_a_buffer_the_instant_field_is_polled():
+    with simulated(scenario_from_yaml(NO_BUFFER), power_sample_rate_hz=20) as (sampler, lib, _):
+        sampler.advance(5)
+        snap = sampler.snapshot
+        assert {s.kind for s in snap.power_sources.values()} == {"poll"}
+        assert sampler.loop("power").period == pytest.approx(0.05)
+        assert snap.power_sources[0].samples_total >= 5 * 19
+        assert snap.observable_band_hz[1] == pytest.approx(10)  # half of 20 Hz
+        # asked once whether there is a buffer; NotSupported is not asked again
+        assert lib.calls["nvmlDeviceGetSamples"] == 2
 
 
-HANG_LATER = """
-gpus: 4
-events:
-  - {kind: hang, at: 2, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
-"""
+def test_energy_is_read_at_its_own_slow_interval():
+    with simulated(load_scenario("training"), energy_interval_seconds=30) as (sampler, _, _):
+        first = sampler.snapshot.states[0].get("energy_joules")
+        sampled_first = sampler.snapshot.power_sources[0].sampled_energy_joules
+        sampler.advance(20)
+        assert sampler.snapshot.states[0].get("energy_joules") == first  # not due yet
+        sampler.advance(10)
+        snap = sampler.snapshot
+        driver = snap.states[0].get("energy_joules") - first
+        sampled = snap.power_sources[0].sampled_energy_joules - sampled_first
+        assert driver > 30 * 150
+        # the driver's counter and the integral of the samples agree over the 30 s
+        assert sampled == pytest.approx(driver, rel=0.02)
 
 
-def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
-    snapshots = []
-    with fake.installed(scenario_from_yaml(HANG_LATER)) as lib:
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
-                          on_snapshot=snapshots.append)
-        sampler.start()
-        try:
-            wait_for(lambda: sampler.sweep_loop.busy == "gpu 1", timeout=10, interval=0.01)
-            count = len(snapshots)
-            wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
-            assert len(snapshots) >= count + 2  # publishing never stopped
-            before = snapshots[-1].states[2].time
-            wait_for(lambda: snapshots[-1].states[2].time > before, timeout=5)  # others flow
-            snap = snapshots[-1]
-            assert time.time() - snap.hung[1] >= 2.0
-            assert snap.power_loop.achieved_hertz > 15  # power sampling is unaffected
-            lib.release_hangs()  # the stuck call returns: GPU 1 is read again
-            wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].states,
-                     timeout=5)
-        finally:
-            lib.release_hangs()
-            sampler.stop()
+def test_snapshots_are_frozen_and_complete():
+    with simulated(load_scenario("training")) as (sampler, _, _):
+        sampler.advance(3)
+        snap = sampler.snapshot
+        assert sorted(snap.states) == list(range(8))
+        assert all(i is not None for i in snap.identities)
+        with pytest.raises(AttributeError):
+            snap.time = 0
 
 
 class _Broken:
@@ -151,44 +144,119 @@ class _Fine:
         return {"ok": 1}
 
 
-def test_a_failing_source_is_reported_not_fatal():
-    with fake.installed(load_scenario("idle")):
+def test_a_failing_collector_is_reported_not_fatal():
+    clock = ManualClock()
+    with fake.installed(load_scenario("idle"), clock, costs=None):
         sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
-                          sources=[_Broken(), _Fine()])
-        sampler.start()
+                          collectors=[_Broken(), _Fine()], clock=clock)
+        sampler.start(threads=False)
         try:
             snap = sampler.snapshot
-            assert sorted(snap.sources) == ["broken", "fine"]
-            assert snap.sources["broken"].success is False
-            assert snap.sources["broken"].errors_total == 1
-            assert "boom" in snap.sources["broken"].error
-            assert snap.sources["fine"].success is True
-            assert snap.sources["fine"].reading == {"ok": 1}
+            assert sorted(snap.collectors) == ["broken", "fine"]
+            assert snap.collectors["broken"].success is False
+            assert snap.collectors["broken"].errors_total == 1
+            assert "boom" in snap.collectors["broken"].error
+            assert snap.collectors["fine"].success is True
+            assert snap.collectors["fine"].reading == {"ok": 1}
         finally:
             sampler.stop()
 
 
-class _WantsGpuCount:
-    name = "counted"
+def test_collectors_are_built_with_the_gpu_count_before_the_first_read():
+    seen = {}
 
-    def __init__(self):
-        self.count = None
+    def make(context):
+        seen["gpus"] = context.gpu_count
+        return _Fine()
 
-    def set_gpu_count(self, count):
-        self.count = count
+    clock = ManualClock()
+    with fake.installed(load_scenario("idle"), clock, costs=None):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          collectors=[CollectorMaker("fine", 5.0, make)], clock=clock)
+        sampler.start(threads=False)
+        try:
+            assert seen == {"gpus": 8}
+            assert sampler.snapshot.collectors["fine"].success
+        finally:
+            sampler.stop()
 
-    def read(self):
-        assert self.count is not None, "read before set_gpu_count"
-        return self.count
 
+# -- real threads: loops keep their schedule; hung calls are isolated -------------------
 
-def test_sources_that_want_the_gpu_count_get_it_before_the_first_read():
-    source = _WantsGpuCount()
-    with fake.installed(load_scenario("idle")):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"), sources=[source])
+def test_threads_publish_snapshots_with_all_gpus():
+    snapshots = []
+    with fake.installed(load_scenario("training"), costs=None):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          on_snapshot=snapshots.append)
         sampler.start()
         try:
-            result = sampler.snapshot.sources["counted"]
-            assert result.success and result.reading == sampler.gpu_count > 0
+            wait_for(lambda: len(snapshots) >= 3, timeout=10)
+            snap = snapshots[-1]
+            assert sorted(snap.states) == list(range(8)) and sorted(snap.power) == list(range(8))
+            assert snap.power_sources[0].samples_total >= 50
         finally:
+            sampler.stop()
+
+
+HANG_ON_GPU_1 = """
+gpus: 4
+events:
+  - {kind: hang, at: 0, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
+"""
+
+
+def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
+    snapshots = []
+    with fake.installed(scenario_from_yaml(HANG_ON_GPU_1), costs=None) as lib:
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          on_snapshot=snapshots.append)
+        t0 = time.monotonic()
+        sampler.start()
+        try:
+            assert time.monotonic() - t0 < 4
+            assert {0, 2, 3} <= set(snapshots[-1].power)  # the power loop is not stuck
+            # once the call has hung for the timeout, the sweep goes on without GPU 1
+            wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
+            wait_for(lambda: sorted(snapshots[-1].states) == [0, 2, 3], timeout=5)
+            snap = snapshots[-1]
+            assert not snap.up(1) and snap.up(0) and snap.up(3)
+            assert 1 not in snap.power  # a hung GPU's stale values are left out
+            assert snap.loops["sweep"].restarts_total == 1
+            assert snap.hangs == {1: 1}
+        finally:
+            lib.release_hangs()
+            sampler.stop()
+
+
+HANG_LATER = """
+gpus: 4
+events:
+  - {kind: hang, at: 2, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
+"""
+
+
+def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
+    snapshots = []
+    with fake.installed(scenario_from_yaml(HANG_LATER), costs=None) as lib:
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          on_snapshot=snapshots.append)
+        sampler.start()
+        try:
+            wait_for(lambda: sampler.loop("sweep").busy_gpu == 1, timeout=10,
+                     interval=0.01)
+            count = len(snapshots)
+            wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
+            assert len(snapshots) >= count + 2  # publishing never stopped
+            before = snapshots[-1].states[2].time
+            wait_for(lambda: snapshots[-1].states[2].time > before, timeout=5)  # others flow
+            snap = snapshots[-1]
+            assert time.time() - snap.hung[1] >= 2.0
+            samples = snap.power_sources[0].samples_total
+            wait_for(lambda: snapshots[-1].power_sources[0].samples_total > samples + 40,
+                     timeout=5)  # power sampling is unaffected
+            lib.release_hangs()  # the stuck call returns: GPU 1 is read again
+            wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].states,
+                     timeout=5)
+        finally:
+            lib.release_hangs()
             sampler.stop()

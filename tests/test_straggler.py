@@ -7,17 +7,15 @@ import math
 import numpy as np
 import pytest
 
+from exporter.analysis.stalls import StallThresholds, compute_level, detect_stall
 from exporter.analysis.straggler import (
     SIGNALS,
-    StallThresholds,
     StragglerDetector,
     StragglerThresholds,
-    compute_level,
-    detect_stall,
     modified_z,
-    scan,
     window_features,
 )
+from exporter.analysis.straggler_scan import scan
 
 T0 = 1_758_000_000.0
 FS = 4.0  # samples per second

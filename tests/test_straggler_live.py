@@ -1,15 +1,15 @@
 """Live straggler and stall findings on the fake's scenarios: the right GPU and signal,
-and nothing on a healthy node. Windows and persistence are shortened (10 s / 5 s)."""
+and nothing on a healthy node. Windows and persistence are shortened (10 s / 5 s), and
+the sampler runs in simulated time."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import render
+from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
@@ -19,12 +19,13 @@ FAST = StragglerSettings(window_seconds=10, update_seconds=1, persistence_second
 
 
 def run(scenario, seconds: float = 14):
-    with fake.installed(scenario):
+    clock = ManualClock()
+    with fake.installed(scenario, clock, costs=None):
         sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, xid_events=False,
-                                                         power=None))
-        sampler.start()
+                                                         power=None), clock=clock)
+        sampler.start(threads=False)
         try:
-            time.sleep(seconds)
+            sampler.advance(seconds)
             return sampler.build_snapshot()
         finally:
             sampler.stop()

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.sampling.clock import ManualClock
 from exporter.sim.scenarios import Scenario, parse_scenario
 from exporter.yamlfile import load_yaml
+
+__all__ = ["ManualClock"]
 
 
 def require_binary(name: str) -> str:
@@ -27,19 +30,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-class ManualClock:
-    """A clock tests move by hand, so the fake's physics are deterministic."""
-
-    def __init__(self, start: float = 1_790_000_000.0):
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def scenario_from_yaml(text: str, name: str = "test") -> Scenario:
@@ -90,3 +80,85 @@ def stop_process(proc) -> None:
 _TRACE = "data/h100x8-nanogpt-training.nvidia-smi.csv"
 _SHARED = (REPO.parent / "shared", Path("/work/shared"))
 REAL_TRACE = next((s / _TRACE for s in _SHARED if (s / _TRACE).exists()), _SHARED[0] / _TRACE)
+
+
+# -- running exporters ------------------------------------------------------------------
+
+QUIET = {"collector_infiniband": False, "collector_host": False}
+
+
+class ExporterFactory:
+    """Starts real exporters on the fake and stops them all at the end.
+
+    `start(manual=True)` samples only when the test calls `exporter.sampler.advance(s)`,
+    on a manual clock (simulated time: no sleeping, no wall-clock luck); the HTTP
+    server runs for real either way."""
+
+    def __init__(self) -> None:
+        self.exporters: list = []
+
+    def start(self, manual: bool = False, fake_clock=None, collectors=None, **config):
+        from exporter.app import Exporter
+        from exporter.config import Config
+
+        values = {"listen_address": "127.0.0.1:0", "fake": True, "fake_costs": False,
+                  **QUIET, **config}
+        clock = ManualClock() if manual else None
+        kwargs = {"clock": clock} if clock is not None else {}
+        exporter = Exporter(Config(**values), collectors=collectors, fake_clock=fake_clock,
+                            **kwargs)
+        exporter.start(threads=not manual)
+        self.exporters.append(exporter)
+        return exporter
+
+    def stop_all(self) -> None:
+        for exporter in self.exporters:
+            exporter.stop()
+        self.exporters = []
+
+
+def http_get(port: int, path: str = "/metrics", headers: dict | None = None,
+             method: str = "GET", timeout: float = 5.0):
+    """(response, body bytes) of one plain-HTTP request to a local exporter."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp, resp.read()
+    finally:
+        conn.close()
+
+
+def families(text: str | bytes) -> dict:
+    """Metric families of an exposition by name (counters without `_total`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if isinstance(text, bytes):
+        text = text.decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def samples(text: str | bytes) -> dict[str, list]:
+    """Samples of an exposition by sample name (counters with `_total`)."""
+    out: dict[str, list] = {}
+    for family in families(text).values():
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def make_snapshot(gpus: int = 2, **fields):
+    """A minimal Snapshot of `gpus` identified GPUs; `fields` override (for renderers)."""
+    from exporter.gpu.state import GpuIdentity
+    from exporter.sampling.snapshot import Snapshot
+
+    identities = tuple(GpuIdentity(i, f"GPU-{i:08d}", "NVIDIA H100", f"0000:{i:02x}:00.0", "")
+                       for i in range(gpus))
+    values = {"time": 1.0, "started_at": 0.0, "backend": "fake", "scenario": "test",
+              "driver_version": "1", "nvml_version": "1", "bindings_version": "1",
+              "gpu_count": gpus, "expected_gpus": gpus, "identities": identities,
+              "states": {}, "power": {}, "power_sources": {}, "loops": {},
+              "nvml_errors": {}, **fields}
+    return Snapshot(**values)

@@ -3,19 +3,16 @@
 Every `update_seconds` (default 5 s) the last `window_seconds` (default 30 s) of every
 GPU's instant power go through analysis.power_swing.analyse_window; the slow scale
 (analyse_cycles) runs on the last 10 minutes every minute; ramps are looked for in the
-last minute. At start, the instant-power sensor's update period is measured (poll fast,
-take the typical interval between changes, as Zeus does), which bounds the band the
-exporter can observe.
+last minute. The samples come at the sensor's native rate, on one time grid; the band
+they can show (0 to half their rate) comes with each update.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import pynvml
 
 from exporter.analysis.power_swing import (
     CycleFeatures,
@@ -27,11 +24,6 @@ from exporter.analysis.power_swing import (
     analyse_window,
     detect_ramps,
 )
-from exporter.gpu.backend import NvmlBackend
-
-log = logging.getLogger(__name__)
-
-FI_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT
 
 
 @dataclass(frozen=True)
@@ -61,45 +53,12 @@ class PowerAnalysis:
     duration_seconds: float = 0.0  # what the last update cost
 
 
-def detect_update_period(backend: NvmlBackend, gpus: int, seconds: float = 0.5
-                         ) -> dict[int, float]:
-    """Poll every GPU's instant power as fast as possible; typical interval between changes."""
-    changes: dict[int, list[float]] = {g: [] for g in range(gpus)}
-    last: dict[int, float | None] = {g: None for g in range(gpus)}
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for gpu in range(gpus):
-            if gpu in backend.lost:
-                continue
-            reading = backend.fields(gpu, [FI_POWER_INSTANT]).get(FI_POWER_INSTANT)
-            if reading is None:
-                continue
-            if reading.value != last[gpu]:
-                if last[gpu] is not None:
-                    changes[gpu].append(time.perf_counter())
-                last[gpu] = reading.value
-    periods = {}
-    for gpu, times in changes.items():
-        intervals = np.diff(times)
-        if len(intervals) >= 3:
-            periods[gpu] = float(np.median(intervals))
-    return periods
-
-
-def observable_band(sample_hertz: float, update_periods: dict[int, float]) -> tuple[float, float]:
-    """0 to half the effective rate: the sampling rate or the sensor's, whichever is lower."""
-    rates = [sample_hertz] + [1.0 / p for p in update_periods.values() if p > 0]
-    return (0.0, min(rates) / 2)
-
-
 class PowerMonitor:
     """Keeps the detector's state between updates; one instance per exporter."""
 
-    def __init__(self, settings: PowerSettings, sample_hertz: float,
-                 update_periods: dict[int, float]):
+    def __init__(self, settings: PowerSettings):
         self.settings = settings
-        self.band = observable_band(sample_hertz, update_periods)
-        self.update_periods = update_periods
+        self.band = (0.0, 0.0)  # what the samples can show: set by the sampler each update
         self.thresholds = SwingThresholds(settings.min_amplitude_ratio, settings.band_hz,
                                           settings.min_band_energy_ratio,
                                           settings.min_synchrony)
@@ -108,11 +67,6 @@ class PowerMonitor:
         self._last_cycle = -1e18
         self.ramps_total = {"rise": 0, "fall": 0}
         self.last_ramp: Ramp | None = None
-        # "far below": under a quarter of twice the sensor's rate
-        if sample_hertz < 0.5 * min((1 / p for p in update_periods.values()), default=0):
-            log.warning("power sampled at %.0f Hz, far below twice the sensor's update rate "
-                        "(%.0f Hz): faster swings are invisible", sample_hertz,
-                        2 * min(1 / p for p in update_periods.values()))
 
     def cycle_due(self, now: float) -> bool:
         return now - self._last_cycle >= self.settings.cycle_every_seconds
@@ -124,8 +78,11 @@ class PowerMonitor:
         return max(short, s.cycle_window_seconds) if self.cycle_due(now) else short
 
     def update(self, times: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None,
-               now: float) -> PowerAnalysis:
-        """times/watts: (gpus, n) from the ring buffer, the last cycle window of them."""
+               now: float, band: tuple[float, float] | None = None) -> PowerAnalysis:
+        """times/watts: (gpus, n) on one time grid, the last cycle window of them; band:
+        the frequencies the samples can show (0 to half their rate)."""
+        if band is not None:
+            self.band = band
         t0 = time.perf_counter()
         s = self.settings
         t_row = np.nanmax(times, axis=0) if times.size else np.zeros(0)

@@ -15,14 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.analysis.stalls import StallResult, compute_level, detect_stall
 from exporter.analysis.straggler import (
-    StallResult,
     StragglerDetector,
     StragglerReport,
     StragglerThresholds,
     WindowFeatures,
-    compute_level,
-    detect_stall,
     window_features,
 )
 

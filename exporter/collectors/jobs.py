@@ -25,6 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from exporter.collectors.registry import CollectorSpec
+from exporter.options import Option
+
 __all__ = [
     "MAX_FILES",
     "MAX_FILE_BYTES",
@@ -122,6 +125,11 @@ class JobsReading:
     jobs: Mapping[int, tuple[str, ...]]
     #: Cumulative skipped files by reason (counted on every pass a bad file is there).
     skipped_total: Mapping[str, int]
+
+    def gpu_groups(self) -> dict[int, str]:
+        """GPU -> its job, for the GPUs that run exactly one (peer groups for the
+        straggler analysis)."""
+        return {gpu: ids[0] for gpu, ids in self.jobs.items() if len(ids) == 1}
 
 
 # ---------------------------------------------------------------- reading
@@ -240,3 +248,30 @@ class JobsSource:
             return "read_error"  # not cached: permissions may be fixed without a write
         seen[name] = (key, result)
         return result
+
+
+def _mapping_dir_problem(text: str) -> str | None:
+    return None if text.strip() else ("expected a directory path (leave unset to turn the "
+                                      "jobs collector off)")
+
+
+def _families(reading: JobsReading, snapshot: object):
+    from exporter.collectors.jobs_families import jobs_families
+
+    return jobs_families(reading, snapshot)
+
+
+SPEC = CollectorSpec(
+    name="jobs",
+    help="which job holds which GPU, from dcgm-exporter-style mapping files "
+    "(default: on when --hpc-job-mapping-dir is set)",
+    default=lambda config: config.hpc_job_mapping_dir is not None,
+    factory=lambda config, context: JobsSource(config.hpc_job_mapping_dir, context.gpu_count),
+    families=_families,
+    options=(Option("hpc_job_mapping_dir", "--hpc-job-mapping-dir", str, None,
+                    "directory of GPU-to-job files as dcgm-exporter reads them (one file per "
+                    "GPU index, one job id per line); unset: off", metavar="DIR",
+                    optional=True, check=_mapping_dir_problem),),
+    requirement=lambda config: None if config.hpc_job_mapping_dir else (
+        "needs --hpc-job-mapping-dir"),
+)

@@ -18,6 +18,8 @@ from typing import Any
 
 import pynvml
 
+from exporter.gpu import fields as fi
+
 # Field value union members by valueType (nvml.h nvmlValueType_t).
 _VALUE_MEMBERS = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
@@ -29,20 +31,8 @@ _VALUE_MEMBERS = {
     getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
 }
 
-# Readable names for the field ids we request, used in error labels.
-FIELD_NAMES = {
-    pynvml.NVML_FI_DEV_MEMORY_TEMP: "MEMORY_TEMP",
-    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "TOTAL_ENERGY_CONSUMPTION",
-    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: "PCIE_REPLAY_COUNTER",
-    pynvml.NVML_FI_DEV_POWER_AVERAGE: "POWER_AVERAGE",
-    pynvml.NVML_FI_DEV_POWER_INSTANT: "POWER_INSTANT",
-    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "POWER_CURRENT_LIMIT",
-    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: "PCIE_COUNT_TX_BYTES",
-    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: "PCIE_COUNT_RX_BYTES",
-}
-
-
 FIELDS_PER_CALL = 64  # keep each nvmlDeviceGetFieldValues request modest
+
 
 class NvmlUnavailable(RuntimeError):
     """NVML cannot be initialised here (no driver, no library)."""
@@ -105,6 +95,7 @@ class NvmlBackend:
         # (gpu, call, args) NVML said NotSupported for: a property of the device, so it is
         # counted once and not asked again
         self._unsupported: set[tuple] = set()
+        self._unsupported_fields: set[tuple[int, int, int]] = set()  # (gpu, field, scope)
         self.handles: list[Any] = []
         self.driver_version = ""
         self.nvml_version = ""
@@ -170,26 +161,108 @@ class NvmlBackend:
 
     def scoped_fields(self, gpu: int, requests: Sequence[int | tuple[int, int]]
                       ) -> dict[tuple[int, int], FieldReading]:
-        """Fields by (field id, scope id), e.g. one per NVLink; batched, failed ones left out."""
+        """Fields by (field id, scope id), e.g. one per NVLink; batched, failed ones left out.
+
+        A field the GPU answers NotSupported for is counted once and not asked again."""
         handle = self.handle(gpu)
         if handle is None:
             return {}
+        wanted = [r for r in requests if (gpu, *_scoped(r)) not in self._unsupported_fields]
         out: dict[tuple[int, int], FieldReading] = {}
-        for start in range(0, len(requests), FIELDS_PER_CALL):
-            chunk = list(requests[start:start + FIELDS_PER_CALL])
+        for start in range(0, len(wanted), FIELDS_PER_CALL):
+            chunk = list(wanted[start:start + FIELDS_PER_CALL])
             values = self.call("nvmlDeviceGetFieldValues", handle, chunk, gpu=gpu)
             if values is None:
                 return out
             for entry in values:
-                label = FIELD_NAMES.get(entry.fieldId, str(entry.fieldId))
                 if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-                    exc = self.nvml.NVMLError(entry.nvmlReturn)
-                    self.errors.add(f"nvmlDeviceGetFieldValues({label})", error_name(exc))
+                    error = error_name(self.nvml.NVMLError(entry.nvmlReturn))
+                    self.errors.add(f"nvmlDeviceGetFieldValues({fi.name(entry.fieldId)})",
+                                    error)
+                    if error == "NotSupported":
+                        self._unsupported_fields.add((gpu, entry.fieldId, entry.scopeId))
                     continue
                 member = _VALUE_MEMBERS.get(entry.valueType)
                 if member is None:
-                    self.errors.add(f"nvmlDeviceGetFieldValues({label})", "UnknownValueType")
+                    self.errors.add(f"nvmlDeviceGetFieldValues({fi.name(entry.fieldId)})",
+                                    "UnknownValueType")
                     continue
                 out[(entry.fieldId, entry.scopeId)] = FieldReading(
                     float(getattr(entry.value, member)), entry.timestamp / 1e6)
         return out
+
+    def samples(self, gpu: int, sampling_type: int, last_seen_us: int
+                ) -> list[tuple[int, float]] | None:
+        """The driver's buffered samples newer than `last_seen_us`, oldest first, as
+        (timestamp in us, value); [] when there are none (NVML says NotFound); None when
+        the call failed (counted) or the GPU does not keep such a buffer."""
+        handle = self.handle(gpu)
+        if handle is None or (gpu, "nvmlDeviceGetSamples", sampling_type) in self._unsupported:
+            return None
+        try:
+            value_type, samples = self.nvml.nvmlDeviceGetSamples(handle, sampling_type,
+                                                                 last_seen_us)
+        except self.nvml.NVMLError as exc:
+            error = error_name(exc)
+            if error == "NotFound":
+                return []
+            self.errors.add("nvmlDeviceGetSamples", error)
+            if error in LOST_ERRORS:
+                self.lost.add(gpu)
+            elif error in ("NotSupported", "FunctionNotFound"):
+                self._unsupported.add((gpu, "nvmlDeviceGetSamples", sampling_type))
+            return None
+        member = _VALUE_MEMBERS.get(value_type, "uiVal")
+        out = [(s.timeStamp, float(getattr(s.sampleValue, member))) for s in samples]
+        out.sort()
+        return out
+
+    # -- XID events ------------------------------------------------------------------
+    def register_xid_events(self) -> tuple[Any, int]:
+        """An event set with every GPU registered for critical XIDs alone (if any bit of
+        a mask is unsupported, nothing registers); (set or None, GPUs registered)."""
+        event_set = self.call("nvmlEventSetCreate")
+        if event_set is None:
+            return None, 0
+        registered = 0
+        for gpu in range(len(self.handles)):
+            handle = self.handle(gpu)
+            if handle is None:
+                continue
+            try:  # pynvml answers None either way: only an exception says it failed
+                self.nvml.nvmlDeviceRegisterEvents(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                registered += 1
+            except self.nvml.NVMLError as exc:
+                self.errors.add("nvmlDeviceRegisterEvents", error_name(exc))
+        return event_set, registered
+
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> tuple[Any, int] | None:
+        """(device handle, XID) of the next event, or None after the timeout.
+        Raises NvmlEventError when waiting itself fails (counted)."""
+        try:
+            data = self.nvml.nvmlEventSetWait(event_set, timeout_ms)
+        except self.nvml.NVMLError_Timeout:
+            return None
+        except self.nvml.NVMLError as exc:
+            self.errors.add("nvmlEventSetWait", error_name(exc))
+            raise NvmlEventError(error_name(exc)) from None
+        return data.device, int(data.eventData)
+
+    def gpu_of(self, handle: Any, uuids: dict[str, int]) -> int | None:
+        """The index of the GPU behind an event's handle (by UUID, else NVML's index)."""
+        uuid = self.call("nvmlDeviceGetUUID", handle)
+        gpu = uuids.get(uuid) if uuid is not None else None
+        return gpu if gpu is not None else self.call("nvmlDeviceGetIndex", handle)
+
+    @property
+    def bindings_version(self) -> str:
+        return getattr(self.nvml, "__version__", "") or "unknown"
+
+
+def _scoped(request: int | tuple[int, int]) -> tuple[int, int]:
+    return (request, 0) if isinstance(request, int) else request
+
+
+class NvmlEventError(RuntimeError):
+    """Waiting for NVML events failed (the error was counted)."""

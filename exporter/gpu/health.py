@@ -8,43 +8,22 @@ Everything field-based goes into one batched nvmlDeviceGetFieldValues request pe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import pynvml
+from exporter.gpu import fields as fi
 
-from exporter.gpu.backend import NvmlBackend
+if TYPE_CHECKING:  # the reading needs the backend; the dataclasses must not need NVML
+    from exporter.gpu.backend import NvmlBackend
 
-FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING = 29, 30, 31
-FI_REMAPPED = {"correctable": 142, "uncorrectable": 143}
-FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 144, 145
-FI_RECOVERY_ACTION = 230
+FI_REMAPPED = {"correctable": fi.REMAPPED_COR, "uncorrectable": fi.REMAPPED_UNC}
 FI_ECC = {  # (type, counter) -> field
-    ("corrected", "volatile"): pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
-    ("uncorrected", "volatile"): pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-    ("corrected", "aggregate"): pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
-    ("uncorrected", "aggregate"): pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+    ("corrected", "volatile"): fi.ECC_SBE_VOL_TOTAL,
+    ("uncorrected", "volatile"): fi.ECC_DBE_VOL_TOTAL,
+    ("corrected", "aggregate"): fi.ECC_SBE_AGG_TOTAL,
+    ("uncorrected", "aggregate"): fi.ECC_DBE_AGG_TOTAL,
 }
-FI_NVLINK_STATE = 165
-FI_NVLINK_ERRORS = {"replay": 161, "recovery": 162, "crc_flit": 163}
-FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # KiB
-# Data-CRC counters exist only as one field per link for links 0-11; later links are
-# read with nvmlDeviceGetNvLinkErrorCounter.
-FI_NVLINK_CRC_DATA = (39, 40, 41, 42, 43, 44, 102, 103, 104, 105, 106, 107)
-
-RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
-                    4: "drain_and_reset", 5: "recover_imex_domain", 6: "bus_reset",
-                    7: "system_reboot"}
-
-CLOCK_EVENT_REASONS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clock_setting": 0x100,
-}
+FI_NVLINK_ERRORS = {"replay": fi.NVLINK_REPLAY, "recovery": fi.NVLINK_RECOVERY,
+                    "crc_flit": fi.NVLINK_CRC_FLIT}
 
 
 @dataclass(frozen=True)
@@ -72,12 +51,12 @@ class GpuHealth:
 def health_requests(nvlinks: int) -> list[int | tuple[int, int]]:
     """The field requests of one health read, for a GPU with `nvlinks` links."""
     requests: list[int | tuple[int, int]] = [
-        *FI_ECC.values(), FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING,
-        *FI_REMAPPED.values(), FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_RECOVERY_ACTION]
+        *FI_ECC.values(), fi.RETIRED_SBE, fi.RETIRED_DBE, fi.RETIRED_PENDING,
+        *FI_REMAPPED.values(), fi.REMAPPED_PENDING, fi.REMAPPED_FAILURE, fi.RECOVERY_ACTION]
     for link in range(nvlinks):
-        requests += [(FI_NVLINK_STATE, link), (FI_NVLINK_TX, link), (FI_NVLINK_RX, link)]
+        requests += [(fi.NVLINK_STATE, link), (fi.NVLINK_TX, link), (fi.NVLINK_RX, link)]
         requests += [(fid, link) for fid in FI_NVLINK_ERRORS.values()]
-    requests += [(fid, 0) for fid in FI_NVLINK_CRC_DATA[:nvlinks]]
+    requests += [(fid, 0) for fid in fi.NVLINK_CRC_DATA[:nvlinks]]
     return requests
 
 
@@ -93,34 +72,34 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float) -> Gpu
 
     links = []
     for link in range(nvlinks):
-        state = value(FI_NVLINK_STATE, link)
+        state = value(fi.NVLINK_STATE, link)
         errors = {name: v for name, fid in FI_NVLINK_ERRORS.items()
                   if (v := value(fid, link)) is not None}
-        if link < len(FI_NVLINK_CRC_DATA):
-            crc_data = value(FI_NVLINK_CRC_DATA[link])
+        if link < len(fi.NVLINK_CRC_DATA):
+            crc_data = value(fi.NVLINK_CRC_DATA[link])
         else:
             crc_data = backend.call("nvmlDeviceGetNvLinkErrorCounter",
                                     handle, link,
-                                    pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA, gpu=gpu)
+                                    fi.NVLINK_ERROR_DL_CRC_DATA, gpu=gpu)
         if crc_data is not None:
             errors["crc_data"] = float(crc_data)
-        tx, rx = value(FI_NVLINK_TX, link), value(FI_NVLINK_RX, link)
+        tx, rx = value(fi.NVLINK_TX, link), value(fi.NVLINK_RX, link)
         links.append(NvLink(link, None if state is None else bool(state),
                             None if tx is None else tx * 1024,
                             None if rx is None else rx * 1024, errors))
-    action = value(FI_RECOVERY_ACTION)
+    action = value(fi.RECOVERY_ACTION)
     return GpuHealth(
         time=now,
         ecc_errors={key: v for key, fid in FI_ECC.items() if (v := value(fid)) is not None},
-        retired_pages={name: v for name, fid in (("single_bit", FI_RETIRED_SBE),
-                                                 ("double_bit", FI_RETIRED_DBE))
+        retired_pages={name: v for name, fid in (("single_bit", fi.RETIRED_SBE),
+                                                 ("double_bit", fi.RETIRED_DBE))
                        if (v := value(fid)) is not None},
-        retired_pages_pending=value(FI_RETIRED_PENDING),
+        retired_pages_pending=value(fi.RETIRED_PENDING),
         remapped_rows={name: v for name, fid in FI_REMAPPED.items()
                        if (v := value(fid)) is not None},
-        row_remap_pending=value(FI_REMAPPED_PENDING),
-        row_remap_failure=value(FI_REMAPPED_FAILURE),
-        recovery_action=None if action is None else RECOVERY_ACTIONS.get(int(action),
+        row_remap_pending=value(fi.REMAPPED_PENDING),
+        row_remap_failure=value(fi.REMAPPED_FAILURE),
+        recovery_action=None if action is None else fi.RECOVERY_ACTIONS.get(int(action),
                                                                           f"code_{int(action)}"),
         nvlinks=tuple(links),
     )

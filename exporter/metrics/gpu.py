@@ -1,4 +1,8 @@
-"""GPU metric families from a Snapshot. Every GPU series has labels gpu and uuid."""
+"""GPU metric families from a Snapshot. Every GPU series has labels gpu and uuid.
+
+The sweep's values are rendered from the catalogue (gpu/catalogue.py): one family per
+catalogue entry that names a metric; identity goes on `gpu_info`.
+"""
 
 from __future__ import annotations
 
@@ -7,44 +11,20 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.sampling.sampler import Snapshot
+from exporter.gpu import catalogue
+from exporter.sampling.snapshot import Snapshot
 
 GPU_LABELS = ["gpu", "uuid"]
 
-# (metric name, help, GpuState attribute, kind) for the sweep's values.
-STATE_METRICS: tuple[tuple[str, str, str, str], ...] = (
-    ("gpu_utilization_ratio", "Share of time a kernel was running (0-1).",
-     "utilization_gpu_ratio", "gauge"),
-    ("gpu_memory_utilization_ratio", "Share of time device memory was read or written (0-1).",
-     "utilization_memory_ratio", "gauge"),
-    ("gpu_memory_used_bytes", "Device memory in use.", "memory_used_bytes", "gauge"),
-    ("gpu_memory_total_bytes", "Device memory in total.", "memory_total_bytes", "gauge"),
-    ("gpu_power_average_watts", "Power averaged by the driver over about 1 s.",
-     "power_average_watts", "gauge"),
-    ("gpu_power_limit_watts", "Enforced power limit.", "power_limit_watts", "gauge"),
-    ("gpu_temperature_celsius", "GPU core temperature.", "temperature_celsius", "gauge"),
-    ("gpu_memory_temperature_celsius", "HBM temperature.", "memory_temperature_celsius",
-     "gauge"),
-    ("gpu_sm_clock_hertz", "Current SM clock.", "sm_clock_hertz", "gauge"),
-    ("gpu_memory_clock_hertz", "Current memory clock.", "memory_clock_hertz", "gauge"),
-    ("gpu_performance_state", "Performance state (0 = P0, fastest; 15 = P15).",
-     "performance_state", "gauge"),
-    ("gpu_fan_speed_ratio", "Fan speed as a share of its maximum (0-1).", "fan_speed_ratio",
-     "gauge"),
-    ("gpu_pcie_transmit_bytes", "Bytes the GPU sent over PCIe.", "pcie_transmit_bytes",
-     "counter"),
-    ("gpu_pcie_receive_bytes", "Bytes the GPU received over PCIe.", "pcie_receive_bytes",
-     "counter"),
-    ("gpu_pcie_replays", "PCIe replays (link-level retransmissions).", "pcie_replays",
-     "counter"),
-    ("gpu_pcie_link_generation", "Current PCIe link generation.", "pcie_generation", "gauge"),
-    ("gpu_pcie_link_width", "Current PCIe link width (lanes).", "pcie_width", "gauge"),
-)
+
+def gpu_labels(snapshot: Snapshot) -> dict[int, list[str]]:
+    """[gpu, uuid] of every GPU with an identity."""
+    return {i.index: [str(i.index), i.uuid] for i in snapshot.identities if i is not None}
 
 
 def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
     identities = {i.index: i for i in snapshot.identities if i is not None}
-    labels = {gpu: [str(gpu), ident.uuid] for gpu, ident in identities.items()}
+    labels = gpu_labels(snapshot)
 
     info = InfoMetricFamily("gpu", "GPU identity; value 1.", labels=[
         *GPU_LABELS, "name", "pci_bus_id", "serial", "driver_version", "nvml_version"])
@@ -54,42 +34,24 @@ def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
             "driver_version": snapshot.driver_version, "nvml_version": snapshot.nvml_version})
     yield info
 
-    static = (
-        ("gpu_power_default_limit_watts", "Default power limit (the board's TDP).",
-         "default_power_limit_watts"),
-        ("gpu_pcie_link_max_generation", "Maximum PCIe link generation of the GPU and slot.",
-         "pcie_max_generation"),
-        ("gpu_pcie_link_max_width", "Maximum PCIe link width (lanes).", "pcie_max_width"),
-        ("gpu_sm_clock_max_hertz", "Maximum SM clock.", "sm_clock_max_hertz"),
-    )
-    for name, doc, attr in static:
-        family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
-        for gpu, ident in sorted(identities.items()):
-            value = getattr(ident, attr)
-            if value is not None:
-                family.add_metric(labels[gpu], value)
-        yield family
-
-    power = GaugeMetricFamily("gpu_power_watts",
-                              "Instant power (NVML_FI_DEV_POWER_INSTANT), latest fast sample.",
-                              labels=GPU_LABELS)
-    energy = CounterMetricFamily("gpu_energy_joules",
-                                 "Energy used since the driver was loaded.", labels=GPU_LABELS)
+    power = GaugeMetricFamily("gpu_power_watts", "Instant power: the latest sample of the "
+                              "driver's power-sample buffer (or of the polled instant "
+                              "field).", labels=GPU_LABELS)
     for gpu, sample in sorted(snapshot.power.items()):
-        if gpu not in labels:
-            continue
-        if sample.watts is not None:
+        if gpu in labels:
             power.add_metric(labels[gpu], sample.watts)
-        if sample.joules is not None:
-            energy.add_metric(labels[gpu], sample.joules)
     yield power
-    yield energy
 
-    for name, doc, attr, kind in STATE_METRICS:
-        cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        family = cls(name, doc, labels=GPU_LABELS)
-        for gpu, state in sorted(snapshot.states.items()):
-            value = getattr(state, attr)
-            if value is not None and gpu in labels:
-                family.add_metric(labels[gpu], value)
+    for value in catalogue.CATALOGUE:
+        if value.metric is None:
+            continue
+        cls = CounterMetricFamily if value.kind == "counter" else GaugeMetricFamily
+        family = cls(value.metric, value.help, labels=GPU_LABELS)
+        if value.cadence == catalogue.ONCE:
+            rows = [(gpu, ident.values.get(value.key)) for gpu, ident in identities.items()]
+        else:
+            rows = [(gpu, state.get(value.key)) for gpu, state in snapshot.states.items()]
+        for gpu, number in sorted(rows):
+            if number is not None and gpu in labels:
+                family.add_metric(labels[gpu], number)
         yield family

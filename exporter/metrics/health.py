@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.gpu.health import CLOCK_EVENT_REASONS
+from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.xid import xid_class
 from exporter.metrics.gpu import GPU_LABELS
-from exporter.sampling.sampler import Snapshot
+from exporter.sampling.snapshot import Snapshot
 
 
 def _labels(snapshot: Snapshot, gpu: int) -> list[str]:
@@ -103,11 +103,12 @@ def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
     active = GaugeMetricFamily("gpu_clock_event_active", "1 while a clock-event (throttle) "
                                "reason holds the clocks down.", labels=[*GPU_LABELS, "reason"])
     for gpu, state in sorted(snapshot.states.items()):
-        if state.clock_event_reasons is None:
+        reasons = state.get("clock_event_reasons")
+        if reasons is None:
             continue
         labels = _labels(snapshot, gpu)
         for reason, bit in CLOCK_EVENT_REASONS.items():
-            active.add_metric([*labels, reason], 1.0 if state.clock_event_reasons & bit else 0.0)
+            active.add_metric([*labels, reason], 1.0 if int(reasons) & bit else 0.0)
     yield active
     seconds = CounterMetricFamily("gpu_clock_event_seconds", "Seconds a clock-event reason "
                                   "was active, accumulated sweep to sweep.",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.analysis.power_swing import SwingFeatures
-from exporter.metrics.gpu import GPU_LABELS
-from exporter.sampling.sampler import Snapshot
+from exporter.metrics.gpu import GPU_LABELS, gpu_labels
+from exporter.sampling.snapshot import Snapshot
 
 # (suffix, help, SwingFeatures attribute) exported for the node and for each GPU
 FEATURES: tuple[tuple[str, str, str], ...] = (
@@ -41,22 +41,54 @@ def _add(family_by_suffix: dict[str, GaugeMetricFamily], labels: list[str],
             family_by_suffix[suffix].add_metric(labels, value)
 
 
+def power_source_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Where each GPU's power samples come from, how fast, and what was lost."""
+    labels = gpu_labels(snapshot)
+    yield GaugeMetricFamily("power_observable_band_max_hertz",
+                            "Highest frequency the exporter can see: half the effective "
+                            "sample rate of the slowest GPU.",
+                            value=snapshot.observable_band_hz[1])
+    source = InfoMetricFamily("gpu_power_source", "Where the GPU's power samples come from: "
+                              "buffer (the driver's sample buffer, drained) or poll (the "
+                              "instant-power field, polled); value 1.",
+                              labels=[*GPU_LABELS, "source"])
+    interval = GaugeMetricFamily("gpu_power_sample_interval_seconds", "Median interval "
+                                 "between the GPU's recent power samples.", labels=GPU_LABELS)
+    samples = CounterMetricFamily("gpu_power_samples", "Power samples received.",
+                                  labels=GPU_LABELS)
+    lost = CounterMetricFamily("gpu_power_samples_lost", "Power samples the driver's buffer "
+                               "dropped before the exporter drained it (a starved or stalled "
+                               "exporter).", labels=GPU_LABELS)
+    gap = CounterMetricFamily("gpu_power_sample_gap_seconds", "Time covered by lost power "
+                              "samples.", labels=GPU_LABELS)
+    energy = CounterMetricFamily("gpu_power_sampled_energy_joules", "The power samples "
+                                 "integrated over time since the exporter started (fresh at "
+                                 "every snapshot; the driver's counter is gpu_energy_joules).",
+                                 labels=GPU_LABELS)
+    for gpu, stats in sorted(snapshot.power_sources.items()):
+        if gpu not in labels or not snapshot.up(gpu):
+            continue
+        source.add_metric([*labels[gpu]], {"source": stats.kind})
+        if stats.sample_interval_seconds is not None:
+            interval.add_metric(labels[gpu], stats.sample_interval_seconds)
+        samples.add_metric(labels[gpu], stats.samples_total)
+        lost.add_metric(labels[gpu], stats.lost_total)
+        gap.add_metric(labels[gpu], stats.gap_seconds_total)
+        energy.add_metric(labels[gpu], stats.sampled_energy_joules)
+    yield from (source, interval, samples, lost, gap, energy)
+    period = GaugeMetricFamily("gpu_power_sensor_update_period_seconds",
+                               "How often a polled GPU's instant-power field changes, "
+                               "measured at start.", labels=GPU_LABELS)
+    for gpu, seconds in sorted(snapshot.power_update_periods.items()):
+        if gpu in labels:
+            period.add_metric(labels[gpu], seconds)
+    yield period
+
+
 def power_families(snapshot: Snapshot) -> Iterator[Metric]:
     analysis = snapshot.power_analysis
     swing = analysis.swing if analysis is not None else None
-
-    yield GaugeMetricFamily("power_observable_band_max_hertz",
-                            "Highest frequency the exporter can see: half the lower of the "
-                            "sampling rate and the power sensor's update rate.",
-                            value=snapshot.observable_band_hz[1])
-    period = GaugeMetricFamily("gpu_power_sensor_update_period_seconds",
-                               "How often the GPU's instant-power reading changes, measured "
-                               "at start.", labels=GPU_LABELS)
-    for gpu, seconds in sorted(snapshot.power_update_periods.items()):
-        ident = snapshot.identities[gpu]
-        if ident is not None:
-            period.add_metric([str(gpu), ident.uuid], seconds)
-    yield period
+    yield from power_source_families(snapshot)
     if analysis is None:
         return
 

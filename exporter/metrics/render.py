@@ -10,35 +10,27 @@ from typing import Any
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.infiniband_families import infiniband_families
+from exporter.collectors import registry
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.health import health_families, link_memory_families, link_memory_key
-from exporter.metrics.host import host_families
-from exporter.metrics.jobs import jobs_families
 from exporter.metrics.power import power_families
 from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
-from exporter.sampling.sampler import Snapshot
+from exporter.sampling.snapshot import Snapshot
 
 FamilySource = Callable[[Snapshot], Iterable[Metric]]
 
 # The classic text format, which every Prometheus since 2.0 parses (2.42 is our floor).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# Families of each non-NVML source's reading, by source name. A source whose families
-# need more of the snapshot than its own reading (jobs: the GPUs' uuids) is a
-# FamilySource in FAMILY_SOURCES instead.
-READING_FAMILIES: dict[str, Callable[[Any], Iterable[Metric]]] = {
-    "host": host_families,
-    "infiniband": infiniband_families,
-}
 
-
-def source_families(snapshot: Snapshot) -> Iterator[Metric]:
-    for name, result in sorted(snapshot.sources.items()):
-        families = READING_FAMILIES.get(name)
-        if families is not None and result.reading is not None:
-            yield from families(result.reading)
+def collector_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Each collector's families from its last reading (the registry says how)."""
+    specs = {spec.name: spec for spec in registry.specs()}
+    for name, result in sorted(snapshot.collectors.items()):
+        spec = specs.get(name)
+        if spec is not None and result.reading is not None:
+            yield from spec.families(result.reading, snapshot)
 
 
 class CachedFamilies:
@@ -68,7 +60,7 @@ class CachedFamilies:
 # Each area adds its families here; the order is the order of the output.
 FAMILY_SOURCES: list[FamilySource] = [
     gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
-    power_families, straggler_families, jobs_families, source_families, self_families]
+    power_families, straggler_families, collector_families, self_families]
 
 
 class _Families:
@@ -103,12 +95,31 @@ def render(snapshot: Snapshot, sources: list[FamilySource] | None = None) -> byt
 
 
 class RenderedSnapshot:
-    """A snapshot and its exposition, rendered once when it is published (off the scrape
-    path) with its gzip: every scrape of it writes the same bytes, so a scrape's cost does
-    not grow with the number of series or scrapers."""
+    """A snapshot and its exposition, rendered once, by the first scrape that asks for it,
+    with its gzip: every later scrape of it writes the same bytes, so a scrape's cost does
+    not grow with the number of series or scrapers, and a snapshot no one scrapes (one a
+    second, against Prometheus' one per 15-60 s) costs nothing to render."""
 
     def __init__(self, snapshot: Snapshot):
         self.snapshot = snapshot
-        self.body = render(snapshot)
-        # level 1: 10x smaller for a third of level 6's time, on this repetitive text
-        self.gzipped = gzip.compress(self.body, compresslevel=1, mtime=0)
+        self._body: bytes | None = None
+        self._gzipped: bytes | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            with self._lock:
+                if self._body is None:
+                    self._body = render(self.snapshot)
+        return self._body
+
+    @property
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:
+            body = self.body
+            with self._lock:
+                if self._gzipped is None:
+                    # level 1: 10x smaller for a third of level 6's time on this text
+                    self._gzipped = gzip.compress(body, compresslevel=1, mtime=0)
+        return self._gzipped

@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.metrics.gpu import GPU_LABELS
-from exporter.sampling.sampler import Snapshot
+from exporter.sampling.snapshot import Snapshot
 
 # (metric, help, GpuFeatures attribute): the window features rules compare across nodes
 FEATURES = (

@@ -36,7 +36,8 @@ from exporter.analysis.power_swing import (
     analyse_window,
     detect_ramps,
 )
-from exporter.analysis.straggler import ScanResult, StragglerThresholds, scan
+from exporter.analysis.straggler import StragglerThresholds
+from exporter.analysis.straggler_scan import ScanResult, scan
 from exporter.offline.trace import Trace, TraceError, load_trace
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it

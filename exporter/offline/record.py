@@ -1,39 +1,35 @@
 """`record`: sample GPUs (real or fake) for a while and write a cte trace.
 
-Power and energy go in at the full sampling rate, the sweep's values once a second,
-through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
+Power goes in at the sensor's native rate with the driver's own timestamps (one row per
+sample), the catalogue's traced values once a sweep and the energy counter at its
+interval, through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
+Progress is printed every `--progress` seconds; Ctrl-C or SIGTERM stop the recording
+early and still write a complete trace and its summary.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 import sys
 import threading
 import time
 
-from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
-from exporter.gpu.health import GpuHealth
-from exporter.gpu.state import GpuState, PowerSample, read_identity
-from exporter.offline.trace import TraceWriter
-from exporter.sampling.sampler import Sampler, SamplerSettings
-from exporter.sim import fake
-from exporter.sim.scenarios import load_scenario
+import numpy as np
 
-POWER_FIELDS = ("power_watts", "energy_joules")
-SWEEP_FIELDS = {  # trace field -> GpuState attribute
-    "power_average_watts": "power_average_watts",
-    "temperature_celsius": "temperature_celsius",
-    "memory_temperature_celsius": "memory_temperature_celsius",
-    "utilization_gpu_ratio": "utilization_gpu_ratio",
-    "utilization_memory_ratio": "utilization_memory_ratio",
-    "sm_clock_hertz": "sm_clock_hertz",
-    "memory_clock_hertz": "memory_clock_hertz",
-    "power_limit_watts": "power_limit_watts",
-    "memory_used_bytes": "memory_used_bytes",
-    "clock_event_reasons": "clock_event_reasons",
-}
-FIELDS = (*POWER_FIELDS, *SWEEP_FIELDS)
+from exporter.config import all_options
+from exporter.gpu import catalogue
+from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
+from exporter.gpu.state import GpuState
+from exporter.offline.trace import TraceWriter
+from exporter.options import RECORD, add_flags, resolve
+from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sim import costs, fake
+from exporter.sim.scenarios import load_scenario
+from exporter.yamlfile import ConfigError
+
+FIELDS = ("power_watts", *catalogue.TRACE_KEYS)
 
 
 class TraceRecorder:
@@ -42,20 +38,20 @@ class TraceRecorder:
     def __init__(self, writer: TraceWriter):
         self.writer = writer
         self.rows = 0
+        self.samples = 0
         self._lock = threading.Lock()
 
-    def power(self, samples: dict[int, PowerSample]) -> None:
+    def power(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
         with self._lock:
-            for gpu, s in samples.items():
-                values = {k: v for k, v in (("power_watts", s.watts),
-                                            ("energy_joules", s.joules)) if v is not None}
-                if values:
-                    self.writer.write(s.time, gpu, values)
-                    self.rows += 1
+            for t, w in zip(times.tolist(), watts.tolist(), strict=True):
+                self.writer.write(t, gpu, {"power_watts": w})
+            self.rows += len(times)
+            self.samples += len(times)
 
-    def sweep(self, gpu: int, state: GpuState, health: GpuHealth | None) -> None:
-        values = {name: getattr(state, attr) for name, attr in SWEEP_FIELDS.items()}
-        values = {k: float(v) for k, v in values.items() if v is not None}
+    def sweep(self, gpu: int, state: GpuState) -> None:
+        values = {k: state.values[k] for k in catalogue.TRACE_KEYS if k in state.values}
+        if not values:
+            return
         with self._lock:
             self.writer.write(state.time, gpu, values)
             self.rows += 1
@@ -65,55 +61,93 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, required=True, metavar="SECONDS",
                         help="how long to record")
     parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write")
-    parser.add_argument("--fake", action="store_true", help="record the simulated node")
-    parser.add_argument("--scenario", default="training", metavar="NAME|FILE",
-                        help="fake scenario (with --fake)")
-    parser.add_argument("--power.sample-rate", dest="power_sample_rate_hz", type=float,
-                        default=20.0, metavar="HZ", help="1-100 (default 20)")
+    parser.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
+                        help="print progress this often (0: never; default 10)")
+    add_flags(parser, RECORD, all_options())
+
+
+def _settings(options: dict) -> SamplerSettings:
+    return SamplerSettings(
+        power_sample_rate_hz=options["power_sample_rate_hz"],
+        power_drain_interval_seconds=options["power_drain_interval_seconds"],
+        energy_interval_seconds=options["energy_interval_seconds"],
+        sweep_interval_seconds=options["sweep_interval_seconds"],
+        gpu_health_interval_seconds=options["gpu_health_interval_seconds"],
+        power=None, stragglers=None, xid_events=False,
+        backend="fake" if options["fake"] else "nvml")
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        options = resolve(args, RECORD, all_options())
+    except ConfigError as exc:
+        print(f"record: error: {exc}", file=sys.stderr)
+        return 2
     if not 0 < args.duration <= 7 * 86400:
         print(f"record: error: --duration {args.duration:g}: expected 0 < SECONDS <= 604800",
               file=sys.stderr)
         return 2
-    if not 1 <= args.power_sample_rate_hz <= 100:
-        print("record: error: --power.sample-rate: expected 1-100", file=sys.stderr)
-        return 2
     lib = None
-    if args.fake:
-        lib = fake.FakeNvmlLibrary(load_scenario(args.scenario))
+    if options["fake"]:
+        lib = fake.FakeNvmlLibrary(load_scenario(options["scenario"]),
+                                   costs=costs.H200 if options["fake_costs"] else None)
         fake.install(lib)
-    settings = SamplerSettings(power_hertz=args.power_sample_rate_hz, power=None,
-                               stragglers=None, xid_events=False,
-                               backend="fake" if args.fake else "nvml")
-    sampler = Sampler(NvmlBackend(), settings)
     try:
-        try:
-            gpus = sampler.backend.open()
-        except NvmlUnavailable as exc:
-            print(f"record: {exc}; to record the simulated node, add --fake", file=sys.stderr)
-            return 1
-        identities = [read_identity(sampler.backend, gpu) for gpu in range(gpus)]
-        tdp = {i.index: i.default_power_limit_watts for i in identities
-               if i is not None and i.default_power_limit_watts}
-        sampler.backend.close()
-        try:
-            writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
-                                 started_at=time.time())
-        except OSError as exc:
-            print(f"record: error: cannot write {args.out}: {exc.strerror or exc}",
-                  file=sys.stderr)
-            return 2
-        recorder = TraceRecorder(writer)
-        sampler.recorder = recorder
-        sampler.start()
-        time.sleep(args.duration)
-        sampler.stop()
-        sampler.recorder = None
-        writer.close()
-        print(f"recorded {args.duration:g} s of {gpus} GPUs: {recorder.rows} rows in {args.out}")
-        return 0
+        return _record(args, options)
     finally:
         if lib is not None:
             fake.uninstall()
+
+
+def _record(args: argparse.Namespace, options: dict) -> int:
+    sampler = Sampler(NvmlBackend(), _settings(options))
+    try:
+        gpus = sampler.open()
+    except NvmlUnavailable as exc:
+        print(f"record: {exc}; to record the simulated node, add --fake", file=sys.stderr)
+        return 1
+    tdp = {i.index: i.default_power_limit_watts for i in sampler.gpus.identities
+           if i is not None and i.default_power_limit_watts}
+    try:
+        writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
+                             started_at=time.time())
+    except OSError as exc:
+        sampler.backend.close()
+        print(f"record: error: cannot write {args.out}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    recorder = TraceRecorder(writer)
+    sampler.power.recorder = recorder.power
+    sampler.sweep.recorder = recorder.sweep
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    t0 = time.monotonic()
+    try:
+        sampler.start()
+        _wait(stop, t0, args, recorder, gpus)
+    finally:
+        sampler.stop(close=False)
+        sampler.drain_power()  # the samples since the last drain: nothing lost at the end
+        sampler.backend.close()
+        writer.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    elapsed = time.monotonic() - t0
+    early = " (stopped early)" if stop.is_set() else ""
+    print(f"recorded {elapsed:.0f} s of {gpus} GPUs{early}: {recorder.samples} power samples "
+          f"({recorder.samples / max(elapsed, 1e-9) / max(gpus, 1):.0f}/s per GPU), "
+          f"{recorder.rows} rows in {args.out}", flush=True)
+    return 0
+
+
+def _wait(stop: threading.Event, t0: float, args: argparse.Namespace,
+          recorder: TraceRecorder, gpus: int) -> None:
+    """Until the duration is over or a signal says stop, with progress lines."""
+    every = args.progress if args.progress > 0 else args.duration
+    while not stop.wait(max(0.0, min(every, t0 + args.duration - time.monotonic()))):
+        elapsed = time.monotonic() - t0
+        if elapsed >= args.duration:
+            return
+        print(f"record: {elapsed:.0f}/{args.duration:g} s, {recorder.samples} power samples "
+              f"from {gpus} GPUs", flush=True)

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
+from exporter.sim import costs
+from exporter.sim.fake import FakeNvmlLibrary
 from exporter.sim.scenarios import (
     FAULT_PARAMS,
     FaultEvent,
@@ -201,22 +203,43 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
     n = nodes or get_number(top, "nodes", where, 8, low=1, high=MAX_NODES, integer=True)
     g = gpus_per_node or get_number(top, "gpus_per_node", where, 8, low=1, high=64,
                                     integer=True)
-    ib_raw = top.get("infiniband") or {}
-    ib_where = where.child("infiniband", ib_raw)
-    expect_mapping(ib_raw, ib_where, {f.name for f in dataclasses.fields(InfinibandSpec)})
+    ib = _parse_infiniband(top.get("infiniband") or {}, where)
+    jobs = _parse_jobs(_list(top, "jobs", where), where, n, clip=nodes is not None)
+    faults = _Faults(where, n, g, ib, clip=nodes is not None)
+    for item in _list(top, "faults", where):
+        faults.add(item)
+    return FleetScenario(
+        name=name, description=get_string(top, "description", where, "") or "", nodes=n,
+        gpus_per_node=g, seed=get_number(top, "seed", where, 1, low=0, high=2**20,
+                                         integer=True),
+        infiniband=ib, jobs=tuple(jobs), gpu_faults=tuple(faults.gpu),
+        stragglers=tuple(faults.stragglers), ib_faults=tuple(faults.ib))
+
+
+def _list(top: dict, key: str, where: Where) -> list:
+    value = top.get(key) or []
+    if not isinstance(value, list):
+        raise where.error(key, "expected a list")
+    return value
+
+
+def _parse_infiniband(raw: object, where: Where) -> InfinibandSpec:
+    ib_where = where.child("infiniband", raw)
+    expect_mapping(raw, ib_where, {f.name for f in dataclasses.fields(InfinibandSpec)})
     defaults = InfinibandSpec()
     ib = InfinibandSpec(
-        hcas=get_number(ib_raw, "hcas", ib_where, defaults.hcas, low=0, high=16, integer=True),
-        rate=get_string(ib_raw, "rate", ib_where, defaults.rate),
-        link_layer=get_string(ib_raw, "link_layer", ib_where, defaults.link_layer),
-        bytes_per_second=get_number(ib_raw, "bytes_per_second", ib_where,
+        hcas=get_number(raw, "hcas", ib_where, defaults.hcas, low=0, high=16, integer=True),
+        rate=get_string(raw, "rate", ib_where, defaults.rate),
+        link_layer=get_string(raw, "link_layer", ib_where, defaults.link_layer),
+        bytes_per_second=get_number(raw, "bytes_per_second", ib_where,
                                     defaults.bytes_per_second, low=0, high=1e13))
     if ib.link_layer not in ("InfiniBand", "Ethernet"):
         raise ib_where.error("link_layer", "expected InfiniBand or Ethernet")
+    return ib
+
+
+def _parse_jobs(raw_jobs: list, where: Where, n: int, clip: bool) -> list[FleetJob]:
     jobs: list[FleetJob] = []
-    raw_jobs = top.get("jobs") or []
-    if not isinstance(raw_jobs, list):
-        raise where.error("jobs", "expected a list")
     taken: dict[int, str] = {}
     for item in raw_jobs:
         jw = where.child("jobs", item)
@@ -228,7 +251,7 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
             raise jw.error("name", "expected a job id without spaces")
         job = FleetJob(
             name=str(job_name),
-            nodes=_node_list(item.get("nodes", "all"), jw, "nodes", n, clip=nodes is not None),
+            nodes=_node_list(item.get("nodes", "all"), jw, "nodes", n, clip=clip),
             step_period_seconds=get_number(item, "step_period_seconds", jw, 2.0, low=0.2,
                                            high=60),
             phase_seconds=get_number(item, "phase_seconds", jw, 0.0, low=-1e6, high=1e6),
@@ -241,14 +264,21 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
                 raise jw.error("nodes", f"node {node} already runs job {taken[node]}")
             taken[node] = job.name
         jobs.append(job)
-    gpu_faults: list[tuple[int, FaultEvent]] = []
-    stragglers: list[tuple[int, int, GpuOverride]] = []
-    ib_faults: list[IbFault] = []
-    raw_faults = top.get("faults") or []
-    if not isinstance(raw_faults, list):
-        raise where.error("faults", "expected a list")
-    for item in raw_faults:
-        fw = where.child("faults", item)
+    return jobs
+
+
+class _Faults:
+    """A fleet scenario's faults, parsed one by one into GPU faults, stragglers and
+    InfiniBand faults."""
+
+    def __init__(self, where: Where, nodes: int, gpus: int, ib: InfinibandSpec, clip: bool):
+        self.where, self.nodes, self.gpus, self.ib_spec, self.clip = where, nodes, gpus, ib, clip
+        self.gpu: list[tuple[int, FaultEvent]] = []
+        self.stragglers: list[tuple[int, int, GpuOverride]] = []
+        self.ib: list[IbFault] = []
+
+    def add(self, item: object) -> None:
+        fw = self.where.child("faults", item)
         kind = item.get("kind") if isinstance(item, dict) else None
         known = (*GPU_FAULTS, "straggler", *IB_FAULTS)
         if kind not in known:
@@ -256,45 +286,45 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
             raise fw.error("kind", f"expected one of {', '.join(known)}, got {kind!r}")
         if "node" not in item:
             raise fw.error("node", "required: the node index (0-based)")
-        if nodes is not None and isinstance(item["node"], int) and item["node"] >= n:
+        if self.clip and isinstance(item["node"], int) and item["node"] >= self.nodes:
             log.info("fault %s on node %s left out: the fleet has %d nodes", kind,
-                     item["node"], n)
-            continue
-        node = get_number(item, "node", fw, -1, low=0, high=n - 1, integer=True)
+                     item["node"], self.nodes)
+            return
+        node = get_number(item, "node", fw, -1, low=0, high=self.nodes - 1, integer=True)
         if kind in GPU_FAULTS:
-            gpu_faults.append((node, _parse_event(_without(item, "node"), fw, g)))
+            self.gpu.append((node, _parse_event(_without(item, "node"), fw, self.gpus)))
         elif kind == "straggler":
-            expect_mapping(item, fw, {"kind", "node", "gpu", *STRAGGLER_PARAMS})
-            if "gpu" not in item:
-                raise fw.error("gpu", "required for kind straggler")
-            gpu = get_number(item, "gpu", fw, -1, low=0, high=g - 1, integer=True)
-            stragglers.append((node, gpu, GpuOverride(
-                clock_scale=get_number(item, "clock_scale", fw, 0.8, low=0.05, high=1),
-                temperature_offset_celsius=get_number(
-                    item, "temperature_offset_celsius", fw, 5.0, low=-50, high=100))))
+            self._straggler(item, fw, node)
         else:
-            spec = IB_FAULTS[kind]
-            expect_mapping(item, fw, {"kind", "node", "hca", "at", "until", *spec})
-            at = get_number(item, "at", fw, 0, low=0, high=1e9)
-            until = item.get("until")
-            if until is not None:
-                until = get_number(item, "until", fw, 0, low=at, high=1e9)
-            hca = get_number(item, "hca", fw, 0, low=0, high=max(0, ib.hcas - 1), integer=True)
-            if ib.hcas == 0:
-                raise fw.error("kind", "the fleet has no InfiniBand HCAs (infiniband.hcas: 0)")
-            params = {}
-            for key, default in spec.items():
-                if isinstance(default, str):
-                    params[key] = get_string(item, key, fw, default)
-                else:
-                    params[key] = get_number(item, key, fw, default, low=0, high=1e9)
-            ib_faults.append(IbFault(kind, node, hca, at, until, params))
-    return FleetScenario(
-        name=name, description=get_string(top, "description", where, "") or "", nodes=n,
-        gpus_per_node=g, seed=get_number(top, "seed", where, 1, low=0, high=2**20,
-                                         integer=True),
-        infiniband=ib, jobs=tuple(jobs), gpu_faults=tuple(gpu_faults),
-        stragglers=tuple(stragglers), ib_faults=tuple(ib_faults))
+            self._infiniband(item, fw, node, kind)
+
+    def _straggler(self, item: dict, fw: Where, node: int) -> None:
+        expect_mapping(item, fw, {"kind", "node", "gpu", *STRAGGLER_PARAMS})
+        if "gpu" not in item:
+            raise fw.error("gpu", "required for kind straggler")
+        gpu = get_number(item, "gpu", fw, -1, low=0, high=self.gpus - 1, integer=True)
+        self.stragglers.append((node, gpu, GpuOverride(
+            clock_scale=get_number(item, "clock_scale", fw, 0.8, low=0.05, high=1),
+            temperature_offset_celsius=get_number(
+                item, "temperature_offset_celsius", fw, 5.0, low=-50, high=100))))
+
+    def _infiniband(self, item: dict, fw: Where, node: int, kind: str) -> None:
+        spec, hcas = IB_FAULTS[kind], self.ib_spec.hcas
+        expect_mapping(item, fw, {"kind", "node", "hca", "at", "until", *spec})
+        at = get_number(item, "at", fw, 0, low=0, high=1e9)
+        until = item.get("until")
+        if until is not None:
+            until = get_number(item, "until", fw, 0, low=at, high=1e9)
+        hca = get_number(item, "hca", fw, 0, low=0, high=max(0, hcas - 1), integer=True)
+        if hcas == 0:
+            raise fw.error("kind", "the fleet has no InfiniBand HCAs (infiniband.hcas: 0)")
+        params = {}
+        for key, default in spec.items():
+            if isinstance(default, str):
+                params[key] = get_string(item, key, fw, default)
+            else:
+                params[key] = get_number(item, key, fw, default, low=0, high=1e9)
+        self.ib.append(IbFault(kind, node, hca, at, until, params))
 
 
 # -- generated InfiniBand sysfs ------------------------------------------------------
@@ -391,11 +421,9 @@ class NodeFabric:
 class FleetSettings:
     base_port: int = 9955
     listen_host: str = "127.0.0.1"
-    power_sample_rate_hz: float = 5.0  # light on purpose: 8 nodes x 8 GPUs on 2 cores
-    sweep_interval_seconds: float = 1.0
-    sources_interval_seconds: float = 5.0
+    # every node's settings by config key (simulate's shared flags); unset: the defaults
+    options: dict = field(default_factory=dict)
     fabric_update_seconds: float = 2.0
-    straggler_persistence_seconds: float = 300.0
 
 
 class Fleet:
@@ -451,30 +479,21 @@ class Fleet:
         fabric = NodeFabric(base / "sys", node, sc.infiniband,
                             [f for f in sc.ib_faults if f.node == node], job is not None)
         self.fabrics.append(fabric)
+        options = {"fake_costs": False, **st.options}
         config = Config(
+            **options,
             listen_address=f"{st.listen_host}:{st.base_port + node}" if ":" not in
             st.listen_host else f"[{st.listen_host}]:{st.base_port + node}",
             fake=True, scenario=f"{sc.name}/node{node}",
-            power_sample_rate_hz=st.power_sample_rate_hz,
-            sweep_interval_seconds=st.sweep_interval_seconds,
-            sources_interval_seconds=st.sources_interval_seconds,
             path_sysfs=str(base / "sys"), collector_host=False,
-            hpc_job_mapping_dir=str(jobs_dir), expected_gpus=sc.gpus_per_node,
-            straggler_persistence_seconds=st.straggler_persistence_seconds)
-        scenario = sc.node_scenario(node)
-        exporter = exporter_class(config, fake_clock=self.clock,
-                                  nvml=private_nvml_module(f"fleet{id(self)}_node{node}"),
-                                  scenario=scenario)
+            hpc_job_mapping_dir=str(jobs_dir), expected_gpus=sc.gpus_per_node)
+        # The node's fault times count from the fleet's start: its fake starts then too.
+        lib = FakeNvmlLibrary(sc.node_scenario(node), self.clock,
+                              costs.H200 if config.fake_costs else None, start=self.start_time)
+        exporter = exporter_class(config, fake_clock=self.clock, fake_lib=lib,
+                                  nvml=private_nvml_module(f"fleet{id(self)}_node{node}"))
         exporter.start()
         self.exporters.append(exporter)
-        # Fault times count from the fleet's start, the fake's from its own: shift them.
-        lib = exporter.fake_lib
-        if lib is not None and scenario.events:
-            shift = self.start_time - lib.start
-            lib.scenario = dataclasses.replace(scenario, events=tuple(
-                dataclasses.replace(e, at=max(0.0, e.at + shift),
-                                    until=None if e.until is None else max(0.0, e.until + shift))
-                for e in scenario.events))
 
     def _fabric_loop(self) -> None:
         while not self._stop.wait(self.settings.fabric_update_seconds):

@@ -2,25 +2,26 @@
 
 `run --replay FILE [--speed X]` serves metrics from a recording (our cte traces, or
 nvidia-smi CSV logs), so dashboards, rules and the analysers can be shown on real data.
-The trace loops: after its end it starts again, and the energy counter keeps growing.
-Fields the trace lacks fall back to the simulated node's model.
+The trace loops: after its end it starts again. Its power rows become the driver's
+buffer of power samples, at the trace's own timestamps. The replay serves what the trace
+has and nothing else: a value the trace lacks (clocks in a log of power and temperature,
+ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable
 
 import numpy as np
 
+from exporter.gpu import catalogue
 from exporter.offline.trace import Trace
-from exporter.sim.fake import FakeNvmlLibrary, _FakeGpu
+from exporter.sim.fake import FakeNvmlLibrary
+from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import DeviceSpec, Scenario, Workload
-
-REPLAYED = ("temperature_celsius", "memory_temperature_celsius", "sm_clock_hertz",
-            "memory_clock_hertz", "utilization_gpu_ratio", "utilization_memory_ratio",
-            "memory_used_bytes", "clock_event_reasons")
 
 
 def _filled(t: np.ndarray, values: np.ndarray) -> np.ndarray | None:
@@ -31,60 +32,94 @@ def _filled(t: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     return np.interp(t, t[good], values[good])
 
 
-class _TraceGpu(_FakeGpu):
-    """One GPU's physics read from its trace series (power, energy, the sweep's fields)."""
+class TraceGpu(FakeGpu):
+    """One GPU's physics read from its trace series: power samples and recorded values."""
 
     def __init__(self, index: int, scenario: Scenario, start: float, trace: Trace,
                  speed: float):
         super().__init__(index, scenario, start, scenario.workload.step_period_seconds,
                          scenario.workload.compute_fraction)
         series = trace.series[trace.gpus[index]]
-        self.t = series.t - series.t[0]
-        self.duration = max(float(self.t[-1]), 1e-3)
+        self.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"{trace.source}#{index}"))
         self.speed = speed
-        power = _filled(series.t, series.fields["power_watts"])
-        self.watts = power if power is not None else np.zeros_like(self.t)
-        steps = (self.watts[1:] + self.watts[:-1]) / 2 * np.diff(self.t)
-        self.energy = np.concatenate([[0.0], np.cumsum(steps)])  # joules along the trace
-        self.fields = {name: f for name in REPLAYED if name in series.fields
-                       and (f := _filled(series.t, series.fields[name])) is not None}
+        t0 = series.t[0]
+        power = series.fields["power_watts"]
+        rows = np.isfinite(power)
+        self.power_t = series.t[rows] - t0  # the trace's own sample times
+        self.power_w = power[rows]
+        if not len(self.power_t):
+            self.power_t, self.power_w = np.zeros(1), np.zeros(1)
+        step = float(np.median(np.diff(self.power_t))) if len(self.power_t) > 1 else 1.0
+        self.loop_seconds = float(self.power_t[-1]) + step  # one pass, in trace seconds
+        self.t = series.t - t0
+        self.fields = {name: f for name in catalogue.TRACE_KEYS if name in series.fields
+                       and (f := _filled(self.t, series.fields[name])) is not None}
+        self.tdp = trace.tdp_watts.get(trace.gpus[index])
         self.training = True
 
-    def _position(self, t: float) -> tuple[int, float]:
-        """(loop number, seconds into the trace) for wall-clock time t."""
-        along = max(0.0, t - self.start) * self.speed
-        loops = math.floor(along / self.duration)
-        return loops, along - loops * self.duration
-
-    def ideal_power(self, t: float) -> float:
-        return float(np.interp(self._position(t)[1], self.t, self.watts))
-
-    def instant_power(self, t: float, update_period: float) -> float:
-        return self.ideal_power(t)
-
-    def energy_joules(self, t: float) -> float:
-        loops, pos = self._position(t)
-        trace_joules = loops * self.energy[-1] + float(np.interp(pos, self.t, self.energy))
-        return trace_joules / self.speed  # the same power over 1/speed of the time
+    def provides(self, key: str) -> bool:
+        if key == "power_watts":
+            return True
+        if key == "default_power_limit_watts":
+            return self.tdp is not None
+        return key in self.fields
 
     def recorded(self, name: str, t: float) -> float | None:
+        if name == "default_power_limit_watts":
+            return self.tdp
         values = self.fields.get(name)
         if values is None:
             return None
+        if name == "energy_joules":  # a counter keeps growing over the loops
+            loops, position = self._position(t)
+            return loops * float(values[-1] - values[0]) + float(
+                np.interp(position, self.t, values))
         return float(np.interp(self._position(t)[1], self.t, values))
+
+    def _position(self, t: float) -> tuple[int, float]:
+        """(loop number, trace seconds into the loop) for clock time t."""
+        along = max(0.0, t - self.start) * self.speed
+        loops = math.floor(along / self.loop_seconds)
+        return loops, along - loops * self.loop_seconds
+
+    # -- the trace's power rows as the driver's sample buffer ------------------------------
+    def sample_time(self, k: int) -> float:
+        loops, i = divmod(k, len(self.power_t))
+        return self.start + (loops * self.loop_seconds + self.power_t[i]) / self.speed
+
+    def sample_watts(self, k: int) -> float:
+        return float(self.power_w[k % len(self.power_w)])
+
+    def _index_at(self, t: float) -> int:
+        """The index of the last sample taken at or before clock time t (-1 if none)."""
+        if t < self.sample_time(0):
+            return -1
+        loops, position = self._position(t)
+        i = int(np.searchsorted(self.power_t, position, side="right")) - 1
+        return loops * len(self.power_t) + i
+
+    def samples_between(self, t0: float, t1: float) -> range:
+        return range(self._index_at(t0) + 1, self._index_at(t1) + 1)
+
+    def instant_power(self, t: float, update_period: float) -> float:
+        return self.sample_watts(max(0, self._index_at(t)))
+
+    def ideal_power(self, t: float) -> float:
+        return float(np.interp(self._position(t)[1], self.power_t, self.power_w))
 
 
 def replay_library(trace: Trace, speed: float = 1.0,
-                   clock: Callable[[], float] = time.time) -> FakeNvmlLibrary:
+                   clock: Callable[[], float] = time.time, costs=None) -> FakeNvmlLibrary:
     """A fake NVML library whose GPUs replay `trace` at `speed`."""
     tdp = max(trace.tdp_watts.values(), default=700.0)
     scenario = Scenario(
         name=f"replay of {trace.source}",
         gpus=len(trace.gpus),
         device=DeviceSpec(name="replayed GPU", power_limit_watts=tdp,
-                          default_power_limit_watts=tdp),
+                          default_power_limit_watts=tdp, driver_version="",
+                          nvml_version="", nvlinks=0),
         workload=Workload(type="training"),
     )
-    lib = FakeNvmlLibrary(scenario, clock)
-    lib.gpus = [_TraceGpu(i, scenario, lib.start, trace, speed) for i in range(len(trace.gpus))]
+    lib = FakeNvmlLibrary(scenario, clock, costs)
+    lib.gpus = [TraceGpu(i, scenario, lib.start, trace, speed) for i in range(len(trace.gpus))]
     return lib

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from exporter.gpu.health import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
+from exporter.gpu.fields import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
 from exporter.yamlfile import (
     ConfigError,
     Where,
@@ -90,7 +90,14 @@ class DeviceSpec:
     pcie_generation: int = 5
     pcie_width: int = 16
     has_fan: bool = False
-    power_update_period_seconds: float = 0.05
+    # The instant-power field changes every ~100 ms on an H200; the driver buffers a
+    # power sample every ~20 ms (jittered), 119 of them (0: no buffer, as on drivers
+    # without nvmlDeviceGetSamples power samples). REFERENCE.md.
+    power_update_period_seconds: float = 0.1
+    power_sample_interval_seconds: float = 0.02
+    power_sample_buffer: int = 119
+    # Hopper replaced page retirement by row remapping: fields 29-31 are NotSupported.
+    retired_pages: bool = False
     nvlinks: int = 18
     driver_version: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
@@ -229,9 +236,12 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
     gpus = get_number(top, "gpus", where, 8, low=1, high=64, integer=True)
     device = _spec(DeviceSpec, top.get("device") or {}, where.child("device", top.get("device")),
                    strings=("name", "driver_version", "nvml_version"),
-                   ints=("memory_total_bytes", "pcie_generation", "pcie_width", "nvlinks"),
-                   bools=("has_fan",),
+                   ints=("memory_total_bytes", "pcie_generation", "pcie_width", "nvlinks",
+                         "power_sample_buffer"),
+                   bools=("has_fan", "retired_pages"),
                    bounds={"power_update_period_seconds": (0.001, 10),
+                           "power_sample_interval_seconds": (0.001, 1),
+                           "power_sample_buffer": (0, 100000),
                            "pcie_generation": (1, 6), "pcie_width": (1, 32),
                            "nvlinks": (0, 36)})
     workload = _spec(Workload, top.get("workload") or {},

@@ -37,19 +37,21 @@ log = logging.getLogger(__name__)
 class HealthCheck:
     """Decides whether sampling is fresh enough to call the exporter healthy."""
 
-    def __init__(self, stale_after_seconds: float):
+    def __init__(self, stale_after_seconds: float, clock=time.time):
         self.stale_after = stale_after_seconds
+        self.clock = clock  # the sampler's clock (a manual one in simulated time)
 
     def problems(self, rendered: RenderedSnapshot | None, now: float | None = None) -> list[str]:
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         if rendered is None:
             return ["no snapshot published yet"]
         snap = rendered.snapshot
         out = []
         if now - snap.time > self.stale_after:
             out.append(f"publisher stalled: last snapshot {now - snap.time:.1f} s ago")
-        for name, loop in (("power", snap.power_loop), ("sweep", snap.sweep_loop)):
-            if not loop.last_completed:
+        for name in ("power", "sweep"):
+            loop = snap.loops.get(name)
+            if loop is None or not loop.last_completed:
                 continue
             age = now - loop.last_completed
             if age > self.stale_after:

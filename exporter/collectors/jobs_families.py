@@ -6,9 +6,8 @@ over GPU series never counts a GPU twice, and a shared GPU simply has one info s
 per job. The label is ``hpc_job`` (as dcgm-exporter names it), never ``job``, which
 Prometheus sets to the scrape job.
 
-This family needs more than its source's reading (the GPU's uuid comes from the
-snapshot's identities), so it is a family source over the whole Snapshot, listed in
-``render.FAMILY_SOURCES``, not a ``READING_FAMILIES`` entry.
+The GPU's uuid comes from the snapshot's identities, so the families take the snapshot
+beside the reading.
 """
 
 from __future__ import annotations
@@ -19,19 +18,12 @@ from prometheus_client.core import CounterMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.jobs import SKIP_REASONS, JobsReading
-from exporter.sampling.sampler import Snapshot
+from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["jobs_families"]
 
-SOURCE_NAME = "jobs"
 
-
-def jobs_families(snapshot: Snapshot) -> Iterator[Metric]:
-    """Nothing unless the jobs source is configured and has read once."""
-    result = snapshot.sources.get(SOURCE_NAME)
-    if result is None or not isinstance(result.reading, JobsReading):
-        return
-    reading = result.reading
+def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
     info = InfoMetricFamily("gpu_hpc_job", "Job holding the GPU (one series per job on a "
                             "shared GPU); value 1. Join it into GPU series on gpu and uuid.",

@@ -1,0 +1,224 @@
+"""The offline scan: the straggler detector and the stall check slid over whole series
+(what `analyze` runs on a trace). Pure numpy (docs/stragglers.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.analysis.stalls import StallThresholds, compute_level, stall_matrix
+from exporter.analysis.straggler import (
+    StragglerDetector,
+    StragglerThresholds,
+    group_index,
+    window_features,
+)
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A finding held over consecutive windows (times as given in ``t``)."""
+
+    gpu: int
+    signal: str
+    direction: str
+    score: float  # median M over the deviating windows
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Stall:
+    start: float
+    end: float
+    waiting_gpus: tuple[int, ...]
+    culprit_gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    outliers: list[Outlier]
+    stalls: list[Stall]
+    windows: int  # straggler windows analysed
+    peer_statistics: bool
+    reason: str | None
+    # per GPU and signal: median |M| over the windows that had a score
+    typical_scores: dict[int, dict[str, float]]
+
+
+def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
+    if m <= n_win:
+        return [0]
+    starts = list(range(0, m - n_win + 1, n_step))
+    if starts[-1] + n_win < m:
+        starts.append(m - n_win)
+    return starts
+
+
+def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
+    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1)."""
+    ok = np.isfinite(x)
+    z = np.zeros(x.shape[:-1] + (1,))
+    cs = np.cumsum(np.concatenate([z, np.where(ok, x, 0.0)], axis=-1), axis=-1)
+    cn = np.cumsum(np.concatenate([z, ok.astype(float)], axis=-1), axis=-1)
+    s = cs[..., k:] - cs[..., :-k]
+    c = cn[..., k:] - cn[..., :-k]
+    out = np.full(s.shape, np.nan)
+    np.divide(s, c, out=out, where=c > 0)
+    return out
+
+
+def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarray | None],
+                   ids: list[int], groups: Mapping[int, str] | None, window: float,
+                   step: float, th: StragglerThresholds
+                   ) -> tuple[list[Outlier], int, bool, str | None, dict[int, dict[str, float]]]:
+    dt = float(np.median(np.diff(t)))
+    m = t.size
+    n_win = max(2, int(round(window / dt)))
+    n_step = max(1, int(round(step / dt)))
+    det = StragglerDetector(th)
+    starts = _window_starts(m, n_win, n_step)
+    runs: dict[tuple[int, str], list[tuple[int, float, str]]] = {}  # open runs
+    closed: list[tuple[int, str, list[tuple[int, float, str]]]] = []
+    bounds: list[tuple[float, float]] = []
+    any_stats = False
+    reason: str | None = None
+    all_scores: dict[tuple[int, str], list[float]] = {}
+    for w, a in enumerate(starts):
+        b = min(m, a + n_win)
+        sl = slice(a, b)
+        feats = window_features(
+            t[sl], power[:, sl], gpus=ids,
+            **{k: (v[:, sl] if v is not None else None) for k, v in others.items()})
+        rep = det.update(feats, groups=groups)
+        bounds.append((float(t[a]), float(t[b - 1])))
+        any_stats = any_stats or rep.peer_statistics
+        reason = reason or rep.reason
+        for g, gs in rep.gpus.items():
+            for sig, sc in gs.scores.items():
+                key = (g, sig)
+                if math.isfinite(sc.score):
+                    all_scores.setdefault(key, []).append(abs(sc.score))
+                run = runs.get(key)
+                if sc.deviating and sc.direction is not None:
+                    if run is not None and run[-1][2] != sc.direction:
+                        closed.append((g, sig, run))
+                        run = None
+                    if run is None:
+                        run = runs[key] = []
+                    run.append((w, sc.score, sc.direction))
+                elif run is not None:
+                    closed.append((g, sig, run))
+                    del runs[key]
+    for (g, sig), run in runs.items():
+        closed.append((g, sig, run))
+    out: list[Outlier] = []
+    last = len(starts) - 1
+    for g, sig, run in closed:
+        w0, w1 = run[0][0], run[-1][0]
+        held = bounds[w1][1] - bounds[w0][1]
+        if held < th.persistence_seconds:
+            continue
+        # the deviation began about mid-way into its first window (the window's
+        # mean crosses the gate when about half of it deviates), except at the edges
+        start = bounds[w0][0] if w0 == 0 else sum(bounds[w0]) / 2
+        end = bounds[w1][1] if w1 == last else sum(bounds[w1]) / 2
+        out.append(Outlier(g, sig, run[0][2], float(np.median([s for _, s, _ in run])),
+                           start, end))
+    out.sort(key=lambda o: (o.start, o.gpu, o.signal))
+    typical: dict[int, dict[str, float]] = {}
+    for (g, sig), v in sorted(all_scores.items()):
+        typical.setdefault(g, {})[sig] = float(np.median(v))
+    return out, len(starts), any_stats, reason, typical
+
+
+def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
+                 groups: Mapping[int, str] | None, window: float, context: float,
+                 th: StallThresholds) -> list[Stall]:
+    dt = float(np.median(np.diff(t)))
+    m = t.size
+    k = max(1, int(round(window / dt)))
+    if m < k:
+        return []
+    u = _moving_mean(utilization, k)  # window j covers samples j .. j+k-1
+    p = _moving_mean(power, k)
+    # compute level: p95 over a context centred on each window, evaluated every
+    # ~context/12 and held in between
+    n_ctx = max(k, int(round(context / dt)))
+    hop = max(1, n_ctx // 12)
+    centres = np.arange(0, m, hop)
+    lv_at = np.stack([compute_level(power[:, max(0, c - n_ctx // 2):c + n_ctx // 2 + 1])
+                      for c in centres], axis=1)
+    mid = np.arange(u.shape[1]) + k // 2
+    lv = lv_at[:, np.minimum(mid // hop, centres.size - 1)]
+    gi = group_index(ids, groups)
+    stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
+    out: list[Stall] = []
+    j = 0
+    nwin = stalled.size
+    while j < nwin:
+        if not stalled[j]:
+            j += 1
+            continue
+        e = j
+        while e + 1 < nwin and stalled[e + 1]:
+            e += 1
+        cul = culprit[:, j:e + 1].any(axis=1)
+        wai = waiting[:, j:e + 1].any(axis=1) & ~cul
+        # a short window stalls once about half of it does: date it by its middle
+        out.append(Stall(float(t[min(m - 1, j + k // 2)]), float(t[min(m - 1, e + k // 2)]),
+                         tuple(ids[i] for i in np.flatnonzero(wai)),
+                         tuple(ids[i] for i in np.flatnonzero(cul))))
+        j = e + 1
+    return out
+
+
+def scan(
+    t: np.ndarray,
+    power: np.ndarray,
+    *,
+    gpus: Sequence[int] | None = None,
+    sm_clock: np.ndarray | None = None,
+    temperature: np.ndarray | None = None,
+    utilization: np.ndarray | None = None,
+    clock_event_reasons: np.ndarray | None = None,
+    nvlink: np.ndarray | None = None,
+    pcie: np.ndarray | None = None,
+    groups: Mapping[int, str] | None = None,
+    window_seconds: float = 60.0,
+    step_seconds: float = 10.0,
+    thresholds: StragglerThresholds | None = None,
+    stall_window_seconds: float = 2.0,
+    stall_context_seconds: float = 120.0,
+    stall_thresholds: StallThresholds | None = None,
+) -> ScanResult:
+    """Slide the straggler window and the stall window over whole series.
+
+    All series are (N, M) on the uniform grid ``t`` (M,).  Consecutive
+    deviating windows of one GPU and signal become one :class:`Outlier` when
+    they held for the persistence; consecutive stalled short windows become one
+    :class:`Stall` (its culprits and waiters: the union over its windows).
+    Stalls need ``utilization``.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    p = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    if t.ndim != 1 or t.size < 2 or p.shape[1] != t.size:
+        raise ValueError("need (N, M) power on at least 2 sample times")
+    ids = [int(g) for g in gpus] if gpus is not None else list(range(p.shape[0]))
+    others = {"sm_clock": sm_clock, "temperature": temperature, "utilization": utilization,
+              "clock_event_reasons": clock_event_reasons, "nvlink": nvlink, "pcie": pcie}
+    others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
+              for k, v in others.items()}
+    th = thresholds or StragglerThresholds()
+    outliers, n, stats, reason, typical = _scan_outliers(
+        t, p, others, ids, groups, window_seconds, step_seconds, th)
+    stalls: list[Stall] = []
+    util = others["utilization"]
+    if util is not None and np.isfinite(util).any():
+        stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
+                              stall_context_seconds, stall_thresholds or StallThresholds())
+    return ScanResult(outliers, stalls, n, stats, reason, typical)

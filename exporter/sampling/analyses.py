@@ -1,0 +1,72 @@
+"""Feeds the live analyses from the buffers: power swings, cycles and ramps every few
+seconds, stragglers and stalls every second (analysis/live_power.py, live_stragglers.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from exporter.analysis.live_power import PowerAnalysis, PowerMonitor, PowerSettings
+from exporter.analysis.live_stragglers import (
+    StragglerAnalysis,
+    StragglerMonitor,
+    StragglerSettings,
+)
+from exporter.sampling.buffers import SweepBuffer
+from exporter.sampling.clock import Clock
+from exporter.sampling.gpus import GpuSet
+from exporter.sampling.power import PowerSampler
+
+# Finest and coarsest grids the analyses resample the native samples onto.
+FINEST_GRID_SECONDS = 0.02
+STRAGGLER_GRID_SECONDS = 0.1  # means and duty cycles over minutes need no more
+
+
+class Analyses:
+    def __init__(self, gpus: GpuSet, power: PowerSampler, clock: Clock,
+                 power_settings: PowerSettings | None,
+                 straggler_settings: StragglerSettings | None, sweep_interval: float,
+                 job_groups: Callable[[], dict[int, str] | None]):
+        self.gpus, self.power, self.clock = gpus, power, clock
+        self.job_groups = job_groups
+        self.power_monitor = PowerMonitor(power_settings) if power_settings else None
+        self.straggler_monitor = (StragglerMonitor(straggler_settings)
+                                  if straggler_settings else None)
+        self.sweep_buffer = (SweepBuffer(gpus.count, max(2, int(
+            straggler_settings.window_seconds * 1.5 / sweep_interval)))
+            if straggler_settings else None)
+        self.power_analysis: PowerAnalysis | None = None
+        self.straggler_analysis: StragglerAnalysis | None = None
+
+    def _grid_step(self) -> float:
+        intervals = [i for g in range(self.gpus.count) if (i := self.power.interval(g))]
+        return max(FINEST_GRID_SECONDS, float(np.median(intervals)) if intervals else 0.05)
+
+    def _tdp(self) -> np.ndarray | None:
+        limits = [i.default_power_limit_watts if i is not None else None
+                  for i in self.gpus.identities]
+        return None if any(v is None for v in limits) else np.array(limits, dtype=float)
+
+    def power_tick(self) -> None:
+        monitor, buffer = self.power_monitor, self.power.buffer
+        if monitor is None or buffer is None:
+            return
+        now = self.clock.time()
+        grid, watts = buffer.grid(monitor.seconds_needed(now), self._grid_step())
+        times = np.broadcast_to(grid, watts.shape)
+        self.power_analysis = monitor.update(times, watts, self._tdp(), now,
+                                             self.power.band())
+
+    def straggler_tick(self) -> None:
+        monitor, buffer, sweep = self.straggler_monitor, self.power.buffer, self.sweep_buffer
+        if monitor is None or buffer is None or sweep is None:
+            return
+        s = monitor.settings
+        grid, watts = buffer.grid(max(s.stall_context_seconds, s.window_seconds),
+                                  STRAGGLER_GRID_SECONDS)
+        sweep_t, values = sweep.window(s.window_seconds)
+        self.straggler_analysis = monitor.update(
+            self.clock.time(), np.broadcast_to(grid, watts.shape), watts, sweep_t, values,
+            self.job_groups())

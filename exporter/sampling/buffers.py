@@ -1,0 +1,144 @@
+"""Bounded ring buffers: memory fixed at start, independent of uptime.
+
+- PowerBuffer: each GPU's power samples at their native rate, with the driver's own
+  timestamps (GPUs arrive at different times and rates: one ring per GPU).
+- SweepBuffer: one row per sweep, a time and named values per GPU (the straggler
+  window's SM clock, temperature, utilization, clock events).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+
+class PowerBuffer:
+    def __init__(self, gpus: int, capacity: int):
+        self.capacity = capacity
+        self.times = np.full((gpus, capacity), np.nan)
+        self.watts = np.full((gpus, capacity), np.nan)
+        self.count = [0] * gpus  # samples ever written, per GPU
+        self._lock = threading.Lock()
+
+    @property
+    def gpus(self) -> int:
+        return self.times.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.times.nbytes + self.watts.nbytes
+
+    def append(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
+        """New samples of one GPU, oldest first."""
+        n = len(times)
+        if n == 0:
+            return
+        if n > self.capacity:
+            times, watts, skipped = times[-self.capacity:], watts[-self.capacity:], n
+            n = self.capacity
+        else:
+            skipped = n
+        with self._lock:
+            start = self.count[gpu] + skipped - n
+            slots = np.arange(start, start + n) % self.capacity
+            self.times[gpu, slots] = times
+            self.watts[gpu, slots] = watts
+            self.count[gpu] += skipped
+
+    def _ordered(self, gpu: int) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of one GPU's samples, oldest first (caller holds the lock)."""
+        n = min(self.count[gpu], self.capacity)
+        slots = np.arange(self.count[gpu] - n, self.count[gpu]) % self.capacity
+        return self.times[gpu, slots], self.watts[gpu, slots]
+
+    def latest_time(self) -> float | None:
+        with self._lock:
+            ends = [self.times[g, (self.count[g] - 1) % self.capacity]
+                    for g in range(self.gpus) if self.count[g]]
+        return max(ends) if ends else None
+
+    def window(self, gpu: int, seconds: float, end: float | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """One GPU's samples in (end - seconds, end], oldest first (end: its newest)."""
+        with self._lock:
+            times, watts = self._ordered(gpu)
+        if not len(times):
+            return times, watts
+        end = times[-1] if end is None else end
+        keep = (times > end - seconds) & (times <= end)
+        return times[keep], watts[keep]
+
+    def grid(self, seconds: float, dt: float, end: float | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Every GPU on one regular time grid over the last `seconds` (ending at the
+        newest sample of any GPU): (times (n,), watts (gpus, n)), linearly interpolated;
+        NaN where a GPU has no samples around a grid point (a gap, a lost GPU)."""
+        end = self.latest_time() if end is None else end
+        if end is None:
+            return np.zeros(0), np.zeros((self.gpus, 0))
+        grid = end - dt * np.arange(int(seconds / dt), -1, -1)
+        out = np.full((self.gpus, len(grid)), np.nan)
+        for gpu in range(self.gpus):
+            times, watts = self.window(gpu, seconds + 2 * dt, end)
+            if len(times) < 2:
+                continue
+            row = np.interp(grid, times, watts)
+            # no value across a hole: more than 4 grid steps (and 0.25 s) between samples
+            hole = max(4 * dt, 0.25)
+            after = np.searchsorted(times, grid)
+            before_t = times[np.clip(after - 1, 0, len(times) - 1)]
+            after_t = times[np.clip(after, 0, len(times) - 1)]
+            bad = (grid < times[0] - dt) | (grid > times[-1] + hole) | (
+                (after_t - before_t) > hole)
+            row[bad] = np.nan
+            out[gpu] = row
+        return grid, out
+
+
+class SweepBuffer:
+    """The sweep's values per GPU, one row a sweep, for window analyses (stragglers)."""
+
+    FIELDS = ("sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
+              "clock_event_reasons", "power_average_watts")
+
+    def __init__(self, gpus: int, capacity: int):
+        self.capacity = capacity
+        self.times = np.full((gpus, capacity), np.nan)
+        self.values = {name: np.full((gpus, capacity), np.nan) for name in self.FIELDS}
+        self.count = 0  # rows written
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return self.times.nbytes + sum(array.nbytes for array in self.values.values())
+
+    def append(self, rows: dict[int, tuple[float, dict[str, float | None]]]) -> None:
+        """One row: for each GPU read this sweep, its time and values (missing: NaN)."""
+        gpus = self.times.shape[0]
+        with self._lock:
+            slot = self.count % self.capacity
+            self.times[:, slot] = np.nan
+            for array in self.values.values():
+                array[:, slot] = np.nan
+            for gpu, (t, values) in rows.items():
+                if 0 <= gpu < gpus:
+                    self.times[gpu, slot] = t
+                    for name, array in self.values.items():
+                        value = values.get(name)
+                        if value is not None:
+                            array[gpu, slot] = value
+            self.count += 1
+
+    def window(self, seconds: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Copies of the last `seconds` of rows, oldest first: times and values (gpus x n)."""
+        with self._lock:
+            n = min(self.count, self.capacity)
+            order = np.arange(self.count - n, self.count) % self.capacity
+            times = self.times[:, order]
+            values = {name: array[:, order] for name, array in self.values.items()}
+        if n == 0 or not np.isfinite(times).any():
+            return times[:, :0], {k: v[:, :0] for k, v in values.items()}
+        row = np.nanmax(np.where(np.isfinite(times), times, -np.inf), axis=0)
+        keep = row >= row.max() - seconds
+        return times[:, keep], {k: v[:, keep] for k, v in values.items()}

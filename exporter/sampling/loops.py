@@ -1,0 +1,152 @@
+"""Periodic loops on a deadline schedule, each in its own thread or ticked by hand.
+
+A loop runs `fn` every `period` seconds without drift; when an iteration overruns, the
+missed ticks are counted and skipped, keeping the phase. A loop stuck inside one GPU's
+call can be superseded: restart() starts a fresh thread (a new generation) and the stuck
+one exits when its call finally returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from exporter.sampling.clock import SYSTEM, Clock
+from exporter.sampling.snapshot import LoopStats
+
+log = logging.getLogger(__name__)
+
+
+class Loop:
+    def __init__(self, name: str, period: float, fn: Callable[[], None],
+                 stop: threading.Event, clock: Clock = SYSTEM, first_delay: float = 0.0):
+        self.name, self.period, self.fn, self.stop, self.clock = name, period, fn, stop, clock
+        self.first_delay = first_delay
+        self.first_done = threading.Event()
+        self.iterations = 0
+        self.overruns = 0
+        self.restarts = 0
+        self.last_completed = 0.0
+        self.last_duration = 0.0
+        self.cpu_seconds = 0.0  # CPU time of this loop's threads, so its cost is visible
+        self.generation = 0
+        self.busy_gpu: int | None = None  # the GPU the current thread is reading
+        self.busy_since = 0.0
+        self.next_tick: float | None = None  # monotonic; None until started
+        self._local = threading.local()
+        self._starts: list[float] = []  # recent tick start times (monotonic)
+        self._lateness: list[float] = []
+        self._keep = max(16, int(10 / period))
+        self._lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    @property
+    def hertz(self) -> float:
+        return 1.0 / self.period
+
+    # -- which GPU the loop is inside (hang supervision) --------------------------------
+    @property
+    def current(self) -> bool:
+        """True in the loop's current thread; False in a superseded one."""
+        return getattr(self._local, "generation", self.generation) == self.generation
+
+    def enter(self, gpu: int) -> None:
+        if self.current:
+            self.busy_gpu, self.busy_since = gpu, self.clock.monotonic()
+
+    def leave(self) -> None:
+        if self.current:
+            self.busy_gpu = None
+
+    # -- running ---------------------------------------------------------------------------
+    def start_thread(self) -> None:
+        self.next_tick = self.clock.monotonic() + self.first_delay
+        self.thread = self._new_thread()
+        self.thread.start()
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._run, args=(self.generation,),
+                                name=f"cte-{self.name}", daemon=True)
+
+    def restart(self) -> None:
+        """Abandon the current thread (stuck in a call) and continue in a new one."""
+        with self._lock:
+            self.generation += 1
+            self.restarts += 1
+            self.busy_gpu = None
+            self.next_tick = self.clock.monotonic()
+            self.thread = self._new_thread()
+        self.thread.start()
+
+    def _run(self, generation: int) -> None:
+        self._local.generation = generation
+        while not self.stop.is_set() and generation == self.generation:
+            wait = self.next_tick - self.clock.monotonic()
+            if wait > 0 and self.stop.wait(wait):
+                return
+            if not self.tick():
+                return  # superseded while stuck: the new thread carries on
+
+    def tick(self) -> bool:
+        """One iteration now (late against the schedule as it is); False if superseded."""
+        now = self.clock.monotonic()
+        if self.next_tick is None:
+            self.next_tick = now
+        late = max(0.0, now - self.next_tick)
+        generation = self.generation
+        cpu0 = time.thread_time()
+        try:
+            self.fn()
+        except Exception:  # a bug in one iteration must not kill the loop
+            log.exception("%s loop iteration failed", self.name)
+        with self._lock:
+            self.cpu_seconds += time.thread_time() - cpu0
+            if generation != self.generation:
+                return False
+            end = self.clock.monotonic()
+            self.last_duration = end - now
+            self.iterations += 1
+            self.last_completed = self.clock.time()
+            self._starts.append(now)
+            self._lateness.append(late)
+            if len(self._starts) > self._keep:
+                del self._starts[: -self._keep]
+                del self._lateness[: -self._keep]
+            self.next_tick += self.period
+            behind = end - self.next_tick
+            if behind > self.period:  # skip the ticks we cannot make; keep the phase
+                skipped = int(behind // self.period)
+                self.overruns += skipped
+                self.next_tick += skipped * self.period
+        self.first_done.set()
+        return True
+
+    def stats(self) -> LoopStats:
+        with self._lock:
+            starts = list(self._starts)
+            lateness = list(self._lateness)
+            iterations, overruns, last = self.iterations, self.overruns, self.last_completed
+        achieved = 0.0
+        if len(starts) >= 2 and starts[-1] > starts[0]:
+            achieved = (len(starts) - 1) / (starts[-1] - starts[0])
+        jitter = sorted(lateness)[int(0.99 * (len(lateness) - 1))] if lateness else 0.0
+        busy = "" if self.busy_gpu is None else f"gpu {self.busy_gpu}"
+        return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, busy,
+                         self.last_duration, self.cpu_seconds, self.restarts)
+
+
+def run_due(loops: list[Loop], clock, until: float) -> None:
+    """Synchronously run every loop tick due up to `until` (monotonic), in time order,
+    moving a manual clock to each tick: the whole sampler in simulated time."""
+    for loop in loops:
+        if loop.next_tick is None:
+            loop.next_tick = clock.monotonic() + loop.first_delay
+    while True:
+        loop = min(loops, key=lambda lp: lp.next_tick)
+        if loop.next_tick > until:
+            break
+        clock.set(loop.next_tick)
+        loop.tick()
+    clock.set(until)

@@ -1,0 +1,103 @@
+"""The snapshot contract: everything one rendering (or one API answer) needs, immutable.
+
+This is the only thing the renderers and the HTTP side import from sampling: they never
+see threads, NVML or buffers being written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.gpu.health import GpuHealth
+from exporter.gpu.state import GpuIdentity, GpuState
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    """How well a periodic loop keeps its schedule."""
+
+    target_hertz: float
+    iterations_total: int
+    overruns_total: int  # ticks skipped because an iteration ran past the next one
+    achieved_hertz: float  # over the last few seconds
+    jitter_p99_seconds: float  # lateness of tick starts against the schedule
+    last_completed: float  # epoch seconds, 0 if never
+    busy: str = ""  # what the loop is doing right now, when it is inside a call
+    last_duration_seconds: float = 0.0
+    cpu_seconds_total: float = 0.0
+    restarts_total: int = 0
+
+
+@dataclass(frozen=True)
+class CollectorResult:
+    reading: Any  # the last successful reading (None if never)
+    duration_seconds: float
+    success: bool
+    errors_total: int
+    error: str = ""
+    stuck_seconds: float = 0.0  # how long the current read has been running, if stuck
+    last_success: float = 0.0  # epoch seconds
+
+
+@dataclass(frozen=True)
+class XidRecord:
+    count: int
+    last_seen: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class PowerReading:
+    time: float  # epoch seconds: the driver's timestamp of the sample
+    watts: float
+
+
+@dataclass(frozen=True)
+class PowerSourceStats:
+    """Where a GPU's power samples come from and how well they arrive."""
+
+    kind: str  # "buffer": the driver's sample buffer; "poll": the instant-power field
+    sample_interval_seconds: float | None  # median interval between samples
+    samples_total: int
+    lost_total: int  # samples the driver's buffer dropped before we drained it
+    gap_seconds_total: float  # time those lost samples covered
+    sampled_energy_joules: float  # the samples integrated over time (ours, not the driver's)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    started_at: float
+    backend: str  # "nvml", "fake" or "replay"
+    scenario: str
+    driver_version: str
+    nvml_version: str
+    bindings_version: str
+    gpu_count: int
+    expected_gpus: int
+    identities: tuple[GpuIdentity | None, ...]
+    states: dict[int, GpuState]
+    power: dict[int, PowerReading]  # the latest sample of each GPU
+    power_sources: dict[int, PowerSourceStats]
+    loops: dict[str, LoopStats]
+    nvml_errors: dict[tuple[str, str], int]
+    collectors: dict[str, CollectorResult] = field(default_factory=dict)
+    power_buffer_bytes: int = 0
+    health: dict[int, GpuHealth] = field(default_factory=dict)
+    clock_event_seconds: dict[tuple[int, str], float] = field(default_factory=dict)
+    xids: dict[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
+    xid_events_registered: int = 0
+    lost: frozenset[int] = frozenset()  # GPUs NVML reports lost (GpuIsLost)
+    hung: dict[int, float] = field(default_factory=dict)  # GPU stuck in a call -> since
+    recovery_attempts: dict[int, int] = field(default_factory=dict)
+    recoveries: dict[int, int] = field(default_factory=dict)
+    hangs: dict[int, int] = field(default_factory=dict)
+    power_analysis: Any = None  # analysis.live_power.PowerAnalysis
+    straggler_analysis: Any = None  # analysis.live_stragglers.StragglerAnalysis
+    power_update_periods: dict[int, float] = field(default_factory=dict)  # polled sensors
+    observable_band_hz: tuple[float, float] = (0.0, 0.0)
+    power_history: Any = None  # sampling.buffers.PowerBuffer: windows of native samples
+
+    def up(self, gpu: int) -> bool:
+        return (gpu not in self.lost and gpu not in self.hung
+                and self.identities[gpu] is not None)

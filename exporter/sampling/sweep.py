@@ -1,0 +1,97 @@
+"""The sweep loop: the catalogue's values of every GPU, each cadence when it is due.
+
+Every sweep reads the cheap values; the health interval adds the slowly changing and the
+costly ones (PCIe counters, ECC, row remapping, NVLink: one batched call per GPU); the
+energy interval adds the energy counter. Clock-event reasons are accumulated into
+seconds sweep to sweep, and each sweep feeds the straggler window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from exporter.gpu import catalogue
+from exporter.gpu.fields import CLOCK_EVENT_REASONS
+from exporter.gpu.health import GpuHealth, read_health
+from exporter.gpu.state import GpuState, read_identity, read_state
+from exporter.sampling.buffers import SweepBuffer
+from exporter.sampling.clock import Clock
+from exporter.sampling.gpus import GpuSet
+from exporter.sampling.loops import Loop
+
+
+class SweepSampler:
+    def __init__(self, gpus: GpuSet, clock: Clock, interval: float, health_interval: float,
+                 energy_interval: float):
+        self.gpus, self.clock = gpus, clock
+        self.interval = interval
+        self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
+        self.states: dict[int, GpuState] = {}
+        self.health: dict[int, GpuHealth] = {}
+        self.clock_event_seconds: dict[tuple[int, str], float] = {}
+        self._last_read: dict[tuple[int, str], float] = {}  # (gpu, cadence) -> epoch
+        self._last_state_time: dict[int, float] = {}
+        self.buffer: SweepBuffer | None = None
+        self.recorder: Callable[[int, GpuState], None] | None = None
+        self.on_recovered: Callable[[int], None] | None = None
+
+    def _due(self, gpu: int, now: float) -> list[str]:
+        """The cadences due for this GPU now (a little early rather than a sweep late)."""
+        due = [catalogue.SWEEP]
+        for cadence, every in self.every.items():
+            last = self._last_read.get((gpu, cadence))
+            if last is None or now - last >= every - 0.5 * self.interval:
+                due.append(cadence)
+                self._last_read[(gpu, cadence)] = now
+        return due
+
+    def tick(self, loop: Loop) -> None:
+        def read(gpu: int) -> None:
+            if self.gpus.identities[gpu] is None:
+                self.gpus.identities[gpu] = read_identity(self.gpus.backend, gpu)
+            now = self.clock.time()
+            due = self._due(gpu, now)
+            state = read_state(self.gpus.backend, gpu, now, due, self.states.get(gpu))
+            if state is not None:
+                self._count_clock_events(gpu, state)
+                self.states[gpu] = state
+            ident = self.gpus.identities[gpu]
+            if catalogue.HEALTH in due:
+                health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
+                                     now)
+                if health is not None:
+                    self.health[gpu] = health
+            if self.recorder is not None and state is not None:
+                self.recorder(gpu, state)
+
+        if self.gpus.each(loop, read):
+            for gpu in self.gpus.recover_lost():
+                if self.on_recovered is not None:
+                    self.on_recovered(gpu)
+            self._feed_window()
+
+    def _feed_window(self) -> None:
+        if self.buffer is None:
+            return
+        rows = {}
+        for gpu in range(self.gpus.count):
+            state = self.states.get(gpu)
+            if state is not None and self.gpus.readable(gpu):
+                rows[gpu] = (state.time, {k: state.get(k) for k in SweepBuffer.FIELDS})
+        self.buffer.append(rows)
+
+    def _count_clock_events(self, gpu: int, state: GpuState) -> None:
+        """Accumulate seconds each clock-event reason was active, sweep to sweep."""
+        previous = self._last_state_time.get(gpu)
+        self._last_state_time[gpu] = state.time
+        reasons = state.get("clock_event_reasons")
+        if previous is None or reasons is None:
+            return
+        # a gap longer than a few sweeps (a hang, a lost GPU) is not counted as active
+        elapsed = min(state.time - previous, 3 * self.interval)
+        for reason, bit in CLOCK_EVENT_REASONS.items():
+            key = (gpu, reason)
+            if int(reasons) & bit:
+                self.clock_event_seconds[key] = self.clock_event_seconds.get(key, 0.0) + elapsed
+            else:
+                self.clock_event_seconds.setdefault(key, 0.0)

@@ -1,0 +1,77 @@
+"""XID events: a thread blocked in NVML's event wait, registered on every GPU."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from exporter.gpu.backend import NvmlEventError
+from exporter.sampling.clock import Clock
+from exporter.sampling.gpus import GpuSet
+from exporter.sampling.snapshot import XidRecord
+
+log = logging.getLogger(__name__)
+
+WAIT_MS = 500  # short enough to stop cleanly
+
+
+class XidWatcher:
+    def __init__(self, gpus: GpuSet, clock: Clock, stop: threading.Event):
+        self.gpus, self.clock, self.stop = gpus, clock, stop
+        self.records: dict[tuple[int, int], XidRecord] = {}
+        self.registered = 0
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._event_set = None
+        self._registered = False
+
+    def start(self) -> None:
+        """Wait for events on a thread of their own."""
+        self.thread = threading.Thread(target=self._watch, name="cte-xid", daemon=True)
+        self.thread.start()
+
+    def _register(self) -> bool:
+        if not self._registered:
+            self._registered = True
+            self._event_set, self.registered = self.gpus.backend.register_xid_events()
+        return self._event_set is not None
+
+    def _watch(self) -> None:
+        if not self._register():
+            return
+        while not self.stop.is_set():
+            if not self._take(WAIT_MS):
+                continue
+        self.gpus.backend.call("nvmlEventSetFree", self._event_set)
+
+    def poll(self) -> None:
+        """Take every event already due, without waiting (the sampler in simulated time)."""
+        if self._register():
+            while self._take(0):
+                pass
+
+    def _take(self, timeout_ms: int) -> bool:
+        """Wait up to timeout_ms for one event and record it; False if none came."""
+        backend = self.gpus.backend
+        try:
+            event = backend.wait_xid(self._event_set, timeout_ms)
+        except NvmlEventError:
+            self.stop.wait(1.0 if timeout_ms else 0.0)
+            return False
+        if event is None:
+            return False
+        handle, code = event
+        gpu = backend.gpu_of(handle, self.gpus.uuids())
+        self.record(-1 if gpu is None else gpu, code)
+        return True
+
+    def record(self, gpu: int, code: int) -> None:
+        log.warning("XID %d on GPU %d", code, gpu)
+        with self._lock:
+            previous = self.records.get((gpu, code))
+            self.records[(gpu, code)] = XidRecord((previous.count if previous else 0) + 1,
+                                                  self.clock.time())
+
+    def snapshot(self) -> dict[tuple[int, int], XidRecord]:
+        with self._lock:
+            return dict(self.records)

@@ -1,0 +1,184 @@
+"""The fake's per-device getters: identity, power, the power-sample buffer, load, memory,
+thermals, clocks and PCIe. Each answers a catalogue value through FakeNvmlLibrary.answer
+(sim/fake.py), or fills the struct pynvml passes.
+"""
+
+from __future__ import annotations
+
+import pynvml
+
+from exporter.gpu import fields as fi
+from exporter.sim.cstructs import target, value_of
+
+SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
+ERROR_NOT_FOUND = 6
+NOT_AVAILABLE = 0xFFFFFFFF  # nvml.h NVML_VALUE_NOT_AVAILABLE in an unsigned int member
+NVML_TEMPERATURE_GPU = 0
+_CLOCK_KEYS = {pynvml.NVML_CLOCK_SM: "sm_clock_hertz", pynvml.NVML_CLOCK_GRAPHICS:
+               "sm_clock_hertz", pynvml.NVML_CLOCK_MEM: "memory_clock_hertz"}
+
+
+class DeviceSymbols:
+    """Mixin of FakeNvmlLibrary."""
+
+    # -- identity -----------------------------------------------------------
+    def _nvmlDeviceGetIndex(self, handle, index) -> int:
+        return self.device_call(handle, index, lambda g: g.index)
+
+    def _device_string(self, handle, buffer, size, text) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
+        return self.string_call(buffer, size, text(gpu))
+
+    def _nvmlDeviceGetUUID(self, handle, buffer, size) -> int:
+        return self._device_string(handle, buffer, size, lambda g: g.uuid)
+
+    def _nvmlDeviceGetName(self, handle, buffer, size) -> int:
+        return self._device_string(handle, buffer, size, lambda g: self.scenario.device.name)
+
+    def _nvmlDeviceGetSerial(self, handle, buffer, size) -> int:
+        return self._device_string(handle, buffer, size, lambda g: g.serial)
+
+    def _nvmlDeviceGetPciInfo_v3(self, handle, info) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        out = target(info)
+        bus_id = f"00000000:{gpu.bus:02X}:00.0"
+        out.busId = bus_id.encode()
+        out.busIdLegacy = bus_id.encode()
+        out.domain, out.bus, out.device = 0, gpu.bus, 0
+        out.pciDeviceId = 0x233010DE
+        out.pciSubSystemId = 0x16C110DE
+        return SUCCESS
+
+    # -- power --------------------------------------------------------------
+    def _nvmlDeviceGetEnforcedPowerLimit(self, handle, limit) -> int:
+        return self.answer(handle, limit, "power_limit_watts")
+
+    def _nvmlDeviceGetPowerManagementLimit(self, handle, limit) -> int:
+        return self.answer(handle, limit, "power_limit_watts")
+
+    def _nvmlDeviceGetPowerManagementDefaultLimit(self, handle, limit) -> int:
+        return self.answer(handle, limit, "default_power_limit_watts")
+
+    def _nvmlDeviceGetPowerUsage(self, handle, milliwatts) -> int:
+        # Like Ampere and newer: a 1 s average, not the instant value.
+        return self.answer(handle, milliwatts, "power_average_watts")
+
+    def _nvmlDeviceGetTotalEnergyConsumption(self, handle, millijoules) -> int:
+        return self.answer(handle, millijoules, "energy_joules")
+
+    def _nvmlDeviceGetSamples(self, handle, sampling_type, last_seen, value_type, count,
+                              samples) -> int:
+        """The driver's buffer of power samples: the newest `power_sample_buffer` of
+        them taken after `last_seen` (us), oldest first; NotFound when there is none."""
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
+        capacity = self.scenario.device.power_sample_buffer
+        if value_of(sampling_type) != fi.TOTAL_POWER_SAMPLES or capacity <= 0 or (
+                not gpu.provides("power_watts")):
+            return ERROR_NOT_SUPPORTED
+        now, seen = self.now(), value_of(last_seen)
+        # the driver sampled before the exporter started: its buffer is full from the start
+        oldest = now - 2 * capacity * self.scenario.device.power_sample_interval_seconds
+        ks = gpu.samples_between(max(seen / 1e6 - 1e-3, oldest), now)
+        ks = [k for k in ks if _stamp(gpu, k) > seen][-capacity:]
+        if not len(ks):
+            return ERROR_NOT_FOUND
+        target(value_type).value = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        out_count = target(count)
+        if samples is None:  # pynvml's first call asks how many to allocate
+            out_count.value = len(ks)
+            if self.costs is not None:
+                self.pending_cost = self.costs.of_samples(0)
+            return SUCCESS
+        n = min(out_count.value, len(ks))
+        for i, k in enumerate(ks[:n]):
+            samples[i].timeStamp = _stamp(gpu, k)
+            samples[i].sampleValue.uiVal = int(gpu.sample_watts(k) * 1000)
+        out_count.value = n
+        if self.costs is not None:
+            self.pending_cost = self.costs.of_samples(n)
+        return SUCCESS
+
+    # -- load, memory, thermals, clocks ---------------------------------------
+    def _nvmlDeviceGetUtilizationRates(self, handle, util) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        values = [self.nvml_units(gpu, k) for k in ("utilization_gpu_ratio",
+                                                    "utilization_memory_ratio")]
+        if values == [None, None]:
+            return ERROR_NOT_SUPPORTED
+        out = target(util)
+        out.gpu, out.memory = (NOT_AVAILABLE if v is None else v for v in values)
+        return SUCCESS
+
+    def _nvmlDeviceGetMemoryInfo(self, handle, memory) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        used = self.nvml_units(gpu, "memory_used_bytes")
+        total = self.nvml_units(gpu, "memory_total_bytes")
+        if used is None and total is None:
+            return ERROR_NOT_SUPPORTED
+        out = target(memory)
+        if used is None or total is None:  # a replayed trace with one of them
+            na = 0xFFFFFFFFFFFFFFFF
+            out.total, out.used, out.free = total if total is not None else na, (
+                used if used is not None else na), na
+            return SUCCESS
+        out.total, out.used, out.free = total, min(used, total), total - min(used, total)
+        return SUCCESS
+
+    def _nvmlDeviceGetTemperature(self, handle, sensor, temp) -> int:
+        if value_of(sensor) != NVML_TEMPERATURE_GPU:
+            return ERROR_INVALID_ARGUMENT
+        return self.answer(handle, temp, "temperature_celsius")
+
+    def _nvmlDeviceGetClockInfo(self, handle, clock_type, mhz) -> int:
+        key = _CLOCK_KEYS.get(value_of(clock_type))
+        if key is None:
+            return self.device_call(handle, mhz, lambda g: None)
+        return self.answer(handle, mhz, key)
+
+    def _nvmlDeviceGetMaxClockInfo(self, handle, clock_type, mhz) -> int:
+        if value_of(clock_type) == pynvml.NVML_CLOCK_MEM:
+            return self.answer(handle, mhz, "memory_clock_hertz")
+        return self.answer(handle, mhz, "sm_clock_max_hertz")
+
+    def _nvmlDeviceGetPerformanceState(self, handle, pstate) -> int:
+        return self.answer(handle, pstate, "performance_state")
+
+    def _nvmlDeviceGetFanSpeed(self, handle, speed) -> int:
+        return self.answer(handle, speed, "fan_speed_ratio")
+
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, handle, reasons) -> int:
+        return self.answer(handle, reasons, "clock_event_reasons")
+
+    def _nvmlDeviceGetCurrentClocksThrottleReasons(self, handle, reasons) -> int:
+        return self.answer(handle, reasons, "clock_event_reasons")
+
+    # -- PCIe -----------------------------------------------------------------
+    def _nvmlDeviceGetCurrPcieLinkGeneration(self, handle, gen) -> int:
+        return self.answer(handle, gen, "pcie_generation")
+
+    def _nvmlDeviceGetMaxPcieLinkGeneration(self, handle, gen) -> int:
+        return self.answer(handle, gen, "pcie_max_generation")
+
+    def _nvmlDeviceGetCurrPcieLinkWidth(self, handle, width) -> int:
+        return self.answer(handle, width, "pcie_width")
+
+    def _nvmlDeviceGetMaxPcieLinkWidth(self, handle, width) -> int:
+        return self.answer(handle, width, "pcie_max_width")
+
+    def _nvmlDeviceGetPcieReplayCounter(self, handle, counter) -> int:
+        return self.answer(handle, counter, "pcie_replays")
+
+
+def _stamp(gpu, k: int) -> int:
+    """The driver's timestamp of sample k, in whole microseconds."""
+    return round(gpu.sample_time(k) * 1e6)

@@ -1,0 +1,221 @@
+"""The fake's field values (nvmlDeviceGetFieldValues), NVLink counters and XID events.
+
+Catalogue fields answer the model's value in NVML's unit; the health fields (ECC,
+retired pages, row remapping, recovery action, NVLink) follow the scenario's faults.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import pynvml
+
+from exporter.gpu import catalogue
+from exporter.gpu import fields as fi
+from exporter.sim.cstructs import target, value_of, write_pointer
+from exporter.sim.physics import HANDLE_BASE, FakeGpu
+from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
+
+SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
+EVENT_SET_BASE = 0x7E58_0000
+NVLINK_BYTES_PER_SECOND = 12e9  # per link while training
+_UINT, _ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+_CRC_DATA_LINK = {fid: link for link, fid in enumerate(fi.NVLINK_CRC_DATA)}
+_NVLINK_FIELDS = {fi.NVLINK_STATE, fi.NVLINK_REPLAY, fi.NVLINK_RECOVERY, fi.NVLINK_CRC_FLIT,
+                  fi.NVLINK_TX, fi.NVLINK_RX, *fi.NVLINK_CRC_DATA}
+_COUNTS = {  # field -> (fault kind, parameter), counted over faults begun so far
+    fi.ECC_SBE_VOL_TOTAL: ("ecc", "corrected"), fi.ECC_SBE_AGG_TOTAL: ("ecc", "corrected"),
+    fi.ECC_DBE_VOL_TOTAL: ("ecc", "uncorrected"), fi.ECC_DBE_AGG_TOTAL: ("ecc", "uncorrected"),
+    fi.RETIRED_SBE: ("retired_pages", "single_bit"),
+    fi.RETIRED_DBE: ("retired_pages", "double_bit"),
+    fi.REMAPPED_COR: ("row_remap", "correctable"),
+    fi.REMAPPED_UNC: ("row_remap", "uncorrectable"),
+}
+_FLAGS = {fi.RETIRED_PENDING: ("retired_pages", "pending"),
+          fi.REMAPPED_PENDING: ("row_remap", "pending"),
+          fi.REMAPPED_FAILURE: ("row_remap", "failure")}
+_RETIRED = {fi.RETIRED_SBE, fi.RETIRED_DBE, fi.RETIRED_PENDING}
+_NVLINK_ERROR_PARAMS = {fi.NVLINK_REPLAY: "replay_per_second",
+                        fi.NVLINK_RECOVERY: "recovery_per_second",
+                        fi.NVLINK_CRC_FLIT: "crc_flit_per_second"}
+_ERROR_COUNTERS = {pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay_per_second",
+                   pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery_per_second",
+                   pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit_per_second",
+                   pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data_per_second"}
+
+
+class FieldSymbols:
+    """Mixin of FakeNvmlLibrary."""
+
+    def _nvmlDeviceGetFieldValues(self, handle, count, values) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
+        array = target(values)
+        n = value_of(count)
+        t = self.now()
+        for i in range(n):
+            entry = array[i]
+            entry.timestamp = int(t * 1e6)
+            entry.latencyUsec = 0
+            served = self._field(gpu, entry.fieldId, entry.scopeId, t)
+            if served is None:
+                entry.nvmlReturn = ERROR_NOT_SUPPORTED
+                continue
+            value_type, value = served
+            entry.valueType = value_type
+            entry.nvmlReturn = SUCCESS
+            if value_type == _ULL:
+                entry.value.ullVal = int(value)
+            else:
+                entry.value.uiVal = int(value)
+        if self.costs is not None:
+            self.pending_cost = self.costs.of_fields([array[i].fieldId for i in range(n)])
+        return SUCCESS
+
+    def _field(self, gpu: FakeGpu, field_id: int, scope: int, t: float
+               ) -> tuple[int, float] | None:
+        dev = self.scenario.device
+        since = t - self.start
+        if field_id == fi.POWER_INSTANT:
+            if not gpu.provides("power_watts"):
+                return None
+            return _UINT, int(gpu.instant_power(t, dev.power_update_period_seconds) * 1000)
+        value = catalogue.BY_FIELD.get(field_id)
+        if value is not None:
+            answer = self.nvml_units(gpu, value.key)
+            return None if answer is None else (_ULL, answer)
+        if not gpu.provides("health"):
+            return None
+        if field_id == fi.NVLINK_LINK_COUNT:
+            return _UINT, dev.nvlinks
+        if field_id in _NVLINK_FIELDS:
+            link = _CRC_DATA_LINK.get(field_id, scope)
+            if not 0 <= link < dev.nvlinks:
+                return None
+            return self._nvlink_field(gpu, field_id, link, since)
+        health = self._health_field(gpu.index, field_id, since)
+        return None if health is None else (_ULL, health)
+
+    def _health_field(self, gpu: int, field_id: int, since: float) -> int | None:
+        """ECC, retired pages, remapped rows and recovery action, from the faults so far."""
+        if field_id in _RETIRED and not self.scenario.device.retired_pages:
+            return None  # Hopper replaced page retirement by row remapping
+        if field_id in _COUNTS:
+            kind, param = _COUNTS[field_id]
+            return int(sum(e.params[param] for e in self.faults(kind, gpu, since, started=True)))
+        if field_id in _FLAGS:
+            kind, param = _FLAGS[field_id]
+            return int(any(e.params[param] for e in self.faults(kind, gpu, since)))
+        if field_id == fi.ECC_CURRENT:
+            return 1
+        if field_id == fi.RECOVERY_ACTION:
+            actions = self.faults("recovery_action", gpu, since)
+            return RECOVERY_ACTIONS[actions[-1].params["action"]] if actions else 0
+        return None
+
+    # -- NVLink ------------------------------------------------------------------------
+    def _nvlink_errors(self, gpu: int, link: int, param: str, t: float) -> int:
+        total = 0.0
+        for event in self.faults("nvlink", gpu, t, started=True):
+            if event.params["link"] in (None, link):
+                total += event.params[param] * event.active_seconds(t)
+        return int(total)
+
+    def _nvlink_up(self, gpu: int, link: int, t: float) -> bool:
+        return not any(e.params["down"] and e.params["link"] in (None, link)
+                       for e in self.faults("nvlink", gpu, t))
+
+    def _nvlink_field(self, gpu: FakeGpu, field_id: int, link: int, since: float
+                      ) -> tuple[int, float]:
+        up = self._nvlink_up(gpu.index, link, since)
+        if field_id == fi.NVLINK_STATE:
+            return _UINT, int(up)
+        if field_id in (fi.NVLINK_TX, fi.NVLINK_RX):  # KiB counters
+            rate = NVLINK_BYTES_PER_SECOND if gpu.training and up else 0.0
+            return _ULL, int(max(0.0, since) * rate / 1024) + 1000 * (link + 1)
+        param = _NVLINK_ERROR_PARAMS.get(field_id, "crc_data_per_second")
+        return _ULL, self._nvlink_errors(gpu.index, link, param, since)
+
+    def _nvmlDeviceGetNvLinkErrorCounter(self, handle, link, counter, result) -> int:
+        link_no, kind = value_of(link), _ERROR_COUNTERS.get(value_of(counter))
+        if kind is None or not 0 <= link_no < self.scenario.device.nvlinks:
+            return ERROR_INVALID_ARGUMENT
+        return self.device_call(handle, result, lambda g: self._nvlink_errors(
+            g.index, link_no, kind, self.elapsed()))
+
+    def _nvmlDeviceGetNvLinkState(self, handle, link, active) -> int:
+        link_no = value_of(link)
+        if not 0 <= link_no < self.scenario.device.nvlinks:
+            return ERROR_INVALID_ARGUMENT
+        return self.device_call(handle, active,
+                                lambda g: int(self._nvlink_up(g.index, link_no, self.elapsed())))
+
+    # -- events (XIDs) -------------------------------------------------------------
+    def _nvmlEventSetCreate(self, event_set) -> int:
+        if self.initialized <= 0:
+            return ERROR_UNINITIALIZED
+        with self._lock:
+            self._next_set += 1
+            number = self._next_set
+            self._event_sets[number] = {"gpus": set(), "delivered": set()}
+        write_pointer(event_set, EVENT_SET_BASE + number)
+        return SUCCESS
+
+    def _event_set(self, event_set) -> dict | None:
+        address = ctypes.cast(event_set, ctypes.c_void_p).value or 0
+        return self._event_sets.get(address - EVENT_SET_BASE)
+
+    def _nvmlDeviceRegisterEvents(self, handle, event_types, event_set) -> int:
+        gpu = self.gpu(handle)
+        registry = self._event_set(event_set)
+        if gpu is None or registry is None:
+            return ERROR_INVALID_ARGUMENT
+        if value_of(event_types) & ~pynvml.nvmlEventTypeXidCriticalError:
+            return ERROR_NOT_SUPPORTED  # like NVML: one unsupported bit registers nothing
+        registry["gpus"].add(gpu.index)
+        return SUCCESS
+
+    def _due_xid(self, registry: dict) -> tuple[int, FaultEvent] | None:
+        t = self.elapsed()
+        for number, event in enumerate(self.scenario.events):
+            if (event.kind == "xid" and t >= event.at and number not in registry["delivered"]
+                    and (event.gpu is None or event.gpu in registry["gpus"])):
+                return number, event
+        return None
+
+    def _nvmlEventSetWait_v2(self, event_set, data, timeout_ms) -> int:
+        registry = self._event_set(event_set)
+        if registry is None:
+            return ERROR_INVALID_ARGUMENT
+        deadline = time.monotonic() + value_of(timeout_ms) / 1000.0
+        while True:
+            with self._lock:
+                due = self._due_xid(registry)
+                if due is not None:
+                    registry["delivered"].add(due[0])
+            if due is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return pynvml.NVML_ERROR_TIMEOUT
+            # sleep until the next XID is due (checked at least every 50 ms while one is
+            # pending, since the fake's clock may run faster than the wall clock)
+            pending = any(e.kind == "xid" and n not in registry["delivered"]
+                          for n, e in enumerate(self.scenario.events))
+            if self._released.wait(min(left, 0.05) if pending else left):
+                return pynvml.NVML_ERROR_TIMEOUT
+        event = due[1]
+        out = target(data)
+        gpu = event.gpu if event.gpu is not None else min(registry["gpus"])
+        write_pointer(out.device, HANDLE_BASE + gpu)
+        out.eventType = pynvml.nvmlEventTypeXidCriticalError
+        out.eventData = event.params["code"]
+        return SUCCESS
+
+    def _nvmlEventSetFree(self, event_set) -> int:
+        address = ctypes.cast(event_set, ctypes.c_void_p).value or 0
+        with self._lock:
+            return SUCCESS if self._event_sets.pop(address - EVENT_SET_BASE, None) else (
+                ERROR_INVALID_ARGUMENT)

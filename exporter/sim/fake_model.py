@@ -1,0 +1,140 @@
+"""The fake's model: each catalogue value of a fake GPU at time t, in base units.
+
+One method per catalogue key (`_model_<key>`); the fields and calls that carry a value
+answer it divided by the catalogue's factor, so the fake and the sweep agree on units
+by construction. A value the model does not have, or a replayed trace lacks, is None:
+NVML's NotSupported.
+"""
+
+from __future__ import annotations
+
+from exporter.gpu import catalogue
+from exporter.sim.physics import FakeGpu
+from exporter.sim.scenarios import CLOCK_EVENT_BITS
+
+
+class ModelValues:
+    """Mixin of FakeNvmlLibrary (which provides scenario, now(), start and faults())."""
+
+    def model(self, gpu: FakeGpu, key: str, t: float | None = None) -> float | None:
+        if not gpu.provides(key):
+            return None
+        t = self.now() if t is None else t
+        replayed = gpu.recorded(key, t)
+        if replayed is not None:
+            return replayed
+        method = getattr(self, f"_model_{key}", None)
+        return None if method is None else method(gpu, t)
+
+    def nvml_units(self, gpu: FakeGpu, key: str) -> int | None:
+        """The value as NVML reports it (mW, MHz, percent, ...), a whole number."""
+        value = self.model(gpu, key)
+        return None if value is None else int(round(value / catalogue.BY_KEY[key].scale))
+
+    # -- faults that change the physics ------------------------------------------
+    def clock_events(self, gpu: FakeGpu, t: float) -> tuple[int, float, float]:
+        """Active fault reason bits, SM clock scale and extra degrees at time t."""
+        bits, scale, hotter = 0, 1.0, 0.0
+        for event in self.faults("clock_event", gpu.index, t - self.start):
+            for reason in event.params["reasons"]:
+                bits |= CLOCK_EVENT_BITS[reason]
+            scale = min(scale, event.params["clock_scale"])
+            hotter = max(hotter, event.params["temperature_offset_celsius"])
+        return bits, scale, hotter
+
+    def at_power_cap(self, gpu: FakeGpu, t: float) -> bool:
+        period = self.scenario.device.power_update_period_seconds
+        return gpu.instant_power(t, period) >= 0.98 * gpu.power_limit
+
+    def compute_phase(self, gpu: FakeGpu, t: float) -> bool:
+        return gpu.training and gpu.ideal_power(t) > (gpu.high + gpu.wave.low) / 2
+
+    # -- static ------------------------------------------------------------------------
+    def _model_default_power_limit_watts(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.default_power_limit_watts
+
+    def _model_pcie_max_generation(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.pcie_generation
+
+    def _model_pcie_max_width(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.pcie_width
+
+    def _model_sm_clock_max_hertz(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.max_sm_clock_mhz * 1e6
+
+    # -- every sweep ----------------------------------------------------------------------
+    def _model_utilization_gpu_ratio(self, gpu: FakeGpu, t: float) -> float:
+        writing = gpu.writer and gpu.in_checkpoint(t)
+        return 1.0 if gpu.training and not writing else 0.0
+
+    def _model_utilization_memory_ratio(self, gpu: FakeGpu, t: float) -> float:
+        if not gpu.training:
+            return 0.0
+        return 0.55 if self.compute_phase(gpu, t) else 0.06
+
+    def _model_memory_used_bytes(self, gpu: FakeGpu, t: float) -> float:
+        used = self.scenario.workload.memory_used_bytes if gpu.training else 512 * 1024**2
+        return min(used, self.scenario.device.memory_total_bytes)
+
+    def _model_memory_total_bytes(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.memory_total_bytes
+
+    def _model_power_average_watts(self, gpu: FakeGpu, t: float) -> float:
+        return gpu.average_power(t, 1.0)
+
+    def _model_temperature_celsius(self, gpu: FakeGpu, t: float) -> float:
+        load = gpu.average_power(t, 30.0)
+        return 28.0 + 0.056 * load + gpu.temperature_offset + self.clock_events(gpu, t)[2]
+
+    def _model_memory_temperature_celsius(self, gpu: FakeGpu, t: float) -> float:
+        return self.model(gpu, "temperature_celsius", t) + 6
+
+    def _model_sm_clock_hertz(self, gpu: FakeGpu, t: float) -> float:
+        dev = self.scenario.device
+        if not gpu.training:
+            return dev.idle_sm_clock_mhz * 1e6
+        capped = self.at_power_cap(gpu, t)
+        scale = gpu.clock_scale * self.clock_events(gpu, t)[1] * (0.93 if capped else 1.0)
+        return round(dev.max_sm_clock_mhz * scale / 15) * 15 * 1e6
+
+    def _model_memory_clock_hertz(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.memory_clock_mhz * 1e6
+
+    def _model_fan_speed_ratio(self, gpu: FakeGpu, t: float) -> float | None:
+        return 0.35 if self.scenario.device.has_fan else None
+
+    def _model_clock_event_reasons(self, gpu: FakeGpu, t: float) -> float:
+        faults = self.clock_events(gpu, t)[0]
+        if not gpu.training:
+            return 0x1 | faults  # GPU idle
+        return (0x4 if self.at_power_cap(gpu, t) else 0x0) | faults  # SW power cap
+
+    # -- every health interval ---------------------------------------------------------
+    def _model_power_limit_watts(self, gpu: FakeGpu, t: float) -> float:
+        return gpu.power_limit
+
+    def _model_performance_state(self, gpu: FakeGpu, t: float) -> float:
+        return 0
+
+    def _pcie_bytes(self, gpu: FakeGpu, t: float, share: float) -> float:
+        rate = self.scenario.workload.pcie_bytes_per_second if gpu.training else 1e5
+        return int(max(0.0, t - self.start) * rate * share) + 10**9 * (gpu.index + 1)
+
+    def _model_pcie_transmit_bytes(self, gpu: FakeGpu, t: float) -> float:
+        return self._pcie_bytes(gpu, t, 0.55)
+
+    def _model_pcie_receive_bytes(self, gpu: FakeGpu, t: float) -> float:
+        return self._pcie_bytes(gpu, t, 0.45)
+
+    def _model_pcie_replays(self, gpu: FakeGpu, t: float) -> float:
+        return 0
+
+    def _model_pcie_generation(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.pcie_generation
+
+    def _model_pcie_width(self, gpu: FakeGpu, t: float) -> float:
+        return self.scenario.device.pcie_width
+
+    # -- every energy interval -----------------------------------------------------------
+    def _model_energy_joules(self, gpu: FakeGpu, t: float) -> float:
+        return gpu.energy0_mj / 1000 + gpu.energy_joules(t)

@@ -1,0 +1,188 @@
+"""The simulated physics of one GPU: its power waveform, energy and the driver's
+buffer of power samples. Pure functions of time (the scenario's clock), so a fake node is
+deterministic for a given clock.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import numpy as np
+
+from exporter.sim.scenarios import Scenario
+
+HANDLE_BASE = 0x7E57_0000  # fake device handles are this plus the GPU's index
+_PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_NOISE_TABLE = 4096
+
+
+class Waveform:
+    """One training step's power shape, repeated; with its exact running integral."""
+
+    def __init__(self, period: float, fraction: float, ramp: float, high: float, low: float):
+        self.period = period
+        ramp = min(ramp, period * fraction / 2, period * (1 - fraction) / 2)
+        grid = np.linspace(0.0, period, 2049)
+        xp = [0.0, ramp, period * fraction, period * fraction + ramp, period]
+        self.grid = grid
+        self.breaks = xp
+        self.levels = [low, high, high, low, low]
+        self.low = low
+        self.power = np.interp(grid, xp, self.levels)
+        steps = (self.power[1:] + self.power[:-1]) / 2 * np.diff(grid)
+        self.cumulative = np.concatenate([[0.0], np.cumsum(steps)])
+        self.energy_per_period = float(self.cumulative[-1])
+
+    def value(self, x: float) -> float:
+        x %= self.period
+        xs, ys = self.breaks, self.levels
+        for i in range(1, len(xs)):  # piecewise linear; plain Python beats np.interp on scalars
+            if x <= xs[i]:
+                span = xs[i] - xs[i - 1]
+                if span <= 0:
+                    return ys[i]
+                return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / span
+        return self.low
+
+    def integral(self, x: float) -> float:
+        """Integral of power from 0 to x (x >= 0), in joules."""
+        whole, frac = divmod(x, self.period)
+        return whole * self.energy_per_period + float(np.interp(frac, self.grid, self.cumulative))
+
+
+class FakeGpu:
+    """One simulated GPU."""
+
+    def __init__(self, index: int, scenario: Scenario, start: float, period: float,
+                 fraction: float):
+        self.index = index
+        dev, work = scenario.device, scenario.workload
+        over = scenario.overrides.get(index)
+        self.power_limit = over.power_limit_watts if over and over.power_limit_watts else (
+            dev.power_limit_watts)
+        self.temperature_offset = over.temperature_offset_celsius if over else 0.0
+        self.clock_scale = over.clock_scale if over else 1.0
+        scale = over.power_scale if over else 1.0
+        self.training = work.type == "training"
+        high = min(work.compute_watts * scale, self.power_limit)
+        low = work.communication_watts * scale if self.training else work.idle_watts * scale
+        if not self.training:
+            high = low
+        self.wave = Waveform(period, fraction, work.ramp_seconds, high, low)
+        self.high = high
+        self.phase = work.phase_seconds + (over.phase_seconds if over else 0.0)
+        self.start = start
+        # x measures time along the waveform; x0 is where this GPU's run began.
+        self.x0 = (start + self.phase) % self.wave.period
+        self.every = work.checkpoint_every_seconds if self.training else 0.0
+        self.ckpt_seconds = min(work.checkpoint_seconds, self.every)
+        self.writer = index == work.checkpoint_gpu
+        self.ckpt_watts = work.idle_watts + 40 if self.writer else work.wait_watts
+        self._ckpt_prefix = [0.0]  # energy corrections of completed checkpoints, summed
+        self.energy0_mj = 1.2e9 + index * 3.7e7
+        rng = np.random.default_rng(scenario.seed * 1000 + index)
+        self.noise = rng.standard_normal(_NOISE_TABLE) * work.noise_watts
+        # the driver's sample times jitter around their nominal interval (7-46 ms on an
+        # H200 at a median of 20 ms): offsets of up to 0.9 of an interval, one per sample
+        self.jitter = rng.uniform(-0.45, 0.45, _NOISE_TABLE)
+        self.sample_interval = dev.power_sample_interval_seconds
+        self.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{scenario.seed}-{index}"))
+        self.serial = f"16522210{index:05d}"
+        self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
+
+    def recorded(self, name: str, t: float) -> float | None:
+        """A replayed value (see sim/replay.py); None: use the model."""
+        return None
+
+    def provides(self, key: str) -> bool:
+        """Whether this GPU has a value for a catalogue key (a replay has only its trace's)."""
+        return True
+
+    def in_checkpoint(self, t: float) -> bool:
+        return self.every > 0 and t % self.every < self.ckpt_seconds
+
+    def ideal_power(self, t: float) -> float:
+        if self.in_checkpoint(t):
+            return self.ckpt_watts
+        return self.wave.value(t + self.phase)
+
+    # -- the driver's power samples -------------------------------------------------
+    def sample_time(self, k: int) -> float:
+        """When the driver took its k-th power sample (epoch seconds)."""
+        return (k + self.jitter[k % _NOISE_TABLE]) * self.sample_interval
+
+    def sample_watts(self, k: int) -> float:
+        return max(0.0, self.ideal_power(self.sample_time(k))
+                   + float(self.noise[k % _NOISE_TABLE]))
+
+    def samples_between(self, t0: float, t1: float) -> range:
+        """Indices of the driver's samples taken in (t0, t1] (sample times increase:
+        consecutive samples are at least a tenth of an interval apart)."""
+        lo = math.floor(t0 / self.sample_interval) - 1
+        while self.sample_time(lo) <= t0:
+            lo += 1
+        hi = math.floor(t1 / self.sample_interval) + 1
+        while self.sample_time(hi) > t1:
+            hi -= 1
+        return range(lo, hi + 1)
+
+    def instant_power(self, t: float, update_period: float) -> float:
+        """The instant-power field: the latest buffered sample as of the sensor's last
+        update (it changes only every `update_period`)."""
+        held = math.floor(t / update_period) * update_period
+        k = math.floor(held / self.sample_interval) + 1
+        while self.sample_time(k) > held:
+            k -= 1
+        return self.sample_watts(k)
+
+    # -- energy ------------------------------------------------------------------------
+    def _wave_energy(self, t: float) -> float:
+        elapsed = max(0.0, t - self.start)
+        return self.wave.integral(self.x0 + elapsed) - self.wave.integral(self.x0)
+
+    def _checkpoint_correction(self, k: int, t: float) -> float:
+        """Energy of checkpoint k up to t, minus the waveform's over the same time."""
+        a = max(k * self.every, self.start)
+        b = min(k * self.every + self.ckpt_seconds, t)
+        if b <= a:
+            return 0.0
+        return self.ckpt_watts * (b - a) - (self._wave_energy(b) - self._wave_energy(a))
+
+    def energy_joules(self, t: float) -> float:
+        energy = self._wave_energy(t)
+        if self.every <= 0 or t <= self.start:
+            return energy
+        first = math.floor(self.start / self.every)
+        current = math.floor(t / self.every)
+        while len(self._ckpt_prefix) <= current - first:  # completed checkpoints, once
+            k = first + len(self._ckpt_prefix) - 1
+            self._ckpt_prefix.append(self._ckpt_prefix[-1] + self._checkpoint_correction(
+                k, math.inf))
+        return energy + self._ckpt_prefix[current - first] + self._checkpoint_correction(
+            current, t)
+
+    def average_power(self, t: float, window: float) -> float:
+        window = max(1e-3, min(window, t - self.start))
+        if t - self.start < 1e-3:
+            return self.ideal_power(t)
+        return (self.energy_joules(t) - self.energy_joules(t - window)) / window
+
+
+def step_timing(scenario: Scenario) -> list[tuple[float, float]]:
+    """(period, compute fraction) of each GPU. In lockstep training every GPU waits for the
+    slowest one's compute phase, so a slow GPU stretches every peer's step."""
+    work, overrides = scenario.workload, scenario.overrides
+    n = scenario.gpus
+    if any(o.step_period_seconds for o in overrides.values()):  # independent GPUs
+        out = []
+        for gpu in range(n):
+            over = overrides.get(gpu)
+            period = (over.step_period_seconds if over and over.step_period_seconds
+                      else work.step_period_seconds)
+            out.append((period, work.compute_fraction))
+        return out
+    compute = work.compute_fraction * work.step_period_seconds
+    speeds = [overrides[g].clock_scale if g in overrides else 1.0 for g in range(n)]
+    period = max(compute / s for s in speeds) + work.step_period_seconds - compute
+    return [(period, min(0.98, compute / s / period)) for s in speeds]

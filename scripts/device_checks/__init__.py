@@ -1,0 +1,1 @@
+"""Parts of scripts/device_check.py: running the exporter, and printing the report."""
