@@ -77,6 +77,29 @@ def variables_of(board: dict) -> dict[str, dict]:
     return {v["name"]: v for v in board["templating"]["list"]}
 
 
+def var_query(var: dict) -> str:
+    """A query variable's query: Grafana saves it as a string or as {"query": ...}."""
+    query = var["query"]
+    return query["query"] if isinstance(query, dict) else query
+
+
+def overlapping(panels: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of panels whose grid rectangles overlap (the SDK lays them out)."""
+    def cells(p: dict) -> set[tuple[int, int]]:
+        g = p["gridPos"]
+        return {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                for y in range(g["y"], g["y"] + g["h"])}
+
+    seen: dict[tuple[int, int], str] = {}
+    pairs = []
+    for p in panels:
+        for cell in cells(p):
+            if cell in seen:
+                pairs.append((seen[cell], p["title"]))
+            seen[cell] = p["title"]
+    return sorted(set(pairs))
+
+
 def substitute(expr: str, values: dict[str, str]) -> str:
     """Replace $var, ${var} and ${var:format} with values (Grafana's built-ins included)."""
     merged = {**GRAFANA_BUILTINS, **values}
@@ -143,12 +166,13 @@ def test_dashboard_shape(name):
         var = variables[var_name]
         assert var["type"] == "query", var_name
         assert var["datasource"] == {"type": "prometheus", "uid": DS_REF}
-        query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+        query = var_query(var)
         assert query.startswith("label_values("), (var_name, query)
         label_values_as_query(query)
     panels = all_panels(board)
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), f"{name}: duplicate panel ids"
+    assert not overlapping(board["panels"]), f"{name}: panels overlap"
     for p in panels:
         where = f"{name} panel {p.get('id')} {p.get('title')!r}"
         assert p["type"] != "graph", f"{where}: deprecated graph panel"
@@ -193,7 +217,7 @@ def test_metric_names_are_documented_rules_or_builtins():
     unknown = []
     for name, board in BOARDS.items():
         exprs = [t["expr"] for p in query_panels(board) for t in p["targets"]]
-        exprs += [label_values_as_query(v["query"]["query"])[0]
+        exprs += [label_values_as_query(var_query(v))[0]
                   for v in board["templating"]["list"] if v["type"] == "query"]
         for expr in exprs:
             for metric in metric_names(substitute(expr, static_values(board))):
@@ -221,7 +245,7 @@ def test_promql_parses_with_promtool(tmp_path):
                 where.append(f"{name} panel {p['id']} {p['title']!r} {t['refId']}")
         for v in board["templating"]["list"]:
             if v["type"] == "query":
-                rules.append(substitute(label_values_as_query(v["query"]["query"])[0], values))
+                rules.append(substitute(label_values_as_query(var_query(v))[0], values))
                 where.append(f"{name} variable {v['name']}")
     groups = {"groups": [{"name": "dashboards", "rules": [
         {"record": f"dashboard_check_{i}", "expr": expr} for i, expr in enumerate(rules)]}]}
@@ -236,16 +260,39 @@ def test_promql_parses_with_promtool(tmp_path):
     assert f"SUCCESS: {len(rules)} rules found" in proc.stdout
 
 
-def test_dashboards_match_their_generator():
+def generator():
     spec = importlib.util.spec_from_file_location("build_dashboards",
                                                   REPO / "scripts" / "build_dashboards.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_dashboards_match_their_generator():
+    module = generator()
     built = module.build()
     assert sorted(built) == sorted(EXPECTED_FILES)
     for name, board in built.items():
         assert (DASHBOARDS / name).read_text() == module.render(board), (
             f"dashboards/{name} differs from scripts/build_dashboards.py: run it")
+
+
+def test_generator_refuses_a_panel_past_the_24_columns():
+    generator()  # puts scripts/ on sys.path
+    from grafana_dashboards.common import dashboard, row, stat, ts
+
+    ok = dashboard("t", "t", "", [row("r"), ts("a", ("up", "")), ts("b", ("up", ""))], [])
+    assert [p.grid_pos.x for p in ok.panels] == [0, 0, 12]
+    with pytest.raises(ValueError, match="does not fit"):
+        dashboard("t", "t", "", [stat("a", ("up", ""), w=16), ts("b", ("up", ""))], [])
+
+
+def test_overlap_check():
+    a = {"title": "a", "gridPos": {"x": 0, "y": 0, "w": 12, "h": 8}}
+    b = {"title": "b", "gridPos": {"x": 12, "y": 0, "w": 12, "h": 8}}
+    c = {"title": "c", "gridPos": {"x": 6, "y": 7, "w": 12, "h": 8}}
+    assert overlapping([a, b]) == []
+    assert overlapping([a, b, c]) == [("a", "c"), ("b", "c")]
 
 
 # --- live: every panel's query returns data -------------------------------------------
@@ -378,7 +425,7 @@ def test_variable_queries_return_values(fleet):
         for var in board["templating"]["list"]:
             if var["type"] != "query":
                 continue
-            query, label = label_values_as_query(var["query"]["query"])
+            query, label = label_values_as_query(var_query(var))
             result = fleet.prom.query(substitute(query, values))
             got = {r["metric"].get(label) for r in result}
             assert got == expected[var["name"]], (name, var["name"], got)

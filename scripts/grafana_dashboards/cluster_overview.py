@@ -1,0 +1,139 @@
+"""GPU cluster overview: fleet health, power and swings, stragglers, hardware and fabric."""
+
+from __future__ import annotations
+
+from .common import (
+    NO_ALERTS,
+    ORANGE_ABOVE_0,
+    RED_ABOVE_0,
+    RI,
+    C,
+    Item,
+    N,
+    bargauge,
+    dashboard,
+    row,
+    stat,
+    table,
+    ts,
+    variables,
+)
+
+FILE = "cluster-overview.json"
+
+
+def fleet() -> list[Item]:
+    return [
+        row("Fleet"),
+        stat("GPUs up", (f"sum(gpu_up{{{C}}})", "up"),
+             description="GPUs answering NVML, over the selected clusters."),
+        stat("GPUs expected", (f"sum(gpu_expected_devices{{{C}}})", "expected"),
+             description="GPUs the nodes should have (config `expected_gpus`, else the "
+                         "count NVML reported at start)."),
+        stat("GPUs missing or lost",
+             (f"sum(gpu_expected_devices{{{C}}}) - sum(gpu_up{{{C}}})", "missing"),
+             thresholds=RED_ABOVE_0,
+             description="Expected minus up: lost (`GpuIsLost`), hung, or gone from the bus."),
+        stat("Exporters up / down", (f"sum(up{{{C}}})", "up"),
+             (f"count(up{{{C}}}) - sum(up{{{C}}})", "down"),
+             description="Scrape targets answering (Prometheus' own `up`)."),
+        stat("Firing alerts", (f"count by (severity) (ALERTS{{alertstate=\"firing\", {C}}}) "
+                               f"{NO_ALERTS}", "{{severity}}"),
+             w=8, thresholds=ORANGE_ABOVE_0,
+             description="Alerts firing now, by severity (`none` when nothing fires)."),
+        ts("GPUs up vs expected by cluster",
+           ('cluster:gpus_up:sum{cluster=~"$cluster"}', "{{cluster}} up"),
+           ('cluster:gpus_expected:sum{cluster=~"$cluster"}', "{{cluster}} expected"),
+           description="Recording rules `cluster:gpus_up:sum` and `cluster:gpus_expected:sum`."),
+        ts("Firing alerts by severity",
+           (f"count by (severity) (ALERTS{{alertstate=\"firing\", {C}}}) {NO_ALERTS}",
+            "{{severity}}"), stack=True),
+    ]
+
+
+def power() -> list[Item]:
+    return [
+        row("Power"),
+        stat("GPU power now", (f"sum(gpu_power_watts{{{C}}})", "power"), unit="watt", w=6,
+             description="Sum of the GPUs' instant power (board power, not wall power)."),
+        stat("Coherent swing now",
+             ('sum(cluster:power_swing_coherent_amplitude_watts:estimate{cluster=~"$cluster"})',
+              "coherent swing"), unit="watt", w=6,
+             description="Peak-to-peak swing the grid sees when nodes swing in phase "
+                         "(`cluster:power_swing_coherent_amplitude_watts:estimate`)."),
+        stat("Nodes swinging in step", (f"sum(power_swing_active{{{C}}})", "nodes"), w=6,
+             thresholds=ORANGE_ABOVE_0,
+             description="Nodes whose GPUs swing together at >= 20 % of TDP in 0.1-3 Hz."),
+        bargauge("Swing amplitude by node (top 10)",
+                 (f"topk(10, power_swing_amplitude_watts{{{N}}})", "{{instance}}"),
+                 unit="watt", w=6, h=4),
+        ts("Total power by cluster",
+           ('cluster:gpu_power_watts:sum{cluster=~"$cluster"}', "{{cluster}}"), unit="watt"),
+        ts("Power by job", ('hpc_job:gpu_power_watts:sum{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
+           unit="watt", description="Recording rule `hpc_job:gpu_power_watts:sum`."),
+        ts("Coherent swing estimate by cluster",
+           ('cluster:power_swing_coherent_amplitude_watts:estimate{cluster=~"$cluster"}',
+            "{{cluster}} coherent"),
+           ('cluster:power_swing_amplitude_watts:sum{cluster=~"$cluster"}',
+            "{{cluster}} sum of node amplitudes"),
+           unit="watt",
+           description="The coherent estimate is what adds up on the feeder; the plain sum "
+                       "is the worst case (every node in phase)."),
+        ts("Phase coherence by cluster",
+           ('cluster:power_swing_phase_coherence:ratio{cluster=~"$cluster"}', "{{cluster}}"),
+           unit="percentunit", minimum=0, maximum=1),
+    ]
+
+
+def stragglers() -> list[Item]:
+    return [
+        row("Stragglers and stalls"),
+        stat("Straggler GPUs", (f"sum(gpu_straggler{{{C}}})", "stragglers"),
+             thresholds=ORANGE_ABOVE_0, w=6),
+        stat("Nodes in a collective stall", (f"sum(collective_stall_active{{{C}}})", "nodes"),
+             thresholds=ORANGE_ABOVE_0, w=6),
+        table("Straggler findings", (f"gpu_straggler_signal{{{C}}}", ""), w=12, h=8,
+              hide=("Time", "__name__", "job", "Value", "uuid"),
+              description="One row for each signal behind a finding; see docs/stragglers.md."),
+        ts("Stragglers by node", (f"sum by (instance) (gpu_straggler{{{N}}})", "{{instance}}"),
+           bars=True),
+        ts("Collective stall time by node",
+           (f"rate(collective_stall_seconds_total{{{N}}}[{RI}])", "{{instance}}"),
+           unit="percentunit", description="Share of time the node's GPUs were stalled."),
+    ]
+
+
+def hardware_and_fabric() -> list[Item]:
+    def by_node(metric: str) -> str:
+        return f"sum by (instance) (rate({metric}{{{N}}}[{RI}]))"
+
+    return [
+        row("Hardware and fabric"),
+        stat("Lost GPUs", (f"count(gpu_up{{{C}}} == 0) or on() vector(0)", "lost"),
+             thresholds=RED_ABOVE_0, w=6),
+        stat("Critical XID codes in range",
+             (f'count(gpu_xid_last_seen_timestamp_seconds{{{C}, class="critical"}} '
+              f"> time() - $__range_s) or on() vector(0)", "critical"),
+             thresholds=RED_ABOVE_0, w=6,
+             description="GPU and code pairs with a critical XID seen in the time range."),
+        stat("InfiniBand ports not active",
+             (f"count(infiniband_port_state_id{{{C}}} != 4) or on() vector(0)", "ports"),
+             thresholds=RED_ABOVE_0, w=6),
+        stat("NVLinks down",
+             (f"sum(gpu_nvlink_links_expected{{{C}}}) - sum(gpu_nvlink_links_active{{{C}}})",
+              "links"), thresholds=RED_ABOVE_0, w=6),
+        ts("Fabric errors by node",
+           (by_node("infiniband_port_symbol_errors_total"), "{{instance}} IB symbol errors"),
+           (by_node("infiniband_port_link_downed_total"), "{{instance}} IB link downed"),
+           (by_node("infiniband_port_receive_errors_total"), "{{instance}} IB receive errors"),
+           (by_node("gpu_nvlink_errors_total"), "{{instance}} NVLink errors"),
+           unit="cps", w=24),
+    ]
+
+
+def board():
+    return dashboard(
+        "cte-cluster-overview", "GPU cluster overview",
+        "GPUs up vs expected, firing alerts, power and coherent swings, stragglers and "
+        "fabric errors across the cluster.",
+        [*fleet(), *power(), *stragglers(), *hardware_and_fabric()], variables())

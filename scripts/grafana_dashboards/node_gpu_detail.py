@@ -1,0 +1,175 @@
+"""GPU node and GPU detail: one node's GPUs, clocks, memory, PCIe, NVLink and swings."""
+
+from __future__ import annotations
+
+from .common import (
+    ON_OFF,
+    ORANGE_ABOVE_0,
+    RI,
+    UP_DOWN,
+    G,
+    Item,
+    N,
+    bargauge,
+    dashboard,
+    row,
+    stat,
+    steps,
+    table,
+    timeline,
+    ts,
+    variables,
+)
+
+FILE = "node-gpu-detail.json"
+
+
+def node() -> list[Item]:
+    return [
+        row("Node"),
+        stat("GPUs up", (f"sum(gpu_up{{{N}}})", "up"), w=3),
+        stat("GPUs expected", (f"sum(gpu_expected_devices{{{N}}})", "expected"), w=3),
+        stat("Node power now", (f"sum(gpu_power_watts{{{N}}})", "power"), unit="watt", w=3),
+        stat("Straggler GPUs", (f"sum(gpu_straggler{{{N}}})", "stragglers"), w=3,
+             thresholds=ORANGE_ABOVE_0),
+        table("GPUs", (f"gpu_info{{{G}}}", ""), w=12,
+              hide=("Time", "__name__", "job", "Value", "cluster", "instance")),
+        table("Jobs on this node", (f'gpu_hpc_job_info{{{G}, hpc_job=~"$hpc_job"}}', ""), w=12, h=6,
+              hide=("Time", "__name__", "job", "Value", "cluster")),
+    ]
+
+
+def utilization_and_power() -> list[Item]:
+    return [
+        row("Utilization and power"),
+        ts("GPU utilization", (f"gpu_utilization_ratio{{{G}}}", "GPU {{gpu}}"),
+           unit="percentunit", minimum=0, maximum=1,
+           description="Share of time a kernel ran; NCCL busy-waiting counts as busy."),
+        ts("Memory utilization", (f"gpu_memory_utilization_ratio{{{G}}}", "GPU {{gpu}}"),
+           unit="percentunit", minimum=0, maximum=1),
+        ts("Power (instant)", (f"gpu_power_watts{{{G}}}", "GPU {{gpu}}"), unit="watt",
+           description="Latest 20 Hz sample at each scrape: aliased, shows the swing's range "
+                       "but not its shape. See the swing features below."),
+        ts("Power (1 s average) and limit", (f"gpu_power_average_watts{{{G}}}", "GPU {{gpu}}"),
+           (f"gpu_power_limit_watts{{{G}}}", "GPU {{gpu}} limit"), unit="watt"),
+        ts("Average power from the energy counter",
+           (f"rate(gpu_energy_joules_total{{{G}}}[{RI}])", "GPU {{gpu}}"), unit="watt",
+           description="Exact average power over the interval."),
+        ts("Performance state", (f"gpu_performance_state{{{G}}}", "GPU {{gpu}}"),
+           description="P-state: 0 fastest, 15 slowest."),
+    ]
+
+
+def clocks() -> list[Item]:
+    return [
+        row("Clocks"),
+        ts("SM clock", (f"gpu_sm_clock_hertz{{{G}}}", "GPU {{gpu}}"),
+           (f"max(gpu_sm_clock_max_hertz{{{G}}})", "max"), unit="hertz"),
+        ts("Memory clock", (f"gpu_memory_clock_hertz{{{G}}}", "GPU {{gpu}}"), unit="hertz"),
+        timeline("Clock events (any selected GPU)",
+                 (f"max by (reason) (gpu_clock_event_active{{{G}}})", "{{reason}}"),
+                 mappings=ON_OFF),
+        ts("Clock-event time by reason",
+           (f"sum by (reason) (rate(gpu_clock_event_seconds_total{{{G}}}[{RI}]))", "{{reason}}"),
+           (f"rate(gpu_clock_event_seconds_total{{{G}}}[{RI}]) > 0", "GPU {{gpu}} {{reason}}"),
+           description="GPUs held down by each reason on average over the interval (sum), "
+                       "and each GPU's share of time where above zero."),
+    ]
+
+
+def temperature_and_memory() -> list[Item]:
+    return [
+        row("Temperature and memory"),
+        ts("GPU temperature", (f"gpu_temperature_celsius{{{G}}}", "GPU {{gpu}}"),
+           unit="celsius"),
+        ts("HBM temperature", (f"gpu_memory_temperature_celsius{{{G}}}", "GPU {{gpu}}"),
+           unit="celsius"),
+        ts("Memory used", (f"gpu_memory_used_bytes{{{G}}}", "GPU {{gpu}}"), unit="bytes"),
+        bargauge("Memory used share",
+                 (f"gpu_memory_used_bytes{{{G}}} / gpu_memory_total_bytes{{{G}}}",
+                  "GPU {{gpu}}"), unit="percentunit", minimum=0, maximum=1),
+    ]
+
+
+def pcie() -> list[Item]:
+    return [
+        row("PCIe"),
+        ts("PCIe throughput",
+           (f"rate(gpu_pcie_transmit_bytes_total{{{G}}}[{RI}])", "GPU {{gpu}} tx"),
+           (f"rate(gpu_pcie_receive_bytes_total{{{G}}}[{RI}])", "GPU {{gpu}} rx"),
+           unit="Bps"),
+        ts("PCIe replays per minute",
+           (f"rate(gpu_pcie_replays_total{{{G}}}[{RI}]) * 60", "GPU {{gpu}}"),
+           thresholds=steps((8, "red")), description="DCGM warns above 8 per minute."),
+        table("PCIe link (current vs max)",
+              (f"gpu_pcie_link_generation{{{G}}}", ""),
+              (f"gpu_pcie_link_max_generation{{{G}}}", ""),
+              (f"gpu_pcie_link_width{{{G}}}", ""), (f"gpu_pcie_link_max_width{{{G}}}", ""),
+              merge=True, w=24, h=7,
+              hide=("Time", "__name__", "job", "cluster", "instance"),
+              description="Value #A generation, #B max generation, #C width, #D max width. "
+                          "Below max under load means a degraded link."),
+    ]
+
+
+def nvlink() -> list[Item]:
+    return [
+        row("NVLink"),
+        bargauge("NVLinks active", (f"gpu_nvlink_links_active{{{G}}}", "GPU {{gpu}}"),
+                 maximum=18, h=8),
+        timeline("NVLink state per link", (f"gpu_nvlink_link_up{{{G}}}",
+                                           "GPU {{gpu}} link {{link}}"), mappings=UP_DOWN,
+                 h=8),
+        ts("NVLink throughput per link",
+           (f"rate(gpu_nvlink_transmit_bytes_total{{{G}}}[{RI}])", "GPU {{gpu}} link {{link}} tx"),
+           (f"rate(gpu_nvlink_receive_bytes_total{{{G}}}[{RI}])", "GPU {{gpu}} link {{link}} rx"),
+           unit="Bps"),
+        ts("NVLink errors per link",
+           (f"rate(gpu_nvlink_errors_total{{{G}}}[{RI}])", "GPU {{gpu}} link {{link}} {{type}}"),
+           unit="cps"),
+    ]
+
+
+def swings_and_stragglers() -> list[Item]:
+    return [
+        row("Power swings and stragglers (node)"),
+        ts("Node power: window mean and swing amplitude",
+           (f"power_swing_mean_watts{{{N}}}", "mean"),
+           (f"power_swing_amplitude_watts{{{N}}}", "amplitude (p95 - p5)"), unit="watt"),
+        ts("Swing frequency and observable band",
+           (f"power_swing_frequency_hertz{{{N}}}", "dominant frequency"),
+           (f"power_observable_band_max_hertz{{{N}}}", "observable up to"), unit="hertz"),
+        ts("Largest ramp", (f"power_swing_max_ramp_watts_per_second{{{N}}}", "node"),
+           (f"gpu_power_swing_max_ramp_watts_per_second{{{G}}}", "GPU {{gpu}}"), unit="watt",
+           description="W/s after light smoothing."),
+        ts("Swing shape", (f"power_swing_synchrony_ratio{{{N}}}", "synchrony"),
+           (f"power_swing_band_energy_ratio{{{N}}}", "band energy"),
+           (f"power_swing_duty_cycle_ratio{{{N}}}", "duty cycle"),
+           (f"power_swing_peak_concentration_ratio{{{N}}}", "peak concentration"),
+           (f"power_swing_amplitude_ratio{{{N}}}", "amplitude / TDP"),
+           unit="percentunit", minimum=0, maximum=1),
+        timeline("Swinging in step, collective stall",
+                 (f"power_swing_active{{{N}}}", "swinging in step"),
+                 (f"collective_stall_active{{{N}}}", "collective stall"),
+                 (f"power_cycle_detected{{{N}}}", "slow cycle (checkpoints)"),
+                 mappings=ON_OFF),
+        ts("Per-GPU swing amplitude", (f"gpu_power_swing_amplitude_watts{{{G}}}", "GPU {{gpu}}"),
+           unit="watt"),
+        ts("Straggler scores", (f"gpu_straggler_score{{{G}}}", "GPU {{gpu}} {{signal}}"),
+           thresholds=steps((3.5, "red")),
+           description="Modified z-score against the peers; |M| > 3.5 with a 10 % effect "
+                       "held for the persistence makes a finding."),
+        ts("Stall culprit / waiting",
+           (f"gpu_collective_stall_culprit{{{G}}}", "GPU {{gpu}} culprit"),
+           (f"gpu_collective_stall_waiting{{{G}}}", "GPU {{gpu}} waiting"), bars=True),
+    ]
+
+
+def board():
+    return dashboard(
+        "cte-node-gpu-detail", "GPU node and GPU detail",
+        "One node: per-GPU utilization, power, clocks, temperatures, memory, PCIe, "
+        "NVLink per link and the node's swing and straggler features.",
+        [*node(), *utilization_and_power(), *clocks(), *temperature_and_memory(), *pcie(),
+         *nvlink(), *swings_and_stragglers()],
+        variables(single_instance=True))
