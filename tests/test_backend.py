@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from exporter.gpu import catalogue
@@ -159,13 +160,27 @@ def test_power_samples_come_from_the_driver_buffer_in_order(fake_nvml, clock):
     backend = NvmlBackend()
     backend.open()
     clock.advance(1.0)
-    first = backend.samples(0, fi.TOTAL_POWER_SAMPLES, 0)
-    assert len(first) == 119  # the driver's whole buffer: it sampled before we asked
-    stamps = [t for t, _ in first]
-    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
-    assert all(50_000 < w < 800_000 for _, w in first)  # milliwatts
-    assert backend.samples(0, fi.TOTAL_POWER_SAMPLES, stamps[-1]) == []  # NotFound: none new
+    stamps, milliwatts = backend.samples(0, fi.TOTAL_POWER_SAMPLES, 0)
+    assert len(stamps) == 119  # the driver's whole buffer: it sampled before we asked
+    assert (np.diff(stamps.astype(float)) > 0).all()  # in order, no duplicates
+    assert ((50_000 < milliwatts) & (milliwatts < 800_000)).all()
+    none_new = backend.samples(0, fi.TOTAL_POWER_SAMPLES, int(stamps[-1]))
+    assert len(none_new[0]) == 0  # NotFound: nothing new
     clock.advance(0.5)
-    newer = backend.samples(0, fi.TOTAL_POWER_SAMPLES, stamps[-1])
-    assert newer and newer[0][0] > stamps[-1]
+    newer, _ = backend.samples(0, fi.TOTAL_POWER_SAMPLES, int(stamps[-1]))
+    assert len(newer) and newer[0] > stamps[-1]
     assert backend.errors.snapshot() == {}  # "nothing new" is not an error
+
+
+def test_batched_reads_agree_with_pynvml_wrappers(fake_nvml, clock):
+    """The numpy views of pynvml's structs read what pynvml's own wrappers read."""
+    fast, slow = NvmlBackend(), NvmlBackend()
+    fast.open()
+    slow.open()
+    slow._batched = False
+    clock.advance(3)
+    requests = [fi.POWER_AVERAGE, fi.MEMORY_TEMP, fi.TOTAL_ENERGY, (fi.NVLINK_STATE, 3),
+                (fi.NVLINK_TX, 5), 123456]
+    assert fast.scoped_fields(1, requests) == slow.scoped_fields(1, requests)
+    a, b = fast.samples(1, fi.TOTAL_POWER_SAMPLES, 0), slow.samples(1, fi.TOTAL_POWER_SAMPLES, 0)
+    assert (a[0] == b[0]).all() and (a[1] == b[1]).all()

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pynvml
 
+from exporter.gpu import batched
 from exporter.gpu import fields as fi
 
 # Field value union members by valueType (nvml.h nvmlValueType_t).
@@ -96,6 +98,9 @@ class NvmlBackend:
         # counted once and not asked again
         self._unsupported: set[tuple] = set()
         self._unsupported_fields: set[tuple[int, int, int]] = set()  # (gpu, field, scope)
+        self._batched = batched.layout_ok(nvml)  # numpy views of pynvml's structs
+        self._requests: dict[tuple, batched.FieldRequest] = {}
+        self._sample_buffers: dict[int, batched.SampleBuffer] = {}
         self.handles: list[Any] = []
         self.driver_version = ""
         self.nvml_version = ""
@@ -134,13 +139,18 @@ class NvmlBackend:
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
-            name_of_error = error_name(exc)
-            self.errors.add(name, name_of_error)
-            if gpu is not None and name_of_error in LOST_ERRORS:
-                self.lost.add(gpu)
-            elif key is not None and name_of_error == "NotSupported":
-                self._unsupported.add(key)
+            self._failed(name, exc, gpu, key)
             return None
+
+    def _failed(self, name: str, exc: Exception, gpu: int | None, key: tuple | None) -> str:
+        """Count a failed call; mark its GPU lost or the call unsupported as the error says."""
+        name_of_error = error_name(exc)
+        self.errors.add(name, name_of_error)
+        if gpu is not None and name_of_error in LOST_ERRORS:
+            self.lost.add(gpu)
+        elif key is not None and name_of_error in ("NotSupported", "FunctionNotFound"):
+            self._unsupported.add(key)
+        return name_of_error
 
     def handle(self, gpu: int) -> Any:
         """The cached handle, re-acquired if the first attempt failed."""
@@ -167,55 +177,76 @@ class NvmlBackend:
         handle = self.handle(gpu)
         if handle is None:
             return {}
-        wanted = [r for r in requests if (gpu, *_scoped(r)) not in self._unsupported_fields]
+        wanted = [_scoped(r) for r in requests]
+        wanted = [r for r in wanted if (gpu, *r) not in self._unsupported_fields]
         out: dict[tuple[int, int], FieldReading] = {}
         for start in range(0, len(wanted), FIELDS_PER_CALL):
-            chunk = list(wanted[start:start + FIELDS_PER_CALL])
-            values = self.call("nvmlDeviceGetFieldValues", handle, chunk, gpu=gpu)
-            if values is None:
+            entries = self._field_entries(gpu, handle, wanted[start:start + FIELDS_PER_CALL])
+            if entries is None:
                 return out
-            for entry in values:
-                if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-                    error = error_name(self.nvml.NVMLError(entry.nvmlReturn))
-                    self.errors.add(f"nvmlDeviceGetFieldValues({fi.name(entry.fieldId)})",
-                                    error)
-                    if error == "NotSupported":
-                        self._unsupported_fields.add((gpu, entry.fieldId, entry.scopeId))
-                    continue
-                member = _VALUE_MEMBERS.get(entry.valueType)
-                if member is None:
-                    self.errors.add(f"nvmlDeviceGetFieldValues({fi.name(entry.fieldId)})",
-                                    "UnknownValueType")
-                    continue
-                out[(entry.fieldId, entry.scopeId)] = FieldReading(
-                    float(getattr(entry.value, member)), entry.timestamp / 1e6)
+            ok = entries["nvmlReturn"] == pynvml.NVML_SUCCESS
+            for entry in entries[~ok]:
+                self._field_failed(gpu, int(entry["fieldId"]), int(entry["scopeId"]),
+                                   int(entry["nvmlReturn"]))
+            good = entries[ok]
+            for fid, scope, value, stamp in zip(good["fieldId"].tolist(),
+                                                good["scopeId"].tolist(),
+                                                batched.field_values(good).tolist(),
+                                                good["timestamp"].tolist(), strict=True):
+                out[(fid, scope)] = FieldReading(value, stamp / 1e6)
         return out
 
+    def _field_entries(self, gpu: int, handle: Any, chunk: list[tuple[int, int]]
+                       ) -> np.ndarray | None:
+        """One nvmlDeviceGetFieldValues call, its entries as a numpy array; None if the
+        call itself failed (counted)."""
+        try:
+            if self._batched:
+                request = self._requests.get((gpu, tuple(chunk)))
+                if request is None:
+                    request = batched.FieldRequest(self.nvml, chunk)
+                    self._requests[(gpu, tuple(chunk))] = request
+                return request.read(self.nvml, handle)
+            array = self.nvml.nvmlDeviceGetFieldValues(handle, chunk)
+            return np.frombuffer(memoryview(array).cast("B"), batched.FIELD_DTYPE).copy()
+        except self.nvml.NVMLError as exc:
+            self._failed("nvmlDeviceGetFieldValues", exc, gpu, None)
+            return None
+
+    def _field_failed(self, gpu: int, fid: int, scope: int, code: int) -> None:
+        error = error_name(self.nvml.NVMLError(code))
+        self.errors.add(f"nvmlDeviceGetFieldValues({fi.name(fid)})", error)
+        if error == "NotSupported":
+            self._unsupported_fields.add((gpu, fid, scope))
+
     def samples(self, gpu: int, sampling_type: int, last_seen_us: int
-                ) -> list[tuple[int, float]] | None:
+                ) -> tuple[np.ndarray, np.ndarray] | None:
         """The driver's buffered samples newer than `last_seen_us`, oldest first, as
-        (timestamp in us, value); [] when there are none (NVML says NotFound); None when
-        the call failed (counted) or the GPU does not keep such a buffer."""
+        (timestamps in us, values); empty arrays when there are none (NVML says
+        NotFound); None when the call failed (counted) or the GPU keeps no such buffer."""
         handle = self.handle(gpu)
-        if handle is None or (gpu, "nvmlDeviceGetSamples", sampling_type) in self._unsupported:
+        key = (gpu, "nvmlDeviceGetSamples", sampling_type)
+        if handle is None or key in self._unsupported:
             return None
         try:
-            value_type, samples = self.nvml.nvmlDeviceGetSamples(handle, sampling_type,
+            if self._batched:
+                buffer = self._sample_buffers.get(gpu)
+                if buffer is None:
+                    buffer = self._sample_buffers[gpu] = batched.SampleBuffer(self.nvml)
+                stamps, values = buffer.read(self.nvml, handle, sampling_type, last_seen_us)
+            else:
+                value_type, got = self.nvml.nvmlDeviceGetSamples(handle, sampling_type,
                                                                  last_seen_us)
+                member = _VALUE_MEMBERS.get(value_type, "uiVal")
+                stamps = np.array([s.timeStamp for s in got], dtype=np.uint64)
+                values = np.array([getattr(s.sampleValue, member) for s in got], dtype=float)
         except self.nvml.NVMLError as exc:
-            error = error_name(exc)
-            if error == "NotFound":
-                return []
-            self.errors.add("nvmlDeviceGetSamples", error)
-            if error in LOST_ERRORS:
-                self.lost.add(gpu)
-            elif error in ("NotSupported", "FunctionNotFound"):
-                self._unsupported.add((gpu, "nvmlDeviceGetSamples", sampling_type))
+            if error_name(exc) == "NotFound":
+                return np.zeros(0, dtype=np.uint64), np.zeros(0)
+            self._failed("nvmlDeviceGetSamples", exc, gpu, key)
             return None
-        member = _VALUE_MEMBERS.get(value_type, "uiVal")
-        out = [(s.timeStamp, float(getattr(s.sampleValue, member))) for s in samples]
-        out.sort()
-        return out
+        order = np.argsort(stamps, kind="stable")
+        return stamps[order], values[order]
 
     # -- XID events ------------------------------------------------------------------
     def register_xid_events(self) -> tuple[Any, int]:

@@ -39,19 +39,19 @@ _EMPTY = NewSamples(np.zeros(0), np.zeros(0))
 
 
 class _Intervals:
-    """The median interval between recent samples."""
+    """The median interval between recent samples (computed once per batch of samples,
+    not each time it is asked)."""
 
     def __init__(self, keep: int = 512):
         self._recent: deque[float] = deque(maxlen=keep)
+        self.median: float | None = None
 
     def add(self, times: np.ndarray, previous: float | None) -> None:
         if previous is not None and len(times):
             times = np.concatenate([[previous], times])
         self._recent.extend(np.diff(times).tolist())
-
-    @property
-    def median(self) -> float | None:
-        return float(np.median(self._recent)) if len(self._recent) >= 3 else None
+        if len(self._recent) >= 3:
+            self.median = float(np.median(self._recent))
 
 
 class BufferDrain:
@@ -75,12 +75,12 @@ class BufferDrain:
         got = self.backend.samples(self.gpu, fi.TOTAL_POWER_SAMPLES, self.last_seen_us)
         if got is None:
             return None
-        got = [s for s in got if s[0] > self.last_seen_us]  # dedupe by timestamp
-        if not got:
+        stamps_us, milliwatts = got
+        new = stamps_us > self.last_seen_us  # dedupe by timestamp
+        if not new.any():
             return _EMPTY
-        self.capacity_seen = max(self.capacity_seen, len(got))
-        stamps = np.array([s[0] for s in got], dtype=float)
-        watts = np.array([s[1] for s in got]) / 1000.0
+        stamps, watts = stamps_us[new].astype(float), milliwatts[new] / 1000.0
+        self.capacity_seen = max(self.capacity_seen, len(stamps))
         if not self._rebased:
             self._rebase(stamps[-1] / 1e6)
         times = stamps / 1e6 + self.offset

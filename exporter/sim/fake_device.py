@@ -5,9 +5,11 @@ thermals, clocks and PCIe. Each answers a catalogue value through FakeNvmlLibrar
 
 from __future__ import annotations
 
+import numpy as np
 import pynvml
 
 from exporter.gpu import fields as fi
+from exporter.gpu.batched import SAMPLE_DTYPE
 from exporter.sim.cstructs import target, value_of
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
@@ -77,32 +79,39 @@ class DeviceSymbols:
         gpu = self.gpu(handle)
         if gpu is None:
             return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
-        capacity = self.scenario.device.power_sample_buffer
+        dev = self.scenario.device
+        capacity = dev.power_sample_buffer
         if value_of(sampling_type) != fi.TOTAL_POWER_SAMPLES or capacity <= 0 or (
                 not gpu.provides("power_watts")):
             return ERROR_NOT_SUPPORTED
         now, seen = self.now(), value_of(last_seen)
         # the driver sampled before the exporter started: its buffer is full from the start
-        oldest = now - 2 * capacity * self.scenario.device.power_sample_interval_seconds
-        ks = gpu.samples_between(max(seen / 1e6 - 1e-3, oldest), now)
-        ks = [k for k in ks if _stamp(gpu, k) > seen][-capacity:]
+        oldest = now - 2 * capacity * dev.power_sample_interval_seconds
+        span = gpu.samples_between(max(seen / 1e6 - 1e-3, oldest), now)
+        ks = np.arange(span.start, span.stop)
+        stamps = np.round(gpu.sample_times(ks) * 1e6).astype(np.uint64)
+        keep = stamps > seen
+        ks, stamps = ks[keep][-capacity:], stamps[keep][-capacity:]
         if not len(ks):
             return ERROR_NOT_FOUND
         target(value_type).value = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
         out_count = target(count)
         if samples is None:  # pynvml's first call asks how many to allocate
             out_count.value = len(ks)
-            if self.costs is not None:
-                self.pending_cost = self.costs.of_samples(0)
+            self.charge_later(0)
             return SUCCESS
         n = min(out_count.value, len(ks))
-        for i, k in enumerate(ks[:n]):
-            samples[i].timeStamp = _stamp(gpu, k)
-            samples[i].sampleValue.uiVal = int(gpu.sample_watts(k) * 1000)
+        view = np.frombuffer(memoryview(samples).cast("B"), SAMPLE_DTYPE)
+        view["timeStamp"][:n] = stamps[:n]
+        view["value"][:n] = np.round(gpu.samples_watts(ks[:n]) * 1000).astype(np.uint64)
         out_count.value = n
-        if self.costs is not None:
-            self.pending_cost = self.costs.of_samples(n)
+        self.charge_later(n)
         return SUCCESS
+
+    def charge_later(self, samples: int) -> None:
+        """A drain costs more the more samples it returns (sim/costs.py)."""
+        if self.costs is not None:
+            self.pending_cost = self.costs.of_samples(samples)
 
     # -- load, memory, thermals, clocks ---------------------------------------
     def _nvmlDeviceGetUtilizationRates(self, handle, util) -> int:
@@ -178,7 +187,3 @@ class DeviceSymbols:
     def _nvmlDeviceGetPcieReplayCounter(self, handle, counter) -> int:
         return self.answer(handle, counter, "pcie_replays")
 
-
-def _stamp(gpu, k: int) -> int:
-    """The driver's timestamp of sample k, in whole microseconds."""
-    return round(gpu.sample_time(k) * 1e6)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import ctypes
 import time
 
+import numpy as np
 import pynvml
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
+from exporter.gpu.batched import FIELD_DTYPE
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
@@ -52,26 +54,19 @@ class FieldSymbols:
         gpu = self.gpu(handle)
         if gpu is None:
             return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
-        array = target(values)
         n = value_of(count)
+        entries = np.frombuffer(memoryview(target(values)).cast("B"), FIELD_DTYPE, count=n)
         t = self.now()
-        for i in range(n):
-            entry = array[i]
-            entry.timestamp = int(t * 1e6)
-            entry.latencyUsec = 0
-            served = self._field(gpu, entry.fieldId, entry.scopeId, t)
-            if served is None:
-                entry.nvmlReturn = ERROR_NOT_SUPPORTED
-                continue
-            value_type, value = served
-            entry.valueType = value_type
-            entry.nvmlReturn = SUCCESS
-            if value_type == _ULL:
-                entry.value.ullVal = int(value)
-            else:
-                entry.value.uiVal = int(value)
+        answers = [self._field(gpu, fid, scope, t) for fid, scope in
+                   zip(entries["fieldId"].tolist(), entries["scopeId"].tolist(), strict=True)]
+        served = np.array([a is not None for a in answers])
+        entries["timestamp"] = int(t * 1e6)
+        entries["latencyUsec"] = 0
+        entries["nvmlReturn"] = np.where(served, SUCCESS, ERROR_NOT_SUPPORTED)
+        entries["valueType"] = [a[0] if a is not None else 0 for a in answers]
+        entries["value"] = [int(a[1]) if a is not None else 0 for a in answers]
         if self.costs is not None:
-            self.pending_cost = self.costs.of_fields([array[i].fieldId for i in range(n)])
+            self.pending_cost = self.costs.of_fields(entries["fieldId"].tolist())
         return SUCCESS
 
     def _field(self, gpu: FakeGpu, field_id: int, scope: int, t: float
@@ -81,7 +76,7 @@ class FieldSymbols:
         if field_id == fi.POWER_INSTANT:
             if not gpu.provides("power_watts"):
                 return None
-            return _UINT, int(gpu.instant_power(t, dev.power_update_period_seconds) * 1000)
+            return _UINT, round(gpu.instant_power(t, dev.power_update_period_seconds) * 1000)
         value = catalogue.BY_FIELD.get(field_id)
         if value is not None:
             answer = self.nvml_units(gpu, value.key)

@@ -116,6 +116,19 @@ class FakeGpu:
         return max(0.0, self.ideal_power(self.sample_time(k))
                    + float(self.noise[k % _NOISE_TABLE]))
 
+    def sample_times(self, ks: np.ndarray) -> np.ndarray:
+        """sample_time for many samples at once."""
+        return (ks + self.jitter[ks % _NOISE_TABLE]) * self.sample_interval
+
+    def samples_watts(self, ks: np.ndarray) -> np.ndarray:
+        """sample_watts for many samples at once."""
+        t = self.sample_times(ks)
+        power = np.interp((t + self.phase) % self.wave.period, self.wave.breaks,
+                          self.wave.levels)
+        if self.every > 0:
+            power = np.where(t % self.every < self.ckpt_seconds, self.ckpt_watts, power)
+        return np.maximum(0.0, power + self.noise[ks % _NOISE_TABLE])
+
     def samples_between(self, t0: float, t1: float) -> range:
         """Indices of the driver's samples taken in (t0, t1] (sample times increase:
         consecutive samples are at least a tenth of an interval apart)."""
@@ -134,7 +147,7 @@ class FakeGpu:
         k = math.floor(held / self.sample_interval) + 1
         while self.sample_time(k) > held:
             k -= 1
-        return self.sample_watts(k)
+        return float(self.samples_watts(np.array([k]))[0])  # exactly the buffer's value
 
     # -- energy ------------------------------------------------------------------------
     def _wave_energy(self, t: float) -> float:

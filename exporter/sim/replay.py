@@ -90,6 +90,13 @@ class TraceGpu(FakeGpu):
     def sample_watts(self, k: int) -> float:
         return float(self.power_w[k % len(self.power_w)])
 
+    def sample_times(self, ks: np.ndarray) -> np.ndarray:
+        loops, i = np.divmod(ks, len(self.power_t))
+        return self.start + (loops * self.loop_seconds + self.power_t[i]) / self.speed
+
+    def samples_watts(self, ks: np.ndarray) -> np.ndarray:
+        return self.power_w[ks % len(self.power_w)]
+
     def _index_at(self, t: float) -> int:
         """The index of the last sample taken at or before clock time t (-1 if none)."""
         if t < self.sample_time(0):

@@ -1,0 +1,106 @@
+"""Batched NVML reads without pynvml's per-struct Python.
+
+pynvml's wrappers for nvmlDeviceGetFieldValues and nvmlDeviceGetSamples build and read
+their ctypes structs one attribute at a time through a slow `__getattribute__`: for the
+~130 fields of an H100's health read, or the ~50 power samples a drain returns every
+second per GPU, that Python costs more than the driver's call. These call the same C
+symbols, looked up through pynvml itself (`_nvmlGetFunctionPointer`, so a fake library
+installed under pynvml answers them just the same), on buffers made of pynvml's own
+struct types, and read the answers through numpy views. If a pynvml release changes
+those structs' layout, `LAYOUT_OK` is False and the backend uses pynvml's wrappers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from types import ModuleType
+
+import numpy as np
+
+FIELD_DTYPE = np.dtype([("fieldId", "<u4"), ("scopeId", "<u4"), ("timestamp", "<i8"),
+                        ("latencyUsec", "<i8"), ("valueType", "<u4"), ("nvmlReturn", "<u4"),
+                        ("value", "<u8")])
+SAMPLE_DTYPE = np.dtype([("timeStamp", "<u8"), ("value", "<u8")])
+SAMPLE_CAPACITY = 256  # above any driver's buffer (119 samples on an H200)
+
+# nvmlValueType_t -> how the 8-byte value union reads
+_DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
+
+
+def layout_ok(nvml: ModuleType) -> bool:
+    """Whether pynvml's structs are laid out as the numpy views assume."""
+    field, sample = nvml.c_nvmlFieldValue_t, nvml.c_nvmlSample_t
+    return (ctypes.sizeof(field) == FIELD_DTYPE.itemsize
+            and ctypes.sizeof(sample) == SAMPLE_DTYPE.itemsize
+            and all(getattr(field, name).offset == FIELD_DTYPE.fields[name][1]
+                    for name in FIELD_DTYPE.names)
+            and sample.timeStamp.offset == 0 and sample.sampleValue.offset == 8)
+
+
+def _view(array: ctypes.Array, dtype: np.dtype) -> np.ndarray:
+    return np.frombuffer(memoryview(array).cast("B"), dtype=dtype)
+
+
+def field_values(raw: np.ndarray) -> np.ndarray:
+    """The value union of field entries as float64, by each entry's valueType."""
+    value, kind = raw["value"], raw["valueType"]
+    out = value.astype(np.float64)  # unsigned long (long)
+    low = value & 0xFFFFFFFF
+    out = np.where(kind == _UINT, low.astype(np.float64), out)
+    out = np.where(kind == _USHORT, (value & 0xFFFF).astype(np.float64), out)
+    out = np.where(kind == _DOUBLE, value.view(np.float64), out)
+    out = np.where(kind == _SLL, value.view(np.int64).astype(np.float64), out)
+    return np.where(kind == _SINT, low.astype(np.uint32).view(np.int32).astype(np.float64),
+                    out)
+
+
+class FieldRequest:
+    """One GPU's request for a fixed list of (field, scope) pairs, reused every read."""
+
+    def __init__(self, nvml: ModuleType, requests: list[tuple[int, int]]):
+        self.array = (nvml.c_nvmlFieldValue_t * len(requests))()
+        self.view = _view(self.array, FIELD_DTYPE)
+        self.ids = np.array([f for f, _ in requests], dtype="<u4")
+        self.scopes = np.array([s for _, s in requests], dtype="<u4")
+
+    def read(self, nvml: ModuleType, handle) -> np.ndarray:
+        """The filled entries (a copy); raises pynvml's NVMLError if the call fails."""
+        self.view[:] = 0
+        self.view["fieldId"] = self.ids
+        self.view["scopeId"] = self.scopes
+        fn = nvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        ret = fn(handle, ctypes.c_int32(len(self.ids)), ctypes.byref(self.array))
+        if ret != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(ret)
+        return self.view.copy()
+
+
+class SampleBuffer:
+    """One GPU's buffer for nvmlDeviceGetSamples: one C call per drain (pynvml makes two,
+    the first to ask the count), the answer read through a numpy view."""
+
+    def __init__(self, nvml: ModuleType):
+        self.array = (nvml.c_nvmlSample_t * SAMPLE_CAPACITY)()
+        self.view = _view(self.array, SAMPLE_DTYPE)
+        self.value_type = ctypes.c_uint()
+        self.count = ctypes.c_uint()
+
+    def read(self, nvml: ModuleType, handle, sampling_type: int, last_seen_us: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """(timestamps in us, values) of the samples newer than last_seen_us, as the
+        driver returned them; raises pynvml's NVMLError (NotFound: none new)."""
+        self.count.value = SAMPLE_CAPACITY
+        fn = nvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
+        ret = fn(handle, ctypes.c_uint(sampling_type), ctypes.c_ulonglong(last_seen_us),
+                 ctypes.byref(self.value_type), ctypes.byref(self.count), self.array)
+        if ret != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(ret)
+        got = self.view[:min(self.count.value, SAMPLE_CAPACITY)]
+        raw = got["value"]
+        if self.value_type.value == _DOUBLE:
+            values = raw.view(np.float64).copy()
+        elif self.value_type.value in (_UINT, _SINT):
+            values = (raw & 0xFFFFFFFF).astype(np.float64)
+        else:
+            values = raw.astype(np.float64)
+        return got["timeStamp"].copy(), values
