@@ -16,12 +16,15 @@ from exporter.collectors.jobs import JobsSource
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
+from exporter.metrics.web import http_families, reload_families, tls_families
 from exporter.offline.trace import load_trace
 from exporter.sampling.sampler import Sampler, SamplerSettings, Snapshot, Source
 from exporter.sim import fake
 from exporter.sim.replay import replay_library
 from exporter.sim.scenarios import Scenario, load_scenario
-from exporter.web.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
+from exporter.web.health import HealthCheck
+from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
+from exporter.web.stats import ReloadStatus
 from exporter.web.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class Exporter:
         self.nvml = nvml
         self.scenario = scenario
         self.web: WebConfig = load_web_config(config.web_config_file)
+        self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib: fake.FakeNvmlLibrary | None = None
@@ -63,7 +67,27 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
-        self.current = RenderedSnapshot(snapshot)  # rendered here, then one atomic swap
+        # rendered here, with the serving side's own figures, then one atomic swap
+        server = self.server
+        serving = list(http_families(server.stats())) if server is not None else []
+        serving += reload_families(self.reloads.stats())
+        serving += tls_families(self.web.certificate_not_after)
+        self.current = RenderedSnapshot(snapshot, serving)
+
+    # -- what a reload (SIGHUP, exporter/service.py) needs ---------------------------
+    def apply_web_config(self, web: WebConfig) -> None:
+        """New certificates and users for new connections and requests, in one swap."""
+        self.web = web
+        if self.server is not None:
+            self.server.set_web_config(web)
+
+    def record_reload(self, ok: bool) -> None:
+        self.reloads.record(ok)
+
+    def alive(self) -> bool:
+        """Liveness, as /healthz says it: the publisher builds fresh snapshots."""
+        server = self.server
+        return server is not None and not server.health.liveness(self.current)
 
     def start(self) -> None:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""

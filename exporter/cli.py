@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from exporter.app import Exporter  # imported here so --help stays fast
+    from exporter.service import Signals, serve
 
     keys = ("listen_address", "web_config_file", "fake", "scenario", "power_sample_rate_hz",
             "sweep_interval_seconds", "stale_after_seconds", "path_sysfs", "collector_infiniband",
@@ -177,7 +178,8 @@ def _run(args: argparse.Namespace) -> int:
             "hang_timeout_seconds", "straggler_persistence_seconds", "replay", "replay_speed",
             "gpu_health_interval_seconds",
             "log_level")
-    config = build_config(args.config, {k: getattr(args, k) for k in keys})
+    overrides = {k: getattr(args, k) for k in keys}
+    config = build_config(args.config, overrides)
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
@@ -185,6 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     # Hand the GIL over every 1 ms instead of 5 ms, so a scrape's thread is not held up
     # behind a snapshot being rendered (scrape p99 8 -> see docs/performance.md).
     sys.setswitchinterval(0.001)
+    signals = Signals()  # before start: a SIGHUP then must not kill us (its default)
     exporter = Exporter(config)
     try:
         exporter.start()
@@ -196,10 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{PROG}: cannot listen on {config.listen_address}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
     return 0
 
