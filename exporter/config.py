@@ -11,6 +11,7 @@ from exporter.collectors.host import DEFAULT_NETWORK_EXCLUDE
 from exporter.yamlfile import (
     ConfigError,
     Where,
+    excerpt,
     expect_mapping,
     get_bool,
     get_number,
@@ -90,11 +91,12 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     """'host:port', ':port' or '[v6]:port' -> (host, port); host '' means every address."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listen address {text!r}: expected HOST:PORT with PORT 0-65535")
+        raise ConfigError(f"listen address {excerpt(text)}: expected HOST:PORT with PORT 0-65535")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ConfigError(f"listen address {text!r}: write IPv6 hosts in brackets, [::1]:9955")
+        raise ConfigError(f"listen address {excerpt(text)}: write IPv6 hosts in brackets, "
+                          "[::1]:9955")
     return host, int(port)
 
 
@@ -114,12 +116,12 @@ def validate(config: Config, where: Where | None = None, mapping: Any = None) ->
     for key, (low, high) in _NUMBER_RANGES.items():
         value = getattr(config, key)
         if not low <= value <= high:
-            raise fail(key, f"{value!r} is out of range [{low:g}, {high:g}]")
+            raise fail(key, f"{excerpt(value)} is out of range [{low:g}, {high:g}]")
     for key, (low, high) in _OPTIONAL_INTS.items():
         value = getattr(config, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not low <= value <= high):
-            raise fail(key, f"expected a whole number in [{low}, {high}], got {value!r}")
+            raise fail(key, f"expected a whole number in [{low}, {high}], got {excerpt(value)}")
     if config.log_level not in LOG_LEVELS:
         raise fail("log_level", f"expected one of {', '.join(LOG_LEVELS)}")
     if not isinstance(config.host_network_exclude, str):

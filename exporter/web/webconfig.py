@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
-from exporter.yamlfile import LineDict, Where, expect_mapping, load_yaml_file
+from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -123,7 +123,7 @@ def _text(mapping: dict, key: str, where: Where) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise where.error(key, f"expected a string, got {value!r}")
+        raise where.error(key, f"expected a string, got {excerpt(value)}")
     return value
 
 
@@ -226,7 +226,7 @@ def _headers(section: tuple[dict, Where]) -> dict[str, str]:
     mapping, where = section
     _strings(mapping, where, _HTTP_KEYS, _HTTP_UNSUPPORTED)
     if "http2" in mapping and not isinstance(mapping["http2"], bool):
-        raise where.error("http2", f"expected true or false, got {mapping['http2']!r}")
+        raise where.error("http2", f"expected true or false, got {excerpt(mapping['http2'])}")
     raw = mapping.get("headers") or {}
     if not isinstance(raw, dict):
         raise where.error("headers", f"expected a mapping, got {type(raw).__name__}")
