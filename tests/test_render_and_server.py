@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import Config
+from exporter.gpu.backend import private_nvml_module
 from exporter.metrics.render import render
 from exporter.web.health import HealthCheck
 from exporter.web.server import accepts_gzip
@@ -164,8 +165,9 @@ def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
     path = tmp_path / "hang.yaml"
     path.write_text(HANG)
     scenario_from_yaml(HANG)  # valid
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario=str(path),
-                          stale_after_seconds=2))
+    # A private pynvml: the module's exporter must not be the one that meets the hang.
+    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario=str(path)),
+                   nvml=private_nvml_module("hang_test"))
     exp.start()
     try:
         wait_for(lambda: b"GPU 0 stuck" in get(exp, "/readyz")[1], timeout=15)
