@@ -13,6 +13,7 @@ from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors import registry
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
+from exporter.metrics.web import http_families, reload_families, tls_families
 from exporter.offline.trace import load_trace
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
@@ -20,7 +21,9 @@ from exporter.sampling.snapshot import Snapshot
 from exporter.sim import costs, fake
 from exporter.sim.replay import replay_library
 from exporter.sim.scenarios import load_scenario
-from exporter.web.server import ExporterHTTPServer, HealthCheck, ServerLimits, serve_in_thread
+from exporter.web.health import HealthCheck
+from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
+from exporter.web.stats import ReloadStatus
 from exporter.web.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,7 @@ class Exporter:
         self.clock = clock
         self.nvml = nvml
         self.web: WebConfig = load_web_config(config.web_config_file)
+        self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib = fake_lib
@@ -76,7 +80,30 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
-        self.current = RenderedSnapshot(snapshot)  # rendered on first scrape, then cached
+        # rendered by its first scrape, with the serving side's own figures as of then
+        self.current = RenderedSnapshot(snapshot, self._serving_families)
+
+    def _serving_families(self) -> list:
+        server = self.server
+        serving = list(http_families(server.stats())) if server is not None else []
+        serving += reload_families(self.reloads.stats())
+        serving += tls_families(self.web.certificate_not_after)
+        return serving
+
+    # -- what a reload (SIGHUP, exporter/service.py) needs ---------------------------
+    def apply_web_config(self, web: WebConfig) -> None:
+        """New certificates and users for new connections and requests, in one swap."""
+        self.web = web
+        if self.server is not None:
+            self.server.set_web_config(web)
+
+    def record_reload(self, ok: bool) -> None:
+        self.reloads.record(ok)
+
+    def alive(self) -> bool:
+        """Liveness, as /healthz says it: the publisher builds fresh snapshots."""
+        server = self.server
+        return server is not None and not server.health.liveness(self.current)
 
     def _install_fake(self) -> None:
         c = self.config

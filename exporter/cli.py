@@ -106,10 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from exporter.app import Exporter  # imported here so --help stays fast
+    from exporter.service import Signals, serve
 
-    flags = {o.key: getattr(args, o.key) for o in all_options()
-             if o.flag is not None and RUN in o.commands}
-    config = build_config(args.config, flags)
+    overrides = {o.key: getattr(args, o.key) for o in all_options()
+                 if o.flag is not None and RUN in o.commands}
+    config = build_config(args.config, overrides)
     if config.fake:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
@@ -117,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
     # Hand the GIL over every 1 ms instead of 5 ms, so a scrape's thread is not held up
     # behind a snapshot being rendered (scrape p99 8 -> see docs/performance.md).
     sys.setswitchinterval(0.001)
+    signals = Signals()  # before start: a SIGHUP then must not kill us (its default)
     exporter = Exporter(config)
     try:
         exporter.start()
@@ -128,10 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{PROG}: cannot listen on {config.listen_address}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
     return 0
 

@@ -42,20 +42,23 @@ class Option:
         return self.command_defaults.get(command, self.default)
 
     def problem(self, value: Any) -> str | None:
-        """What is wrong with a value of this option, or None."""
+        """What is wrong with a value of this option, or None (values quoted short)."""
+        from exporter.yamlfile import excerpt
+
         if value is None:
             return None if self.optional or self.default is None else "must be set"
         if self.kind is bool:
-            return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+            return None if isinstance(value, bool) else (
+                f"expected true or false, got {excerpt(value)}")
         if self.kind in (int, float):
             if isinstance(value, bool) or not isinstance(value, int | float):
-                return f"expected a number, got {value!r}"
+                return f"expected a number, got {excerpt(value)}"
             if self.kind is int and not float(value).is_integer():
-                return f"expected a whole number, got {value!r}"
+                return f"expected a whole number, got {excerpt(value)}"
             if self.low is not None and not self.low <= value <= self.high:
-                return f"{value!r} is out of range [{self.low:g}, {self.high:g}]"
+                return f"{excerpt(value)} is out of range [{self.low:g}, {self.high:g}]"
         elif not isinstance(value, str):
-            return f"expected a string, got {value!r}"
+            return f"expected a string, got {excerpt(value)}"
         if self.choices and value not in self.choices:
             return f"expected one of {', '.join(self.choices)}"
         return self.check(value) if self.check is not None else None
@@ -135,7 +138,8 @@ CORE: tuple[Option, ...] = (
            "YAML file (docs/scenarios.md)", metavar="NAME|FILE", commands=(RUN, RECORD)),
     *SHARED,
     Option("stale_after_seconds", "--health.stale-after", float, 10.0,
-           "readiness fails once sampling is older than this", 1.0, 3600.0,
+           "/healthz and /readyz are 503 once the last snapshot is older than this; /readyz "
+           "lists loops stale this long", 1.0, 3600.0,
            metavar="SECONDS"),
     Option("expected_gpus", "--gpus.expected", int, None, "GPUs this node should have "
            "(default: the count NVML reports at start)", 0, 1024, metavar="N",

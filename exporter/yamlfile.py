@@ -1,16 +1,51 @@
-"""YAML loading that remembers line numbers, so config errors can name file and line."""
+"""YAML loading that remembers line numbers, so config errors can name file and line.
+
+Config, web config and scenario files are small and written by people, so what a file
+can make us do is bounded (issue 17, finding 7: a 470-byte alias bomb ran check-config
+for 34 s into a MemoryError, and `--config /dev/zero` read without end):
+
+- at most :data:`MAX_FILE_BYTES` are read;
+- YAML aliases (``*name``) are refused: nothing here needs them, and each one can
+  multiply what the rest of the code walks and prints;
+- nesting is at most :data:`MAX_DEPTH` deep (deeper made PyYAML overflow the stack);
+- a :class:`ConfigError` is one line of at most :data:`MAX_MESSAGE_CHARS`, and values are
+  quoted through :func:`excerpt`, so no message prints a huge value.
+"""
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+MAX_FILE_BYTES = 256 << 10  # a config is a few KiB; parsing 256 KiB takes ~4 s at worst
+MAX_DEPTH = 64
+MAX_MESSAGE_CHARS = 400
+MAX_EXCERPT_CHARS = 80
+
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxstring, _repr.maxother = 3, MAX_EXCERPT_CHARS, MAX_EXCERPT_CHARS
+_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 6
+
+
+def excerpt(value: Any) -> str:
+    """repr() of a value, cut short: bounded in work and length whatever the value."""
+    text = _repr.repr(value)
+    return text if len(text) <= MAX_EXCERPT_CHARS else text[:MAX_EXCERPT_CHARS - 3] + "..."
+
 
 class ConfigError(ValueError):
-    """A problem in a config or scenario file; str() is one line naming file, line and key."""
+    """A problem in a config or scenario file; str() is one line naming file, line and key,
+    of at most MAX_MESSAGE_CHARS."""
+
+    def __init__(self, message: str) -> None:
+        line = " ".join(str(message).split())
+        if len(line) > MAX_MESSAGE_CHARS:
+            line = line[:MAX_MESSAGE_CHARS - 3] + "..."
+        super().__init__(line)
 
 
 class LineDict(dict):
@@ -21,6 +56,24 @@ class LineDict(dict):
 
 
 class _LineLoader(yaml.SafeLoader):
+    _depth = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases (*{excerpt(event.anchor)[1:-1]}) are not supported",
+                event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_DEPTH} levels deep",
+                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineDict:
         mapping = LineDict(super().construct_mapping(node, deep=deep))
         mapping.lines = {}
@@ -50,9 +103,14 @@ def load_yaml(text: str, source: str) -> Any:
 
 def load_yaml_file(path: str | Path) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES >> 10} KiB; not a config file")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
     return load_yaml(text, str(path))
@@ -98,23 +156,23 @@ def get_number(
 ) -> float:
     value = mapping.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise where.error(key, f"expected a number, got {value!r}")
+        raise where.error(key, f"expected a number, got {excerpt(value)}")
     if integer and not float(value).is_integer():
-        raise where.error(key, f"expected a whole number, got {value!r}")
+        raise where.error(key, f"expected a whole number, got {excerpt(value)}")
     if not low <= value <= high:
-        raise where.error(key, f"{value!r} is out of range [{low:g}, {high:g}]")
+        raise where.error(key, f"{excerpt(value)} is out of range [{low:g}, {high:g}]")
     return int(value) if integer else float(value)
 
 
 def get_string(mapping: dict, key: str, where: Where, default: str | None) -> str | None:
     value = mapping.get(key, default)
     if value is not None and not isinstance(value, str):
-        raise where.error(key, f"expected a string, got {value!r}")
+        raise where.error(key, f"expected a string, got {excerpt(value)}")
     return value
 
 
 def get_bool(mapping: dict, key: str, where: Where, default: bool) -> bool:
     value = mapping.get(key, default)
     if not isinstance(value, bool):
-        raise where.error(key, f"expected true or false, got {value!r}")
+        raise where.error(key, f"expected true or false, got {excerpt(value)}")
     return value

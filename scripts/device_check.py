@@ -122,23 +122,26 @@ def power_samples(backend: NvmlBackend, seconds: float) -> dict:
     first = backend.samples(0, fi.TOTAL_POWER_SAMPLES, 0)
     if first is None:
         return {"error": "nvmlDeviceGetSamples(NVML_TOTAL_POWER_SAMPLES) is not supported"}
-    stamps, last = [t for t, _ in first], first[-1][0] if first else 0
-    capacity = len(first)
+    stamps = [int(t) for t in first[0]]
+    last = stamps[-1] if stamps else 0
+    capacity = len(stamps)
     t0 = time.time()
     while time.time() - t0 < seconds:
         time.sleep(1.0)
-        new = backend.samples(0, fi.TOTAL_POWER_SAMPLES, last) or []
-        stamps += [t for t, _ in new]
-        last = new[-1][0] if new else last
+        new = backend.samples(0, fi.TOTAL_POWER_SAMPLES, last)
+        if new is not None and len(new[0]):
+            stamps += [int(t) for t in new[0]]
+            last = stamps[-1]
     time.sleep(5.0)
-    late = backend.samples(0, fi.TOTAL_POWER_SAMPLES, last) or []
+    got = backend.samples(0, fi.TOTAL_POWER_SAMPLES, last)
+    late = [int(t) for t in got[0]] if got is not None else []
     capacity = max(capacity, len(late))
     if len(stamps) < 3:
         return {"error": f"only {len(stamps)} power samples in {seconds:g} s"}
     gaps = np.diff(np.array(stamps, dtype=float)) / 1e3  # ms
     interval = float(np.median(gaps))
     span = (stamps[-1] - stamps[0]) / 1e6
-    lost_ms = (late[0][0] - last) / 1e3 - interval if late else None
+    lost_ms = (late[0] - last) / 1e3 - interval if late else None
     return {"median_interval_ms": round(interval, 2),
             "min_interval_ms": round(float(gaps.min()), 2),
             "max_interval_ms": round(float(gaps.max()), 2),

@@ -57,3 +57,10 @@ def make_certs(directory: Path) -> Certs:
     d = directory
     return Certs(d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt",
                  d / "client.key", d / "other-ca.crt", d / "stranger.crt", d / "stranger.key")
+
+
+def server_cert(certs: Certs, name: str) -> tuple[Path, Path]:
+    """Another server certificate and key for 127.0.0.1 from the same CA (a renewal)."""
+    _leaf(certs.ca.parent, name, "ca", "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+          "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    return certs.ca.parent / f"{name}.crt", certs.ca.parent / f"{name}.key"

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from exporter.config import Config, build_config, load_config_file, parse_listen_address
-from exporter.yamlfile import ConfigError
+from exporter.sim.scenarios import load_scenario
+from exporter.web.webconfig import load_web_config
+from exporter.yamlfile import MAX_FILE_BYTES, MAX_MESSAGE_CHARS, ConfigError
 
 CLI = [sys.executable, "-m", "exporter"]
 
@@ -186,3 +188,74 @@ def test_cli_host_and_jobs_flags_parse():
     assert args.collector_host is False and args.hpc_job_mapping_dir == "/run/j"
     assert args.host_network_exclude == "^lo$"
     assert build_parser().parse_args(["run"]).collector_host is None  # not given: file wins
+
+
+# ---------------------------------------------------------------- hostile config files
+
+
+def alias_bomb(key: str = "listen_address") -> str:
+    """About 330 bytes that expand to 9**8 strings (the issue's 470-byte bomb: 34 s and a
+    MemoryError in check-config, printing the expanded value)."""
+    lines = [f"{key}:", '  - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefg", "bcdefgh", strict=True):
+        lines.append(f"  - &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_fails_check_config_in_one_short_line(tmp_path):
+    path = write(tmp_path, alias_bomb())
+    assert len(path.read_bytes()) < 470
+    result = run_cli("check-config", str(path), timeout=60)
+    line = one_line_error(result)
+    assert "config.yaml:3: invalid YAML: aliases (*a) are not supported" in line
+    assert len(line) < 200
+
+
+def test_aliases_are_refused_everywhere_yaml_is_read(tmp_path):
+    with pytest.raises(ConfigError, match="aliases"):
+        load_config_file(write(tmp_path, "log_level: &l info\nlisten_address: *l\n"))
+    web = tmp_path / "web.yml"
+    web.write_text(alias_bomb("basic_auth_users"))
+    with pytest.raises(ConfigError, match="aliases"):
+        load_web_config(web)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("gpus: &n 4\nexpected_gpus: *n\n")
+    with pytest.raises(ConfigError, match="aliases"):
+        load_scenario(str(scenario))
+
+
+def test_an_anchor_without_alias_is_fine(tmp_path):
+    assert load_config_file(write(tmp_path, "log_level: &l debug\n")).log_level == "debug"
+
+
+def test_config_reads_are_bounded(tmp_path):
+    """`--config /dev/zero` read without end."""
+    line = one_line_error(run_cli("check-config", "/dev/zero"))
+    assert "/dev/zero: larger than 256 KiB" in line
+    big = write(tmp_path, "# " + "x" * (MAX_FILE_BYTES + 10) + "\n")
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config_file(big)
+
+
+def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path):
+    path = write(tmp_path, "listen_address: " + "[" * 20000 + "]" * 20000 + "\n")
+    line = one_line_error(run_cli("check-config", str(path)))
+    assert "nested more than 64 levels deep" in line
+
+
+@pytest.mark.parametrize("text", [
+    "listen_address: '" + "a" * 100000 + "'\n",
+    "power_sample_rate_hz: [" + ", ".join(["1"] * 20000) + "]\n",
+    "log_level: {" + ", ".join(f"k{i}: {i}" for i in range(5000)) + "}\n",
+])
+def test_error_messages_quote_a_bounded_excerpt(tmp_path, text):
+    with pytest.raises(ConfigError) as info:
+        load_config_file(write(tmp_path, text))
+    message = str(info.value)
+    assert len(message) <= MAX_MESSAGE_CHARS and "\n" not in message
+    assert "config.yaml:1" in message
+
+
+def test_config_error_is_one_bounded_line():
+    error = ConfigError("first\nsecond " + "x" * 10000)
+    assert "\n" not in str(error) and len(str(error)) == MAX_MESSAGE_CHARS

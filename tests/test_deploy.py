@@ -31,7 +31,9 @@ def test_systemd_unit_essentials():
     for line in ("DynamicUser=yes", "Restart=on-failure", "DevicePolicy=closed",
                  "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia* rw",
                  "ProtectSystem=strict", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n",
-                 "--config /etc/cluster-telemetry-exporter/config.yaml"):
+                 "--config /etc/cluster-telemetry-exporter/config.yaml",
+                 # SIGHUP reloads; sd_notify readiness and watchdog (exporter/service.py)
+                 "ExecReload=/bin/kill -HUP $MAINPID", "Type=notify", "WatchdogSec="):
         assert line in text, line
     assert "PrivateDevices=no" in settings  # yes would hide /dev/nvidia*
     assert "ProcSubset=pid" not in settings  # NVML reads /proc/driver/nvidia
@@ -90,9 +92,11 @@ def test_kubernetes_daemonset_service_and_servicemonitor_fit_together():
     assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": PORT}
-    for probe in ("livenessProbe", "readinessProbe"):
+    # liveness on /healthz (the exporter itself), readiness on /readyz (503 only while
+    # it serves no fresh data; a hung GPU keeps it in the endpoints)
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
-        assert get["path"] == "/healthz" and ports.get(get["port"], get["port"]) == PORT
+        assert get["path"] == path and ports.get(get["port"], get["port"]) == PORT
     resources = container["resources"]
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= resources[kind].keys()

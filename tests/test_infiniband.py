@@ -594,3 +594,16 @@ def test_docs_list_every_family_exactly() -> None:
         _, type_, _, labels, _, _ = rows[spec.name]
         assert type_ == spec.type, spec.name
         assert labels == ", ".join(f"`{label}`" for label in spec.labels), spec.name
+
+
+def test_a_file_where_a_port_or_device_should_be_is_skipped(tmp_path: Path) -> None:
+    """Issue 17, finding 8: a file named like a port was exported as a port."""
+    dev = ib_tree.add_device(tmp_path, "mlx5_0")
+    ib_tree.add_port(dev, 1, counters={"symbol_error": 1})
+    (dev / "ports" / "2").write_text("not a port\n")
+    (tmp_path / "class" / "infiniband" / "mlx5_9").write_text("not a device\n")
+    reading = InfinibandSource(tmp_path).read()
+    assert [d.name for d in reading.devices] == ["mlx5_0"]
+    assert [p.port for p in reading.devices[0].ports] == [1]
+    assert reading.skipped_total["not_a_directory"] == 2
+    assert reading.skipped_total["vanished"] == 0

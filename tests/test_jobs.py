@@ -11,6 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.collectors.jobs import (
     MAX_FILE_BYTES,
     MAX_FILES,
+    MAX_JOBS_PER_GPU,
+    MAX_JOBS_PER_NODE,
     BadFile,
     JobsReading,
     JobsSource,
@@ -94,9 +96,108 @@ def test_missing_directory_means_no_jobs(tmp_path):
     assert dict(reading.jobs) == {} and skipped(reading) == {}
 
 
-def test_a_directory_that_is_a_file_means_no_jobs(tmp_path):
+def test_a_mapping_path_that_is_a_file_is_a_failure(tmp_path):
+    """Issue 17, finding 7: it reported success (no jobs), hiding the mistake."""
+    (tmp_path / "file").write_text("0\n")
+    with pytest.raises(NotADirectoryError, match="not a directory"):
+        JobsSource(tmp_path / "file").read()
+
+
+def test_a_mapping_dir_that_is_a_file_shows_as_a_failing_source(tmp_path, running_exporter):
     (tmp_path / "file").write_text("")
-    assert dict(JobsSource(tmp_path / "file").read().jobs) == {}
+    exp = running_exporter.start(manual=True, hpc_job_mapping_dir=str(tmp_path / "file"))
+    result = exp.sampler.snapshot.collectors["jobs"]
+    assert not result.success and "not a directory" in result.error
+    assert b'cte_source_success{source="jobs"} 0.0' in exp.current.body
+
+
+def test_symbolic_links_are_never_followed(tmp_path):
+    """Issue 17, finding 7: jobs/0 -> /elsewhere/secret exported the secret as a label."""
+    secret = tmp_path / "secret"
+    secret.write_text("hunter2\n")
+    mapping = tmp_path / "jobs"
+    mapping.mkdir()
+    (mapping / "0").symlink_to(secret)
+    (mapping / "real").write_text("101\n")
+    (mapping / "1").symlink_to(mapping / "real")  # even inside the directory
+    (mapping / "2").write_text("102\n")
+    source = JobsSource(mapping, gpu_count=4)
+    reading = source.read()
+    assert dict(reading.jobs) == {2: ("102",)}
+    assert skipped(reading) == {"symlink": 2, "bad_name": 1}
+    assert b"hunter2" not in render(snapshot(reading, gpus=4))
+
+
+def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    secret = tmp_path / "secret"
+    secret.write_text("hunter2\n")
+    mapping = tmp_path / "jobs"
+    mapping.mkdir()
+    (mapping / "0").symlink_to(secret)
+    real_lstat = os.lstat
+    # lstat sees a plain file (the race: swapped for a link right after)
+    monkeypatch.setattr(os, "lstat", lambda p: real_lstat(secret) if str(p).endswith("/0")
+                        else real_lstat(p))
+    reading = JobsSource(mapping, gpu_count=1).read()
+    assert dict(reading.jobs) == {} and skipped(reading) == {"symlink": 1}
+
+
+def test_job_ids_are_capped_per_gpu_and_per_node(tmp_path):
+    """Issue 17, finding 7: one 4 KB file yielded 1,092 series."""
+    (tmp_path / "0").write_text("".join(f"{i}\n" for i in range(1000)))  # under 4 KiB
+    reading = JobsSource(tmp_path, gpu_count=32).read()
+    assert reading.jobs[0] == tuple(str(i) for i in range(MAX_JOBS_PER_GPU))  # first ones
+    assert dict(reading.dropped_total) == {"per_gpu": 1000 - MAX_JOBS_PER_GPU, "per_node": 0}
+    for gpu in range(1, 32):
+        (tmp_path / str(gpu)).write_text("".join(f"{gpu}-{i}\n" for i in range(20)))
+    source = JobsSource(tmp_path, gpu_count=32)
+    reading = source.read()
+    assert sum(len(jobs) for jobs in reading.jobs.values()) == MAX_JOBS_PER_NODE
+    kept_gpus = sorted(reading.jobs)
+    assert kept_gpus == list(range(MAX_JOBS_PER_NODE // MAX_JOBS_PER_GPU))  # lowest first
+    per_node = 32 * MAX_JOBS_PER_GPU - MAX_JOBS_PER_NODE
+    assert dict(reading.dropped_total) == {"per_gpu": 984 + 31 * 4, "per_node": per_node}
+    assert source.read().dropped_total["per_node"] == 2 * per_node  # every pass
+    text = render(snapshot(reading, gpus=32)).decode()
+    assert text.count("gpu_hpc_job_info{") == MAX_JOBS_PER_NODE
+    assert f'cte_hpc_job_ids_dropped_total{{reason="per_node"}} {per_node}.0' in text
+
+
+class _Entry:
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Listing:
+    """os.scandir stand-in listing names in a given order (as a file system may)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+
+    def __enter__(self):
+        return iter([_Entry(n) for n in self.names])
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("gpu_count", [4, None])
+def test_which_gpus_are_mapped_does_not_depend_on_listing_order(tmp_path, monkeypatch,
+                                                               gpu_count):
+    """Issue 17, finding 7: past 4,096 entries, the GPUs mapped were the file system's
+    pick. Junk listed first must not hide a GPU's file."""
+    monkeypatch.setattr("exporter.collectors.jobs.MAX_ENTRIES", 10)
+    for gpu in range(4):
+        (tmp_path / str(gpu)).write_text(f"{100 + gpu}\n")
+    junk = [f"junk{i}" for i in range(30)]
+    for name in junk:
+        (tmp_path / name).write_text("x\n")
+    for order in (junk + ["3", "2", "1", "0"], ["0", "1", "2", "3"] + junk):
+        monkeypatch.setattr("exporter.collectors.jobs.os.scandir",
+                            lambda _path, order=order: _Listing(order))
+        reading = JobsSource(tmp_path, gpu_count=gpu_count).read()
+        assert dict(reading.jobs) == {g: (str(100 + g),) for g in range(4)}, order
+        assert reading.skipped_total["too_many_files"] == 1
 
 
 def test_reads_a_file_again_only_when_it_changes(tmp_path, monkeypatch):
@@ -227,7 +328,7 @@ def test_gpu_without_identity_has_no_join_series():
     reading = JobsReading(jobs={0: ("101",), 1: ("102",)}, skipped_total={})
     snap = snapshot(reading, gpus=2)
     snap = Snapshot(**{**snap.__dict__, "identities": (ident(0), None)})
-    (info, _) = list(jobs_families(reading, snap))
+    (info, _, _) = list(jobs_families(reading, snap))
     assert [s.labels["hpc_job"] for s in info.samples] == ["101"]
 
 

@@ -13,8 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import Config
+from exporter.gpu.backend import private_nvml_module
 from exporter.metrics.render import render
-from exporter.web.server import HealthCheck
+from exporter.web.health import HealthCheck
+from exporter.web.server import accepts_gzip
 from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
 
 
@@ -71,7 +73,31 @@ def test_scrapes_get_the_same_bytes_until_the_next_snapshot(exporter):
 def test_gzip_when_accepted(exporter):
     resp, body = get(exporter, "/metrics", {"Accept-Encoding": "gzip, deflate"})
     assert resp.getheader("Content-Encoding") == "gzip"
+    assert resp.getheader("Vary") == "Accept-Encoding"
     assert b"gpu_power_watts" in gzip.decompress(body)
+
+
+@pytest.mark.parametrize("header", ["gzip;q=0", "gzip; q=0.0, deflate", "identity", "",
+                                    "*;q=0", "gzip;q=0, *", "br", "gzipx"])
+def test_no_gzip_when_refused_or_not_asked_for(exporter, header):
+    resp, body = get(exporter, "/metrics", {"Accept-Encoding": header})
+    assert resp.getheader("Content-Encoding") is None, header
+    assert resp.getheader("Vary") == "Accept-Encoding"
+    assert body.startswith(b"# HELP")
+
+
+@pytest.mark.parametrize("header, gzip_ok", [
+    ("gzip", True), ("GZIP;Q=0.5", True), ("x-gzip", True), ("*", True),
+    ("deflate, *;q=0.1", True), ("gzip;q=0", False), ("gzip;q=0.000", False),
+    ("gzip;q=oops", False), ("*;q=0", False), ("gzip;q=0, *", False), ("", False)])
+def test_accept_encoding_is_parsed_with_q_values(header, gzip_ok):
+    assert accepts_gzip(header) is gzip_ok
+
+
+def test_server_header_names_no_python_version(exporter):
+    for path in ("/metrics", "/healthz", "/nope"):
+        resp, _ = get(exporter, path)
+        assert resp.getheader("Server") == "cluster-telemetry-exporter", path
 
 
 def test_head_healthz_landing_and_404(exporter):
@@ -79,6 +105,8 @@ def test_head_healthz_landing_and_404(exporter):
     assert resp.status == 200 and body == b""
     assert int(resp.getheader("Content-Length")) > 1000
     resp, body = get(exporter, "/healthz")
+    assert (resp.status, body) == (200, b"ok\n")
+    resp, body = get(exporter, "/readyz")
     assert (resp.status, body) == (200, b"ok\n")
     resp, body = get(exporter, "/")
     assert resp.status == 200 and b'href="/metrics"' in body and b"fake" in body
@@ -115,7 +143,8 @@ def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
 
     calls = []
     real = render_module.render
-    monkeypatch.setattr(render_module, "render", lambda snap: calls.append(snap) or real(snap))
+    monkeypatch.setattr(render_module, "render",
+                        lambda snap, **kw: calls.append(snap) or real(snap, **kw))
     rendered = render_module.RenderedSnapshot(make_snapshot())
     assert calls == []  # published, not scraped: nothing rendered
     body, gz = rendered.body, rendered.gzipped
@@ -123,15 +152,17 @@ def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
     assert gzip.decompress(gz) == body
 
 
-def test_healthz_reports_stale_sampling(exporter):
+def test_liveness_and_readiness_when_sampling_stalls(exporter):
     health = HealthCheck(stale_after_seconds=5)
     rendered = exporter.current
-    assert health.problems(rendered) == []
+    assert health.liveness(rendered) == []
+    assert health.readiness(rendered).status == "ok"
     later = time.time() + 60
-    problems = health.problems(rendered, now=later)
-    assert any("publisher stalled" in p for p in problems)
-    assert any("sweep loop stale" in p for p in problems)
-    assert health.problems(None) == ["no snapshot published yet"]
+    assert any("publisher stalled" in p for p in health.liveness(rendered, now=later))
+    readiness = health.readiness(rendered, now=later)
+    assert not readiness.ready and readiness.status == "unavailable"
+    assert health.liveness(None) == ["no snapshot published yet"]
+    assert not health.readiness(None).ready
 
 
 HANG = """
@@ -141,17 +172,24 @@ events:
 """
 
 
-def test_scrapes_stay_fast_and_healthz_turns_503_during_a_hang(tmp_path):
+def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
+    """Finding 3 of issue 17: a stuck GPU once turned /healthz 503 (and a liveness probe
+    restarted the exporter). Now liveness stays 200; readiness stays 200 and says why
+    it is degraded; scrapes stay fast."""
     path = tmp_path / "hang.yaml"
     path.write_text(HANG)
     scenario_from_yaml(HANG)  # valid
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario=str(path),
-                          stale_after_seconds=2))
+    # A private pynvml: the module's exporter must not be the one that meets the hang.
+    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario=str(path)),
+                   nvml=private_nvml_module("hang_test"))
     exp.start()
     try:
-        wait_for(lambda: get(exp, "/healthz")[0].status == 503, timeout=15)
+        wait_for(lambda: b"GPU 0 stuck" in get(exp, "/readyz")[1], timeout=15)
+        resp, body = get(exp, "/readyz")
+        assert resp.status == 200 and body.startswith(b"degraded\n"), body
         resp, body = get(exp, "/healthz")
-        assert b"sweep loop stale" in body and b"stuck in gpu 0" in body
+        assert (resp.status, body) == (200, b"ok\n")
+        assert b"stuck" in get(exp, "/")[1]  # the landing page shows the detail too
         latencies = []
         for _ in range(20):
             t0 = time.perf_counter()
@@ -159,8 +197,9 @@ def test_scrapes_stay_fast_and_healthz_turns_503_during_a_hang(tmp_path):
             latencies.append(time.perf_counter() - t0)
             assert resp.status == 200
         assert max(latencies) < 0.1
-        ages = {s.labels["loop"]: s.value
-                for s in families(body)["cte_loop_last_completed_age_seconds"].samples}
-        assert ages["sweep"] > 1.5 and ages["power"] < 1.5
+        assert get(exp, "/healthz")[0].status == 200
+        stuck = {s.labels["gpu"]: s.value
+                 for s in families(body)["cte_gpu_stuck_seconds"].samples}
+        assert stuck["0"] > 1
     finally:
         exp.stop()

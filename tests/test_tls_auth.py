@@ -78,6 +78,10 @@ def get(exporter, certs, path="/metrics", headers=None, cert="client"):
 def test_scrape_with_password_and_client_certificate(exporter, certs):
     resp, body = get(exporter, certs, headers=basic(USER, PASSWORD))
     assert resp.status == 200 and b"gpu_power_watts" in body
+    # tests/certs.py certificates are valid for 2 days: the expiry is exported
+    line = next(x for x in body.split(b"\n")
+                if x.startswith(b"cte_tls_certificate_expiry_timestamp_seconds "))
+    assert 0 < float(line.split()[1]) - time.time() <= 2 * 86400 + 60
     assert resp.getheader("X-Content-Type-Options") == "nosniff"
 
 
@@ -114,6 +118,9 @@ def test_landing_page_needs_auth_and_healthz_does_not(exporter, certs):
     assert get(exporter, certs, "/")[0].status == 401
     resp, body = get(exporter, certs, "/healthz")  # kubelet probes carry no password
     assert (resp.status, body) == (200, b"ok\n")
+    resp, body = get(exporter, certs, "/readyz")
+    assert resp.status == 200 and body.split(b"\n")[0] in (b"ok", b"degraded")
+    assert b"- " not in body  # details only with credentials
 
 
 @pytest.mark.parametrize("cert", [None, "stranger"])

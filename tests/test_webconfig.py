@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -153,3 +154,46 @@ def test_check_config_checks_the_web_config_too(tmp_path, certs, hashed):
     result = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
                             timeout=30)
     assert result.returncode == 2 and "web.yml:2: basic_auth_users.p" in result.stderr
+
+
+def tls_copy(tmp_path, certs, key_mode: int):
+    for name in ("server.crt", "server.key"):
+        (tmp_path / name).write_bytes((certs.ca.parent / name).read_bytes())
+    (tmp_path / "server.key").chmod(key_mode)
+    return write(tmp_path, "tls_server_config:\n  cert_file: server.crt\n"
+                 "  key_file: server.key\n")
+
+
+@pytest.mark.parametrize("mode, problems", [
+    (0o666, ["writable by every user", "readable by every user"]),
+    (0o620, ["writable by its group"]),
+    (0o604, ["readable by every user"]),
+])
+def test_a_loose_private_key_is_loaded_with_a_warning(tmp_path, certs, caplog, mode, problems):
+    web = load_web_config(tls_copy(tmp_path, certs, mode))
+    assert web.tls
+    warnings = [r.getMessage() for r in caplog.records if "private key" in r.getMessage()]
+    assert len(warnings) == len(problems)
+    for warning, problem in zip(warnings, problems, strict=True):
+        assert problem in warning and "server.key" in warning and f"{mode:04o}" in warning
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o400])
+def test_a_private_key_kept_private_loads_quietly(tmp_path, certs, caplog, mode):
+    load_web_config(tls_copy(tmp_path, certs, mode))
+    assert not [r for r in caplog.records if "private key" in r.getMessage()]
+
+
+def test_certificate_expiry_is_known_and_warned_about(tmp_path, certs, caplog, monkeypatch):
+    from exporter.web import tlsfiles
+
+    web = load_web_config(tls_copy(tmp_path, certs, 0o600))
+    # tests/certs.py makes certificates valid for 2 days: inside the 14-day warning
+    assert 0 < web.certificate_not_after - time.time() <= 2 * 86400 + 60
+    assert any("expires in" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    later = web.certificate_not_after + 3600
+    monkeypatch.setattr(tlsfiles.time, "time", lambda: later)
+    load_web_config(tmp_path / "web.yml")
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "expired on" in warning and "server.crt" in warning

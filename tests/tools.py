@@ -100,11 +100,16 @@ class ExporterFactory:
     def start(self, manual: bool = False, fake_clock=None, collectors=None, **config):
         from exporter.app import Exporter
         from exporter.config import Config
+        from exporter.gpu.backend import private_nvml_module
 
         values = {"listen_address": "127.0.0.1:0", "fake": True, "fake_costs": False,
                   **QUIET, **config}
         clock = ManualClock() if manual else None
-        kwargs = {"clock": clock} if clock is not None else {}
+        # each exporter's own pynvml: a thread of another exporter still stopping can
+        # never call into this one's fake (and, say, take its one-time hang)
+        kwargs = {"nvml": private_nvml_module(f"test{len(self.exporters)}_{id(self)}")}
+        if clock is not None:
+            kwargs["clock"] = clock
         exporter = Exporter(Config(**values), collectors=collectors, fake_clock=fake_clock,
                             **kwargs)
         exporter.start(threads=not manual)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ SKIP_REASONS = (
     "read_error",  # the read failed (EINVAL, EACCES, EOPNOTSUPP, EISDIR, EIO, ...)
     "vanished",  # listed, then gone before it could be read (ENOENT)
     "bad_name",  # a port directory or counter file whose name we cannot use
+    "not_a_directory",  # a file (or other non-directory) where a device or port should be
 )
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_]+\Z")
@@ -229,6 +231,23 @@ def _list_dir(path: str) -> list[str] | None:
         return None
 
 
+def _is_dir(walk: _Walk, path: str) -> bool:
+    """Whether a listed entry is a directory (sysfs devices are links to one); a skip
+    with its reason if not."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        walk.skip("vanished")
+        return False
+    except OSError:
+        walk.skip("read_error")
+        return False
+    if not stat.S_ISDIR(mode):
+        walk.skip("not_a_directory")
+        return False
+    return True
+
+
 class InfinibandSource:
     """Reads every InfiniBand/RoCE device under ``<sysfs_root>/class/infiniband``."""
 
@@ -249,6 +268,8 @@ class InfinibandSource:
         for name in self._names(walk, self._class_dir):
             if _DEVICE_RE.match(name) is None:
                 walk.skip("bad_name")
+                continue
+            if not _is_dir(walk, os.path.join(self._class_dir, name)):
                 continue
             device = self._read_device(walk, name)
             if device is not None:
@@ -282,6 +303,8 @@ class InfinibandSource:
             if not port_name.isdigit() or not port_name.isascii():
                 walk.skip("bad_name")
                 continue
+            if not _is_dir(walk, os.path.join(ports_dir, port_name)):
+                continue  # a file named like a port is not a port
             ports.append(
                 self._read_port(walk, name, int(port_name), os.path.join(ports_dir, port_name))
             )

@@ -318,7 +318,7 @@ SKIPPED = FamilySpec(
     ("reason",),
     "exporter",
     "Sysfs InfiniBand files skipped since start, by reason (N/A, empty, garbage, "
-    "negative, overflow, read error, vanished, bad name).",
+    "negative, overflow, read error, vanished, bad name, not a directory).",
 )
 
 #: Every family this module can emit, in output order.

@@ -8,29 +8,50 @@ them. Names that start with ``.`` are ignored (the scripts' temporary and lock f
 Reading and parsing are apart: :func:`parse_gpu_index` and :func:`parse_job_file` are
 pure. :class:`JobsSource` lists the directory, and reads a file again only when its
 ``(mtime_ns, size, inode)`` changed; anything unusable (a name that is not a GPU
-index, an index past the GPU count, an empty, oversized, binary or unreadable file, a
-FIFO, an overlong line) is skipped alone and counted by reason on every read pass it
-is still there, so ``rate()`` of the counter is above zero for as long as a bad file
-stays. Reads are bounded: at most :data:`MAX_FILES` files per pass and
-:data:`MAX_FILE_BYTES` bytes per file.
+index, an index past the GPU count, a symbolic link, an empty, oversized, binary or
+unreadable file, a FIFO, an overlong line) is skipped alone and counted by reason on
+every read pass it is still there, so ``rate()`` of the counter is above zero for as
+long as a bad file stays.
+
+Everything is bounded, because whoever can write the directory (a job's prolog, a
+compromised account) must not be able to make the exporter read elsewhere or export
+without bound:
+
+- symbolic links are never followed (``lstat`` and ``O_NOFOLLOW``): ``0 -> /etc/secret``
+  would otherwise export the secret's lines as job labels;
+- at most :data:`MAX_FILE_BYTES` bytes per file, :data:`MAX_JOBS_PER_GPU` job ids per
+  file (one file is one GPU) and :data:`MAX_JOBS_PER_NODE` per pass; ids past a cap are
+  dropped, first ones kept in file order, and counted (:attr:`JobsReading.dropped_total`);
+- at most :data:`MAX_FILES` files and :data:`MAX_ENTRIES` directory entries per pass.
+  Which GPUs get mapped never depends on the file system's listing order: files are
+  taken by GPU index, lowest first, and when the listing stops at the entry cap each
+  GPU's file is looked up by name instead.
+
+A mapping path that is not a directory (a regular file, say) or cannot be listed makes
+:meth:`JobsSource.read` raise, so the source reports failure; a missing directory is
+no jobs yet (the prolog creates it).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import Option
 
 __all__ = [
+    "DROP_REASONS",
     "MAX_FILES",
     "MAX_FILE_BYTES",
+    "MAX_JOBS_PER_GPU",
+    "MAX_JOBS_PER_NODE",
     "MAX_JOB_ID_CHARS",
     "SKIP_REASONS",
     "BadFile",
@@ -50,6 +71,10 @@ MAX_FILE_BYTES = 4096
 MAX_JOB_ID_CHARS = 128
 #: Highest GPU index accepted in a file name when the GPU count is not known.
 MAX_GPU_INDEX = 4095
+#: Job ids kept per file, that is per GPU (a GPU shared by more jobs is an anomaly).
+MAX_JOBS_PER_GPU = 16
+#: Job ids kept per read pass over the whole directory (gpu_hpc_job_info series).
+MAX_JOBS_PER_NODE = 256
 
 #: Every reason a file can be skipped for (the self-metric's ``reason`` label).
 SKIP_REASONS = (
@@ -60,9 +85,16 @@ SKIP_REASONS = (
     "too_large",  # more than MAX_FILE_BYTES bytes
     "line_too_long",  # a job id longer than MAX_JOB_ID_CHARS
     "garbage",  # binary, not UTF-8/ASCII, or a job id with spaces or control characters
+    "symlink",  # a symbolic link: never followed
     "read_error",  # open/read failed (EACCES, EIO, ...)
     "vanished",  # listed, then gone before it could be read
     "too_many_files",  # past MAX_FILES (or the directory past MAX_ENTRIES entries)
+)
+
+#: Why job ids were dropped (the ``reason`` label of the dropped-ids self-metric).
+DROP_REASONS = (
+    "per_gpu",  # past MAX_JOBS_PER_GPU in one file
+    "per_node",  # past MAX_JOBS_PER_NODE in one pass
 )
 
 _INDEX_RE = re.compile(r"(?:0|[1-9][0-9]{0,8})\Z")
@@ -125,6 +157,8 @@ class JobsReading:
     jobs: Mapping[int, tuple[str, ...]]
     #: Cumulative skipped files by reason (counted on every pass a bad file is there).
     skipped_total: Mapping[str, int]
+    #: Cumulative job ids dropped at a cap, by reason (counted on every pass, likewise).
+    dropped_total: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def gpu_groups(self) -> dict[int, str]:
         """GPU -> its job, for the GPUs that run exactly one (peer groups for the
@@ -137,9 +171,20 @@ class JobsReading:
 _Key = tuple[int, int, int]  # (mtime_ns, size, inode)
 
 
+class _Symlink(Exception):
+    """open() met a symbolic link (ELOOP under O_NOFOLLOW)."""
+
+
 def _read_bounded(path: str) -> tuple[_Key, bytes]:
-    """Open without blocking (a FIFO must not hang us), check it is a file, read it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    """Open without blocking (a FIFO must not hang us) or following a symbolic link
+    (swapped in since the lstat), check it is a file, read it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Symlink(path) from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -159,6 +204,37 @@ def _read_bounded(path: str) -> tuple[_Key, bytes]:
         os.close(fd)
 
 
+class _Pass:
+    """One read pass: the jobs kept, and what was skipped or dropped, by reason."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, tuple[str, ...]] = {}
+        self.kept = 0
+        self.skipped: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + count
+
+    def add(self, index: int, jobs: tuple[str, ...]) -> None:
+        """Keep the first ids within both caps; count the rest."""
+        over_gpu = max(0, len(jobs) - MAX_JOBS_PER_GPU)
+        jobs = jobs[:MAX_JOBS_PER_GPU]
+        over_node = max(0, self.kept + len(jobs) - MAX_JOBS_PER_NODE)
+        jobs = jobs[:len(jobs) - over_node]
+        for reason, count in (("per_gpu", over_gpu), ("per_node", over_node)):
+            if count:
+                self.dropped[reason] = self.dropped.get(reason, 0) + count
+        if jobs:
+            self.jobs[index] = jobs
+            self.kept += len(jobs)
+
+
+def _accumulate(totals: dict[str, int], counts: dict[str, int]) -> None:
+    for reason, count in counts.items():
+        totals[reason] = totals.get(reason, 0) + count
+
+
 class JobsSource:
     """Reads the GPU -> job mapping files in ``directory``."""
 
@@ -169,6 +245,7 @@ class JobsSource:
         self.gpu_count = gpu_count
         self._cache: dict[str, tuple[_Key, tuple[str, ...] | str]] = {}
         self._skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
+        self._dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
         self._lock = threading.Lock()
 
     def set_gpu_count(self, count: int) -> None:
@@ -176,62 +253,70 @@ class JobsSource:
         self.gpu_count = count
 
     def read(self) -> JobsReading:
+        """Raises OSError if the mapping path is not a listable directory."""
         with self._lock:
-            skipped: dict[str, int] = {}
-            jobs: dict[int, tuple[str, ...]] = {}
+            pass_ = _Pass()
+            indices, complete = self._indices(pass_)
+            if not complete:
+                # The listing stopped at MAX_ENTRIES, in the file system's order, so which
+                # GPU files it saw is arbitrary: look each GPU's file up by name instead.
+                limit = self.gpu_count if self.gpu_count is not None else MAX_FILES
+                indices = list(range(min(limit, MAX_FILES)))
             seen: dict[str, tuple[_Key, tuple[str, ...] | str]] = {}
-            files = 0
-            for name in self._names(skipped):
-                try:
-                    index = parse_gpu_index(name, self.gpu_count)
-                except BadFile as exc:
-                    skipped[exc.reason] = skipped.get(exc.reason, 0) + 1
+            for count, index in enumerate(indices):
+                if count >= MAX_FILES:
+                    pass_.skip("too_many_files")
                     continue
-                files += 1
-                if files > MAX_FILES:
-                    skipped["too_many_files"] = skipped.get("too_many_files", 0) + 1
-                    continue
-                result = self._file(name, seen)
+                result = self._file(str(index), seen, listed=complete)
                 if isinstance(result, str):
-                    skipped[result] = skipped.get(result, 0) + 1
-                else:
-                    jobs[index] = result
+                    pass_.skip(result)
+                elif result:
+                    pass_.add(index, result)
             self._cache = seen
-            for reason, count in skipped.items():
-                self._skipped[reason] = self._skipped.get(reason, 0) + count
-            total = MappingProxyType(dict(self._skipped))
-        return JobsReading(jobs=MappingProxyType(dict(sorted(jobs.items()))),
-                           skipped_total=total)
+            _accumulate(self._skipped, pass_.skipped)
+            _accumulate(self._dropped, pass_.dropped)
+            skipped = MappingProxyType(dict(self._skipped))
+            dropped = MappingProxyType(dict(self._dropped))
+        return JobsReading(jobs=MappingProxyType(dict(sorted(pass_.jobs.items()))),
+                           skipped_total=skipped, dropped_total=dropped)
 
-    def _names(self, skipped: dict[str, int]) -> list[str]:
-        """Visible names in the directory, sorted; none if it is not there (yet)."""
-        names: list[str] = []
+    def _indices(self, pass_: _Pass) -> tuple[list[int], bool]:
+        """GPU indices named in the directory, lowest first, and whether the listing was
+        complete; bad names are counted. Raises OSError unless it is a directory or
+        absent."""
+        indices: list[int] = []
         try:
             with os.scandir(self.directory) as entries:
                 for count, entry in enumerate(entries):
                     if count >= MAX_ENTRIES:
-                        skipped["too_many_files"] = skipped.get("too_many_files", 0) + 1
-                        break
-                    if not entry.name.startswith("."):
-                        names.append(entry.name)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError:
-            skipped["read_error"] = skipped.get("read_error", 0) + 1
-            return []
-        names.sort(key=lambda n: (len(n), n))  # numeric order for canonical indices
-        return names
+                        pass_.skip("too_many_files")
+                        return sorted(indices), False
+                    if entry.name.startswith("."):
+                        continue
+                    try:
+                        indices.append(parse_gpu_index(entry.name, self.gpu_count))
+                    except BadFile as exc:
+                        pass_.skip(exc.reason)
+        except FileNotFoundError:
+            return [], True  # not there (yet): no jobs
+        except NotADirectoryError:
+            raise NotADirectoryError(f"{self.directory}: the job mapping path is not a "
+                                     "directory") from None
+        return sorted(indices), True
 
-    def _file(self, name: str,
-              seen: dict[str, tuple[_Key, tuple[str, ...] | str]]) -> tuple[str, ...] | str:
-        """The file's job ids, or the reason it was skipped (cached while unchanged)."""
+    def _file(self, name: str, seen: dict[str, tuple[_Key, tuple[str, ...] | str]],
+              listed: bool = True) -> tuple[str, ...] | str:
+        """The file's job ids, or the reason it was skipped (cached while unchanged); ()
+        for a file looked up by name (not listed) that is not there."""
         path = os.path.join(self.directory, name)
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except FileNotFoundError:
-            return "vanished"
+            return "vanished" if listed else ()
         except OSError:
             return "read_error"
+        if stat.S_ISLNK(st.st_mode):
+            return "symlink"
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
@@ -242,6 +327,8 @@ class JobsSource:
             result: tuple[str, ...] | str = parse_job_file(raw)
         except BadFile as exc:
             result = exc.reason
+        except _Symlink:
+            return "symlink"
         except FileNotFoundError:
             return "vanished"  # not cached: looked at again next pass
         except OSError:

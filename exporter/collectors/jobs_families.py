@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.jobs import SKIP_REASONS, JobsReading
+from exporter.collectors.jobs import DROP_REASONS, SKIP_REASONS, JobsReading
 from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["jobs_families"]
@@ -43,3 +43,11 @@ def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     for reason in dict.fromkeys((*SKIP_REASONS, *reading.skipped_total)):
         skipped.add_metric([reason], float(reading.skipped_total.get(reason, 0)))
     yield skipped
+
+    dropped = CounterMetricFamily("cte_hpc_job_ids_dropped",
+                                  "Job ids left out at a cap (per_gpu: past the per-file "
+                                  "cap; per_node: past the per-pass cap), counted on every "
+                                  "read pass while they are there.", labels=["reason"])
+    for reason in dict.fromkeys((*DROP_REASONS, *reading.dropped_total)):
+        dropped.add_metric([reason], float(reading.dropped_total.get(reason, 0)))
+    yield dropped

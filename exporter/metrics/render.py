@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.exposition import generate_latest
@@ -74,11 +74,13 @@ class _Families:
             yield from source(self.snapshot)
 
 
-def render(snapshot: Snapshot, sources: list[FamilySource] | None = None) -> bytes:
+def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
+           extra: Sequence[Metric] = ()) -> bytes:
     """The exposition of every family; cached parts are reused, the rest rendered anew.
 
-    Each family is written whole by one generate_latest call, so joining the parts is a
-    valid exposition."""
+    `extra` are families from outside the snapshot (the server's own figures, built by
+    the app when it publishes), written last. Each family is written whole by one
+    generate_latest call, so joining the parts is a valid exposition."""
     parts: list[bytes] = []
     plain: list[FamilySource] = []
     for source in sources or FAMILY_SOURCES:
@@ -89,6 +91,8 @@ def render(snapshot: Snapshot, sources: list[FamilySource] | None = None) -> byt
             parts.append(source.render(snapshot))
         else:
             plain.append(source)
+    if extra:
+        plain.append(lambda _snapshot: extra)
     if plain:
         parts.append(generate_latest(_Families(snapshot, plain)))
     return b"".join(parts)
@@ -100,8 +104,12 @@ class RenderedSnapshot:
     not grow with the number of series or scrapers, and a snapshot no one scrapes (one a
     second, against Prometheus' one per 15-60 s) costs nothing to render."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot,
+                 extra: Callable[[], Sequence[Metric]] = lambda: ()):
+        """`extra`: families from outside the snapshot (the server's own figures), taken
+        when the snapshot is rendered."""
         self.snapshot = snapshot
+        self.extra = extra
         self._body: bytes | None = None
         self._gzipped: bytes | None = None
         self._lock = threading.Lock()
@@ -111,7 +119,7 @@ class RenderedSnapshot:
         if self._body is None:
             with self._lock:
                 if self._body is None:
-                    self._body = render(self.snapshot)
+                    self._body = render(self.snapshot, extra=self.extra())
         return self._body
 
     @property

@@ -1,13 +1,15 @@
-"""HTTP: /metrics from cached bytes, /healthz, and a small landing page.
+"""HTTP: /metrics from cached bytes, /healthz, /readyz, and a small landing page.
 
 No request does any sampling or rendering work: /metrics writes the bytes of
 the latest RenderedSnapshot (gzip-encoded when the scraper accepts it), so
 scrape cost does not grow with the number of scrapers or series.
 
-TLS and basic auth come from the web config file (exporter/web/webconfig.py). What a
-client can make the server hold is bounded (ServerLimits): connections (one
-thread each; slow ones evicted first, see exporter/connections.py), requests
-answered at once, time and bytes for a request head, and no request bodies.
+TLS and basic auth come from the web config file (exporter/web/webconfig.py); a
+reload swaps them for new connections and requests (set_web_config). What a client can
+make the server hold is bounded (ServerLimits): connections (one thread each; idle
+and slow ones evicted first, see exporter/web/connections.py), requests answered at
+once, time and bytes for a request head, and no request bodies. /healthz and /readyz
+mean what exporter/web/health.py says.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import logging
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -29,38 +30,21 @@ from exporter import __version__
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
+from exporter.web.health import HealthCheck
+from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
 
-class HealthCheck:
-    """Decides whether sampling is fresh enough to call the exporter healthy."""
+@dataclass(frozen=True)
+class _Security:
+    """The web config and its basic auth, swapped as one (a reload must never pair a new
+    certificate with old users or the reverse). Read once per connection (TLS) and once
+    per request (auth)."""
 
-    def __init__(self, stale_after_seconds: float, clock=time.time):
-        self.stale_after = stale_after_seconds
-        self.clock = clock  # the sampler's clock (a manual one in simulated time)
-
-    def problems(self, rendered: RenderedSnapshot | None, now: float | None = None) -> list[str]:
-        now = self.clock() if now is None else now
-        if rendered is None:
-            return ["no snapshot published yet"]
-        snap = rendered.snapshot
-        out = []
-        if now - snap.time > self.stale_after:
-            out.append(f"publisher stalled: last snapshot {now - snap.time:.1f} s ago")
-        for name in ("power", "sweep"):
-            loop = snap.loops.get(name)
-            if loop is None or not loop.last_completed:
-                continue
-            age = now - loop.last_completed
-            if age > self.stale_after:
-                inside = f" (stuck in {loop.busy})" if loop.busy else ""
-                out.append(f"{name} loop stale: last completed {age:.1f} s ago{inside}")
-        for gpu, since in sorted(snap.hung.items()):
-            out.append(f"GPU {gpu} stuck in an NVML call for {now - since:.1f} s "
-                       "(its data is left out; other GPUs are sampled)")
-        return out
+    web: WebConfig
+    auth: BasicAuth | None
 
 
 @dataclass(frozen=True)
@@ -88,9 +72,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
                  limits: ServerLimits | None = None):
         self.current = current
         self.health = health
-        self.web = web or WebConfig()
         self.limits = limits or ServerLimits()
-        self.auth = BasicAuth(self.web.users) if self.web.auth else None
+        self.security = _security(web or WebConfig())
         self.connections = Connections(self.limits.max_connections,
                                        self.limits.head_timeout_seconds)
         self.slots = threading.BoundedSemaphore(self.limits.max_active_requests)
@@ -101,6 +84,24 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    @property
+    def web(self) -> WebConfig:
+        return self.security.web
+
+    @property
+    def auth(self) -> BasicAuth | None:
+        return self.security.auth
+
+    def set_web_config(self, web: WebConfig) -> None:
+        """Serve new connections and requests with `web` (one atomic swap); connections
+        already open keep the TLS session they have."""
+        self.security = _security(web)
+
+    def stats(self) -> HttpStats:
+        c = self.connections
+        return HttpStats(self.limits.max_connections, c.by_state(), dict(c.evicted_by_state),
+                         c.refused, c.timed_out, self.busy_refusals)
 
     def process_request(self, request, client_address) -> None:  # type: ignore[override]
         conn = self.connections.admit(request)
@@ -142,6 +143,10 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self.connections.close_all()
 
 
+def _security(web: WebConfig) -> _Security:
+    return _Security(web, BasicAuth(web.users) if web.auth else None)
+
+
 _RAW_503 = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
             b"Connection: close\r\n\r\n")
 _RAW_400_PLAIN_TO_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n"
@@ -158,6 +163,10 @@ def _answer_plain_http(tls: ssl.SSLSocket) -> None:
         for _ in range(16):  # at most 16 reads of 4 KiB, 0.2 s each
             if not socket.socket.recv(tls, 4096):
                 break
+
+
+# Probes need no password (kubelet, load balancers); without one they get no detail.
+_PROBES = ("/healthz", "/readyz")
 
 
 class _HeadTooLarge(http.client.LineTooLong):
@@ -184,13 +193,39 @@ class _Closed(Exception):
     """The connection ended before a request could be read (TLS failure, eviction)."""
 
 
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding value allows gzip (RFC 9110 12.5.3): named with q > 0,
+    or matched by `*` with q > 0 and not named; `gzip;q=0` refuses it."""
+    star = None
+    for item in header.split(",")[:32]:  # a bounded number of codings
+        coding, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        coding = coding.lower()
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q > 0
+    return bool(star)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
-    server_version = f"cluster-telemetry-exporter/{__version__}"
+    # No version of ours or of Python in the Server header: it helps only an attacker.
+    server_version = "cluster-telemetry-exporter"
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
     default_request_version = "HTTP/1.0"  # errors for garbage get a status line (no HTTP/0.9)
     disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between header and body
     wbufsize = -1  # buffer the response; it is flushed once per request (one send)
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def setup(self) -> None:
         conn = self.server.conn_of(self.request)
@@ -200,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         limits = self.server.limits
         self.timeout = limits.io_timeout_seconds
         self.request.settimeout(limits.io_timeout_seconds)
-        context = self.server.web.ssl_context
+        context = self.server.security.web.ssl_context
         if context is not None:
             self.request = self._handshake(context, self.request)
         super().setup()
@@ -285,10 +320,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorize(self) -> bool | None:
         """True if authenticated, False if auth is off for this path, None if refused."""
-        auth = self.server.auth
+        auth = self.server.security.auth
         if auth is None:
             return True
-        if self.path.split("?", 1)[0] == "/healthz":
+        if self.path.split("?", 1)[0] in _PROBES:
             verdict = auth.check(self.headers.get("Authorization")) if (
                 "Authorization" in self.headers) else Verdict.DENIED
             return verdict is Verdict.OK  # probes need no password; they get no details
@@ -331,6 +366,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             self._healthz(head)
+        elif path == "/readyz":
+            self._readyz(head)
         elif path == "/metrics":
             self._metrics(head)
         elif path == "/":
@@ -343,20 +380,34 @@ class _Handler(BaseHTTPRequestHandler):
         if rendered is None:
             self._send(503, "text/plain; charset=utf-8", b"no snapshot yet\n", head)
             return
-        accepts = self.headers.get("Accept-Encoding", "")
-        if "gzip" in accepts:
-            self._send(200, CONTENT_TYPE, rendered.gzipped, head, {"Content-Encoding": "gzip"})
+        vary = {"Vary": "Accept-Encoding"}  # caches must not serve gzip to who refused it
+        if accepts_gzip(self.headers.get("Accept-Encoding", "")):
+            self._send(200, CONTENT_TYPE, rendered.gzipped, head,
+                       {"Content-Encoding": "gzip", **vary})
         else:
-            self._send(200, CONTENT_TYPE, rendered.body, head)
+            self._send(200, CONTENT_TYPE, rendered.body, head, vary)
 
     def _healthz(self, head: bool) -> None:
-        problems = self.server.health.problems(self.server.current())
+        """Liveness: the exporter samples and serves, whatever the GPUs do."""
+        problems = self.server.health.liveness(self.server.current())
         if problems:
             detail = "; ".join(problems) if self.authorized else "see /healthz with credentials"
-            body = f"stale: {detail}\n".encode()
+            body = f"unhealthy: {detail}\n".encode()
             self._send(503, "text/plain; charset=utf-8", body, head)
         else:
             self._send(200, "text/plain; charset=utf-8", b"ok\n", head)
+
+    def _readyz(self, head: bool) -> None:
+        """Readiness and detail: 503 only while not serving fresh data; 200 when degraded,
+        with one line per problem (for authenticated clients when auth is on)."""
+        readiness = self.server.health.readiness(self.server.current())
+        lines = [readiness.status]
+        if self.authorized:
+            lines += [f"- {problem}" for problem in readiness.problems]
+        elif readiness.problems:
+            lines.append("(details: /readyz with credentials)")
+        body = ("\n".join(lines) + "\n").encode()
+        self._send(200 if readiness.ready else 503, "text/plain; charset=utf-8", body, head)
 
     def _send(self, code: int, content_type: str, body: bytes, head: bool,
               extra: dict[str, str] | None = None) -> None:
@@ -378,15 +429,16 @@ def _landing_page(server: ExporterHTTPServer) -> bytes:
         snap = rendered.snapshot
         backend = snap.backend + (f" (scenario {snap.scenario})" if snap.backend == "fake" else "")
         gpus = snap.gpu_count
-    problems = server.health.problems(rendered)
-    status = "ok" if not problems else "; ".join(problems)
+    readiness = server.health.readiness(rendered)
+    status = "; ".join([readiness.status, *readiness.problems])
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>cluster-telemetry-exporter</title></head>
 <body><h1>cluster-telemetry-exporter {html.escape(__version__)}</h1>
 <p>GPUs: <span id="gpus">{gpus}</span> &middot;
 backend: <span id="backend">{html.escape(backend)}</span> &middot;
 health: <span id="health">{html.escape(status)}</span></p>
-<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li></ul>
+<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li>
+<li><a href="/readyz">/readyz</a></li></ul>
 </body></html>
 """.encode()
 

@@ -13,10 +13,12 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
     basic_auth_users:
       prometheus: $2y$10$...           # bcrypt hashes only (htpasswd -nBC 10 "")
 
-The file is read once at start. Every mistake is a ConfigError naming the file,
-line and key. Keys of the format that Python's TLS cannot honour (Go cipher suite
-names, curve preferences, unverified client certificates) are refused with a
-clear line instead of being silently ignored.
+The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
+is a ConfigError naming the file, line and key. Keys of the format that Python's TLS
+cannot honour (Go cipher suite names, curve preferences, unverified client
+certificates) are refused with a clear line instead of being silently ignored. A
+loose private key or a certificate not valid now is accepted with a warning
+(exporter/web/tlsfiles.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.yamlfile import LineDict, Where, expect_mapping, load_yaml_file
+from exporter.web.tlsfiles import check_certificate, check_key_permissions
+from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -74,6 +77,7 @@ class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    certificate_not_after: float | None = None  # epoch; None without TLS or if unreadable
 
     @property
     def tls(self) -> bool:
@@ -92,10 +96,10 @@ def load_web_config(path: str | Path | None) -> WebConfig:
     where = Where(str(path), data)
     top = expect_mapping(data, where, _TOP_KEYS)
     base = Path(path).resolve().parent
-    context = _tls_context(_section(top, "tls_server_config", where), base)
+    context, not_after = _tls_context(_section(top, "tls_server_config", where), base)
     users = _users(_section(top, "basic_auth_users", where))
     headers = _headers(_section(top, "http_server_config", where))
-    return WebConfig(str(path), context, users, headers)
+    return WebConfig(str(path), context, users, headers, not_after)
 
 
 def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
@@ -119,7 +123,7 @@ def _text(mapping: dict, key: str, where: Where) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise where.error(key, f"expected a string, got {value!r}")
+        raise where.error(key, f"expected a string, got {excerpt(value)}")
     return value
 
 
@@ -135,7 +139,9 @@ def _readable_pem(mapping: dict, key: str, where: Where, base: Path) -> str:
     return str(path)
 
 
-def _tls_context(section: tuple[dict, Where], base: Path) -> ssl.SSLContext | None:
+def _tls_context(section: tuple[dict, Where],
+                 base: Path) -> tuple[ssl.SSLContext | None, float | None]:
+    """The server's TLS context (None: plain HTTP) and its certificate's notAfter."""
     mapping, where = section
     _strings(mapping, where, _TLS_KEYS, _TLS_UNSUPPORTED)
     cert, key = _text(mapping, "cert_file", where), _text(mapping, "key_file", where)
@@ -143,7 +149,7 @@ def _tls_context(section: tuple[dict, Where], base: Path) -> ssl.SSLContext | No
         for other in ("client_auth_type", "client_ca_file", "min_version", "max_version"):
             if _text(mapping, other, where):
                 raise where.error(other, "needs cert_file and key_file (TLS is off without them)")
-        return None  # exporter-toolkit too serves plain HTTP without a certificate
+        return None, None  # exporter-toolkit too serves plain HTTP without a certificate
     if not cert:
         raise where.error("key_file", "key_file is set but cert_file is missing")
     if not key:
@@ -185,7 +191,8 @@ def _tls_context(section: tuple[dict, Where], base: Path) -> ssl.SSLContext | No
     elif needs_ca:
         raise where.error("client_auth_type", f"{auth_type} needs client_ca_file")
     context.verify_mode = mode
-    return context
+    check_key_permissions(key_path)
+    return context, check_certificate(cert_path)
 
 
 def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVersion:
@@ -219,7 +226,7 @@ def _headers(section: tuple[dict, Where]) -> dict[str, str]:
     mapping, where = section
     _strings(mapping, where, _HTTP_KEYS, _HTTP_UNSUPPORTED)
     if "http2" in mapping and not isinstance(mapping["http2"], bool):
-        raise where.error("http2", f"expected true or false, got {mapping['http2']!r}")
+        raise where.error("http2", f"expected true or false, got {excerpt(mapping['http2'])}")
     raw = mapping.get("headers") or {}
     if not isinstance(raw, dict):
         raise where.error("headers", f"expected a mapping, got {type(raw).__name__}")

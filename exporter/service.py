@@ -1,0 +1,106 @@
+"""Running as a service: signals, reload on SIGHUP, and systemd's notify protocol.
+
+SIGINT and SIGTERM stop the exporter. SIGHUP reloads, all or nothing: the config file
+is read and validated again (flags still win over it) and the web config file it
+names is loaded again (certificates, keys, users); only if both are good is anything
+applied, else one log line says why and the running config stays. What applies live:
+the web config (new connections get the new certificate, each request the new users)
+and the log level. Keys that need sampling restarted are named in one log line and
+keep their running values until the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import fields, replace
+from typing import Any, Protocol
+
+from exporter import sdnotify
+from exporter.config import Config, build_config
+from exporter.web.webconfig import WebConfig, load_web_config
+
+log = logging.getLogger(__name__)
+
+#: Config keys a reload applies to the running exporter.
+LIVE_KEYS = frozenset({"web_config_file", "log_level"})
+
+
+class Reloadable(Protocol):
+    config: Config
+
+    def apply_web_config(self, web: WebConfig) -> None: ...
+
+    def record_reload(self, ok: bool) -> None: ...
+
+    def alive(self) -> bool: ...
+
+
+def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, Any]) -> bool:
+    """Load the config and web config files again; apply them only if both are good."""
+    try:
+        config = build_config(config_path, overrides)
+        web = load_web_config(config.web_config_file)
+    except Exception as exc:  # noqa: BLE001 - whatever is wrong, the old config stays
+        log.error("reload refused, keeping the running config: %s", exc)
+        exporter.record_reload(False)
+        return False
+    running = exporter.config
+    restart = [f.name for f in fields(Config)
+               if f.name not in LIVE_KEYS and getattr(running, f.name) != getattr(config, f.name)]
+    exporter.apply_web_config(web)
+    logging.getLogger().setLevel(config.log_level.upper())
+    exporter.config = replace(running, **{key: getattr(config, key) for key in LIVE_KEYS})
+    log.info("reloaded %s: web config %s (%s%s), log level %s", config_path or "flags",
+             config.web_config_file or "none", "TLS" if web.tls else "plain HTTP",
+             f", basic auth for {len(web.users)} user(s)" if web.auth else "", config.log_level)
+    if restart:
+        log.warning("reload: %s changed but need%s a restart; running with the old "
+                    "value%s until then", ", ".join(restart), "s" if len(restart) == 1 else "",
+                    "" if len(restart) == 1 else "s")
+    exporter.record_reload(True)
+    return True
+
+
+class Signals:
+    """SIGINT/SIGTERM ask to stop, SIGHUP to reload. Installed before the exporter starts,
+    so a SIGHUP during start-up is kept for later instead of killing the process (its
+    default action)."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()
+        self.stop = False
+        self.reload = False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_stop(self, *_: object) -> None:
+        self.stop = True
+        self.wake.set()
+
+    def _on_hup(self, *_: object) -> None:
+        self.reload = True
+        self.wake.set()
+
+
+def serve(exporter: Reloadable, signals: Signals, config_path: str | None,
+          overrides: dict[str, Any]) -> None:
+    """The main thread's loop once the exporter serves: reloads, watchdog pings, stop."""
+    sdnotify.notify("READY=1")
+    interval = sdnotify.watchdog_interval()
+    while True:
+        signals.wake.wait(interval)
+        signals.wake.clear()
+        if signals.stop:
+            sdnotify.notify("STOPPING=1")
+            return
+        if signals.reload:
+            signals.reload = False
+            sdnotify.reloading()
+            reload(exporter, config_path, overrides)
+            sdnotify.notify("READY=1")
+        if interval is not None and exporter.alive():
+            # only while liveness holds: a stuck publisher gets the service restarted
+            sdnotify.notify("WATCHDOG=1")
