@@ -259,7 +259,7 @@ def test_bad_state_rate_link_layer_skip_only_themselves(tmp_path: Path) -> None:
     assert reading.skipped_total["empty"] == 1
 
 
-def test_counter_that_is_a_directory_is_a_read_error(tmp_path: Path) -> None:
+def test_counter_that_is_a_directory_is_not_a_file(tmp_path: Path) -> None:
     dev = ib_tree.add_device(tmp_path, "mlx5_0")
     p = ib_tree.add_port(dev, 1, counters={"symbol_error": 1})
     (p / "counters" / "link_downed").mkdir()
@@ -269,7 +269,7 @@ def test_counter_that_is_a_directory_is_a_read_error(tmp_path: Path) -> None:
     port = _port(reading, "mlx5_0")
     assert port.counters == {"symbol_error": 1}
     assert port.rate_bytes_per_second is None
-    assert reading.skipped_total["read_error"] == 2
+    assert reading.skipped_total["not_a_file"] == 2 and reading.skipped_total["read_error"] == 0
 
 
 @pytest.mark.parametrize("err", [errno.EINVAL, errno.EACCES, errno.EOPNOTSUPP, errno.EIO])
@@ -607,3 +607,19 @@ def test_a_file_where_a_port_or_device_should_be_is_skipped(tmp_path: Path) -> N
     assert [p.port for p in reading.devices[0].ports] == [1]
     assert reading.skipped_total["not_a_directory"] == 2
     assert reading.skipped_total["vanished"] == 0
+
+
+def test_a_fifo_among_the_counters_is_skipped_without_blocking(tmp_path):
+    """Issue 17, finding 2: a FIFO (or a hung firmware file) under counters/ wedged the
+    read in open(); the other counters froze while the source reported success."""
+    ib_tree.ndr_hca(tmp_path)
+    counters = tmp_path / "class/infiniband/mlx5_0/ports/1/counters"
+    (counters / "port_rcv_errors").unlink()
+    os.mkfifo(counters / "port_rcv_errors")
+    source = ibs.InfinibandSource(tmp_path)
+    first = source.read()  # returns at once: the FIFO is not opened for a blocking read
+    port = first.devices[0].ports[0]
+    assert "port_rcv_errors" not in port.counters
+    assert first.skipped_total["not_a_file"] == 1
+    ib_tree.write(counters / "symbol_error", 9)  # the other counters keep updating
+    assert source.read().devices[0].ports[0].counters["symbol_error"] == 9

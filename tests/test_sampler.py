@@ -4,6 +4,7 @@ manual clock); the hang tests use real threads, since that is what they test."""
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from exporter.gpu.backend import NvmlBackend
+from exporter.metrics.render import render
 from exporter.sampling.buffers import PowerBuffer
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
@@ -259,4 +261,56 @@ def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
                      timeout=5)
         finally:
             lib.release_hangs()
+            sampler.stop()
+
+
+class _Counting:
+    name = "counting"
+
+    def __init__(self):
+        self.reads = 0
+
+    def read(self):
+        self.reads += 1
+        return self.reads
+
+
+class _Stuck:
+    """A read that blocks (a hung driver file), until released."""
+
+    name = "stuck"
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def read(self):
+        self.release.wait(60)
+        return "late"
+
+
+def test_a_stuck_collector_stalls_only_itself_and_says_so():
+    stuck, counting = _Stuck(), _Counting()
+    snapshots = []
+    with fake.installed(load_scenario("idle"), costs=None):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(
+            backend="fake", sources_interval_seconds=0.2, hang_timeout_seconds=0.5),
+            collectors=[CollectorMaker("stuck", 0.2, lambda c: stuck),
+                        CollectorMaker("counting", 0.2, lambda c: counting)],
+            on_snapshot=snapshots.append)
+        sampler.start()
+        try:
+            def stuck_now():
+                snap = sampler.build_snapshot()
+                return snap.collectors["stuck"].stuck_seconds > 0 and snap
+            snap = wait_for(stuck_now, timeout=10)
+            result = snap.collectors["stuck"]
+            assert not result.success and "stuck" in result.error
+            reads = counting.reads
+            wait_for(lambda: counting.reads >= reads + 3, timeout=5)  # the others go on
+            assert sampler.build_snapshot().collectors["counting"].success
+            assert 'cte_source_stuck_seconds{source="stuck"}' in render(snap).decode()
+            stuck.release.set()
+            wait_for(lambda: sampler.build_snapshot().collectors["stuck"].success, timeout=5)
+        finally:
+            stuck.release.set()
             sampler.stop()

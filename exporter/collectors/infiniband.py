@@ -66,6 +66,7 @@ SKIP_REASONS = (
     "vanished",  # listed, then gone before it could be read (ENOENT)
     "bad_name",  # a port directory or counter file whose name we cannot use
     "not_a_directory",  # a file (or other non-directory) where a device or port should be
+    "not_a_file",  # a FIFO, socket or device where an attribute file should be
 )
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_]+\Z")
@@ -215,9 +216,16 @@ class _Walk:
 
 
 def _read_bounded(path: str, dir_fd: int | None = None) -> bytes:
-    """One bounded ``read()`` of a sysfs attribute (``path`` relative to ``dir_fd`` if set)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    """One bounded ``read()`` of a sysfs attribute (``path`` relative to ``dir_fd`` if set).
+
+    Opened non-blocking and checked to be a regular file first: a FIFO (or a device)
+    where an attribute should be would otherwise block the open, and with it every
+    other counter of the read."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadValue("not_a_file")
         return os.read(fd, MAX_READ_BYTES)
     finally:
         os.close(fd)
@@ -373,6 +381,9 @@ class InfinibandSource:
             raw = _read_bounded(path)
         except FileNotFoundError:
             return None  # the driver does not offer it: not a skip
+        except BadValue as exc:
+            walk.skip(exc.reason)
+            return None
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 return None
