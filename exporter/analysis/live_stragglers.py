@@ -1,16 +1,23 @@
 """Live straggler and stall analysis on the ring buffers (analysis/straggler.py).
 
 Every second the stall check looks at the last 2 s (each GPU's mean utilization and
-power against its compute level over the last 2 minutes); every 10 s the straggler
-detector compares each GPU's features over the last 60 s with its peers' (the GPUs of the
-same job where the job mapping says so), and holds findings for the persistence
-(default 5 minutes).
+power against its compute level, the level taken over the last 2 minutes every 10 s);
+every 10 s the straggler detector compares each GPU's features over the last 60 s with
+its peers' (the GPUs of the same job where the job mapping says so), and holds findings
+for the persistence (default 5 minutes).
+
+A window the exporter did not sample well is not analysed: when power samples are
+missing (the driver's buffer overflowed before a drain: the exporter was starved) or
+sweeps were skipped (its loop overran), the update is held: findings stay as they were,
+no window features are exported, and `straggler_analysis_held` says so. The exporter's
+own trouble never becomes a finding about the GPUs.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +31,13 @@ from exporter.analysis.straggler import (
     window_features,
 )
 
+# The least share of a window that must be sampled for it to be analysed.
+MIN_POWER_COVERAGE = 0.9
+MIN_SWEEP_COVERAGE = 0.8
+
+# (seconds) -> (times (n,), power (gpus, n)) of the last `seconds` on one grid
+PowerWindow = Callable[[float], tuple[np.ndarray, np.ndarray]]
+
 
 @dataclass(frozen=True)
 class StragglerSettings:
@@ -32,18 +46,41 @@ class StragglerSettings:
     persistence_seconds: float = 300.0
     stall_window_seconds: float = 2.0
     stall_context_seconds: float = 120.0
+    sweep_interval_seconds: float = 1.0  # what the sweep coverage is measured against
 
 
 @dataclass(frozen=True)
 class StragglerAnalysis:
     time: float
-    features: WindowFeatures | None
+    features: WindowFeatures | None  # None while held (or before the first window)
     report: StragglerReport | None
     stall: StallResult | None
     stalls_total: int = 0
     stall_seconds_total: float = 0.0
     culprit_seconds: dict[int, float] = field(default_factory=dict)  # by GPU
     duration_seconds: float = 0.0
+    held: bool = False  # the last window was not analysed: the exporter sampled it badly
+    coverage: dict[str, float] = field(default_factory=dict)  # "power", "sweep": 0-1
+
+
+def coverage(power: np.ndarray, sweep_t: np.ndarray, sweep_interval: float
+             ) -> dict[str, float]:
+    """How well the window was sampled, from each series' first sample on (a window not
+    yet full after start is not a gap): the worst GPU's share of grid points with power,
+    and the share of the sweeps expected over the sweeps' span that came. GPUs with no
+    data at all (lost, hung) are reported apart (gpu_up) and do not count here."""
+    power_share = 1.0
+    for row in np.isfinite(power):
+        if row.any():
+            power_share = min(power_share, float(row[int(np.argmax(row)):].mean()))
+    sweep_share = 1.0
+    if sweep_t.size:
+        rows = np.sort(np.nanmax(np.where(np.isfinite(sweep_t), sweep_t, -np.inf), axis=0))
+        rows = rows[np.isfinite(rows)]
+        span = rows[-1] - rows[0] if len(rows) else 0.0
+        if span >= 3 * sweep_interval:
+            sweep_share = min(1.0, (len(rows) - 1) / (span / sweep_interval))
+    return {"power": power_share, "sweep": sweep_share}
 
 
 class StragglerMonitor:
@@ -53,6 +90,9 @@ class StragglerMonitor:
             persistence_seconds=settings.persistence_seconds))
         self.features: WindowFeatures | None = None
         self.report: StragglerReport | None = None
+        self.held = False
+        self.coverage: dict[str, float] = {}
+        self._level: np.ndarray | None = None  # each GPU's compute level, for the stall check
         self._last_update = -1e18
         self.stalled = False
         self.stalls_total = 0
@@ -60,51 +100,65 @@ class StragglerMonitor:
         self.culprit_seconds: dict[int, float] = {}
         self._last_stall_check: float | None = None
 
-    def update(self, now: float, power_t: np.ndarray, power: np.ndarray,
-               sweep_t: np.ndarray, sweep: dict[str, np.ndarray],
-               groups: dict[int, str] | None) -> StragglerAnalysis:
-        """power_t/power: (gpus, n) at the power rate over the stall context; sweep_t and
-        each sweep[...]: (gpus, m) at the sweep rate over the straggler window."""
+    def update(self, now: float, power_window: PowerWindow, sweep_t: np.ndarray,
+               sweep: dict[str, np.ndarray], groups: dict[int, str] | None
+               ) -> StragglerAnalysis:
+        """sweep_t and each sweep[...]: (gpus, m) at the sweep rate over the straggler
+        window; power comes from `power_window`, asked only for what is due."""
         t0 = time.perf_counter()
         s = self.settings
-        gpus = list(range(power.shape[0]))
-        t_row = np.nanmax(power_t, axis=0) if power_t.size else np.zeros(0)
+        if now - self._last_update >= s.update_seconds:
+            t_row, power = power_window(max(s.stall_context_seconds, s.window_seconds))
+            if t_row.size >= 10:
+                self._last_update = now
+                self._level = compute_level(power)
+                self._update_features(now, t_row, power, sweep_t, sweep, groups)
         stall = None
-        if t_row.size >= 10:
-            stall = self._check_stall(now, t_row, power, sweep_t, sweep, gpus, groups)
-        if now - self._last_update >= s.update_seconds and t_row.size >= 10:
-            self._last_update = now
-            recent = t_row >= t_row[-1] - s.window_seconds
-            series = {}
-            for name, key in (("sm_clock", "sm_clock_hertz"),
-                              ("temperature", "temperature_celsius"),
-                              ("utilization", "utilization_gpu_ratio"),
-                              ("clock_event_reasons", "clock_event_reasons")):
-                if key in sweep and sweep_t.size:
-                    series[name] = (np.nanmax(sweep_t, axis=0), sweep[key])
-            self.features = window_features(t_row[recent], power[:, recent], gpus=gpus,
-                                            **series)
-            self.report = self.detector.update(self.features, t=now, groups=groups)
-        return StragglerAnalysis(now, self.features, self.report, stall, self.stalls_total,
-                                 self.stall_seconds, dict(self.culprit_seconds),
-                                 time.perf_counter() - t0)
+        if self._level is not None:
+            t_row, power = power_window(s.stall_window_seconds)
+            if t_row.size:
+                stall = self._check_stall(now, power, sweep_t, sweep, groups)
+        return StragglerAnalysis(now, None if self.held else self.features, self.report, stall,
+                                 self.stalls_total, self.stall_seconds,
+                                 dict(self.culprit_seconds), time.perf_counter() - t0,
+                                 self.held, dict(self.coverage))
 
-    def _check_stall(self, now: float, t_row: np.ndarray, power: np.ndarray,
-                     sweep_t: np.ndarray, sweep: dict[str, np.ndarray], gpus: list[int],
-                     groups: dict[int, str] | None) -> StallResult | None:
+    def _update_features(self, now: float, t_row: np.ndarray, power: np.ndarray,
+                         sweep_t: np.ndarray, sweep: dict[str, np.ndarray],
+                         groups: dict[int, str] | None) -> None:
+        s = self.settings
+        recent = t_row >= t_row[-1] - s.window_seconds
+        self.coverage = coverage(power[:, recent], sweep_t, s.sweep_interval_seconds)
+        self.held = (self.coverage["power"] < MIN_POWER_COVERAGE
+                     or self.coverage["sweep"] < MIN_SWEEP_COVERAGE)
+        if self.held:
+            return  # findings stay as they were; no features from a badly sampled window
+        series = {}
+        for name, key in (("sm_clock", "sm_clock_hertz"),
+                          ("temperature", "temperature_celsius"),
+                          ("utilization", "utilization_gpu_ratio"),
+                          ("clock_event_reasons", "clock_event_reasons")):
+            if key in sweep and sweep_t.size:
+                series[name] = (np.nanmax(sweep_t, axis=0), sweep[key])
+        gpus = list(range(power.shape[0]))
+        self.features = window_features(t_row[recent], power[:, recent], gpus=gpus, **series)
+        self.report = self.detector.update(self.features, t=now, groups=groups)
+
+    def _check_stall(self, now: float, power: np.ndarray, sweep_t: np.ndarray,
+                     sweep: dict[str, np.ndarray], groups: dict[int, str] | None
+                     ) -> StallResult | None:
         s = self.settings
         util = sweep.get("utilization_gpu_ratio")
         if util is None or not sweep_t.size:
             return None
-        short = t_row >= t_row[-1] - s.stall_window_seconds
         sweep_row = np.nanmax(sweep_t, axis=0)
         short_sweep = sweep_row >= sweep_row[-1] - s.stall_window_seconds
         with warnings.catch_warnings():  # a GPU with no sample in 2 s (lost) gives NaN
             warnings.simplefilter("ignore", RuntimeWarning)
-            mean_power = np.nanmean(power[:, short], axis=1)
+            mean_power = np.nanmean(power, axis=1)
             mean_util = np.nanmean(util[:, short_sweep], axis=1)
-        level = compute_level(power)
-        stall = detect_stall(mean_util, mean_power, level, gpus=gpus, groups=groups)
+        gpus = list(range(power.shape[0]))
+        stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)
         elapsed = 0.0 if self._last_stall_check is None else min(now - self._last_stall_check,
                                                                    5.0)
         self._last_stall_check = now

@@ -108,6 +108,18 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
         waiting.add_metric(labels, 1.0 if stalled and gpu in stall.waiting_gpus else 0.0)
         culprit_seconds.add_metric(labels, analysis.culprit_seconds.get(gpu, 0.0))
     yield from (culprit, waiting, culprit_seconds)
+    yield GaugeMetricFamily("straggler_analysis_held", "1 while the last straggler window "
+                            "was not analysed because the exporter sampled it badly (power "
+                            "samples lost, sweeps skipped): findings are held as they were "
+                            "and no window features are exported.",
+                            value=1.0 if analysis.held else 0.0)
+    coverage = GaugeMetricFamily("straggler_analysis_coverage_ratio", "How completely the "
+                                 "last straggler window was sampled: the worst GPU's share "
+                                 "with power samples, and the share of the expected sweeps.",
+                                 labels=["data"])
+    for data, share in sorted(analysis.coverage.items()):
+        coverage.add_metric([data], share)
+    yield coverage
     yield GaugeMetricFamily("cte_straggler_analysis_duration_seconds",
                             "What the last straggler/stall update cost.",
                             value=analysis.duration_seconds)

@@ -4,6 +4,7 @@ seconds, stragglers and stalls every second (analysis/live_power.py, live_stragg
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -32,8 +33,9 @@ class Analyses:
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
         self.power_monitor = PowerMonitor(power_settings) if power_settings else None
-        self.straggler_monitor = (StragglerMonitor(straggler_settings)
-                                  if straggler_settings else None)
+        self.straggler_monitor = (StragglerMonitor(dataclasses.replace(
+            straggler_settings, sweep_interval_seconds=sweep_interval))
+            if straggler_settings else None)
         self.sweep_buffer = (SweepBuffer(gpus.count, max(2, int(
             straggler_settings.window_seconds * 1.5 / sweep_interval)))
             if straggler_settings else None)
@@ -63,10 +65,7 @@ class Analyses:
         monitor, buffer, sweep = self.straggler_monitor, self.power.buffer, self.sweep_buffer
         if monitor is None or buffer is None or sweep is None:
             return
-        s = monitor.settings
-        grid, watts = buffer.grid(max(s.stall_context_seconds, s.window_seconds),
-                                  STRAGGLER_GRID_SECONDS)
-        sweep_t, values = sweep.window(s.window_seconds)
+        sweep_t, values = sweep.window(monitor.settings.window_seconds)
         self.straggler_analysis = monitor.update(
-            self.clock.time(), np.broadcast_to(grid, watts.shape), watts, sweep_t, values,
-            self.job_groups())
+            self.clock.time(), lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
+            sweep_t, values, self.job_groups())
