@@ -52,6 +52,13 @@ class PowerBuffer:
         slots = np.arange(self.count[gpu] - n, self.count[gpu]) % self.capacity
         return self.times[gpu, slots], self.watts[gpu, slots]
 
+    def _earliest(self) -> float:
+        """The oldest sample any GPU still holds."""
+        with self._lock:
+            firsts = [self.times[g, (self.count[g] - min(self.count[g], self.capacity))
+                                 % self.capacity] for g in range(self.gpus) if self.count[g]]
+        return min(firsts) if firsts else -np.inf
+
     def latest_time(self) -> float | None:
         with self._lock:
             ends = [self.times[g, (self.count[g] - 1) % self.capacity]
@@ -77,7 +84,8 @@ class PowerBuffer:
         end = self.latest_time() if end is None else end
         if end is None:
             return np.zeros(0), np.zeros((self.gpus, 0))
-        grid = end - dt * np.arange(int(seconds / dt), -1, -1)
+        start = max(end - seconds, self._earliest())  # no grid before the first sample
+        grid = end - dt * np.arange(int((end - start) / dt), -1, -1)
         out = np.full((self.gpus, len(grid)), np.nan)
         for gpu in range(self.gpus):
             times, watts = self.window(gpu, seconds + 2 * dt, end)
