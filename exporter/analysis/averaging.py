@@ -49,7 +49,6 @@ class EdgeStats:
     fast: int  # of those, crossed faster than an averaging sensor could
     log10_odds_averaged: float  # log10 of the odds averaged : instantaneous given the edges
     median_crossing_seconds: float | None  # time to cross the middle 70 % of a step
-    measurable: bool  # samples close enough to time a T-second ramp
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class AveragingEvidence:
 # --------------------------------------------------------------------------- edges
 
 
-def _plateau_mask(x: np.ndarray, tol: float, m: int = 3) -> np.ndarray:
+def _plateau_mask(x: np.ndarray, tol: float, m: int = 2) -> np.ndarray:
     """Samples that belong to some run of m consecutive samples within tol of each other."""
     if x.size < m:
         return np.zeros(x.size, dtype=bool)
@@ -103,7 +102,7 @@ def _transitions(t: np.ndarray, x: np.ndarray) -> list[tuple[float, bool, float]
     sigma = 1.4826 * float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
     tol = max(5 * sigma, 0.02 * span)
     big = max(0.25 * span, 10 * sigma)
-    runs = [r for r in _runs(x, tol) if r[1] - r[0] >= 2]
+    runs = [r for r in _runs(x, tol) if r[1] - r[0] >= 1]
     out = []
     for (_, e1), (s2, _) in zip(runs, runs[1:], strict=False):
         if len(out) >= _MAX_EDGES:
@@ -134,8 +133,9 @@ def _edge_stats(t: np.ndarray, x: np.ndarray, seconds: float) -> EdgeStats:
     llr = 0.0
     fast = 0
     for cross, direct, dt_local in tr:
-        # a sharp (<= ~50 ms) edge leaves a sample in its middle this often
-        eps = min(0.9, max(0.02, 0.035 / dt_local))
+        # a sharp edge (<= ~100 ms with the sensor's own update) leaves a sample in its
+        # middle this often
+        eps = min(0.9, max(0.05, 0.1 / dt_local))
         if cross < t_mid:
             fast += 1
             llr += 3.0  # impossible through the average (capped: a glitch is not a proof)
@@ -144,11 +144,9 @@ def _edge_stats(t: np.ndarray, x: np.ndarray, seconds: float) -> EdgeStats:
             llr += math.log10((1 - eps) / max(1e-3, 1 - t_mid / cross))
         else:
             llr += math.log10(eps / min(1.0, 2 * t_mid / dt_local))
-    dt = float(np.median(np.diff(t))) if t.size > 1 else math.inf
     crossings = [c for c, d, _ in tr if not d]
     return EdgeStats(len(tr), fast, -llr,
-                     float(np.median(crossings)) if len(crossings) >= 3 else None,
-                     dt <= seconds / 3)
+                     float(np.median(crossings)) if len(crossings) >= 3 else None)
 
 
 def edge_evidence(series: list[tuple[np.ndarray, np.ndarray]], seconds: float) -> EdgeStats:
@@ -159,14 +157,13 @@ def edge_evidence(series: list[tuple[np.ndarray, np.ndarray]], seconds: float) -
     """
     stats = [_edge_stats(t, x, seconds) for t, x in series if t.size >= 8]
     if not stats:
-        return EdgeStats(0, 0, 0.0, None, False)
+        return EdgeStats(0, 0, 0.0, None)
     mid = sorted(stats, key=lambda s: s.log10_odds_averaged)[len(stats) // 2]
     crossings = [s.median_crossing_seconds for s in stats if s.median_crossing_seconds]
     return EdgeStats(int(np.median([s.transitions for s in stats])),
                      int(np.median([s.fast for s in stats])),
                      mid.log10_odds_averaged,
-                     float(np.median(crossings)) if crossings else None,
-                     all(s.measurable for s in stats))
+                     float(np.median(crossings)) if crossings else None)
 
 
 # --------------------------------------------------------------------------- spectrum, noise
@@ -224,7 +221,13 @@ def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
 
 
 def sensor_update_seconds(t: np.ndarray, x: np.ndarray) -> float | None:
-    """Typical time between changes of a reading, when it repeats (sensor slower than polls)."""
+    """The sensor's own update period, when the readings repeat between steady changes.
+
+    A reading polled faster than its sensor updates repeats, then changes, at a
+    steady rhythm: most intervals between changes lie within +-50 % of their
+    median, and that median is a sensor's (at most 2 s).  Flat data that changes
+    only now and then is no sensor rhythm.
+    """
     ok = np.isfinite(x)
     t, x = t[ok], x[ok]
     if t.size < 16:
@@ -232,8 +235,11 @@ def sensor_update_seconds(t: np.ndarray, x: np.ndarray) -> float | None:
     changed = np.flatnonzero(np.diff(x) != 0) + 1
     if changed.size < 8:
         return None
-    period = float(np.median(np.diff(t[changed])))
-    return period if period > 1.5 * float(np.median(np.diff(t))) else None
+    gaps = np.diff(t[changed])
+    period = float(np.median(gaps))
+    steady = float(np.mean(np.abs(gaps - period) <= 0.5 * period)) >= 0.8
+    slower = period > 1.5 * float(np.median(np.diff(t)))
+    return period if steady and slower and period <= 2.0 else None
 
 
 # --------------------------------------------------------------------------- verdict
@@ -288,11 +294,12 @@ def _verdict(edges: EdgeStats, hf: float | None, rough: float | None, dt: float,
             f"the GPUs' own noise is as strong above {1.2 / seconds:.2g} Hz as below "
             f"{0.4 / seconds:.2g} Hz (ratio {rough:.2f}); a {s} average would cut it "
             "below 0.05"), stats)
-    if edges.measurable and edges.transitions >= 3 and edges.median_crossing_seconds and \
-            0.4 * seconds <= edges.median_crossing_seconds <= 1.5 * seconds:
+    c = edges.median_crossing_seconds
+    if edges.transitions >= 3 and edges.log10_odds_averaged >= 2 and c is not None and \
+            0.4 * seconds <= c <= seconds + 2 * dt:
         return AveragingEvidence(AVERAGED, False, (
-            f"edges take {edges.median_crossing_seconds:.2f} s to cross the middle of their "
-            f"step, as through a {s} average"), stats)
+            f"edges take {c:.2g} s to cross the middle of their step, with samples in "
+            f"between, as through a {s} average"), stats)
     if rough is not None and rough <= _FLOOR_AVERAGED:
         return AveragingEvidence(AVERAGED, False, (
             f"the GPUs' own noise fades above {1.2 / seconds:.2g} Hz (ratio {rough:.3f}), "
@@ -302,3 +309,63 @@ def _verdict(edges: EdgeStats, hf: float | None, rough: float | None, dt: float,
     else:
         why = "no clean edges, no energy above the averaging band and no noise to judge by"
     return AveragingEvidence(None, False, why, stats)
+
+
+# --------------------------------------------------------------------------- the swing behind it
+
+_SHAPES: tuple[tuple[str, float | None], ...] = (
+    ("sine", None), *((f"square, duty {d:.1f}", d) for d in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)))
+
+
+def _shape(duty: float | None, n: int) -> np.ndarray:
+    """One period of a peak-to-peak 1 waveform on n points."""
+    ph = np.arange(n) / n
+    if duty is None:
+        return 0.5 * np.sin(2 * np.pi * ph)
+    return (ph < duty).astype(float) - duty
+
+
+def _averaged(w: np.ndarray, window: float) -> np.ndarray:
+    """Circular trailing boxcar over ``window`` periods of one period ``w``."""
+    n = w.size
+    k = max(1, int(round(window * n)))
+    whole = k // n
+    c = np.cumsum(np.concatenate([[0.0], np.tile(w, whole + 2)]))
+    idx = np.arange(n) + (whole + 1) * n
+    return (c[idx + 1] - c[idx + 1 - k]) / k
+
+
+def source_swing(t: np.ndarray, x: np.ndarray, f: float, seconds: float
+                 ) -> tuple[float, str] | None:
+    """The swing at the GPUs behind a ``seconds``-averaged periodic signal x(t) at f Hz.
+
+    x is folded at f into its mean cycle; a sine and square waves of several
+    duty cycles, each put through the same average, are fitted to it (scale,
+    offset and phase); the best fit's peak-to-peak before averaging is the
+    estimate.  Returns (watts, shape) or None when the cycle is too poorly sampled.
+    """
+    per = 1.0 / (f * float(np.median(np.diff(t))))  # samples per period
+    nb = int(min(64, per // 2))
+    if nb < 8 or x.size < 4 * per:
+        return None
+    bins = np.floor(((t - t[0]) * f % 1.0) * nb).astype(int) % nb
+    counts = np.bincount(bins, minlength=nb)
+    if (counts == 0).any():
+        return None
+    cycle = np.bincount(bins, weights=x, minlength=nb) / counts
+    cycle = cycle - cycle.mean()
+    best: tuple[float, float, str] | None = None  # (residual, scale, shape)
+    fine = 8 * nb
+    for name, duty in _SHAPES:
+        model = _averaged(_shape(duty, fine), seconds * f).reshape(nb, 8).mean(axis=1)
+        model = model - model.mean()
+        norm = float(model @ model)
+        if norm <= 0:
+            continue
+        for shift in range(nb):
+            m = np.roll(model, shift)
+            scale = float(cycle @ m) / norm
+            resid = float(np.sum((cycle - scale * m) ** 2))
+            if scale > 0 and (best is None or resid < best[0]):
+                best = (resid, scale, name)
+    return None if best is None else (best[1], best[2])

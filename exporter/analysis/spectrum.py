@@ -72,21 +72,24 @@ def phase(x: np.ndarray, t_rel: np.ndarray, f: float) -> float:
 
 
 def edge_frequency(x: np.ndarray, fs: float) -> float | None:
-    """Rising edges per second: upward crossings of 75 % of p5-p95 after dipping below 25 %.
+    """Rising edges per second while the signal swings: 1 / the median time between
+    upward crossings of 75 % of p5-p95 (each after a dip below 25 %).
 
-    The hysteresis ignores noise around the midpoint; None for a flat signal or
-    fewer than two rises (too few to time).
+    The hysteresis ignores noise around the midpoint; the median interval keeps
+    a swing that fills only part of the window (or pauses in it) at its own
+    rate.  None for a flat signal or fewer than three rises (too few to time).
     """
     p5, p95 = np.percentile(x, [5, 95])
     span = float(p95 - p5)
     if span <= 0 or x.size < 4:
         return None
     state = np.where(x >= p5 + 0.75 * span, 1, np.where(x <= p5 + 0.25 * span, -1, 0))
-    marks = state[state != 0]
-    rises = int(np.count_nonzero((marks[1:] == 1) & (marks[:-1] == -1)))
-    if rises < 2:
+    where = np.flatnonzero(state)
+    marks = state[where]
+    rises = where[1:][(marks[1:] == 1) & (marks[:-1] == -1)]
+    if rises.size < 3:
         return None
-    return rises * fs / x.size
+    return fs / float(np.median(np.diff(rises)))
 
 
 def frequency_consistent(f: float, edges_hz: float | None) -> bool:
