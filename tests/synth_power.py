@@ -33,7 +33,7 @@ class Case:
     interval_s: float = 0.05  # poll interval
     jitter: float = 0.05  # poll jitter, a share of the interval (uniform +-)
     sensor_update_s: float = 0.02
-    seconds: float = 240.0
+    seconds: float = 180.0
     swing_hz: float | None = 0.625
     shape: str = "square"  # or "smooth" (raised cosine)
     low_w: float = 175.0
@@ -68,11 +68,13 @@ def true_power(case: Case) -> tuple[np.ndarray, np.ndarray]:
     for start, dur in case.pauses:
         paused |= (t >= start) & (t < start + dur)
     out = np.empty((case.gpus, n))
+    # the swing's phase against the polls: arbitrary, as on a real node
+    offset = rng.uniform(0, 1 / case.swing_hz) if case.swing_hz else 0.0
     for g in range(case.gpus):
         if case.swing_hz is None:
             level = np.full(n, case.high_w)
         else:
-            lag = rng.uniform(0, 0.01)  # nearly in phase: a few ms apart
+            lag = offset + rng.uniform(0, 0.01)  # nearly in phase: a few ms apart
             frac = (case.swing_hz * (t - lag)) % 1.0
             if case.shape == "square":
                 up = (frac < 0.5).astype(float)
@@ -167,55 +169,73 @@ def _stamp(t: float) -> str:
 H100 = "NVIDIA H100 80GB HBM3"
 PAUSES = ((60.0, 16.0), (150.0, 16.0))
 
-# label -> (case, true kind: "instantaneous" / "averaged" / "unknown")
-MATRIX: dict[str, tuple[Case, str]] = {c.label: (c, k) for c, k in (
+# What the analysis must report about the step swing:
+RESOLVED = "resolved"  # its frequency (5 %) and amplitude (15 %)
+UNRESOLVED = "unresolved"  # "above N Hz, unresolved": faster than the band (or at its edge)
+FOLDED = "folded"  # unresolved, no frequency at all: samples far sparser than the swing
+NONE = "none"  # nothing: a 1 s average removes swings at whole Hz entirely
+
+
+@dataclass(frozen=True)
+class Truth:
+    case: Case
+    kind: str  # "instantaneous", "averaged"
+    swing: str  # RESOLVED, UNRESOLVED, FOLDED or NONE
+
+
+_T = Truth
+MATRIX: dict[str, Truth] = {t.case.label: t for t in (
     # instantaneous readings
-    (Case("a100-20hz-square-0.625"), "instantaneous"),
-    (Case("noname-20hz-square-0.625", gpu_name=None), "instantaneous"),
-    (Case("v100-10hz-square-2.4", gpus=2, gpu_name="Tesla V100-SXM2-32GB", interval_s=0.1,
-          swing_hz=2.4), "instantaneous"),
-    (Case("noname-2gpu-10hz-square-2.4", gpus=2, gpu_name=None, interval_s=0.1, swing_hz=2.4),
-     "instantaneous"),
-    (Case("t4-5hz-smooth-1.2", gpus=4, gpu_name="Tesla T4", interval_s=0.2, swing_hz=1.2,
-          shape="smooth", low_w=30, high_w=68, noise_w=1.5), "instantaneous"),
-    (Case("instant-column-2hz-square-0.3", gpu_name="NVIDIA A30", column="power.draw.instant",
-          interval_s=0.5, swing_hz=0.3), "instantaneous"),
-    (Case("cte-1hz-smooth-0.2", column="cte", gpu_name=None, interval_s=1.0, swing_hz=0.2,
-          shape="smooth", seconds=300), "instantaneous"),
-    (Case("cte-v0-20hz-square-0.5-pauses", column="cte", gpu_name=None, swing_hz=0.5,
-          pauses=PAUSES, extra={"old_header": 1.0}), "instantaneous"),
-    (Case("gv100-20hz-sensor-10hz-square-5", gpu_name="Quadro GV100", gpus=4,
-          sensor_update_s=0.1, swing_hz=5.0), "instantaneous"),
-    (Case("h100-instant-column-20hz-smooth-2.8", gpu_name=H100, column="power.draw.instant",
-          swing_hz=2.8, shape="smooth"), "instantaneous"),
-    (Case("noname-20hz-smooth-0.2", gpu_name=None, swing_hz=0.2, shape="smooth"),
-     "instantaneous"),
-    (Case("p100-0.1hz-square-2", gpu_name="Tesla P100-PCIE-16GB", interval_s=10.0,
-          swing_hz=2.0, seconds=900), "instantaneous"),
-    (Case("a100-20hz-square-0.625-pauses", pauses=PAUSES), "instantaneous"),
-    (Case("noname-1hz-square-0.2", gpu_name=None, interval_s=1.0, swing_hz=0.2, seconds=300),
-     "instantaneous"),
+    _T(Case("a100-20hz-square-0.625"), "instantaneous", RESOLVED),
+    _T(Case("noname-20hz-square-0.625", gpu_name=None), "instantaneous", RESOLVED),
+    _T(Case("v100-10hz-square-2.4", gpus=2, gpu_name="Tesla V100-SXM2-32GB", interval_s=0.1,
+            swing_hz=2.4), "instantaneous", RESOLVED),
+    _T(Case("noname-2gpu-10hz-square-2.4", gpus=2, gpu_name=None, interval_s=0.1,
+            swing_hz=2.4), "instantaneous", RESOLVED),
+    _T(Case("t4-5hz-smooth-1.2", gpus=4, gpu_name="Tesla T4", interval_s=0.2, swing_hz=1.2,
+            shape="smooth", low_w=30, high_w=68, noise_w=1.5), "instantaneous", RESOLVED),
+    _T(Case("instant-column-2hz-square-0.3", gpu_name="NVIDIA A30",
+            column="power.draw.instant", interval_s=0.5, swing_hz=0.3),
+       "instantaneous", RESOLVED),
+    _T(Case("cte-1hz-smooth-0.2", column="cte", gpu_name=None, interval_s=1.0, swing_hz=0.2,
+            shape="smooth"), "instantaneous", RESOLVED),
+    _T(Case("cte-v0-20hz-square-0.5-pauses", column="cte", gpu_name=None, swing_hz=0.5,
+            pauses=PAUSES, extra={"old_header": 1.0}), "instantaneous", RESOLVED),
+    _T(Case("gv100-20hz-sensor-10hz-square-5", gpu_name="Quadro GV100", gpus=4,
+            sensor_update_s=0.1, swing_hz=5.0), "instantaneous", UNRESOLVED),
+    _T(Case("h100-instant-column-20hz-smooth-2.8", gpu_name=H100,
+            column="power.draw.instant", swing_hz=2.8, shape="smooth"),
+       "instantaneous", RESOLVED),
+    _T(Case("noname-20hz-smooth-0.2", gpu_name=None, swing_hz=0.2, shape="smooth"),
+       "instantaneous", RESOLVED),
+    _T(Case("p100-0.1hz-square-2", gpu_name="Tesla P100-PCIE-16GB", interval_s=10.0,
+            swing_hz=2.0, seconds=900), "instantaneous", FOLDED),
+    _T(Case("a100-20hz-square-0.625-pauses", pauses=PAUSES), "instantaneous", RESOLVED),
+    _T(Case("noname-1hz-square-0.2", gpu_name=None, interval_s=1.0, swing_hz=0.2),
+       "instantaneous", RESOLVED),
+    _T(Case("a100-20hz-steady-shallow-pause", swing_hz=None, high_w=500, pause_w=320,
+            pauses=((80.0, 10.0),)), "instantaneous", NONE),
     # 1 s averages (power.draw on Hopper, Ada, Blackwell, most Ampere)
-    (Case("h100-3hz-irregular-square-0.625", gpu_name=H100, averaged=True, interval_s=0.3,
-          jitter=0.25), "averaged"),
-    (Case("noname-avg-20hz-square-0.2", gpu_name=None, averaged=True, swing_hz=0.2),
-     "averaged"),
-    (Case("average-column-5hz-smooth-0.3", gpu_name=None, column="power.draw.average",
-          averaged=True, interval_s=0.2, swing_hz=0.3, shape="smooth"), "averaged"),
-    (Case("a10g-1hz-square-2", gpu_name="NVIDIA A10G", gpus=4, averaged=True, interval_s=1.0,
-          swing_hz=2.0, low_w=60, high_w=290), "averaged"),
-    (Case("cte-avg-10hz-square-1.5", column="cte", gpu_name=None, averaged=True,
-          interval_s=0.1, swing_hz=1.5), "averaged"),
-    (Case("h100-0.1hz-pauses", gpu_name=H100, averaged=True, interval_s=10.0, swing_hz=2.0,
-          seconds=1200, pauses=((300.0, 90.0), (800.0, 120.0))), "averaged"),
-    (Case("h100-2hz-checkpoint-pauses", gpu_name=H100, averaged=True, interval_s=0.5,
-          swing_hz=2.0, low_w=420, high_w=680, pauses=PAUSES), "averaged"),
-    (Case("noname-avg-2hz-checkpoint-pauses", gpu_name=None, averaged=True, interval_s=0.5,
-          swing_hz=2.0, low_w=420, high_w=680, pauses=PAUSES), "averaged"),
-    (Case("b200-20hz-smooth-0.4", gpu_name="NVIDIA B200", averaged=True, swing_hz=0.4,
-          shape="smooth", low_w=300, high_w=1000), "averaged"),
-    (Case("l40s-5hz-square-5", gpu_name="NVIDIA L40S", gpus=4, averaged=True, interval_s=0.2,
-          swing_hz=5.0, low_w=100, high_w=330), "averaged"),
-    (Case("noname-avg-20hz-square-0.2-pauses", gpu_name=None, averaged=True, swing_hz=0.2,
-          pauses=((100.0, 30.0),)), "averaged"),
+    _T(Case("h100-3hz-irregular-square-0.625", gpu_name=H100, averaged=True, interval_s=0.3,
+            jitter=0.25), "averaged", UNRESOLVED),
+    _T(Case("noname-avg-20hz-square-0.2", gpu_name=None, averaged=True, swing_hz=0.2),
+       "averaged", RESOLVED),
+    _T(Case("average-column-5hz-smooth-0.3", gpu_name=None, column="power.draw.average",
+            averaged=True, interval_s=0.2, swing_hz=0.3, shape="smooth"), "averaged", RESOLVED),
+    _T(Case("a10g-1hz-square-2", gpu_name="NVIDIA A10G", gpus=4, averaged=True,
+            interval_s=1.0, swing_hz=2.0, low_w=60, high_w=290), "averaged", NONE),
+    _T(Case("cte-avg-10hz-square-1.5", column="cte", gpu_name=None, averaged=True,
+            interval_s=0.1, swing_hz=1.5), "averaged", UNRESOLVED),
+    _T(Case("h100-0.1hz-pauses", gpu_name=H100, averaged=True, interval_s=10.0, swing_hz=2.0,
+            seconds=1200, pauses=((300.0, 90.0), (800.0, 120.0))), "averaged", NONE),
+    _T(Case("h100-2hz-checkpoint-pauses", gpu_name=H100, averaged=True, interval_s=0.5,
+            swing_hz=2.0, low_w=420, high_w=680, pauses=PAUSES), "averaged", NONE),
+    _T(Case("noname-avg-2hz-checkpoint-pauses", gpu_name=None, averaged=True, interval_s=0.5,
+            swing_hz=2.0, low_w=420, high_w=680, pauses=PAUSES), "averaged", NONE),
+    _T(Case("b200-20hz-smooth-0.4", gpu_name="NVIDIA B200", averaged=True, swing_hz=0.4,
+            shape="smooth", low_w=300, high_w=1000), "averaged", RESOLVED),
+    _T(Case("l40s-5hz-square-5", gpu_name="NVIDIA L40S", gpus=4, averaged=True,
+            interval_s=0.2, swing_hz=5.0, low_w=100, high_w=330), "averaged", NONE),
+    _T(Case("noname-avg-20hz-square-0.2-pause", gpu_name=None, averaged=True, swing_hz=0.2,
+            pauses=((100.0, 30.0),)), "averaged", RESOLVED),
 )}

@@ -23,6 +23,7 @@ Pure numpy; nothing here knows where the samples came from.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -337,35 +338,46 @@ def _averaged(w: np.ndarray, window: float) -> np.ndarray:
 
 def source_swing(t: np.ndarray, x: np.ndarray, f: float, seconds: float
                  ) -> tuple[float, str] | None:
-    """The swing at the GPUs behind a ``seconds``-averaged periodic signal x(t) at f Hz.
+    """The swing behind a periodic signal x(t) at f Hz, read through a ``seconds``-long
+    average (0: none, for samples too sparse for p95 - p5 to catch the peaks).
 
-    x is folded at f into its mean cycle; a sine and square waves of several
-    duty cycles, each put through the same average, are fitted to it (scale,
-    offset and phase); the best fit's peak-to-peak before averaging is the
-    estimate.  Returns (watts, shape) or None when the cycle is too poorly sampled.
+    A sine and square waves of several duty cycles, each put through the same
+    average, are fitted to the samples at their phase of the period (scale,
+    offset, and the phase on a 1/64-period grid), ten periods at a time (so a
+    small error in f does not smear the phase); the median over the chunks of
+    the best fit's peak-to-peak before averaging is the estimate.  Returns
+    (watts, shape), or None with fewer than 4 periods or 3 samples per period.
     """
     per = 1.0 / (f * float(np.median(np.diff(t))))  # samples per period
-    nb = int(min(64, per // 2))
-    if nb < 8 or x.size < 4 * per:
+    if per < 3 or x.size < 4 * per:
         return None
-    bins = np.floor(((t - t[0]) * f % 1.0) * nb).astype(int) % nb
-    counts = np.bincount(bins, minlength=nb)
-    if (counts == 0).any():
+    chunk = int(10 * per)
+    fits = [_fit_shape(t[a:a + chunk], x[a:a + chunk], f, seconds)
+            for a in range(0, max(1, x.size - chunk + 1), chunk)]
+    found = [fit for fit in fits if fit is not None]
+    if not found:
         return None
-    cycle = np.bincount(bins, weights=x, minlength=nb) / counts
-    cycle = cycle - cycle.mean()
+    shapes = Counter(name for _, name in found)
+    return float(np.median([w for w, _ in found])), shapes.most_common(1)[0][0]
+
+
+def _fit_shape(t: np.ndarray, x: np.ndarray, f: float, seconds: float
+               ) -> tuple[float, str] | None:
+    fine = 256
+    idx = (((t - t[0]) * f % 1.0) * fine).astype(int) % fine
+    cols = (idx[None, :] + np.arange(0, fine, fine // 64)[:, None]) % fine
+    xd = detrend(x)
     best: tuple[float, float, str] | None = None  # (residual, scale, shape)
-    fine = 8 * nb
     for name, duty in _SHAPES:
-        model = _averaged(_shape(duty, fine), seconds * f).reshape(nb, 8).mean(axis=1)
-        model = model - model.mean()
-        norm = float(model @ model)
-        if norm <= 0:
-            continue
-        for shift in range(nb):
-            m = np.roll(model, shift)
-            scale = float(cycle @ m) / norm
-            resid = float(np.sum((cycle - scale * m) ** 2))
-            if scale > 0 and (best is None or resid < best[0]):
-                best = (resid, scale, name)
+        w = _shape(duty, fine)
+        if seconds > 0:
+            w = _averaged(w, seconds * f)
+        m = w[cols]  # (shifts, samples)
+        m = m - m.mean(axis=1, keepdims=True)
+        norm = np.einsum("ij,ij->i", m, m)
+        scale = (m @ xd) / np.where(norm > 0, norm, np.inf)
+        resid = float(xd @ xd) - scale * (m @ xd)
+        k = int(np.argmin(np.where(scale > 0, resid, np.inf)))
+        if scale[k] > 0 and (best is None or resid[k] < best[0]):
+            best = (float(resid[k]), float(scale[k]), name)
     return None if best is None else (best[1], best[2])

@@ -39,7 +39,8 @@ def detect_ramps(
     """Large synchronised rises and falls of the node's power.
 
     A ramp is a change of at least ``min_ratio`` of ``tdp_total`` (of the
-    observed p99 - p1 range when the TDP is unknown) within
+    observed p99 - p1 range when the TDP is unknown, but no less than a quarter
+    of p99) within
     ``max_duration_seconds``, to a level that holds: the mean power in each
     half of the ``hold_seconds`` before the ramp and in each half of the
     ``hold_seconds`` after it (clear of ``max_duration_seconds`` around the
@@ -62,9 +63,9 @@ def detect_ramps(
     dt = float(grid[1] - grid[0])
     if tdp_total and tdp_total > 0:
         thr = min_ratio * tdp_total
-    else:
+    else:  # the observed range; at least a quarter of the peak, so noise is never a ramp
         lo, hi = np.percentile(x, [1, 99])
-        thr = min_ratio * float(hi - lo)
+        thr = min_ratio * max(float(hi - lo), 0.25 * float(hi))
     if thr <= 0:
         return []
     w = max(1, int(round(max_duration_seconds / dt)))

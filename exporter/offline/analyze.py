@@ -205,7 +205,14 @@ def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
         power[i] = np.interp(rel, s.t[ok] - t0, p[ok])
     tdp = np.array([trace.tdp_watts.get(g, tdp_flag if tdp_flag else np.nan) for g in usable],
                    dtype=float)
-    return Grid(t0 + rel, power, usable, dt, tdp), notes
+    first = trace.series[usable[0]]
+    raw_t = first.t[(first.t >= t0) & (first.t <= t1)]
+    raw_node = np.zeros(raw_t.size)
+    for g in usable:
+        s = trace.series[g]
+        ok = np.isfinite(s.fields["power_watts"])
+        raw_node += np.interp(raw_t, s.t[ok], s.fields["power_watts"][ok])
+    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node), notes
 
 
 # canonical trace field -> scan() keyword

@@ -42,7 +42,8 @@ def events(g: Grid, args: argparse.Namespace, swings: list[dict[str, Any]],
     dips = detect_dips(g.t, node, min_ratio=args.dip_ratio, fill_seconds=fill)
     level = detect_ramps(g.t, node, g.node_tdp, min_ratio=args.ramp_ratio)
     ramps = [_ramp_json(r, t_start, i) for i, d in enumerate(dips) for r in (d.fall, d.rise)]
-    near = max(5.0, fill)
+    # detect_ramps places a change within half its 25 s hold (plus 5 s) of the edge
+    near = max(fill, 17.5)
     for r in level:
         if not any(d.direction == r.direction and abs(d.time - r.time) <= near
                    for dip in dips for d in (dip.fall, dip.rise)):

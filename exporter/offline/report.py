@@ -35,10 +35,12 @@ def _swing_line(s: dict[str, Any]) -> str:
                 f"least {s['node_amplitude_watts']:.0f} W, synchrony {s['synchrony']:.2f}")
     extra = f", strength {s['strength']:.2f}" if "strength" in s else ""
     rng = s.get("source_amplitude_range_watts")
+    src = s.get("source_amplitude_watts")
     if rng:
-        src = s.get("source_amplitude_watts")
         best = f"~{src:.0f} W as a {s['source_shape']} wave, " if src else ""
         extra += f"; at the GPUs {best}{rng[0]:.0f}-{rng[1]:.0f} W (seen through the average)"
+    elif src:
+        extra += f"; fitted at its period ~{src:.0f} W ({s['source_shape']} wave)"
     if s.get("aliasing_possible"):
         extra += "; could be the alias of a faster swing"
     return (f"  [{s['scale']}] {s['start']:.0f}-{s['end']:.0f} s: "

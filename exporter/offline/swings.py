@@ -33,6 +33,7 @@ from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
 MIN_STEP_SAMPLES = 16  # fewer samples per step window cannot show a swing's shape
 UNRESOLVED_MIN_CONCENTRATION = 0.5  # a real periodic component, not noise
+SPARSE_SAMPLES_PER_PERIOD = 10  # fewer: p95 - p5 can miss a swing's peaks
 
 
 @dataclass
@@ -44,6 +45,10 @@ class Grid:
     gpus: list[int]
     dt: float
     tdp: np.ndarray  # (N,) NaN where unknown
+    # the node's power at the first GPU's own sample times (exact for nvidia-smi logs,
+    # whose GPUs share each poll's time): interpolating onto the grid blurs sharp edges
+    raw_t: np.ndarray | None = None
+    raw_node: np.ndarray | None = None
 
     @property
     def node_tdp(self) -> float | None:
@@ -140,9 +145,13 @@ def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: 
         assert f is not None
         start, end = _swing_edges(g.t, node, run[0][0], run[-1][1], 1.0 / f)
         entry = _step_entry(run, f, start - t_start, end - t_start, band)
-        if band.kind == AVERAGED and band.seconds:
-            keep = (g.t >= start) & (g.t <= end)
-            found = source_swing(g.t[keep], node[keep], f, band.seconds)
+        # through an average, or with too few samples per period for p95 - p5 to catch
+        # the peaks, fit the swing's shape to the samples (analysis.averaging.source_swing)
+        avg = band.seconds if band.kind == AVERAGED and band.seconds else 0.0
+        if avg or f * g.dt > 1 / SPARSE_SAMPLES_PER_PERIOD:
+            rt, rx = (g.raw_t, g.raw_node) if g.raw_t is not None else (g.t, node)
+            keep = (rt >= start) & (rt <= end)
+            found = source_swing(rt[keep], rx[keep], f, avg)
             if found is not None:
                 entry["source_amplitude_watts"], entry["source_shape"] = found
         out.append(entry)
