@@ -324,7 +324,7 @@ def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list
 def _input_notes(trace: Trace) -> list[str]:
     notes = []
     if trace.skipped_lines:
-        kinds = Counter(re.sub(r"-?\d[\d.e+-]*", "N", why) for _, why in trace.skipped)
+        kinds = Counter(re.sub(r"\b\d+(?:\.\d+)?\b", "N", why) for _, why in trace.skipped)
         top = ", ".join(f"{why} ({n})" for why, n in kinds.most_common(4))
         notes.append(f"{trace.skipped_lines} line(s) skipped, first at line "
                      f"{trace.skipped[0][0]}: {top}")
