@@ -295,16 +295,18 @@ def _verdict(edges: EdgeStats, hf: float | None, rough: float | None, dt: float,
             f"the GPUs' own noise is as strong above {1.2 / seconds:.2g} Hz as below "
             f"{0.4 / seconds:.2g} Hz (ratio {rough:.2f}); a {s} average would cut it "
             "below 0.05"), stats)
+    consistent = []
     c = edges.median_crossing_seconds
     if edges.transitions >= 3 and edges.log10_odds_averaged >= 2 and c is not None and \
             0.4 * seconds <= c <= seconds + 2 * dt:
-        return AveragingEvidence(AVERAGED, False, (
-            f"edges take {c:.2g} s to cross the middle of their step, with samples in "
-            f"between, as through a {s} average"), stats)
+        consistent.append(f"edges take {c:.2g} s to cross the middle of their step, with "
+                          "samples in between")
     if rough is not None and rough <= _FLOOR_AVERAGED:
-        return AveragingEvidence(AVERAGED, False, (
-            f"the GPUs' own noise fades above {1.2 / seconds:.2g} Hz (ratio {rough:.3f}), "
-            f"as through a {s} average"), stats)
+        consistent.append(f"the GPUs' own noise fades above {1.2 / seconds:.2g} Hz "
+                          f"(ratio {rough:.3f})")
+    if consistent:
+        return AveragingEvidence(AVERAGED, False, "; ".join(consistent)
+                                 + f", as through a {s} average", stats)
     if dt >= seconds:
         why = f"samples {dt:.2g} s apart cannot time a {s} average"
     else:

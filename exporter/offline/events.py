@@ -49,10 +49,10 @@ def events(g: Grid, args: argparse.Namespace, swings: list[dict[str, Any]],
                    for dip in dips for d in (dip.fall, dip.rise)):
             ramps.append(_ramp_json(r, t_start, None))
     ramps.sort(key=lambda r: r["time"])
-    return ramps, [_dip_json(d, t_start, stalls) for d in dips]
+    return ramps, [_dip_json(i, d, t_start, stalls) for i, d in enumerate(dips)]
 
 
-def _dip_json(d: Dip, t_start: float, stalls: list[Stall]) -> dict[str, Any]:
+def _dip_json(i: int, d: Dip, t_start: float, stalls: list[Stall]) -> dict[str, Any]:
     a, b = d.start - t_start, d.end - t_start
     linked = [i for i, s in enumerate(stalls)
               if s.start < b + STALL_SLACK_SECONDS and s.end > a - STALL_SLACK_SECONDS]
@@ -65,7 +65,7 @@ def _dip_json(d: Dip, t_start: float, stalls: list[Stall]) -> dict[str, Any]:
         "level_before_watts": d.level_before_watts,
         "level_watts": d.level_watts,
         "level_after_watts": d.level_after_watts,
-        "fall": _ramp_json(d.fall, t_start, None),
-        "rise": _ramp_json(d.rise, t_start, None),
+        "fall": _ramp_json(d.fall, t_start, i),
+        "rise": _ramp_json(d.rise, t_start, i),
         "stalls": linked,
     }

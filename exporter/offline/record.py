@@ -99,8 +99,12 @@ def main(args: argparse.Namespace) -> int:
                if i is not None and i.default_power_limit_watts}
         sampler.backend.close()
         try:
+            # the exporter records instantaneous power (power_averaging_seconds null);
+            # the GPU names tell a reader the generation all the same
+            names = {i.index: i.name for i in identities if i is not None and i.name}
             writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
-                                 started_at=time.time())
+                                 started_at=time.time(), power_averaging_seconds=None,
+                                 gpu_names=names)
         except OSError as exc:
             print(f"record: error: cannot write {args.out}: {exc.strerror or exc}",
                   file=sys.stderr)
