@@ -98,3 +98,20 @@ def test_shallow_dip_is_not_a_pause(tmp_path: Path) -> None:
         [str(path), "--dip-ratio", "0.15"]))
     assert len(rep["dips"]) == 1 and math.isclose(rep["dips"][0]["depth_ratio"], 0.2,
                                                   abs_tol=0.03)
+
+
+def test_forced_average_never_names_a_slower_frequency(tmp_path: Path) -> None:
+    """The issue's case: a sharp 0.625 Hz swing at 20 Hz read as a 1 s average
+    (here by --power-averaging 1, as analyze once assumed for any power.draw) was
+    reported as five step swings at 0.11-0.37 Hz.  Now: one unresolved swing."""
+    truth = MATRIX["noname-20hz-square-0.625"]
+    path = write_trace(truth.case, tmp_path)
+    args = analyze.build_parser().parse_args([str(path), "--power-averaging", "1"])
+    rep = analyze.analyse_trace(load_trace(path), args)
+    assert rep["power_averaging"]["decided_by"] == "flag"
+    assert any("disagree" in e for e in rep["power_averaging"]["evidence"])
+    swings = rep["power_swings"]
+    assert [(s["scale"], s["resolved"]) for s in swings] == [("step", False)]
+    assert swings[0]["above_hz"] == pytest.approx(0.45)
+    assert swings[0]["apparent_frequency_hz"] == pytest.approx(0.625, rel=0.02)
+    assert swings[0]["node_amplitude_watts"] > 0.9 * truth.case.node_amplitude_w
