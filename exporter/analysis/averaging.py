@@ -183,11 +183,9 @@ def _residuals(block: np.ndarray) -> np.ndarray:
     """Each GPU minus its least-squares fit of the node's mean waveform and slope.
 
     The common swing cancels (the slope term absorbs a GPU lagging the others
-    by a few ms); what is left is each GPU's own noise.  One GPU: itself, detrended.
+    by a few ms); what is left is each GPU's own noise.
     """
     block = detrend(block)
-    if block.shape[0] < 2:
-        return block
     ref = block.mean(axis=0)
     basis = np.stack([ref, np.gradient(ref)], axis=1)
     coef, *_ = np.linalg.lstsq(basis, block.T, rcond=None)
@@ -198,12 +196,13 @@ def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
                       segment_seconds: float = 20.0) -> float | None:
     """Median PSD of the GPUs' residual noise above 1.2/T Hz over that at 0.1-0.4/T Hz.
 
-    ``x`` is (N, M) on a uniform grid.  Medians over many bins ignore what is
-    left of periodic swings (peaks); white (instantaneous) noise gives ~1, noise
-    through a T-second boxcar ~sinc^2, under 0.05.
+    ``x`` is (N >= 2, M) on a uniform grid (one GPU has no common waveform to
+    remove: its own swing would fill the low band).  Medians over many bins
+    ignore what is left of periodic swings (peaks); white (instantaneous)
+    noise gives ~1, noise through a T-second boxcar ~sinc^2, under 0.05.
     """
     n = int(round(segment_seconds * fs))
-    if x.shape[1] < n or n < 32 or fs / 2 < 1.5 / seconds:
+    if x.shape[0] < 2 or x.shape[1] < n or n < 32 or fs / 2 < 1.5 / seconds:
         return None
     freqs = np.fft.rfftfreq(n, 1.0 / fs)
     hi = (freqs >= 1.2 / seconds) & (freqs <= 0.9 * fs / 2)
@@ -215,7 +214,9 @@ def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
     for a in range(0, x.shape[1] - n + 1, n // 2):
         r = _residuals(x[:, a:a + n])
         psd += (np.abs(np.fft.rfft(r * w, axis=1)) ** 2).sum(axis=0)
-    floor = float(np.median(psd[lo]))
+    # the low band's lower quartile: what is left of a swing there (GPUs swinging
+    # on their own, not in step) raises a few bins, not the floor
+    floor = float(np.percentile(psd[lo], 25))
     if floor <= 0 or not math.isfinite(floor):
         return None
     return float(np.median(psd[hi])) / floor

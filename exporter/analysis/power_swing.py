@@ -156,7 +156,7 @@ def _features(x: np.ndarray, fs: float, band: tuple[float, float], band_hi: floa
     ph = phase(xd, t_rel, fp) if fp is not None else None
     ratio = amp / tdp if tdp and tdp > 0 else None
     return SwingFeatures(float(x.mean()), amp, ratio, f, conc, band_ratio, ramp, duty, ph,
-                         f_app, unresolved, edge_frequency(x, fs))
+                         f_app, unresolved, edge_frequency(x, fs, (float(p5), float(p95))))
 
 
 def analyse_window(

@@ -71,15 +71,17 @@ def phase(x: np.ndarray, t_rel: np.ndarray, f: float) -> float:
     return wrap(float(np.angle(c)))
 
 
-def edge_frequency(x: np.ndarray, fs: float) -> float | None:
+def edge_frequency(x: np.ndarray, fs: float,
+                   levels: tuple[float, float] | None = None) -> float | None:
     """Rising edges per second while the signal swings: 1 / the median time between
     upward crossings of 75 % of p5-p95 (each after a dip below 25 %).
 
     The hysteresis ignores noise around the midpoint; the median interval keeps
     a swing that fills only part of the window (or pauses in it) at its own
     rate.  None for a flat signal or fewer than three rises (too few to time).
+    ``levels``: x's (p5, p95) when the caller has them already.
     """
-    p5, p95 = np.percentile(x, [5, 95])
+    p5, p95 = levels if levels is not None else np.percentile(x, [5, 95])
     span = float(p95 - p5)
     if span <= 0 or x.size < 4:
         return None
