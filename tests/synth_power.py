@@ -228,8 +228,11 @@ MATRIX: dict[str, Truth] = {t.case.label: t for t in (
             interval_s=0.1, swing_hz=1.5), "averaged", UNRESOLVED),
     _T(Case("h100-0.1hz-pauses", gpu_name=H100, averaged=True, interval_s=10.0, swing_hz=2.0,
             seconds=1200, pauses=((300.0, 90.0), (800.0, 120.0))), "averaged", NONE),
-    _T(Case("h100-2hz-checkpoint-pauses", gpu_name=H100, averaged=True, interval_s=0.5,
-            swing_hz=2.0, low_w=420, high_w=680, pauses=PAUSES), "averaged", NONE),
+    # the log: a run (start, end) with two checkpoint pauses, ~4.4 kW -> ~1.3 kW
+    _T(Case("h100-2hz-run-with-checkpoint-pauses", gpu_name=H100, averaged=True,
+            interval_s=0.5, swing_hz=2.0, low_w=420, high_w=680, seconds=260,
+            swing_from=30.0, swing_until=220.0, pauses=((90.0, 16.0), (160.0, 16.0))),
+       "averaged", NONE),
     _T(Case("noname-avg-2hz-checkpoint-pauses", gpu_name=None, averaged=True, interval_s=0.5,
             swing_hz=2.0, low_w=420, high_w=680, pauses=PAUSES), "averaged", NONE),
     _T(Case("b200-20hz-smooth-0.4", gpu_name="NVIDIA B200", averaged=True, swing_hz=0.4,

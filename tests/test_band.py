@@ -127,3 +127,6 @@ def test_power_averaging_flag_parsing() -> None:
     for bad in ("-1", "soon", "nan"):
         with pytest.raises(SystemExit):
             parse(["f", "--power-averaging", bad])
+    assert parse(["f", "--gpus", "4096"]).gpus == 4096
+    with pytest.raises(SystemExit):
+        parse(["f", "--gpus", "1000000000"])

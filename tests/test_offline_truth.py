@@ -83,7 +83,13 @@ def _check_pauses(truth: Truth, rep: dict, start: float) -> None:
         assert [r["direction"] for r in edges] == ["fall", "rise"]
         assert edges[0]["time"] == pytest.approx(dip["start"])
         assert edges[1]["time"] == pytest.approx(dip["end"])
-    assert all(r["dip"] is not None for r in rep["ramps"])  # the truth has no other change
+    # the run's start and end, if any, are the only other ramps
+    level = [(r["direction"], r["time"] + start) for r in rep["ramps"] if r["dip"] is None]
+    want = [("rise", case.swing_from)] if case.swing_from > 0 else []
+    want += [("fall", case.swing_until)] if case.swing_until is not None else []
+    assert [d for d, _ in level] == [d for d, _ in want]
+    for (_, t), (_, t_want) in zip(level, want, strict=True):
+        assert t == pytest.approx(t_want, abs=slack)
 
 
 def test_shallow_dip_is_not_a_pause(tmp_path: Path) -> None:

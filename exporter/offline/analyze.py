@@ -37,6 +37,7 @@ import numpy as np
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import ScanResult, StragglerThresholds, scan
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
+from exporter.offline.checks import MAX_GPU_INDEX
 from exporter.offline.events import events
 from exporter.offline.report import render_text
 from exporter.offline.swings import (
@@ -115,10 +116,17 @@ def _gpus(text: str) -> int:
     return v
 
 
+def _gpu_count(text: str) -> int:
+    v = _gpus(text)
+    if v > MAX_GPU_INDEX + 1:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GPU_INDEX + 1} GPUs: {text!r}")
+    return v
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE",
                         help="trace: nvidia-smi --query-gpu CSV log, or a cte recording")
-    parser.add_argument("--gpus", type=_gpus, metavar="N",
+    parser.add_argument("--gpus", type=_gpu_count, metavar="N",
                         help="GPUs per poll, for nvidia-smi logs without an index column")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="report format (default: text)")
