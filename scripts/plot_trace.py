@@ -45,18 +45,28 @@ def main() -> int:
     colours = {"step": "tab:red", "cycle": "tab:orange"}
     for sw in rep["power_swings"]:
         ax.axvspan(sw["start"], sw["end"], color=colours[sw["scale"]], alpha=0.12)
+        what = (f"period {sw['period_seconds']:.1f} s" if sw.get("resolved", True)
+                else f"above {sw['above_hz']:.2g} Hz, unresolved")
         ax.text(sw["start"] + 5, ax.get_ylim()[1] * 0.02 + 50,
-                f"{sw['scale']}: period {sw['period_seconds']:.1f} s, "
-                f"amplitude {sw['node_amplitude_watts']:.0f} W, "
-                f"synchrony {sw['synchrony']:.2f}", color=colours[sw["scale"]], fontsize=9)
+                f"{sw['scale']}: {what}, amplitude {sw['node_amplitude_watts']:.0f} W",
+                color=colours[sw["scale"]], fontsize=9)
+    for i, d in enumerate(rep["dips"]):
+        ax.axvspan(d["start"], d["end"], color="tab:purple", alpha=0.15)
+        ax.annotate(f"dip {i + 1}: -{100 * d['depth_ratio']:.0f} % for "
+                    f"{d['duration_seconds']:.0f} s", (d["start"], ax.get_ylim()[0]),
+                    xytext=(3, 12), textcoords="offset points", color="tab:purple", fontsize=8)
     for r in rep["ramps"]:
         c = "tab:green" if r["direction"] == "rise" else "tab:blue"
         ax.axvline(r["time"], color=c, ls="--", lw=1)
-        ax.annotate(f"{r['direction']} {r['delta_watts']:+.0f} W", (r["time"], ax.get_ylim()[1]),
-                    xytext=(3, -12), textcoords="offset points", color=c, fontsize=8)
+        if r.get("dip") is None:
+            ax.annotate(f"{r['direction']} {r['delta_watts']:+.0f} W",
+                        (r["time"], ax.get_ylim()[1]), xytext=(3, -12),
+                        textcoords="offset points", color=c, fontsize=8)
     ax.set_ylabel("node power [W]")
-    ax.set_title(f"{trace.source.rsplit('/', 1)[-1]}: observable band 0-"
-                 f"{rep['observable_band_hz'][1]:.2g} Hz ({rep['power_column']})")
+    pa = rep["power_averaging"]
+    ax.set_title(f"{trace.source.rsplit('/', 1)[-1]}: {rep['power_column']} {pa['kind']} "
+                 f"(by {pa['decided_by']}), observable band 0-"
+                 f"{rep['observable_band_hz'][1]:.2g} Hz")
     ax.legend(loc="lower left", fontsize=8)
     ax2.set_ylabel("GPU power [W]")
     ax2.set_xlabel("seconds from trace start")

@@ -12,10 +12,12 @@ from exporter.analysis.power_swing import (
     SwingThresholds,
     analyse_cycles,
     analyse_window,
+    detect_dips,
     detect_ramps,
     resample,
     synchrony,
 )
+from exporter.analysis.spectrum import edge_frequency, frequency_consistent
 
 T0 = 1_758_000_000.0  # a 2025 Unix time: phase must survive 1.7e9-second stamps
 FS = 20.0
@@ -223,6 +225,35 @@ def test_observable_band_limited_by_sensor() -> None:
     assert ns.node.frequency_hz == pytest.approx(0.3, rel=0.05)
 
 
+@pytest.mark.parametrize("f", [0.625, 2.0, 6.0])
+def test_swing_above_the_band_is_unresolved_not_slower(f: float) -> None:
+    # the band cut at 0.5 Hz (a 1 s average, as analyze once assumed for any
+    # power.draw): the swing's own peak is found, and named unresolved; no
+    # lesser peak below 0.5 Hz stands in for it
+    t = grid()
+    ns = analyse_window(t, node_square(t, f), TDP, max_observable_hz=0.5)
+    assert ns.node.frequency_hz is None and ns.node.unresolved
+    assert ns.node.apparent_frequency_hz == pytest.approx(f, rel=0.05)
+    assert not ns.candidate
+    assert all(g.frequency_hz is None and g.phase_radians is None for g in ns.gpus.values())
+    ok = analyse_window(t, node_square(t, f), TDP)  # at 20 Hz with no cap: resolved
+    assert ok.node.frequency_hz == pytest.approx(f, rel=0.05) and not ok.node.unresolved
+
+
+def test_edge_frequency_and_consistency() -> None:
+    t = grid(60)
+    x = node_square(t, 0.625).sum(axis=0)
+    assert edge_frequency(x, FS) == pytest.approx(0.625, rel=0.05)
+    half = np.where(t - T0 < 30, x.mean(), x)  # swinging for half the window: same rate
+    assert edge_frequency(half, FS) == pytest.approx(0.625, rel=0.05)
+    assert edge_frequency(np.full(t.size, 400.0), FS) is None
+    assert frequency_consistent(0.625, 0.625)
+    assert frequency_consistent(0.3125, 0.625)  # two rises per period (a two-phase step)
+    assert not frequency_consistent(0.11, 0.625)  # 5.7 rises per period: not its period
+    assert not frequency_consistent(1.25, 0.625)  # half a rise per period
+    assert frequency_consistent(0.5, None)
+
+
 def test_resample_uniform_grid() -> None:
     t = T0 + np.array([0.0, 0.1, 0.25, 0.3, 0.4])
     g, x = resample(t, np.array([[0.0, 1.0, 2.5, 3.0, 4.0]]))
@@ -300,3 +331,35 @@ def test_no_ramps_from_swings_or_checkpoint_cycles() -> None:
     t, p = checkpoint_node()
     inner = [r for r in detect_ramps(t, p.sum(axis=0), 5600.0) if 40 < r.time - T0 < 560]
     assert inner == []
+
+
+# --------------------------------------------------------------------------- dips
+
+
+def test_pauses_are_dips_with_both_edges_and_swing_lows_are_not() -> None:
+    t = grid(240)
+    p = node_square(t, 0.625)
+    pause = ((t - T0 >= 60) & (t - T0 < 76)) | ((t - T0 >= 150) & (t - T0 < 166))
+    p[:, pause] = 160.0
+    node = p.sum(axis=0)
+    dips = detect_dips(t, node, fill_seconds=1.6)
+    assert [round(d.start - T0) for d in dips] == [60, 150]
+    for d in dips:
+        assert d.duration_seconds == pytest.approx(16, abs=1.0)
+        assert d.depth_ratio == pytest.approx(1 - 160 / 400, abs=0.05)
+        assert (d.fall.direction, d.rise.direction) == ("fall", "rise")
+        assert d.fall.delta_watts < 0 < d.rise.delta_watts
+        assert d.fall.duration_seconds < 0.2  # sharp edges at 20 Hz
+    # the swing alone, however deep its low phases, has no dip
+    assert detect_dips(t, node_square(t, 0.625).sum(axis=0), fill_seconds=1.6) == []
+
+
+def test_no_dip_without_a_return_or_when_too_long() -> None:
+    t = grid(300, fs=10)
+    end = np.where(t - T0 < 200, 4000.0, 700.0)  # a job ends: a ramp, not a dip
+    assert detect_dips(t, end) == []
+    gap = np.where((t - T0 > 50) & (t - T0 < 250), 700.0, 4000.0)  # 200 s between jobs
+    assert detect_dips(t, gap, max_seconds=100) == []
+    assert len(detect_dips(t, gap)) == 1
+    sag = np.where((t - T0 > 100) & (t - T0 < 120), 3000.0, 4000.0)  # -25 %
+    assert detect_dips(t, sag) == [] and len(detect_dips(t, sag, min_ratio=0.2)) == 1

@@ -43,6 +43,9 @@ def test_record_keeps_power_at_the_sensor_rate_and_the_sweep_at_1_hz(recorded):
     energy = s.fields["energy_joules"][np.isfinite(s.fields["energy_joules"])]
     assert len(energy) >= 3 and (np.diff(energy) >= 0).all()
     assert np.nanmax(power) > 600 and np.nanmin(power) < 260  # the training swing
+    # the header says the power is instantaneous and which GPUs these are
+    assert trace.power_averaging_stated and trace.power_averaging_seconds is None
+    assert len(trace.gpu_names) == 8 and all(trace.gpu_names.values())
 
 
 def test_record_stops_cleanly_on_sigterm(tmp_path):

@@ -82,7 +82,10 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
                 if sc.finding:
                     signal.add_metric([*labels, name, sc.direction or ""], 1.0)
     yield from (score, flag, signal, since, peers)
+    yield from _stall_families(snapshot, analysis)
 
+
+def _stall_families(snapshot: Snapshot, analysis) -> Iterator[Metric]:
     stall = analysis.stall
     yield GaugeMetricFamily("collective_stall_active", "1 while peers busy-wait (high "
                             "utilization, low power) and one GPU differs: a stall.",

@@ -7,11 +7,17 @@ Reads an nvidia-smi CSV log or a cte recording (exporter.offline.trace), then:
   thresholds with the same dominant frequency (within 10 %): scale ``step``;
 - slides the cycle window (default 10 min, every 150 s) to find slow periodic
   patterns (checkpoints, evaluation): scale ``cycle``;
-- finds large synchronised rises and falls of the node's power (``ramps``);
+- finds large synchronised rises and falls of the node's power (``ramps``) and
+  pauses (``dips``: a fall, a low stretch, a rise; both edges are ramps);
 - slides the straggler window (default 60 s, every 10 s) to compare each GPU
   with its peers (``outliers``: deviations that held for ``--persistence``) and
   a short window (default 2 s) for the stall signature (``stalls``: peers
   busy-waiting while a culprit idles or still computes); see docs/stragglers.md.
+
+First it decides how much of the trace it can see (exporter.offline.band): is
+the power a ~1 s average, and up to which frequency do the samples resolve a
+swing; the report says which evidence decided and how sure it is.  Detectors
+the trace is too short for say so; implausible values are counted, not used.
 
 Also runnable as ``python -m exporter.offline.analyze FILE``.
 """
@@ -21,26 +27,32 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from exporter.analysis.power_swing import (
-    CycleFeatures,
-    NodeSwing,
-    SwingThresholds,
-    analyse_cycles,
-    analyse_window,
-    detect_ramps,
-)
+from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
+from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
+from exporter.offline.checks import MAX_GPU_INDEX
+from exporter.offline.events import events
+from exporter.offline.report import render_text
+from exporter.offline.swings import (
+    MIN_STEP_SAMPLES,
+    Grid,
+    cycle_swings,
+    drop_beats,
+    folded_swing,
+    step_swings,
+    thresholds,
+)
 from exporter.offline.trace import Trace, TraceError, load_trace
 
-FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
+MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
 
 
 def _positive(text: str) -> float:
@@ -81,6 +93,20 @@ def _band(text: str) -> tuple[float, float]:
     return lo, hi
 
 
+def _averaging(text: str) -> float | None:
+    """--power-averaging: None for auto, 0 for none (instantaneous), else seconds."""
+    t = text.strip().lower()
+    if t == "auto":
+        return None
+    if t in ("none", "0", "instant", "instantaneous"):
+        return 0.0
+    try:
+        return _positive(t)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected SECONDS (> 0), none or auto: {text!r}") from None
+
+
 def _gpus(text: str) -> int:
     try:
         v = int(text)
@@ -91,10 +117,17 @@ def _gpus(text: str) -> int:
     return v
 
 
+def _gpu_count(text: str) -> int:
+    v = _gpus(text)
+    if v > MAX_GPU_INDEX + 1:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GPU_INDEX + 1} GPUs: {text!r}")
+    return v
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE",
                         help="trace: nvidia-smi --query-gpu CSV log, or a cte recording")
-    parser.add_argument("--gpus", type=_gpus, metavar="N",
+    parser.add_argument("--gpus", type=_gpu_count, metavar="N",
                         help="GPUs per poll, for nvidia-smi logs without an index column")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="report format (default: text)")
@@ -121,8 +154,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ramp-ratio", type=_ratio, default=0.30, metavar="R",
                         help="ramp: change / node TDP, or / observed range (default: 0.3)")
     parser.add_argument("--max-hz", type=_positive, metavar="HZ",
-                        help="highest observable frequency, if below half the sample rate "
-                        "(default: 0.5 for nvidia-smi power.draw, a ~1 s average)")
+                        help="cap the observable band at HZ (default: decided from the "
+                        "evidence, see --power-averaging)")
+    parser.add_argument("--power-averaging", type=_averaging, default=None,
+                        metavar="SECONDS|none|auto",
+                        help="how the power readings were made: averaged over SECONDS, none "
+                        "(instantaneous), or auto (default): decided from the column, the GPU "
+                        "name, the trace's header and the data, in that order")
+    parser.add_argument("--dip-ratio", type=_ratio, default=0.30, metavar="R",
+                        help="dip (pause): fall / the node's power before it (default: 0.3)")
     parser.add_argument("--outlier-window", type=_positive, default=60.0, metavar="SECONDS",
                         help="stragglers: window over which each GPU is compared with its "
                         "peers (default: 60)")
@@ -141,16 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- analysis
 
 
-@dataclass
-class _Grid:
-    t: np.ndarray  # uniform, Unix seconds
-    power: np.ndarray  # (N, M) watts
-    gpus: list[int]
-    dt: float
-    tdp: np.ndarray  # (N,) NaN where unknown
-
-
-def _grid(trace: Trace, tdp_flag: float | None) -> tuple[_Grid, list[str]]:
+def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
     notes: list[str] = []
     usable = []
     for g in trace.gpus:
@@ -167,8 +198,13 @@ def _grid(trace: Trace, tdp_flag: float | None) -> tuple[_Grid, list[str]]:
     dts = [np.median(np.diff(trace.series[g].t)) for g in usable if trace.series[g].t.size > 1]
     dt = float(np.median(dts))
     if not (t1 - t0 >= 4 * dt > 0):
-        raise TraceError(f"{trace.source}: the GPUs' readings overlap for too short a time")
+        raise TraceError(f"{trace.source}: the GPUs' readings overlap for too short a time "
+                         f"({max(0.0, t1 - t0):.3g} s; at least 4 samples are needed)")
     n = int(math.floor((t1 - t0) / dt + 1e-9)) + 1
+    if n * len(usable) > MAX_GRID_CELLS:
+        raise TraceError(f"{trace.source}: {len(usable)} GPUs over {t1 - t0:.0f} s at one "
+                         f"sample every {dt:.3g} s are {n * len(usable):,} values, more than "
+                         f"the {MAX_GRID_CELLS:,} analyze handles: cut the trace")
     rel = np.arange(n) * dt
     power = np.empty((len(usable), n))
     for i, g in enumerate(usable):
@@ -178,144 +214,14 @@ def _grid(trace: Trace, tdp_flag: float | None) -> tuple[_Grid, list[str]]:
         power[i] = np.interp(rel, s.t[ok] - t0, p[ok])
     tdp = np.array([trace.tdp_watts.get(g, tdp_flag if tdp_flag else np.nan) for g in usable],
                    dtype=float)
-    return _Grid(t0 + rel, power, usable, dt, tdp), notes
-
-
-def _merge_step(windows: list[tuple[float, float, NodeSwing]], hold: int
-                ) -> list[list[tuple[float, float, NodeSwing]]]:
-    runs: list[list[tuple[float, float, NodeSwing]]] = []
-    cur: list[tuple[float, float, NodeSwing]] = []
-    for w in windows:
-        ns = w[2]
-        f = ns.node.frequency_hz
-        if not ns.candidate or f is None:
-            if len(cur) >= hold:
-                runs.append(cur)
-            cur = []
-            continue
-        if cur:
-            f_ref = float(np.median([c[2].node.frequency_hz for c in cur]))
-            if abs(f - f_ref) > FREQ_TOLERANCE * f_ref:
-                if len(cur) >= hold:
-                    runs.append(cur)
-                cur = []
-        cur.append(w)
-    if len(cur) >= hold:
-        runs.append(cur)
-    return runs
-
-
-def _med(values: Sequence[float | None]) -> float | None:
-    v = [x for x in values if x is not None]
-    return float(np.median(v)) if v else None
-
-
-def _step_swings(g: _Grid, args: argparse.Namespace, max_hz: float | None, t_start: float
-                 ) -> tuple[list[dict[str, Any]], int]:
-    n_win = max(4, int(round(args.window / g.dt)))
-    n_step = max(1, int(round((args.step or args.window / 3) / g.dt)))
-    thresholds = SwingThresholds(args.min_amplitude_ratio, args.band, args.min_band_energy,
-                                 args.min_synchrony)
-    tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    windows = []
-    m = g.t.size
-    starts = range(0, max(1, m - n_win + 1), n_step)
-    for a in starts:
-        b = min(m, a + n_win)
-        ns = analyse_window(g.t[a:b], g.power[:, a:b], tdp, args.band, gpus=g.gpus,
-                            max_observable_hz=max_hz, thresholds=thresholds)
-        windows.append((float(g.t[a]), float(g.t[b - 1]), ns))
-    out = []
-    node = g.power.sum(axis=0)
-    for run in _merge_step(windows, args.hold):
-        f = _med([w[2].node.frequency_hz for w in run])
-        assert f is not None
-        start, end = _swing_edges(g.t, node, run[0][0], run[-1][1], 1.0 / f)
-        out.append({
-            "scale": "step",
-            "frequency_hz": f,
-            "period_seconds": 1.0 / f,
-            "node_amplitude_watts": _med([w[2].node.amplitude_watts for w in run]),
-            "amplitude_ratio": _med([w[2].node.amplitude_ratio for w in run]),
-            "synchrony": _med([w[2].synchrony for w in run]),
-            "band_energy_ratio": _med([w[2].node.band_energy_ratio for w in run]),
-            "duty_cycle": _med([w[2].node.duty_cycle for w in run]),
-            "max_ramp_watts_per_second": max(w[2].node.max_ramp_watts_per_second for w in run),
-            "windows": len(run),
-            "start": start - t_start,
-            "end": end - t_start,
-        })
-    return out, len(windows)
-
-
-def _swing_edges(t: np.ndarray, node: np.ndarray, t_a: float, t_b: float, period: float
-                 ) -> tuple[float, float]:
-    """Trim a run of windows to where the swing is: the node's peak-to-peak over
-    one period (its envelope) is at least half its median over the run."""
-    a, b = int(np.searchsorted(t, t_a)), int(np.searchsorted(t, t_b, side="right"))
-    dt = float(t[1] - t[0])
-    k = max(2, int(round(period / dt)))
-    x = node[a:b]
-    if x.size <= k:
-        return t_a, t_b
-    view = np.lib.stride_tricks.sliding_window_view(x, k)
-    env = view.max(axis=1) - view.min(axis=1)
-    hit = np.flatnonzero(env >= 0.5 * np.median(env))
-    if hit.size == 0:
-        return t_a, t_b
-    # a window [i, i + k) that reaches the threshold ends just after the swing began
-    return float(t[a + hit[0] + k - 1]), float(t[min(b - 1, a + hit[-1] + k - 1)])
-
-
-def _cycle_swings(g: _Grid, args: argparse.Namespace, t_start: float) -> list[dict[str, Any]]:
-    span = float(g.t[-1] - g.t[0])
-    win = min(args.cycle_window, span)
-    n_win = int(round(win / g.dt))
-    n_step = max(1, int(round(win / 4 / g.dt)))
-    m = g.t.size
-    starts = list(range(0, max(1, m - n_win), n_step))
-    if starts[-1] + n_win < m:
-        starts.append(m - n_win)
-    tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    runs: list[list[tuple[float, float, CycleFeatures]]] = []
-    cur: list[tuple[float, float, CycleFeatures]] = []
-    for a in starts:
-        b = min(m, a + n_win)
-        c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp)
-        if c is not None:
-            ratio = c.amplitude_ratio
-            if ratio is None:  # no TDP: compare with the window's peak node power
-                peak = float(np.percentile(g.power[:, a:b].sum(axis=0), 95))
-                ratio = c.amplitude_watts / peak if peak > 0 else 0.0
-            if ratio < args.cycle_min_ratio:
-                c = None
-        if cur and (c is None or abs(c.period_seconds - cur[-1][2].period_seconds)
-                    > FREQ_TOLERANCE * c.period_seconds):
-            runs.append(cur)
-            cur = []
-        if c is not None:
-            cur.append((float(g.t[a]), float(g.t[b - 1]), c))
-    if cur:
-        runs.append(cur)
-    out = []
-    for run in runs:
-        period = _med([w[2].period_seconds for w in run])
-        assert period is not None
-        out.append({
-            "scale": "cycle",
-            "frequency_hz": 1.0 / period,
-            "period_seconds": period,
-            "node_amplitude_watts": _med([w[2].amplitude_watts for w in run]),
-            "amplitude_ratio": _med([w[2].amplitude_ratio for w in run]),
-            "synchrony": _med([w[2].synchrony for w in run]),
-            "strength": _med([w[2].strength for w in run]),
-            "duty_cycle": _med([w[2].duty_cycle for w in run]),
-            "max_ramp_watts_per_second": max(w[2].max_ramp_watts_per_second for w in run),
-            "windows": len(run),
-            "start": run[0][0] - t_start,
-            "end": run[-1][1] - t_start,
-        })
-    return out
+    first = trace.series[usable[0]]
+    raw_t = first.t[(first.t >= t0) & (first.t <= t1)]
+    raw_node = np.zeros(raw_t.size)
+    for g in usable:
+        s = trace.series[g]
+        ok = np.isfinite(s.fields["power_watts"])
+        raw_node += np.interp(raw_t, s.t[ok], s.fields["power_watts"][ok])
+    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node), notes
 
 
 # canonical trace field -> scan() keyword
@@ -327,7 +233,7 @@ _STRAGGLER_FIELDS = {
 }
 
 
-def _field_grid(trace: Trace, g: _Grid, name: str) -> np.ndarray | None:
+def _field_grid(trace: Trace, g: Grid, name: str) -> np.ndarray | None:
     """One canonical field of every GPU on the power grid (None: no GPU has it).
 
     Continuous fields are interpolated linearly; the clock-event bitmask holds
@@ -356,7 +262,7 @@ def _field_grid(trace: Trace, g: _Grid, name: str) -> np.ndarray | None:
     return out if found else None
 
 
-def _stragglers(trace: Trace, g: _Grid, args: argparse.Namespace, t_start: float,
+def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                 notes: list[str]) -> ScanResult:
     series = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
@@ -374,54 +280,125 @@ def _stragglers(trace: Trace, g: _Grid, args: argparse.Namespace, t_start: float
     return res
 
 
+def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
+    """Detector -> why the trace cannot feed it (absent: it runs)."""
+    span = float(g.t[-1] - g.t[0])
+    out = {}
+    per_window = int(round(args.window / g.dt))
+    if span < args.window:
+        out["step"] = (f"the trace ({span:.3g} s) is shorter than the {args.window:g} s step "
+                       "window (--window)")
+    elif per_window < MIN_STEP_SAMPLES:
+        out["step"] = (f"a {args.window:g} s step window holds {per_window} samples (one every "
+                       f"{g.dt:.3g} s); the step detector needs at least {MIN_STEP_SAMPLES}: "
+                       "sample faster or lengthen --window")
+    if span < 40.0:
+        out["cycle"] = (f"the trace ({span:.3g} s) is shorter than the 40 s the cycle detector "
+                        "needs (four periods of its shortest, 10 s)")
+    if span < 55.0:
+        out["ramps"] = (f"the trace ({span:.3g} s) is shorter than the 55 s a ramp needs "
+                        "(25 s of steady power either side)")
+    if span < args.outlier_window:
+        out["outliers"] = (f"the trace ({span:.3g} s) is shorter than the {args.outlier_window:g}"
+                           " s straggler window (--outlier-window)")
+    elif span < args.persistence:
+        out["outliers"] = (f"outliers must hold for {args.persistence:g} s (--persistence), "
+                           f"longer than the trace ({span:.3g} s)")
+    return out
+
+
+def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list[str]:
+    notes = list(band.notes)
+    top = band.observable_hz
+    if band.kind == AVERAGED:
+        notes.append(
+            f"power is a ~{band.seconds:g} s average (decided by {band.decided_by}): swings "
+            f"faster than {top:.3g} Hz are smoothed away (a 1 s average removes 1 Hz entirely "
+            "and cuts 0.5 Hz to about 64 %), and ramp rates are lower bounds")
+    elif band.kind == UNKNOWN:
+        notes.append(
+            "cannot tell whether power is averaged (see power_averaging): the band assumes a "
+            "1 s average; pass --power-averaging none if these are instantaneous readings")
+    if band.aliasing_possible and band.kind != AVERAGED:
+        notes.append(
+            f"readings every {1 / fs:.3g} s show at most {fs / 2:.3g} Hz: a faster swing "
+            "folds into 0-{:.3g} Hz, so a periodicity found could be its alias (sample at "
+            "10 Hz or more to be sure)".format(fs / 2))
+    if top < args.band[1]:
+        notes.append(f"the observable band ends at {top:.3g} Hz, below the critical band's "
+                     f"upper edge ({args.band[1]:g} Hz): faster swings cannot be resolved")
+    return notes
+
+
+def _input_notes(trace: Trace) -> list[str]:
+    notes = []
+    if trace.skipped_lines:
+        kinds = Counter(re.sub(r"\b\d+(?:\.\d+)?\b", "N", why) for _, why in trace.skipped)
+        top = ", ".join(f"{why} ({n})" for why, n in kinds.most_common(4))
+        notes.append(f"{trace.skipped_lines} line(s) skipped, first at line "
+                     f"{trace.skipped[0][0]}: {top}")
+    if trace.rejected:
+        notes.append(f"{sum(trace.rejected.values())} implausible value(s) dropped: "
+                     + ", ".join(f"{why} ({n})" for why, n in sorted(trace.rejected.items())))
+    return notes
+
+
 def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     """The report as a JSON-ready dict (what ``--format json`` prints)."""
     g, notes = _grid(trace, args.tdp)
-    fs = 1.0 / g.dt
-    max_hz = args.max_hz
-    if max_hz is None and trace.power_averaging_seconds:
-        max_hz = 0.5 / trace.power_averaging_seconds
-        notes.append(
-            f"{trace.power_column} is a ~{trace.power_averaging_seconds:g} s average: swings "
-            f"faster than {max_hz:g} Hz are smoothed away (a 1 s average removes 1 Hz "
-            "entirely and cuts 0.5 Hz to about 64 %)"
-        )
-    high = min(fs / 2, max_hz) if max_hz else fs / 2
-    if high < args.band[1]:
-        notes.append(f"the observable band ends at {high:.3g} Hz, below the critical band's "
-                     f"upper edge ({args.band[1]:g} Hz): faster swings cannot be seen")
+    band = decide_band(trace, args.power_averaging, critical_hz=args.band[1],
+                       max_hz=args.max_hz)
+    notes += _band_notes(band, args, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
-    step, n_windows = _step_swings(g, args, max_hz, t_start)
-    cycles = _cycle_swings(g, args, t_start)
-    node_tdp = float(g.tdp.sum()) if np.isfinite(g.tdp).all() else None
-    if node_tdp is None:
+    short = _too_short(g, args)
+    step, n_windows = step_swings(g, args, band, t_start) if "step" not in short else ([], 0)
+    folded = folded_swing(g, args, band, t_start) if "step" in short else None
+    if folded is not None:
+        step = [folded]
+        for name in ("cycle", "ramps", "dips"):
+            short.setdefault(name, "the samples are dominated by a swing faster than they "
+                             "can show (see power_swings)")
+    cycles = cycle_swings(g, args, t_start) if "cycle" not in short else []
+    cycles, beat_notes = drop_beats(cycles, step)
+    notes += beat_notes
+    if g.node_tdp is None:
         notes.append("power limit unknown (pass --tdp WATTS): amplitude ratios are null and "
                      "thresholds compare with the observed peak or range instead")
-    ramps = detect_ramps(g.t, g.power.sum(axis=0), node_tdp, min_ratio=args.ramp_ratio)
     strag = _stragglers(trace, g, args, t_start, notes)
-    if trace.skipped_lines:
-        notes.append(f"{trace.skipped_lines} malformed line(s) skipped, first at line "
-                     f"{trace.skipped[0][0]}: {trace.skipped[0][1]}")
+    ramps, dips = events(g, args, step, strag.stalls, t_start)
+    if "dips" in short:
+        ramps, dips = [r for r in ramps if r["dip"] is None], []
+    if "ramps" in short:
+        ramps = [r for r in ramps if r["dip"] is not None]
+    notes += [f"{name}: not run, {why}" for name, why in short.items()]
+    notes += _input_notes(trace)
     return {
         "source": trace.source,
         "format": trace.format,
         "gpus": g.gpus,
+        "gpu_names": {str(k): v for k, v in sorted(trace.gpu_names.items())},
         "duration_seconds": float(g.t[-1] - g.t[0]),
         "sample_interval_seconds": g.dt,
-        "observable_band_hz": [0.0, high],
+        "observable_band_hz": [0.0, band.observable_hz],
         "power_column": trace.power_column,
+        "power_averaging": band.to_json(),
         "tdp_watts": {str(gpu): (None if math.isnan(w) else float(w))
                       for gpu, w in zip(g.gpus, g.tdp, strict=True)},
         "node_mean_watts": float(g.power.sum(axis=0).mean()),
         "step_windows_analysed": n_windows,
         "skipped_lines": trace.skipped_lines,
+        "rejected_values": dict(trace.rejected),
+        "not_run": short,
         "power_swings": step + cycles,
-        "ramps": [{
-            "time": r.time - t_start,
-            "direction": r.direction,
-            "delta_watts": r.delta_watts,
-            "duration_seconds": r.duration_seconds,
-        } for r in ramps],
+        "ramps": ramps,
+        "dips": dips,
+        **_straggler_json(strag, args),
+        "notes": notes,
+    }
+
+
+def _straggler_json(strag: ScanResult, args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "straggler_windows_analysed": strag.windows,
         "persistence_seconds": args.persistence,
         "peer_statistics": strag.peer_statistics,
@@ -442,62 +419,30 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         # per GPU and signal, the median |M| over the windows: how far from
         # flagging (3.5) each GPU typically was
         "peer_scores": {str(gpu): sig for gpu, sig in strag.typical_scores.items()},
-        "notes": notes,
     }
 
 
-# --------------------------------------------------------------------------- output
+def swing_at(trace: Trace, end: float, seconds: float = 30.0,
+             args: argparse.Namespace | None = None, *, phase_grid_seconds: float = 10.0
+             ) -> NodeSwing:
+    """analyze's step-window analysis of the ``seconds`` before ``end`` (Unix time).
 
-
-def _fmt_ratio(r: float | None) -> str:
-    return "n/a" if r is None else f"{100 * r:.0f} % of TDP"
-
-
-def render_text(rep: dict[str, Any]) -> str:
-    lines = [
-        f"trace      {rep['source']} ({rep['format']}, power from {rep['power_column']})",
-        f"GPUs       {', '.join(str(g) for g in rep['gpus'])}",
-        f"duration   {rep['duration_seconds']:.1f} s, one sample every "
-        f"{rep['sample_interval_seconds']:.3f} s, node mean {rep['node_mean_watts']:.0f} W",
-        f"observable 0-{rep['observable_band_hz'][1]:.3g} Hz",
-        "",
-    ]
-    swings = rep["power_swings"]
-    lines.append(f"power swings: {len(swings) or 'none found'}")
-    for s in swings:
-        extra = f", strength {s['strength']:.2f}" if "strength" in s else ""
-        lines.append(
-            f"  [{s['scale']}] {s['start']:.0f}-{s['end']:.0f} s: "
-            f"period {s['period_seconds']:.2f} s"
-            f" ({s['frequency_hz']:.3g} Hz), node amplitude {s['node_amplitude_watts']:.0f} W"
-            f" ({_fmt_ratio(s['amplitude_ratio'])}), synchrony {s['synchrony']:.2f}, duty "
-            f"{s['duty_cycle']:.2f}, max ramp {s['max_ramp_watts_per_second']:.0f} W/s{extra}"
-        )
-    lines.append(f"ramps: {len(rep['ramps']) or 'none found'}")
-    for r in rep["ramps"]:
-        lines.append(f"  {r['time']:.1f} s: {r['direction']} {r['delta_watts']:+.0f} W "
-                     f"in {r['duration_seconds']:.2f} s")
-    outl = rep["outliers"]
-    lines.append(f"outliers (held >= {rep['persistence_seconds']:g} s): "
-                 f"{len(outl) or 'none found'}")
-    for o in outl:
-        lines.append(f"  GPU {o['gpu']} {o['signal']} {o['direction']} (M {o['score']:+.1f}): "
-                     f"{o['start']:.0f}-{o['end']:.0f} s")
-    top = sorted(((v, int(g), sig) for g, sc in rep["peer_scores"].items()
-                  for sig, v in sc.items()), reverse=True)[:3]
-    if top:
-        lines.append("  highest typical |M| (median over windows; flagged above 3.5): "
-                     + ", ".join(f"GPU {g} {sig} {v:.1f}" for v, g, sig in top))
-    stalls = rep["stalls"]
-    lines.append(f"stalls: {len(stalls) or 'none found'}")
-    for s in stalls:
-        lines.append(f"  {s['start']:.1f}-{s['end']:.1f} s: culprit GPU(s) "
-                     f"{', '.join(map(str, s['culprit_gpus']))}; waiting "
-                     f"{', '.join(map(str, s['waiting_gpus']))}")
-    if rep["notes"]:
-        lines.append("notes:")
-        lines.extend(f"  - {n}" for n in rep["notes"])
-    return "\n".join(lines)
+    The same grid, band decision and thresholds as ``analyze`` uses, for one
+    window: what the live monitor (analysis.live_power.PowerMonitor) computes
+    at ``end`` from the same samples should agree with it.
+    """
+    args = args or build_parser().parse_args([trace.source])
+    g, _ = _grid(trace, args.tdp)
+    band = decide_band(trace, args.power_averaging, critical_hz=args.band[1],
+                       max_hz=args.max_hz)
+    keep = (g.t >= end - seconds) & (g.t <= end)
+    if keep.sum() < 4:
+        raise TraceError(f"{trace.source}: fewer than 4 samples in the {seconds:g} s before "
+                         f"{end:.3f}")
+    tdp = g.tdp if np.isfinite(g.tdp).all() else None
+    return analyse_window(g.t[keep], g.power[:, keep], tdp, args.band, gpus=g.gpus,
+                          max_observable_hz=band.observable_hz,
+                          phase_grid_seconds=phase_grid_seconds, thresholds=thresholds(args))
 
 
 def main(args: argparse.Namespace) -> int:

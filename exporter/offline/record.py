@@ -108,9 +108,13 @@ def _record(args: argparse.Namespace, options: dict) -> int:
         return 1
     tdp = {i.index: i.default_power_limit_watts for i in sampler.gpus.identities
            if i is not None and i.default_power_limit_watts}
+    # the exporter records instantaneous power (power_averaging_seconds null); the GPU
+    # names tell a reader the generation all the same
+    names = {i.index: i.name for i in sampler.gpus.identities if i is not None and i.name}
     try:
         writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
-                             started_at=time.time())
+                             started_at=time.time(), power_averaging_seconds=None,
+                             gpu_names=names)
     except OSError as exc:
         sampler.backend.close()
         print(f"record: error: cannot write {args.out}: {exc.strerror or exc}",

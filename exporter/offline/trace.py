@@ -3,31 +3,31 @@
 Two formats are read, sniffed from the first non-blank line:
 
 - ``nvidia-smi``: the CSV that ``nvidia-smi --query-gpu=... --format=csv`` prints
-  (with or without ``nounits``/``-lms``, or a shell loop that repeats the header);
+  (read by exporter.offline.nvsmi);
 - ``cte``: the exporter's own recording (see ``docs/trace-format.md``), written by
   :class:`TraceWriter`.
 
 Fatal problems raise :class:`TraceError` with a message ``FILE:LINE: message``.
 Malformed data lines are skipped: their count is ``Trace.skipped_lines`` and their
-line numbers (with the reason) are in ``Trace.skipped``.
-
-Unit policy (nvidia-smi): a unit in the *header* that is not known for that column
-is fatal (every line would be misread); a unit on a *value* that is not known is a
-malformed line, skipped and counted like any other.
+line numbers (with the reason) are in ``Trace.skipped``.  Implausible values (not
+finite, outside what a GPU can report; exporter.offline.checks) are dropped and
+counted in ``Trace.rejected``.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
 import numpy as np
+
+from exporter.offline.checks import gpu_index_problem, screen, time_bounds
 
 CANONICAL_FIELDS: tuple[str, ...] = (
     "power_watts",
@@ -51,6 +51,10 @@ class TraceError(ValueError):
     """A trace that cannot be read; the message reads ``FILE:LINE: message``."""
 
 
+class BadLine(Exception):
+    """A malformed data line: skipped and counted, the message says why."""
+
+
 @dataclass
 class GpuSeries:
     gpu: int
@@ -68,115 +72,22 @@ class Trace:
     tdp_watts: dict[int, float]
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     # Which column gave power_watts: "power.draw.instant", "power.draw" (a ~1 s
-    # average on Ampere and newer except GA100), "power.draw.average" or, for
-    # cte traces, "power_watts" (instant power sampled by the exporter).
+    # average on Ampere and newer except GA100, instantaneous on older boards),
+    # "power.draw.average" or, for cte traces, "power_watts".
     power_column: str = "power_watts"
-    # Seconds over which the power sensor averages, when known (1.0 for power.draw).
+    # What the file itself states about the power sensor's averaging:
+    # power_averaging_stated is True for power.draw.instant (seconds None),
+    # power.draw.average (1.0) and a cte header's power_averaging_seconds
+    # (null: instantaneous); False for plain power.draw, which depends on the
+    # GPU (exporter.offline.band decides).
     power_averaging_seconds: float | None = None
+    power_averaging_stated: bool = False
+    gpu_names: dict[int, str] = field(default_factory=dict)  # "NVIDIA H100 80GB HBM3", ...
+    rejected: dict[str, int] = field(default_factory=dict)  # implausible values by reason
+    meta: dict[str, object] = field(default_factory=dict)  # the cte header, as read
 
 
-# --------------------------------------------------------------------------- nvidia-smi
-
-
-@dataclass(frozen=True)
-class _Column:
-    canonical: str | None  # None: used for tdp only
-    units: Mapping[str, float]  # unit (lower case; "" = no unit) -> factor to base units
-    hex_ok: bool = False
-
-
-_W = {"": 1.0, "w": 1.0, "mw": 1e-3, "kw": 1e3}
-_PCT = {"": 0.01, "%": 0.01}
-_CLOCK = {"": 1e6, "mhz": 1e6, "hz": 1.0, "khz": 1e3, "ghz": 1e9}
-_TEMP = {"": 1.0, "c": 1.0, "°c": 1.0}
-_MEM = {"": 2.0**20, "mib": 2.0**20, "kib": 2.0**10, "gib": 2.0**30, "b": 1.0, "bytes": 1.0}
-_ENERGY = {"": 1e-3, "mj": 1e-3, "j": 1.0}
-
-# nvidia-smi query names -> canonical field.  Several names can feed one field;
-# _POWER_PREFERENCE decides which becomes power_watts.
-_NVSMI_COLUMNS: dict[str, _Column] = {
-    "power.draw": _Column("power_watts", _W),
-    "power.draw.instant": _Column("power_watts", _W),
-    "power.draw.average": _Column("power_average_watts", _W),
-    "power.limit": _Column("power_limit_watts", _W),
-    "enforced.power.limit": _Column("power_limit_watts", _W),
-    "power.default_limit": _Column(None, _W),
-    "temperature.gpu": _Column("temperature_celsius", _TEMP),
-    "temperature.memory": _Column("memory_temperature_celsius", _TEMP),
-    "utilization.gpu": _Column("utilization_gpu_ratio", _PCT),
-    "utilization.memory": _Column("utilization_memory_ratio", _PCT),
-    "clocks.current.sm": _Column("sm_clock_hertz", _CLOCK),
-    "clocks.sm": _Column("sm_clock_hertz", _CLOCK),
-    "clocks.current.memory": _Column("memory_clock_hertz", _CLOCK),
-    "clocks.mem": _Column("memory_clock_hertz", _CLOCK),
-    "memory.used": _Column("memory_used_bytes", _MEM),
-    "total_energy_consumption": _Column("energy_joules", _ENERGY),
-    "clocks_event_reasons.active": _Column("clock_event_reasons", {"": 1.0}, hex_ok=True),
-    "clocks_throttle_reasons.active": _Column("clock_event_reasons", {"": 1.0}, hex_ok=True),
-}
-_POWER_PREFERENCE = ("power.draw.instant", "power.draw", "power.draw.average")
-_MISSING = {"", "[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]",
-            "[insufficient permissions]", "[gpu is lost]", "[gpu requires reset]"}
-_HEADER_RE = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[([^\]]*)\])?\s*$")
-_VALUE_RE = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)$")
-_TS_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f",
-               "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S")
-
-
-class _BadLine(Exception):
-    pass
-
-
-def _parse_timestamp(text: str, cache: dict[str, float]) -> float:
-    """nvidia-smi's local-time stamp, read as if it were UTC (consistently)."""
-    hit = cache.get(text)
-    if hit is not None:
-        return hit
-    for fmt in _TS_FORMATS:
-        try:
-            d = _dt.datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        value = d.replace(tzinfo=_dt.UTC).timestamp()
-        cache[text] = value
-        return value
-    try:  # a loop that writes `date +%s.%N` instead
-        value = float(text)
-    except ValueError:
-        raise _BadLine(f"unparsable timestamp {text!r}") from None
-    if not math.isfinite(value):
-        raise _BadLine(f"unparsable timestamp {text!r}")
-    cache[text] = value
-    return value
-
-
-def _parse_value(text: str, col: _Column, header_unit: str | None, name: str) -> float:
-    s = text.strip()
-    if s.lower() in _MISSING:
-        return math.nan
-    if col.hex_ok and s.lower().startswith("0x"):
-        try:
-            return float(int(s, 16))
-        except ValueError:
-            raise _BadLine(f"{name}: unparsable value {s!r}") from None
-    m = _VALUE_RE.match(s)
-    if m is None:
-        raise _BadLine(f"{name}: unparsable value {s!r}")
-    unit = m.group(2).lower()
-    if unit == "":
-        unit = header_unit or ""
-    factor = col.units.get(unit)
-    if factor is None:
-        raise _BadLine(f"{name}: unknown unit {m.group(2)!r}")
-    return float(m.group(1)) * factor
-
-
-def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-            return fh.read().splitlines()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+# --------------------------------------------------------------------------- reading
 
 
 def load_trace(path: str | os.PathLike[str], gpus: int | None = None) -> Trace:
@@ -188,141 +99,85 @@ def load_trace(path: str | os.PathLike[str], gpus: int | None = None) -> Trace:
     p = os.fspath(path)
     if gpus is not None and gpus < 1:
         raise TraceError(f"{p}: --gpus must be at least 1, got {gpus}")
-    lines = _read_lines(p)
+    lines = read_lines(p)
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
         raise TraceError(f"{p}:1: empty file: no header line")
     if lines[first].startswith(CTE_MAGIC):
         return _load_cte(p, lines, first)
-    return _load_nvidia_smi(p, lines, first, gpus)
+    from exporter.offline.nvsmi import load_nvidia_smi  # it builds on this module's types
+
+    return load_nvidia_smi(p, lines, first, gpus)
 
 
-def _load_nvidia_smi(path: str, lines: list[str], hline: int, gpus: int | None) -> Trace:
-    header = [h.strip() for h in lines[hline].split(",")]
-    lineno = hline + 1
-    names: list[str] = []
-    units: list[str | None] = []
-    for cell in header:
-        m = _HEADER_RE.match(cell)
-        if m is None:
-            raise TraceError(
-                f"{path}:{lineno}: not an nvidia-smi CSV header (cell {cell!r}); expected "
-                "the output of `nvidia-smi --query-gpu=... --format=csv` or a cte trace"
-            )
-        names.append(m.group(1).lower())
-        units.append(m.group(2).strip().lower() if m.group(2) is not None else None)
-    for name, unit in zip(names, units, strict=True):
-        col = _NVSMI_COLUMNS.get(name)
-        if col is not None and unit is not None and unit not in col.units:
-            raise TraceError(f"{path}:{lineno}: column {name!r}: unknown unit [{unit}]")
-    power_name = next((n for n in _POWER_PREFERENCE if n in names), None)
-    if power_name is None:
-        raise TraceError(
-            f"{path}:{lineno}: no power column (power.draw, power.draw.instant or "
-            "power.draw.average) in the header"
-        )
-    if "timestamp" not in names:
-        raise TraceError(f"{path}:{lineno}: no timestamp column in the header")
-    ts_i = names.index("timestamp")
-    idx_i = names.index("index") if "index" in names else None
-    if idx_i is None and gpus is None:
-        raise TraceError(
-            f"{path}:{lineno}: no index column, so rows cannot be assigned to GPUs: "
-            "pass --gpus N (row i belongs to GPU i % N)"
-        )
-    # (cell position, canonical field, column) for every known column
-    used: list[tuple[int, str, _Column, str | None]] = []
-    tdp_i: int | None = None
-    for i, (name, unit) in enumerate(zip(names, units, strict=True)):
-        col = _NVSMI_COLUMNS.get(name)
-        if col is None:
-            continue
-        if name == "power.default_limit":
-            tdp_i = i
-            continue
-        canonical = col.canonical
-        if name in _POWER_PREFERENCE:
-            if name == power_name:
-                canonical = "power_watts"
-            elif name == "power.draw.average" or (
-                name == "power.draw" and "power.draw.average" not in names
-            ):
-                canonical = "power_average_watts"
-            else:
-                continue
-        assert canonical is not None
-        used.append((i, canonical, col, unit))
-
-    ncells = len(names)
-    ts_cache: dict[str, float] = {}
-    rows_t: dict[int, list[float]] = {}
-    rows_v: dict[int, list[list[float]]] = {}
-    tdp_rows: dict[int, list[float]] = {}
-    skipped: list[tuple[int, str]] = []
-    row_no = 0
-    header_line = lines[hline].strip()
-    for ln in range(hline + 1, len(lines)):
-        raw = lines[ln]
-        if not raw.strip() or raw.strip() == header_line:
-            continue  # blank, or the header repeated by a shell loop
-        cells = raw.split(",")
-        try:
-            if len(cells) != ncells:
-                raise _BadLine(f"{len(cells)} cells, header has {ncells}")
-            t = _parse_timestamp(cells[ts_i].strip(), ts_cache)
-            if idx_i is not None:
-                try:
-                    gpu = int(cells[idx_i].strip())
-                except ValueError:
-                    raise _BadLine(f"unparsable index {cells[idx_i].strip()!r}") from None
-                if gpu < 0:
-                    raise _BadLine(f"negative index {gpu}")
-            else:
-                assert gpus is not None
-                gpu = row_no % gpus
-            values = [_parse_value(cells[i], col, unit, names[i]) for i, _, col, unit in used]
-            tdp = (
-                _parse_value(cells[tdp_i], _NVSMI_COLUMNS["power.default_limit"],
-                             units[tdp_i], names[tdp_i])
-                if tdp_i is not None else math.nan
-            )
-        except _BadLine as exc:
-            skipped.append((ln + 1, str(exc)))
-            continue
-        row_no += 1
-        rows_t.setdefault(gpu, []).append(t)
-        rows_v.setdefault(gpu, []).append(values)
-        tdp_rows.setdefault(gpu, []).append(tdp)
-
-    fields = [canonical for _, canonical, _, _ in used]
-    trace = _assemble(path, "nvidia-smi", rows_t, rows_v, fields, skipped)
-    trace.power_column = power_name
-    trace.power_averaging_seconds = 1.0 if power_name in ("power.draw", "power.draw.average") \
-        else None
-    for gpu, s in trace.series.items():
-        tdp_arr = np.asarray(tdp_rows[gpu], dtype=float)
-        if np.isfinite(tdp_arr).any():
-            trace.tdp_watts[gpu] = float(np.nanmedian(tdp_arr))
-        elif "power_limit_watts" in s.fields and np.isfinite(s.fields["power_limit_watts"]).any():
-            trace.tdp_watts[gpu] = float(np.nanmedian(s.fields["power_limit_watts"]))
-    return trace
+def read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            return fh.read().splitlines()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def _assemble(path: str, fmt: str, rows_t: dict[int, list[float]],
-              rows_v: dict[int, list[list[float]]], fields: list[str],
-              skipped: list[tuple[int, str]]) -> Trace:
-    if not rows_t:
+@dataclass
+class Rows:
+    """Data rows as read, per GPU, before assembly."""
+
+    t: dict[int, list[float]] = field(default_factory=dict)
+    values: dict[int, list[list[float]]] = field(default_factory=dict)
+    lines: dict[int, list[int]] = field(default_factory=dict)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    def add(self, line: int, gpu: int, t: float, values: list[float]) -> None:
+        self.t.setdefault(gpu, []).append(t)
+        self.values.setdefault(gpu, []).append(values)
+        self.lines.setdefault(gpu, []).append(line)
+
+
+def gpu_index(text: str) -> int:
+    """A GPU index cell, or BadLine."""
+    try:
+        gpu = int(text.strip())
+    except ValueError:
+        raise BadLine(f"unparsable index {text.strip()!r}") from None
+    why = gpu_index_problem(gpu)
+    if why:
+        raise BadLine(why)
+    return gpu
+
+
+def assemble(path: str, fmt: str, rows: Rows, fields: list[str]) -> Trace:
+    """Sorted, merged per-GPU series from the rows; stray timestamps skipped."""
+    _drop_time_outliers(rows)
+    skipped = sorted(rows.skipped)
+    if not rows.t:
         where = f"{skipped[0][0]}: first skipped line: {skipped[0][1]}" if skipped else "1"
         raise TraceError(f"{path}:{where}: no usable data rows ({len(skipped)} skipped)")
     series: dict[int, GpuSeries] = {}
-    for gpu in sorted(rows_t):
-        t = np.asarray(rows_t[gpu], dtype=np.float64)
-        v = np.asarray(rows_v[gpu], dtype=np.float64).reshape(len(t), len(fields))
+    for gpu in sorted(rows.t):
+        t = np.asarray(rows.t[gpu], dtype=np.float64)
+        v = np.asarray(rows.values[gpu], dtype=np.float64).reshape(len(t), len(fields))
         order = np.argsort(t, kind="stable")
         t, v = t[order], v[order]
         t, v = _merge_equal_times(t, v)
         series[gpu] = GpuSeries(gpu, t, {f: v[:, j].copy() for j, f in enumerate(fields)})
-    return Trace(path, fmt, sorted(series), series, len(skipped), {}, skipped)
+    return Trace(path, fmt, sorted(series), series, len(skipped), {}, skipped,
+                 rejected=dict(rows.rejected))
+
+
+def _drop_time_outliers(rows: Rows) -> None:
+    every = [x for v in rows.t.values() for x in v]
+    bounds = time_bounds(np.asarray(every, dtype=np.float64))
+    if bounds is None:
+        return
+    lo, hi = bounds
+    for gpu in list(rows.t):
+        bad = [k for k, x in enumerate(rows.t[gpu]) if not lo <= x <= hi]
+        for k in reversed(bad):
+            rows.skipped.append((rows.lines[gpu][k], "timestamp far from the rest of the trace"))
+            del rows.t[gpu][k], rows.values[gpu][k], rows.lines[gpu][k]
+        if not rows.t[gpu]:
+            del rows.t[gpu], rows.values[gpu], rows.lines[gpu]
 
 
 def _merge_equal_times(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -365,30 +220,19 @@ def _load_cte(path: str, lines: list[str], hline: int) -> Trace:
     fields = cols[2:]
     if "power_watts" not in fields:
         raise TraceError(f"{path}:{col_line + 1}: cte trace has no power_watts column")
-    ncells = len(cols)
-    rows_t: dict[int, list[float]] = {}
-    rows_v: dict[int, list[list[float]]] = {}
-    skipped: list[tuple[int, str]] = []
+    rows = Rows()
     for ln in range(col_line + 1, len(lines)):
         raw = lines[ln]
         if not raw.strip() or raw.startswith("#"):
             continue
-        cells = raw.split(",")
         try:
-            if len(cells) != ncells:
-                raise _BadLine(f"{len(cells)} cells, column line has {ncells}")
-            t = float(cells[0])
-            gpu = int(cells[1])
-            if not math.isfinite(t) or gpu < 0:
-                raise ValueError
-            values = [float(c) if c.strip() else math.nan for c in cells[2:]]
-        except (ValueError, _BadLine) as exc:
-            reason = str(exc) if isinstance(exc, _BadLine) else "unparsable number"
-            skipped.append((ln + 1, reason))
+            gpu, t, values = _cte_row(raw, len(cols), fields, rows)
+        except BadLine as exc:
+            rows.skipped.append((ln + 1, str(exc)))
             continue
-        rows_t.setdefault(gpu, []).append(t)
-        rows_v.setdefault(gpu, []).append(values)
-    trace = _assemble(path, "cte", rows_t, rows_v, fields, skipped)
+        rows.add(ln + 1, gpu, t, values)
+    trace = assemble(path, "cte", rows, fields)
+    trace.meta = meta
     tdp = meta.get("tdp_watts") or {}
     if isinstance(tdp, dict):
         for k, w in tdp.items():
@@ -397,8 +241,34 @@ def _load_cte(path: str, lines: list[str], hline: int) -> Trace:
             except (TypeError, ValueError):
                 raise TraceError(f"{path}:1: bad tdp_watts entry {k!r}: {w!r}") from None
     avg = meta.get("power_averaging_seconds")
-    trace.power_averaging_seconds = float(avg) if isinstance(avg, int | float) else None
+    trace.power_averaging_seconds = float(avg) if isinstance(avg, int | float) and avg > 0 \
+        else None
+    trace.power_averaging_stated = "power_averaging_seconds" in meta
+    names = meta.get("gpu_names")
+    if isinstance(names, dict):
+        trace.gpu_names = {int(k): str(v)[:200] for k, v in names.items()
+                           if str(k).isdigit() and int(k) in trace.series}
     return trace
+
+
+def _cte_row(raw: str, ncells: int, fields: list[str], rows: Rows
+             ) -> tuple[int, float, list[float]]:
+    cells = raw.split(",")
+    if len(cells) != ncells:
+        raise BadLine(f"{len(cells)} cells, column line has {ncells}")
+    try:
+        t = float(cells[0])
+        values = [float(c) if c.strip() else math.nan for c in cells[2:]]
+    except ValueError:
+        raise BadLine("unparsable number") from None
+    if not (math.isfinite(t) and t >= 0):
+        raise BadLine(f"bad time {cells[0].strip()!r}")
+    gpu = gpu_index(cells[1])
+    # a written "nan" is no missing value (that is an empty cell): count it
+    for name, c, v in zip(fields, cells[2:], values, strict=True):
+        if c.strip() and math.isnan(v):
+            rows.rejected[f"{name} not a number"] += 1
+    return gpu, t, screen(fields, values, rows.rejected)
 
 
 def _fmt(v: float) -> str:
@@ -416,7 +286,8 @@ class TraceWriter:
     def __init__(self, path: str | os.PathLike[str], gpus: Iterable[int],
                  tdp_watts: Mapping[int, float] | None, fields: Iterable[str], *,
                  host: str | None = None, started_at: float | None = None,
-                 append: bool = False, power_averaging_seconds: float | None = None) -> None:
+                 append: bool = False, power_averaging_seconds: float | None = None,
+                 gpu_names: Mapping[int, str] | None = None) -> None:
         self.path = os.fspath(path)
         self.gpus = sorted(int(g) for g in gpus)
         self.fields = list(fields)
@@ -442,6 +313,8 @@ class TraceWriter:
             "host": host,
             "power_averaging_seconds": power_averaging_seconds,
         }
+        if gpu_names:  # optional: tells a reader the GPU generation (how it reports power)
+            meta["gpu_names"] = {str(k): str(v) for k, v in gpu_names.items()}
         self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
         self._fh.write(f"{CTE_MAGIC} {json.dumps(meta, separators=(',', ':'))}\n")
         self._fh.write(",".join(["t", "gpu", *self.fields]) + "\n")

@@ -1,0 +1,292 @@
+"""Ramps and dips: large changes of a node's power, one-off or there and back.
+
+- :func:`detect_ramps`: a rise or fall of the node's power to a level that holds
+  (job start, stop, crash);
+- :func:`detect_dips`: a pause, the node falling well below its working level
+  and coming back (checkpoint, stall, restart), with both edges as ramps.
+
+Pure numpy; see docs/power.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.analysis.signal import resample
+
+
+@dataclass(frozen=True)
+class Ramp:
+    time: float  # seconds (same clock as the input t) at the middle of the ramp
+    direction: str  # "rise" or "fall"
+    delta_watts: float  # level after - level before (negative for a fall)
+    duration_seconds: float  # 10 %-90 % of the change
+
+
+
+def detect_ramps(
+    t: np.ndarray,
+    node_power: np.ndarray,
+    tdp_total: float | None = None,
+    *,
+    min_ratio: float = 0.30,
+    max_duration_seconds: float = 5.0,
+    hold_seconds: float = 25.0,
+    max_level_drift: float = 0.25,
+) -> list[Ramp]:
+    """Large synchronised rises and falls of the node's power.
+
+    A ramp is a change of at least ``min_ratio`` of ``tdp_total`` (of the
+    observed p99 - p1 range when the TDP is unknown, but no less than a quarter
+    of p99) within
+    ``max_duration_seconds``, to a level that holds: the mean power in each
+    half of the ``hold_seconds`` before the ramp and in each half of the
+    ``hold_seconds`` after it (clear of ``max_duration_seconds`` around the
+    change) must all differ by at least the threshold, and
+    the two halves on each side may differ by at most ``max_level_drift`` of
+    the change.  That keeps out dips and drops that come back within about
+    ``hold_seconds`` (step-time swings, checkpoint cycles: see analyse_cycles).
+    The time is where the mean level changes most; the duration runs from
+    leaving the old level's p5-p95 range to entering the new level's, so a
+    ramp out of a swinging level is timed by its envelope.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    node_power = np.asarray(node_power, dtype=np.float64)
+    if t.size < 4:
+        return []
+    grid, xs = resample(t, node_power[None, :])
+    x = xs[0]
+    if not np.isfinite(x).all():
+        return []
+    dt = float(grid[1] - grid[0])
+    if tdp_total and tdp_total > 0:
+        thr = min_ratio * tdp_total
+    else:  # the observed range; at least a quarter of the peak, so noise is never a ramp
+        lo, hi = np.percentile(x, [1, 99])
+        thr = min_ratio * max(float(hi - lo), 0.25 * float(hi))
+    if thr <= 0:
+        return []
+    w = max(1, int(round(max_duration_seconds / dt)))
+    if x.size <= w:
+        return []
+    d = x[w:] - x[:-w]
+    sign = np.where(d >= thr, 1, np.where(d <= -thr, -1, 0))
+    h = max(2, int(round(hold_seconds / 2 / dt)))
+    min_side = max(1, h // 3)
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    ramps: list[Ramp] = []
+    floor = 1  # no split point before the end of the last ramp's hold
+    i = 0
+    while i < sign.size:
+        if sign[i] == 0:
+            i += 1
+            continue
+        j = i
+        while j + 1 < sign.size and sign[j + 1] == sign[i]:
+            j += 1
+        s = int(sign[i])
+        a = i + int(np.argmax(s * d[i:j + 1]))  # the change lies within x[a..a+w]
+        ramp = _ramp_at(x, csum, grid, a, w, h, min_side, s, thr, max_level_drift, floor)
+        if ramp is not None:
+            ramps.append(ramp)
+            # one change, one ramp: skip the rest of it and the level it holds
+            floor = int(np.searchsorted(grid, ramp.time)) + h
+            j = max(j, floor)
+        i = j + 1
+    return ramps
+
+
+def _ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int, w: int, h: int,
+             min_side: int, s: int, thr: float, max_drift: float, floor: int
+             ) -> Ramp | None:
+    """Check and measure the candidate change in x[a..a+w] (see detect_ramps)."""
+    n = x.size
+    dt = float(grid[1] - grid[0])
+    # split point: where the mean of h samples after minus h before is largest
+    lo, hi = max(floor, a - h), min(n - 1, a + w + h)
+    if hi < lo:
+        return None
+    c = np.arange(lo, hi + 1)
+    nb = np.minimum(c, h)
+    na = np.minimum(n - c, h)
+    mb = (csum[c] - csum[c - nb]) / nb
+    ma = (csum[c + na] - csum[c]) / na
+    c0 = int(c[np.argmax(s * (ma - mb))])
+    if c0 == hi and hi < n - 1:
+        return None  # the change goes on past this candidate: a later one will see it
+    # levels, clear of the ramp itself (at most w samples either side of c0)
+    before = [x[max(0, c0 - w - 2 * h):max(0, c0 - w - h)], x[max(0, c0 - w - h):max(0, c0 - w)]]
+    after = [x[c0 + w:c0 + w + h], x[c0 + w + h:c0 + w + 2 * h]]
+    if before[1].size < min_side or after[0].size < min_side:
+        return None
+    b_means = [float(v.mean()) for v in before if v.size >= min_side]
+    a_means = [float(v.mean()) for v in after if v.size >= min_side]
+    gap = (min(a_means) - max(b_means)) if s > 0 else (min(b_means) - max(a_means))
+    drift = max(np.ptp(b_means), np.ptp(a_means))
+    if gap < thr or drift > max_drift * gap:
+        return None
+    # duration: from leaving the old level's p5-p95 range (widened by 10 % of the
+    # change) to entering the new one's
+    b_lo, b_hi = np.percentile(before[1], [5, 95])
+    a_lo, a_hi = np.percentile(after[0], [5, 95])
+    seg = x[max(0, c0 - w):min(n, c0 + w + 1)]
+    base = max(0, c0 - w)
+    tol = 0.1 * gap  # flat, drifting levels: like a 10-90 % rise time
+    in_old = (seg <= b_hi + tol) if s > 0 else (seg >= b_lo - tol)
+    in_new = (seg >= a_lo - tol) if s > 0 else (seg <= a_hi + tol)
+    k0 = c0 - base
+    old_idx = np.flatnonzero(in_old[:k0 + 1])
+    new_idx = np.flatnonzero(in_new[k0:]) + k0
+    rs = int(old_idx[-1]) if old_idx.size else 0
+    r_end = int(new_idx[0]) if new_idx.size else seg.size - 1
+    lb, la = float(before[1].mean()), float(after[0].mean())
+    return Ramp(
+        time=float(grid[base + (rs + r_end) // 2]),
+        direction="rise" if s > 0 else "fall",
+        delta_watts=la - lb,
+        duration_seconds=float(max(dt, (r_end - rs) * dt)),
+    )
+
+
+# --------------------------------------------------------------------------- dips
+
+
+@dataclass(frozen=True)
+class Dip:
+    """A pause: the node's power falls well below its working level and comes back."""
+
+    fall: Ramp  # the edge into the dip
+    rise: Ramp  # the edge out of it
+    level_before_watts: float  # mean node power over the context before the fall
+    level_watts: float  # mean node power inside the dip (clear of its edges)
+    level_after_watts: float  # mean node power over the context after the rise
+
+    @property
+    def start(self) -> float:
+        return self.fall.time
+
+    @property
+    def end(self) -> float:
+        return self.rise.time
+
+    @property
+    def duration_seconds(self) -> float:
+        return self.rise.time - self.fall.time
+
+    @property
+    def depth_watts(self) -> float:
+        return self.level_before_watts - self.level_watts
+
+    @property
+    def depth_ratio(self) -> float:
+        b = self.level_before_watts
+        return self.depth_watts / b if b > 0 else 0.0
+
+
+def _rolling(x: np.ndarray, w: int, fn: str, trailing: bool = False) -> np.ndarray:
+    """Rolling max or min over w samples, centred (or trailing), edges padded."""
+    if w <= 1:
+        return x.copy()
+    pad = (w - 1, 0) if trailing else (w // 2, w - 1 - w // 2)
+    view = np.lib.stride_tricks.sliding_window_view(np.pad(x, pad, mode="edge"), w)
+    return view.max(axis=1) if fn == "max" else view.min(axis=1)
+
+
+def detect_dips(
+    t: np.ndarray,
+    node_power: np.ndarray,
+    *,
+    min_ratio: float = 0.30,
+    fill_seconds: float = 2.0,
+    context_seconds: float = 30.0,
+    max_seconds: float = 300.0,
+) -> list[Dip]:
+    """Pauses of the node's power: a fall of at least ``min_ratio`` of the level
+    before it, held longer than ``fill_seconds``, and a return at least half-way
+    within ``max_seconds`` (longer lows are two ramps: a job's end and the next
+    one's start).
+
+    ``fill_seconds`` must exceed the low phase of any step swing (analyze passes
+    the longest step period found): the node's working level is its power with
+    gaps narrower than that filled (a morphological closing), so the low phases
+    of a swing are no dip, a pause is.  The depth compares mean powers (the
+    context before the fall, the dip's inside); each edge is measured on the raw
+    signal like a ramp (:class:`Ramp`, ``delta_watts`` between the mean levels).
+    """
+    t = np.asarray(t, dtype=np.float64)
+    node_power = np.asarray(node_power, dtype=np.float64)
+    if t.size < 8:
+        return []
+    grid, xs = resample(t, node_power[None, :])
+    x = xs[0]
+    if not np.isfinite(x).all():
+        return []
+    dt = float(grid[1] - grid[0])
+    w = max(1, int(round(fill_seconds / dt)))
+    c = max(2, int(round(context_seconds / dt)))
+    level = _rolling(_rolling(x, w, "max"), w, "min")  # working level: short gaps filled
+    before = _rolling(level, c, "max", trailing=True)
+    dips: list[Dip] = []
+    i = 1
+    while i < x.size:
+        pre = float(before[i - 1])
+        if not level[i] < (1 - min_ratio) * pre:
+            i += 1
+            continue
+        run_min = np.minimum.accumulate(level[i:])
+        back = np.flatnonzero(level[i:] >= (pre + run_min) / 2)
+        if back.size == 0:
+            break  # never comes back: the end of a run, not a dip
+        j = i + int(back[0])
+        if (j - i) * dt <= max_seconds:
+            dip = _measure_dip(x, grid, i, j, w, c, min_ratio)
+            if dip is not None:
+                dips.append(dip)
+        i = j + 1
+    return dips
+
+
+def _measure_dip(x: np.ndarray, grid: np.ndarray, i: int, j: int, w: int, c: int,
+                 min_ratio: float) -> Dip | None:
+    """Levels and edges of the low stretch x[i:j] (see detect_dips)."""
+    edge = max(1, w // 2)
+    pre = x[max(0, i - c):max(0, i - edge)]
+    inside = x[i + edge:max(i + edge + 1, j - edge)]
+    post = x[j + edge:j + c]
+    if pre.size < 2 or inside.size < 1 or post.size < 2:
+        return None
+    lb, ld, la = float(pre.mean()), float(inside.mean()), float(post.mean())
+    if lb <= 0 or (lb - ld) / lb < min_ratio:
+        return None
+    fall = _edge(x, grid, i, w, pre, inside, ld - lb)
+    rise = _edge(x, grid, j, w, inside, post, la - ld)
+    return Dip(fall, rise, lb, ld, la)
+
+
+def _edge(x: np.ndarray, grid: np.ndarray, k: int, w: int, old: np.ndarray, new: np.ndarray,
+          delta: float) -> Ramp:
+    """The ramp near x[k] from the ``old`` samples' level to the ``new`` ones'.
+
+    It runs from the last sample still in the old level's p5-p95 range to the
+    first in the new one's (each widened by 10 % of the change), as in detect_ramps.
+    """
+    dt = float(grid[1] - grid[0])
+    s = 1 if delta > 0 else -1
+    tol = 0.1 * abs(delta)
+    o_lo, o_hi = np.percentile(old, [5, 95])
+    n_lo, n_hi = np.percentile(new, [5, 95])
+    a, b = max(0, k - 2 * w - 2), min(x.size, k + 2 * w + 3)
+    seg = x[a:b]
+    in_old = (seg <= o_hi + tol) if s > 0 else (seg >= o_lo - tol)
+    in_new = (seg >= n_lo - tol) if s > 0 else (seg <= n_hi + tol)
+    k0 = k - a
+    old_idx = np.flatnonzero(in_old[:k0 + 1])
+    start = int(old_idx[-1]) if old_idx.size else 0
+    new_idx = np.flatnonzero(in_new[start:]) + start
+    end = int(new_idx[0]) if new_idx.size else seg.size - 1
+    return Ramp(time=float(grid[a + (start + end) // 2]),
+                direction="rise" if s > 0 else "fall",
+                delta_watts=delta,
+                duration_seconds=float(max(dt, (end - start) * dt)))

@@ -1,0 +1,101 @@
+"""Small numpy helpers shared by the power analysers: grids, trends, smoothing, synchrony."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def sample_interval(t: np.ndarray) -> float:
+    """Median spacing of strictly increasing sample times."""
+    d = np.diff(np.asarray(t, dtype=np.float64))
+    d = d[d > 0]
+    if d.size == 0:
+        raise ValueError("need at least two distinct sample times")
+    return float(np.median(d))
+
+
+def resample(t: np.ndarray, power: np.ndarray, dt: float | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Linear interpolation of (N, M) power sampled at t onto a uniform grid.
+
+    NaNs are left out per row; a row with fewer than two valid samples becomes
+    all-NaN.  The grid spans [t[0], t[-1]] with the median spacing unless given.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    power = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    if power.shape[1] != t.shape[0]:
+        raise ValueError(f"power has {power.shape[1]} samples per GPU, t has {t.shape[0]}")
+    step = dt if dt is not None else sample_interval(t)
+    n = int(math.floor((t[-1] - t[0]) / step + 1e-9)) + 1
+    # relative times keep the interpolation exact for 1.7e9 s timestamps
+    rel = t - t[0]
+    grid_rel = np.arange(n) * step
+    uniform = bool(n == t.size and np.allclose(rel, grid_rel, rtol=0, atol=step * 1e-6))
+    out = np.empty((power.shape[0], n))
+    for i, row in enumerate(power):
+        ok = np.isfinite(row)
+        if ok.all() and uniform:
+            out[i] = row
+        elif ok.sum() >= 2:
+            out[i] = np.interp(grid_rel, rel[ok], row[ok])
+        else:
+            out[i] = np.nan
+    return t[0] + grid_rel, out
+
+
+def detrend(x: np.ndarray) -> np.ndarray:
+    """Remove the least-squares line along the last axis."""
+    n = x.shape[-1]
+    u = np.arange(n) - (n - 1) / 2
+    denom = float(u @ u) or 1.0
+    slope = (x @ u) / denom
+    return x - x.mean(axis=-1, keepdims=True) - slope[..., None] * u
+
+
+def parabolic(y_m: float, y_0: float, y_p: float) -> float:
+    """Offset (-0.5..0.5) of a peak's vertex from its middle sample."""
+    den = y_m - 2 * y_0 + y_p
+    return 0.0 if den == 0 else float(np.clip(0.5 * (y_m - y_p) / den, -0.5, 0.5))
+
+
+def moving_average(x: np.ndarray, k: int) -> np.ndarray:
+    """Means of k consecutive samples along the last axis (length n - k + 1)."""
+    if k <= 1:
+        return x
+    c = np.cumsum(np.concatenate([np.zeros(x.shape[:-1] + (1,)), x], axis=-1), axis=-1)
+    return (c[..., k:] - c[..., :-k]) / k
+
+
+def smoothing_samples(fs: float) -> int:
+    """~150 ms of samples: 3 at 20 Hz, none below ~7 Hz."""
+    return max(1, int(round(0.15 * fs)))
+
+
+def block_mean(x: np.ndarray, k: int) -> np.ndarray:
+    """Means of consecutive blocks of k samples along the last axis (the tail is dropped)."""
+    m = x.shape[-1] // k
+    return x[..., : m * k].reshape(*x.shape[:-1], m, k).mean(axis=-1)
+
+
+def synchrony(power: np.ndarray) -> float:
+    """var(sum P) / (N * sum var P) over the rows of ``power`` (N, M).
+
+    1 when all N GPUs swing in phase with equal amplitude, about 1/N when they are
+    independent, 0 when they cancel; always in [0, 1] (Cauchy-Schwarz).  Rows are
+    linearly detrended first.  One GPU gives 1; a flat node gives 0.
+    """
+    x = detrend(np.atleast_2d(power))
+    n = x.shape[0]
+    var_each = x.var(axis=1)
+    total = float(var_each.sum())
+    if not np.isfinite(total) or total <= 1e-12 * max(1.0, float(np.abs(power).max()) ** 2):
+        return 0.0
+    return float(np.clip(x.sum(axis=0).var() / (n * total), 0.0, 1.0))
+
+
+def wrap(phi: float) -> float:
+    """Angle in (-pi, pi]."""
+    w = math.remainder(phi, 2 * math.pi)
+    return math.pi if w <= -math.pi else w

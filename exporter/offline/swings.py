@@ -1,0 +1,346 @@
+"""analyze's power swings: windows slid over a trace, merged into reported patterns.
+
+- **step** (analysis.power_swing.analyse_window): runs of at least ``hold``
+  candidate windows with the same dominant frequency (within 10 %) whose
+  period agrees with the edges seen (spectrum.frequency_consistent);
+- **step, unresolved**: runs of windows whose dominant periodicity lies at or
+  above the observable band's top (or whose spectrum and edges disagree):
+  reported as "above N Hz, unresolved", never as a lesser, slower peak;
+- **cycle** (analysis.cycles.analyse_cycles): slow periodic patterns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from exporter.analysis.averaging import source_swing
+from exporter.analysis.power_swing import (
+    CycleFeatures,
+    NodeSwing,
+    SwingThresholds,
+    analyse_cycles,
+    analyse_window,
+)
+from exporter.analysis.spectrum import EDGE_RATIO, frequency_consistent
+from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
+
+FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
+MIN_STEP_SAMPLES = 16  # fewer samples per step window cannot show a swing's shape
+UNRESOLVED_MIN_CONCENTRATION = 0.5  # a real periodic component, not noise
+SPARSE_SAMPLES_PER_PERIOD = 10  # fewer: p95 - p5 can miss a swing's peaks
+
+
+@dataclass
+class Grid:
+    """Every GPU's power on one uniform time grid (what the analysers read)."""
+
+    t: np.ndarray  # uniform, Unix seconds
+    power: np.ndarray  # (N, M) watts
+    gpus: list[int]
+    dt: float
+    tdp: np.ndarray  # (N,) NaN where unknown
+    # the node's power at the first GPU's own sample times (exact for nvidia-smi logs,
+    # whose GPUs share each poll's time): interpolating onto the grid blurs sharp edges
+    raw_t: np.ndarray | None = None
+    raw_node: np.ndarray | None = None
+
+    @property
+    def node_tdp(self) -> float | None:
+        return float(self.tdp.sum()) if np.isfinite(self.tdp).all() else None
+
+
+Window = tuple[float, float, NodeSwing]
+
+
+def _med(values: Sequence[float | None]) -> float | None:
+    v = [x for x in values if x is not None]
+    return float(np.median(v)) if v else None
+
+
+def thresholds(args: argparse.Namespace) -> SwingThresholds:
+    return SwingThresholds(args.min_amplitude_ratio, args.band, args.min_band_energy,
+                           args.min_synchrony)
+
+
+def step_windows(g: Grid, args: argparse.Namespace, band: BandDecision) -> list[Window]:
+    """analyse_window over windows of --window seconds every --step seconds."""
+    n_win = max(4, int(round(args.window / g.dt)))
+    n_step = max(1, int(round((args.step or args.window / 3) / g.dt)))
+    th = thresholds(args)
+    tdp = g.tdp if np.isfinite(g.tdp).all() else None
+    m = g.t.size
+    out = []
+    for a in range(0, max(1, m - n_win + 1), n_step):
+        b = min(m, a + n_win)
+        ns = analyse_window(g.t[a:b], g.power[:, a:b], tdp, args.band, gpus=g.gpus,
+                            max_observable_hz=band.observable_hz, thresholds=th)
+        out.append((float(g.t[a]), float(g.t[b - 1]), ns))
+    return out
+
+
+def _amplitude_ratio(ns: NodeSwing) -> float:
+    n = ns.node
+    if n.amplitude_ratio is not None:
+        return n.amplitude_ratio
+    peak = n.mean_watts + n.amplitude_watts / 2  # no TDP: compare with the observed peak
+    return n.amplitude_watts / peak if peak > 0 else 0.0
+
+
+def classify(ns: NodeSwing, th: SwingThresholds) -> str | None:
+    """"step" (a resolved swing), "unresolved", or None (no swing in this window)."""
+    n = ns.node
+    if ns.candidate and n.frequency_hz is not None:
+        return "step" if frequency_consistent(n.frequency_hz, n.edge_frequency_hz) \
+            else "unresolved"
+    # beyond the band a swing arrives attenuated (averaging) or folded (sampling):
+    # a quarter of the amplitude threshold, but a clear periodic component
+    strong = (ns.synchrony >= th.min_synchrony
+              and _amplitude_ratio(ns) >= th.min_amplitude_ratio / 4
+              and n.peak_concentration >= UNRESOLVED_MIN_CONCENTRATION)
+    return "unresolved" if strong and n.unresolved else None
+
+
+def _runs(windows: list[Window], kinds: list[str | None], want: str, hold: int
+          ) -> list[list[Window]]:
+    """Runs of >= hold consecutive windows of kind ``want``; a resolved run also
+    breaks where the frequency moves by more than 10 %."""
+    runs: list[list[Window]] = []
+    cur: list[Window] = []
+    for w, kind in zip(windows, kinds, strict=True):
+        f = w[2].node.frequency_hz
+        if kind != want:
+            if len(cur) >= hold:
+                runs.append(cur)
+            cur = []
+            continue
+        if cur and want == "step":
+            f_ref = float(np.median([c[2].node.frequency_hz for c in cur]))
+            assert f is not None
+            if abs(f - f_ref) > FREQ_TOLERANCE * f_ref:
+                if len(cur) >= hold:
+                    runs.append(cur)
+                cur = []
+        cur.append(w)
+    if len(cur) >= hold:
+        runs.append(cur)
+    return runs
+
+
+def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
+                ) -> tuple[list[dict[str, Any]], int]:
+    """Resolved and unresolved step swings, and the number of windows analysed."""
+    windows = step_windows(g, args, band)
+    th = thresholds(args)
+    kinds = [classify(w[2], th) for w in windows]
+    node = g.power.sum(axis=0)
+    out = []
+    for run in _runs(windows, kinds, "step", args.hold):
+        f = _med([w[2].node.frequency_hz for w in run])
+        assert f is not None
+        start, end = _swing_edges(g.t, node, run[0][0], run[-1][1], 1.0 / f)
+        entry = _step_entry(run, f, start - t_start, end - t_start, band)
+        # through an average, or with too few samples per period for p95 - p5 to catch
+        # the peaks, fit the swing's shape to the samples (analysis.averaging.source_swing)
+        avg = band.seconds if band.kind == AVERAGED and band.seconds else 0.0
+        if avg or f * g.dt > 1 / SPARSE_SAMPLES_PER_PERIOD:
+            rt, rx = (g.raw_t, g.raw_node) if g.raw_t is not None else (g.t, node)
+            keep = (rt >= start) & (rt <= end)
+            found = source_swing(rt[keep], rx[keep], f, avg)
+            if found is not None:
+                entry["source_amplitude_watts"], entry["source_shape"] = found
+        out.append(entry)
+    for run in _runs(windows, kinds, "unresolved", args.hold):
+        out.append(_unresolved_entry(run, band, run[0][0] - t_start, run[-1][1] - t_start))
+    out.sort(key=lambda s: s["start"])
+    return out, len(windows)
+
+
+def _common(run: list[Window], start: float, end: float) -> dict[str, Any]:
+    return {
+        "node_amplitude_watts": _med([w[2].node.amplitude_watts for w in run]),
+        "amplitude_ratio": _med([w[2].node.amplitude_ratio for w in run]),
+        "synchrony": _med([w[2].synchrony for w in run]),
+        "band_energy_ratio": _med([w[2].node.band_energy_ratio for w in run]),
+        "duty_cycle": _med([w[2].node.duty_cycle for w in run]),
+        "max_ramp_watts_per_second": max(w[2].node.max_ramp_watts_per_second for w in run),
+        "windows": len(run),
+        "start": start,
+        "end": end,
+    }
+
+
+def _step_entry(run: list[Window], f: float, start: float, end: float, band: BandDecision
+                ) -> dict[str, Any]:
+    entry: dict[str, Any] = {"scale": "step", "resolved": True, "frequency_hz": f,
+                             "period_seconds": 1.0 / f, **_common(run, start, end)}
+    entry["edge_frequency_hz"] = _med([w[2].node.edge_frequency_hz for w in run])
+    amp = entry["node_amplitude_watts"]
+    avg = band.seconds if band.kind == AVERAGED else (1.0 if band.kind == UNKNOWN else None)
+    if avg and amp is not None:
+        # through a T-second average a square swing keeps its range up to 0.5/T Hz,
+        # a sine loses a factor sinc(f T): the swing at the GPUs lies in between
+        entry["source_amplitude_range_watts"] = [
+            amp, amp / max(0.3, abs(float(np.sinc(f * avg))))]
+    entry["aliasing_possible"] = band.aliasing_possible and band.kind != AVERAGED
+    return entry
+
+
+def _unresolved_entry(run: list[Window], band: BandDecision, start: float, end: float
+                      ) -> dict[str, Any]:
+    apparent = [w[2].node.apparent_frequency_hz for w in run]
+    f_app = _med(apparent)
+    if f_app is not None and any(a is None or abs(a - f_app) > FREQ_TOLERANCE * f_app
+                                 for a in apparent):
+        f_app = None  # no steady apparent frequency either
+    above = EDGE_RATIO * band.observable_hz
+    beyond = f_app is not None and f_app >= above
+    reason = (f"the dominant periodicity lies above {above:.3g} Hz, the observable band's "
+              "edge" if beyond or f_app is None else
+              "the spectrum's period and the edges seen disagree")
+    return {"scale": "step", "resolved": False, "frequency_hz": None, "period_seconds": None,
+            "above_hz": above, "apparent_frequency_hz": f_app if beyond else None,
+            "reason": reason, **_common(run, start, end), "amplitude_is_lower_bound": True}
+
+
+def _swing_edges(t: np.ndarray, node: np.ndarray, t_a: float, t_b: float, period: float
+                 ) -> tuple[float, float]:
+    """Trim a run of windows to where the swing is: the node's peak-to-peak over
+    one period (its envelope) is at least half its median over the run."""
+    a, b = int(np.searchsorted(t, t_a)), int(np.searchsorted(t, t_b, side="right"))
+    dt = float(t[1] - t[0])
+    k = max(2, int(round(period / dt)))
+    x = node[a:b]
+    if x.size <= k:
+        return t_a, t_b
+    view = np.lib.stride_tricks.sliding_window_view(x, k)
+    env = view.max(axis=1) - view.min(axis=1)
+    hit = np.flatnonzero(env >= 0.5 * np.median(env))
+    if hit.size == 0:
+        return t_a, t_b
+    # a window [i, i + k) that reaches the threshold ends just after the swing began
+    return float(t[a + hit[0] + k - 1]), float(t[min(b - 1, a + hit[-1] + k - 1)])
+
+
+def folded_swing(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
+                 ) -> dict[str, Any] | None:
+    """For samples too sparse for the step windows: does the node jump between levels
+    from one reading to the next, as much as over the whole trace?
+
+    That is a swing faster than the samples, folded into them (mean squared
+    step / twice the variance near 1, as for white noise; a slow pattern gives
+    near 0).  Reported as an unresolved step swing, never as a frequency.
+    """
+    node = g.power.sum(axis=0)
+    if node.size < 8:
+        return None
+    var = float(node.var())
+    p5, p95 = np.percentile(node, [5, 95])
+    amp = float(p95 - p5)
+    ref = g.node_tdp or float(p95)
+    if var <= 0 or ref <= 0 or amp / ref < args.min_amplitude_ratio:
+        return None
+    roughness = float(np.mean(np.diff(node) ** 2)) / (2 * var)
+    if roughness < 0.5:
+        return None
+    above = 0.5 / g.dt
+    return {"scale": "step", "resolved": False, "frequency_hz": None, "period_seconds": None,
+            "above_hz": above, "apparent_frequency_hz": None,
+            "reason": f"the node's power jumps between levels from one reading to the next "
+                      f"(roughness {roughness:.2f}): a swing faster than the samples show is "
+                      "folded into them",
+            "node_amplitude_watts": amp, "amplitude_ratio": amp / g.node_tdp
+            if g.node_tdp else None, "synchrony": None, "band_energy_ratio": None,
+            "duty_cycle": None, "max_ramp_watts_per_second": None, "windows": 0,
+            "start": 0.0, "end": float(g.t[-1] - t_start), "amplitude_is_lower_bound": True}
+
+
+def drop_beats(cycles: list[dict[str, Any]], steps: list[dict[str, Any]]
+               ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Cycles whose period is a whole multiple of an overlapping step swing's are the
+    step swing seen through the sampling (a beat), not a pattern of their own."""
+    kept, notes = [], []
+    for c in cycles:
+        beat = next((s for s in steps if s.get("period_seconds") and s["start"] < c["end"]
+                     and s["end"] > c["start"] and _multiple(c["period_seconds"],
+                                                             s["period_seconds"])), None)
+        if beat is None:
+            kept.append(c)
+        else:
+            notes.append(f"a {c['period_seconds']:.1f} s cycle is a whole multiple of the "
+                         f"{beat['period_seconds']:.2f} s step swing's period: the step "
+                         "swing beating with the samples, not reported as a cycle")
+    return kept, notes
+
+
+def _multiple(long: float, short: float) -> bool:
+    k = round(long / short)
+    return k >= 1 and abs(long / short - k) <= 0.03 * k
+
+
+# --------------------------------------------------------------------------- cycle scale
+
+
+def _cycle_windows(g: Grid, args: argparse.Namespace
+                   ) -> list[tuple[float, float, CycleFeatures | None]]:
+    span = float(g.t[-1] - g.t[0])
+    win = min(args.cycle_window, span)
+    n_win = int(round(win / g.dt))
+    n_step = max(1, int(round(win / 4 / g.dt)))
+    m = g.t.size
+    starts = list(range(0, max(1, m - n_win), n_step))
+    if starts[-1] + n_win < m:
+        starts.append(m - n_win)
+    tdp = g.tdp if np.isfinite(g.tdp).all() else None
+    out = []
+    for a in starts:
+        b = min(m, a + n_win)
+        c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp)
+        if c is not None:
+            ratio = c.amplitude_ratio
+            if ratio is None:  # no TDP: compare with the window's peak node power
+                peak = float(np.percentile(g.power[:, a:b].sum(axis=0), 95))
+                ratio = c.amplitude_watts / peak if peak > 0 else 0.0
+            if ratio < args.cycle_min_ratio:
+                c = None
+        out.append((float(g.t[a]), float(g.t[b - 1]), c))
+    return out
+
+
+def cycle_swings(g: Grid, args: argparse.Namespace, t_start: float) -> list[dict[str, Any]]:
+    runs: list[list[tuple[float, float, CycleFeatures]]] = []
+    cur: list[tuple[float, float, CycleFeatures]] = []
+    for a, b, c in _cycle_windows(g, args):
+        if cur and (c is None or abs(c.period_seconds - cur[-1][2].period_seconds)
+                    > FREQ_TOLERANCE * c.period_seconds):
+            runs.append(cur)
+            cur = []
+        if c is not None:
+            cur.append((a, b, c))
+    if cur:
+        runs.append(cur)
+    out = []
+    for run in runs:
+        period = _med([w[2].period_seconds for w in run])
+        assert period is not None and period > 0 and math.isfinite(period)
+        out.append({
+            "scale": "cycle",
+            "resolved": True,
+            "frequency_hz": 1.0 / period,
+            "period_seconds": period,
+            "node_amplitude_watts": _med([w[2].amplitude_watts for w in run]),
+            "amplitude_ratio": _med([w[2].amplitude_ratio for w in run]),
+            "synchrony": _med([w[2].synchrony for w in run]),
+            "strength": _med([w[2].strength for w in run]),
+            "duty_cycle": _med([w[2].duty_cycle for w in run]),
+            "max_ramp_watts_per_second": max(w[2].max_ramp_watts_per_second for w in run),
+            "windows": len(run),
+            "start": run[0][0] - t_start,
+            "end": run[-1][1] - t_start,
+        })
+    return out
