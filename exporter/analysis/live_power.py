@@ -78,9 +78,12 @@ class PowerMonitor:
         return max(short, s.cycle_window_seconds) if self.cycle_due(now) else short
 
     def update(self, times: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None,
-               now: float, band: tuple[float, float] | None = None) -> PowerAnalysis:
-        """times/watts: (gpus, n) on one time grid, the last cycle window of them; band:
-        the frequencies the samples can show (0 to half their rate)."""
+               now: float, band: tuple[float, float] | None = None,
+               cycle_window: tuple[np.ndarray, np.ndarray] | None = None) -> PowerAnalysis:
+        """times/watts: (gpus, n) on one time grid; band: the frequencies the samples can
+        show (0 to half their rate). The slow cycles come from `cycle_window` (times,
+        watts) when given (the long window on a coarser grid: minutes-long patterns need
+        no 20 ms detail), else from times/watts when they reach back far enough."""
         if band is not None:
             self.band = band
         t0 = time.perf_counter()
@@ -97,9 +100,14 @@ class PowerMonitor:
         swinging = self.detector.update(swing) if swing is not None else False
         if swing is None:
             self.detector.reset()
-        if t_row.size and self.cycle_due(now) and t_row[-1] - t_row[0] >= 2 * 10.0:
+        if cycle_window is not None:
+            c_times, c_watts = cycle_window
+            c_row = np.nanmax(c_times, axis=0) if c_times.size else np.zeros(0)
+        else:
+            c_row, c_watts = t_row, watts
+        if c_row.size and self.cycle_due(now) and c_row[-1] - c_row[0] >= 2 * 10.0:
             self._last_cycle = now
-            self.cycle = analyse_cycles(t_row, _fill(watts), tdp)
+            self.cycle = analyse_cycles(c_row, _fill(c_watts), tdp)
         self._count_ramps(t_row, watts, tdp)
         return PowerAnalysis(now, s.window_seconds, swing, swinging, self.cycle,
                              dict(self.ramps_total), self.last_ramp,

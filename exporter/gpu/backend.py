@@ -12,7 +12,6 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -44,12 +43,6 @@ def error_name(exc: BaseException) -> str:
     """`NotSupported` for pynvml.NVMLError_NotSupported; the class name otherwise."""
     name = type(exc).__name__
     return name.removeprefix("NVMLError_") if name != "NVMLError" else f"Code{exc.value}"
-
-
-@dataclass(frozen=True)
-class FieldReading:
-    value: float
-    timestamp: float  # seconds since the epoch, as NVML stamped it
 
 
 class ErrorCounts:
@@ -165,12 +158,13 @@ class NvmlBackend:
         self.handles[gpu] = None
         return self.handle(gpu)
 
-    def fields(self, gpu: int, field_ids: Sequence[int]) -> dict[int, FieldReading]:
-        """Read many fields in one nvmlDeviceGetFieldValues call; failed fields are left out."""
+    def fields(self, gpu: int, field_ids: Sequence[int]) -> dict[int, float]:
+        """Read many fields in one nvmlDeviceGetFieldValues call, in NVML's units; failed
+        fields are left out."""
         return {fid: r for (fid, _), r in self.scoped_fields(gpu, field_ids).items()}
 
     def scoped_fields(self, gpu: int, requests: Sequence[int | tuple[int, int]]
-                      ) -> dict[tuple[int, int], FieldReading]:
+                      ) -> dict[tuple[int, int], float]:
         """Fields by (field id, scope id), e.g. one per NVLink; batched, failed ones left out.
 
         A field the GPU answers NotSupported for is counted once and not asked again."""
@@ -179,7 +173,7 @@ class NvmlBackend:
             return {}
         wanted = [_scoped(r) for r in requests]
         wanted = [r for r in wanted if (gpu, *r) not in self._unsupported_fields]
-        out: dict[tuple[int, int], FieldReading] = {}
+        out: dict[tuple[int, int], float] = {}
         for start in range(0, len(wanted), FIELDS_PER_CALL):
             entries = self._field_entries(gpu, handle, wanted[start:start + FIELDS_PER_CALL])
             if entries is None:
@@ -189,11 +183,8 @@ class NvmlBackend:
                 self._field_failed(gpu, int(entry["fieldId"]), int(entry["scopeId"]),
                                    int(entry["nvmlReturn"]))
             good = entries[ok]
-            for fid, scope, value, stamp in zip(good["fieldId"].tolist(),
-                                                good["scopeId"].tolist(),
-                                                batched.field_values(good).tolist(),
-                                                good["timestamp"].tolist(), strict=True):
-                out[(fid, scope)] = FieldReading(value, stamp / 1e6)
+            keys = zip(good["fieldId"].tolist(), good["scopeId"].tolist(), strict=True)
+            out.update(zip(keys, batched.field_values(good).tolist(), strict=True))
         return out
 
     def _field_entries(self, gpu: int, handle: Any, chunk: list[tuple[int, int]]

@@ -67,8 +67,7 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float) -> Gpu
     got = backend.scoped_fields(gpu, health_requests(nvlinks))
 
     def value(fid: int, scope: int = 0) -> float | None:
-        reading = got.get((fid, scope))
-        return None if reading is None else reading.value
+        return got.get((fid, scope))
 
     links = []
     for link in range(nvlinks):

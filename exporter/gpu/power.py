@@ -128,15 +128,15 @@ class FieldPoll:
         self.capacity_seen = 0
 
     def read(self) -> NewSamples | None:
-        reading = self.backend.fields(self.gpu, [fi.POWER_INSTANT]).get(fi.POWER_INSTANT)
-        if reading is None:
+        milliwatts = self.backend.fields(self.gpu, [fi.POWER_INSTANT]).get(fi.POWER_INSTANT)
+        if milliwatts is None:
             return None
         now = self.clock()
         times = np.array([now])
         self.intervals.add(times, self.last_time)
         self.last_time = now
         self.samples_total += 1
-        return NewSamples(times, np.array([reading.value / 1000.0]))
+        return NewSamples(times, np.array([milliwatts / 1000.0]))
 
 
 def power_reader(backend: NvmlBackend, gpu: int, clock=time.time) -> BufferDrain | FieldPoll:
@@ -159,11 +159,11 @@ def detect_update_period(backend: NvmlBackend, gpus: list[int], seconds: float =
         for gpu in gpus:
             if gpu in backend.lost:
                 continue
-            reading = backend.fields(gpu, [fi.POWER_INSTANT]).get(fi.POWER_INSTANT)
-            if reading is None:
+            value = backend.fields(gpu, [fi.POWER_INSTANT]).get(fi.POWER_INSTANT)
+            if value is None:
                 continue
-            if reading.value != last[gpu]:
+            if value != last[gpu]:
                 if last[gpu] is not None:
                     changes[gpu].append(time.perf_counter())
-                last[gpu] = reading.value
+                last[gpu] = value
     return {gpu: float(np.median(np.diff(t))) for gpu, t in changes.items() if len(t) >= 4}

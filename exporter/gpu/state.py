@@ -64,8 +64,7 @@ def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
     for entry in entries:
         source = entry.source
         if isinstance(source, Field):
-            reading = readings.get(source.id)
-            raw = None if reading is None else reading.value
+            raw = readings.get(source.id)
         else:
             key = (source.name, source.args)
             if key not in answers:
@@ -96,7 +95,7 @@ def read_identity(backend: NvmlBackend, gpu: int) -> GpuIdentity | None:
         name=backend.call("nvmlDeviceGetName", handle, gpu=gpu) or "",
         pci_bus_id=bus_id,
         serial=backend.call("nvmlDeviceGetSerial", handle, gpu=gpu) or "",
-        nvlinks=0 if links is None else int(links.value),
+        nvlinks=0 if links is None else int(links),
         values=MappingProxyType(read_values(backend, gpu, catalogue.of_cadence(
             catalogue.ONCE))),
     )

@@ -23,6 +23,7 @@ from exporter.sampling.power import PowerSampler
 # Finest and coarsest grids the analyses resample the native samples onto.
 FINEST_GRID_SECONDS = 0.02
 STRAGGLER_GRID_SECONDS = 0.1  # means and duty cycles over minutes need no more
+CYCLE_GRID_SECONDS = 0.2  # checkpoint-scale cycles, over 10 minutes
 
 
 class Analyses:
@@ -55,11 +56,15 @@ class Analyses:
         monitor, buffer = self.power_monitor, self.power.buffer
         if monitor is None or buffer is None:
             return
-        now = self.clock.time()
-        grid, watts = buffer.grid(monitor.seconds_needed(now), self._grid_step())
-        times = np.broadcast_to(grid, watts.shape)
-        self.power_analysis = monitor.update(times, watts, self._tdp(), now,
-                                             self.power.band())
+        now, s = self.clock.time(), monitor.settings
+        grid, watts = buffer.grid(max(s.window_seconds, s.ramp_window_seconds),
+                                  self._grid_step())
+        cycle = None
+        if monitor.cycle_due(now):
+            c_grid, c_watts = buffer.grid(s.cycle_window_seconds, CYCLE_GRID_SECONDS)
+            cycle = (np.broadcast_to(c_grid, c_watts.shape), c_watts)
+        self.power_analysis = monitor.update(np.broadcast_to(grid, watts.shape), watts,
+                                             self._tdp(), now, self.power.band(), cycle)
 
     def straggler_tick(self) -> None:
         monitor, buffer, sweep = self.straggler_monitor, self.power.buffer, self.sweep_buffer
