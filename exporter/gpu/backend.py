@@ -68,6 +68,8 @@ class ErrorCounts:
 
 # Errors that mean the GPU itself is gone (fell off the bus, or vanished from NVML).
 LOST_ERRORS = ("GpuIsLost", "GpuNotFound")
+# Answers that will not change while the driver stays loaded: asked once per GPU and call.
+PERMANENT_ERRORS = ("NotSupported", "FunctionNotFound")
 
 
 def private_nvml_module(name: str) -> ModuleType:
@@ -92,9 +94,9 @@ class NvmlBackend:
         self.nvml = nvml
         self.errors = ErrorCounts()
         self.lost: set[int] = set()  # GPUs that answered GpuIsLost; cleared on recovery
-        # (gpu, call, args) NVML said NotSupported for: a property of the device, so it is
-        # counted once and not asked again
-        self._unsupported: set[tuple] = set()
+        # (gpu, call, args) -> the error NVML answered for good (NotSupported: a property of
+        # the device; FunctionNotFound: of the driver), so it is counted once, not asked again
+        self._unsupported: dict[tuple, str] = {}
         self._unsupported_fields: set[tuple[int, int, int]] = set()  # (gpu, field, scope)
         self.handles: list[Any] = []
         self.driver_version = ""
@@ -126,21 +128,26 @@ class NvmlBackend:
         """Call the pynvml function `name`; on NVMLError count it and return None.
 
         With `gpu`, an error saying the GPU is gone marks it lost (see `lost`), and a call
-        the GPU does not support is not made again."""
+        the GPU does not support (or a driver without the symbol) is not made again."""
+        return self.attempt(name, *args, gpu=gpu)[0]
+
+    def attempt(self, name: str, *args: Any, gpu: int | None = None) -> tuple[Any, str | None]:
+        """As call(), with the name of the error (None on success), for callers whose next
+        step depends on why a call failed (NoPermission is not NotSupported)."""
         key = (gpu, name, *(a for a in args[1:] if isinstance(a, int))) if gpu is not None \
             else None
         if key is not None and key in self._unsupported:
-            return None
+            return None, self._unsupported[key]
         try:
-            return getattr(self.nvml, name)(*args)
+            return getattr(self.nvml, name)(*args), None
         except self.nvml.NVMLError as exc:
             name_of_error = error_name(exc)
             self.errors.add(name, name_of_error)
             if gpu is not None and name_of_error in LOST_ERRORS:
                 self.lost.add(gpu)
-            elif key is not None and name_of_error == "NotSupported":
-                self._unsupported.add(key)
-            return None
+            elif key is not None and name_of_error in PERMANENT_ERRORS:
+                self._unsupported[key] = name_of_error
+            return None, name_of_error
 
     def handle(self, gpu: int) -> Any:
         """The cached handle, re-acquired if the first attempt failed."""
@@ -209,8 +216,8 @@ class NvmlBackend:
             self.errors.add("nvmlDeviceGetSamples", error)
             if error in LOST_ERRORS:
                 self.lost.add(gpu)
-            elif error in ("NotSupported", "FunctionNotFound"):
-                self._unsupported.add((gpu, "nvmlDeviceGetSamples", sampling_type))
+            elif error in PERMANENT_ERRORS:
+                self._unsupported[(gpu, "nvmlDeviceGetSamples", sampling_type)] = error
             return None
         member = _VALUE_MEMBERS.get(value_type, "uiVal")
         out = [(s.timeStamp, float(getattr(s.sampleValue, member))) for s in samples]
