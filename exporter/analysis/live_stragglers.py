@@ -62,9 +62,11 @@ class StragglerMonitor:
 
     def update(self, now: float, power_t: np.ndarray, power: np.ndarray,
                sweep_t: np.ndarray, sweep: dict[str, np.ndarray],
-               groups: dict[int, str] | None) -> StragglerAnalysis:
+               groups: dict[int, str] | None,
+               compute: tuple[np.ndarray, np.ndarray] | None = None) -> StragglerAnalysis:
         """power_t/power: (gpus, n) at the power rate over the stall context; sweep_t and
-        each sweep[...]: (gpus, m) at the sweep rate over the straggler window."""
+        each sweep[...]: (gpus, m) at the sweep rate over the straggler window; compute:
+        (times, shares) of each GPU's recent profiling intervals, (gpus, k) (end times)."""
         t0 = time.perf_counter()
         s = self.settings
         gpus = list(range(power.shape[0]))
@@ -82,6 +84,11 @@ class StragglerMonitor:
                               ("clock_event_reasons", "clock_event_reasons")):
                 if key in sweep and sweep_t.size:
                     series[name] = (np.nanmax(sweep_t, axis=0), sweep[key])
+            if compute is not None:  # the intervals that end within the window
+                times, shares = compute
+                with np.errstate(invalid="ignore"):
+                    inside = times >= t_row[-1] - s.window_seconds
+                series["compute"] = (times, np.where(inside, shares, np.nan))
             self.features = window_features(t_row[recent], power[:, recent], gpus=gpus,
                                             **series)
             self.report = self.detector.update(self.features, t=now, groups=groups)

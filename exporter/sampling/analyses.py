@@ -24,13 +24,28 @@ FINEST_GRID_SECONDS = 0.02
 STRAGGLER_GRID_SECONDS = 0.1  # means and duty cycles over minutes need no more
 
 
+def compute_rows(history: dict | None, gpus: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """GPU -> ((time, compute share), ...) as (gpus, k) arrays of times and shares, NaN
+    where a GPU has fewer entries; None without any."""
+    if not history:
+        return None
+    k = max(len(entries) for entries in history.values())
+    times, shares = np.full((gpus, k), np.nan), np.full((gpus, k), np.nan)
+    for gpu, entries in history.items():
+        if 0 <= gpu < gpus and entries:
+            times[gpu, :len(entries)], shares[gpu, :len(entries)] = zip(*entries, strict=True)
+    return times, shares
+
+
 class Analyses:
     def __init__(self, gpus: GpuSet, power: PowerSampler, clock: Clock,
                  power_settings: PowerSettings | None,
                  straggler_settings: StragglerSettings | None, sweep_interval: float,
-                 job_groups: Callable[[], dict[int, str] | None]):
+                 job_groups: Callable[[], dict[int, str] | None],
+                 compute_history: Callable[[], dict | None] = lambda: None):
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
+        self.compute_history = compute_history
         self.power_monitor = PowerMonitor(power_settings) if power_settings else None
         self.straggler_monitor = (StragglerMonitor(straggler_settings)
                                   if straggler_settings else None)
@@ -69,4 +84,4 @@ class Analyses:
         sweep_t, values = sweep.window(s.window_seconds)
         self.straggler_analysis = monitor.update(
             self.clock.time(), np.broadcast_to(grid, watts.shape), watts, sweep_t, values,
-            self.job_groups())
+            self.job_groups(), compute_rows(self.compute_history(), self.gpus.count))
