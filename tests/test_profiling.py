@@ -100,12 +100,42 @@ def test_no_permission_on_one_gpu_leaves_the_others(running_exporter, tmp_path):
     assert sorted(by_gpu(found, "gpu_tensor_active_ratio")) == ["0", "1", "3"]
 
 
+FLAKY = """
+gpus: 2
+workload: {type: training}
+events:
+  - {kind: error, at: 7, until: 11, call: nvmlGpmMetricsGet, error: Unknown}
+"""
+
+
+def test_a_failed_metrics_call_leaves_out_that_interval_only(running_exporter, tmp_path):
+    path = tmp_path / "flaky.yaml"
+    path.write_text(FLAKY)
+    exp = running_exporter.start(manual=True, scenario=str(path), profiling_interval_seconds=2)
+    exp.sampler.advance(9)  # the read at 8 s failed
+    found = samples(http_get(exp.port)[1])
+    assert "gpu_tensor_active_ratio" not in found  # no stale values
+    assert {s.labels["reason"] for s in found["gpu_profiling_supported"]} == {"supported"}
+    errors = {(s.labels["call"], s.labels["error"]) for s in found["cte_nvml_errors_total"]}
+    assert ("nvmlGpmMetricsGet", "Unknown") in errors
+    exp.sampler.advance(4)  # the read at 12 s covers 10-12 s
+    found = samples(http_get(exp.port)[1])
+    assert by_gpu(found, "gpu_profiling_window_seconds") == {"0": 2.0, "1": 2.0}
+
+
 def test_a_driver_without_gpm_says_so(running_exporter, monkeypatch):
     monkeypatch.delattr(GpmSymbols, "_nvmlGpmQueryDeviceSupport")
     found = scrape(running_exporter, "training", seconds=12)
     assert {s.labels["reason"] for s in found["gpu_profiling_supported"]} == {
         "unsupported_driver"}
     assert "gpu_sm_active_ratio" not in found
+
+
+def test_a_lost_gpu_leaves_the_profiling_families(running_exporter):
+    found = scrape(running_exporter, "gpu-lost", seconds=30)  # GPU 5 lost at 10 s
+    assert "5" not in by_gpu(found, "gpu_profiling_supported")
+    assert "5" not in by_gpu(found, "gpu_tensor_active_ratio")
+    assert len(by_gpu(found, "gpu_tensor_active_ratio")) == 7
 
 
 def test_the_driver_counters_and_memory_figures(running_exporter):
@@ -202,7 +232,7 @@ FAST = StragglerSettings(window_seconds=20, update_seconds=2, persistence_second
 def test_live_straggler_analysis_takes_the_compute_share():
     clock = ManualClock()
     maker = CollectorMaker("profiling", 2.0, lambda context: ProfilingSource(context))
-    with fake.installed(load_scenario("straggler"), clock, costs=None):
+    with fake.installed(load_scenario("straggler"), clock, costs=None) as lib:
         sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, power=None,
                                                          xid_events=False),
                           [maker], clock=clock)
@@ -212,6 +242,7 @@ def test_live_straggler_analysis_takes_the_compute_share():
             report = sampler.build_snapshot().straggler_analysis.report
         finally:
             sampler.stop()
+        assert lib._gpm_samples == {}  # the sampler freed the collector's GPM buffers
     compute = report.gpus[5].scores["compute"]
     assert compute.finding and compute.direction == "high"
     assert "compute" in report.gpus[5].signals

@@ -125,12 +125,12 @@ def _families(reading: ProfilingReading, snapshot: Any) -> Iterator[Metric]:
     ratios = {m.key: GaugeMetricFamily(m.metric, m.help, labels=["gpu", "uuid"])
               for m in gpm.METRICS}
     for gpu, profile in sorted(reading.gpus.items()):
-        if gpu not in labels:
+        if gpu not in labels or not snapshot.up(gpu):  # lost or hung: no stale series
             continue
         supported.add_metric([*labels[gpu], profile.status],
                              1.0 if profile.status == gpm.SUPPORTED else 0.0)
         interval = profile.reading
-        if interval is None or not snapshot.up(gpu):
+        if interval is None:
             continue
         window.add_metric(labels[gpu], interval.end - interval.start)
         for key, value in interval.values.items():
