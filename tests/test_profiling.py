@@ -276,3 +276,16 @@ def test_compute_share_is_the_busiest_math_pipe():
                               "sm_active_ratio": 0.9}) == 0.7
     assert gpm.compute_share({"sm_active_ratio": 0.9}) is None
     assert scenario_from_yaml("device: {gpm: false}").device.gpm is False
+
+
+def test_bindings_without_gpm_count_as_a_driver_without_it(fake_nvml, monkeypatch):
+    import pynvml
+
+    monkeypatch.delattr(pynvml, "nvmlGpmQueryDeviceSupport")
+    backend = NvmlBackend()
+    backend.open()
+    reader = gpm.GpmReader(backend, 0)
+    assert reader.read(1.0) is None and reader.status == gpm.UNSUPPORTED_DRIVER
+    assert reader.read(2.0) is None
+    assert backend.errors.snapshot() == {("nvmlGpmQueryDeviceSupport", "FunctionNotFound"): 1}
+    backend.close()

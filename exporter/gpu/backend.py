@@ -138,8 +138,14 @@ class NvmlBackend:
             else None
         if key is not None and key in self._unsupported:
             return None, self._unsupported[key]
+        function = getattr(self.nvml, name, None)
+        if function is None:  # bindings older than the call: as a driver without the symbol
+            self.errors.add(name, "FunctionNotFound")
+            if key is not None:
+                self._unsupported[key] = "FunctionNotFound"
+            return None, "FunctionNotFound"
         try:
-            return getattr(self.nvml, name)(*args), None
+            return function(*args), None
         except self.nvml.NVMLError as exc:
             name_of_error = error_name(exc)
             self.errors.add(name, name_of_error)
