@@ -8,9 +8,13 @@
 2. The update period of the instant-power field (poll fast, intervals between changes,
    as Zeus does), and the driver's buffer of power samples (`power_samples`: median
    interval, samples a second, the capacity found, samples lost by a late drain).
-3. Runs the exporter on real NVML (or --fake, with the fake's H200 costs), measures its
+3. GPM (profiling metrics) on GPU 0: support, the cost of nvmlGpmSampleGet and
+   nvmlGpmMetricsGet (the first call apart), and the 8 metrics the exporter exports over
+   a few seconds of whatever load the GPU runs (`gpm`).
+4. Runs the exporter on real NVML (or --fake, with the fake's H200 costs), measures its
    CPU per GPU, scrapes /metrics twice and checks that every GPU metric in
-   docs/metrics.md is present for every GPU and sane.
+   docs/metrics.md is present for every GPU and sane, and the profiling ratios for every
+   GPU that supports GPM.
 Prints a report; exits 1 if a check failed. With --fake it reports the fake's figures
 the same way. Needs nothing beyond the package.
 """
@@ -29,6 +33,7 @@ import pynvml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from device_checks.exporter_run import check_metrics  # noqa: E402 (scripts/device_checks)
+from device_checks.gpm import gpm_check  # noqa: E402
 from device_checks.report import print_report  # noqa: E402
 
 from exporter.gpu import fields as fi  # noqa: E402
@@ -80,6 +85,9 @@ def call_latencies(handle) -> dict:
         "nvmlDeviceGetPowerUsage": (p.nvmlDeviceGetPowerUsage, handle),
         "nvmlDeviceGetUtilizationRates": (p.nvmlDeviceGetUtilizationRates, handle),
         "nvmlDeviceGetMemoryInfo": (p.nvmlDeviceGetMemoryInfo, handle),
+        "nvmlDeviceGetMemoryInfo_v2": (p.nvmlDeviceGetMemoryInfo, handle, p.nvmlMemory_v2),
+        "nvmlDeviceGetEncoderUtilization": (p.nvmlDeviceGetEncoderUtilization, handle),
+        "nvmlDeviceGetDecoderUtilization": (p.nvmlDeviceGetDecoderUtilization, handle),
         "nvmlDeviceGetTemperature": (p.nvmlDeviceGetTemperature, handle, 0),
         "nvmlDeviceGetClockInfo(SM)": (p.nvmlDeviceGetClockInfo, handle, p.NVML_CLOCK_SM),
         "nvmlDeviceGetPerformanceState": (p.nvmlDeviceGetPerformanceState, handle),
@@ -165,6 +173,7 @@ def measure_nvml(args: argparse.Namespace) -> dict:
     report["call_latency"] = call_latencies(handle)
     report["power_update"] = power_update_period(handle, min(5.0, args.seconds / 4))
     report["power_samples"] = power_samples(backend, min(10.0, args.seconds / 2))
+    report["gpm"] = gpm_check(backend, min(5.0, args.seconds / 4), timed)
     backend.close()
     return report
 

@@ -99,7 +99,7 @@ def test_every_alert_fires_and_has_a_near_miss_in_the_unit_tests():
 
 @pytest.mark.parametrize("rule", _rules(), ids=lambda r: r.get("alert") or r["record"])
 def test_rules_use_documented_metrics(rule):
-    documented = set(re.findall(r"^\| `([a-z_:]+)` \|", METRICS_DOC.read_text(), re.M))
+    documented = set(re.findall(r"^\| `([a-z0-9_:]+)` \|", METRICS_DOC.read_text(), re.M))
     recorded = {r["record"] for r in _rules() if "record" in r}
     for name in re.findall(r"\b[a-z_][a-z0-9_:]*\b", rule["expr"]):
         if name.startswith(OWN_PREFIXES) and ":" not in name:

@@ -34,6 +34,15 @@ def test_device_check_dry_run_on_the_fake(tmp_path):
             "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo"} <= set(calls)
     # the fake charges the H200's costs: the energy field costs milliseconds
     assert calls["nvmlDeviceGetFieldValues(TOTAL_ENERGY_CONSUMPTION)"]["p50_us"] >= 2500
+    # GPM on the fake's H200: supported, its costs as measured, the 8 metrics of training
+    gpm = report["gpm"]
+    assert gpm["status"] == "supported" and len(gpm["metrics"]) == 8
+    assert 0.2 < gpm["metrics"]["tensor_active_ratio"] < 0.98
+    assert gpm["call_latency"]["nvmlGpmSampleGet"]["p50_us"] >= 40
+    assert gpm["call_latency"]["nvmlGpmMetricsGet(8 metrics)"]["p50_us"] >= 1000
+    assert gpm["call_latency"]["nvmlGpmMetricsGet(8 metrics), first call"]["p50_us"] >= 4000
+    assert "GPM profiling metrics on GPU 0" in result.stdout
     exporter = report["exporter"]
     assert exporter["power_source"] == ["buffer"] and exporter["observable_band_hz"] >= 20
     assert "process_cpu_percent_per_gpu" in exporter and "modelled_driver_cpu_percent" in exporter
+    assert exporter["profiling_supported"] == ["supported"]

@@ -19,7 +19,7 @@ from exporter.sim.fleet import (
     parse_fleet_scenario,
 )
 from exporter.yamlfile import ConfigError, load_yaml
-from tests.tools import free_port
+from tests.tools import free_port, wait_for
 
 
 def parse(text: str, **kw):
@@ -108,7 +108,8 @@ def test_generated_sysfs_reads_clean_and_advances(tmp_path):
 def test_tiny_fleet_serves_every_node():
     sc = load_fleet_scenario("two-jobs", nodes=2, gpus_per_node=2)
     base = free_port()
-    fleet = Fleet(sc, FleetSettings(base_port=base, options={"power_drain_interval_seconds": 1}))
+    fleet = Fleet(sc, FleetSettings(base_port=base, options={"power_drain_interval_seconds": 1,
+                                                             "profiling_interval_seconds": 1}))
     try:
         fleet.start()
     except OSError:
@@ -118,6 +119,13 @@ def test_tiny_fleet_serves_every_node():
         for port in fleet.ports:
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
             assert b"gpu_hpc_job_info" in body and b"infiniband_port_state_id" in body
+
+        def profiled(port: int) -> bool:  # GPM through each node's private pynvml copy
+            url = f"http://127.0.0.1:{port}/metrics"
+            return b"gpu_tensor_active_ratio{" in urllib.request.urlopen(url, timeout=10).read()
+
+        for port in fleet.ports:
+            wait_for(lambda port=port: profiled(port), timeout=15)
     finally:
         fleet.stop()
 

@@ -21,7 +21,8 @@ CLI = [sys.executable, "-m", "exporter"]
 def recorded(tmp_path_factory):
     out = tmp_path_factory.mktemp("rec") / "node.cte"
     result = subprocess.run([*CLI, "record", "--fake", "--duration", "4", "--out", str(out),
-                             "--energy.interval", "1", "--progress", "1"],
+                             "--energy.interval", "1", "--progress", "1",
+                             "--collector.profiling.interval", "1"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "recorded 4 s of 8 GPUs" in result.stdout
@@ -46,6 +47,14 @@ def test_record_keeps_power_at_the_sensor_rate_and_the_sweep_at_1_hz(recorded):
     # the header says the power is instantaneous and which GPUs these are
     assert trace.power_averaging_stated and trace.power_averaging_seconds is None
     assert len(trace.gpu_names) == 8 and all(trace.gpu_names.values())
+
+
+def test_record_writes_the_profiling_ratios_once_an_interval(recorded):
+    s = load_trace(recorded).series[3]
+    tensor = s.fields["tensor_active_ratio"]
+    assert 2 <= np.isfinite(tensor).sum() <= 4  # every 1 s, from the second sample on
+    assert ((tensor[np.isfinite(tensor)] > 0.2) & (tensor[np.isfinite(tensor)] < 0.98)).all()
+    assert np.isfinite(s.fields["sm_occupancy_ratio"]).sum() == np.isfinite(tensor).sum()
 
 
 def test_record_stops_cleanly_on_sigterm(tmp_path):
@@ -110,7 +119,8 @@ def test_replay_library_follows_the_real_trace_and_loops():
 
 
 def test_run_replay_serves_the_trace_through_the_real_pipeline(recorded, running_exporter):
-    exp = running_exporter.start(manual=True, fake=False, replay=str(recorded))
+    exp = running_exporter.start(manual=True, fake=False, replay=str(recorded),
+                                 profiling_interval_seconds=1)
     exp.sampler.advance(3)
     snap = exp.sampler.snapshot
     assert snap.backend == "replay" and snap.gpu_count == 8
@@ -122,6 +132,7 @@ def test_run_replay_serves_the_trace_through_the_real_pipeline(recorded, running
     body = render(snap).decode()
     assert 'cte_backend_info{backend="replay"' in body
     assert "gpu_temperature_celsius{" in body and "gpu_energy_joules_total{" in body
+    assert "gpu_tensor_active_ratio{" in body  # GPM, from the trace's profiling columns
     # what the recording has no column for is absent, not simulated
     for absent in ("gpu_pcie_link_width{", "gpu_nvlink_link_up{", "gpu_ecc_errors_total{",
                    "gpu_performance_state{"):
@@ -142,7 +153,7 @@ def test_replay_of_a_log_without_clocks_serves_no_clock(tmp_path, running_export
     assert "gpu_temperature_celsius{" in body and "gpu_utilization_ratio{" in body
     for absent in ("gpu_sm_clock_hertz{", "gpu_memory_clock_hertz{", "gpu_memory_used_bytes{",
                    "gpu_power_limit_watts{", "gpu_nvlink_link_up{", "gpu_energy_joules_total{",
-                   "gpu_pcie_link_width{"):
+                   "gpu_pcie_link_width{", "gpu_tensor_active_ratio{"):
         assert absent not in body, absent
     assert 'driver_version=""' in body  # no invented driver
 

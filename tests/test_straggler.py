@@ -350,7 +350,7 @@ def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="temperature"):
         window_features(np.arange(5.0), np.zeros((2, 5)), temperature=np.zeros((3, 5)))
     assert set(SIGNALS) == {"sm_clock", "power", "temperature", "utilization", "duty_cycle",
-                            "throttle", "nvlink", "pcie"}
+                            "throttle", "nvlink", "pcie", "compute"}
 
 
 # --------------------------------------------------------------------------- stall signature

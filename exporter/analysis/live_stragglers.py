@@ -101,10 +101,11 @@ class StragglerMonitor:
         self._last_stall_check: float | None = None
 
     def update(self, now: float, power_window: PowerWindow, sweep_t: np.ndarray,
-               sweep: dict[str, np.ndarray], groups: dict[int, str] | None
-               ) -> StragglerAnalysis:
+               sweep: dict[str, np.ndarray], groups: dict[int, str] | None,
+               compute: tuple[np.ndarray, np.ndarray] | None = None) -> StragglerAnalysis:
         """sweep_t and each sweep[...]: (gpus, m) at the sweep rate over the straggler
-        window; power comes from `power_window`, asked only for what is due."""
+        window; power comes from `power_window`, asked only for what is due; compute:
+        (times, shares) of each GPU's recent profiling intervals, (gpus, k) (end times)."""
         t0 = time.perf_counter()
         s = self.settings
         if now - self._last_update >= s.update_seconds:
@@ -112,7 +113,7 @@ class StragglerMonitor:
             if t_row.size >= 10:
                 self._last_update = now
                 self._level = compute_level(power)
-                self._update_features(now, t_row, power, sweep_t, sweep, groups)
+                self._update_features(now, t_row, power, sweep_t, sweep, groups, compute)
         stall = None
         if self._level is not None:
             t_row, power = power_window(s.stall_window_seconds)
@@ -125,7 +126,8 @@ class StragglerMonitor:
 
     def _update_features(self, now: float, t_row: np.ndarray, power: np.ndarray,
                          sweep_t: np.ndarray, sweep: dict[str, np.ndarray],
-                         groups: dict[int, str] | None) -> None:
+                         groups: dict[int, str] | None,
+                         compute: tuple[np.ndarray, np.ndarray] | None) -> None:
         s = self.settings
         recent = t_row >= t_row[-1] - s.window_seconds
         self.coverage = coverage(power[:, recent], sweep_t, s.sweep_interval_seconds)
@@ -140,6 +142,11 @@ class StragglerMonitor:
                           ("clock_event_reasons", "clock_event_reasons")):
             if key in sweep and sweep_t.size:
                 series[name] = (np.nanmax(sweep_t, axis=0), sweep[key])
+        if compute is not None:  # the profiling intervals that end within the window
+            times, shares = compute
+            with np.errstate(invalid="ignore"):
+                inside = times >= t_row[-1] - s.window_seconds
+            series["compute"] = (times, np.where(inside, shares, np.nan))
         gpus = list(range(power.shape[0]))
         self.features = window_features(t_row[recent], power[:, recent], gpus=gpus, **series)
         self.report = self.detector.update(self.features, t=now, groups=groups)

@@ -5,8 +5,10 @@ Two questions, two time scales (see docs/stragglers.md):
 - **stragglers** (:func:`window_features` over ~60 s, then
   :class:`StragglerDetector`): per GPU, the window's mean SM clock, power,
   temperature, utilization, compute duty cycle, throttled share and (where
-  given) NVLink/PCIe throughput, each compared with the GPU's peers (the node,
-  or the GPUs of the same job) by a modified z-score
+  given) NVLink/PCIe throughput and compute share (the busiest math pipe's share
+  of the time, from GPM: the straggler computes while its peers spin), each
+  compared with the GPU's peers (the node, or the GPUs of the same job) by a
+  modified z-score
   ``M = 0.6745 (x - median) / MAD`` with a floor on the MAD, an effect-size
   gate and a persistence requirement;
 - **stalls** (:func:`detect_stall` over a few seconds): most GPUs of a group
@@ -32,6 +34,7 @@ import numpy as np
 
 SIGNALS: tuple[str, ...] = (
     "sm_clock", "power", "temperature", "utilization", "duty_cycle", "throttle", "nvlink", "pcie",
+    "compute",
 )
 LOW, HIGH = "low", "high"
 
@@ -53,14 +56,16 @@ MAD_SCALE = 0.6745  # MAD of a normal distribution / its standard deviation
 # with MAD = 0 and median = 0 the score stays finite.
 DEFAULT_MAD_EPSILON: dict[str, float] = {
     "sm_clock": 1e6, "power": 0.5, "temperature": 0.5, "utilization": 0.005,
-    "duty_cycle": 0.005, "throttle": 0.005, "nvlink": 1e6, "pcie": 1e6,
+    "duty_cycle": 0.005, "throttle": 0.005, "nvlink": 1e6, "pcie": 1e6, "compute": 0.005,
 }
 # Smallest difference from the median that counts, whatever the median (the
 # relative gate alone means nothing near a median of 0): power 10 W is twice
-# nvidia-smi's stated +/-5 W accuracy; ratios 0.1 (0.05 for the duty cycle).
+# nvidia-smi's stated +/-5 W accuracy; ratios 0.1 (0.05 for the duty cycle and the
+# compute share, which a straggler raises by its extra compute time times the pipe's
+# load: 0.077 for a GPU 15 % slower at a 0.65 duty cycle).
 DEFAULT_MIN_ABS_EFFECT: dict[str, float] = {
     "sm_clock": 0.0, "power": 10.0, "temperature": 3.0, "utilization": 0.10,
-    "duty_cycle": 0.05, "throttle": 0.10, "nvlink": 1e8, "pcie": 1e8,
+    "duty_cycle": 0.05, "throttle": 0.10, "nvlink": 1e8, "pcie": 1e8, "compute": 0.05,
 }
 
 Series = np.ndarray | tuple[np.ndarray, np.ndarray]
@@ -85,6 +90,7 @@ class GpuFeatures:
     throttle_reasons: Mapping[str, float]  # reason -> share of samples (empty if not given)
     nvlink_bytes_per_second: float
     pcie_bytes_per_second: float
+    compute_ratio: float = math.nan  # busiest math pipe's share of the time (GPM)
 
     def value(self, signal: str) -> float:
         return {
@@ -96,6 +102,7 @@ class GpuFeatures:
             "throttle": self.throttle_ratio,
             "nvlink": self.nvlink_bytes_per_second,
             "pcie": self.pcie_bytes_per_second,
+            "compute": self.compute_ratio,
         }[signal]
 
 
@@ -150,13 +157,15 @@ def window_features(
     clock_event_reasons: Series | None = None,
     nvlink: Series | None = None,
     pcie: Series | None = None,
+    compute: Series | None = None,
     min_phase_contrast: float = 0.25,
 ) -> WindowFeatures:
     """Per-GPU features of a node over one window.
 
     ``t``: (M,) sample times of ``power`` (seconds).  ``power``: (N, M) watts.
     The optional series are (N, M') in their base units (Hz, degC, ratio 0-1,
-    bitmask, bytes/s), on ``t`` or as ``(times, values)``.
+    bitmask, bytes/s), on ``t`` or as ``(times, values)``; ``compute`` is the compute
+    share (0-1) of intervals within the window (GPM readings, every ~10 s).
 
     The duty cycle is the share of a GPU's power samples above the midpoint of
     the node's pooled p5 and p95 power; it is NaN (not compared) unless the node
@@ -189,6 +198,7 @@ def window_features(
     util = _row_means(_rows(utilization, n, "utilization"), n)
     nvl = _row_means(_rows(nvlink, n, "nvlink"), n)
     pci = _row_means(_rows(pcie, n, "pcie"), n)
+    comp = _row_means(_rows(compute, n, "compute"), n)
     reasons_rows = _rows(clock_event_reasons, n, "clock_event_reasons")
     thr = np.full(n, np.nan)
     per_reason: list[dict[str, float]] = [{} for _ in range(n)]
@@ -207,7 +217,7 @@ def window_features(
     feats = {
         g: GpuFeatures(g, float(clk[i]), float(pw[i]), float(temp[i]), float(util[i]),
                        float(duty[i]), float(thr[i]), per_reason[i], float(nvl[i]),
-                       float(pci[i]))
+                       float(pci[i]), float(comp[i]))
         for i, g in enumerate(ids)
     }
     t0 = float(t[0]) if t.size else math.nan

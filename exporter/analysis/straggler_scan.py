@@ -188,6 +188,7 @@ def scan(
     clock_event_reasons: np.ndarray | None = None,
     nvlink: np.ndarray | None = None,
     pcie: np.ndarray | None = None,
+    compute: np.ndarray | None = None,
     groups: Mapping[int, str] | None = None,
     window_seconds: float = 60.0,
     step_seconds: float = 10.0,
@@ -210,7 +211,8 @@ def scan(
         raise ValueError("need (N, M) power on at least 2 sample times")
     ids = [int(g) for g in gpus] if gpus is not None else list(range(p.shape[0]))
     others = {"sm_clock": sm_clock, "temperature": temperature, "utilization": utilization,
-              "clock_event_reasons": clock_event_reasons, "nvlink": nvlink, "pcie": pcie}
+              "clock_event_reasons": clock_event_reasons, "nvlink": nvlink, "pcie": pcie,
+              "compute": compute}
     others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
               for k, v in others.items()}
     th = thresholds or StragglerThresholds()

@@ -63,6 +63,8 @@ class ErrorCounts:
 
 # Errors that mean the GPU itself is gone (fell off the bus, or vanished from NVML).
 LOST_ERRORS = ("GpuIsLost", "GpuNotFound")
+# Answers that will not change while the driver stays loaded: asked once per GPU and call.
+PERMANENT_ERRORS = ("NotSupported", "FunctionNotFound")
 
 
 def private_nvml_module(name: str) -> ModuleType:
@@ -87,9 +89,9 @@ class NvmlBackend:
         self.nvml = nvml
         self.errors = ErrorCounts()
         self.lost: set[int] = set()  # GPUs that answered GpuIsLost; cleared on recovery
-        # (gpu, call, args) NVML said NotSupported for: a property of the device, so it is
-        # counted once and not asked again
-        self._unsupported: set[tuple] = set()
+        # (gpu, call, args) -> the error NVML answered for good (NotSupported: a property of
+        # the device; FunctionNotFound: of the driver), so it is counted once, not asked again
+        self._unsupported: dict[tuple, str] = {}
         self._unsupported_fields: set[tuple[int, int, int]] = set()  # (gpu, field, scope)
         self._batched = batched.layout_ok(nvml)  # numpy views of pynvml's structs
         self._requests: dict[tuple, batched.FieldRequest] = {}
@@ -124,16 +126,26 @@ class NvmlBackend:
         """Call the pynvml function `name`; on NVMLError count it and return None.
 
         With `gpu`, an error saying the GPU is gone marks it lost (see `lost`), and a call
-        the GPU does not support is not made again."""
+        the GPU does not support (or a driver without the symbol) is not made again."""
+        return self.attempt(name, *args, gpu=gpu)[0]
+
+    def attempt(self, name: str, *args: Any, gpu: int | None = None) -> tuple[Any, str | None]:
+        """As call(), with the name of the error (None on success), for callers whose next
+        step depends on why a call failed (NoPermission is not NotSupported)."""
         key = (gpu, name, *(a for a in args[1:] if isinstance(a, int))) if gpu is not None \
             else None
         if key is not None and key in self._unsupported:
-            return None
+            return None, self._unsupported[key]
+        function = getattr(self.nvml, name, None)
+        if function is None:  # bindings older than the call: as a driver without the symbol
+            self.errors.add(name, "FunctionNotFound")
+            if key is not None:
+                self._unsupported[key] = "FunctionNotFound"
+            return None, "FunctionNotFound"
         try:
-            return getattr(self.nvml, name)(*args)
+            return function(*args), None
         except self.nvml.NVMLError as exc:
-            self._failed(name, exc, gpu, key)
-            return None
+            return None, self._failed(name, exc, gpu, key)
 
     def _failed(self, name: str, exc: Exception, gpu: int | None, key: tuple | None) -> str:
         """Count a failed call; mark its GPU lost or the call unsupported as the error says."""
@@ -141,8 +153,8 @@ class NvmlBackend:
         self.errors.add(name, name_of_error)
         if gpu is not None and name_of_error in LOST_ERRORS:
             self.lost.add(gpu)
-        elif key is not None and name_of_error in ("NotSupported", "FunctionNotFound"):
-            self._unsupported.add(key)
+        elif key is not None and name_of_error in PERMANENT_ERRORS:
+            self._unsupported[key] = name_of_error
         return name_of_error
 
     def handle(self, gpu: int) -> Any:

@@ -27,6 +27,7 @@ CADENCES = (ONCE, SWEEP, HEALTH, ENERGY)
 # nvml.h constants used as call arguments
 TEMPERATURE_GPU = 0
 CLOCK_SM, CLOCK_MEM = 1, 2
+MEMORY_INFO_V2 = 0x02000028  # nvmlMemory_v2: nvmlDeviceGetMemoryInfo_v2, with `reserved`
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,12 @@ class Field:
 @dataclass(frozen=True)
 class Call:
     """A value read through a pynvml call on the GPU's handle; `member` is the attribute
-    of a struct answer (None: the answer is the value). One call serves every value
-    that names it within a read."""
+    of a struct answer, or the index in a list answer (None: the answer is the value).
+    One call serves every value that names it within a read."""
 
     name: str
     args: tuple[int, ...] = ()
-    member: str | None = None
+    member: str | int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,13 @@ class GpuValue:
     help: str = ""
     kind: str = "gauge"  # or "counter"
     trace: bool = False  # recorded by `record`, replayed by `run --replay`
+    # (label, value): this value is one series of a family that several entries share
+    label: tuple[str, str] | None = None
 
+
+CLOCK_EVENT_DRIVER = "gpu_clock_event_driver_seconds"
+CLOCK_EVENT_DRIVER_HELP = ("Time the driver counted the clocks held down for a reason "
+                           "(its own violation counters; `thermal`: any thermal capping).")
 
 V = GpuValue
 CATALOGUE: tuple[GpuValue, ...] = (
@@ -95,6 +102,29 @@ CATALOGUE: tuple[GpuValue, ...] = (
       "Fan speed as a share of its maximum (0-1)."),
     V("clock_event_reasons", Call("nvmlDeviceGetCurrentClocksEventReasons"), 1, SWEEP, None,
       trace=True),
+    V("memory_free_bytes", Call("nvmlDeviceGetMemoryInfo", (MEMORY_INFO_V2,), "free"), 1,
+      SWEEP, "gpu_memory_free_bytes", "Device memory neither used nor reserved."),
+    V("memory_reserved_bytes", Call("nvmlDeviceGetMemoryInfo", (MEMORY_INFO_V2,), "reserved"),
+      1, SWEEP, "gpu_memory_reserved_bytes",
+      "Device memory reserved by the driver and firmware (not available to applications)."),
+    V("encoder_utilization_ratio", Call("nvmlDeviceGetEncoderUtilization", member=0), 0.01,
+      SWEEP, "gpu_encoder_utilization_ratio",
+      "Share of the driver's sample period the video encoders (NVENC) were busy (0-1)."),
+    V("decoder_utilization_ratio", Call("nvmlDeviceGetDecoderUtilization", member=0), 0.01,
+      SWEEP, "gpu_decoder_utilization_ratio",
+      "Share of the driver's sample period the video decoders (NVDEC) were busy (0-1)."),
+    # The driver's own counters of time the clocks were held down, by reason (ns): exact,
+    # where gpu_clock_event_seconds_total samples the reason bits once a sweep. 74 and 269
+    # cost 3 us; 75, 270 and 271 0.4-0.7 ms each, so those (counters: freshness is all a
+    # slower read loses) are read with the energy counter, every energy interval.
+    *(V(f"clock_event_{reason}_seconds", Field(field), 1e-9, cadence, CLOCK_EVENT_DRIVER,
+        CLOCK_EVENT_DRIVER_HELP, "counter", label=("reason", reason))
+      for reason, field, cadence in (
+          ("sw_power_cap", fi.VIOLATION_POWER, SWEEP),
+          ("sw_thermal_slowdown", fi.VIOLATION_SW_THERMAL, SWEEP),
+          ("thermal", fi.VIOLATION_THERMAL, ENERGY),
+          ("hw_thermal_slowdown", fi.VIOLATION_HW_THERMAL, ENERGY),
+          ("hw_power_brake_slowdown", fi.VIOLATION_HW_POWER_BRAKE, ENERGY))),
     # every health interval
     V("power_limit_watts", Call("nvmlDeviceGetEnforcedPowerLimit"), 1e-3, HEALTH,
       "gpu_power_limit_watts", "Enforced power limit.", trace=True),
@@ -119,6 +149,19 @@ CATALOGUE: tuple[GpuValue, ...] = (
 BY_KEY = {value.key: value for value in CATALOGUE}
 BY_FIELD = {value.source.id: value for value in CATALOGUE if isinstance(value.source, Field)}
 TRACE_KEYS = tuple(value.key for value in CATALOGUE if value.trace)
+
+
+def families() -> dict[str, tuple[GpuValue, ...]]:
+    """Metric name -> the entries whose series it holds (several where `label` is set),
+    in catalogue order."""
+    out: dict[str, list[GpuValue]] = {}
+    for value in CATALOGUE:
+        if value.metric is not None:
+            out.setdefault(value.metric, []).append(value)
+    return {name: tuple(values) for name, values in out.items()}
+
+
+FAMILIES = families()
 
 
 def of_cadence(*cadences: str) -> tuple[GpuValue, ...]:

@@ -70,7 +70,9 @@ def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
             if key not in answers:
                 answers[key] = backend.call(source.name, handle, *source.args, gpu=gpu)
             raw = answers[key]
-            if raw is not None and source.member is not None:
+            if raw is not None and isinstance(source.member, int):
+                raw = raw[source.member]
+            elif raw is not None and source.member is not None:
                 raw = getattr(raw, source.member)
         if raw is not None and raw not in NOT_AVAILABLE:
             out[entry.key] = float(raw) * entry.scale

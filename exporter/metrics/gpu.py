@@ -42,16 +42,27 @@ def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
             power.add_metric(labels[gpu], sample.watts)
     yield power
 
-    for value in catalogue.CATALOGUE:
-        if value.metric is None:
-            continue
-        cls = CounterMetricFamily if value.kind == "counter" else GaugeMetricFamily
-        family = cls(value.metric, value.help, labels=GPU_LABELS)
+    for name, values in catalogue.FAMILIES.items():
+        yield _catalogue_family(name, values, identities, snapshot, labels)
+
+
+def _catalogue_family(name: str, values: tuple[catalogue.GpuValue, ...], identities: dict,
+                      snapshot: Snapshot, labels: dict[int, list[str]]) -> Metric:
+    """One family from its catalogue entries (one series each per GPU, told apart by their
+    `label` where several entries share the family)."""
+    first = values[0]
+    cls = CounterMetricFamily if first.kind == "counter" else GaugeMetricFamily
+    extra = [first.label[0]] if first.label is not None else []
+    family = cls(name, first.help, labels=[*GPU_LABELS, *extra])
+    rows = []
+    for value in values:
+        tail = [value.label[1]] if value.label is not None else []
         if value.cadence == catalogue.ONCE:
-            rows = [(gpu, ident.values.get(value.key)) for gpu, ident in identities.items()]
+            got = [(gpu, ident.values.get(value.key)) for gpu, ident in identities.items()]
         else:
-            rows = [(gpu, state.get(value.key)) for gpu, state in snapshot.states.items()]
-        for gpu, number in sorted(rows):
-            if number is not None and gpu in labels:
-                family.add_metric(labels[gpu], number)
-        yield family
+            got = [(gpu, state.get(value.key)) for gpu, state in snapshot.states.items()]
+        rows += [(gpu, tail, number) for gpu, number in got]
+    for gpu, tail, number in sorted(rows, key=lambda r: (r[0], r[1])):
+        if number is not None and gpu in labels:
+            family.add_metric([*labels[gpu], *tail], number)
+    return family

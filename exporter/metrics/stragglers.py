@@ -24,6 +24,9 @@ FEATURES = (
      "a straggler computes longer while its peers wait.", "duty_cycle"),
     ("gpu_window_throttle_ratio", "Share of the window with a throttle reason (SW power "
      "cap, HW slowdown, SW/HW thermal, power brake) active.", "throttle_ratio"),
+    ("gpu_window_compute_ratio", "Mean compute share over the straggler window: the busiest "
+     "math pipe's share of the time (GPM); a straggler computes while its peers wait.",
+     "compute_ratio"),
 )
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
+from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.checks import MAX_GPU_INDEX
 from exporter.offline.events import events
@@ -262,6 +263,19 @@ def _field_grid(trace: Trace, g: Grid, name: str) -> np.ndarray | None:
     return out if found else None
 
 
+def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
+    """The compute share (the busiest math pipe's, from GPM) on the power grid, where the
+    trace has profiling columns (`record` writes them once a profiling interval)."""
+    grids = [grid for key in gpm.COMPUTE_KEYS if (grid := _field_grid(trace, g, key)) is not None]
+    if not grids:
+        return None
+    stacked = np.stack(grids)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(stacked).any(axis=0),
+                        np.nanmax(np.where(np.isfinite(stacked), stacked, -np.inf), axis=0),
+                        np.nan)
+
+
 def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                 notes: list[str]) -> ScanResult:
     series = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
@@ -270,6 +284,9 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
     if series["utilization"] is None:
         notes.append("no utilization: stalls (busy-waiting peers) cannot be detected")
+    series["compute"] = _compute_grid(trace, g)
+    if series["compute"] is None:
+        notes.append("no profiling (GPM) columns: the compute share is not compared")
     th = StragglerThresholds(persistence_seconds=args.persistence)
     res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=args.outlier_window,
                step_seconds=args.outlier_step, thresholds=th,

@@ -1,8 +1,9 @@
 """`record`: sample GPUs (real or fake) for a while and write a cte trace.
 
 Power goes in at the sensor's native rate with the driver's own timestamps (one row per
-sample), the catalogue's traced values once a sweep and the energy counter at its
-interval, through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
+sample), the catalogue's traced values once a sweep, the energy counter at its interval
+and the GPM profiling ratios once a profiling interval (stamped with the interval's end),
+through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
 Progress is printed every `--progress` seconds; Ctrl-C or SIGTERM stop the recording
 early and still write a complete trace and its summary.
 """
@@ -18,18 +19,19 @@ import time
 
 import numpy as np
 
+from exporter.collectors.profiling import ProfilingSource
 from exporter.config import all_options
-from exporter.gpu import catalogue
+from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
 from exporter.offline.trace import TraceWriter
 from exporter.options import RECORD, add_flags, resolve
-from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import costs, fake
 from exporter.sim.scenarios import load_scenario
 from exporter.yamlfile import ConfigError
 
-FIELDS = ("power_watts", *catalogue.TRACE_KEYS)
+FIELDS = ("power_watts", *catalogue.TRACE_KEYS, *gpm.KEYS)
 
 
 class TraceRecorder:
@@ -47,6 +49,14 @@ class TraceRecorder:
                 self.writer.write(t, gpu, {"power_watts": w})
             self.rows += len(times)
             self.samples += len(times)
+
+    def profiling(self, gpu: int, reading: gpm.GpmReading) -> None:
+        """One GPU's GPM interval: averages over (start, end], in a row at its end."""
+        if not reading.values:
+            return
+        with self._lock:
+            self.writer.write(reading.end, gpu, reading.values)
+            self.rows += 1
 
     def sweep(self, gpu: int, state: GpuState) -> None:
         values = {k: state.values[k] for k in catalogue.TRACE_KEYS if k in state.values}
@@ -100,7 +110,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace, options: dict) -> int:
-    sampler = Sampler(NvmlBackend(), _settings(options))
+    recorder: TraceRecorder | None = None  # built once the GPUs are known
+
+    def profiling(gpu: int, reading: gpm.GpmReading) -> None:
+        if recorder is not None:
+            recorder.profiling(gpu, reading)
+
+    maker = CollectorMaker("profiling", options["profiling_interval_seconds"],
+                           lambda context: ProfilingSource(context, on_reading=profiling))
+    sampler = Sampler(NvmlBackend(), _settings(options), [maker])
     try:
         gpus = sampler.open()
     except NvmlUnavailable as exc:

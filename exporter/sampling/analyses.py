@@ -26,13 +26,28 @@ STRAGGLER_GRID_SECONDS = 0.1  # means and duty cycles over minutes need no more
 CYCLE_GRID_SECONDS = 0.2  # checkpoint-scale cycles, over 10 minutes
 
 
+def compute_rows(history: dict | None, gpus: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """GPU -> ((time, compute share), ...) as (gpus, k) arrays of times and shares, NaN
+    where a GPU has fewer entries; None without any."""
+    if not history:
+        return None
+    k = max(len(entries) for entries in history.values())
+    times, shares = np.full((gpus, k), np.nan), np.full((gpus, k), np.nan)
+    for gpu, entries in history.items():
+        if 0 <= gpu < gpus and entries:
+            times[gpu, :len(entries)], shares[gpu, :len(entries)] = zip(*entries, strict=True)
+    return times, shares
+
+
 class Analyses:
     def __init__(self, gpus: GpuSet, power: PowerSampler, clock: Clock,
                  power_settings: PowerSettings | None,
                  straggler_settings: StragglerSettings | None, sweep_interval: float,
-                 job_groups: Callable[[], dict[int, str] | None]):
+                 job_groups: Callable[[], dict[int, str] | None],
+                 compute_history: Callable[[], dict | None] = lambda: None):
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
+        self.compute_history = compute_history
         self.power_monitor = PowerMonitor(power_settings) if power_settings else None
         self.straggler_monitor = (StragglerMonitor(dataclasses.replace(
             straggler_settings, sweep_interval_seconds=sweep_interval))
@@ -73,4 +88,5 @@ class Analyses:
         sweep_t, values = sweep.window(monitor.settings.window_seconds)
         self.straggler_analysis = monitor.update(
             self.clock.time(), lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
-            sweep_t, values, self.job_groups())
+            sweep_t, values, self.job_groups(),
+            compute_rows(self.compute_history(), self.gpus.count))

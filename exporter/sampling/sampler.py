@@ -110,7 +110,8 @@ class Sampler:
         self.open()
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
-                                 s.sweep_interval_seconds, self.job_groups)
+                                 s.sweep_interval_seconds, self.job_groups,
+                                 self.compute_history)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
         self.loops = self._make_loops(manual=not threads)
@@ -145,7 +146,7 @@ class Sampler:
         return CollectorContext(
             gpu_count=self.gpus.count, backend=self.gpus.backend,
             identities=lambda: list(self.gpus.identities), readable=self.gpus.readable,
-            energy_joules=lambda gpu: self.power.energy.get(gpu))
+            energy_joules=lambda gpu: self.power.energy.get(gpu), clock=self.clock.time)
 
     def _make_loops(self, manual: bool) -> list[Loop]:
         s, stop, clock = self.settings, self._stop, self.clock
@@ -186,6 +187,11 @@ class Sampler:
         for thread in threads:
             if thread.is_alive():
                 thread.join(timeout)
+        for runner in self.collectors:  # free what they hold in NVML, unless still reading
+            release = getattr(runner.collector, "close", None)
+            thread = runner.loop.thread
+            if release is not None and (thread is None or not thread.is_alive()):
+                release()
         if close:
             self.gpus.backend.close()
 
@@ -203,6 +209,15 @@ class Sampler:
         for gpu in range(self.gpus.count):
             groups.setdefault(gpu, "unassigned")
         return groups
+
+    def compute_history(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
+        """GPU -> its recent (time, compute share), from the collector whose reading has
+        them (`compute_history()`: the profiling collector); None without one."""
+        for runner in self.collectors:
+            reading: Any = runner.result.reading
+            if hasattr(reading, "compute_history"):
+                return dict(reading.compute_history())
+        return None
 
     def publish(self) -> None:
         self.gpus.check_hangs(self.loops[:2])

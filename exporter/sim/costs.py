@@ -44,6 +44,7 @@ class CostModel:
     # returned: 0.3-0.5 ms for a second's ~55 samples, ~1 ms for the whole buffer
     samples_base: Cost = _c(50 * US)
     samples_each: Cost = _c(6 * US)
+    gpm_metrics_first: Cost = _c(5 * MS)  # the process's first nvmlGpmMetricsGet
 
     def of_call(self, symbol: str) -> Cost:
         return self.calls.get(symbol, self.default)
@@ -73,7 +74,7 @@ H200 = CostModel(
         "nvmlDeviceGetDecoderUtilization": _c(2 * US),
         "nvmlGpmSampleGet": _c(52 * US),
         "nvmlGpmMigSampleGet": _c(52 * US),
-        "nvmlGpmMetricsGet": _c(1.5 * MS),  # 8 metrics; 5 ms the first time (not modelled)
+        "nvmlGpmMetricsGet": _c(1.5 * MS),  # 8 metrics (1.0-1.9 ms); 5 ms the first time
     },
     fields={
         83: _c(3.5 * MS, 4.8 * MS),  # TOTAL_ENERGY_CONSUMPTION

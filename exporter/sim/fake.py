@@ -28,6 +28,7 @@ from exporter.sim import costs as cost_model
 from exporter.sim.cstructs import target, write_pointer
 from exporter.sim.fake_device import DeviceSymbols
 from exporter.sim.fake_fields import FieldSymbols
+from exporter.sim.fake_gpm import GpmSymbols
 from exporter.sim.fake_model import ModelValues
 from exporter.sim.physics import HANDLE_BASE, FakeGpu, step_timing
 from exporter.sim.scenarios import ERROR_CODES, FaultEvent, Scenario
@@ -68,7 +69,7 @@ class _Symbol:
             lib.busy_seconds += time.thread_time() - c0
 
 
-class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, ModelValues):
+class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues):
     """Answers the NVML C symbols pynvml looks up, from a Scenario."""
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.time,
@@ -93,6 +94,7 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, ModelValues):
         self._lock = threading.Lock()
         self._event_sets: dict[int, dict] = {}
         self._next_set = 0
+        self.init_gpm()
 
     # -- plumbing ---------------------------------------------------------
     def __getattr__(self, name: str) -> _Symbol:

@@ -14,6 +14,7 @@ from exporter.sim.cstructs import target, value_of
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 ERROR_NOT_FOUND = 6
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
 NOT_AVAILABLE = 0xFFFFFFFF  # nvml.h NVML_VALUE_NOT_AVAILABLE in an unsigned int member
 NVML_TEMPERATURE_GPU = 0
 _CLOCK_KEYS = {pynvml.NVML_CLOCK_SM: "sm_clock_hertz", pynvml.NVML_CLOCK_GRAPHICS:
@@ -142,6 +143,35 @@ class DeviceSymbols:
             return SUCCESS
         out.total, out.used, out.free = total, min(used, total), total - min(used, total)
         return SUCCESS
+
+    def _nvmlDeviceGetMemoryInfo_v2(self, handle, memory) -> int:
+        """Version 2 tells reserved memory apart: used (v2) + reserved + free = total."""
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        out = target(memory)
+        if out.version != pynvml.nvmlMemory_v2:
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+        keys = ("memory_total_bytes", "memory_reserved_bytes", "memory_free_bytes")
+        values = [self.nvml_units(gpu, k) for k in keys]
+        if None in values:
+            return ERROR_NOT_SUPPORTED
+        total, reserved, free = values
+        out.total, out.reserved, out.free = total, reserved, free
+        out.used = max(0, total - reserved - free)
+        return SUCCESS
+
+    def _video_utilization(self, handle, util, period, key: str) -> int:
+        result = self.answer(handle, util, key)
+        if result == SUCCESS:
+            target(period).value = 167_000  # us: the driver's sample period
+        return result
+
+    def _nvmlDeviceGetEncoderUtilization(self, handle, util, period) -> int:
+        return self._video_utilization(handle, util, period, "encoder_utilization_ratio")
+
+    def _nvmlDeviceGetDecoderUtilization(self, handle, util, period) -> int:
+        return self._video_utilization(handle, util, period, "decoder_utilization_ratio")
 
     def _nvmlDeviceGetTemperature(self, handle, sensor, temp) -> int:
         if value_of(sensor) != NVML_TEMPERATURE_GPU:

@@ -8,6 +8,8 @@ NVML's NotSupported.
 
 from __future__ import annotations
 
+import math
+
 from exporter.gpu import catalogue
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import CLOCK_EVENT_BITS
@@ -108,6 +110,51 @@ class ModelValues:
         if not gpu.training:
             return 0x1 | faults  # GPU idle
         return (0x4 if self.at_power_cap(gpu, t) else 0x0) | faults  # SW power cap
+
+    def _model_memory_reserved_bytes(self, gpu: FakeGpu, t: float) -> float:
+        # ~0.66 % of the framebuffer, in whole MiB (538 MiB of an H100's 80 GB)
+        return round(self.scenario.device.memory_total_bytes * 0.0066 / 2**20) * 2**20
+
+    def _model_memory_free_bytes(self, gpu: FakeGpu, t: float) -> float:
+        used = max(self.model(gpu, "memory_used_bytes", t),
+                   self.model(gpu, "memory_reserved_bytes", t))
+        return self.scenario.device.memory_total_bytes - used
+
+    def _model_encoder_utilization_ratio(self, gpu: FakeGpu, t: float) -> float:
+        return 0.0  # training does not use the video engines
+
+    def _model_decoder_utilization_ratio(self, gpu: FakeGpu, t: float) -> float:
+        return 0.0
+
+    # -- the driver's clock-event (violation) counters ---------------------------------
+    def _fault_seconds(self, gpu: FakeGpu, t: float, *reasons: str) -> float:
+        """Seconds clock-event faults with one of `reasons` have been active by t."""
+        since = t - self.start
+        return sum(e.active_seconds(since) for e in self.faults("clock_event", gpu.index, since,
+                                                                started=True)
+                   if set(e.params["reasons"]) & set(reasons))
+
+    def _model_clock_event_sw_power_cap_seconds(self, gpu: FakeGpu, t: float) -> float:
+        # the instant power reaches 98 % of the limit (the bit the sweep samples) in the
+        # compute phase when its noise takes it there: that share of the compute time
+        margin = 0.98 * gpu.power_limit - gpu.high
+        noise = max(self.scenario.workload.noise_watts, 1e-9)
+        capped = 0.5 * math.erfc(margin / (noise * math.sqrt(2)))
+        return (capped * gpu.compute_seconds_total(t)
+                + self._fault_seconds(gpu, t, "sw_power_cap"))
+
+    def _model_clock_event_sw_thermal_slowdown_seconds(self, gpu: FakeGpu, t: float) -> float:
+        return self._fault_seconds(gpu, t, "sw_thermal_slowdown")
+
+    def _model_clock_event_thermal_seconds(self, gpu: FakeGpu, t: float) -> float:
+        return self._fault_seconds(gpu, t, "sw_thermal_slowdown", "hw_thermal_slowdown")
+
+    def _model_clock_event_hw_thermal_slowdown_seconds(self, gpu: FakeGpu, t: float) -> float:
+        return self._fault_seconds(gpu, t, "hw_thermal_slowdown")
+
+    def _model_clock_event_hw_power_brake_slowdown_seconds(self, gpu: FakeGpu,
+                                                            t: float) -> float:
+        return self._fault_seconds(gpu, t, "hw_power_brake_slowdown")
 
     # -- every health interval ---------------------------------------------------------
     def _model_power_limit_watts(self, gpu: FakeGpu, t: float) -> float:

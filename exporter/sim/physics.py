@@ -87,6 +87,14 @@ class FakeGpu:
         # H200 at a median of 20 ms): offsets of up to 0.9 of an interval, one per sample
         self.jitter = rng.uniform(-0.45, 0.45, _NOISE_TABLE)
         self.sample_interval = dev.power_sample_interval_seconds
+        # In lockstep, the part of the communication phase beyond the collective's own
+        # length is spent waiting for a slower peer (spinning in the collective).
+        independent = any(o.step_period_seconds for o in scenario.overrides.values())
+        collective = work.step_period_seconds * (1 - work.compute_fraction)
+        communication = period * (1 - fraction)
+        self.wait_share = (0.0 if independent or communication <= collective
+                           else 1 - collective / communication)
+        self._compute_total = (start, 0.0)  # (t, compute seconds from start to t)
         self.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{scenario.seed}-{index}"))
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
@@ -106,6 +114,61 @@ class FakeGpu:
         if self.in_checkpoint(t):
             return self.ckpt_watts
         return self.wave.value(t + self.phase)
+
+    # -- phases over an interval (what GPM averages) --------------------------------------
+    def _wave_compute(self, t0: float, t1: float) -> float:
+        """Seconds of (t0, t1) in the waveform's compute phase (above its midpoint: from
+        half-way up the rising ramp to half-way down the falling one), checkpoints aside."""
+        if not self.training or self.high <= self.wave.low or t1 <= t0:
+            return 0.0
+        period = self.wave.period
+        ramp, on = self.wave.breaks[1], self.wave.breaks[2]  # compute lasts `on` a period
+
+        def since_zero(y: float) -> float:
+            k = math.floor(y / period)
+            return k * on + min(y - k * period, on)
+
+        shift = self.phase - ramp / 2
+        return since_zero(t1 + shift) - since_zero(t0 + shift)
+
+    def checkpoints(self, t0: float, t1: float) -> list[tuple[float, float]]:
+        """The parts of (t0, t1) spent in checkpoints."""
+        if self.every <= 0 or t1 <= t0:
+            return []
+        out = []
+        k = math.floor(t0 / self.every)
+        while k * self.every < t1:
+            a, b = max(t0, k * self.every), min(t1, k * self.every + self.ckpt_seconds)
+            if b > a:
+                out.append((a, b))
+            k += 1
+        return out
+
+    def phase_seconds(self, t0: float, t1: float) -> dict[str, float]:
+        """How (t0, t1) divides into compute, communication, waiting (in a collective for
+        a slower peer, or for the checkpoint writer), writing (the writer's checkpoint)
+        and idle, in seconds."""
+        span = max(0.0, t1 - t0)
+        if not self.training:
+            return {"idle": span}
+        pieces = self.checkpoints(t0, t1)
+        in_checkpoint = sum(b - a for a, b in pieces)
+        compute = self._wave_compute(t0, t1) - sum(self._wave_compute(a, b) for a, b in pieces)
+        communication = span - in_checkpoint - compute
+        return {"compute": compute,
+                "communication": communication * (1 - self.wait_share),
+                "waiting": communication * self.wait_share + (
+                    0.0 if self.writer else in_checkpoint),
+                "writing": in_checkpoint if self.writer else 0.0}
+
+    def compute_seconds_total(self, t: float) -> float:
+        """Seconds in the compute phase since the GPU started (for the driver's counters)."""
+        last, total = self._compute_total
+        if t < last:
+            last, total = self.start, 0.0
+        total += self.phase_seconds(last, t).get("compute", 0.0)
+        self._compute_total = (t, total)
+        return total
 
     # -- the driver's power samples -------------------------------------------------
     def sample_time(self, k: int) -> float:

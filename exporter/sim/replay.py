@@ -5,7 +5,9 @@ nvidia-smi CSV logs), so dashboards, rules and the analysers can be shown on rea
 The trace loops: after its end it starts again. Its power rows become the driver's
 buffer of power samples, at the trace's own timestamps. The replay serves what the trace
 has and nothing else: a value the trace lacks (clocks in a log of power and temperature,
-ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated.
+ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated. GPM
+metrics come from the trace's profiling columns (the value recorded at the end of the
+interval asked for), and GPM is unsupported in a trace without them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from exporter.gpu import catalogue
+from exporter.gpu import catalogue, gpm
 from exporter.offline.trace import Trace
 from exporter.sim.fake import FakeNvmlLibrary
 from exporter.sim.physics import FakeGpu
@@ -52,7 +54,8 @@ class TraceGpu(FakeGpu):
         step = float(np.median(np.diff(self.power_t))) if len(self.power_t) > 1 else 1.0
         self.loop_seconds = float(self.power_t[-1]) + step  # one pass, in trace seconds
         self.t = series.t - t0
-        self.fields = {name: f for name in catalogue.TRACE_KEYS if name in series.fields
+        self.fields = {name: f for name in (*catalogue.TRACE_KEYS, *gpm.KEYS)
+                       if name in series.fields
                        and (f := _filled(self.t, series.fields[name])) is not None}
         self.tdp = trace.tdp_watts.get(trace.gpus[index])
         self.training = True

@@ -98,6 +98,8 @@ class DeviceSpec:
     power_sample_buffer: int = 119
     # Hopper replaced page retirement by row remapping: fields 29-31 are NotSupported.
     retired_pages: bool = False
+    # GPM (profiling metrics: nvmlGpmQueryDeviceSupport) exists from Hopper on.
+    gpm: bool = True
     nvlinks: int = 18
     driver_version: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
@@ -238,7 +240,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
                    strings=("name", "driver_version", "nvml_version"),
                    ints=("memory_total_bytes", "pcie_generation", "pcie_width", "nvlinks",
                          "power_sample_buffer"),
-                   bools=("has_fan", "retired_pages"),
+                   bools=("has_fan", "retired_pages", "gpm"),
                    bounds={"power_update_period_seconds": (0.001, 10),
                            "power_sample_interval_seconds": (0.001, 1),
                            "power_sample_buffer": (0, 100000),

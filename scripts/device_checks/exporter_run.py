@@ -11,10 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import Config
+from exporter.gpu import gpm
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "metrics.md"
 # Families a GPU may lack without being wrong (fanless SXM boards, no HBM sensor).
-OPTIONAL = {"gpu_fan_speed_ratio", "gpu_memory_temperature_celsius"}
+OPTIONAL = {"gpu_fan_speed_ratio", "gpu_memory_temperature_celsius",
+            "gpu_encoder_utilization_ratio", "gpu_decoder_utilization_ratio"}  # H100: no NVENC
 SANE = {  # family -> (low, high) for every sample
     "gpu_power_watts": (0, 1500), "gpu_power_average_watts": (0, 1500),
     "gpu_temperature_celsius": (0, 120), "gpu_memory_temperature_celsius": (0, 130),
@@ -64,16 +66,33 @@ def _checks(first: dict, second: dict, gpus: int) -> tuple[list[str], list[str]]
         for s in second.get(name, []):
             if s.labels["gpu"] in before and s.value < before[s.labels["gpu"]]:
                 failures.append(f"gpu {s.labels['gpu']}: {name} went down")
+    failures += _profiling_checks(second)
     for s in second.get("gpu_power_samples_lost_total", []):
         if s.value > 0:
             warnings.append(f"gpu {s.labels['gpu']}: {s.value:.0f} power samples lost")
     return failures, warnings
 
 
+def _profiling_checks(scraped: dict) -> list[str]:
+    """Every GPU that says it supports GPM has the 8 ratios, each in [0, 1]."""
+    failures = []
+    supported = {s.labels["gpu"] for s in scraped.get("gpu_profiling_supported", [])
+                 if s.value == 1}
+    for metric in gpm.METRICS:
+        values = {s.labels["gpu"]: s.value for s in scraped.get(metric.metric, [])}
+        if supported - set(values):
+            failures.append(f"{metric.metric}: missing for GPUs {sorted(supported - set(values))}"
+                            " that support GPM")
+        failures += [f"{metric.metric}{{gpu={g}}}: {v} outside [0, 1]"
+                     for g, v in values.items() if not 0 <= v <= 1]
+    return failures
+
+
 def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str], dict]:
     """Run the exporter for ~`seconds`; failures, warnings and a summary with its CPU."""
+    # profiling every 2 s (10 s by default) so that its ratios are in the second scrape
     exp = Exporter(Config(listen_address="127.0.0.1:0", fake=use_fake, energy_interval_seconds=2,
-                          collector_infiniband=False))
+                          collector_infiniband=False, profiling_interval_seconds=2))
     exp.start()
     try:
         time.sleep(3)
@@ -100,6 +119,8 @@ def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str],
         "process_cpu_percent": round(cpu * 100, 2),
         "process_cpu_percent_per_gpu": round(cpu * 100 / max(gpus, 1), 3),
         "loop_cpu_seconds": {n: round(s.cpu_seconds_total, 3) for n, s in snap.loops.items()},
+        "profiling_supported": sorted({s.labels["reason"]
+                                       for s in second.get("gpu_profiling_supported", [])}),
         "nvml_errors": {f"{c}/{e}": n for (c, e), n in snap.nvml_errors.items()},
     }
     if driver is not None:

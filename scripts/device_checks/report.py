@@ -15,6 +15,11 @@ def print_report(report: dict) -> None:
               f"cpu {lat['cpu_us']:9.1f} us{note}")
     print(f"instant power field updates: {json.dumps(report['power_update'])}")
     print(f"driver power-sample buffer: {json.dumps(report['power_samples'])}")
+    gpm = dict(report["gpm"])
+    for name, lat in gpm.pop("call_latency", {}).items():
+        print(f"  {name:58s} {lat['p50_us']:9.1f} / {lat['p99_us']:9.1f} us, "
+              f"cpu {lat['cpu_us']:9.1f} us")
+    print(f"GPM profiling metrics on GPU 0: {json.dumps(gpm)}")
     print(f"exporter: {json.dumps(report['exporter'])}")
     for warning in report["warnings"]:
         print(f"WARN {warning}")

@@ -85,6 +85,50 @@ def power() -> list[Item]:
     ]
 
 
+def compute_or_wait() -> list[Item]:
+    compute = "instance_gpu:gpu_compute_active_ratio:max"
+    wait = "instance_gpu:gpu_wait_active_ratio:clamp"
+    return [
+        row("Compute or wait (GPM)"),
+        stat("Compute share now", (f"avg({compute}{{{C}}})", "computing"),
+             unit="percentunit", w=6,
+             description="Mean over the GPUs of the busiest math pipe's share of the time "
+                         "(tensor, FP64, FP32, FP16; profiling metrics from GPM)."),
+        stat("Waiting share now", (f"avg({wait}{{{C}}})", "waiting"), unit="percentunit",
+             w=6, description="A kernel resident but no math pipe busy: spinning in "
+                              "collectives, copies. `gpu_utilization_ratio` counts it busy."),
+        stat("GPUs without GPM", (f"count(gpu_profiling_supported{{{C}}} == 0) or on() "
+                                  "vector(0)", "GPUs"), w=6,
+             description="GPUs that give no profiling metrics (before Hopper, MIG without "
+                         "permission): left out of the shares here."),
+        stat("Utilization now (any kernel)", (f"avg(gpu_utilization_ratio{{{C}}})", "busy"),
+             unit="percentunit", w=6,
+             description="NVML's utilization for comparison: waiting counts as busy."),
+        ts("Compute vs wait (selected clusters)",
+           (f"avg({compute}{{{C}}})", "computing"),
+           (f"avg({wait}{{{C}}})", "waiting (kernel resident, no math)"),
+           (f"1 - avg(gpu_graphics_engine_active_ratio{{{C}}})", "idle (no kernel)"),
+           unit="percentunit", stack=True, minimum=0, maximum=1,
+           description="Share of GPU time computing, waiting and idle, averaged over the "
+                       "GPUs with GPM (recording rules in alerts/profiling.yml)."),
+        ts("Compute share by job",
+           ('hpc_job:gpu_compute_active_ratio:avg{hpc_job=~"$hpc_job"}', "{{hpc_job}} computing"),
+           ('hpc_job:gpu_wait_active_ratio:avg{hpc_job=~"$hpc_job"}', "{{hpc_job}} waiting"),
+           unit="percentunit", minimum=0, maximum=1,
+           description="Recording rules `hpc_job:gpu_compute_active_ratio:avg` and "
+                       "`hpc_job:gpu_wait_active_ratio:avg`."),
+        ts("Energy per compute-second by job",
+           ('hpc_job:gpu_energy_joules_per_compute_second:ratio{hpc_job=~"$hpc_job"}',
+            "{{hpc_job}}"), unit="joule",
+           description="Joules the job's GPUs draw per second of full-GPU compute: power "
+                       "over the sum of compute shares. Waiting raises it."),
+        ts("Compute share by cluster",
+           ('cluster:gpu_compute_active_ratio:avg{cluster=~"$cluster"}', "{{cluster}} computing"),
+           ('cluster:gpu_wait_active_ratio:avg{cluster=~"$cluster"}', "{{cluster}} waiting"),
+           unit="percentunit", minimum=0, maximum=1),
+    ]
+
+
 def stragglers() -> list[Item]:
     return [
         row("Stragglers and stalls"),
@@ -134,6 +178,7 @@ def hardware_and_fabric() -> list[Item]:
 def board():
     return dashboard(
         "cte-cluster-overview", "GPU cluster overview",
-        "GPUs up vs expected, firing alerts, power and coherent swings, stragglers and "
-        "fabric errors across the cluster.",
-        [*fleet(), *power(), *stragglers(), *hardware_and_fabric()], variables())
+        "GPUs up vs expected, firing alerts, power and coherent swings, compute vs wait, "
+        "stragglers and fabric errors across the cluster.",
+        [*fleet(), *power(), *compute_or_wait(), *stragglers(), *hardware_and_fabric()],
+        variables())

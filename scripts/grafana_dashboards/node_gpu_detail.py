@@ -60,6 +60,39 @@ def utilization_and_power() -> list[Item]:
     ]
 
 
+def profiling() -> list[Item]:
+    def avg(metric: str) -> str:
+        return f"avg(gpu_{metric}_ratio{{{G}}})"
+
+    return [
+        row("Compute or wait (GPM profiling)"),
+        ts("Activity breakdown (mean of the selected GPUs)",
+           (avg("graphics_engine_active"), "graphics engine"), (avg("sm_active"), "SM active"),
+           (avg("sm_occupancy"), "SM occupancy"), (avg("tensor_active"), "tensor pipes"),
+           (avg("fp64_active"), "FP64"), (avg("fp32_active"), "FP32"),
+           (avg("fp16_active"), "FP16"), (avg("dram_active"), "DRAM bandwidth"),
+           unit="percentunit", minimum=0, maximum=1,
+           description="GPM's counters (DCGM_FI_PROF_*), each averaged over the profiling "
+                       "interval (10 s). Engine busy with idle pipes: waiting."),
+        bargauge("Compute vs wait per GPU",
+                 (f"instance_gpu:gpu_compute_active_ratio:max{{{G}}}", "GPU {{gpu}} computing"),
+                 (f"instance_gpu:gpu_wait_active_ratio:clamp{{{G}}}", "GPU {{gpu}} waiting"),
+                 unit="percentunit", minimum=0, maximum=1,
+                 description="Computing: the busiest math pipe. Waiting: a kernel resident "
+                             "with no math (a collective spinning for a slower peer)."),
+        ts("Tensor pipes active per GPU", (f"gpu_tensor_active_ratio{{{G}}}", "GPU {{gpu}}"),
+           unit="percentunit", minimum=0, maximum=1,
+           description="The GPU that computes while its peers wait stands out here."),
+        ts("SM active and DRAM per GPU", (f"gpu_sm_active_ratio{{{G}}}", "GPU {{gpu}} SM"),
+           (f"gpu_dram_active_ratio{{{G}}}", "GPU {{gpu}} DRAM"),
+           unit="percentunit", minimum=0, maximum=1),
+        table("Profiling support", (f"gpu_profiling_supported{{{G}}}", ""), w=24, h=5,
+              hide=("Time", "__name__", "job", "cluster", "instance"),
+              description="1 where GPM gives these metrics; 0 with the reason (before "
+                          "Hopper, no driver support, MIG without permission)."),
+    ]
+
+
 def clocks() -> list[Item]:
     return [
         row("Clocks"),
@@ -168,8 +201,8 @@ def swings_and_stragglers() -> list[Item]:
 def board():
     return dashboard(
         "cte-node-gpu-detail", "GPU node and GPU detail",
-        "One node: per-GPU utilization, power, clocks, temperatures, memory, PCIe, "
-        "NVLink per link and the node's swing and straggler features.",
-        [*node(), *utilization_and_power(), *clocks(), *temperature_and_memory(), *pcie(),
-         *nvlink(), *swings_and_stragglers()],
+        "One node: per-GPU utilization, power, compute vs wait (GPM), clocks, temperatures, "
+        "memory, PCIe, NVLink per link and the node's swing and straggler features.",
+        [*node(), *utilization_and_power(), *profiling(), *clocks(), *temperature_and_memory(),
+         *pcie(), *nvlink(), *swings_and_stragglers()],
         variables(single_instance=True))

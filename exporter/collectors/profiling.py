@@ -1,0 +1,158 @@
+"""The `profiling` collector: per-GPU profiling metrics from NVML GPM (Hopper and later):
+how much of the time the GPU computes, and how much it only waits.
+
+`gpu_utilization_ratio` says a kernel was running; a GPU spinning in an NCCL collective
+while it waits for a straggler counts as 100 % busy. GPM's counters (the ones
+dcgm-exporter exports as `DCGM_FI_PROF_*`) tell the two apart: the tensor and FP pipes
+are busy only while the GPU computes.
+
+Each read takes one GPM sample per GPU (exporter/gpu/gpm.py) and reports the metrics
+since the previous one, so the values are averages over the whole interval, without
+gaps. Cost on an H200: nvmlGpmSampleGet 52 us and nvmlGpmMetricsGet 1.0-1.9 ms per GPU
+and read; every 10 s (the default `--collector.profiling.interval`) that is ~12 ms per
+10 s for 8 GPUs, 0.12 % of one core, against the exporter's ~1 % budget (every second it
+would take all of it). Support is asked once per GPU; where GPM is unsupported,
+`gpu_profiling_supported` is 0 with the reason, and the ratios are absent for that GPU.
+
+Every reading also keeps the last two minutes of each GPU's compute share (the busiest
+math pipe), which the live straggler analysis takes as its `compute` signal.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.registry import CollectorContext, CollectorSpec
+from exporter.gpu import gpm
+from exporter.options import RECORD, RUN, Option
+
+__all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "ProfilingSource"]
+
+#: Seconds between GPM samples (see the module's docstring for the CPU it costs).
+DEFAULT_INTERVAL_SECONDS = 10.0
+#: How much of each GPU's compute-share history a reading carries (the straggler window
+#: is 60 s).
+HISTORY_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    status: str  # one of gpm.REASONS
+    reading: gpm.GpmReading | None  # the last interval (None: not yet, or not supported)
+
+
+@dataclass(frozen=True)
+class ProfilingReading:
+    time: float
+    gpus: Mapping[int, GpuProfile]
+    # gpu -> ((end of interval, compute share), ...), oldest first, over HISTORY_SECONDS
+    history: Mapping[int, tuple[tuple[float, float], ...]]
+
+    def compute_history(self) -> Mapping[int, tuple[tuple[float, float], ...]]:
+        """Each GPU's recent compute shares (the sampler hands them to the analyses)."""
+        return self.history
+
+
+class ProfilingSource:
+    """Reads GPM on every readable GPU of the node, one sample per GPU and read."""
+
+    name = "profiling"
+
+    def __init__(self, context: CollectorContext,
+                 on_reading: Callable[[int, gpm.GpmReading], None] | None = None):
+        """`on_reading`: called with each GPU's new interval (`record` writes it)."""
+        backend = context.backend
+        self.readers = ([gpm.GpmReader(backend, gpu) for gpu in range(context.gpu_count)]
+                        if backend is not None else [])
+        self.readable = context.readable
+        self.clock = context.clock
+        self.on_reading = on_reading
+        self._last: dict[int, gpm.GpmReading] = {}
+        self._history: dict[int, deque[tuple[float, float]]] = {}
+
+    def read(self) -> ProfilingReading:
+        now = self.clock()
+        gpus: dict[int, GpuProfile] = {}
+        for gpu, reader in enumerate(self.readers):
+            if not self.readable(gpu):
+                reader.restart()  # the next interval starts once it is back
+                self._last.pop(gpu, None)
+                if reader.status is not None:
+                    gpus[gpu] = GpuProfile(reader.status, None)
+                continue
+            reading = reader.read(now)
+            if reading is not None:
+                self._keep(gpu, reading)
+            else:  # a first sample, a failed one or no GPM: no current values (not stale ones)
+                self._last.pop(gpu, None)
+            gpus[gpu] = GpuProfile(reader.support(), self._last.get(gpu))
+        history = {gpu: tuple(h) for gpu, h in self._history.items() if h}
+        return ProfilingReading(now, MappingProxyType(gpus), MappingProxyType(history))
+
+    def _keep(self, gpu: int, reading: gpm.GpmReading) -> None:
+        self._last[gpu] = reading
+        history = self._history.setdefault(gpu, deque(maxlen=256))
+        share = gpm.compute_share(reading.values)
+        if share is not None:
+            history.append((reading.end, share))
+        while history and history[0][0] < reading.end - HISTORY_SECONDS:
+            history.popleft()
+        if self.on_reading is not None:
+            self.on_reading(gpu, reading)
+
+    def close(self) -> None:
+        """Free the GPM sample buffers (the sampler calls it once this stopped reading)."""
+        for reader in self.readers:
+            reader.close()
+
+
+def _families(reading: ProfilingReading, snapshot: Any) -> Iterator[Metric]:
+    labels = {i.index: [str(i.index), i.uuid] for i in snapshot.identities if i is not None}
+    supported = GaugeMetricFamily(
+        "gpu_profiling_supported", "1 where the GPU gives GPM profiling metrics; 0 with the "
+        "reason where not (unsupported_device: before Hopper; unsupported_driver; "
+        "no_permission: e.g. MIG mode; error).", labels=["gpu", "uuid", "reason"])
+    window = GaugeMetricFamily(
+        "gpu_profiling_window_seconds", "Time the profiling ratios are averaged over (between "
+        "the two GPM samples).", labels=["gpu", "uuid"])
+    ratios = {m.key: GaugeMetricFamily(m.metric, m.help, labels=["gpu", "uuid"])
+              for m in gpm.METRICS}
+    for gpu, profile in sorted(reading.gpus.items()):
+        if gpu not in labels or not snapshot.up(gpu):  # lost or hung: no stale series
+            continue
+        supported.add_metric([*labels[gpu], profile.status],
+                             1.0 if profile.status == gpm.SUPPORTED else 0.0)
+        interval = profile.reading
+        if interval is None:
+            continue
+        window.add_metric(labels[gpu], interval.end - interval.start)
+        for key, value in interval.values.items():
+            ratios[key].add_metric(labels[gpu], value)
+    yield supported
+    yield window
+    yield from ratios.values()
+
+
+INTERVAL = Option(
+    "profiling_interval_seconds", "--collector.profiling.interval", float,
+    DEFAULT_INTERVAL_SECONDS, "seconds between GPM samples; the profiling ratios average "
+    "over it (each read costs ~1.6 ms of CPU per GPU)", 1.0, 3600.0, metavar="SECONDS",
+    commands=(RUN, RECORD))
+
+SPEC = CollectorSpec(
+    name="profiling",
+    help="profiling metrics from NVML GPM (Hopper and later): SM, tensor, FP and DRAM "
+         "activity, the share of time the GPU computes rather than waits",
+    default=True,
+    factory=lambda config, context: ProfilingSource(context),
+    families=_families,
+    options=(INTERVAL,),
+    interval=lambda config: config.profiling_interval_seconds,
+)
