@@ -196,7 +196,7 @@ def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
             resp, body = get(exp, "/metrics")
             latencies.append(time.perf_counter() - t0)
             assert resp.status == 200
-        assert max(latencies) < 0.1
+        assert max(latencies) < 1.0  # never blocked by the 60 s hang
         assert get(exp, "/healthz")[0].status == 200
         stuck = {s.labels["gpu"]: s.value
                  for s in families(body)["cte_gpu_stuck_seconds"].samples}
