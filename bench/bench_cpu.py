@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -137,10 +139,13 @@ def measure(port: int, opts: argparse.Namespace, counters: Callable[[], dict[str
     (per wall-second) over the window, and the scrapes."""
     time.sleep(opts.warmup)
     pair = PrometheusPair(port, opts.scrape_interval)
+    spy = start_profiler(opts) if opts.profile and in_process else None
     before, t0 = counters(), time.monotonic()
     pair.start()
     time.sleep(opts.seconds)
     pair.stop()
+    if spy is not None:
+        spy.wait(30)
     after, wall = counters(), time.monotonic() - t0
     rates = {k: (v - before[k]) / wall for k, v in after.items() if k in before}
     if in_process:  # the scraper's thread is not the target's
@@ -150,6 +155,21 @@ def measure(port: int, opts: argparse.Namespace, counters: Callable[[], dict[str
             "scrapes": {"count": len(lat), "errors": pair.errors, "bytes": pair.bytes,
                         "p50_ms": statistics.median(lat) * 1000 if lat else None,
                         "max_ms": lat[-1] * 1000 if lat else None}}
+
+
+def start_profiler(opts: argparse.Namespace) -> subprocess.Popen:
+    """py-spy on this process for the window, collapsed stacks per thread into
+    PROFILE/<target>.folded (sampling from outside: --nonblocking never pauses us, and
+    its own CPU is its process's, not ours). --gil samples only the thread holding the
+    GIL: Python work, not GIL waits, nor the fake's burn (which releases the GIL as a C
+    driver would). Needs py-spy (pip) and ptrace rights."""
+    out = Path(opts.profile) / f"{opts.child}.folded"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return subprocess.Popen([spy, "record", "--pid", str(os.getpid()), "--duration",
+                             str(int(opts.seconds)), "--rate", "250", "--nonblocking", "--gil",
+                             "--threads", "--format", "raw", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def fake_library(opts: argparse.Namespace) -> tuple[AccountedLibrary, ModelledCost]:
@@ -268,6 +288,8 @@ def run_child(name: str, opts: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name,
            "--seconds", str(opts.seconds), "--warmup", str(opts.warmup),
            "--scenario", opts.scenario, "--scrape-interval", str(opts.scrape_interval)]
+    if opts.profile:
+        cmd += ["--profile", opts.profile]
     if not opts.costs:
         cmd.append("--no-costs")
     done = subprocess.run(cmd, capture_output=True, text=True,
@@ -417,6 +439,29 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
                   f"band 0-{res['band_max_hz']:.1f} Hz")
 
 
+def print_profile(folder: str, target: str, top: int = 12) -> None:
+    """The hottest frames of a py-spy profile: by own samples, and by samples under them."""
+    path = Path(folder) / f"{target}.folded"
+    if not path.exists():
+        print(f"{LABELS[target]}: no profile (is py-spy installed, and may it ptrace?)")
+        return
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames, n = stack.split(";"), int(count)
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames[1:]):  # the first frame names the thread
+            under[frame] = under.get(frame, 0) + n
+    print(f"{LABELS[target]} profile ({total} samples, {path}):")
+    for title, table in (("own", own), ("inclusive", under)):
+        print(f"  hottest, {title}:")
+        for frame, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"    {n / total * 100:5.1f} %  {frame}")
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measured window")
@@ -430,6 +475,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the fake charges nothing (compare with the issue's figures)")
     parser.add_argument("--child", choices=TARGETS, help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="also write every result here")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy each Python target over the "
+                        "window into DIR/<target>.folded and print its hottest frames")
     opts = parser.parse_args(argv)
     targets = [t for t in opts.targets.split(",") if t]
     if bad := [t for t in targets if t not in TARGETS]:
@@ -451,6 +498,9 @@ def main(argv: list[str] | None = None) -> None:
     print_table(results, opts)
     print_ratios(results)
     print_breakdown(results)
+    for target in opts.targets if opts.profile else ():
+        if target != "node_exporter":
+            print_profile(opts.profile, target)
     if opts.json:
         Path(opts.json).write_text(json.dumps(runs, indent=1))
 

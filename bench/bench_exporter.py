@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from targets import free_port, scrape, start_node_exporter, wait_http
+from targets import TargetDown, free_port, scrape, start_node_exporter, wait_http
 
 from exporter.gpu.backend import NvmlBackend
 from exporter.sampling.sampler import Sampler, SamplerSettings
@@ -119,6 +119,9 @@ def _measure_target(start: Callable[[int], subprocess.Popen], seconds: float, sc
         wait_http(port, proc=proc)
         time.sleep(2)  # past start-up: the first snapshots, the first renders
         return np.array(_load(port, seconds, scrapers, pause)) * 1000
+    except TargetDown as exc:
+        print(f"  skipped: {exc}")
+        return None
     finally:
         proc.terminate()
         proc.wait(10)

@@ -48,18 +48,22 @@ def scrape(port: int, conn: http.client.HTTPConnection | None = None) -> tuple[f
             conn.close()
 
 
-def wait_http(port: int, seconds: float = 30.0, proc: subprocess.Popen | None = None) -> None:
-    """Until GET /metrics answers 200; SystemExit if it never does (or `proc` dies)."""
+class TargetDown(RuntimeError):
+    """A target never answered, or exited."""
+
+
+def wait_http(port: int, seconds: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Until GET /metrics answers 200; TargetDown if it never does (or `proc` dies)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"the target on port {port} exited with {proc.returncode}")
+            raise TargetDown(f"the target on port {port} exited with {proc.returncode}")
         try:
             scrape(port)
             return
         except OSError:
             time.sleep(0.1)
-    raise SystemExit(f"nothing answered GET /metrics on port {port} within {seconds:.0f} s")
+    raise TargetDown(f"nothing answered GET /metrics on port {port} within {seconds:.0f} s")
 
 
 def node_exporter_binary() -> str | None:
