@@ -23,6 +23,7 @@ which evens out load from other work on a shared machine. Not a pass/fail test.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -109,6 +110,27 @@ class ModelledCost:
         out = {f"model_thread/{k}": v for k, v in list(self.by_thread.items())}
         out["model"] = sum(self.by_thread.values())
         return out
+
+
+class GcTime:
+    """CPU-seconds spent in the cyclic garbage collector (it runs in whichever thread
+    allocates when a generation fills, so it hides inside every loop's figure)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._started
+            self.collections += 1
+
+    def counters(self) -> dict[str, float]:
+        return {"gc": self.seconds, "gc_collections": float(self.collections)}
 
 
 def thread_cpu(proc: psutil.Process) -> dict[str, float]:
@@ -203,6 +225,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     config = build_config(None, {"listen_address": "127.0.0.1:0", "fake": True,
                                  "scenario": opts.scenario, "fake_costs": opts.costs})
     lib, model = fake_library(opts)
+    gc_time = GcTime()
     exp = Exporter(config, fake_lib=lib)
     exp.start()
     proc = psutil.Process()
@@ -210,7 +233,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     assert sampler is not None
 
     def counters() -> dict[str, float]:
-        out = {"process": process_cpu(proc), **fake_counters(lib, model)}
+        out = {"process": process_cpu(proc), **fake_counters(lib, model), **gc_time.counters()}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         out.update({f"loop/{loop.name}": loop.cpu_seconds for loop in sampler.loops})
         for gpu, stats in sampler.power.stats().items():
@@ -241,6 +264,7 @@ def child_nvitop(opts: argparse.Namespace) -> dict[str, Any]:
                          f"(or pip install {NVITOP_PIN})"}
     lib, model = fake_library(opts)
     install(lib)  # before nvitop's first NVML call: it loads the library once
+    gc_time = GcTime()
     port = free_port()
     # nvitop-exporter's main() reads sys.argv, serves, then loops forever in collect().
     sys.argv = ["nvitop-exporter", "--bind-address", "127.0.0.1", "--port", str(port),
@@ -251,7 +275,7 @@ def child_nvitop(opts: argparse.Namespace) -> dict[str, Any]:
     proc = psutil.Process()
 
     def counters() -> dict[str, float]:
-        out = {"process": process_cpu(proc), **fake_counters(lib, model)}
+        out = {"process": process_cpu(proc), **fake_counters(lib, model), **gc_time.counters()}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         return out
 
@@ -369,6 +393,10 @@ def print_table(results: dict[str, dict[str, Any]], opts: argparse.Namespace) ->
         print(f"  {label:22s} {pct(sh.whole)} {pct(sh.fake) if gpu else dash} "
               f"{pct(sh.itself)} {model} {on_h200} {calls:6.0f} "
               f"{res['scrapes']['p50_ms'] or 0:6.2f} ms {res['rss_bytes'] / 2**20:5.1f} MiB")
+    spreads = [f"{name} {lo * 100:.2f}-{hi * 100:.2f} %" for name, res in results.items()
+               if (lo_hi := res.get("spread", {}).get("process")) for lo, hi in [lo_hi]]
+    if opts.rounds > 1 and spreads:
+        print(f"  spread of the process's figure over the rounds: {', '.join(spreads)}")
     print("  whole: the process; in fake: inside the fake NVML (busy_seconds: the modelled "
           "driver, or the fake's own\n  Python where that costs more); itself: whole - in "
           "fake; H200drv: what the H200 model charges for the same calls;\n  on H200: itself "
@@ -416,9 +444,11 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
         print("  " + ", ".join(f"{n} {v * 100:.2f} % ({d * 100:.2f}, {m * 100:.2f})"
                                for n, v, d, m in parts if v > 0.00005))
         other = shares(res).whole - sum(p[1] for p in parts)
-        print(f"  other (threads that came and went, e.g. HTTP connections; GC): "
+        print(f"  other (threads that came and went, e.g. HTTP connections): "
               f"{other * 100:.2f} %; scraper thread, taken off: "
-              f"{rates.get('scraper', 0.0) * 100:.3f} %")
+              f"{rates.get('scraper', 0.0) * 100:.3f} %; garbage collector (inside the "
+              f"above): {rates.get('gc', 0.0) * 100:.2f} % in "
+              f"{rates.get('gc_collections', 0.0):.1f} collections/s")
         if "render_cpu_seconds" in res:
             renders = res["scrapes"]["count"] / res["wall_seconds"]
             print(f"  render + gzip of one snapshot (first scrape of it, in its connection's "
