@@ -460,7 +460,9 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
         print("  NVML calls/s: " + ", ".join(f"{k} {v:.1f}" for k, v in calls if v >= 0.05))
         if res.get("missing"):
             print(f"  symbols it asked for that the fake does not serve: "
-                  f"{', '.join(res['missing'])}")
+                  f"{', '.join(res['missing'])}\n  (each answered FunctionNotFound: the "
+                  f"value is skipped and costs nothing here, so this figure is a floor; "
+                  f"docs/performance.md says what they cost on an H200)")
         if name == "ours":
             samples = [v for k, v in rates.items() if k.startswith("samples/")]
             lost = sum(v for k, v in rates.items() if k.startswith("lost/"))
