@@ -30,14 +30,12 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-import ib_tree  # noqa: E402
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from exporter.collectors.infiniband import InfinibandSource  # noqa: E402
-from exporter.collectors.infiniband_families import infiniband_families  # noqa: E402
+from exporter.collectors.infiniband import InfinibandSource
+from exporter.collectors.infiniband_families import infiniband_families
+from exporter.sim import ib_tree
 
 
 def timings(fn: Callable[[], object], n: int) -> list[float]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ib_tree import down_hca, ndr_hca, roce_hca
+from exporter.sim.ib_tree import down_hca, ndr_hca, roce_hca
 from tests.prom import Prometheus
 from tests.tools import REPO, free_port, require_binary, stop_process, wait_for
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import Config
-from tests import ib_tree
+from exporter.sim import ib_tree
 from tests.tools import REPO, wait_for
 
 CONDITIONAL = "(present only when"  # a row saying so need not show in a healthy run

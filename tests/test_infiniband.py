@@ -25,7 +25,7 @@ from exporter.collectors.infiniband import (
     parse_state,
 )
 from exporter.collectors.infiniband_families import FAMILIES, infiniband_families
-from tests import ib_tree
+from exporter.sim import ib_tree
 from tests.tools import require_binary
 
 REPO = Path(__file__).resolve().parent.parent

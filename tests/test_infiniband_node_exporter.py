@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collectors.infiniband import InfinibandSource
 from exporter.collectors.infiniband_families import infiniband_families
-from tests import ib_tree
+from exporter.sim import ib_tree
 from tests.tools import require_binary
 
 NODE_EXPORTER = "prometheus-node-exporter"

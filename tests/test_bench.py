@@ -1,0 +1,63 @@
+"""The benchmarks still run (a smoke test; they assert no timing) and keep to public APIs."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+
+from tests.tools import REPO
+
+BENCH = REPO / "bench"
+
+
+def _imports(path) -> list[tuple[str, str]]:
+    """(module, name) for every import in a bench script."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out += [(node.module, a.name) for a in node.names]
+    return out
+
+
+def test_bench_uses_no_tests_and_no_private_names():
+    bad = []
+    for path in sorted(BENCH.glob("*.py")):
+        text = path.read_text()
+        for module, name in _imports(path):
+            if module.split(".")[0] == "tests" or name.startswith("_") or any(
+                    part.startswith("_") for part in module.split(".")[1:]):
+                bad.append(f"{path.name}: {module} {name}")
+        if '"tests"' in text:
+            bad.append(f"{path.name}: puts tests/ on the path")
+    assert bad == []
+
+
+def test_bench_cpu_runs_its_targets_in_children_and_prints_a_table():
+    targets = ["ours"]
+    if importlib.util.find_spec("nvitop_exporter") is not None:
+        targets.append("nvitop")  # optional: pip install -e '.[bench]'
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_cpu.py"), "--targets", ",".join(targets),
+         "--seconds", "1.5", "--warmup", "0.5", "--scrape-interval", "0.5", "--no-costs"],
+        capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "ours (run --fake)" in out.stdout and "not measured" not in out.stdout, out.stdout
+    assert "by loop/thread" in out.stdout
+
+
+def test_bench_cpu_child_reports_json():
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_cpu.py"), "--child", "ours", "--seconds", "1",
+         "--warmup", "0.5", "--scrape-interval", "0.4", "--no-costs"],
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    rates = result["rates"]
+    assert {"process", "driver", "model", "scraper", "loop/power", "loop/sweep"} <= set(rates)
+    assert result["scrapes"]["count"] >= 2 and result["scrapes"]["errors"] == 0
+    assert result["render_cpu_seconds"] > 0
