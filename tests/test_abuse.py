@@ -28,12 +28,8 @@ def start(config: Config) -> Exporter:
 
 
 @pytest.fixture(scope="module")
-def exporter():
-    exp = start(Config(listen_address="127.0.0.1:0", fake=True))
-    try:
-        yield exp
-    finally:
-        exp.stop()
+def exporter(module_exporter):
+    return module_exporter.start(limits=LIMITS)
 
 
 def scrape(port: int, context: ssl.SSLContext | None = None,

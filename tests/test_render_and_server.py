@@ -21,13 +21,8 @@ from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_
 
 
 @pytest.fixture(scope="module")
-def exporter():
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario="training"))
-    exp.start()
-    try:
-        yield exp
-    finally:
-        exp.stop()
+def exporter(module_exporter):
+    return module_exporter.start(scenario="training")
 
 
 def get(exporter, path, headers=None, method="GET"):

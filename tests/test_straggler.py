@@ -321,8 +321,8 @@ def test_window_features_throttle_shares_and_optional_series() -> None:
     assert f.gpus[5].throttle_ratio == pytest.approx(0.5)
     assert f.gpus[5].throttle_reasons["sw_power_cap"] == pytest.approx(0.5)
     assert f.gpus[6].throttle_ratio == pytest.approx(0.2)
-    assert f.gpus[6].throttle_reasons["hw_thermal"] == pytest.approx(0.2)
-    assert f.gpus[6].throttle_reasons["sw_thermal"] == 0
+    assert f.gpus[6].throttle_reasons["hw_thermal_slowdown"] == pytest.approx(0.2)
+    assert f.gpus[6].throttle_reasons["sw_thermal_slowdown"] == 0
     assert f.gpus[5].sm_clock_hertz == 1.5e9 and f.gpus[5].nvlink_bytes_per_second == 2e9
     assert math.isnan(f.gpus[5].temperature_celsius) and math.isnan(f.gpus[5].pcie_bytes_per_second)
     assert not f.phases and math.isnan(f.gpus[5].duty_cycle)  # flat node: no phases

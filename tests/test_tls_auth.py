@@ -10,8 +10,6 @@ import time
 
 import pytest
 
-from exporter.app import Exporter
-from exporter.config import Config
 from tests.certs import make_certs
 from tests.prom import Prometheus
 from tests.tools import require_module, wait_for
@@ -25,7 +23,7 @@ def certs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exporter(tmp_path_factory, certs):
+def exporter(tmp_path_factory, certs, module_exporter):
     bcrypt = require_module("bcrypt")
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
     web = tmp_path_factory.mktemp("web") / "web.yml"
@@ -42,12 +40,7 @@ http_server_config:
 basic_auth_users:
   {USER}: '{hashed}'
 """)
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, web_config_file=str(web)))
-    exp.start()
-    try:
-        yield exp
-    finally:
-        exp.stop()
+    return module_exporter.start(web_config_file=str(web))
 
 
 def client_context(certs, cert=None, key=None) -> ssl.SSLContext:

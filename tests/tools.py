@@ -97,7 +97,8 @@ class ExporterFactory:
     def __init__(self) -> None:
         self.exporters: list = []
 
-    def start(self, manual: bool = False, fake_clock=None, collectors=None, **config):
+    def start(self, manual: bool = False, fake_clock=None, collectors=None, limits=None,
+              **config):
         from exporter.app import Exporter
         from exporter.config import Config
         from exporter.gpu.backend import private_nvml_module
@@ -111,7 +112,7 @@ class ExporterFactory:
         if clock is not None:
             kwargs["clock"] = clock
         exporter = Exporter(Config(**values), collectors=collectors, fake_clock=fake_clock,
-                            **kwargs)
+                            limits=limits, **kwargs)
         exporter.start(threads=not manual)
         self.exporters.append(exporter)
         return exporter

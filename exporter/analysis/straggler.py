@@ -32,22 +32,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.gpu.fields import CLOCK_EVENT_REASONS
+
 SIGNALS: tuple[str, ...] = (
     "sm_clock", "power", "temperature", "utilization", "duty_cycle", "throttle", "nvlink", "pcie",
     "compute",
 )
 LOW, HIGH = "low", "high"
 
-# clock event ("throttle") reasons counted as throttling; the other bits (GPU
-# idle 0x1, applications clocks setting 0x2, sync boost 0x10, display clocks
-# 0x100) are not a slowdown of a busy GPU.
+# clock event ("throttle") reasons counted as throttling, under the names the metrics
+# use; the other bits (GPU idle, applications clocks setting, sync boost, display clock)
+# are not a slowdown of a busy GPU.
 THROTTLE_REASONS: dict[str, int] = {
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sw_thermal": 0x20,
-    "hw_thermal": 0x40,
-    "hw_power_brake": 0x80,
-}
+    name: bit for name, bit in CLOCK_EVENT_REASONS.items()
+    if name in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                "hw_power_brake_slowdown")}
 THROTTLE_MASK = sum(THROTTLE_REASONS.values())
 
 MAD_SCALE = 0.6745  # MAD of a normal distribution / its standard deviation
