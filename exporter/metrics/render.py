@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import registry
+from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.health import health_families, link_memory_families, link_memory_key
 from exporter.metrics.power import power_families
@@ -51,7 +51,7 @@ class CachedFamilies:
         with self._lock:
             if self._last is not None and self._last[0] == key:
                 return self._last[1]
-        body = generate_latest(_Families(snapshot, [self.families]))
+        body = WRITER.write(self.families(snapshot))
         with self._lock:
             self._last = (key, body)
         return body
@@ -63,15 +63,9 @@ FAMILY_SOURCES: list[FamilySource] = [
     power_families, straggler_families, collector_families, self_families]
 
 
-class _Families:
-    """The tiny registry interface generate_latest() needs."""
-
-    def __init__(self, snapshot: Snapshot, sources: list[FamilySource]):
-        self.snapshot, self.sources = snapshot, sources
-
-    def collect(self) -> Iterator[Metric]:
-        for source in self.sources:
-            yield from source(self.snapshot)
+def _collect(snapshot: Snapshot, sources: list[FamilySource]) -> Iterator[Metric]:
+    for source in sources:
+        yield from source(snapshot)
 
 
 def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
@@ -80,13 +74,13 @@ def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
 
     `extra` are families from outside the snapshot (the server's own figures, built by
     the app when it publishes), written last. Each family is written whole by one
-    generate_latest call, so joining the parts is a valid exposition."""
+    write, so joining the parts is a valid exposition."""
     parts: list[bytes] = []
     plain: list[FamilySource] = []
     for source in sources or FAMILY_SOURCES:
         if isinstance(source, CachedFamilies):
             if plain:
-                parts.append(generate_latest(_Families(snapshot, plain)))
+                parts.append(WRITER.write(_collect(snapshot, plain)))
                 plain = []
             parts.append(source.render(snapshot))
         else:
@@ -94,7 +88,7 @@ def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
     if extra:
         plain.append(lambda _snapshot: extra)
     if plain:
-        parts.append(generate_latest(_Families(snapshot, plain)))
+        parts.append(WRITER.write(_collect(snapshot, plain)))
     return b"".join(parts)
 
 
