@@ -127,11 +127,13 @@ class NvmlBackend:
             self._open = False
             self.call("nvmlShutdown")
 
-    def call(self, name: str, *args: Any, gpu: int | None = None) -> Any:
+    def call(self, name: str, *args: Any, gpu: int | None = None,
+             expected: tuple[str, ...] = ()) -> Any:
         """Call the pynvml function `name`; on NVMLError count it and return None.
 
         With `gpu`, an error saying the GPU is gone marks it lost (see `lost`), and a call
-        the GPU does not support is not made again."""
+        the GPU does not support is not made again. Errors named in `expected` are
+        answers, not failures (NotFound for an empty MIG slot): None, not counted."""
         key = (gpu, name, *(a for a in args[1:] if isinstance(a, int))) if gpu is not None \
             else None
         if key is not None and key in self._unsupported:
@@ -139,7 +141,26 @@ class NvmlBackend:
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
+            if expected and error_name(exc) in expected:
+                return None
             self._failed(name, exc, gpu, key)
+            return None
+
+    def process_utilization(self, gpu: int, last_seen_us: int, handle: Any = None
+                            ) -> list | None:
+        """`nvmlDeviceGetProcessUtilization` samples newer than `last_seen_us`: [] when
+        none (NVML says NotFound); None when the call failed (counted) or the GPU does
+        not support it (asked once, as `call` does; MIG mode answers NotSupported)."""
+        handle = self.handle(gpu) if handle is None else handle
+        key = (gpu, "nvmlDeviceGetProcessUtilization")
+        if handle is None or key in self._unsupported:
+            return None
+        try:
+            return list(self.nvml.nvmlDeviceGetProcessUtilization(handle, last_seen_us))
+        except self.nvml.NVMLError as exc:
+            if error_name(exc) == "NotFound":
+                return []
+            self._failed("nvmlDeviceGetProcessUtilization", exc, gpu, key)
             return None
 
     def _failed(self, name: str, exc: Exception, gpu: int | None, key: tuple | None) -> str:
