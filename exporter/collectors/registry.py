@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,6 +44,7 @@ class CollectorContext:
     identities: Callable[[], list] = list  # GPU index -> GpuIdentity | None
     readable: Callable[[int], bool] = lambda gpu: True  # not lost, not hung
     energy_joules: Callable[[int], float | None] = lambda gpu: None  # sampled, per GPU
+    now: Callable[[], float] = time.time  # the sampler's clock (simulated in tests)
 
 
 @dataclass(frozen=True)

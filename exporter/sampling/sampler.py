@@ -145,7 +145,7 @@ class Sampler:
         return CollectorContext(
             gpu_count=self.gpus.count, backend=self.gpus.backend,
             identities=lambda: list(self.gpus.identities), readable=self.gpus.readable,
-            energy_joules=lambda gpu: self.power.energy.get(gpu))
+            energy_joules=lambda gpu: self.power.energy.get(gpu), now=self.clock.time)
 
     def _make_loops(self, manual: bool) -> list[Loop]:
         s, stop, clock = self.settings, self._stop, self.clock
@@ -186,6 +186,10 @@ class Sampler:
         for thread in threads:
             if thread.is_alive():
                 thread.join(timeout)
+        for runner in self.collectors:  # a collector holding a connection lets it go
+            close_collector = getattr(runner.collector, "close", None)
+            if close_collector is not None:
+                close_collector()
         if close:
             self.gpus.backend.close()
 
