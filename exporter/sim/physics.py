@@ -17,6 +17,11 @@ _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _NOISE_TABLE = 4096
 
 
+def gpu_uuid(seed: int, index: int) -> str:
+    """A fake GPU's UUID: stable for a scenario's seed (a fake kubelet can name it)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{seed}-{index}"))
+
+
 class Waveform:
     """One training step's power shape, repeated; with its exact running integral."""
 
@@ -87,7 +92,7 @@ class FakeGpu:
         # H200 at a median of 20 ms): offsets of up to 0.9 of an interval, one per sample
         self.jitter = rng.uniform(-0.45, 0.45, _NOISE_TABLE)
         self.sample_interval = dev.power_sample_interval_seconds
-        self.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{scenario.seed}-{index}"))
+        self.uuid = gpu_uuid(scenario.seed, index)
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
 
