@@ -258,3 +258,10 @@ def test_on_by_default_only_with_a_socket(tmp_path, monkeypatch):
     monkeypatch.setattr(k8s, "DEFAULT_SOCKET", str(present))
     assert spec.enabled(Config())
     assert os.path.exists(present)
+
+
+def test_pods_without_the_resource_prefix_are_skipped_undecoded():
+    raw = encode([Holding("a", "gpu", "c", "nvidia.com/gpu", (UUIDS[0],)),
+                  Holding("b", "cpu-only", "c", "example.com/nic", ("eth0",))])
+    assert [e.pod for e in parse_list_response(raw, b"nvidia.com/")] == ["gpu"]
+    assert [e.pod for e in parse_list_response(raw)] == ["gpu", "cpu-only"]

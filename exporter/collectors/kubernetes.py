@@ -225,7 +225,7 @@ class KubernetesSource:
                 return None, "timeout"
             return None, "unavailable" if code == self.grpc.StatusCode.UNAVAILABLE else "error"
         try:
-            return parse_list_response(raw), ""
+            return parse_list_response(raw, RESOURCE_PREFIX.encode()), ""
         except BadMessage as exc:
             log.debug("kubelet answer refused: %s", exc)
             return None, "bad_response"

@@ -60,9 +60,13 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
 
 def _fields(buf: memoryview) -> Iterator[tuple[int, memoryview | None]]:
     """(field number, the bytes of a length-delimited field, else None) in order."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
+    pos, end = 0, len(buf)
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:  # the common case: a one-byte key (field numbers below 16)
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise BadMessage("field number 0")
@@ -71,12 +75,15 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, memoryview | None]]:
             yield number, None
         elif wire in (_I64, _I32):
             pos += 8 if wire == _I64 else 4
-            if pos > len(buf):
+            if pos > end:
                 raise BadMessage("truncated fixed-size field")
             yield number, None
         elif wire == _LEN:
-            length, pos = _varint(buf, pos)
-            if pos + length > len(buf):
+            if pos < end and buf[pos] < 0x80:
+                length, pos = buf[pos], pos + 1
+            else:
+                length, pos = _varint(buf, pos)
+            if pos + length > end:
                 raise BadMessage("truncated length-delimited field")
             yield number, buf[pos:pos + length]
             pos += length
@@ -130,12 +137,18 @@ def _pod(buf: memoryview) -> list[ContainerDevices]:
             for container, devices in containers for resource, ids in devices]
 
 
-def parse_list_response(raw: bytes) -> list[ContainerDevices]:
-    """Every (pod, container, resource) with its device ids, in the kubelet's order."""
+def parse_list_response(raw: bytes, only: bytes = b"") -> list[ContainerDevices]:
+    """Every (pod, container, resource) with its device ids, in the kubelet's order.
+
+    With `only` (a resource name prefix such as ``b"nvidia.com/"``), a pod whose bytes do
+    not contain it is skipped undecoded: most pods of a node hold no GPU, and decoding
+    in Python costs ~20 us a pod."""
     out: list[ContainerDevices] = []
     for number, value in _fields(memoryview(raw)):
         if number == 1:
             if value is None:
                 raise BadMessage("pod_resources with a numeric wire type")
+            if only and only not in value.tobytes():
+                continue
             out += _pod(value)
     return out
