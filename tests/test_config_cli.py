@@ -162,15 +162,15 @@ def test_host_and_jobs_collectors(tmp_path):
     def names(config) -> list[str]:
         return [spec.name for spec in enabled(config)]
 
-    assert names(Config()) == ["host", "infiniband", "profiling"]
+    assert names(Config()) == ["host", "infiniband", "mig", "profiling"]
     path = write(tmp_path, "collector_host: false\nhpc_job_mapping_dir: /run/x\n")
     config = load_config_file(path)
     assert not config.collector_host and config.hpc_job_mapping_dir == "/run/x"
-    assert names(config) == ["infiniband", "jobs", "profiling"]
+    assert names(config) == ["infiniband", "jobs", "mig", "profiling"]
     config = build_config(str(path), {"collector_host": True, "hpc_job_mapping_dir": None,
                                       "host_network_exclude": "^lo$"})
     assert config.collector_host and config.hpc_job_mapping_dir == "/run/x"
-    assert names(config) == ["host", "infiniband", "jobs", "profiling"]
+    assert names(config) == ["host", "infiniband", "jobs", "mig", "profiling"]
     with pytest.raises(ConfigError, match="collector_jobs: needs --hpc-job-mapping-dir"):
         load_config_file(write(tmp_path, "collector_jobs: true\n"))
 

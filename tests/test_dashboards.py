@@ -21,8 +21,17 @@ import pytest
 import yaml
 
 from exporter.sim.ib_tree import down_hca, ndr_hca, roce_hca
+from exporter.sim.physics import gpu_uuid
+from exporter.sim.scenarios import load_scenario
 from tests.prom import Prometheus
-from tests.tools import REPO, free_port, require_binary, stop_process, wait_for
+from tests.tools import (
+    REPO,
+    free_port,
+    require_binary,
+    require_module,
+    stop_process,
+    wait_for,
+)
 
 DASHBOARDS = REPO / "dashboards"
 EXPECTED_FILES = ["cluster-overview.json", "node-gpu-detail.json", "power-swings.json",
@@ -44,6 +53,15 @@ RECORDING_RULES = {
     "hpc_job:gpu_compute_active_ratio:avg", "hpc_job:gpu_wait_active_ratio:avg",
     "hpc_job:gpu_energy_joules_per_compute_second:ratio",
     "cluster:gpu_compute_active_ratio:avg", "cluster:gpu_wait_active_ratio:avg"}
+ | {
+    f"{prefix}:{name}"
+    for prefix, names in (
+        ("namespace", ("gpu_power_watts:avg5m", "gpu_power:share", "gpu_utilization_ratio:sum",
+                       "gpu_utilization:share")),
+        ("namespace_pod", ("gpu_power_watts:avg5m", "gpus_held:sum")),
+        ("hpc_job", ("gpu_power_watts:avg5m", "gpu_power:share", "gpu_utilization:share")))
+    for name in names
+}
 BUILTINS = {"up", "ALERTS"}
 
 # Grafana's built-in variables, as the test substitutes them.
@@ -318,8 +336,10 @@ def defined_recording_rules() -> set[str]:
 
 
 NODES = {
-    # name: (cluster, scenario, extra flags); sysfs/jobs filled in by the fixture
-    "train": ("alpha", "training", ["--ib", "--jobs"]),
+    # name: (cluster, scenario, extra flags); sysfs/jobs/kubelet/procfs filled in by the
+    # fixture. The training node also serves processes and the pods a fake kubelet names.
+    "train": ("alpha", "training", ["--ib", "--jobs", "--pods", "--collector.processes",
+                                    "--collector.processes.interval", "2"]),
     "straggler": ("alpha", "straggler", ["--straggler.persistence", "5",
                                          "--no-collector.infiniband"]),
     "lost": ("beta", "gpu-lost", ["--no-collector.infiniband"]),
@@ -361,13 +381,28 @@ def fleet(tmp_path_factory):
     for gpu in range(8):  # GPU 3 is shared by both jobs
         (jobs / str(gpu)).write_text(
             "train-a\n" if gpu < 3 else "train-a\ntrain-b\n" if gpu == 3 else "train-b\n")
+    procfs = work / "proc"
+    for spec in load_scenario("training").process_specs():
+        for slot in range(len(spec.gpus)):
+            for run in range(3):
+                entry = procfs / str(spec.pid_of(slot, run))
+                entry.mkdir(parents=True)
+                (entry / "comm").write_text(spec.name + "\n")
+                (entry / "cgroup").write_text(f"0::/kubepods/cri-containerd-{spec.container}"
+                                              ".scope\n")
+    require_module("grpc")  # the fake kubelet is a gRPC server
+    from tests.fake_kubelet import FakeKubelet, Holding
+
+    kubelet_socket = str(work / "kubelet.sock")
     procs, logs, addresses = [], [], {}
-    prom = None
+    prom = kubelet = None
     try:
         for name, (_, scenario, extra) in NODES.items():
             flags = {"--ib": ["--path.sysfs", str(sysfs)],
                      "--ib-small": ["--path.sysfs", str(small)],
-                     "--jobs": ["--hpc-job-mapping-dir", str(jobs)]}
+                     "--jobs": ["--hpc-job-mapping-dir", str(jobs)],
+                     "--pods": ["--kubernetes.pod-resources-socket", kubelet_socket,
+                                "--path.procfs", str(procfs)]}
             args = [a for flag in extra for a in flags.get(flag, [flag])]
             address = f"127.0.0.1:{free_port()}"
             log = (work / f"{name}.log").open("w")
@@ -379,6 +414,12 @@ def fleet(tmp_path_factory):
             addresses[name] = address
         for address in addresses.values():
             wait_for(lambda a=address: _healthy(a), timeout=30, interval=0.2)
+        # the kubelet comes up after the exporter: two pods, GPU 3 shared by both
+        uuids = [gpu_uuid(1, gpu) for gpu in range(8)]
+        kubelet = FakeKubelet(kubelet_socket, [
+            Holding("team-a", "llama-0", "trainer", "nvidia.com/gpu", tuple(uuids[:4])),
+            Holding("team-b", "bert-1", "worker", "nvidia.com/gpu.shared",
+                    tuple(f"{u}::0" for u in uuids[3:]))]).start()
         by_cluster: dict[str, list[str]] = {}
         for name, (cluster, _, _) in NODES.items():
             by_cluster.setdefault(cluster, []).append(addresses[name])
@@ -390,14 +431,17 @@ def fleet(tmp_path_factory):
         fleet = Fleet(prom, addresses)
         # Wait (bounded) until the slowest signals are in: the straggler finding (5 s
         # persistence after the first 10 s window), XID 74 at 20 s, lost GPU 5 at 10 s.
-        for expr in ("gpu_straggler_signal", 'count_over_time(gpu_xid_errors_total{xid="74"}'
-                     "[1m]) >= 3", "gpu_up == 0", "count(count_over_time("
+        for expr in ("gpu_straggler_signal", "namespace:gpu_power:share",
+                     'count_over_time(gpu_xid_errors_total{xid="74"}[1m]) >= 3', "gpu_up == 0",
+                     "count(count_over_time("
                      f"power_swing_amplitude_watts[1m]) >= 3) == {len(NODES)}"):
             wait_for(lambda e=expr: prom.query(e), timeout=max(1, fleet.deadline
                                                                - time.monotonic()),
                      interval=0.5)
         yield fleet
     finally:
+        if kubelet is not None:
+            kubelet.stop()
         if prom is not None:
             prom.stop()
         for proc in procs:

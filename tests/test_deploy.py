@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -107,6 +108,12 @@ def test_kubernetes_daemonset_service_and_servicemonitor_fit_together():
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts[host_paths["/sys/class/infiniband"]] == "/host/sys/class/infiniband"
     assert "--path.sysfs=/host/sys" in container["args"]
+    # the kubelet's pod-resources socket, where the kubernetes collector looks for it
+    from exporter.collectors.kubernetes import DEFAULT_SOCKET
+
+    assert mounts[host_paths["/var/lib/kubelet/pod-resources"]] == os.path.dirname(
+        DEFAULT_SOCKET)
+    assert f"--kubernetes.pod-resources-socket={DEFAULT_SOCKET}" in container["args"]
 
     (svc_port,) = svc["spec"]["ports"]
     assert svc_port["port"] == PORT and svc_port["targetPort"] in (PORT, "metrics")

@@ -84,3 +84,48 @@ def test_types_and_labels_match(exposed):
         assert doc_kind == kind, f"{name}: documented as {doc_kind}, exposed as {kind}"
         if labels:  # a family without samples here (e.g. no fan) shows no labels
             assert labels == doc_labels, f"{name}: labels {labels} vs documented {doc_labels}"
+
+
+def _kinds(text: str) -> dict[str, tuple[str, set[str]]]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        kind, name = family.type, family.name
+        if kind == "counter":
+            name += "_total"
+        elif kind == "gauge" and name.endswith("_info"):
+            kind = "info"
+        out[name] = (kind, {label for s in family.samples for label in s.labels})
+    return out
+
+
+def test_who_uses_the_gpus_is_documented(running_exporter, tmp_path):
+    """The collectors off by default or conditional (MIG, processes, Kubernetes), on a
+    fake MIG node with a fake kubelet: documented with their types and labels."""
+    from tests.tools import require_module
+
+    require_module("grpc")
+    from exporter.sim.physics import gpu_uuid
+    from tests.fake_kubelet import FakeKubelet, Holding
+
+    path = str(tmp_path / "k.sock")
+    kubelet = FakeKubelet(path, [Holding("ns", "p", "c", "nvidia.com/gpu",
+                                         (gpu_uuid(1, 2),))]).start()
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "0.1").write_text("7\n")
+    try:
+        exp = running_exporter.start(manual=True, scenario="mig", collector_processes=True,
+                                     kubernetes_pod_resources_socket=path,
+                                     hpc_job_mapping_dir=str(tmp_path / "jobs"))
+        exp.sampler.advance(16)
+        exposed = _kinds(exp.current.body.decode())
+    finally:
+        kubelet.stop()
+    docs = documented()
+    for name in ("gpu_pod_info", "gpu_process_energy_joules_total", "gpu_mig_instance_info",
+                 "cte_kubernetes_pod_resources_last_success_timestamp_seconds"):
+        assert name in exposed, name
+    for name, (kind, labels) in exposed.items():
+        assert name in docs, f"add to docs/metrics.md: {name}"
+        assert docs[name][0] == kind, name
+        if labels:
+            assert labels == docs[name][1], f"{name}: {labels} vs {docs[name][1]}"

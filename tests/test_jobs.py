@@ -18,6 +18,7 @@ from exporter.collectors.jobs import (
     JobsSource,
     parse_gpu_index,
     parse_job_file,
+    parse_mapping_name,
 )
 from exporter.collectors.jobs_families import jobs_families
 from exporter.gpu.state import GpuIdentity
@@ -48,6 +49,23 @@ def test_gpu_index_without_a_gpu_count_is_still_bounded():
     assert parse_gpu_index("4095") == 4095
     with pytest.raises(BadFile, match="out_of_range"):
         parse_gpu_index("4096")
+
+
+@pytest.mark.parametrize(("name", "key"), [("0", (0, None)), ("7", (7, None)),
+                                         ("0.1", (0, 1)), ("3.0", (3, 0)), ("7.63", (7, 63))])
+def test_mapping_names_are_gpus_or_mig_instances(name, key):
+    assert parse_mapping_name(name, 8) == key
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("1.", "bad_name"), (".1", "bad_name"), ("1.01", "bad_name"), ("1.1.1", "bad_name"),
+    ("1.x", "bad_name"), ("01.1", "bad_name"), ("1.-1", "bad_name"), ("1.1 ", "bad_name"),
+    ("1.٣", "bad_name"), ("8.1", "out_of_range"), ("1.64", "out_of_range"),
+])
+def test_bad_mapping_names(name, reason):
+    with pytest.raises(BadFile) as exc:
+        parse_mapping_name(name, 8)
+    assert exc.value.reason == reason
 
 
 @pytest.mark.parametrize(("raw", "jobs"), [
@@ -340,3 +358,33 @@ def test_promtool_accepts_the_jobs_output(tmp_path):
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
                             timeout=30)
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
+
+
+def test_mig_instance_files_map_jobs_to_instances(tmp_path):
+    (tmp_path / "0").write_text("101\n")
+    (tmp_path / "1.1").write_text("201\n")
+    (tmp_path / "1.13").write_text("202\n203\n")
+    (tmp_path / "1.02").write_text("204\n")  # not canonical
+    (tmp_path / "9.1").write_text("205\n")  # no such GPU
+    reading = JobsSource(tmp_path, gpu_count=2).read()
+    assert dict(reading.jobs) == {0: ("101",)}
+    assert dict(reading.instance_jobs) == {(1, 1): ("201",), (1, 13): ("202", "203")}
+    assert skipped(reading) == {"bad_name": 1, "out_of_range": 1}
+    assert reading.gpu_groups() == {0: "101"}  # instances are no whole GPU's peers
+    info = next(jobs_families(reading, snapshot(reading)))
+    assert [(s.labels["gpu"], s.labels["gpu_instance"], s.labels["hpc_job"])
+            for s in info.samples] == [("0", "", "101"), ("1", "1", "201"), ("1", "13", "202"),
+                                       ("1", "13", "203")]
+
+
+def test_the_per_node_cap_spans_gpus_and_instances(tmp_path, monkeypatch):
+    import exporter.collectors.jobs as jobs
+
+    monkeypatch.setattr(jobs, "MAX_JOBS_PER_NODE", 3)
+    (tmp_path / "0").write_text("a\nb\n")
+    (tmp_path / "0.1").write_text("c\nd\n")
+    (tmp_path / "1").write_text("e\n")
+    reading = JobsSource(tmp_path, gpu_count=2).read()
+    assert dict(reading.jobs) == {0: ("a", "b")}  # the whole GPU's file first, then its
+    assert dict(reading.instance_jobs) == {(0, 1): ("c",)}  # instances', then GPU 1
+    assert reading.dropped_total["per_node"] == 2

@@ -2,10 +2,13 @@
 
 The directory (``--hpc-job-mapping-dir``) holds one file per GPU, named after the NVML
 GPU index (``0``, ``1``, ...), with one job id per line; several lines mean several
-jobs share the GPU. The Slurm prolog and epilog in ``deploy/slurm/`` write and remove
-them. Names that start with ``.`` are ignored (the scripts' temporary and lock files).
+jobs share the GPU. A MIG instance has a file of its own named ``GPU.INSTANCE`` after
+its GPU index and GPU instance id (``0.1``), as dcgm-exporter reads them; its jobs carry
+the instance in :attr:`JobsReading.instance_jobs`. The Slurm prolog and epilog in
+``deploy/slurm/`` write and remove them. Names that start with ``.`` are ignored (the
+scripts' temporary and lock files).
 
-Reading and parsing are apart: :func:`parse_gpu_index` and :func:`parse_job_file` are
+Reading and parsing are apart: :func:`parse_mapping_name` and :func:`parse_job_file` are
 pure. :class:`JobsSource` lists the directory, and reads a file again only when its
 ``(mtime_ns, size, inode)`` changed; anything unusable (a name that is not a GPU
 index, an index past the GPU count, a symbolic link, an empty, oversized, binary or
@@ -58,6 +61,7 @@ __all__ = [
     "JobsReading",
     "JobsSource",
     "parse_gpu_index",
+    "parse_mapping_name",
     "parse_job_file",
 ]
 
@@ -71,6 +75,8 @@ MAX_FILE_BYTES = 4096
 MAX_JOB_ID_CHARS = 128
 #: Highest GPU index accepted in a file name when the GPU count is not known.
 MAX_GPU_INDEX = 4095
+#: Highest GPU instance id accepted in a ``GPU.INSTANCE`` name (NVML's are below 15).
+MAX_GPU_INSTANCE = 63
 #: Job ids kept per file, that is per GPU (a GPU shared by more jobs is an anomaly).
 MAX_JOBS_PER_GPU = 16
 #: Job ids kept per read pass over the whole directory (gpu_hpc_job_info series).
@@ -78,8 +84,9 @@ MAX_JOBS_PER_NODE = 256
 
 #: Every reason a file can be skipped for (the self-metric's ``reason`` label).
 SKIP_REASONS = (
-    "bad_name",  # not a GPU index: not a canonical non-negative decimal integer
-    "out_of_range",  # an index at or past the number of GPUs NVML reports
+    "bad_name",  # not GPU or GPU.INSTANCE in canonical non-negative decimal integers
+    "out_of_range",  # an index at or past the number of GPUs NVML reports, or an
+    # instance id past MAX_GPU_INSTANCE
     "not_a_file",  # a directory, FIFO, socket or device
     "empty",  # no job id in it
     "too_large",  # more than MAX_FILE_BYTES bytes
@@ -98,6 +105,7 @@ DROP_REASONS = (
 )
 
 _INDEX_RE = re.compile(r"(?:0|[1-9][0-9]{0,8})\Z")
+_NAME_RE = re.compile(r"(0|[1-9][0-9]{0,8})(?:\.(0|[1-9][0-9]{0,8}))?\Z")
 _JOB_ID_RE = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII, no spaces
 
 
@@ -121,6 +129,21 @@ def parse_gpu_index(name: str, gpu_count: int | None = None) -> int:
     if index >= limit:
         raise BadFile("out_of_range")
     return index
+
+
+def parse_mapping_name(name: str, gpu_count: int | None = None) -> tuple[int, int | None]:
+    """A file name -> (GPU index, GPU instance id or None for the whole GPU): ``3`` or
+    ``3.1``; ``bad_name`` or ``out_of_range`` otherwise."""
+    match = _NAME_RE.match(name) if name.isascii() else None
+    if match is None:
+        raise BadFile("bad_name")
+    index = parse_gpu_index(match.group(1), gpu_count)
+    if match.group(2) is None:
+        return index, None
+    instance = int(match.group(2))
+    if instance > MAX_GPU_INSTANCE:
+        raise BadFile("out_of_range")
+    return index, instance
 
 
 def parse_job_file(raw: bytes) -> tuple[str, ...]:
@@ -159,16 +182,29 @@ class JobsReading:
     skipped_total: Mapping[str, int]
     #: Cumulative job ids dropped at a cap, by reason (counted on every pass, likewise).
     dropped_total: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    #: (GPU index, GPU instance id) -> job ids, from MIG instances' ``GPU.INSTANCE`` files.
+    instance_jobs: Mapping[tuple[int, int], tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
 
     def gpu_groups(self) -> dict[int, str]:
-        """GPU -> its job, for the GPUs that run exactly one (peer groups for the
-        straggler analysis)."""
+        """GPU -> its job, for the whole GPUs that run exactly one (peer groups for the
+        straggler analysis; a MIG GPU's instances are not its peers' equals)."""
         return {gpu: ids[0] for gpu, ids in self.jobs.items() if len(ids) == 1}
 
 
 # ---------------------------------------------------------------- reading
 
 _Key = tuple[int, int, int]  # (mtime_ns, size, inode)
+_Name = tuple[int, int | None]  # (GPU index, GPU instance id or None)
+
+
+def _file_name(key: _Name) -> str:
+    return str(key[0]) if key[1] is None else f"{key[0]}.{key[1]}"
+
+
+def _order(key: _Name) -> tuple[int, int]:
+    """The whole GPU's file first, then its instances'."""
+    return key[0], -1 if key[1] is None else key[1]
 
 
 class _Symlink(Exception):
@@ -209,6 +245,7 @@ class _Pass:
 
     def __init__(self) -> None:
         self.jobs: dict[int, tuple[str, ...]] = {}
+        self.instance_jobs: dict[tuple[int, int], tuple[str, ...]] = {}
         self.kept = 0
         self.skipped: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
@@ -216,7 +253,7 @@ class _Pass:
     def skip(self, reason: str, count: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + count
 
-    def add(self, index: int, jobs: tuple[str, ...]) -> None:
+    def add(self, key: _Name, jobs: tuple[str, ...]) -> None:
         """Keep the first ids within both caps; count the rest."""
         over_gpu = max(0, len(jobs) - MAX_JOBS_PER_GPU)
         jobs = jobs[:MAX_JOBS_PER_GPU]
@@ -226,7 +263,11 @@ class _Pass:
             if count:
                 self.dropped[reason] = self.dropped.get(reason, 0) + count
         if jobs:
-            self.jobs[index] = jobs
+            index, instance = key
+            if instance is None:
+                self.jobs[index] = jobs
+            else:
+                self.instance_jobs[(index, instance)] = jobs
             self.kept += len(jobs)
 
 
@@ -256,45 +297,48 @@ class JobsSource:
         """Raises OSError if the mapping path is not a listable directory."""
         with self._lock:
             pass_ = _Pass()
-            indices, complete = self._indices(pass_)
+            names, complete = self._names(pass_)
             if not complete:
                 # The listing stopped at MAX_ENTRIES, in the file system's order, so which
-                # GPU files it saw is arbitrary: look each GPU's file up by name instead.
+                # GPU files it saw is arbitrary: look each GPU's file up by name instead
+                # (whole GPUs' files only: MIG instance files need a complete listing).
                 limit = self.gpu_count if self.gpu_count is not None else MAX_FILES
-                indices = list(range(min(limit, MAX_FILES)))
+                names = [(index, None) for index in range(min(limit, MAX_FILES))]
             seen: dict[str, tuple[_Key, tuple[str, ...] | str]] = {}
-            for count, index in enumerate(indices):
+            for count, key in enumerate(names):
                 if count >= MAX_FILES:
                     pass_.skip("too_many_files")
                     continue
-                result = self._file(str(index), seen, listed=complete)
+                result = self._file(_file_name(key), seen, listed=complete)
                 if isinstance(result, str):
                     pass_.skip(result)
                 elif result:
-                    pass_.add(index, result)
+                    pass_.add(key, result)
             self._cache = seen
             _accumulate(self._skipped, pass_.skipped)
             _accumulate(self._dropped, pass_.dropped)
             skipped = MappingProxyType(dict(self._skipped))
             dropped = MappingProxyType(dict(self._dropped))
         return JobsReading(jobs=MappingProxyType(dict(sorted(pass_.jobs.items()))),
-                           skipped_total=skipped, dropped_total=dropped)
+                           skipped_total=skipped, dropped_total=dropped,
+                           instance_jobs=MappingProxyType(dict(sorted(
+                               pass_.instance_jobs.items()))))
 
-    def _indices(self, pass_: _Pass) -> tuple[list[int], bool]:
-        """GPU indices named in the directory, lowest first, and whether the listing was
-        complete; bad names are counted. Raises OSError unless it is a directory or
-        absent."""
-        indices: list[int] = []
+    def _names(self, pass_: _Pass) -> tuple[list[_Name], bool]:
+        """(GPU, instance) named in the directory, lowest GPU first (its whole-GPU file
+        before its instances'), and whether the listing was complete; bad names are
+        counted. Raises OSError unless it is a directory or absent."""
+        indices: list[_Name] = []
         try:
             with os.scandir(self.directory) as entries:
                 for count, entry in enumerate(entries):
                     if count >= MAX_ENTRIES:
                         pass_.skip("too_many_files")
-                        return sorted(indices), False
+                        return sorted(indices, key=_order), False
                     if entry.name.startswith("."):
                         continue
                     try:
-                        indices.append(parse_gpu_index(entry.name, self.gpu_count))
+                        indices.append(parse_mapping_name(entry.name, self.gpu_count))
                     except BadFile as exc:
                         pass_.skip(exc.reason)
         except FileNotFoundError:
@@ -302,7 +346,7 @@ class JobsSource:
         except NotADirectoryError:
             raise NotADirectoryError(f"{self.directory}: the job mapping path is not a "
                                      "directory") from None
-        return sorted(indices), True
+        return sorted(indices, key=_order), True
 
     def _file(self, name: str, seen: dict[str, tuple[_Key, tuple[str, ...] | str]],
               listed: bool = True) -> tuple[str, ...] | str:
@@ -357,7 +401,8 @@ SPEC = CollectorSpec(
     families=_families,
     options=(Option("hpc_job_mapping_dir", "--hpc-job-mapping-dir", str, None,
                     "directory of GPU-to-job files as dcgm-exporter reads them (one file per "
-                    "GPU index, one job id per line); unset: off", metavar="DIR",
+                    "GPU index, or GPU.INSTANCE for a MIG instance, one job id per line); "
+                    "unset: off", metavar="DIR",
                     optional=True, check=_mapping_dir_problem),),
     requirement=lambda config: None if config.hpc_job_mapping_dir else (
         "needs --hpc-job-mapping-dir"),

@@ -1,5 +1,9 @@
 """GPU -> job mapping -> a join metric, ``gpu_hpc_job_info{gpu, uuid, hpc_job} 1``.
 
+A MIG instance's file (``GPU.INSTANCE``) gives its jobs a ``gpu_instance`` label, the GPU
+instance id (empty for a whole GPU), as ``gpu_pod_info`` and ``gpu_mig_instance_info``
+carry it.
+
 The job is not a label on every GPU series: it lives on its own ``_info`` series and
 queries join it in (``* on(gpu, uuid, instance) group_left(hpc_job)``), so a ``sum()``
 over GPU series never counts a GPU twice, and a shared GPU simply has one info series
@@ -26,14 +30,20 @@ __all__ = ["jobs_families"]
 def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
     info = InfoMetricFamily("gpu_hpc_job", "Job holding the GPU (one series per job on a "
-                            "shared GPU); value 1. Join it into GPU series on gpu and uuid.",
-                            labels=["gpu", "uuid", "hpc_job"])
-    for gpu, jobs in reading.jobs.items():
+                            "shared GPU), or a MIG instance of it (gpu_instance, empty for "
+                            "the whole GPU); value 1. Join it into GPU series on gpu and "
+                            "uuid.", labels=["gpu", "uuid", "hpc_job", "gpu_instance"])
+    rows = [((gpu, -1), jobs) for gpu, jobs in reading.jobs.items()]
+    rows += list(getattr(reading, "instance_jobs", {}).items())
+    for (gpu, instance), jobs in sorted(rows):
         uuid = uuids.get(gpu)
         if uuid is None:  # a GPU NVML does not show has no series to join to
             continue
+        # "" for a whole GPU: Prometheus stores an empty label as no label, so the
+        # whole-GPU series (and every join on gpu, uuid) are as before MIG files existed
+        label = "" if instance < 0 else str(instance)
         for job in jobs:
-            info.add_metric([str(gpu), uuid, job], {})
+            info.add_metric([str(gpu), uuid, job, label], {})
     if info.samples:
         yield info
 

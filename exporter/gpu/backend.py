@@ -122,14 +122,18 @@ class NvmlBackend:
             self._open = False
             self.call("nvmlShutdown")
 
-    def call(self, name: str, *args: Any, gpu: int | None = None) -> Any:
+    def call(self, name: str, *args: Any, gpu: int | None = None,
+             expected: tuple[str, ...] = ()) -> Any:
         """Call the pynvml function `name`; on NVMLError count it and return None.
 
         With `gpu`, an error saying the GPU is gone marks it lost (see `lost`), and a call
-        the GPU does not support (or a driver without the symbol) is not made again."""
-        return self.attempt(name, *args, gpu=gpu)[0]
+        the GPU does not support (or a driver without the symbol) is not made again. Errors
+        named in `expected` are answers, not failures (NotFound for an empty MIG slot): None,
+        not counted."""
+        return self.attempt(name, *args, gpu=gpu, expected=expected)[0]
 
-    def attempt(self, name: str, *args: Any, gpu: int | None = None) -> tuple[Any, str | None]:
+    def attempt(self, name: str, *args: Any, gpu: int | None = None,
+                expected: tuple[str, ...] = ()) -> tuple[Any, str | None]:
         """As call(), with the name of the error (None on success), for callers whose next
         step depends on why a call failed (NoPermission is not NotSupported)."""
         key = (gpu, name, *(a for a in args[1:] if isinstance(a, int))) if gpu is not None \
@@ -145,7 +149,26 @@ class NvmlBackend:
         try:
             return function(*args), None
         except self.nvml.NVMLError as exc:
+            if expected and error_name(exc) in expected:
+                return None, error_name(exc)
             return None, self._failed(name, exc, gpu, key)
+
+    def process_utilization(self, gpu: int, last_seen_us: int, handle: Any = None
+                            ) -> list | None:
+        """`nvmlDeviceGetProcessUtilization` samples newer than `last_seen_us`: [] when
+        none (NVML says NotFound); None when the call failed (counted) or the GPU does
+        not support it (asked once, as `call` does; MIG mode answers NotSupported)."""
+        handle = self.handle(gpu) if handle is None else handle
+        key = (gpu, "nvmlDeviceGetProcessUtilization")
+        if handle is None or key in self._unsupported:
+            return None
+        try:
+            return list(self.nvml.nvmlDeviceGetProcessUtilization(handle, last_seen_us))
+        except self.nvml.NVMLError as exc:
+            if error_name(exc) == "NotFound":
+                return []
+            self._failed("nvmlDeviceGetProcessUtilization", exc, gpu, key)
+            return None
 
     def _failed(self, name: str, exc: Exception, gpu: int | None, key: tuple | None) -> str:
         """Count a failed call; mark its GPU lost or the call unsupported as the error says."""

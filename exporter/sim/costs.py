@@ -74,6 +74,13 @@ H200 = CostModel(
         "nvmlDeviceGetDecoderUtilization": _c(2 * US),
         "nvmlGpmSampleGet": _c(52 * US),
         "nvmlGpmMigSampleGet": _c(52 * US),
+        # MIG identity (unverified: no MIG-mode GPU was measured; taken as simple getters)
+        "nvmlDeviceGetMigMode": _c(5 * US),
+        "nvmlDeviceGetMaxMigDeviceCount": _c(5 * US),
+        "nvmlDeviceGetMigDeviceHandleByIndex": _c(5 * US),
+        "nvmlDeviceGetGpuInstanceId": _c(5 * US),
+        "nvmlDeviceGetComputeInstanceId": _c(5 * US),
+        "nvmlDeviceGetAttributes_v2": _c(8 * US),
         "nvmlGpmMetricsGet": _c(1.5 * MS),  # 8 metrics (1.0-1.9 ms); 5 ms the first time
     },
     fields={

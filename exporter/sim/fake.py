@@ -30,6 +30,7 @@ from exporter.sim.fake_device import DeviceSymbols
 from exporter.sim.fake_fields import FieldSymbols
 from exporter.sim.fake_gpm import GpmSymbols
 from exporter.sim.fake_model import ModelValues
+from exporter.sim.fake_tenants import TenantSymbols
 from exporter.sim.physics import HANDLE_BASE, FakeGpu, step_timing
 from exporter.sim.scenarios import ERROR_CODES, FaultEvent, Scenario
 
@@ -69,7 +70,7 @@ class _Symbol:
             lib.busy_seconds += time.thread_time() - c0
 
 
-class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues):
+class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, TenantSymbols):
     """Answers the NVML C symbols pynvml looks up, from a Scenario."""
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.time,
@@ -120,6 +121,8 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues):
         if not self.scenario.events:
             return None
         gpu = self._gpu_of(args[0]) if args else None
+        if gpu is None and args:  # a MIG device handle: its parent's faults apply
+            gpu = self.mig_parent(args[0])
         t = self.elapsed()
         for number, event in enumerate(self.scenario.events):
             if not event.active(t) or not event.matches(call, gpu):

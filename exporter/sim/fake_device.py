@@ -35,6 +35,9 @@ class DeviceSymbols:
         return self.string_call(buffer, size, text(gpu))
 
     def _nvmlDeviceGetUUID(self, handle, buffer, size) -> int:
+        mig = self.mig_uuid_of(handle)
+        if mig is not None:
+            return self.string_call(buffer, size, mig)
         return self._device_string(handle, buffer, size, lambda g: g.uuid)
 
     def _nvmlDeviceGetName(self, handle, buffer, size) -> int:
@@ -119,6 +122,8 @@ class DeviceSymbols:
         gpu = self.gpu(handle)
         if gpu is None:
             return ERROR_INVALID_ARGUMENT
+        if self.mig_instances(gpu.index):
+            return ERROR_NOT_SUPPORTED  # as NVML answers for a GPU in MIG mode
         values = [self.nvml_units(gpu, k) for k in ("utilization_gpu_ratio",
                                                     "utilization_memory_ratio")]
         if values == [None, None]:
@@ -128,6 +133,11 @@ class DeviceSymbols:
         return SUCCESS
 
     def _nvmlDeviceGetMemoryInfo(self, handle, memory) -> int:
+        mig = self.mig_memory(handle)
+        if mig is not None:  # a MIG device: its GPU instance's memory
+            out = target(memory)
+            out.total, out.used, out.free = mig[0], mig[1], mig[0] - mig[1]
+            return SUCCESS
         gpu = self.gpu(handle)
         if gpu is None:
             return ERROR_INVALID_ARGUMENT

@@ -17,6 +17,11 @@ _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _NOISE_TABLE = 4096
 
 
+def gpu_uuid(seed: int, index: int) -> str:
+    """A fake GPU's UUID: stable for a scenario's seed (a fake kubelet can name it)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{seed}-{index}"))
+
+
 class Waveform:
     """One training step's power shape, repeated; with its exact running integral."""
 
@@ -95,7 +100,7 @@ class FakeGpu:
         self.wait_share = (0.0 if independent or communication <= collective
                            else 1 - collective / communication)
         self._compute_total = (start, 0.0)  # (t, compute seconds from start to t)
-        self.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{scenario.seed}-{index}"))
+        self.uuid = gpu_uuid(scenario.seed, index)
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
 

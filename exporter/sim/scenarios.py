@@ -13,6 +13,13 @@ from importlib import resources
 from pathlib import Path
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
+from exporter.sim.tenants import (
+    MigSpec,
+    ProcessSpec,
+    default_processes,
+    parse_mig,
+    parse_processes,
+)
 from exporter.yamlfile import (
     ConfigError,
     Where,
@@ -186,6 +193,18 @@ class Scenario:
     workload: Workload = field(default_factory=Workload)
     overrides: dict[int, GpuOverride] = field(default_factory=dict)
     events: tuple[FaultEvent, ...] = ()
+    # who runs on the GPUs (sim/tenants.py): None means the default for the workload
+    processes: tuple[ProcessSpec, ...] | None = None
+    mig: tuple[MigSpec, ...] = ()
+
+    def process_specs(self) -> tuple[ProcessSpec, ...]:
+        if self.processes is not None:
+            return self.processes
+        split = {gpu for spec in self.mig for gpu in spec.gpus}
+        whole = tuple(gpu for gpu in range(self.gpus) if gpu not in split)
+        return default_processes(whole, self.workload.type == "training",
+                                 self.workload.memory_used_bytes,
+                                 self.workload.compute_fraction)
 
 
 def builtin_names() -> list[str]:
@@ -234,7 +253,7 @@ def _spec(cls, mapping: dict, where: Where, *, strings=(), ints=(), bools=(), bo
 def parse_scenario(data: object, source: str, name: str) -> Scenario:
     where = Where(source, data)
     top = expect_mapping(data, where, {"description", "gpus", "seed", "device", "workload",
-                                       "gpu_overrides", "events"})
+                                       "gpu_overrides", "events", "processes", "mig"})
     gpus = get_number(top, "gpus", where, 8, low=1, high=64, integer=True)
     device = _spec(DeviceSpec, top.get("device") or {}, where.child("device", top.get("device")),
                    strings=("name", "driver_version", "nvml_version"),
@@ -274,6 +293,9 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
         raise where.error("events", "expected a list")
     for item in raw_events:
         events.append(_parse_event(item, where.child("events", item), gpus))
+    mig = parse_mig(top.get("mig"), where, gpus)
+    processes = (parse_processes(top["processes"], where, gpus, mig)
+                 if "processes" in top else None)
     return Scenario(
         name=name,
         description=get_string(top, "description", where, "") or "",
@@ -283,6 +305,8 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
         workload=workload,
         overrides=overrides,
         events=tuple(sorted(events, key=lambda e: e.at)),
+        processes=processes,
+        mig=mig,
     )
 
 

@@ -129,6 +129,44 @@ def compute_or_wait() -> list[Item]:
     ]
 
 
+def tenants() -> list[Item]:
+    split = ("A GPU held by several containers or jobs (time-slicing, MIG instances) is "
+             "split equally among them: power is measured per GPU.")
+    return [
+        row("Who uses the GPUs: pods, namespaces, jobs"),
+        ts("GPU power by namespace",
+           (f"namespace:gpu_power_watts:avg5m{{{C}}}", "{{namespace}}"), unit="watt",
+           stack=True, description="5-minute average of the GPUs' sampled energy, by the "
+           f"namespace of the pods holding them (`namespace:gpu_power_watts:avg5m`). {split}"),
+        bargauge("Share of GPU energy by namespace",
+                 (f"namespace:gpu_power:share{{{C}}}", "{{namespace}}"), unit="percentunit",
+                 minimum=0, maximum=1,
+                 description="Of the cluster's GPU energy (`namespace:gpu_power:share`); the "
+                             "rest is GPUs no pod holds."),
+        ts("Busy GPUs by namespace",
+           (f"namespace:gpu_utilization_ratio:sum{{{C}}}", "{{namespace}}"), stack=True,
+           description="GPU utilization summed over the GPUs a namespace's pods hold: busy "
+                       f"GPU-equivalents. GPUs in MIG mode report no utilization. {split}"),
+        bargauge("Share of busy GPUs by namespace",
+                 (f"namespace:gpu_utilization:share{{{C}}}", "{{namespace}}"),
+                 unit="percentunit", minimum=0, maximum=1),
+        table("Top pods by GPU power",
+              (f"topk(20, namespace_pod:gpu_power_watts:avg5m{{{C}}})", ""),
+              (f"namespace_pod:gpus_held:sum{{{C}}}", ""), merge=True, unit="watt",
+              hide=("Time", "__name__", "job", "cluster"),
+              description="Value #A power (W), #B GPUs held (a shared GPU counts a share)."),
+        ts("GPU power by job (shared GPUs split)",
+           (f'hpc_job:gpu_power_watts:avg5m{{{C}, hpc_job=~"$hpc_job"}}', "{{hpc_job}}"),
+           unit="watt", description=f"`hpc_job:gpu_power_watts:avg5m`. {split}"),
+        bargauge("Share of GPU energy by job",
+                 (f'hpc_job:gpu_power:share{{{C}, hpc_job=~"$hpc_job"}}', "{{hpc_job}}"),
+                 unit="percentunit", minimum=0, maximum=1),
+        bargauge("Share of busy GPUs by job",
+                 (f'hpc_job:gpu_utilization:share{{{C}, hpc_job=~"$hpc_job"}}', "{{hpc_job}}"),
+                 unit="percentunit", minimum=0, maximum=1),
+    ]
+
+
 def stragglers() -> list[Item]:
     return [
         row("Stragglers and stalls"),
@@ -179,6 +217,8 @@ def board():
     return dashboard(
         "cte-cluster-overview", "GPU cluster overview",
         "GPUs up vs expected, firing alerts, power and coherent swings, compute vs wait, "
-        "stragglers and fabric errors across the cluster.",
-        [*fleet(), *power(), *compute_or_wait(), *stragglers(), *hardware_and_fabric()],
+        "who uses the GPUs (pods, namespaces, jobs), stragglers and fabric errors across "
+        "the cluster.",
+        [*fleet(), *power(), *compute_or_wait(), *tenants(), *stragglers(),
+         *hardware_and_fabric()],
         variables())

@@ -39,6 +39,35 @@ def node() -> list[Item]:
     ]
 
 
+def who_holds_the_gpus() -> list[Item]:
+    hide = ("Time", "__name__", "job", "Value", "cluster", "instance")
+    return [
+        row("Who holds the GPUs: pods, MIG instances, processes"),
+        table("Pods holding this node's GPUs", (f"gpu_pod_info{{{G}}}", ""), hide=hide,
+              description="From the kubelet's pod-resources API (`gpu_pod_info`); "
+                          "`gpu_instance` names a MIG instance, empty for a whole GPU."),
+        table("MIG mode and instances", (f"gpu_mig_enabled{{{G}}}", ""),
+              (f"gpu_mig_instance_info{{{G}}}", ""), hide=("Time", "__name__", "job",
+                                                           "cluster", "instance"),
+              description="A: 1 where the GPU is split into MIG instances; B: each MIG "
+                          "device, its profile and GPU instance (the key gpu_pod_info and "
+                          "gpu_hpc_job_info carry)."),
+        ts("GPU power by process",
+           (f"rate(gpu_process_energy_joules_total{{{G}}}[{RI}])", "GPU {{gpu}} {{pid}}"),
+           unit="watt", stack=True,
+           description="The GPU's energy split by each process's SM utilization; `idle` is "
+                       "the rest (needs `--collector.processes`; none on MIG GPUs)."),
+        ts("Process SM utilization",
+           (f"gpu_process_sm_utilization_ratio{{{G}}}", "GPU {{gpu}} {{pid}}"),
+           unit="percentunit", minimum=0, maximum=1),
+        table("Processes", (f"gpu_process_memory_used_bytes{{{G}}} * on(instance, gpu, uuid, "
+                            f"pid) group_left(command, container_id, gpu_instance) "
+                            f"gpu_process_info{{{G}}}", ""), unit="bytes", w=24, h=6,
+              hide=("Time", "__name__", "job", "cluster", "instance"),
+              description="Device memory by process, with its command and container."),
+    ]
+
+
 def utilization_and_power() -> list[Item]:
     return [
         row("Utilization and power"),
@@ -201,8 +230,9 @@ def swings_and_stragglers() -> list[Item]:
 def board():
     return dashboard(
         "cte-node-gpu-detail", "GPU node and GPU detail",
-        "One node: per-GPU utilization, power, compute vs wait (GPM), clocks, temperatures, "
-        "memory, PCIe, NVLink per link and the node's swing and straggler features.",
-        [*node(), *utilization_and_power(), *profiling(), *clocks(), *temperature_and_memory(),
-         *pcie(), *nvlink(), *swings_and_stragglers()],
+        "One node: who holds its GPUs (pods, MIG instances, processes), per-GPU "
+        "utilization, power, compute vs wait (GPM), clocks, temperatures, memory, PCIe, "
+        "NVLink per link and the node's swing and straggler features.",
+        [*node(), *who_holds_the_gpus(), *utilization_and_power(), *profiling(), *clocks(),
+         *temperature_and_memory(), *pcie(), *nvlink(), *swings_and_stragglers()],
         variables(single_instance=True))

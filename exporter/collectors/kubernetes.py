@@ -1,0 +1,316 @@
+"""Which Kubernetes pod (and container) holds which GPU or MIG device, from the kubelet's
+pod-resources API: gRPC `v1.PodResourcesLister/List` over its unix socket.
+
+The device plugin's device ids name the devices: GPU UUIDs (`nvidia.com/gpu`), MIG
+UUIDs (`nvidia.com/mig-<profile>`, or the old `MIG-GPU-<uuid>/<gi>/<ci>` form), with
+a `::N` replica suffix under time-slicing; with the plugin's index strategy, `N` (GPU N)
+and `N:M` (GPU N's M-th MIG device). Any resource named `nvidia.com/...` is taken. Ids
+that match no GPU here are counted (`cte_kubernetes_devices_unmatched`).
+
+Robustness, because the kubelet restarts (its socket vanishes and comes back, a new
+file) and because whatever answers on that socket is not ours:
+- every read is one call with a deadline (`--kubernetes.timeout`, 2 s), on the
+  collector's own loop: a scrape never waits for the kubelet;
+- before dialling, the path must be a socket (a missing path is `absent`, a regular file
+  `not_a_socket`: nothing is dialled); the channel is made afresh after a failure and
+  when the socket file is a new one, so a restarted kubelet is found at the next read;
+- failures are counted by reason (`cte_kubernetes_pod_resources_failures_total`) and the
+  last answer is served for :data:`KEEP_SECONDS` more (pods outlive a kubelet restart),
+  then dropped;
+- the answer is decoded by hand (:mod:`exporter.collectors.podresources`), bounded to
+  16 MiB, and at most :data:`MAX_SERIES` pod-device series are kept (the rest counted).
+
+gRPC is an optional dependency (`pip install 'cluster-telemetry-exporter[kubernetes]'`):
+without it the collector logs one line, counts `no_grpc` and serves nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from exporter.collectors.mig import read_mig_devices
+from exporter.collectors.podresources import BadMessage, ContainerDevices, parse_list_response
+from exporter.collectors.registry import CollectorContext, CollectorSpec
+from exporter.options import Option
+
+__all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
+           "KubernetesReading", "KubernetesSource", "PodDevice"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+LIST_METHOD = "/v1.PodResourcesLister/List"
+#: Why a List failed (the self-metric's `reason` label).
+FAILURE_REASONS = ("absent", "not_a_socket", "unavailable", "timeout", "error",
+                   "bad_response", "no_grpc")
+#: How long the last answer is served while the kubelet does not answer.
+KEEP_SECONDS = 120.0
+#: gpu_pod_info series kept per answer at most.
+MAX_SERIES = 1024
+#: Largest answer accepted (the kubelet's own limit for this API).
+MAX_MESSAGE_BYTES = 16 << 20
+#: Longest namespace, pod or container name accepted (Kubernetes allows 253).
+MAX_NAME_CHARS = 253
+RESOURCE_PREFIX = "nvidia.com/"
+
+_OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/([0-9]+)/([0-9]+)\Z")
+_INDEX = re.compile(r"([0-9]{1,4})(?::([0-9]{1,2}))?\Z")
+
+
+@dataclass(frozen=True)
+class PodDevice:
+    gpu: int
+    uuid: str  # the GPU's (a MIG device's parent's)
+    gpu_instance: int | None  # None: the whole GPU
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True)
+class KubernetesReading:
+    devices: tuple[PodDevice, ...]  # the last answer's (kept KEEP_SECONDS after it)
+    up: bool  # the last List succeeded
+    failures_total: Mapping[str, int] = field(default_factory=dict)
+    last_success: float = 0.0  # epoch seconds, 0: never
+    unmatched: int = 0  # device ids in the last answer that name no device here
+    dropped_total: int = 0  # series left out past MAX_SERIES, over every answer
+
+    def gpu_groups(self) -> dict[int, str]:
+        """GPU -> namespace/pod, for whole GPUs held by exactly one pod (peer groups for
+        the straggler analysis)."""
+        pods: dict[int, set[str]] = {}
+        for d in self.devices:
+            if d.gpu_instance is None:
+                pods.setdefault(d.gpu, set()).add(f"{d.namespace}/{d.pod}")
+        return {gpu: next(iter(names)) for gpu, names in pods.items() if len(names) == 1}
+
+
+def _import_grpc() -> Any:
+    try:
+        import grpc
+    except ImportError:
+        return None
+    return grpc
+
+
+def _usable_name(text: str) -> bool:
+    return 0 < len(text) <= MAX_NAME_CHARS and text.isprintable()
+
+
+class _Devices:
+    """Device id -> (GPU, GPU instance or None), from NVML's identities and MIG devices."""
+
+    def __init__(self, context: CollectorContext) -> None:
+        self.context = context
+        self.gpus: dict[str, int] = {}
+        self.migs: dict[str, tuple[int, int]] = {}
+        self.slots: dict[tuple[int, int], int] = {}  # (GPU, MIG device index) -> instance
+        self._mig_read = False
+
+    def refresh(self) -> None:
+        ctx = self.context
+        self.gpus = {i.uuid: i.index for i in ctx.identities() if i is not None}
+        self._mig_read = False
+
+    def _read_migs(self) -> None:
+        """MIG devices, read once per answer and only when one is asked for."""
+        if self._mig_read or self.context.backend is None:
+            return
+        self._mig_read = True
+        for gpu in range(self.context.gpu_count):
+            if self.context.readable(gpu):
+                for d in read_mig_devices(self.context.backend, gpu)[1]:
+                    self.migs[d.mig_uuid] = (d.gpu, d.gpu_instance)
+                    self.slots[(d.gpu, d.index)] = d.gpu_instance
+
+    def find(self, device_id: str) -> tuple[int, int | None] | None:
+        device_id = device_id.split("::", 1)[0]  # time-slicing replicas: GPU-...::3
+        if device_id in self.gpus:
+            return self.gpus[device_id], None
+        if (old := _OLD_MIG.match(device_id)) is not None:
+            gpu = self.gpus.get(old.group(1))
+            return None if gpu is None else (gpu, int(old.group(2)))
+        if device_id.startswith("MIG-"):
+            if device_id not in self.migs:
+                self._read_migs()
+            return self.migs.get(device_id)
+        if (index := _INDEX.match(device_id)) is not None:
+            gpu = int(index.group(1))
+            if gpu >= self.context.gpu_count:
+                return None
+            if index.group(2) is None:
+                return gpu, None
+            self._read_migs()
+            slot = self.slots.get((gpu, int(index.group(2))))
+            return None if slot is None else (gpu, slot)
+        return None
+
+
+class KubernetesSource:
+    name = "kubernetes"
+
+    def __init__(self, socket_path: str, context: CollectorContext, timeout: float = 2.0,
+                 grpc: Any = None) -> None:
+        self.socket_path = os.path.abspath(socket_path)
+        self.context = context
+        self.timeout = timeout
+        self.grpc = grpc
+        self._devices = _Devices(context)
+        self._channel: Any = None
+        self._call: Any = None
+        self._inode: tuple[int, int] | None = None
+        self._failures = dict.fromkeys(FAILURE_REASONS, 0)
+        self._last: tuple[float, tuple[PodDevice, ...], int] | None = None
+        self._dropped = 0
+        self._lock = threading.Lock()
+        if grpc is None:
+            log.warning("kubernetes collector: the grpcio package is missing, so gpu_pod_info "
+                        "stays empty (pip install 'cluster-telemetry-exporter[kubernetes]')")
+
+    def read(self) -> KubernetesReading:
+        with self._lock:
+            now = self.context.clock()
+            answer, reason = self._list()
+            if answer is not None:
+                devices, unmatched = self._match(answer)
+                self._last = (now, devices, unmatched)
+            else:
+                self._failures[reason] += 1
+                if self._last is not None and now - self._last[0] > KEEP_SECONDS:
+                    self._last = None  # too old to trust: the pods may be gone
+            last = self._last
+            return KubernetesReading(
+                devices=last[1] if last else (), up=answer is not None,
+                failures_total=MappingProxyType(dict(self._failures)),
+                last_success=last[0] if last else 0.0, unmatched=last[2] if last else 0,
+                dropped_total=self._dropped)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_channel()
+
+    # -- the call ------------------------------------------------------------------------
+    def _list(self) -> tuple[list[ContainerDevices] | None, str]:
+        """The kubelet's answer, or None and why not."""
+        if self.grpc is None:
+            return None, "no_grpc"
+        try:
+            st = os.stat(self.socket_path)
+        except FileNotFoundError:
+            self._drop_channel()
+            return None, "absent"
+        except OSError:
+            self._drop_channel()
+            return None, "error"
+        if not stat.S_ISSOCK(st.st_mode):
+            self._drop_channel()
+            return None, "not_a_socket"
+        if self._call is None or self._inode != (st.st_dev, st.st_ino):
+            self._connect((st.st_dev, st.st_ino))
+        try:
+            raw = self._call(b"", timeout=self.timeout)
+        except self.grpc.RpcError as exc:
+            self._drop_channel()  # a fresh channel next time: no reconnect backoff
+            code = exc.code() if hasattr(exc, "code") else None
+            if code == self.grpc.StatusCode.DEADLINE_EXCEEDED:
+                return None, "timeout"
+            return None, "unavailable" if code == self.grpc.StatusCode.UNAVAILABLE else "error"
+        try:
+            return parse_list_response(raw, RESOURCE_PREFIX.encode()), ""
+        except BadMessage as exc:
+            log.debug("kubelet answer refused: %s", exc)
+            return None, "bad_response"
+
+    def _connect(self, inode: tuple[int, int]) -> None:
+        self._drop_channel()
+        grpc = self.grpc
+        self._channel = grpc.insecure_channel(f"unix:{self.socket_path}", options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.enable_retries", 0)])
+        # no (de)serializers: the request is empty, the answer is decoded by hand
+        self._call = self._channel.unary_unary(LIST_METHOD)
+        self._inode = inode
+
+    def _drop_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = self._call = self._inode = None
+
+    # -- devices ---------------------------------------------------------------------------
+    def _match(self, answer: list[ContainerDevices]) -> tuple[tuple[PodDevice, ...], int]:
+        """The answer's NVIDIA devices on this node's GPUs, deduplicated, sorted, capped;
+        and how many device ids named nothing here."""
+        self._devices.refresh()
+        uuids = {i.index: i.uuid for i in self.context.identities() if i is not None}
+        found: set[PodDevice] = set()
+        unmatched = 0
+        for entry in answer:
+            if not entry.resource_name.startswith(RESOURCE_PREFIX):
+                continue
+            if not all(map(_usable_name, (entry.namespace, entry.pod, entry.container))):
+                unmatched += len(entry.device_ids)
+                continue
+            for device_id in entry.device_ids:
+                where = self._devices.find(device_id)
+                if where is None or where[0] not in uuids:
+                    unmatched += 1
+                    continue
+                found.add(PodDevice(where[0], uuids[where[0]], where[1], entry.namespace,
+                                    entry.pod, entry.container))
+        ordered = sorted(found, key=lambda d: (d.gpu, -1 if d.gpu_instance is None
+                                               else d.gpu_instance, d.namespace, d.pod,
+                                               d.container))
+        self._dropped += max(0, len(ordered) - MAX_SERIES)
+        return tuple(ordered[:MAX_SERIES]), unmatched
+
+
+def _default(config: Any) -> bool:
+    """On when a socket is configured, or when the kubelet's is there at start."""
+    return config.kubernetes_pod_resources_socket is not None or os.path.exists(DEFAULT_SOCKET)
+
+
+def _families(reading: KubernetesReading, snapshot: object):
+    from exporter.collectors.kubernetes_families import kubernetes_families
+
+    return kubernetes_families(reading, snapshot)
+
+
+def _make(config: Any, context: CollectorContext) -> KubernetesSource:
+    path = config.kubernetes_pod_resources_socket or DEFAULT_SOCKET
+    return KubernetesSource(path, context, config.kubernetes_timeout_seconds, _import_grpc())
+
+
+def _path_problem(text: str) -> str | None:
+    return None if text.strip() else "expected a socket path"
+
+
+SPEC = CollectorSpec(
+    name="kubernetes",
+    help="which pod and container holds which GPU or MIG device, from the kubelet's "
+    "pod-resources API (default: on when --kubernetes.pod-resources-socket is given or "
+    f"{DEFAULT_SOCKET} exists at start)",
+    default=_default,
+    factory=_make,
+    families=_families,
+    interval=lambda config: config.kubernetes_refresh_interval_seconds,
+    options=(
+        Option("kubernetes_pod_resources_socket", "--kubernetes.pod-resources-socket", str,
+               None, f"the kubelet's pod-resources socket (unset: {DEFAULT_SOCKET}, used "
+               "when it exists at start; given: used even if it appears only later)",
+               metavar="PATH", optional=True, check=_path_problem),
+        Option("kubernetes_refresh_interval_seconds", "--kubernetes.refresh-interval", float,
+               5.0, "how often the kubelet is asked which pod holds which GPU", 0.5, 600.0,
+               metavar="SECONDS"),
+        Option("kubernetes_timeout_seconds", "--kubernetes.timeout", float, 2.0,
+               "deadline of one call to the kubelet", 0.1, 60.0, metavar="SECONDS"),
+    ),
+)

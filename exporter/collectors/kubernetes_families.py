@@ -1,0 +1,52 @@
+"""Kubernetes reading -> `gpu_pod_info` (a join metric, like `gpu_hpc_job_info`) and the
+collector's own figures.
+
+`gpu_pod_info{gpu, uuid, namespace, pod, container, gpu_instance}` is 1 for each device a
+container holds; `gpu_instance` is the MIG GPU instance id, empty for a whole GPU (so,
+in Prometheus, absent: joins on `gpu, uuid` see whole GPUs as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.kubernetes import FAILURE_REASONS, KubernetesReading
+from exporter.sampling.snapshot import Snapshot
+
+__all__ = ["kubernetes_families"]
+
+
+def kubernetes_families(reading: KubernetesReading, snapshot: Snapshot) -> Iterator[Metric]:
+    info = InfoMetricFamily("gpu_pod", "Kubernetes container holding the GPU, or a MIG "
+                            "instance of it (gpu_instance, empty for the whole GPU); value 1. "
+                            "Join it into GPU series on gpu and uuid.",
+                            labels=["gpu", "uuid", "namespace", "pod", "container",
+                                    "gpu_instance"])
+    for d in reading.devices:
+        info.add_metric([str(d.gpu), d.uuid, d.namespace, d.pod, d.container,
+                         "" if d.gpu_instance is None else str(d.gpu_instance)], {})
+    if info.samples:
+        yield info
+    yield GaugeMetricFamily("cte_kubernetes_pod_resources_up", "1 if the last call to the "
+                            "kubelet's pod-resources API succeeded.",
+                            value=1.0 if reading.up else 0.0)
+    failures = CounterMetricFamily("cte_kubernetes_pod_resources_failures", "Failed calls to "
+                                   "the kubelet's pod-resources API, by reason.",
+                                   labels=["reason"])
+    for reason in dict.fromkeys((*FAILURE_REASONS, *reading.failures_total)):
+        failures.add_metric([reason], float(reading.failures_total.get(reason, 0)))
+    yield failures
+    if reading.last_success:
+        yield GaugeMetricFamily("cte_kubernetes_pod_resources_last_success_timestamp_seconds",
+                                "When the answer gpu_pod_info shows was received (epoch).",
+                                value=reading.last_success)
+    yield GaugeMetricFamily("cte_kubernetes_devices_unmatched", "Device ids of nvidia.com "
+                            "resources in the last answer that name no GPU or MIG device "
+                            "here (or a container name that cannot be a label).",
+                            value=float(reading.unmatched))
+    yield CounterMetricFamily("cte_kubernetes_pod_devices_dropped", "gpu_pod_info series left "
+                              "out past the cap of 1024 per answer, over every answer.",
+                              value=float(reading.dropped_total))

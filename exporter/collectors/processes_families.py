@@ -1,0 +1,70 @@
+"""Processes reading -> per-process families on `gpu, uuid, pid`.
+
+Every family keeps the same three labels (a process's command and container are on
+``gpu_process_info``, joined on ``pid``), so series stay few and a process's series all
+go when it exits. The energy family adds one ``pid="idle"`` series per GPU: the energy
+no listed process used, so that ``sum by (gpu)`` of the counter is the GPU's energy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.processes import ProcessesReading
+from exporter.collectors.procfs import PROC_ERRORS
+from exporter.sampling.snapshot import Snapshot
+
+__all__ = ["IDLE_PID", "processes_families"]
+
+IDLE_PID = "idle"
+_LABELS = ["gpu", "uuid", "pid"]
+
+
+def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterator[Metric]:
+    uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
+    memory = GaugeMetricFamily("gpu_process_memory_used_bytes", "Device memory the process "
+                               "holds on the GPU.", labels=_LABELS)
+    sm = GaugeMetricFamily("gpu_process_sm_utilization_ratio", "Share of time the "
+                           "process's kernels ran on the GPU's SMs since the previous read "
+                           "(0-1).", labels=_LABELS)
+    energy = CounterMetricFamily("gpu_process_energy_joules", "The GPU's energy attributed "
+                                 "to the process in proportion to its SM utilization; "
+                                 'pid="idle" holds the rest.', labels=_LABELS)
+    info = InfoMetricFamily("gpu_process", "A GPU process: its command name and container "
+                            "id (from /proc, empty where unreadable) and MIG GPU instance "
+                            "(empty on a whole GPU); value 1.",
+                            labels=[*_LABELS, "command", "container_id", "gpu_instance"])
+    for process in reading.processes:
+        uuid = uuids.get(process.gpu)
+        if uuid is None:
+            continue
+        key = [str(process.gpu), uuid, str(process.pid)]
+        if process.memory_used_bytes is not None:
+            memory.add_metric(key, process.memory_used_bytes)
+        if process.sm_utilization_ratio is not None:
+            sm.add_metric(key, process.sm_utilization_ratio)
+        if process.energy_joules is not None:
+            energy.add_metric(key, process.energy_joules)
+        labels = process.labels
+        info.add_metric(key + [labels.command if labels else "",
+                               labels.container_id if labels else "",
+                               "" if process.gpu_instance is None else str(process.gpu_instance)],
+                        {})
+    for gpu, joules in sorted(reading.idle_energy_joules.items()):
+        if gpu in uuids:
+            energy.add_metric([str(gpu), uuids[gpu], IDLE_PID], joules)
+    for family in (memory, sm, energy, info):
+        if family.samples:
+            yield family
+    yield CounterMetricFamily("cte_gpu_processes_dropped", "Processes left out at "
+                              "--collector.processes.max, counted on every read they are "
+                              "left out.", value=reading.dropped_total)
+    errors = CounterMetricFamily("cte_gpu_process_proc_errors", "New processes whose /proc "
+                                 "entry could not be read for gpu_process_info, by reason.",
+                                 labels=["reason"])
+    for reason in dict.fromkeys((*PROC_ERRORS, *reading.proc_errors_total)):
+        errors.add_metric([reason], float(reading.proc_errors_total.get(reason, 0)))
+    yield errors
