@@ -1,6 +1,6 @@
 """Screenshot the live page as tests/test_live_page.py sees it (docs/img/live-page.png).
 
-    PYTHONPATH=. python scripts/live_page_screenshot.py [OUT.png] [--wait 45] [--url-suffix S]
+    PYTHONPATH=. python scripts/live_page_screenshot.py [OUT.png] [--wait 60] [--url-suffix S]
 
 Starts an exporter on the fake straggler node (persistence 5 s, as `run --fake --scenario
 straggler --straggler.persistence 5`), waits, and has headless Chromium (Debian's
@@ -24,7 +24,7 @@ from exporter.config import Config
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", nargs="?", default="docs/img/live-page.png")
-    parser.add_argument("--wait", type=float, default=45.0, help="seconds of data first")
+    parser.add_argument("--wait", type=float, default=60.0, help="seconds of data first")
     parser.add_argument("--url-suffix", default="")
     args = parser.parse_args()
     chromium = shutil.which("chromium")

@@ -39,18 +39,22 @@ def json_array(values: np.ndarray, decimals: int) -> bytes:
         int_digits = max(int_digits, 4 - (decimals + 1 if decimals else 0))  # room for null
     digits = int_digits + decimals
     matrix = _digits(scaled, digits)
-    # leading zeros of the integer part become spaces (the units digit stays)
+    # leading zeros of the integer part become spaces (the units digit stays); none when
+    # every number has as many digits as the widest (timestamps, most watts)
     head = matrix[:, :int_digits]  # a view: writing it writes the matrix
-    nonzero = head != ord("0")
-    nonzero[:, -1] = True
-    lead = np.argmax(nonzero, axis=1)
-    if lead.any():
+    if int_digits > 1 and scaled.min() < 10.0 ** (digits - 1):
+        nonzero = head != ord("0")
+        nonzero[:, -1] = True
+        lead = np.argmax(nonzero, axis=1)
         head[np.arange(int_digits)[None, :] < lead[:, None]] = ord(" ")
-    columns = [matrix[:, :int_digits]]
+    # each row: the integer digits, "." and the decimals when there are any, ","
+    width = int_digits + (decimals + 1 if decimals else 0) + 1
+    rows = np.empty((v.size, width), np.uint8)
+    rows[:, :int_digits] = head
     if decimals:
-        columns += [np.full((v.size, 1), ord("."), np.uint8), matrix[:, int_digits:]]
-    columns.append(np.full((v.size, 1), ord(","), np.uint8))
-    rows = np.hstack(columns)
+        rows[:, int_digits] = ord(".")
+        rows[:, int_digits + 1:-1] = matrix[:, int_digits:]
+    rows[:, -1] = ord(",")
     if not finite.all():
         width = rows.shape[1] - 1
         rows[~finite, :width] = np.frombuffer(b"null".rjust(width), np.uint8)
