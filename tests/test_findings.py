@@ -148,6 +148,7 @@ def test_hardware_faults_each_with_gpu_severity_and_time():
     assert xid79["time"] == NOW - 65
     assert by_kind["gpus_missing"]["message"] == "4 GPUs present, 5 expected"
     assert by_kind["ecc"]["time"] == NOW - 3
+    assert by_kind["ecc"]["message"] == "GPU 1 has 2 uncorrected ECC errors since the driver loaded"
     assert [f["severity"] for f in found] == sorted(
         (f["severity"] for f in found), key=["critical", "warning", "info"].index)
 
@@ -184,6 +185,21 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
                                    "100 % of the last 60 s; 6 min in all)")
     assert found[1]["message"].startswith("GPU 2 clocks held down by its power cap (active now; "
                                           "90 % of the last 60 s")
+    assert found[0]["details"]["reasons"] == {"hw_thermal_slowdown": {
+        "active": True, "window_share": 1.0, "seconds_total": 360.0}}
+
+
+def test_reasons_that_come_together_share_one_finding():
+    """A power brake is also an HW slowdown: one finding for the GPU, not two."""
+    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
+    window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake": 0.33}})
+    snap = make_snapshot(1, time=NOW, states=states,
+                         straggler_analysis=StragglerAnalysis(NOW, window, None, None))
+    found = findings(snap)
+    assert _kinds(found) == [("clock_event", "warning", 0)]
+    assert found[0]["message"] == (
+        "GPU 0 clocks held down by HW slowdown (not active now; 33 % of the last 60 s), "
+        "HW power brake (not active now; 33 % of the last 60 s)")
 
 
 def test_a_healthy_node_has_no_findings_and_every_finding_is_json():

@@ -77,8 +77,9 @@ def _memory(snap: Snapshot) -> list[dict[str, Any]]:
         uncorrected = h.ecc_errors.get(("uncorrected", "volatile"))
         if uncorrected:
             out.append(finding("ecc", CRITICAL,
-                               f"GPU {gpu} has {uncorrected:.0f} uncorrected ECC errors since "
-                               "the driver loaded", h.time, gpu=gpu,
+                               f"GPU {gpu} has {uncorrected:.0f} uncorrected ECC "
+                               f"error{'s' if uncorrected != 1 else ''} since the driver "
+                               "loaded", h.time, gpu=gpu,
                                ecc_errors={f"{t}_{s}": v for (t, s), v in h.ecc_errors.items()}))
         if h.row_remap_failure:
             out.append(finding("row_remap", CRITICAL,
@@ -126,32 +127,38 @@ def _nvlink(snap: Snapshot) -> list[dict[str, Any]]:
 
 
 def _clock_events(snap: Snapshot) -> list[dict[str, Any]]:
-    """Slowdowns active now, or held over the straggler window (their share of it)."""
+    """One finding per GPU with slowdowns active now or held over the straggler window
+    (their share of it); reasons that come together (a power brake is also an HW
+    slowdown) share one sentence."""
     analysis = snap.straggler_analysis
     features = analysis.features if analysis is not None else None
+    span = features.t_end - features.t_start if features is not None else 0.0
     out = []
     for gpu, state in sorted(snap.states.items()):
         bits = state.get("clock_event_reasons")
         window = features.gpus.get(gpu) if features is not None else None
         shares = window.throttle_reasons if window is not None else {}
-        for reason, (words, severity, short) in SLOWDOWNS.items():
+        parts, reasons, severity = [], {}, INFO
+        for reason, (words, level, short) in SLOWDOWNS.items():
             active = bits is not None and bool(int(bits) & CLOCK_EVENT_REASONS[reason])
             share = shares.get(short)
-            if severity == INFO:
-                if share is None or share < POWER_CAP_MIN_SHARE:
-                    continue
-            elif not active and not share:
+            if level == INFO and (share is None or share < POWER_CAP_MIN_SHARE):
                 continue
-            parts = ["active now" if active else "not active now"]
-            if share is not None and features is not None:
-                span = features.t_end - features.t_start
-                parts.append(f"{percent(share)} of the last {duration(span)}")
+            if level != INFO and not active and not share:
+                continue
+            severity = WARNING if level == WARNING else severity
             total = snap.clock_event_seconds.get((gpu, reason))
+            said = ["active now" if active else "not active now"]
+            if share is not None and features is not None:
+                said.append(f"{percent(share)} of the last {duration(span)}")
             if total:
-                parts.append(f"{duration(total)} in all")
+                said.append(f"{duration(total)} in all")
+            parts.append(f"{words} ({'; '.join(said)})")
+            reasons[reason] = {"active": active,
+                               "window_share": None if share is None else round(share, 3),
+                               "seconds_total": None if total is None else round(total, 1)}
+        if parts:
             out.append(finding("clock_event", severity,
-                               f"GPU {gpu} clocks held down by {words} ({'; '.join(parts)})",
-                               state.time, gpu=gpu, reason=reason, active=active,
-                               window_share=None if share is None else round(share, 3),
-                               seconds_total=None if total is None else round(total, 1)))
+                               f"GPU {gpu} clocks held down by {', '.join(parts)}",
+                               state.time, gpu=gpu, reasons=reasons))
     return out
