@@ -14,8 +14,9 @@ import numpy as np
 
 
 class PowerBuffer:
-    def __init__(self, gpus: int, capacity: int):
+    def __init__(self, gpus: int, capacity: int, history_seconds: float = 0.0):
         self.capacity = capacity
+        self.history_seconds = history_seconds  # the time it is sized for (readers' bound)
         self.times = np.full((gpus, capacity), np.nan)
         self.watts = np.full((gpus, capacity), np.nan)
         self.count = [0] * gpus  # samples ever written, per GPU

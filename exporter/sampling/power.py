@@ -45,7 +45,8 @@ class PowerSampler:
         for gpu in range(self.gpus.count):
             self.reset(gpu)
         rate = max(SAMPLES_PER_SECOND_KEPT, self.poll_hertz if self.polled() else 0)
-        self.buffer = PowerBuffer(self.gpus.count, max(16, int(rate * self.history_seconds)))
+        self.buffer = PowerBuffer(self.gpus.count, max(16, int(rate * self.history_seconds)),
+                                  self.history_seconds)
         if self.polled():
             self.update_periods = detect_update_period(self.gpus.backend, self.polled())
 

@@ -1,4 +1,4 @@
-"""HTTP: /metrics from cached bytes, /healthz, /readyz, and a small landing page.
+"""HTTP: /metrics from cached bytes, /healthz, /readyz, the live page and its JSON API.
 
 No request does any sampling or rendering work: /metrics writes the bytes of
 the latest RenderedSnapshot (gzip-encoded when the scraper accepts it), so
@@ -15,7 +15,6 @@ mean what exporter/web/health.py says.
 from __future__ import annotations
 
 import contextlib
-import html
 import http.client
 import logging
 import socket
@@ -26,11 +25,12 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from exporter import __version__
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
+from exporter.web import api, static
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
 from exporter.web.health import HealthCheck
+from exporter.web.page import PAGE_HEADERS, landing_page
 from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
 
@@ -77,6 +77,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self.connections = Connections(self.limits.max_connections,
                                        self.limits.head_timeout_seconds)
         self.slots = threading.BoundedSemaphore(self.limits.max_active_requests)
+        self.api = api.Api(health.readiness)
         self.busy_refusals = 0
         self._conn_of: dict[socket.socket, Conn] = {}  # accepted socket -> its bookkeeping
         self._conn_lock = threading.Lock()
@@ -363,7 +364,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._route(head=False)
 
     def _route(self, head: bool) -> None:
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == "/healthz":
             self._healthz(head)
         elif path == "/readyz":
@@ -371,9 +372,47 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             self._metrics(head)
         elif path == "/":
-            self._send(200, "text/html; charset=utf-8", _landing_page(self.server), head)
+            self._send(200, "text/html; charset=utf-8", _landing_page(self.server), head,
+                       _page_headers(self.server.web.headers))
+        elif path in api.PATHS:
+            self._api(path, query, head)
+        elif path.startswith(static.PREFIX):
+            self._static(path.removeprefix(static.PREFIX), head)
         else:
             self._send(404, "text/plain; charset=utf-8", b"not found\n", head)
+
+    def _api(self, path: str, query: str, head: bool) -> None:
+        rendered = self.server.current()
+        no_store = {"Cache-Control": "no-store"}
+        if rendered is None:
+            self._send(503, api.JSON_TYPE, api.error_body("no snapshot yet"), head, no_store)
+            return
+        try:
+            answer = self.server.api.answer(rendered, path, query)
+        except api.BadRequest as exc:
+            self._send(400, api.JSON_TYPE, api.error_body(str(exc)), head, no_store)
+            return
+        headers = {**no_store, "Vary": "Accept-Encoding"}
+        if accepts_gzip(self.headers.get("Accept-Encoding", "")):
+            self._send(200, api.JSON_TYPE, answer.gzipped, head,
+                       {**headers, "Content-Encoding": "gzip"})
+        else:
+            self._send(200, api.JSON_TYPE, answer.body, head, headers)
+
+    def _static(self, name: str, head: bool) -> None:
+        found = static.asset(name)
+        if found is None:
+            self._send(404, "text/plain; charset=utf-8", b"not found\n", head)
+            return
+        headers = {"Cache-Control": static.CACHE_CONTROL, "ETag": found.etag,
+                   "X-Content-Type-Options": "nosniff", "Vary": "Accept-Encoding"}
+        if static.not_modified(found, self.headers.get("If-None-Match")):
+            self._send(304, found.content_type, b"", True, headers)
+        elif accepts_gzip(self.headers.get("Accept-Encoding", "")):
+            self._send(200, found.content_type, found.gzipped, head,
+                       {**headers, "Content-Encoding": "gzip"})
+        else:
+            self._send(200, found.content_type, found.body, head, headers)
 
     def _metrics(self, head: bool) -> None:
         rendered = self.server.current()
@@ -431,16 +470,12 @@ def _landing_page(server: ExporterHTTPServer) -> bytes:
         gpus = snap.gpu_count
     readiness = server.health.readiness(rendered)
     status = "; ".join([readiness.status, *readiness.problems])
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>cluster-telemetry-exporter</title></head>
-<body><h1>cluster-telemetry-exporter {html.escape(__version__)}</h1>
-<p>GPUs: <span id="gpus">{gpus}</span> &middot;
-backend: <span id="backend">{html.escape(backend)}</span> &middot;
-health: <span id="health">{html.escape(status)}</span></p>
-<ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li>
-<li><a href="/readyz">/readyz</a></li></ul>
-</body></html>
-""".encode()
+    return landing_page(gpus, backend, status, server.api.node)
+
+
+def _page_headers(configured: dict[str, str]) -> dict[str, str]:
+    """The page's own headers, except where the web config sets one (its CSP wins)."""
+    return {k: v for k, v in PAGE_HEADERS.items() if k not in configured}
 
 
 def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread:

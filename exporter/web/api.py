@@ -1,0 +1,260 @@
+"""The JSON API the live page polls: /api/v1/power and /api/v1/findings.
+
+Answers come from the snapshot being served, never from NVML: power from the ring
+buffer's windows (copies taken under its short lock), findings from
+exporter/web/findings.py. Each answer is built once per snapshot and query and kept with
+its gzip until the next snapshot, so any number of open pages costs one build a second.
+What one request can cost is bounded: a short query string with known parameters only,
+whole seconds up to the buffer's length, at most MAX_POINTS_PER_SERIES points a series,
+a bounded number of answers kept, and one build at a time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from exporter import __version__
+from exporter.metrics.render import RenderedSnapshot
+from exporter.sampling.snapshot import Snapshot
+from exporter.web.findings import findings
+from exporter.web.health import Readiness
+from exporter.web.jsonarrays import json_array
+from exporter.web.wording import number
+
+POWER, FINDINGS = "/api/v1/power", "/api/v1/findings"
+PATHS = (POWER, FINDINGS)
+JSON_TYPE = "application/json"
+DEFAULT_SECONDS = 60
+# 120 s at 50 samples a second (the page's longest window) goes out undecimated; longer
+# windows keep each bucket's lowest and highest sample, so peaks and dips still show.
+MAX_POINTS_PER_SERIES = 6000
+TIME_DECIMALS = 3  # ms: samples are ~20 ms apart
+WATT_DECIMALS = 1  # 0.1 W, well inside the sensor's +-5 W
+MAX_QUERY_BYTES = 64
+MAX_ANSWERS_KEPT = 16  # per snapshot: distinct queries beyond this are built, not kept
+
+
+class BadRequest(ValueError):
+    """A query the API refuses; the message is the one line the client gets."""
+
+
+def error_body(message: str) -> bytes:
+    return json.dumps({"error": message}).encode() + b"\n"
+
+
+def parse_query(query: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    """name -> value for a query of known, unrepeated parameters, or BadRequest."""
+    if len(query) > MAX_QUERY_BYTES:
+        raise BadRequest("query string too long")
+    out: dict[str, str] = {}
+    for field in query.split("&") if query else ():
+        name, _, value = field.partition("=")
+        if name not in allowed:
+            shown = name[:32].encode("ascii", "replace").decode()
+            raise BadRequest(f"unknown parameter {shown!r}; allowed: {', '.join(allowed)}"
+                             if allowed else f"unknown parameter {shown!r}; none allowed")
+        if name in out:
+            raise BadRequest(f"parameter {name!r} given twice")
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class PowerQuery:
+    seconds: int
+    gpu: int | None  # None: every GPU
+
+
+def history_seconds(snapshot: Snapshot) -> int:
+    """The longest window /api/v1/power serves: what the ring buffer is sized for."""
+    buffer = snapshot.power_history
+    return max(1, int(getattr(buffer, "history_seconds", 0) or 660))
+
+
+def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
+    params = parse_query(query, ("seconds", "gpu"))
+    longest = history_seconds(snapshot)
+    raw = params.get("seconds", str(DEFAULT_SECONDS))
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6 and 1 <= int(raw) <= longest):
+        raise BadRequest(f"seconds must be a whole number from 1 to {longest}")
+    gpu = params.get("gpu")
+    if gpu is not None and not (gpu.isascii() and gpu.isdigit() and len(gpu) <= 4
+                                and int(gpu) < snapshot.gpu_count):
+        raise BadRequest(f"gpu must be a GPU index from 0 to {snapshot.gpu_count - 1}")
+    return PowerQuery(int(raw), None if gpu is None else int(gpu))
+
+
+# -- /api/v1/power ---------------------------------------------------------------------------
+
+def power_body(snapshot: Snapshot, query: PowerQuery) -> bytes:
+    """{"gpus": {"0": series, ...}, "node": series, "sample_interval_seconds",
+    "observable_band_hz", ...}; series = {"timestamps", "watts", "decimated"}."""
+    buffer = snapshot.power_history
+    interval = _interval(snapshot)
+    end = buffer.latest_time() if buffer is not None else None
+    gpus = range(snapshot.gpu_count) if query.gpu is None else (query.gpu,)
+    parts = []
+    for gpu in gpus:
+        if end is None:
+            times, watts = np.zeros(0), np.zeros(0)
+        else:
+            times, watts = buffer.window(gpu, query.seconds, end)
+        parts.append(b'"%d":' % gpu + _series(times, watts))
+    if end is not None and interval:
+        grid, per_gpu = buffer.grid(query.seconds, interval, end)
+        node = _node_sum(per_gpu)
+    else:
+        grid, node = np.zeros(0), np.zeros(0)
+    head = {"time": number(snapshot.time), "seconds": query.seconds,
+            "sample_interval_seconds": number(interval, 6),
+            "observable_band_hz": [number(f, 4) for f in snapshot.observable_band_hz],
+            "max_points_per_series": MAX_POINTS_PER_SERIES}
+    return b"".join([json.dumps(head)[:-1].encode(), b', "gpus": {', b",".join(parts),
+                     b'}, "node": ', _series(grid, node), b"}\n"])
+
+
+def _interval(snapshot: Snapshot) -> float | None:
+    """The node's native interval: the median of its GPUs' sample intervals."""
+    values = [s.sample_interval_seconds for s in snapshot.power_sources.values()
+              if s.sample_interval_seconds]
+    return max(float(np.median(values)), 0.001) if values else None
+
+
+def _node_sum(per_gpu: np.ndarray) -> np.ndarray:
+    """The GPUs summed at each grid point; a GPU without data there (lost, a gap) is left
+    out of the sum rather than blanking the node; NaN where no GPU has data."""
+    have = np.isfinite(per_gpu)
+    total = np.where(have, per_gpu, 0.0).sum(axis=0)
+    return np.where(have.any(axis=0), total, np.nan)
+
+
+def _series(times: np.ndarray, watts: np.ndarray) -> bytes:
+    times, watts, decimated = decimate(times, watts, MAX_POINTS_PER_SERIES)
+    return b"".join([b'{"timestamps": ', json_array(times, TIME_DECIMALS), b', "watts": ',
+                     json_array(watts, WATT_DECIMALS), b', "decimated": ',
+                     b"true" if decimated else b"false", b"}"])
+
+
+def decimate(times: np.ndarray, watts: np.ndarray, cap: int
+             ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """At most `cap` points: each of cap/2 buckets keeps its lowest and highest sample, in
+    time order (a stride would drop the dips a person looks for)."""
+    n = len(times)
+    if n <= cap:
+        return times, watts, False
+    per = -(-n // (cap // 2))
+    buckets = -(-n // per)
+    padded = np.concatenate([watts, np.full(buckets * per - n, np.nan)]).reshape(buckets, per)
+    missing = np.isnan(padded)
+    lo = np.argmin(np.where(missing, np.inf, padded), axis=1)
+    hi = np.argmax(np.where(missing, -np.inf, padded), axis=1)
+    base = np.arange(buckets) * per
+    keep = np.unique(np.concatenate([base + lo, base + hi]))
+    keep = keep[keep < n]
+    return times[keep], watts[keep], True
+
+
+# -- /api/v1/findings ------------------------------------------------------------------------
+
+def findings_body(snapshot: Snapshot, readiness: Readiness, node: str) -> bytes:
+    """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
+    node at a glance (GPUs up, who holds them, the exporter's own health)."""
+    body = {"time": number(snapshot.time), "findings": findings(snapshot),
+            "summary": summary(snapshot, readiness, node)}
+    return json.dumps(body, ensure_ascii=False).encode() + b"\n"
+
+
+def summary(snapshot: Snapshot, readiness: Readiness, node: str) -> dict[str, Any]:
+    jobs = _jobs(snapshot)
+    gpus = []
+    for gpu in range(snapshot.gpu_count):
+        ident = snapshot.identities[gpu] if gpu < len(snapshot.identities) else None
+        reading = snapshot.power.get(gpu)
+        gpus.append({"gpu": gpu, "name": ident.name if ident else None,
+                     "uuid": ident.uuid if ident else None, "up": snapshot.up(gpu),
+                     "lost": gpu in snapshot.lost, "hung": gpu in snapshot.hung,
+                     "jobs": list(jobs.get(gpu, ())),
+                     "watts": number(reading.watts, 1) if reading else None})
+    return {"node": node, "version": __version__, "backend": snapshot.backend,
+            "scenario": snapshot.scenario, "started_at": number(snapshot.started_at),
+            "gpu_count": snapshot.gpu_count, "expected_gpus": snapshot.expected_gpus,
+            "gpus_up": sum(g["up"] for g in gpus),
+            "health": {"status": readiness.status, "problems": list(readiness.problems)},
+            "sample_interval_seconds": number(_interval(snapshot), 6),
+            "observable_band_hz": [number(f, 4) for f in snapshot.observable_band_hz],
+            "gpus": gpus}
+
+
+def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
+    """GPU -> the jobs (or pods) holding it, from any collector whose reading maps them
+    (the jobs collector's JobsReading.jobs)."""
+    out: dict[int, tuple[str, ...]] = {}
+    for result in snapshot.collectors.values():
+        mapping = getattr(result.reading, "jobs", None)
+        if hasattr(mapping, "items"):
+            for gpu, ids in mapping.items():
+                out[int(gpu)] = out.get(int(gpu), ()) + tuple(str(i) for i in ids)
+    return out
+
+
+# -- answers, once per snapshot ------------------------------------------------------------------
+
+class Answer:
+    """One JSON answer and, when first asked for, its gzip."""
+
+    def __init__(self, body: bytes):
+        self.body = body
+        self._gzipped: bytes | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def gzipped(self) -> bytes:
+        with self._lock:
+            if self._gzipped is None:
+                self._gzipped = gzip.compress(self.body, compresslevel=1, mtime=0)
+            return self._gzipped
+
+
+class Api:
+    """Builds and keeps the answers for the snapshot being served."""
+
+    def __init__(self, readiness: Callable[[RenderedSnapshot], Readiness],
+                 node: str | None = None):
+        self.readiness = readiness
+        self.node = node or socket.gethostname()
+        self._lock = threading.Lock()
+        self._for: RenderedSnapshot | None = None
+        self._answers: dict[tuple, Answer] = {}
+
+    def answer(self, rendered: RenderedSnapshot, path: str, query: str) -> Answer:
+        """The answer to GET path?query; BadRequest for a query it refuses."""
+        snap = rendered.snapshot
+        build: Callable[[], bytes]
+        if path == POWER:
+            q = power_query(query, snap)
+            key: tuple = (POWER, q.seconds, q.gpu)
+            build = lambda: power_body(snap, q)  # noqa: E731
+        else:
+            parse_query(query, ())
+            key = (FINDINGS,)
+            build = lambda: findings_body(snap, self.readiness(rendered), self.node)  # noqa: E731
+        # One build at a time, under the lock: concurrent viewers of a new snapshot wait
+        # for the first one's build instead of each making their own, and the API never
+        # takes more than one core from sampling and scrapes.
+        with self._lock:
+            if self._for is not rendered:
+                self._for, self._answers = rendered, {}
+            answer = self._answers.get(key)
+            if answer is None:
+                answer = Answer(build())
+                if len(self._answers) < MAX_ANSWERS_KEPT:
+                    self._answers[key] = answer
+            return answer

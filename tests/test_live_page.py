@@ -1,0 +1,128 @@
+"""The live page in a real headless Chromium (issue 15): under the straggler scenario, after
+35 s, the page draws 8 GPU series, updates itself and names GPU 5 as a straggler; its
+screenshot has content. Also behind TLS and basic auth, as Prometheus scrapes it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.certs import make_certs
+from tests.png import decode_png
+from tests.tools import http_get, require_binary, require_module, wait_for
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1280,900"]
+# Virtual time runs the page's 1 s poll loop several times; it stands still while fetches
+# are in flight, so each poll's answer is drawn before the next.
+BUDGET_MS = 4000
+
+
+def chromium(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
+    binary = require_binary("chromium")
+    return subprocess.run(
+        [binary, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+         f"--virtual-time-budget={BUDGET_MS}", *extra, url],
+        capture_output=True, text=True, timeout=120)
+
+
+def _after_35_s(exp) -> None:
+    def old_enough():
+        rendered = exp.current
+        return rendered is not None and (
+            rendered.snapshot.time - rendered.snapshot.started_at >= 35)
+    wait_for(old_enough, timeout=120, interval=0.5)
+
+
+def _check_dom(dom: str) -> None:
+    updates = re.search(r'<body[^>]* data-updates="(\d+)"', dom)
+    assert updates and int(updates.group(1)) >= 2, dom[-3000:]  # it updated itself
+    chart = re.search(r'<div id="gpu-chart"[^>]*>', dom)
+    assert chart and 'data-series="8"' in chart.group(0), chart
+    assert dom.count('class="uplot') == 2 and dom.count("<canvas") >= 2  # node and GPU charts
+    assert len(re.findall(r'<tr data-gpu="\d+"', dom)) == 8
+    straggler = re.search(r'<li class="finding sev-warning" data-kind="straggler" '
+                          r'data-gpu="5"[^>]*>(.*?)</li>', dom)
+    assert straggler, dom[-3000:]
+    assert "GPU 5 is a straggler: SM clock" in straggler.group(1)
+    assert re.search(r'<span id="gpus">8</span>', dom)
+    assert re.search(r'<span id="health">(ok|degraded; [^<]+)</span>', dom)
+
+
+def test_live_page_under_the_straggler_scenario(running_exporter, tmp_path):
+    require_binary("chromium")
+    exp = running_exporter.start(scenario="straggler", straggler_persistence_seconds=5)
+    _after_35_s(exp)
+    _, body = http_get(exp.port, "/api/v1/power?seconds=30")
+    power = json.loads(body)
+    assert len(power["gpus"]) == 8
+    for series in power["gpus"].values():
+        assert len(series["timestamps"]) >= 20 * 30
+    _, body = http_get(exp.port, "/api/v1/findings")
+    assert 5 in [f["gpu"] for f in json.loads(body)["findings"] if f["kind"] == "straggler"]
+
+    url = f"http://127.0.0.1:{exp.port}/"
+    result = chromium(tmp_path, url, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    _check_dom(result.stdout)
+
+    shot = tmp_path / "live-page.png"
+    result = chromium(tmp_path, url, f"--screenshot={shot}")
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    _check_screenshot(decode_png(shot.read_bytes()))
+
+
+def _check_screenshot(image: np.ndarray) -> None:
+    assert image.shape[:2] == (900, 1280)
+    rgb = image[..., :3].reshape(-1, 3).astype(np.int32)
+    not_white = (rgb < 235).any(axis=1).mean()
+    colours = len(np.unique(rgb @ np.array([65536, 256, 1])))
+    assert not_white > 0.05 and colours > 1000, (not_white, colours)
+
+    def pixels_near(hex_colour: str, tolerance: int = 12) -> int:
+        want = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)])
+        return int((np.abs(rgb - want).max(axis=1) <= tolerance).sum())
+
+    assert pixels_near("#e69500") > 300  # the straggler finding's warning border
+    assert pixels_near("#333333") > 1000  # the node's line
+    assert sum(pixels_near(c) > 100 for c in ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                              "#9467bd", "#8c564b", "#e377c2", "#17becf")) >= 4
+
+
+USER, PASSWORD = "oncall", "a page behind the same door"
+
+
+@pytest.fixture
+def tls_auth_web_config(tmp_path):
+    bcrypt = require_module("bcrypt")
+    certs = make_certs(tmp_path / "certs")
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
+                   f"  key_file: {certs.server_key}\n"
+                   f"basic_auth_users:\n  {USER}: '{hashed}'\n")
+    return web
+
+
+def test_live_page_behind_tls_and_basic_auth(running_exporter, tmp_path, tls_auth_web_config):
+    """The page's fetches are same-origin: the browser resends the credentials it used for
+    the page, over the same TLS."""
+    require_binary("chromium")
+    exp = running_exporter.start(web_config_file=str(tls_auth_web_config))
+    wait_for(lambda: exp.current is not None and exp.current.snapshot.power_analysis, 60)
+    bare = chromium(tmp_path, f"https://127.0.0.1:{exp.port}/", "--ignore-certificate-errors",
+                    "--dump-dom")
+    assert 'id="gpu-chart"' not in bare.stdout  # no password: no page
+    url = f"https://{USER}:{PASSWORD.replace(' ', '%20')}@127.0.0.1:{exp.port}/"
+    result = chromium(tmp_path, url, "--ignore-certificate-errors", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    updates = re.search(r'<body[^>]* data-updates="(\d+)"', dom)
+    assert updates and int(updates.group(1)) >= 2, dom[-3000:]
+    assert 'data-series="8"' in dom
