@@ -52,8 +52,7 @@ RECORDING_RULES = {
     "instance_gpu:gpu_compute_active_ratio:max", "instance_gpu:gpu_wait_active_ratio:clamp",
     "hpc_job:gpu_compute_active_ratio:avg", "hpc_job:gpu_wait_active_ratio:avg",
     "hpc_job:gpu_energy_joules_per_compute_second:ratio",
-    "cluster:gpu_compute_active_ratio:avg", "cluster:gpu_wait_active_ratio:avg"}
- | {
+    "cluster:gpu_compute_active_ratio:avg", "cluster:gpu_wait_active_ratio:avg"} | {
     f"{prefix}:{name}"
     for prefix, names in (
         ("namespace", ("gpu_power_watts:avg5m", "gpu_power:share", "gpu_utilization_ratio:sum",
