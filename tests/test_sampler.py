@@ -50,6 +50,31 @@ def test_power_buffer_is_bounded_and_windows_by_time():
     assert list(buf.window(1, 1e9)[0]) == [float(t) for t in range(2990, 3000)]
 
 
+@pytest.mark.parametrize("written", [7, 10, 13, 25, 31])
+def test_power_buffer_window_is_exact_wherever_the_ring_wraps(written):
+    buf = PowerBuffer(gpus=1, capacity=10)
+    for start in range(0, written, 3):  # batches of 3, as drains arrive
+        t = np.arange(start, min(start + 3, written), dtype=float)
+        buf.append(0, t, t * 10)
+    held = np.arange(max(0, written - 10), written, dtype=float)
+    for seconds in (0.5, 1.0, 2.5, 4.0, 9.0, 100.0):
+        for end in (None, written - 1.0, written - 3.5, held[0], held[0] - 1):
+            e = held[-1] if end is None else end
+            want = held[(held > e - seconds) & (held <= e)]
+            times, watts = buf.window(0, seconds, end)
+            assert list(times) == list(want) and list(watts) == list(want * 10)
+
+
+def test_power_buffer_drops_samples_not_newer_than_its_newest():
+    buf = PowerBuffer(gpus=1, capacity=10)
+    buf.append(0, np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0]))
+    buf.append(0, np.array([2.5, 3.0, 4.0]), np.array([9.0, 9.0, 4.0]))  # clock stepped back
+    times, watts = buf.window(0, 100)
+    assert list(times) == [1.0, 2.0, 3.0, 4.0] and list(watts) == [1.0, 2.0, 3.0, 4.0]
+    buf.append(0, np.array([0.5]), np.array([7.0]))  # nothing newer: nothing written
+    assert buf.count == [4]
+
+
 def test_power_buffer_grid_aligns_gpus_and_leaves_holes_empty():
     buf = PowerBuffer(gpus=2, capacity=1000)
     t = np.arange(0.0, 10.0, 0.02)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.analysis.signal import detrend
+from exporter.analysis.signal import detrend, hann
 
 INSTANT = "instantaneous"
 AVERAGED = "averaged"
@@ -209,7 +209,7 @@ def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
     lo = (freqs >= 0.1 / seconds) & (freqs <= 0.4 / seconds)
     if hi.sum() < 6 or lo.sum() < 4:
         return None
-    w = np.hanning(n)
+    w = hann(n)
     psd = np.zeros(freqs.size)
     for a in range(0, x.shape[1] - n + 1, n // 2):
         r = _residuals(x[:, a:a + n])

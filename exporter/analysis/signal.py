@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -99,3 +100,11 @@ def wrap(phi: float) -> float:
     """Angle in (-pi, pi]."""
     w = math.remainder(phi, 2 * math.pi)
     return math.pi if w <= -math.pi else w
+
+
+@functools.lru_cache(maxsize=16)
+def hann(n: int) -> np.ndarray:
+    """np.hanning(n), made once per length (the live analyses ask for the same few)."""
+    window = np.hanning(n)
+    window.flags.writeable = False
+    return window

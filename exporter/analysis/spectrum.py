@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from exporter.analysis.signal import parabolic, wrap
+from exporter.analysis.signal import hann, parabolic, wrap
 
 _HARMONICS = 4  # harmonics (besides the fundamental) counted in peak_concentration
 _PEAK_HALF_WIDTH = 2  # bins either side of a peak: the main lobe of a Hann window
@@ -23,7 +23,7 @@ def spectrum_features(x: np.ndarray, fs: float, band: tuple[float, float],
     swing faster than the band is never replaced by a lesser, slower peak.
     """
     n = x.size
-    spec = np.abs(np.fft.rfft(x * np.hanning(n))) ** 2
+    spec = np.abs(np.fft.rfft(x * hann(n))) ** 2
     freqs = np.arange(spec.size) * fs / n
     ac = float(spec[1:].sum())
     if ac <= 0 or not np.isfinite(ac):
@@ -66,7 +66,7 @@ def _fundamental(spec: np.ndarray, k_min: int, k_max: int) -> int:
 
 def phase(x: np.ndarray, t_rel: np.ndarray, f: float) -> float:
     """phi of cos(2 pi f t_rel + phi) in a detrended signal (Hann-weighted projection)."""
-    w = np.hanning(x.size)
+    w = hann(x.size)
     c = np.sum(w * x * np.exp(-2j * np.pi * f * t_rel))
     return wrap(float(np.angle(c)))
 

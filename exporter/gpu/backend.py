@@ -136,8 +136,12 @@ class NvmlBackend:
                 expected: tuple[str, ...] = ()) -> tuple[Any, str | None]:
         """As call(), with the name of the error (None on success), for callers whose next
         step depends on why a call failed (NoPermission is not NotSupported)."""
-        key = (gpu, name, *(a for a in args[1:] if isinstance(a, int))) if gpu is not None \
-            else None
+        if gpu is None:
+            key = None
+        elif len(args) <= 1:  # the handle alone (most calls): no arguments to key by
+            key = (gpu, name)
+        else:
+            key = (gpu, name, *(a for a in args[1:] if isinstance(a, int)))
         if key is not None and key in self._unsupported:
             return None, self._unsupported[key]
         function = getattr(self.nvml, name, None)

@@ -17,6 +17,7 @@ Cadence, chosen by what each read costs on a real H200 (exporter/sim/costs.py):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from exporter.gpu import fields as fi
@@ -96,7 +97,9 @@ CATALOGUE: tuple[GpuValue, ...] = (
       "gpu_memory_temperature_celsius", "HBM temperature.", trace=True),
     V("sm_clock_hertz", Call("nvmlDeviceGetClockInfo", (CLOCK_SM,)), 1e6, SWEEP,
       "gpu_sm_clock_hertz", "Current SM clock.", trace=True),
-    V("memory_clock_hertz", Call("nvmlDeviceGetClockInfo", (CLOCK_MEM,)), 1e6, SWEEP,
+    # The memory clock moves with P-states, not steps, and the video engines are not what a
+    # training node is watched for: neither is worth its calls every second (HEALTH).
+    V("memory_clock_hertz", Call("nvmlDeviceGetClockInfo", (CLOCK_MEM,)), 1e6, HEALTH,
       "gpu_memory_clock_hertz", "Current memory clock.", trace=True),
     V("fan_speed_ratio", Call("nvmlDeviceGetFanSpeed"), 0.01, SWEEP, "gpu_fan_speed_ratio",
       "Fan speed as a share of its maximum (0-1)."),
@@ -108,10 +111,10 @@ CATALOGUE: tuple[GpuValue, ...] = (
       1, SWEEP, "gpu_memory_reserved_bytes",
       "Device memory reserved by the driver and firmware (not available to applications)."),
     V("encoder_utilization_ratio", Call("nvmlDeviceGetEncoderUtilization", member=0), 0.01,
-      SWEEP, "gpu_encoder_utilization_ratio",
+      HEALTH, "gpu_encoder_utilization_ratio",
       "Share of the driver's sample period the video encoders (NVENC) were busy (0-1)."),
     V("decoder_utilization_ratio", Call("nvmlDeviceGetDecoderUtilization", member=0), 0.01,
-      SWEEP, "gpu_decoder_utilization_ratio",
+      HEALTH, "gpu_decoder_utilization_ratio",
       "Share of the driver's sample period the video decoders (NVDEC) were busy (0-1)."),
     # The driver's own counters of time the clocks were held down, by reason (ns): exact,
     # where gpu_clock_event_seconds_total samples the reason bits once a sweep. 74 and 269
@@ -164,5 +167,6 @@ def families() -> dict[str, tuple[GpuValue, ...]]:
 FAMILIES = families()
 
 
+@functools.lru_cache(maxsize=32)
 def of_cadence(*cadences: str) -> tuple[GpuValue, ...]:
     return tuple(value for value in CATALOGUE if value.cadence in cadences)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,16 +41,25 @@ class _Intervals:
     """The median interval between recent samples (computed once per batch of samples,
     not each time it is asked)."""
 
-    def __init__(self, keep: int = 512):
-        self._recent: deque[float] = deque(maxlen=keep)
+    def __init__(self, keep: int = 512, every: int = 64):
+        self._recent = np.zeros(keep)
+        self._count = 0  # intervals ever added
+        self._every = every  # recompute the median after this many new intervals
+        self._at = 0
         self.median: float | None = None
 
     def add(self, times: np.ndarray, previous: float | None) -> None:
         if previous is not None and len(times):
             times = np.concatenate([[previous], times])
-        self._recent.extend(np.diff(times).tolist())
-        if len(self._recent) >= 3:
-            self.median = float(np.median(self._recent))
+        new = np.diff(times)[-len(self._recent):]
+        slots = np.arange(self._count, self._count + len(new)) % len(self._recent)
+        self._recent[slots] = new
+        self._count += len(new)
+        filled = min(self._count, len(self._recent))
+        if filled >= 3 and (self.median is None or self._count - self._at >= self._every
+                            or filled < self._every):
+            self.median = float(np.median(self._recent[:filled]))
+            self._at = self._count
 
 
 class BufferDrain:
@@ -76,6 +84,10 @@ class BufferDrain:
         if got is None:
             return None
         stamps_us, milliwatts = got
+        if len(stamps_us) > 1 and not (np.diff(stamps_us.astype(np.int64)) > 0).all():
+            # in time order, each timestamp once, whatever order the driver gave them in
+            stamps_us, first = np.unique(stamps_us, return_index=True)
+            milliwatts = milliwatts[first]
         new = stamps_us > self.last_seen_us  # dedupe by timestamp
         if not new.any():
             return _EMPTY

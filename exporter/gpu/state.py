@@ -9,6 +9,7 @@ A value NVML cannot give is absent (the backend counted the error).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
-from exporter.gpu.catalogue import Field, GpuValue
+from exporter.gpu.catalogue import Call, Field, GpuValue
 
 if TYPE_CHECKING:  # reading needs the backend; the dataclasses (rendered) must not need NVML
     from exporter.gpu.backend import NvmlBackend
@@ -50,32 +51,55 @@ class GpuState:
         return self.values.get(key)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How to read a set of entries: the fields for one batched call, and each call once
+    with the entries it serves (worked out once per set, not every sweep)."""
+
+    field_ids: tuple[int, ...]
+    fields: tuple[tuple[str, int, float], ...]  # (key, field id, scale)
+    calls: tuple[tuple[Call, tuple[tuple[str, str | int | None, float], ...]], ...]
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(entries: tuple[GpuValue, ...]) -> _Plan:
+    fields = tuple((e.key, e.source.id, e.scale) for e in entries
+                   if isinstance(e.source, Field))
+    calls: dict[tuple, tuple[Call, list]] = {}
+    for e in entries:
+        if isinstance(e.source, Call):
+            served = calls.setdefault((e.source.name, e.source.args), (e.source, []))[1]
+            served.append((e.key, e.source.member, e.scale))
+    return _Plan(tuple(f[1] for f in fields), fields,
+                 tuple((call, tuple(served)) for call, served in calls.values()))
+
+
+def _value(raw: Any, member: str | int | None) -> Any:
+    if raw is None or member is None:
+        return raw
+    return raw[member] if isinstance(member, int) else getattr(raw, member)
+
+
 def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
                 ) -> dict[str, float]:
     """The entries' values: their fields in one batched call, each call made once."""
-    entries = list(entries)
     handle = backend.handle(gpu)
     if handle is None:
         return {}
-    field_ids = [e.source.id for e in entries if isinstance(e.source, Field)]
-    readings = backend.fields(gpu, field_ids) if field_ids else {}
-    answers: dict[tuple, Any] = {}
+    plan = _plan(tuple(entries))
     out: dict[str, float] = {}
-    for entry in entries:
-        source = entry.source
-        if isinstance(source, Field):
-            raw = readings.get(source.id)
-        else:
-            key = (source.name, source.args)
-            if key not in answers:
-                answers[key] = backend.call(source.name, handle, *source.args, gpu=gpu)
-            raw = answers[key]
-            if raw is not None and isinstance(source.member, int):
-                raw = raw[source.member]
-            elif raw is not None and source.member is not None:
-                raw = getattr(raw, source.member)
-        if raw is not None and raw not in NOT_AVAILABLE:
-            out[entry.key] = float(raw) * entry.scale
+    if plan.field_ids:
+        readings = backend.fields(gpu, plan.field_ids)
+        for key, field_id, scale in plan.fields:
+            raw = readings.get(field_id)
+            if raw is not None and raw not in NOT_AVAILABLE:
+                out[key] = float(raw) * scale
+    for call, served in plan.calls:
+        answer = backend.call(call.name, handle, *call.args, gpu=gpu)
+        for key, member, scale in served:
+            raw = _value(answer, member)
+            if raw is not None and raw not in NOT_AVAILABLE:
+                out[key] = float(raw) * scale
     return out
 
 

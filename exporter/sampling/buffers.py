@@ -31,7 +31,15 @@ class PowerBuffer:
         return self.times.nbytes + self.watts.nbytes
 
     def append(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
-        """New samples of one GPU, oldest first."""
+        """New samples of one GPU, oldest first. Any not newer than the GPU's newest are
+        dropped (a wall clock stepped back under a polled GPU): the ring stays in time
+        order, which window() relies on."""
+        with self._lock:
+            newest = self.times[gpu, (self.count[gpu] - 1) % self.capacity] if (
+                self.count[gpu]) else -np.inf
+        if len(times) and times[0] <= newest:
+            keep = times > newest
+            times, watts = times[keep], watts[keep]
         n = len(times)
         if n == 0:
             return
@@ -47,11 +55,31 @@ class PowerBuffer:
             self.watts[gpu, slots] = watts
             self.count[gpu] += skipped
 
-    def _ordered(self, gpu: int) -> tuple[np.ndarray, np.ndarray]:
-        """Copies of one GPU's samples, oldest first (caller holds the lock)."""
+    def _segments(self, gpu: int) -> list[tuple[int, int]]:
+        """One GPU's samples as physical slot ranges, oldest first: the ring is at most two
+        runs of increasing times (caller holds the lock)."""
         n = min(self.count[gpu], self.capacity)
-        slots = np.arange(self.count[gpu] - n, self.count[gpu]) % self.capacity
-        return self.times[gpu, slots], self.watts[gpu, slots]
+        head = (self.count[gpu] - n) % self.capacity  # the oldest sample's slot
+        if head + n <= self.capacity:
+            return [(head, head + n)]
+        return [(head, self.capacity), (0, head + n - self.capacity)]
+
+    def _between(self, gpu: int, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of one GPU's samples with start < time <= end, oldest first: found by
+        binary search, so a short window costs no copy of the whole history."""
+        times, watts = [], []
+        with self._lock:
+            for a, b in self._segments(gpu):
+                run = self.times[gpu, a:b]
+                lo, hi = np.searchsorted(run, [start, end], side="right")
+                if hi > lo:
+                    times.append(run[lo:hi].copy())
+                    watts.append(self.watts[gpu, a + lo:a + hi].copy())
+        if not times:
+            return np.zeros(0), np.zeros(0)
+        if len(times) == 1:
+            return times[0], watts[0]
+        return np.concatenate(times), np.concatenate(watts)
 
     def _earliest(self) -> float:
         """The oldest sample any GPU still holds."""
@@ -69,13 +97,12 @@ class PowerBuffer:
     def window(self, gpu: int, seconds: float, end: float | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """One GPU's samples in (end - seconds, end], oldest first (end: its newest)."""
-        with self._lock:
-            times, watts = self._ordered(gpu)
-        if not len(times):
-            return times, watts
-        end = times[-1] if end is None else end
-        keep = (times > end - seconds) & (times <= end)
-        return times[keep], watts[keep]
+        if end is None:
+            with self._lock:
+                if not self.count[gpu]:
+                    return np.zeros(0), np.zeros(0)
+                end = float(self.times[gpu, (self.count[gpu] - 1) % self.capacity])
+        return self._between(gpu, end - seconds, end)
 
     def grid(self, seconds: float, dt: float, end: float | None = None
              ) -> tuple[np.ndarray, np.ndarray]:

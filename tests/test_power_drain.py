@@ -1,0 +1,57 @@
+"""The drain of one GPU's power-sample buffer, against a scripted driver answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exporter.gpu.power import BufferDrain
+
+
+class _Driver:
+    """Answers nvmlDeviceGetSamples with the batches given, one per drain."""
+
+    def __init__(self, *batches):
+        self.batches = list(batches)
+
+    def samples(self, gpu, sampling_type, last_seen_us):
+        stamps, watts = self.batches.pop(0)
+        return np.array(stamps, dtype=np.uint64), np.array(watts, dtype=float) * 1000
+
+
+T0 = 1_700_000_000_000_000  # epoch microseconds
+
+
+def _drain(*batches):
+    return BufferDrain(_Driver(*batches), 0, clock=lambda: T0 / 1e6)
+
+
+def test_samples_in_any_order_come_out_in_time_order_once_each():
+    stamps = [T0 + 40_000, T0, T0 + 20_000, T0 + 20_000, T0 + 60_000]
+    drain = _drain((stamps, [3, 1, 2, 2, 4]))
+    new = drain.read()
+    assert list(new.watts) == [1, 2, 3, 4]
+    assert list(np.diff(new.times)) == pytest.approx([0.02] * 3)
+    assert drain.last_seen_us == T0 + 60_000 and drain.samples_total == 4
+
+
+def test_a_drain_repeating_what_was_seen_adds_nothing():
+    first = ([T0 + 20_000 * k for k in range(5)], [1] * 5)
+    drain = _drain(first, first, ([T0 + 20_000 * k for k in range(3, 8)], list(range(5))))
+    drain.read()
+    assert len(drain.read().times) == 0
+    assert list(drain.read().watts) == [2, 3, 4]
+    assert drain.samples_total == 8 and drain.lost_total == 0
+
+
+def test_a_late_drain_counts_what_the_buffer_dropped():
+    every = 20_000
+    batches = [([T0 + every * k for k in range(50 * s, 50 * (s + 1))], [100] * 50)
+               for s in range(3)]
+    late = [T0 + every * k for k in range(250, 300)]  # samples 150-249 were gone
+    drain = _drain(*batches, (late, [100] * 50))
+    for _ in range(4):
+        drain.read()
+    assert drain.intervals.median == pytest.approx(0.02)
+    assert drain.lost_total == 100
+    assert drain.gap_seconds_total == pytest.approx(2.0)
