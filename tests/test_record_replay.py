@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,3 +173,33 @@ def test_replay_errors(tmp_path):
     result = subprocess.run([*CLI, "run", "--replay", str(bad), "--fake"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "choose one" in result.stderr
+
+
+# Written by `record --fake --duration 4` of the exporter before the driver's power-sample
+# buffer was used (commit f6ed333): power and energy polled together at 20 Hz in one row,
+# the sweep's values in rows of their own.
+OLD_TRACE = Path(__file__).parent / "data" / "cte-v1-before-sample-buffer.cte"
+
+
+def test_a_trace_recorded_before_the_sample_buffer_still_analyses():
+    trace = load_trace(OLD_TRACE)
+    assert trace.format == "cte" and trace.gpus == list(range(8))
+    power = trace.series[0].fields["power_watts"]
+    assert np.isfinite(power).sum() >= 4 * 18  # the old 20 Hz polls
+    result = subprocess.run([*CLI, "analyze", str(OLD_TRACE), "--format", "json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["gpus"] == list(range(8))
+    assert report["observable_band_hz"][1] == pytest.approx(10.0, rel=0.05)  # 20 Hz polls
+
+
+def test_a_trace_recorded_before_the_sample_buffer_still_replays(running_exporter):
+    exp = running_exporter.start(manual=True, fake=False, replay=str(OLD_TRACE))
+    exp.sampler.advance(3)
+    snap = exp.sampler.snapshot
+    assert snap.backend == "replay" and snap.gpu_count == 8
+    assert all(150 < p.watts < 720 for p in snap.power.values())
+    assert all(p.samples_total >= 2 * 18 for p in snap.power_sources.values())
+    body = render(snap).decode()
+    assert "gpu_energy_joules_total{" in body and "gpu_sm_clock_hertz{" in body
