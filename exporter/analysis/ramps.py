@@ -26,6 +26,19 @@ class Ramp:
 
 
 
+def _regular(t: np.ndarray, node_power: np.ndarray, least: int
+             ) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The node's power on a regular grid (grid, watts, step); None with fewer than
+    `least` samples or a gap the grid cannot bridge."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.size < least:
+        return None
+    grid, xs = resample(t, np.asarray(node_power, dtype=np.float64)[None, :])
+    if not np.isfinite(xs[0]).all():
+        return None
+    return grid, xs[0], float(grid[1] - grid[0])
+
+
 def detect_ramps(
     t: np.ndarray,
     node_power: np.ndarray,
@@ -52,15 +65,10 @@ def detect_ramps(
     leaving the old level's p5-p95 range to entering the new level's, so a
     ramp out of a swinging level is timed by its envelope.
     """
-    t = np.asarray(t, dtype=np.float64)
-    node_power = np.asarray(node_power, dtype=np.float64)
-    if t.size < 4:
+    regular = _regular(t, node_power, 4)
+    if regular is None:
         return []
-    grid, xs = resample(t, node_power[None, :])
-    x = xs[0]
-    if not np.isfinite(x).all():
-        return []
-    dt = float(grid[1] - grid[0])
+    grid, x, dt = regular
     if tdp_total and tdp_total > 0:
         thr = min_ratio * tdp_total
     else:  # the observed range; at least a quarter of the peak, so noise is never a ramp
@@ -215,15 +223,10 @@ def detect_dips(
     context before the fall, the dip's inside); each edge is measured on the raw
     signal like a ramp (:class:`Ramp`, ``delta_watts`` between the mean levels).
     """
-    t = np.asarray(t, dtype=np.float64)
-    node_power = np.asarray(node_power, dtype=np.float64)
-    if t.size < 8:
+    regular = _regular(t, node_power, 8)
+    if regular is None:
         return []
-    grid, xs = resample(t, node_power[None, :])
-    x = xs[0]
-    if not np.isfinite(x).all():
-        return []
-    dt = float(grid[1] - grid[0])
+    grid, x, dt = regular
     w = max(1, int(round(fill_seconds / dt)))
     c = max(2, int(round(context_seconds / dt)))
     level = _rolling(_rolling(x, w, "max"), w, "min")  # working level: short gaps filled
