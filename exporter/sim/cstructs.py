@@ -20,3 +20,42 @@ def write_pointer(out, value: int) -> None:
     pointer = ctypes.c_void_p(value)
     ctypes.memmove(ctypes.addressof(target(out)), ctypes.addressof(pointer),
                    ctypes.sizeof(ctypes.c_void_p))
+
+
+class HandleAddresses:
+    """The pointer behind each handle object a caller passes, cached by the object.
+
+    pynvml passes the same handle objects on every call, and reading one through
+    ctypes.cast costs ~2 us, more than a simple getter's whole model. An entry holds its
+    object, so its id() cannot be taken by another while it is cached, and its type, so
+    a handle of another pynvml copy is checked afresh. What could change a cached object
+    in place: a pointer written into it (the fake forgets the object when it writes one,
+    see forget()), or a write to a buffer it is a view of (a struct member: never cached).
+    """
+
+    LIMIT = 1024  # entries; past it the cache starts again (handles made per call)
+
+    def __init__(self):
+        self._entries: dict[int, tuple[object, type, int]] = {}
+
+    def address(self, handle, kind: type) -> int | None:
+        """The handle's pointer value; None if it is not a `kind`."""
+        entry = self._entries.get(id(handle))
+        if entry is not None and entry[0] is handle and entry[1] is kind:
+            return entry[2]
+        if not isinstance(handle, kind):
+            return None
+        address = ctypes.cast(handle, ctypes.c_void_p).value or 0
+        if handle._b_base_ is None:  # owns its memory: only a write into it changes it
+            if len(self._entries) >= self.LIMIT:
+                self._entries.clear()
+            self._entries[id(handle)] = (handle, kind, address)
+        return address
+
+    def forget(self, obj) -> None:
+        self._entries.pop(id(obj), None)
+
+    def write(self, out, value: int) -> None:
+        """write_pointer, forgetting what was cached for the object written."""
+        write_pointer(out, value)
+        self.forget(target(out))

@@ -25,7 +25,7 @@ from types import ModuleType
 import pynvml
 
 from exporter.sim import costs as cost_model
-from exporter.sim.cstructs import target, write_pointer
+from exporter.sim.cstructs import HandleAddresses, target
 from exporter.sim.fake_device import DeviceSymbols
 from exporter.sim.fake_fields import FieldSymbols
 from exporter.sim.fake_gpm import GpmSymbols
@@ -51,21 +51,24 @@ class _Symbol:
 
     def __init__(self, lib: FakeNvmlLibrary, name: str, impl: Callable[..., int]):
         self.lib, self.name, self.impl = lib, name, impl
+        self.waits = name in _WAITING_SYMBOLS
 
     def __call__(self, *args):
-        lib = self.lib
-        lib.calls[self.name] = lib.calls.get(self.name, 0) + 1
-        if self.name in _WAITING_SYMBOLS:
+        lib, name = self.lib, self.name
+        calls = lib.calls
+        calls[name] = calls.get(name, 0) + 1
+        if self.waits:
             return self.impl(*args)
+        model = lib.costs
         t0, c0 = time.perf_counter(), time.thread_time()  # CPU: GIL waits are not ours
-        lib.pending_cost = None
+        if model is not None:
+            lib.pending_cost = None
         try:
-            fault = lib.fault_for(self.name, args)
+            fault = lib.fault_for(name, args) if lib.may_fail(name) else None
             return fault if fault is not None else self.impl(*args)
         finally:
-            model = lib.costs
             if model is not None:
-                cost = lib.pending_cost or model.of_call(self.name)
+                cost = lib.pending_cost or model.of_call(name)
                 cost_model.charge(cost, time.thread_time() - c0, t0)
             lib.busy_seconds += time.thread_time() - c0
 
@@ -78,7 +81,8 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
                  start: float | None = None):
         """`start`: when the scenario's time 0 is (default: now, by `clock`)."""
         self.nvml = pynvml  # the pynvml module it is installed under (install() sets it)
-        self.scenario = scenario
+        self.handles = HandleAddresses()
+        self.scenario = scenario  # and its faults, indexed (the setter)
         self.clock = clock
         self.costs = costs
         self.pending_cost: cost_model.Cost | None = None  # set by calls whose cost varies
@@ -96,6 +100,23 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         self._event_sets: dict[int, dict] = {}
         self._next_set = 0
         self.init_gpm()
+        self.init_model()
+
+    @property
+    def scenario(self) -> Scenario:
+        return self._scenario
+
+    @scenario.setter
+    def scenario(self, scenario: Scenario) -> None:
+        """Index the faults by kind, so that a call asks only about the faults that could
+        apply to it (most scenarios have none)."""
+        self._scenario = scenario
+        by_kind: dict[str, list[FaultEvent]] = {}
+        for event in scenario.events:
+            by_kind.setdefault(event.kind, []).append(event)
+        self._faults_by_kind = {kind: tuple(events) for kind, events in by_kind.items()}
+        self.fault_kinds = frozenset(by_kind)
+        self._call_faults: dict[str, bool] = {}  # symbol -> whether a fault could fail it
 
     # -- plumbing ---------------------------------------------------------
     def __getattr__(self, name: str) -> _Symbol:
@@ -115,6 +136,15 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
     def release_hangs(self) -> None:
         """Wake any call blocked by a hang fault (used on shutdown)."""
         self._released.set()
+
+    def may_fail(self, call: str) -> bool:
+        """Whether some hang or error fault names this call (or every call)."""
+        found = self._call_faults.get(call)
+        if found is None:
+            found = self._call_faults[call] = any(
+                e.kind in ("hang", "error") and e.call in (None, call)
+                for e in self.scenario.events)
+        return found
 
     def fault_for(self, call: str, args: tuple) -> int | None:
         """The return code of an active fault for this call, after any injected hang."""
@@ -138,18 +168,20 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         return None
 
     def _gpu_of(self, handle) -> int | None:
-        if isinstance(handle, ctypes.c_uint):  # nvmlDeviceGetHandleByIndex_v2(index, ...)
-            return handle.value if 0 <= handle.value < len(self.gpus) else None
-        if not isinstance(handle, self.nvml.c_nvmlDevice_t):
+        address = self.handles.address(handle, self.nvml.c_nvmlDevice_t)
+        if address is None:
+            if isinstance(handle, ctypes.c_uint):  # nvmlDeviceGetHandleByIndex_v2(index, ..)
+                return handle.value if 0 <= handle.value < len(self.gpus) else None
             return None
-        address = ctypes.cast(handle, ctypes.c_void_p).value or 0
         index = address - HANDLE_BASE
         return index if 0 <= index < len(self.gpus) else None
 
     def faults(self, kind: str, gpu: int, t: float, *, started: bool = False) -> list[FaultEvent]:
         """Faults of a kind on a GPU: active at t, or (started=True) begun by t."""
-        return [e for e in self.scenario.events
-                if e.kind == kind and (e.gpu is None or e.gpu == gpu)
+        events = self._faults_by_kind.get(kind)
+        if not events:
+            return []
+        return [e for e in events if (e.gpu is None or e.gpu == gpu)
                 and (t >= e.at if started else e.active(t))]
 
     def gpu(self, handle) -> FakeGpu | None:
@@ -158,14 +190,14 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         index = self._gpu_of(handle)
         return None if index is None else self.gpus[index]
 
-    def device_call(self, handle, out, compute: Callable[[FakeGpu], object]) -> int:
-        """Answer a getter: compute(gpu) into `out`; None means NotSupported."""
+    def device_call(self, handle, out, compute: Callable[..., object], *args) -> int:
+        """Answer a getter: compute(gpu, *args) into `out`; None means NotSupported."""
         if self.initialized <= 0:
             return ERROR_UNINITIALIZED
         gpu = self.gpu(handle)
         if gpu is None:
             return ERROR_INVALID_ARGUMENT
-        value = compute(gpu)
+        value = compute(gpu, *args)
         if value is None:
             return ERROR_NOT_SUPPORTED
         target(out).value = value
@@ -173,7 +205,7 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
 
     def answer(self, handle, out, key: str) -> int:
         """A getter whose answer is a catalogue value, in NVML's unit."""
-        return self.device_call(handle, out, lambda g: self.nvml_units(g, key))
+        return self.device_call(handle, out, self.nvml_units, key)
 
     # -- library ----------------------------------------------------------
     def _nvmlInitWithFlags(self, flags) -> int:
@@ -221,7 +253,7 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         i = target(index).value
         if not 0 <= i < len(self.gpus):
             return ERROR_INVALID_ARGUMENT
-        write_pointer(device, HANDLE_BASE + i)
+        self.handles.write(device, HANDLE_BASE + i)
         return SUCCESS
 
 

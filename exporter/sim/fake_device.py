@@ -122,25 +122,26 @@ class DeviceSymbols:
         gpu = self.gpu(handle)
         if gpu is None:
             return ERROR_INVALID_ARGUMENT
-        if self.mig_instances(gpu.index):
+        if self.scenario.mig and self.mig_instances(gpu.index):
             return ERROR_NOT_SUPPORTED  # as NVML answers for a GPU in MIG mode
-        values = [self.nvml_units(gpu, k) for k in ("utilization_gpu_ratio",
-                                                    "utilization_memory_ratio")]
-        if values == [None, None]:
+        busy = self.nvml_units(gpu, "utilization_gpu_ratio")
+        memory = self.nvml_units(gpu, "utilization_memory_ratio")
+        if busy is None and memory is None:
             return ERROR_NOT_SUPPORTED
         out = target(util)
-        out.gpu, out.memory = (NOT_AVAILABLE if v is None else v for v in values)
+        out.gpu = NOT_AVAILABLE if busy is None else busy
+        out.memory = NOT_AVAILABLE if memory is None else memory
         return SUCCESS
 
     def _nvmlDeviceGetMemoryInfo(self, handle, memory) -> int:
-        mig = self.mig_memory(handle)
-        if mig is not None:  # a MIG device: its GPU instance's memory
-            out = target(memory)
-            out.total, out.used, out.free = mig[0], mig[1], mig[0] - mig[1]
-            return SUCCESS
         gpu = self.gpu(handle)
         if gpu is None:
-            return ERROR_INVALID_ARGUMENT
+            mig = self.mig_memory(handle)
+            if mig is None:
+                return ERROR_INVALID_ARGUMENT
+            out = target(memory)  # a MIG device: its GPU instance's memory
+            out.total, out.used, out.free = mig[0], mig[1], mig[0] - mig[1]
+            return SUCCESS
         used = self.nvml_units(gpu, "memory_used_bytes")
         total = self.nvml_units(gpu, "memory_total_bytes")
         if used is None and total is None:

@@ -7,14 +7,13 @@ retired pages, row remapping, recovery action, NVLink) follow the scenario's fau
 from __future__ import annotations
 
 import ctypes
+import struct
 import time
 
-import numpy as np
 import pynvml
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
-from exporter.gpu.batched import FIELD_DTYPE
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
@@ -23,6 +22,11 @@ SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1
 EVENT_SET_BASE = 0x7E58_0000
 NVLINK_BYTES_PER_SECOND = 12e9  # per link while training
 _UINT, _ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+# One c_nvmlFieldValue_t (batched.FIELD_DTYPE) as struct packs it: fieldId, scopeId,
+# timestamp, latencyUsec, valueType, nvmlReturn, value (for a few fields, struct costs a
+# fraction of numpy's structured arrays)
+_ENTRY = struct.Struct("<IIqqIIQ")
+_CATALOGUE_KEYS = {field_id: value.key for field_id, value in catalogue.BY_FIELD.items()}
 _CRC_DATA_LINK = {fid: link for link, fid in enumerate(fi.NVLINK_CRC_DATA)}
 _NVLINK_FIELDS = {fi.NVLINK_STATE, fi.NVLINK_REPLAY, fi.NVLINK_RECOVERY, fi.NVLINK_CRC_FLIT,
                   fi.NVLINK_TX, fi.NVLINK_RX, *fi.NVLINK_CRC_DATA}
@@ -55,42 +59,43 @@ class FieldSymbols:
         if gpu is None:
             return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
         n = value_of(count)
-        entries = np.frombuffer(memoryview(target(values)).cast("B"), FIELD_DTYPE, count=n)
+        buffer = memoryview(target(values)).cast("B")
+        if len(buffer) < n * _ENTRY.size:
+            raise ValueError("nvmlDeviceGetFieldValues: count is larger than the array")
         t = self.now()
-        answers = [self._field(gpu, fid, scope, t) for fid, scope in
-                   zip(entries["fieldId"].tolist(), entries["scopeId"].tolist(), strict=True)]
-        served = np.array([a is not None for a in answers])
-        entries["timestamp"] = int(t * 1e6)
-        entries["latencyUsec"] = 0
-        entries["nvmlReturn"] = np.where(served, SUCCESS, ERROR_NOT_SUPPORTED)
-        entries["valueType"] = [a[0] if a is not None else 0 for a in answers]
-        entries["value"] = [int(a[1]) if a is not None else 0 for a in answers]
+        stamp = int(t * 1e6)
+        asked = [entry[:2] for entry in _ENTRY.iter_unpack(buffer[:n * _ENTRY.size])]
+        rows: list[int] = []  # every entry, written with one struct.pack_into
+        for field_id, scope in asked:
+            answer = self._field(gpu, field_id, scope, t)
+            rows += ((field_id, scope, stamp, 0, 0, ERROR_NOT_SUPPORTED, 0) if answer is None
+                     else (field_id, scope, stamp, 0, answer[0], SUCCESS, int(answer[1])))
+        struct.pack_into("<" + _ENTRY.format[1:] * n, buffer, 0, *rows)
         if self.costs is not None:
-            self.pending_cost = self.costs.of_fields(entries["fieldId"].tolist())
+            self.pending_cost = self.costs.of_fields([field_id for field_id, _ in asked])
         return SUCCESS
 
     def _field(self, gpu: FakeGpu, field_id: int, scope: int, t: float
                ) -> tuple[int, float] | None:
-        dev = self.scenario.device
-        since = t - self.start
         if field_id == fi.POWER_INSTANT:
             if not gpu.provides("power_watts"):
                 return None
-            return _UINT, round(gpu.instant_power(t, dev.power_update_period_seconds) * 1000)
-        value = catalogue.BY_FIELD.get(field_id)
-        if value is not None:
-            answer = self.nvml_units(gpu, value.key)
+            period = self.scenario.device.power_update_period_seconds
+            return _UINT, round(gpu.instant_power(t, period) * 1000)
+        key = _CATALOGUE_KEYS.get(field_id)
+        if key is not None:
+            answer = self.nvml_units(gpu, key)
             return None if answer is None else (_ULL, answer)
-        if not gpu.provides("health"):
+        if gpu.replays and not gpu.provides("health"):
             return None
-        if field_id == fi.NVLINK_LINK_COUNT:
-            return _UINT, dev.nvlinks
         if field_id in _NVLINK_FIELDS:
             link = _CRC_DATA_LINK.get(field_id, scope)
-            if not 0 <= link < dev.nvlinks:
+            if not 0 <= link < self.scenario.device.nvlinks:
                 return None
-            return self._nvlink_field(gpu, field_id, link, since)
-        health = self._health_field(gpu.index, field_id, since)
+            return self._nvlink_field(gpu, field_id, link, t - self.start)
+        if field_id == fi.NVLINK_LINK_COUNT:
+            return _UINT, self.scenario.device.nvlinks
+        health = self._health_field(gpu.index, field_id, t - self.start)
         return None if health is None else (_ULL, health)
 
     def _health_field(self, gpu: int, field_id: int, since: float) -> int | None:
@@ -124,12 +129,15 @@ class FieldSymbols:
 
     def _nvlink_field(self, gpu: FakeGpu, field_id: int, link: int, since: float
                       ) -> tuple[int, float]:
-        up = self._nvlink_up(gpu.index, link, since)
+        quiet = "nvlink" not in self.fault_kinds  # no NVLink faults: all up, no errors
+        up = quiet or self._nvlink_up(gpu.index, link, since)
         if field_id == fi.NVLINK_STATE:
             return _UINT, int(up)
         if field_id in (fi.NVLINK_TX, fi.NVLINK_RX):  # KiB counters
             rate = NVLINK_BYTES_PER_SECOND if gpu.training and up else 0.0
             return _ULL, int(max(0.0, since) * rate / 1024) + 1000 * (link + 1)
+        if quiet:
+            return _ULL, 0
         param = _NVLINK_ERROR_PARAMS.get(field_id, "crc_data_per_second")
         return _ULL, self._nvlink_errors(gpu.index, link, param, since)
 
@@ -204,7 +212,7 @@ class FieldSymbols:
         event = due[1]
         out = target(data)
         gpu = event.gpu if event.gpu is not None else min(registry["gpus"])
-        write_pointer(out.device, HANDLE_BASE + gpu)
+        self.handles.write(out.device, HANDLE_BASE + gpu)
         out.eventType = pynvml.nvmlEventTypeXidCriticalError
         out.eventData = event.params["code"]
         return SUCCESS

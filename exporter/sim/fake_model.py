@@ -9,6 +9,7 @@ NVML's NotSupported.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from exporter.gpu import catalogue
 from exporter.sim.physics import FakeGpu
@@ -16,17 +17,29 @@ from exporter.sim.scenarios import CLOCK_EVENT_BITS
 
 
 class ModelValues:
-    """Mixin of FakeNvmlLibrary (which provides scenario, now(), start and faults())."""
+    """Mixin of FakeNvmlLibrary (which provides scenario, clock, now(), start, faults())."""
+
+    def init_model(self) -> None:
+        self._model_methods: dict[str, Callable[[FakeGpu, float], float | None] | None] = {}
 
     def model(self, gpu: FakeGpu, key: str, t: float | None = None) -> float | None:
-        if not gpu.provides(key):
+        if gpu.replays and not gpu.provides(key):
             return None
-        t = self.now() if t is None else t
-        replayed = gpu.recorded(key, t)
-        if replayed is not None:
-            return replayed
-        method = getattr(self, f"_model_{key}", None)
+        t = self.clock() if t is None else t
+        if gpu.replays:
+            replayed = gpu.recorded(key, t)
+            if replayed is not None:
+                return replayed
+        method = self._model_methods.get(key) or self.model_method(key)
         return None if method is None else method(gpu, t)
+
+    def model_method(self, key: str) -> Callable[[FakeGpu, float], float | None] | None:
+        """The bound `_model_<key>` (None: the model has no such value), looked up once."""
+        try:
+            return self._model_methods[key]
+        except KeyError:
+            method = self._model_methods[key] = getattr(self, f"_model_{key}", None)
+            return method
 
     def nvml_units(self, gpu: FakeGpu, key: str) -> int | None:
         """The value as NVML reports it (mW, MHz, percent, ...), a whole number."""

@@ -15,9 +15,7 @@ As on the hardware:
 
 from __future__ import annotations
 
-import ctypes
-
-from exporter.sim.cstructs import target, value_of, write_pointer
+from exporter.sim.cstructs import target, value_of
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.tenants import MigInstanceSpec, mig_uuid, processes_at
 
@@ -44,9 +42,12 @@ class TenantSymbols:
 
     def mig_device(self, handle) -> tuple[FakeGpu, int, MigInstanceSpec] | None:
         """(parent GPU, MIG device index, instance) behind a MIG device handle."""
-        if self.initialized <= 0 or not isinstance(handle, self.nvml.c_nvmlDevice_t):
+        if self.initialized <= 0:
             return None
-        address = (ctypes.cast(handle, ctypes.c_void_p).value or 0) - MIG_HANDLE_BASE
+        address = self.handles.address(handle, self.nvml.c_nvmlDevice_t)
+        if address is None:
+            return None
+        address -= MIG_HANDLE_BASE
         gpu, slot = divmod(address, MIG_SLOTS)
         if address < 0 or not 0 <= gpu < len(self.gpus):
             return None
@@ -91,7 +92,7 @@ class TenantSymbols:
             return ERROR_INVALID_ARGUMENT
         if slot >= len(instances):
             return ERROR_NOT_FOUND
-        write_pointer(mig, MIG_HANDLE_BASE + MIG_SLOTS * gpu.index + slot)
+        self.handles.write(mig, MIG_HANDLE_BASE + MIG_SLOTS * gpu.index + slot)
         return SUCCESS
 
     def _nvmlDeviceIsMigDeviceHandle(self, handle, is_mig) -> int:
@@ -106,7 +107,7 @@ class TenantSymbols:
         found = self.mig_device(handle)
         if found is None:
             return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
-        write_pointer(device, HANDLE_BASE + found[0].index)
+        self.handles.write(device, HANDLE_BASE + found[0].index)
         return SUCCESS
 
     def _nvmlDeviceGetGpuInstanceId(self, handle, out) -> int:

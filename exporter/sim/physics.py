@@ -16,6 +16,11 @@ HANDLE_BASE = 0x7E57_0000  # fake device handles are this plus the GPU's index
 _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _NOISE_TABLE = 4096
 
+try:  # np.interp's own compiled routine: on a scalar its Python wrapper costs ~2 us more
+    from numpy._core.multiarray import interp as _interp
+except ImportError:  # numpy 1.x
+    _interp = np.interp
+
 
 def gpu_uuid(seed: int, index: int) -> str:
     """A fake GPU's UUID: stable for a scenario's seed (a fake kubelet can name it)."""
@@ -38,6 +43,7 @@ class Waveform:
         steps = (self.power[1:] + self.power[:-1]) / 2 * np.diff(grid)
         self.cumulative = np.concatenate([[0.0], np.cumsum(steps)])
         self.energy_per_period = float(self.cumulative[-1])
+        self.breaks_array, self.levels_array = np.array(xp), np.array(self.levels)
 
     def value(self, x: float) -> float:
         x %= self.period
@@ -53,7 +59,7 @@ class Waveform:
     def integral(self, x: float) -> float:
         """Integral of power from 0 to x (x >= 0), in joules."""
         whole, frac = divmod(x, self.period)
-        return whole * self.energy_per_period + float(np.interp(frac, self.grid, self.cumulative))
+        return whole * self.energy_per_period + float(_interp(frac, self.grid, self.cumulative))
 
 
 class FakeGpu:
@@ -103,6 +109,15 @@ class FakeGpu:
         self.uuid = gpu_uuid(scenario.seed, index)
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
+        # A replay (sim/replay.py) answers from its trace and lacks some keys; a GPU that
+        # is all model lets the fake skip asking on every call.
+        self.replays = (type(self).provides is not FakeGpu.provides
+                        or type(self).recorded is not FakeGpu.recorded)
+        # Memos of pure functions of time, asked several times per sweep (fake_model.py):
+        # the instant power as of (held update, period), and recent energy readings.
+        self._instant: tuple[float, float, float] | None = None
+        self._energy: dict[float, float] = {}
+        self._energy_x0 = self.wave.integral(self.x0)
 
     def recorded(self, name: str, t: float) -> float | None:
         """A replayed value (see sim/replay.py); None: use the model."""
@@ -158,7 +173,7 @@ class FakeGpu:
             return {"idle": span}
         pieces = self.checkpoints(t0, t1)
         in_checkpoint = sum(b - a for a, b in pieces)
-        compute = self._wave_compute(t0, t1) - sum(self._wave_compute(a, b) for a, b in pieces)
+        compute = self._compute_seconds(t0, t1, pieces)
         communication = span - in_checkpoint - compute
         return {"compute": compute,
                 "communication": communication * (1 - self.wait_share),
@@ -166,12 +181,18 @@ class FakeGpu:
                     0.0 if self.writer else in_checkpoint),
                 "writing": in_checkpoint if self.writer else 0.0}
 
+    def _compute_seconds(self, t0: float, t1: float, pieces: list[tuple[float, float]]
+                         ) -> float:
+        """phase_seconds' compute share, given the checkpoints in (t0, t1)."""
+        return self._wave_compute(t0, t1) - sum(self._wave_compute(a, b) for a, b in pieces)
+
     def compute_seconds_total(self, t: float) -> float:
         """Seconds in the compute phase since the GPU started (for the driver's counters)."""
         last, total = self._compute_total
         if t < last:
             last, total = self.start, 0.0
-        total += self.phase_seconds(last, t).get("compute", 0.0)
+        if self.training:  # phase_seconds(last, t)["compute"], without the other phases
+            total += self._compute_seconds(last, t, self.checkpoints(last, t))
         self._compute_total = (t, total)
         return total
 
@@ -208,19 +229,35 @@ class FakeGpu:
             hi -= 1
         return range(lo, hi + 1)
 
+    def sample_watts_exact(self, k: int) -> float:
+        """samples_watts([k])[0] to the last bit (the same numpy operations on scalars),
+        without the cost of 1-element arrays."""
+        t = (k + self.jitter[k % _NOISE_TABLE]) * self.sample_interval
+        power = _interp((t + self.phase) % self.wave.period, self.wave.breaks_array,
+                        self.wave.levels_array)
+        if self.every > 0 and t % self.every < self.ckpt_seconds:
+            power = self.ckpt_watts
+        watts = power + self.noise[k % _NOISE_TABLE]
+        return 0.0 if watts <= 0.0 else float(watts)  # np.maximum(0.0, watts)
+
     def instant_power(self, t: float, update_period: float) -> float:
         """The instant-power field: the latest buffered sample as of the sensor's last
-        update (it changes only every `update_period`)."""
+        update (it changes only every `update_period`, so it is kept until then)."""
         held = math.floor(t / update_period) * update_period
+        memo = self._instant
+        if memo is not None and memo[0] == held and memo[1] == update_period:
+            return memo[2]
         k = math.floor(held / self.sample_interval) + 1
         while self.sample_time(k) > held:
             k -= 1
-        return float(self.samples_watts(np.array([k]))[0])  # exactly the buffer's value
+        watts = self.sample_watts_exact(k)  # exactly the buffer's value
+        self._instant = (held, update_period, watts)
+        return watts
 
     # -- energy ------------------------------------------------------------------------
     def _wave_energy(self, t: float) -> float:
         elapsed = max(0.0, t - self.start)
-        return self.wave.integral(self.x0 + elapsed) - self.wave.integral(self.x0)
+        return self.wave.integral(self.x0 + elapsed) - self._energy_x0
 
     def _checkpoint_correction(self, k: int, t: float) -> float:
         """Energy of checkpoint k up to t, minus the waveform's over the same time."""
@@ -231,6 +268,17 @@ class FakeGpu:
         return self.ckpt_watts * (b - a) - (self._wave_energy(b) - self._wave_energy(a))
 
     def energy_joules(self, t: float) -> float:
+        """Energy since start at time t, in joules (kept for the last few t asked: a sweep
+        asks the same t for the power average, the temperature and the HBM temperature)."""
+        energy = self._energy.get(t)
+        if energy is None:
+            energy = self._energy_at(t)
+            if len(self._energy) >= 8:
+                self._energy.clear()
+            self._energy[t] = energy
+        return energy
+
+    def _energy_at(self, t: float) -> float:
         energy = self._wave_energy(t)
         if self.every <= 0 or t <= self.start:
             return energy
