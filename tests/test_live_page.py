@@ -1,6 +1,7 @@
 """The live page in a real headless Chromium (issue 15): under the straggler scenario, after
-35 s, the page draws 8 GPU series, updates itself and names GPU 5 as a straggler; its
-screenshot has content. Also behind TLS and basic auth, as Prometheus scrapes it."""
+35 s (simulated: the sampler runs on a manual clock; the server is real), the page draws 8
+GPU series, updates itself and names GPU 5 as a straggler; its screenshot has content.
+Also behind TLS and basic auth, as Prometheus scrapes it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.certs import make_certs
 from tests.png import decode_png
-from tests.tools import http_get, require_binary, require_module, wait_for
+from tests.tools import http_get, require_binary, require_module
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -30,14 +31,6 @@ def chromium(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProce
         [binary, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
          f"--virtual-time-budget={BUDGET_MS}", *extra, url],
         capture_output=True, text=True, timeout=120)
-
-
-def _after_35_s(exp) -> None:
-    def old_enough():
-        rendered = exp.current
-        return rendered is not None and (
-            rendered.snapshot.time - rendered.snapshot.started_at >= 35)
-    wait_for(old_enough, timeout=120, interval=0.5)
 
 
 def _check_dom(dom: str) -> None:
@@ -57,8 +50,11 @@ def _check_dom(dom: str) -> None:
 
 def test_live_page_under_the_straggler_scenario(running_exporter, tmp_path):
     require_binary("chromium")
-    exp = running_exporter.start(scenario="straggler", straggler_persistence_seconds=5)
-    _after_35_s(exp)
+    exp = running_exporter.start(manual=True, scenario="straggler",
+                                 straggler_persistence_seconds=5)
+    exp.sampler.advance(35)  # 35 s of simulated time; the server runs for real
+    rendered = exp.current.snapshot
+    assert rendered.time - rendered.started_at >= 35
     _, body = http_get(exp.port, "/api/v1/power?seconds=30")
     power = json.loads(body)
     assert len(power["gpus"]) == 8
@@ -114,8 +110,9 @@ def test_live_page_behind_tls_and_basic_auth(running_exporter, tmp_path, tls_aut
     """The page's fetches are same-origin: the browser resends the credentials it used for
     the page, over the same TLS."""
     require_binary("chromium")
-    exp = running_exporter.start(web_config_file=str(tls_auth_web_config))
-    wait_for(lambda: exp.current is not None and exp.current.snapshot.power_analysis, 60)
+    exp = running_exporter.start(manual=True, web_config_file=str(tls_auth_web_config))
+    exp.sampler.advance(10)
+    assert exp.current.snapshot.power_analysis
     bare = chromium(tmp_path, f"https://127.0.0.1:{exp.port}/", "--ignore-certificate-errors",
                     "--dump-dom")
     assert 'id="gpu-chart"' not in bare.stdout  # no password: no page
