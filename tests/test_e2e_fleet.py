@@ -200,7 +200,8 @@ def test_fleet_alerts_through_prometheus(fleets):
     # every fault alert is where it was injected: nothing on the fault-free nodes 0
     faults_nodes = {a["labels"].get("instance") for a in alerts
                     if a["labels"].get("cluster") == "faults"}
-    assert f[0] not in faults_nodes
+    assert f[0] not in faults_nodes, [a["labels"] for a in alerts
+                                      if a["labels"].get("instance") == f[0]]
     # the big job is coherent; the two independent jobs each are, but not together
     coherence = _by(prom, "hpc_job:power_swing_phase_coherence:ratio", "hpc_job",
                     {"2001", "3001", "3002"})
