@@ -5,7 +5,8 @@ pynvml copy and FakeNvmlLibrary), a generated InfiniBand sysfs tree in a tempora
 directory whose counters advance with traffic, and its own job-mapping directory. All
 nodes share one clock (the wall clock: the fake's training waveform is aligned to it, so
 nodes of one job step in phase and jobs differ by their step period and phase); fault
-times count from the fleet's start.
+times count from the fleet's start (once every node's sysfs tree is written, just before
+the nodes start sampling).
 
 A fleet scenario (YAML, exporter/fleet_scenarios/NAME.yaml or a file) says which jobs run
 on which nodes and injects faults into chosen nodes, GPUs and HCAs at chosen times; see
@@ -24,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
@@ -351,6 +353,7 @@ class NodeFabric:
         self.staging = root / "staging"
         self.staging.mkdir(parents=True, exist_ok=True)
         self.written: dict[Path, str] = {}
+        self.atomic = False  # no reader yet: the first tree is written in place
         self.traffic_time = [0.0] * spec.hcas  # seconds of traffic while up, per HCA
         self.last_t = 0.0
         for hca in range(spec.hcas):
@@ -364,6 +367,7 @@ class NodeFabric:
             self._write(dev / "ports" / "1" / "link_layer", spec.link_layer)
             self._write(dev / "ports" / "1" / "hw_counters" / "lifespan", "10")
         self.update(0.0)
+        self.atomic = True
 
     def dev(self, hca: int) -> Path:
         return self.root / "class" / "infiniband" / f"mlx5_{hca}"
@@ -372,9 +376,12 @@ class NodeFabric:
         text = f"{value}\n"
         if self.written.get(path) == text:
             return
-        tmp = self.staging / path.name
-        tmp.write_text(text)
-        os.replace(tmp, path)  # atomic: a reader never sees a half-written file
+        if not self.atomic:
+            path.write_text(text)
+        else:
+            tmp = self.staging / path.name
+            tmp.write_text(text)
+            os.replace(tmp, path)  # atomic: a reader never sees a half-written file
         self.written[path] = text
 
     def update(self, t: float) -> None:
@@ -453,10 +460,13 @@ class Fleet:
 
         sc, st = self.scenario, self.settings
         self.workdir = Path(tempfile.mkdtemp(prefix="cte-fleet-"))
-        self.start_time = self.clock()
         try:
-            for node in range(sc.nodes):
-                self._start_node(Exporter, node)
+            # The slow part first (sysfs trees, pynvml copies): fault times count from when
+            # the nodes start sampling, not from before their trees were written.
+            prepared = [self._prepare_node(node) for node in range(sc.nodes)]
+            self.start_time = self.clock()
+            for node, (config, nvml) in enumerate(prepared):
+                self._start_node(Exporter, node, config, nvml)
         except BaseException:
             self.stop()
             raise
@@ -466,7 +476,8 @@ class Fleet:
         log.info("fleet %s: %d nodes x %d GPUs on %s:%d-%d", sc.name, sc.nodes,
                  sc.gpus_per_node, st.listen_host, st.base_port, st.base_port + sc.nodes - 1)
 
-    def _start_node(self, exporter_class, node: int) -> None:
+    def _prepare_node(self, node: int) -> tuple[Config, ModuleType]:
+        """A node's job mapping, InfiniBand tree, config and pynvml copy."""
         sc, st = self.scenario, self.settings
         assert self.workdir is not None
         base = self.workdir / f"node{node}"
@@ -487,11 +498,13 @@ class Fleet:
             fake=True, scenario=f"{sc.name}/node{node}",
             path_sysfs=str(base / "sys"), collector_host=False,
             hpc_job_mapping_dir=str(jobs_dir), expected_gpus=sc.gpus_per_node)
+        return config, private_nvml_module(f"fleet{id(self)}_node{node}")
+
+    def _start_node(self, exporter_class, node: int, config: Config, nvml: ModuleType) -> None:
         # The node's fault times count from the fleet's start: its fake starts then too.
-        lib = FakeNvmlLibrary(sc.node_scenario(node), self.clock,
+        lib = FakeNvmlLibrary(self.scenario.node_scenario(node), self.clock,
                               costs.H200 if config.fake_costs else None, start=self.start_time)
-        exporter = exporter_class(config, fake_clock=self.clock, fake_lib=lib,
-                                  nvml=private_nvml_module(f"fleet{id(self)}_node{node}"))
+        exporter = exporter_class(config, fake_clock=self.clock, fake_lib=lib, nvml=nvml)
         exporter.start()
         self.exporters.append(exporter)
 
@@ -508,8 +521,13 @@ class Fleet:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
-        for exporter in self.exporters:
-            exporter.stop()
+        # in parallel: each node's HTTP server takes up to its poll interval to stop
+        stoppers = [threading.Thread(target=e.stop, name=f"fleet-stop-{i}")
+                    for i, e in enumerate(self.exporters)]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
         self.exporters = []
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
