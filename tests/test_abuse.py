@@ -50,13 +50,11 @@ def scrape(port: int, context: ssl.SSLContext | None = None,
 
 
 class Slowloris:
-    """Many connections sending a request head one byte at a time, from one thread, for
-    as long as the `with` block runs (at most `seconds`)."""
+    """Many connections sending a request head one byte at a time, from one thread."""
 
     def __init__(self, port: int, connections: int, seconds: float, tls: bool = False):
         self.port, self.count, self.seconds, self.tls = port, connections, seconds, tls
         self.opened = self.cut_off = 0
-        self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
@@ -64,14 +62,13 @@ class Slowloris:
         return self
 
     def __exit__(self, *exc):
-        self.done.set()
         self.thread.join(self.seconds + 10)
 
     def _run(self) -> None:
         head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
         socks: list[tuple[socket.socket, int]] = []
         deadline = time.monotonic() + self.seconds
-        while time.monotonic() < deadline and not self.done.is_set():
+        while time.monotonic() < deadline:
             while len(socks) < self.count and time.monotonic() < deadline:
                 try:
                     sock = socket.create_connection(("127.0.0.1", self.port), timeout=1)
@@ -128,14 +125,11 @@ def test_slowloris_and_a_thousand_bad_requests_do_not_stop_scrapes(exporter):
     workers = [threading.Thread(target=bad_requests, args=(port, 250, 20, statuses), daemon=True)
                for _ in range(4)]
     latencies, codes, threads = [], [], []
-    with Slowloris(port, connections=120, seconds=20) as slow:
+    with Slowloris(port, connections=120, seconds=6) as slow:
         for worker in workers:
             worker.start()
-        # scrape for 3 s at least and until the thousand bad requests are all answered
-        began, deadline = time.monotonic(), time.monotonic() + 20
-        while time.monotonic() < deadline and (  # at most 200 scrapes
-                time.monotonic() < began + 3 or len(codes) < 20
-                or any(worker.is_alive() for worker in workers)):
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # at most 60 scrapes
             code, latency = scrape(port)
             codes.append(code)
             latencies.append(latency)
@@ -210,13 +204,11 @@ def test_tls_handshake_stalls_and_wrong_password_floods_do_not_stop_scrapes(tmp_
 
         flooders = [threading.Thread(target=flood, daemon=True) for _ in range(6)]
         latencies = []
-        with Slowloris(exp.port, connections=80, seconds=20, tls=True):
+        with Slowloris(exp.port, connections=80, seconds=4, tls=True):
             for thread in flooders:
                 thread.start()
-            # 4 s and at least 15 scrapes (on a loaded machine, scrapes are slower)
-            began, deadline = time.monotonic(), time.monotonic() + 20
-            while time.monotonic() < deadline and (  # at most 200 scrapes
-                    time.monotonic() < began + 4 or len(latencies) < 15):
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:  # at most 40 scrapes
                 code, latency = scrape(exp.port, context, good)
                 assert code == 200
                 latencies.append(latency)
