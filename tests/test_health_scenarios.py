@@ -7,6 +7,7 @@ moves, and each check scrapes the real HTTP server. The tests about real-time be
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -38,6 +39,10 @@ class Running:
             self.scrapes += 1
             self.slowest = max(self.slowest, time.perf_counter() - t0)
         return resp.status, body.decode()
+
+    def skip_ahead(self, seconds: float) -> None:
+        """Move the fake's scenario time forward (real-time runs): its faults come sooner."""
+        self.exporter.fake_lib.start -= seconds
 
     def metrics(self) -> dict[str, list]:
         return samples(self.get()[1])
@@ -225,14 +230,21 @@ def test_power_brake_on_every_gpu_then_released(running):
                  reason="hw_power_brake_slowdown") > 3
 
 
+STUCK_GPU_1 = re.compile(r'^cte_gpu_stuck_seconds\{[^}]*\bgpu="1"[^}]*\} (\S+)$', re.M)
+
+
 def test_nvml_hang_scrapes_stay_fast_and_health_names_the_gpu(running):
     run = running("nvml-hang", realtime=True)
-    deadline = time.time() + 12
-    liveness = set()
-    while time.time() < deadline:
-        run.metrics()
+    run.skip_ahead(4.0)  # the hang (at 5 s) comes a second after start
+    deadline = time.time() + 30
+    liveness, stuck = set(), 0.0
+    # scrape until GPU 1 has been stuck over 3 s and 50 scrapes were answered meanwhile
+    while not (stuck > 3 and run.scrapes > 50):
+        assert time.time() < deadline, f"stuck {stuck:.1f} s after {run.scrapes} scrapes"
+        found = STUCK_GPU_1.search(run.get()[1])  # a regex: parsing every scrape is slow
+        stuck = float(found.group(1)) if found else 0.0
         liveness.add(run.get("/healthz")[0])
-        time.sleep(0.1)
+        time.sleep(0.02)
     assert liveness == {200}  # a hung GPU is the node's fault, not the exporter's
     status, body = run.get("/readyz")
     assert status == 200 and body.startswith("degraded\n")

@@ -114,7 +114,7 @@ def test_sighup_rotates_certificate_and_password_without_a_failed_scrape(tmp_pat
         assert proc.poll() is None, log.read_text()
         old_serial = scraper.get("/metrics", SCRAPER)[1]
         scraper.thread.start()
-        time.sleep(0.5)
+        wait_for(lambda: len(scraper.results) >= 5, timeout=30)  # scrapes before the rotation
 
         # 1. rotate: a renewed certificate and a new password for one user
         write_atomically(web, web_yaml(new_cert, new_key,
@@ -134,11 +134,19 @@ def test_sighup_rotates_certificate_and_password_without_a_failed_scrape(tmp_pat
         assert proc.poll() is None
         status, serial, body = scraper.get("/metrics", (ROTATED[0], NEW_PASSWORD))
         assert (status, serial) == (200, new_serial)
-        time.sleep(1.5)  # the next snapshot carries the reload counters
-        body = scraper.get("/metrics", SCRAPER)[2]
+
+        def counted() -> bytes | None:  # once a snapshot carries the refused reload
+            body = scraper.get("/metrics", SCRAPER)[2]
+            try:
+                return body if metric(body, "cte_config_reloads_total", result="failure") else None
+            except KeyError:
+                return None
+
+        body = wait_for(counted, timeout=30)
         assert metric(body, "cte_config_reloads_total", result="success") == 1
         assert metric(body, "cte_config_reloads_total", result="failure") == 1
         assert metric(body, "cte_config_last_reload_successful") == 0
+        wait_for(lambda: len(scraper.results) >= 20, timeout=30)  # asserted below
     finally:
         scraper.stop.set()
         if scraper.thread.is_alive():

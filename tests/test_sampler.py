@@ -232,10 +232,16 @@ events:
 """
 
 
+# Hang tests: a GPU is declared hung after 0.5 s (not 2 s) and sweeps come every 0.25 s,
+# so each runs in about a second; what they check does not depend on those numbers.
+FAST_HANGS = {"hang_timeout_seconds": 0.5, "sweep_interval_seconds": 0.25,
+              "startup_wait_seconds": 0.5}
+
+
 def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
     snapshots = []
     with fake.installed(scenario_from_yaml(HANG_ON_GPU_1), costs=None) as lib:
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake", **FAST_HANGS),
                           on_snapshot=snapshots.append)
         t0 = time.monotonic()
         sampler.start()
@@ -258,15 +264,15 @@ def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
 HANG_LATER = """
 gpus: 4
 events:
-  - {kind: hang, at: 2, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
+  - {kind: hang, at: 1, gpu: 1, call: nvmlDeviceGetTemperature, seconds: 30}
 """
 
 
 def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
     snapshots = []
+    settings = SamplerSettings(backend="fake", power_drain_interval_seconds=0.25, **FAST_HANGS)
     with fake.installed(scenario_from_yaml(HANG_LATER), costs=None) as lib:
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
-                          on_snapshot=snapshots.append)
+        sampler = Sampler(NvmlBackend(), settings, on_snapshot=snapshots.append)
         sampler.start()
         try:
             wait_for(lambda: sampler.loop("sweep").busy_gpu == 1, timeout=10,
@@ -277,7 +283,7 @@ def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
             before = snapshots[-1].states[2].time
             wait_for(lambda: snapshots[-1].states[2].time > before, timeout=5)  # others flow
             snap = snapshots[-1]
-            assert time.time() - snap.hung[1] >= 2.0
+            assert time.time() - snap.hung[1] >= settings.hang_timeout_seconds
             samples = snap.power_sources[0].samples_total
             wait_for(lambda: snapshots[-1].power_sources[0].samples_total > samples + 40,
                      timeout=5)  # power sampling is unaffected
@@ -318,7 +324,8 @@ def test_a_stuck_collector_stalls_only_itself_and_says_so():
     snapshots = []
     with fake.installed(load_scenario("idle"), costs=None):
         sampler = Sampler(NvmlBackend(), SamplerSettings(
-            backend="fake", sources_interval_seconds=0.2, hang_timeout_seconds=0.5),
+            backend="fake", sources_interval_seconds=0.2, hang_timeout_seconds=0.5,
+            sweep_interval_seconds=0.25, startup_wait_seconds=0.5),
             collectors=[CollectorMaker("stuck", 0.2, lambda c: stuck),
                         CollectorMaker("counting", 0.2, lambda c: counting)],
             on_snapshot=snapshots.append)

@@ -14,7 +14,7 @@ import pytest
 
 from exporter import sdnotify
 from exporter.service import serve
-from tests.tools import free_port, stop_process
+from tests.tools import free_port, stop_process, wait_for
 
 
 class NotifySocket:
@@ -36,6 +36,18 @@ class NotifySocket:
                     break
             if until is not None and any(m.startswith(until) for m in self.messages):
                 break
+        return self.messages
+
+    def pending(self) -> list[str]:
+        """What has arrived so far, without waiting for more (all messages kept)."""
+        self.sock.setblocking(False)
+        try:
+            while True:
+                self.messages.append(self.sock.recv(4096).decode())
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.settimeout(0.1)
         return self.messages
 
     def close(self) -> None:
@@ -88,26 +100,34 @@ def test_watchdog_interval(monkeypatch):
 def test_watchdog_pings_only_while_the_exporter_is_alive(notify_socket, monkeypatch):
     monkeypatch.setenv("WATCHDOG_USEC", "100000")  # a ping every 50 ms
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
-    health = {"alive": True}
-    exporter = types.SimpleNamespace(alive=lambda: health["alive"])
+    health = {"alive": True, "dead_checks": 0}
+
+    def alive() -> bool:
+        if not health["alive"]:
+            health["dead_checks"] += 1
+        return health["alive"]
+
+    exporter = types.SimpleNamespace(alive=alive)
     signals = types.SimpleNamespace(wake=threading.Event(), stop=False, reload=False)
     thread = threading.Thread(target=serve, args=(exporter, signals, None, {}), daemon=True)
     thread.start()
     try:
-        time.sleep(0.5)
-        alive = notify_socket.drain()
+        wait_for(lambda: notify_socket.pending().count("WATCHDOG=1") >= 3, timeout=10,
+                 interval=0.02)
+        alive = list(notify_socket.pending())
         health["alive"] = False  # the publisher stalls: systemd must get no more pings
-        time.sleep(0.2)
-        notify_socket.drain()
-        count = len(notify_socket.messages)
-        time.sleep(0.5)
-        assert len(notify_socket.drain()) == count
+        # once serve() has found the exporter dead, any ping it sent before is here
+        wait_for(lambda: health["dead_checks"] >= 1, timeout=10, interval=0.01)
+        count = len(notify_socket.pending())
+        # ten more rounds of the watchdog loop (each 50 ms) find it dead: no ping
+        wait_for(lambda: health["dead_checks"] >= 11, timeout=10, interval=0.05)
+        assert len(notify_socket.pending()) == count
     finally:
         signals.stop = True
         signals.wake.set()
         thread.join(5)
     assert alive[0] == "READY=1" and alive.count("WATCHDOG=1") >= 3
-    assert notify_socket.drain()[-1] == "STOPPING=1"
+    assert notify_socket.pending()[-1] == "STOPPING=1"
 
 
 def test_run_under_a_fake_systemd(notify_socket, tmp_path, monkeypatch):

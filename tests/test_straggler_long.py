@@ -13,7 +13,7 @@ import pytest
 
 from exporter.gpu import catalogue
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.state import read_state
+from exporter.gpu.state import read_values
 from exporter.offline import analyze
 from exporter.offline.trace import TraceWriter, load_trace
 from exporter.sim import fake
@@ -28,6 +28,7 @@ def simulate(tmp_path, scenario_name: str):
     path = tmp_path / f"{scenario_name}.cte"
     fields = ["power_watts", "sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
               "clock_event_reasons"]
+    swept = [catalogue.BY_KEY[key] for key in fields[1:]]
     with fake.installed(load_scenario(scenario_name), clock, costs=None) as lib:
         backend = NvmlBackend()
         gpus = backend.open()
@@ -41,7 +42,8 @@ def simulate(tmp_path, scenario_name: str):
                     values = {"power_watts": lib.gpus[gpu].sample_watts(
                         int(clock.now / lib.gpus[gpu].sample_interval))}
                     if tick % 10 == 0:  # the sweep every 2 s: 30 points a window
-                        state = read_state(backend, gpu, clock(), [catalogue.SWEEP])
+                        # through pynvml, only the values the trace keeps
+                        state = read_values(backend, gpu, swept)
                         values.update({k: state.get(k) for k in fields[1:]})
                     writer.write(clock.now, gpu, values)
         backend.close()

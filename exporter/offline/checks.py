@@ -73,10 +73,19 @@ def _unit(name: str) -> str:
     return f" {u}" if u else ""
 
 
+_ANYWHERE = (-math.inf, math.inf)
+
+
 def screen(names: list[str], values: list[float], rejected: Counter[str]) -> list[float]:
     """The values with implausible ones replaced by NaN; each counted in ``rejected``."""
     out = values
+    isfinite = math.isfinite
     for i, (name, v) in enumerate(zip(names, values, strict=True)):
+        if v != v:
+            continue  # NaN: a missing value, fine
+        lo, hi = PLAUSIBLE.get(name, _ANYWHERE)
+        if lo <= v <= hi and isfinite(v):
+            continue  # the common case, without building a reason
         why = value_problem(name, v)
         if why is not None:
             if out is values:

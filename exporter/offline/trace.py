@@ -129,15 +129,19 @@ class Rows:
     rejected: Counter[str] = field(default_factory=Counter)
 
     def add(self, line: int, gpu: int, t: float, values: list[float]) -> None:
-        self.t.setdefault(gpu, []).append(t)
-        self.values.setdefault(gpu, []).append(values)
-        self.lines.setdefault(gpu, []).append(line)
+        times = self.t.get(gpu)
+        if times is None:
+            times = self.t[gpu] = []
+            self.values[gpu], self.lines[gpu] = [], []
+        times.append(t)
+        self.values[gpu].append(values)
+        self.lines[gpu].append(line)
 
 
 def gpu_index(text: str) -> int:
     """A GPU index cell, or BadLine."""
     try:
-        gpu = int(text.strip())
+        gpu = int(text)  # int() itself ignores surrounding whitespace
     except ValueError:
         raise BadLine(f"unparsable index {text.strip()!r}") from None
     why = gpu_index_problem(gpu)
@@ -256,18 +260,23 @@ def _cte_row(raw: str, ncells: int, fields: list[str], rows: Rows
     cells = raw.split(",")
     if len(cells) != ncells:
         raise BadLine(f"{len(cells)} cells, column line has {ncells}")
+    nan = math.nan
     try:
         t = float(cells[0])
-        values = [float(c) if c.strip() else math.nan for c in cells[2:]]
+        try:  # as written by TraceWriter: a number or an empty cell
+            values = [float(c) if c else nan for c in cells[2:]]
+        except ValueError:  # blank cells of spaces are missing values too
+            values = [float(c) if c.strip() else nan for c in cells[2:]]
     except ValueError:
         raise BadLine("unparsable number") from None
     if not (math.isfinite(t) and t >= 0):
         raise BadLine(f"bad time {cells[0].strip()!r}")
     gpu = gpu_index(cells[1])
     # a written "nan" is no missing value (that is an empty cell): count it
-    for name, c, v in zip(fields, cells[2:], values, strict=True):
-        if c.strip() and math.isnan(v):
-            rows.rejected[f"{name} not a number"] += 1
+    if "n" in raw or "N" in raw:  # no NaN can be written without one
+        for name, c, v in zip(fields, cells[2:], values, strict=True):
+            if c.strip() and math.isnan(v):
+                rows.rejected[f"{name} not a number"] += 1
     return gpu, t, screen(fields, values, rows.rejected)
 
 

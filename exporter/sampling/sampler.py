@@ -45,6 +45,8 @@ class SamplerSettings:
     scenario: str = ""
     expected_gpus: int | None = None  # None: the count NVML reports at start
     hang_timeout_seconds: float = 2.0
+    # start() waits this long (or two sweep intervals, if longer) for the first values
+    startup_wait_seconds: float = 2.0
     gpu_recovery_interval_seconds: float = 10.0
     xid_events: bool = True
     power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
@@ -127,7 +129,8 @@ class Sampler:
             self.xids.start()
         # Wait (bounded) for first values, so the first snapshot is complete; a hung
         # NVML call at start-up only delays it.
-        deadline = self.clock.monotonic() + max(2.0, 2 * s.sweep_interval_seconds)
+        wait = max(s.startup_wait_seconds, 2 * s.sweep_interval_seconds)
+        deadline = self.clock.monotonic() + wait
         for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
