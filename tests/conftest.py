@@ -3,6 +3,7 @@ exporters (on the fake, with the fake's costs off unless a test asks for them)."
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,12 @@ from tests.tools import ExporterFactory
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: starts real Prometheus/node_exporter processes "
                             "and runs for tens of seconds (deselect with -m 'not e2e')")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per CPU, at most 4. Many tests run real servers and subprocess
+    exporters whose latency they bound; more workers than CPUs would starve them."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 @pytest.fixture

@@ -107,13 +107,17 @@ def test_generated_sysfs_reads_clean_and_advances(tmp_path):
 
 def test_tiny_fleet_serves_every_node():
     sc = load_fleet_scenario("two-jobs", nodes=2, gpus_per_node=2)
-    base = free_port()
-    fleet = Fleet(sc, FleetSettings(base_port=base, options={"power_drain_interval_seconds": 1,
-                                                             "profiling_interval_seconds": 1}))
-    try:
-        fleet.start()
-    except OSError:
-        pytest.skip("port run taken")
+    options = {"power_drain_interval_seconds": 1, "profiling_interval_seconds": 1}
+    for _ in range(10):  # a free port whose next one is free too (others take ports too)
+        base = free_port()
+        fleet = Fleet(sc, FleetSettings(base_port=base, options=options))
+        try:
+            fleet.start()
+            break
+        except OSError:
+            continue  # start() has stopped what it started
+    else:
+        pytest.fail("no two free ports in a row in 10 tries")
     try:
         assert fleet.ports == [base, base + 1]
         for port in fleet.ports:
