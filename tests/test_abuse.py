@@ -15,7 +15,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.web.server import ServerLimits
 from tests.certs import make_certs
-from tests.tools import require_module, wait_for
+from tests.tools import get_over_new_connection, require_module, wait_for
 
 LIMITS = ServerLimits(max_connections=48, max_active_requests=4, head_timeout_seconds=2.0,
                       idle_timeout_seconds=5.0, io_timeout_seconds=2.0)
@@ -35,18 +35,9 @@ def exporter(module_exporter):
 def scrape(port: int, context: ssl.SSLContext | None = None,
            headers: dict | None = None) -> tuple[int, float]:
     t0 = time.perf_counter()
-    if context is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    else:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=context)
-    try:
-        conn.request("GET", "/metrics", headers=headers or {})
-        resp = conn.getresponse()
-        body = resp.read()
-        assert resp.status != 200 or b"gpu_power_watts" in body
-        return resp.status, time.perf_counter() - t0
-    finally:
-        conn.close()
+    status, body = get_over_new_connection(port, context, headers)
+    assert status != 200 or b"gpu_power_watts" in body
+    return status, time.perf_counter() - t0
 
 
 class Slowloris:

@@ -23,7 +23,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.web.server import ServerLimits
 from tests.certs import make_certs
-from tests.tools import wait_for
+from tests.tools import get_over_new_connection, wait_for
 
 LIMITS = ServerLimits(max_connections=48, max_active_requests=4, head_timeout_seconds=2.0,
                       idle_timeout_seconds=30.0, io_timeout_seconds=2.0)
@@ -86,19 +86,11 @@ def fresh_scrapes(port: int, context: ssl.SSLContext | None, going: Callable[[li
     results: list[int | str] = []
     deadline = time.monotonic() + 30
     while going(results) and time.monotonic() < deadline:  # at most 750 scrapes
-        if context is None:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        else:
-            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=context)
         try:
-            conn.request("GET", "/metrics", headers=headers or {})
-            resp = conn.getresponse()
-            body = resp.read()
-            results.append(resp.status if b"gpu_power_watts" in body else "short")
+            status, body = get_over_new_connection(port, context, headers)
+            results.append(status if b"gpu_power_watts" in body else "short")
         except (OSError, http.client.HTTPException) as exc:
             results.append(type(exc).__name__)
-        finally:
-            conn.close()
         time.sleep(0.04)
     return results
 

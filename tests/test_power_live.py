@@ -108,3 +108,31 @@ def test_monitor_counts_each_ramp_once_and_finds_cycles():
     assert result.cycle is not None
     assert result.cycle.period_seconds == pytest.approx(60, rel=0.05)
     assert result.cycle.amplitude_watts > 1000
+
+
+def test_gpus_sampled_at_different_times_make_no_ramp():
+    """A starved exporter starts sampling some GPUs later than others, and drains them at
+    different times: parts of the grid have some GPUs and not others. The node's total
+    must not read their absence as a fall, nor their arrival as a rise."""
+    import numpy as np
+
+    from exporter.analysis.live_power import PowerMonitor
+
+    monitor = PowerMonitor(PowerSettings(cycle_every_seconds=1e9))
+    t = 1_790_000_000.0 + np.arange(0, 130, 0.05)
+    rng = np.random.default_rng(2)
+    watts = 600.0 + rng.normal(0, 5, (8, t.size))  # steady training power, no ramp
+    watts[4:, t - t[0] < 15] = np.nan  # GPUs 4-7: first sampled 15 s after GPUs 0-3
+    times = np.tile(t, (8, 1))
+    tdp = np.full(8, 700.0)
+    for end in np.arange(20, 110, 5):
+        keep = t <= t[0] + end
+        late = watts[:, keep].copy()
+        late[4:, -160:] = np.nan  # GPUs 4-7: their last 8 s not drained yet
+        result = monitor.update(times[:, keep][:, -1200:], late[:, -1200:], tdp, t[0] + end,
+                                band=(0.0, 10.0))
+        assert result.ramps_total == {"rise": 0, "fall": 0}, end
+    # a real fall is still seen: every GPU drops to idle at 100 s
+    watts[:, t - t[0] >= 100] = 80.0
+    result = monitor.update(times[:, -1200:], watts[:, -1200:], tdp, t[-1], band=(0.0, 10.0))
+    assert result.ramps_total == {"rise": 0, "fall": 1}

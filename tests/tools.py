@@ -123,6 +123,23 @@ class ExporterFactory:
         self.exporters = []
 
 
+def get_over_new_connection(port: int, context=None, headers: dict | None = None,
+                            path: str = "/metrics") -> tuple[int, bytes]:
+    """(status, body) of one GET on a new plain (context None) or TLS connection."""
+    import http.client
+
+    if context is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=context)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
 def http_get(port: int, path: str = "/metrics", headers: dict | None = None,
              method: str = "GET", timeout: float = 5.0):
     """(response, body bytes) of one plain-HTTP request to a local exporter."""

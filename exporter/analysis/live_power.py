@@ -118,9 +118,18 @@ class PowerMonitor:
         if t_row.size < 40:
             return
         recent = t_row >= t_row[-1] - s.ramp_window_seconds
-        node = np.nansum(watts[:, recent], axis=0)
+        rows = watts[:, recent]
+        # The node's total only where every GPU with data in the window has a value: a GPU
+        # drained later than the others (a starved exporter), or not yet sampled, would
+        # otherwise count as 0 W and make a fall, then a rise, that never happened.
+        rows = rows[np.isfinite(rows).any(axis=1)]
+        known = np.isfinite(rows).all(axis=0)
+        if known.sum() < 40:
+            return
+        node = rows[:, known].sum(axis=0)
         total = float(np.nansum(tdp)) if tdp is not None else None
-        for ramp in detect_ramps(t_row[recent], node, total, min_ratio=s.ramp_min_ratio):
+        for ramp in detect_ramps(t_row[recent][known], node, total,
+                                 min_ratio=s.ramp_min_ratio):
             if self.last_ramp is not None and ramp.time <= self.last_ramp.time + 5.0:
                 continue  # seen in an earlier update
             self.ramps_total[ramp.direction] += 1
