@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from dataclasses import fields, replace
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 #: Config keys a reload applies to the running exporter.
+HANDLER_DELAY_SECONDS = 0.5  # the most a signal's handler waits for the main thread
 LIVE_KEYS = frozenset({"web_config_file", "log_level"})
 
 
@@ -90,8 +92,15 @@ def serve(exporter: Reloadable, signals: Signals, config_path: str | None,
     """The main thread's loop once the exporter serves: reloads, watchdog pings, stop."""
     sdnotify.notify("READY=1")
     interval = sdnotify.watchdog_interval()
+    next_ping = time.monotonic()
     while True:
-        signals.wake.wait(interval)
+        # Bounded: a signal the kernel delivers to another thread leaves this wait
+        # uninterrupted, and Python runs its handler only when the main thread next runs
+        # bytecode; waiting for ever would hold back a SIGHUP or SIGTERM (seen under load).
+        wait = HANDLER_DELAY_SECONDS
+        if interval is not None:
+            wait = max(0.0, min(wait, next_ping - time.monotonic()))
+        signals.wake.wait(wait)
         signals.wake.clear()
         if signals.stop:
             sdnotify.notify("STOPPING=1")
@@ -101,6 +110,8 @@ def serve(exporter: Reloadable, signals: Signals, config_path: str | None,
             sdnotify.reloading()
             reload(exporter, config_path, overrides)
             sdnotify.notify("READY=1")
-        if interval is not None and exporter.alive():
-            # only while liveness holds: a stuck publisher gets the service restarted
-            sdnotify.notify("WATCHDOG=1")
+        if interval is not None and time.monotonic() >= next_ping:
+            next_ping = time.monotonic() + interval
+            if exporter.alive():
+                # only while liveness holds: a stuck publisher gets the service restarted
+                sdnotify.notify("WATCHDOG=1")
