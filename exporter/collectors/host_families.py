@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.host import CALLS, HostReading
+from exporter.collectors.registry import counts_by
 
 __all__ = ["host_families"]
 
@@ -50,9 +51,5 @@ def host_families(reading: HostReading) -> Iterator[Metric]:
         if family.samples:
             yield family
 
-    errors = CounterMetricFamily("cte_host_read_errors",
-                                 "psutil calls of the host source that failed, by call.",
-                                 labels=["call"])
-    for call in dict.fromkeys((*CALLS, *reading.errors_total)):
-        errors.add_metric([call], float(reading.errors_total.get(call, 0)))
-    yield errors
+    yield counts_by("cte_host_read_errors", "psutil calls of the host source that failed, "
+                    "by call.", "call", CALLS, reading.errors_total)

@@ -21,6 +21,7 @@ from exporter.collectors.infiniband import (
     InfinibandPort,
     InfinibandReading,
 )
+from exporter.collectors.registry import counts_by
 
 __all__ = ["FAMILIES", "FamilySpec", "infiniband_families"]
 
@@ -431,7 +432,4 @@ def infiniband_families(reading: InfinibandReading) -> Iterator[Metric]:
     if lifespan.samples:
         yield lifespan
 
-    skipped = _new(SKIPPED)
-    for reason in dict.fromkeys((*SKIP_REASONS, *reading.skipped_total)):
-        skipped.add_metric([reason], float(reading.skipped_total.get(reason, 0)))
-    yield skipped
+    yield counts_by(SKIPPED.name, SKIPPED.help, "reason", SKIP_REASONS, reading.skipped_total)

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, InfoMetricFamily
+from prometheus_client.core import InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.jobs import DROP_REASONS, SKIP_REASONS, JobsReading
+from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["jobs_families"]
@@ -47,17 +48,11 @@ def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     if info.samples:
         yield info
 
-    skipped = CounterMetricFamily("cte_hpc_job_skipped_files",
-                                  "GPU-to-job mapping files skipped, by reason; counted on "
-                                  "every read pass while the file is there.", labels=["reason"])
-    for reason in dict.fromkeys((*SKIP_REASONS, *reading.skipped_total)):
-        skipped.add_metric([reason], float(reading.skipped_total.get(reason, 0)))
-    yield skipped
-
-    dropped = CounterMetricFamily("cte_hpc_job_ids_dropped",
-                                  "Job ids left out at a cap (per_gpu: past the per-file "
-                                  "cap; per_node: past the per-pass cap), counted on every "
-                                  "read pass while they are there.", labels=["reason"])
-    for reason in dict.fromkeys((*DROP_REASONS, *reading.dropped_total)):
-        dropped.add_metric([reason], float(reading.dropped_total.get(reason, 0)))
-    yield dropped
+    yield counts_by("cte_hpc_job_skipped_files",
+                    "GPU-to-job mapping files skipped, by reason; counted on every read "
+                    "pass while the file is there.", "reason", SKIP_REASONS,
+                    reading.skipped_total)
+    yield counts_by("cte_hpc_job_ids_dropped",
+                    "Job ids left out at a cap (per_gpu: past the per-file cap; per_node: "
+                    "past the per-pass cap), counted on every read pass while they are "
+                    "there.", "reason", DROP_REASONS, reading.dropped_total)

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.kubernetes import FAILURE_REASONS, KubernetesReading
+from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["kubernetes_families"]
@@ -33,12 +34,9 @@ def kubernetes_families(reading: KubernetesReading, snapshot: Snapshot) -> Itera
     yield GaugeMetricFamily("cte_kubernetes_pod_resources_up", "1 if the last call to the "
                             "kubelet's pod-resources API succeeded.",
                             value=1.0 if reading.up else 0.0)
-    failures = CounterMetricFamily("cte_kubernetes_pod_resources_failures", "Failed calls to "
-                                   "the kubelet's pod-resources API, by reason.",
-                                   labels=["reason"])
-    for reason in dict.fromkeys((*FAILURE_REASONS, *reading.failures_total)):
-        failures.add_metric([reason], float(reading.failures_total.get(reason, 0)))
-    yield failures
+    yield counts_by("cte_kubernetes_pod_resources_failures", "Failed calls to the kubelet's "
+                    "pod-resources API, by reason.", "reason", FAILURE_REASONS,
+                    reading.failures_total)
     if reading.last_success:
         yield GaugeMetricFamily("cte_kubernetes_pod_resources_last_success_timestamp_seconds",
                                 "When the answer gpu_pod_info shows was received (epoch).",

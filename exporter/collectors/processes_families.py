@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.processes import ProcessesReading
 from exporter.collectors.procfs import PROC_ERRORS
+from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["IDLE_PID", "processes_families"]
@@ -62,9 +63,6 @@ def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterato
     yield CounterMetricFamily("cte_gpu_processes_dropped", "Processes left out at "
                               "--collector.processes.max, counted on every read they are "
                               "left out.", value=reading.dropped_total)
-    errors = CounterMetricFamily("cte_gpu_process_proc_errors", "New processes whose /proc "
-                                 "entry could not be read for gpu_process_info, by reason.",
-                                 labels=["reason"])
-    for reason in dict.fromkeys((*PROC_ERRORS, *reading.proc_errors_total)):
-        errors.add_metric([reason], float(reading.proc_errors_total.get(reason, 0)))
-    yield errors
+    yield counts_by("cte_gpu_process_proc_errors", "New processes whose /proc entry could not "
+                    "be read for gpu_process_info, by reason.", "reason", PROC_ERRORS,
+                    reading.proc_errors_total)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Protocol
 
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.options import RUN, Option
@@ -99,3 +100,13 @@ def options() -> list[Option]:
 
 def enabled(config: Any) -> list[CollectorSpec]:
     return [spec for spec in specs() if spec.enabled(config)]
+
+
+def counts_by(name: str, documentation: str, label: str, known: Iterable[str],
+              totals: Mapping[str, float]) -> CounterMetricFamily:
+    """A counter of a collector's errors or skips by `label`: every `known` value from
+    the start (0 until it happens, so `rate()` sees the first one), then any other."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for value in dict.fromkeys((*known, *totals)):
+        family.add_metric([value], float(totals.get(value, 0)))
+    return family
