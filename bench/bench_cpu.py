@@ -100,11 +100,11 @@ class ModelledCost:
         self._charge = cost_model.charge
         cost_model.charge = self._counted  # type: ignore[assignment]
 
-    def _counted(self, cost: cost_model.Cost, *args: Any, **kwargs: Any) -> None:
+    def _counted(self, cost: cost_model.Cost, *args: Any, **kwargs: Any) -> float:
         name = threading.current_thread().name
         self.by_thread[name] = self.by_thread.get(name, 0.0) + cost.cpu
         self.calls += 1
-        self._charge(cost, *args, **kwargs)
+        return self._charge(cost, *args, **kwargs)
 
     def counters(self) -> dict[str, float]:
         out = {f"model_thread/{k}": v for k, v in list(self.by_thread.items())}

@@ -17,6 +17,7 @@ getters' 1-8 us; fields not listed cost FIELD_DEFAULT.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -93,19 +94,51 @@ H200 = CostModel(
     },
 )
 
-_BLOCK = bytes(2048)  # hashed to burn CPU: hashlib releases the GIL from 2048 bytes on
+# CPU is burned by hashing zeros: hashlib releases the GIL while it hashes 2048 bytes or
+# more, so other threads run meanwhile, as they do beside a C call into the driver. Each
+# chunk is sized to what is left of the burn (at the rate the last chunks ran), so a burn
+# is a handful of GIL-free calls: hashing 2 KiB at a time took the GIL back some 250 times
+# in a 0.4 ms burn, and those hand-overs cost the other threads CPU a real call does not.
+_ZEROS = memoryview(bytes(1 << 20))  # at most ~1 ms of hashing per chunk
+_MIN_CHUNK = 2048
+_rate = [1e9]  # bytes hashed per CPU-second, as last measured
+# Each thread keeps a credit: the fake's own Python beyond a call's modelled CPU (a
+# simple getter is 10-20 us of Python, 2-8 us on an H200) and a burn's overshoot. Burns
+# of CREDIT_MIN or more are cut by it, so a thread's CPU inside the fake adds up to what
+# the H200 charges for its calls; cheap calls are never cut, and every call still takes
+# at least its modelled wall time. Credit beyond CREDIT_MAX is dropped.
+CREDIT_MIN, CREDIT_MAX = 100 * US, 20 * MS
+_ledger = threading.local()
 
 
-def charge(cost: Cost, spent_cpu: float = 0.0, started: float | None = None) -> None:
-    """Take `cost` from the calling thread: burn CPU up to cost.cpu (less what the call
-    already spent), without holding the GIL, as a C call would; then wait out the rest of
-    cost.wall (from `started`, a perf_counter reading)."""
+def burn(seconds: float) -> None:
+    """Spend about `seconds` of this thread's CPU outside the GIL."""
+    now = time.thread_time()
+    end = now + seconds
+    while now < end:
+        size = min(len(_ZEROS), max(_MIN_CHUNK, int((end - now) * _rate[0])))
+        hashlib.sha256(_ZEROS[:size])
+        then, now = now, time.thread_time()
+        if now > then:
+            _rate[0] = 0.5 * _rate[0] + 0.5 * size / (now - then)
+
+
+def charge(cost: Cost, cpu_start: float | None = None, started: float | None = None) -> float:
+    """Take `cost` from the calling thread: burn CPU up to cost.cpu, counted from
+    `cpu_start` (a thread_time reading at the call's start) and less this thread's
+    credit, without holding the GIL, as a C call would; then wait out the rest of
+    cost.wall (from `started`, a perf_counter reading). Returns the CPU the call took."""
     started = time.perf_counter() if started is None else started
-    burn = cost.cpu - spent_cpu
-    if burn > 0:
-        end = time.thread_time() + burn
-        while time.thread_time() < end:
-            hashlib.sha256(_BLOCK)
+    cpu_start = time.thread_time() if cpu_start is None else cpu_start
+    credit = getattr(_ledger, "credit", 0.0)
+    owed = cost.cpu - (time.thread_time() - cpu_start)
+    if cost.cpu >= CREDIT_MIN:
+        owed -= credit
+    if owed > 0:
+        burn(owed)
     rest = cost.wall - (time.perf_counter() - started)
     if rest > 50 * US:  # below that, sleeping overshoots more than it adds
         time.sleep(rest)
+    spent = time.thread_time() - cpu_start
+    _ledger.credit = min(max(0.0, credit + spent - cost.cpu), CREDIT_MAX)
+    return spent

@@ -69,8 +69,10 @@ class _Symbol:
         finally:
             if model is not None:
                 cost = lib.pending_cost or model.of_call(name)
-                cost_model.charge(cost, time.thread_time() - c0, t0)
-            lib.busy_seconds += time.thread_time() - c0
+                spent = cost_model.charge(cost, c0, t0)
+            else:
+                spent = time.thread_time() - c0
+            lib.busy_seconds += spent  # not `+= charge()`: that reads the sum before burning
 
 
 class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, TenantSymbols):
