@@ -92,3 +92,27 @@ def test_label_sets_seen_are_forgotten_past_the_bound(monkeypatch):
     for n in range(10):
         assert writer.labels({"pod": f"p{n}"}) == f'{{pod="p{n}"}}'
     assert len(writer._label_text) <= 3
+
+
+def test_values_remembered_are_written_as_generate_latest_writes_them():
+    """Values are remembered by equality: 0.0 and -0.0 (equal, written apart) and NaN (never
+    equal to itself) must still come out as generate_latest writes them, in any order."""
+    gauge = GaugeMetricFamily("gpu_x", "X.", labels=["gpu"])
+    values = [0.0, -0.0, 0, 1, 1.0, True, math.nan, 2.5, -0.0, 0.0, math.nan, 2.5, 7, -3.25]
+    for n, value in enumerate(values):
+        gauge.add_metric([str(n)], value)
+    expected = generate_latest(_Registry([gauge]))
+    writer = ExpositionWriter()
+    for _ in range(3):
+        assert writer.write([gauge]) == expected
+    assert b'gpu_x{gpu="1"} -0.0\n' in expected and b'gpu_x{gpu="9"} 0.0\n' in expected
+
+
+def test_values_seen_are_forgotten_past_the_bound(monkeypatch):
+    from exporter.metrics import exposition
+
+    monkeypatch.setattr(exposition, "_MAX_VALUES", 3)
+    writer = ExpositionWriter()
+    for n in range(1, 10):
+        assert writer.value(n / 7) == repr(n / 7)
+    assert len(writer._value_text) <= 3

@@ -22,6 +22,7 @@ _NAME_SUFFIXES = {"counter": "_total", "info": "_info"}
 # OpenMetrics-only samples, written as a gauge family of their own after the family.
 _SEPARATE_SUFFIXES = ("_created", "_gsum", "_gcount")
 _MAX_LABEL_SETS = 50_000  # forget them all past this (label values that never recur)
+_MAX_VALUES = 20_000  # the same for values
 
 
 def _escape(value: str) -> str:
@@ -50,11 +51,12 @@ def go_float(value: float) -> str:
 
 
 class ExpositionWriter:
-    """Writes families; remembers the text of each label set it writes (thread-safe: a
-    lost race only writes the same text twice)."""
+    """Writes families; remembers the text of each label set and value it writes
+    (thread-safe: a lost race only writes the same text twice)."""
 
     def __init__(self) -> None:
         self._label_text: dict[tuple[tuple[str, str], ...], str] = {}
+        self._value_text: dict[float, str] = {}
         self._lock = threading.Lock()
 
     def labels(self, labels: dict[str, str]) -> str:
@@ -76,26 +78,48 @@ class ExpositionWriter:
         return "".join(out).encode()
 
     def _family(self, family: Metric, out: list[str]) -> None:
-        name = family.name + _NAME_SUFFIXES.get(family.type, "")
+        fname = family.name
+        name = fname + _NAME_SUFFIXES.get(family.type, "")
         doc = _help(family.documentation)
         out.append(f"# HELP {name} {doc}\n# TYPE {name} "
                    f"{_TYPE_NAMES.get(family.type, family.type)}\n")
         separate: dict[str, list[str]] = {}
+        # the loop of a render (~2,000 samples): names bound locally, label sets and
+        # values looked up in what earlier renders wrote
+        label_text, values, labels_of, value_of = (
+            self._label_text, self._value_text, self.labels, self.value)
         for sample in family.samples:
-            line = self._sample(sample)
-            suffix = sample.name[len(family.name):]
-            if suffix in _SEPARATE_SUFFIXES and sample.name.startswith(family.name):
+            sname, labels, value, timestamp = sample[0], sample[1], sample[2], sample[3]
+            text = label_text.get(tuple(labels.items())) or labels_of(labels)
+            number = values.get(value) if value else None  # -0.0 == 0.0: not cached
+            if number is None:
+                number = value_of(value)
+            stamp = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
+            line = f"{sname}{text} {number}{stamp}\n"
+            if sname == fname:
+                out.append(line)
+                continue
+            suffix = sname[len(fname):]
+            if suffix in _SEPARATE_SUFFIXES and sname.startswith(fname):
                 separate.setdefault(suffix, []).append(line)
             else:
                 out.append(line)
         for suffix, lines in sorted(separate.items()):
-            out.append(f"# HELP {family.name}{suffix} {doc}\n"
-                       f"# TYPE {family.name}{suffix} gauge\n")
+            out.append(f"# HELP {fname}{suffix} {doc}\n"
+                       f"# TYPE {fname}{suffix} gauge\n")
             out.extend(lines)
 
-    def _sample(self, sample) -> str:
-        stamp = "" if sample.timestamp is None else f" {int(float(sample.timestamp) * 1000):d}"
-        return f"{sample.name}{self.labels(sample.labels)} {go_float(sample.value)}{stamp}\n"
+    def value(self, value: float) -> str:
+        """go_float(value), kept for the values that recur (states, limits, idle counters;
+        NaN is never found again: NaN != NaN)."""
+        text = go_float(value)
+        if not value:
+            return text
+        with self._lock:
+            if len(self._value_text) >= _MAX_VALUES:
+                self._value_text.clear()
+            self._value_text[value] = text
+        return text
 
 
 WRITER = ExpositionWriter()
