@@ -184,3 +184,32 @@ def test_batched_reads_agree_with_pynvml_wrappers(fake_nvml, clock):
     assert fast.scoped_fields(1, requests) == slow.scoped_fields(1, requests)
     a, b = fast.samples(1, fi.TOTAL_POWER_SAMPLES, 0), slow.samples(1, fi.TOTAL_POWER_SAMPLES, 0)
     assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
+
+
+def test_field_values_read_each_value_type_as_the_union_holds_it():
+    """Every nvmlValueType_t, alone and mixed in one batch, reads as pynvml's union does."""
+    import ctypes
+
+    import numpy as np
+    import pynvml
+
+    from exporter.gpu import batched
+
+    members = [(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", -2.75),
+               (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 4_000_000_000),
+               (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**40 + 3),
+               (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**50 + 5),
+               (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**45)),
+               (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -123456),
+               (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65000)]
+    for order in (members, members[::-1], members[:1] * 3, members[3:4]):
+        array = (pynvml.c_nvmlFieldValue_t * len(order))()
+        for entry, (kind, member, value) in zip(array, order, strict=True):
+            entry.value.ullVal = 0xDEADBEEF_DEADBEEF  # upper bytes the short types ignore
+            setattr(entry.value, member, value)
+            entry.valueType = kind
+        raw = np.frombuffer(memoryview(array).cast("B"), batched.FIELD_DTYPE)
+        expected = [float(getattr(entry.value, member))
+                    for entry, (_, member, _) in zip(array, order, strict=True)]
+        assert batched.field_values(raw).tolist() == expected
+        assert ctypes.sizeof(array) == raw.nbytes

@@ -95,6 +95,8 @@ class NvmlBackend:
         self._unsupported_fields: set[tuple[int, int, int]] = set()  # (gpu, field, scope)
         self._batched = batched.layout_ok(nvml)  # numpy views of pynvml's structs
         self._requests: dict[tuple, batched.FieldRequest] = {}
+        # (gpu, requests) -> (how many fields were unsupported, the calls to make)
+        self._field_plans: dict[tuple, tuple[int, tuple[tuple[tuple[int, int], ...], ...]]] = {}
         self._sample_buffers: dict[int, batched.SampleBuffer] = {}
         self.handles: list[Any] = []
         self.driver_version = ""
@@ -210,14 +212,15 @@ class NvmlBackend:
         handle = self.handle(gpu)
         if handle is None:
             return {}
-        wanted = [_scoped(r) for r in requests]
-        wanted = [r for r in wanted if (gpu, *r) not in self._unsupported_fields]
         out: dict[tuple[int, int], float] = {}
-        for start in range(0, len(wanted), FIELDS_PER_CALL):
-            entries = self._field_entries(gpu, handle, wanted[start:start + FIELDS_PER_CALL])
+        for chunk in self._field_chunks(gpu, requests):
+            entries = self._field_entries(gpu, handle, chunk)
             if entries is None:
                 return out
             ok = entries["nvmlReturn"] == pynvml.NVML_SUCCESS
+            if ok.all():  # entries come back in the order asked
+                out.update(zip(chunk, batched.field_values(entries).tolist(), strict=True))
+                continue
             for entry in entries[~ok]:
                 self._field_failed(gpu, int(entry["fieldId"]), int(entry["scopeId"]),
                                    int(entry["nvmlReturn"]))
@@ -226,16 +229,33 @@ class NvmlBackend:
             out.update(zip(keys, batched.field_values(good).tolist(), strict=True))
         return out
 
-    def _field_entries(self, gpu: int, handle: Any, chunk: list[tuple[int, int]]
+    def _field_chunks(self, gpu: int, requests: Sequence[int | tuple[int, int]]
+                      ) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The (field, scope) pairs still worth asking, in calls of FIELDS_PER_CALL; worked
+        out again only when a field has turned out NotSupported since."""
+        key = (gpu, tuple(requests))
+        known = self._field_plans.get(key)
+        if known is not None and known[0] == len(self._unsupported_fields):
+            return known[1]
+        wanted = [_scoped(r) for r in requests]
+        wanted = [r for r in wanted if (gpu, *r) not in self._unsupported_fields]
+        chunks = tuple(tuple(wanted[start:start + FIELDS_PER_CALL])
+                       for start in range(0, len(wanted), FIELDS_PER_CALL))
+        if len(self._field_plans) >= 256:
+            self._field_plans.clear()
+        self._field_plans[key] = (len(self._unsupported_fields), chunks)
+        return chunks
+
+    def _field_entries(self, gpu: int, handle: Any, chunk: tuple[tuple[int, int], ...]
                        ) -> np.ndarray | None:
         """One nvmlDeviceGetFieldValues call, its entries as a numpy array; None if the
         call itself failed (counted)."""
         try:
             if self._batched:
-                request = self._requests.get((gpu, tuple(chunk)))
+                request = self._requests.get((gpu, chunk))
                 if request is None:
-                    request = batched.FieldRequest(self.nvml, chunk)
-                    self._requests[(gpu, tuple(chunk))] = request
+                    request = batched.FieldRequest(self.nvml, list(chunk))
+                    self._requests[(gpu, chunk)] = request
                 return request.read(self.nvml, handle)
             array = self.nvml.nvmlDeviceGetFieldValues(handle, chunk)
             return np.frombuffer(memoryview(array).cast("B"), batched.FIELD_DTYPE).copy()

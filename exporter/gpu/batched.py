@@ -46,12 +46,20 @@ def field_values(raw: np.ndarray) -> np.ndarray:
     value, kind = raw["value"], raw["valueType"]
     out = value.astype(np.float64)  # unsigned long (long)
     low = value & 0xFFFFFFFF
-    out = np.where(kind == _UINT, low.astype(np.float64), out)
-    out = np.where(kind == _USHORT, (value & 0xFFFF).astype(np.float64), out)
-    out = np.where(kind == _DOUBLE, value.view(np.float64), out)
-    out = np.where(kind == _SLL, value.view(np.int64).astype(np.float64), out)
-    return np.where(kind == _SINT, low.astype(np.uint32).view(np.int32).astype(np.float64),
-                    out)
+    # each conversion only for the types present (a sweep's few fields are one or two)
+    for present in set(kind.tolist()) - {_ULONG, _ULL}:
+        chosen = kind == present
+        if present == _UINT:
+            out[chosen] = low[chosen]
+        elif present == _USHORT:
+            out[chosen] = value[chosen] & 0xFFFF
+        elif present == _DOUBLE:
+            out[chosen] = value[chosen].view(np.float64)
+        elif present == _SLL:
+            out[chosen] = value[chosen].view(np.int64)
+        elif present == _SINT:
+            out[chosen] = low[chosen].astype(np.uint32).view(np.int32)
+    return out
 
 
 class FieldRequest:

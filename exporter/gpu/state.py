@@ -9,7 +9,6 @@ A value NVML cannot give is absent (the backend counted the error).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -61,8 +60,23 @@ class _Plan:
     calls: tuple[tuple[Call, tuple[tuple[str, str | int | None, float], ...]], ...]
 
 
-@functools.lru_cache(maxsize=32)
+_PLANS: dict[int, tuple[tuple[GpuValue, ...], _Plan]] = {}  # by id() of the entries
+
+
 def _plan(entries: tuple[GpuValue, ...]) -> _Plan:
+    """The plan of a tuple of entries, kept by the tuple's identity: the sweep passes the
+    same few (catalogue.of_cadence's), and hashing one costs more than a simple getter."""
+    kept = _PLANS.get(id(entries))
+    if kept is not None and kept[0] is entries:
+        return kept[1]
+    plan = _make_plan(entries)
+    if len(_PLANS) >= 64:
+        _PLANS.clear()
+    _PLANS[id(entries)] = (entries, plan)  # holds the tuple, so its id is not reused
+    return plan
+
+
+def _make_plan(entries: tuple[GpuValue, ...]) -> _Plan:
     fields = tuple((e.key, e.source.id, e.scale) for e in entries
                    if isinstance(e.source, Field))
     calls: dict[tuple, tuple[Call, list]] = {}
