@@ -55,3 +55,21 @@ def test_a_late_drain_counts_what_the_buffer_dropped():
     assert drain.intervals.median == pytest.approx(0.02)
     assert drain.lost_total == 100
     assert drain.gap_seconds_total == pytest.approx(2.0)
+
+
+def test_the_median_interval_is_of_the_latest_intervals_across_the_ring():
+    """The ring of recent intervals wraps: its median is always that of the last `keep`."""
+    from exporter.gpu.power import _Intervals
+
+    rng = np.random.default_rng(7)
+    intervals = _Intervals(keep=16, every=1)
+    everything: list[float] = []
+    previous = None
+    t = 100.0
+    for size in [5, 11, 3, 16, 40, 1, 7, 9]:  # batches that end anywhere in the ring
+        times = t + np.cumsum(rng.uniform(0.01, 0.05, size))
+        everything += list(np.diff(times, prepend=previous if previous is not None else t))[
+            (0 if previous is not None else 1):]
+        intervals.add(times, previous)
+        previous, t = float(times[-1]), float(times[-1])
+        assert intervals.median == pytest.approx(float(np.median(everything[-16:])))

@@ -295,8 +295,10 @@ class NvmlBackend:
                 return np.zeros(0, dtype=np.uint64), np.zeros(0)
             self._failed("nvmlDeviceGetSamples", exc, gpu, key)
             return None
-        order = np.argsort(stamps, kind="stable")
-        return stamps[order], values[order]
+        if len(stamps) > 1 and (stamps[1:] < stamps[:-1]).any():
+            order = np.argsort(stamps, kind="stable")
+            return stamps[order], values[order]
+        return stamps, values
 
     # -- XID events ------------------------------------------------------------------
     def register_xid_events(self) -> tuple[Any, int]:

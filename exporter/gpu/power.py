@@ -49,11 +49,15 @@ class _Intervals:
         self.median: float | None = None
 
     def add(self, times: np.ndarray, previous: float | None) -> None:
+        keep = len(self._recent)
         if previous is not None and len(times):
-            times = np.concatenate([[previous], times])
-        new = np.diff(times)[-len(self._recent):]
-        slots = np.arange(self._count, self._count + len(new)) % len(self._recent)
-        self._recent[slots] = new
+            new = np.diff(times, prepend=previous)[-keep:]
+        else:
+            new = np.diff(times)[-keep:]
+        start = self._count % keep
+        head = min(len(new), keep - start)  # the ring's slots up to its end, then from 0
+        self._recent[start:start + head] = new[:head]
+        self._recent[:len(new) - head] = new[head:]
         self._count += len(new)
         filled = min(self._count, len(self._recent))
         if filled >= 3 and (self.median is None or self._count - self._at >= self._every
@@ -83,15 +87,15 @@ class BufferDrain:
         got = self.backend.samples(self.gpu, fi.TOTAL_POWER_SAMPLES, self.last_seen_us)
         if got is None:
             return None
-        stamps_us, milliwatts = got
-        if len(stamps_us) > 1 and not (np.diff(stamps_us.astype(np.int64)) > 0).all():
-            # in time order, each timestamp once, whatever order the driver gave them in
+        stamps_us, milliwatts = got  # oldest first
+        if len(stamps_us) > 1 and not (stamps_us[1:] > stamps_us[:-1]).all():
+            # each timestamp once, whatever the driver repeated
             stamps_us, first = np.unique(stamps_us, return_index=True)
             milliwatts = milliwatts[first]
-        new = stamps_us > self.last_seen_us  # dedupe by timestamp
-        if not new.any():
+        start = int(np.searchsorted(stamps_us, self.last_seen_us, side="right"))
+        if start == len(stamps_us):  # nothing newer than what we have (dedupe by timestamp)
             return _EMPTY
-        stamps, watts = stamps_us[new].astype(float), milliwatts[new] / 1000.0
+        stamps, watts = stamps_us[start:].astype(float), milliwatts[start:] / 1000.0
         self.capacity_seen = max(self.capacity_seen, len(stamps))
         if not self._rebased:
             self._rebase(stamps[-1] / 1e6)

@@ -83,13 +83,10 @@ class PowerSampler:
 
     def _store(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
         last = self.latest.get(gpu)
-        if last is not None:  # integrate from the previous sample on
-            t = np.concatenate([[last.time], times])
-            w = np.concatenate([[last.watts], watts])
-        else:
-            t, w = times, watts
-        self.energy[gpu] = self.energy.get(gpu, 0.0) + float(
-            np.sum((w[1:] + w[:-1]) / 2 * np.diff(t)))
+        joules = float(np.dot(watts[1:] + watts[:-1], np.diff(times))) / 2  # trapezoids
+        if last is not None:  # and the one from the previous sample on
+            joules += (last.watts + float(watts[0])) / 2 * (float(times[0]) - last.time)
+        self.energy[gpu] = self.energy.get(gpu, 0.0) + joules
         self.latest[gpu] = PowerReading(float(times[-1]), float(watts[-1]))
         if self.buffer is not None:
             self.buffer.append(gpu, times, watts)
