@@ -50,6 +50,21 @@ _ERROR_COUNTERS = {pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay_per_second",
                    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit_per_second",
                    pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data_per_second"}
 
+_CHANGES = object()  # a field whose answer depends on time or on the scenario's faults
+_FAULT_KIND_OF = {**{f: kind for f, (kind, _) in {**_COUNTS, **_FLAGS}.items()},
+                  fi.RECOVERY_ACTION: "recovery_action"}
+
+
+def _fixed(gpu: FakeGpu, field_id: int, fault_kinds: frozenset[str]) -> bool:
+    """Whether _field answers this field the same at any time, given the faults' kinds."""
+    if field_id == fi.POWER_INSTANT or field_id in _CATALOGUE_KEYS:
+        return False  # the model's values
+    if gpu.replays and not gpu.provides("health"):
+        return True  # NotSupported
+    if field_id in _NVLINK_FIELDS:
+        return field_id not in (fi.NVLINK_TX, fi.NVLINK_RX) and "nvlink" not in fault_kinds
+    return _FAULT_KIND_OF.get(field_id) not in fault_kinds
+
 
 class FieldSymbols:
     """Mixin of FakeNvmlLibrary."""
@@ -64,16 +79,37 @@ class FieldSymbols:
             raise ValueError("nvmlDeviceGetFieldValues: count is larger than the array")
         t = self.now()
         stamp = int(t * 1e6)
-        asked = [entry[:2] for entry in _ENTRY.iter_unpack(buffer[:n * _ENTRY.size])]
+        asked = tuple(entry[:2] for entry in _ENTRY.iter_unpack(buffer[:n * _ENTRY.size]))
         rows: list[int] = []  # every entry, written with one struct.pack_into
-        for field_id, scope in asked:
-            answer = self._field(gpu, field_id, scope, t)
+        for (field_id, scope), fixed in zip(asked, self._fixed_answers(gpu, asked, t),
+                                            strict=True):
+            answer = self._field(gpu, field_id, scope, t) if fixed is _CHANGES else fixed
             rows += ((field_id, scope, stamp, 0, 0, ERROR_NOT_SUPPORTED, 0) if answer is None
                      else (field_id, scope, stamp, 0, answer[0], SUCCESS, int(answer[1])))
         struct.pack_into("<" + _ENTRY.format[1:] * n, buffer, 0, *rows)
         if self.costs is not None:
             self.pending_cost = self.costs.of_fields([field_id for field_id, _ in asked])
         return SUCCESS
+
+    def _fixed_answers(self, gpu: FakeGpu, asked: tuple[tuple[int, int], ...], t: float
+                       ) -> list:
+        """Per entry asked, its answer where no time or fault of this scenario can change
+        it (a healthy link's state and error counters, a static flag), else _CHANGES;
+        worked out once per GPU, request and scenario by _field itself. A GPU's health
+        read is ~150 fields, most of them fixed: the fake's Python for them cost more than
+        the H200 charges for the whole call."""
+        cache = self.__dict__.setdefault("_fixed_cache", {})
+        key = (gpu.index, asked, id(self.scenario))
+        known = cache.get(key)
+        if known is None or known[0] is not self.scenario:
+            kinds = self.fault_kinds
+            answers = [self._field(gpu, field_id, scope, t)
+                       if _fixed(gpu, field_id, kinds) else _CHANGES
+                       for field_id, scope in asked]
+            if len(cache) >= 256:
+                cache.clear()
+            known = cache[key] = (self.scenario, answers)
+        return known[1]
 
     def _field(self, gpu: FakeGpu, field_id: int, scope: int, t: float
                ) -> tuple[int, float] | None:
