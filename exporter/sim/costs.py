@@ -131,14 +131,15 @@ def charge(cost: Cost, cpu_start: float | None = None, started: float | None = N
     started = time.perf_counter() if started is None else started
     cpu_start = time.thread_time() if cpu_start is None else cpu_start
     credit = getattr(_ledger, "credit", 0.0)
-    owed = cost.cpu - (time.thread_time() - cpu_start)
-    if cost.cpu >= CREDIT_MIN:
-        owed -= credit
-    if owed > 0:
-        burn(owed)
-    rest = cost.wall - (time.perf_counter() - started)
-    if rest > 50 * US:  # below that, sleeping overshoots more than it adds
-        time.sleep(rest)
     spent = time.thread_time() - cpu_start
+    owed = cost.cpu - spent - (credit if cost.cpu >= CREDIT_MIN else 0.0)
+    rest = cost.wall - (time.perf_counter() - started)
+    if owed > 0 or rest > 50 * US:  # (a shorter sleep overshoots more than it adds)
+        if owed > 0:
+            burn(owed)
+        rest = cost.wall - (time.perf_counter() - started)
+        if rest > 50 * US:
+            time.sleep(rest)
+        spent = time.thread_time() - cpu_start
     _ledger.credit = min(max(0.0, credit + spent - cost.cpu), CREDIT_MAX)
     return spent
