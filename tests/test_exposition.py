@@ -116,3 +116,24 @@ def test_values_seen_are_forgotten_past_the_bound(monkeypatch):
     for n in range(1, 10):
         assert writer.value(n / 7) == repr(n / 7)
     assert len(writer._value_text) <= 3
+
+
+@pytest.mark.parametrize("typ", ["gauge", "counter"])
+def test_rows_are_the_family_prometheus_client_would_hold(typ):
+    from exporter.metrics.exposition import Rows
+
+    plain = (GaugeMetricFamily if typ == "gauge" else CounterMetricFamily)(
+        "gpu_nvlink_x", 'Doc "q"\\.', labels=["gpu", "uuid", "link"])
+    rows = Rows("gpu_nvlink_x", 'Doc "q"\\.', typ, ["gpu", "uuid", "link"])
+    for n, value in enumerate([0.0, -0.0, 3, 2.5e21, math.nan, 7.0, 0.0]):
+        labels = (str(n % 3), 'GPU-"a"\\b\nc' if n == 1 else f"GPU-{n}", str(n))
+        plain.add_metric(list(labels), value)
+        rows.add(labels, value)
+    assert rows.samples[:2] == plain.samples[:2] and len(rows.samples) == len(plain.samples)
+    expected = generate_latest(_Registry([plain]))
+    assert generate_latest(_Registry([rows])) == expected
+    writer = ExpositionWriter()
+    for _ in range(2):  # label sets formatted, then remembered
+        assert writer.write([rows]) == expected
+    with pytest.raises(TypeError):
+        rows.samples = plain.samples

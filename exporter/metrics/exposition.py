@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 # Prometheus' text format keeps OpenMetrics' types under older names, as generate_latest.
 _TYPE_NAMES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram",
@@ -50,6 +51,34 @@ def go_float(value: float) -> str:
     return text
 
 
+class Rows(Metric):
+    """A gauge or counter family of many series with fixed label names (a series per GPU
+    and NVLink, say), kept as rows of (label values, value). Adding a row makes no label
+    dict and no Sample, and the writer formats each label set once; for anyone else,
+    `samples` are the Samples a GaugeMetricFamily or CounterMetricFamily would hold."""
+
+    def __init__(self, name: str, documentation: str, typ: str, labels: Iterable[str]):
+        if typ not in ("gauge", "counter"):
+            raise ValueError(f"Rows are gauges or counters, not {typ}")
+        super().__init__(name, documentation, typ)
+        self.labelnames = tuple(labels)
+        self.sample_name = name + "_total" if typ == "counter" else name
+        self.rows: list[tuple[tuple[str, ...], float]] = []
+
+    def add(self, labelvalues: tuple[str, ...], value: float) -> None:
+        self.rows.append((labelvalues, value))
+
+    @property  # type: ignore[override]
+    def samples(self) -> list[Sample]:
+        return [Sample(self.sample_name, dict(zip(self.labelnames, values, strict=True)), value)
+                for values, value in self.rows]
+
+    @samples.setter
+    def samples(self, value: list[Sample]) -> None:
+        if value:  # Metric.__init__ starts every family empty; rows come through add()
+            raise TypeError("add rows with Rows.add()")
+
+
 class ExpositionWriter:
     """Writes families; remembers the text of each label set and value it writes
     (thread-safe: a lost race only writes the same text twice)."""
@@ -57,6 +86,7 @@ class ExpositionWriter:
     def __init__(self) -> None:
         self._label_text: dict[tuple[tuple[str, str], ...], str] = {}
         self._value_text: dict[float, str] = {}
+        self._row_text: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
         self._lock = threading.Lock()
 
     def labels(self, labels: dict[str, str]) -> str:
@@ -83,6 +113,9 @@ class ExpositionWriter:
         doc = _help(family.documentation)
         out.append(f"# HELP {name} {doc}\n# TYPE {name} "
                    f"{_TYPE_NAMES.get(family.type, family.type)}\n")
+        if isinstance(family, Rows):
+            self._rows(family, out)
+            return
         separate: dict[str, list[str]] = {}
         # the loop of a render (~2,000 samples): names bound locally, label sets and
         # values looked up in what earlier renders wrote
@@ -108,6 +141,22 @@ class ExpositionWriter:
             out.append(f"# HELP {fname}{suffix} {doc}\n"
                        f"# TYPE {fname}{suffix} gauge\n")
             out.extend(lines)
+
+    def _rows(self, family: Rows, out: list[str]) -> None:
+        names, sname = family.labelnames, family.sample_name
+        texts = self._row_text.get(names)
+        if texts is None or len(texts) >= _MAX_LABEL_SETS:
+            texts = self._row_text[names] = {}
+        values, value_of = self._value_text, self.value
+        for labelvalues, value in family.rows:
+            text = texts.get(labelvalues)
+            if text is None:
+                text = texts[labelvalues] = self.labels(
+                    dict(zip(names, labelvalues, strict=True)))
+            number = values.get(value) if value else None
+            if number is None:
+                number = value_of(value)
+            out.append(f"{sname}{text} {number}\n")
 
     def value(self, value: float) -> str:
         """go_float(value), kept for the values that recur (states, limits, idle counters;

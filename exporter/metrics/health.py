@@ -9,6 +9,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.xid import xid_class
+from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS
 from exporter.sampling.snapshot import Snapshot
 
@@ -119,21 +120,21 @@ def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Per GPU and link: ~1,000 series on an 8-GPU node with 18 links each, so they are
+    kept as Rows (see exposition.Rows)."""
     link_labels = [*GPU_LABELS, "link"]
     expected = GaugeMetricFamily("gpu_nvlink_links_expected", "NVLinks the GPU has, which "
                                  "should all be active (NVML_FI_DEV_NVLINK_LINK_COUNT).",
                                  labels=GPU_LABELS)
     active = GaugeMetricFamily("gpu_nvlink_links_active", "NVLinks that are up.",
                                labels=GPU_LABELS)
-    up = GaugeMetricFamily("gpu_nvlink_link_up", "1 if the NVLink is active.",
-                           labels=link_labels)
-    tx = CounterMetricFamily("gpu_nvlink_transmit_bytes", "Data bytes sent over the NVLink.",
-                             labels=link_labels)
-    rx = CounterMetricFamily("gpu_nvlink_receive_bytes", "Data bytes received over the NVLink.",
-                             labels=link_labels)
-    errors = CounterMetricFamily("gpu_nvlink_errors", "NVLink data-link errors by type: "
-                                 "replay, recovery, crc_flit, crc_data.",
-                                 labels=[*link_labels, "type"])
+    up = Rows("gpu_nvlink_link_up", "1 if the NVLink is active.", "gauge", link_labels)
+    tx = Rows("gpu_nvlink_transmit_bytes", "Data bytes sent over the NVLink.", "counter",
+              link_labels)
+    rx = Rows("gpu_nvlink_receive_bytes", "Data bytes received over the NVLink.", "counter",
+              link_labels)
+    errors = Rows("gpu_nvlink_errors", "NVLink data-link errors by type: replay, recovery, "
+                  "crc_flit, crc_data.", "counter", [*link_labels, "type"])
     for gpu, h in sorted(snapshot.health.items()):
         labels = _labels(snapshot, gpu)
         ident = snapshot.identities[gpu]
@@ -143,13 +144,13 @@ def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
         if states:
             active.add_metric(labels, float(sum(states)))
         for link in h.nvlinks:
-            ll = [*labels, str(link.link)]
+            ll = (*labels, str(link.link))
             if link.up is not None:
-                up.add_metric(ll, 1.0 if link.up else 0.0)
+                up.add(ll, 1.0 if link.up else 0.0)
             if link.transmit_bytes is not None:
-                tx.add_metric(ll, link.transmit_bytes)
+                tx.add(ll, link.transmit_bytes)
             if link.receive_bytes is not None:
-                rx.add_metric(ll, link.receive_bytes)
+                rx.add(ll, link.receive_bytes)
             for kind, value in sorted(link.errors.items()):
-                errors.add_metric([*ll, kind], value)
+                errors.add((*ll, kind), value)
     yield from (expected, active, up, tx, rx, errors)
