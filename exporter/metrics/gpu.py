@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.gpu import catalogue
+from exporter.metrics.exposition import Rows
 from exporter.sampling.snapshot import Snapshot
 
 GPU_LABELS = ["gpu", "uuid"]
@@ -51,12 +52,11 @@ def _catalogue_family(name: str, values: tuple[catalogue.GpuValue, ...], identit
     """One family from its catalogue entries (one series each per GPU, told apart by their
     `label` where several entries share the family)."""
     first = values[0]
-    cls = CounterMetricFamily if first.kind == "counter" else GaugeMetricFamily
     extra = [first.label[0]] if first.label is not None else []
-    family = cls(name, first.help, labels=[*GPU_LABELS, *extra])
+    family = Rows(name, first.help, first.kind, [*GPU_LABELS, *extra])
     rows = []
     for value in values:
-        tail = [value.label[1]] if value.label is not None else []
+        tail = (value.label[1],) if value.label is not None else ()
         if value.cadence == catalogue.ONCE:
             got = [(gpu, ident.values.get(value.key)) for gpu, ident in identities.items()]
         else:
@@ -64,5 +64,5 @@ def _catalogue_family(name: str, values: tuple[catalogue.GpuValue, ...], identit
         rows += [(gpu, tail, number) for gpu, number in got]
     for gpu, tail, number in sorted(rows, key=lambda r: (r[0], r[1])):
         if number is not None and gpu in labels:
-            family.add_metric([*labels[gpu], *tail], number)
+            family.add((*labels[gpu], *tail), number)
     return family

@@ -101,21 +101,20 @@ def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
-    active = GaugeMetricFamily("gpu_clock_event_active", "1 while a clock-event (throttle) "
-                               "reason holds the clocks down.", labels=[*GPU_LABELS, "reason"])
+    active = Rows("gpu_clock_event_active", "1 while a clock-event (throttle) reason holds "
+                  "the clocks down.", "gauge", [*GPU_LABELS, "reason"])
     for gpu, state in sorted(snapshot.states.items()):
         reasons = state.get("clock_event_reasons")
         if reasons is None:
             continue
         labels = _labels(snapshot, gpu)
         for reason, bit in CLOCK_EVENT_REASONS.items():
-            active.add_metric([*labels, reason], 1.0 if int(reasons) & bit else 0.0)
+            active.add((*labels, reason), 1.0 if int(reasons) & bit else 0.0)
     yield active
-    seconds = CounterMetricFamily("gpu_clock_event_seconds", "Seconds a clock-event reason "
-                                  "was active, accumulated sweep to sweep.",
-                                  labels=[*GPU_LABELS, "reason"])
+    seconds = Rows("gpu_clock_event_seconds", "Seconds a clock-event reason was active, "
+                   "accumulated sweep to sweep.", "counter", [*GPU_LABELS, "reason"])
     for (gpu, reason), value in sorted(snapshot.clock_event_seconds.items()):
-        seconds.add_metric([*_labels(snapshot, gpu), reason], value)
+        seconds.add((*_labels(snapshot, gpu), reason), value)
     yield seconds
 
 
