@@ -41,7 +41,7 @@ class _Intervals:
     """The median interval between recent samples (computed once per batch of samples,
     not each time it is asked)."""
 
-    def __init__(self, keep: int = 512, every: int = 64):
+    def __init__(self, keep: int = 512, every: int = 256):
         self._recent = np.zeros(keep)
         self._count = 0  # intervals ever added
         self._every = every  # recompute the median after this many new intervals
@@ -51,9 +51,12 @@ class _Intervals:
     def add(self, times: np.ndarray, previous: float | None) -> None:
         keep = len(self._recent)
         if previous is not None and len(times):
-            new = np.diff(times, prepend=previous)[-keep:]
+            new = np.empty(len(times))
+            new[0] = times[0] - previous
+            np.subtract(times[1:], times[:-1], out=new[1:])
         else:
-            new = np.diff(times)[-keep:]
+            new = times[1:] - times[:-1]
+        new = new[-keep:]
         start = self._count % keep
         head = min(len(new), keep - start)  # the ring's slots up to its end, then from 0
         self._recent[start:start + head] = new[:head]

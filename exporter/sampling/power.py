@@ -83,7 +83,7 @@ class PowerSampler:
 
     def _store(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
         last = self.latest.get(gpu)
-        joules = float(np.dot(watts[1:] + watts[:-1], np.diff(times))) / 2  # trapezoids
+        joules = float(np.dot(watts[1:] + watts[:-1], times[1:] - times[:-1])) / 2  # trapezoids
         if last is not None:  # and the one from the previous sample on
             joules += (last.watts + float(watts[0])) / 2 * (float(times[0]) - last.time)
         self.energy[gpu] = self.energy.get(gpu, 0.0) + joules
