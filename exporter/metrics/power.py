@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from exporter.analysis.power_swing import SwingFeatures
+from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS, gpu_labels
 from exporter.sampling.snapshot import Snapshot
 
@@ -33,12 +34,12 @@ FEATURES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _add(family_by_suffix: dict[str, GaugeMetricFamily], labels: list[str],
+def _add(family_by_suffix: dict[str, Rows], labels: tuple[str, ...],
          features: SwingFeatures) -> None:
     for suffix, _, attr in FEATURES:
         value = getattr(features, attr)
         if value is not None:
-            family_by_suffix[suffix].add_metric(labels, value)
+            family_by_suffix[suffix].add(labels, value)
 
 
 def power_source_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -98,16 +99,16 @@ def power_families(snapshot: Snapshot) -> Iterator[Metric]:
                             value=1.0 if analysis.swinging else 0.0)
     yield GaugeMetricFamily("power_swing_window_seconds", "Length of the analysed window.",
                             value=analysis.window_seconds)
-    node = {suffix: GaugeMetricFamily(f"power_swing_{suffix}", f"Node (sum of GPUs): {doc}")
+    node = {suffix: Rows(f"power_swing_{suffix}", f"Node (sum of GPUs): {doc}", "gauge", ())
             for suffix, doc, _ in FEATURES}
-    gpus = {suffix: GaugeMetricFamily(f"gpu_power_swing_{suffix}", f"Per GPU: {doc}",
-                                      labels=GPU_LABELS) for suffix, doc, _ in FEATURES}
+    gpus = {suffix: Rows(f"gpu_power_swing_{suffix}", f"Per GPU: {doc}", "gauge", GPU_LABELS)
+            for suffix, doc, _ in FEATURES}
     if swing is not None:
-        _add(node, [], swing.node)
+        _add(node, (), swing.node)
         for gpu, features in sorted(swing.gpus.items()):
             ident = snapshot.identities[gpu]
             if ident is not None and gpu not in snapshot.lost and gpu not in snapshot.hung:
-                _add(gpus, [str(gpu), ident.uuid], features)
+                _add(gpus, (str(gpu), ident.uuid), features)
     yield from node.values()
     yield from gpus.values()
     if swing is not None:
