@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS
 from exporter.sampling.snapshot import Snapshot
 
@@ -42,8 +43,7 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
     if analysis is None:
         return
     features = analysis.features
-    families = {name: GaugeMetricFamily(name, doc, labels=GPU_LABELS)
-                for name, doc, _ in FEATURES}
+    families = {name: Rows(name, doc, "gauge", GPU_LABELS) for name, doc, _ in FEATURES}
     if features is not None:
         for gpu, f in sorted(features.gpus.items()):
             labels = _labels(snapshot, gpu)
@@ -52,13 +52,12 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
             for name, _, attr in FEATURES:
                 value = getattr(f, attr)
                 if value is not None and math.isfinite(value):
-                    families[name].add_metric(labels, value)
+                    families[name].add(tuple(labels), value)
     yield from families.values()
 
     report = analysis.report
-    score = GaugeMetricFamily("gpu_straggler_score", "Modified z-score of a signal against "
-                              "the GPU's peers: 0.6745 (x - median) / MAD.",
-                              labels=[*GPU_LABELS, "signal"])
+    score = Rows("gpu_straggler_score", "Modified z-score of a signal against the GPU's "
+                 "peers: 0.6745 (x - median) / MAD.", "gauge", [*GPU_LABELS, "signal"])
     flag = GaugeMetricFamily("gpu_straggler", "1 when the GPU deviates from its peers on a "
                              "signal for longer than the persistence (5 min).",
                              labels=GPU_LABELS)
@@ -81,7 +80,7 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
                 since.add_metric(labels, g.since)
             for name, sc in sorted(g.scores.items()):
                 if math.isfinite(sc.score):
-                    score.add_metric([*labels, name], sc.score)
+                    score.add((*labels, name), sc.score)
                 if sc.finding:
                     signal.add_metric([*labels, name, sc.direction or ""], 1.0)
     yield from (score, flag, signal, since, peers)
