@@ -133,13 +133,12 @@ def charge(cost: Cost, cpu_start: float | None = None, started: float | None = N
     credit = getattr(_ledger, "credit", 0.0)
     spent = time.thread_time() - cpu_start
     owed = cost.cpu - spent - (credit if cost.cpu >= CREDIT_MIN else 0.0)
+    if owed > 0:
+        burn(owed)
     rest = cost.wall - (time.perf_counter() - started)
-    if owed > 0 or rest > 50 * US:  # (a shorter sleep overshoots more than it adds)
-        if owed > 0:
-            burn(owed)
-        rest = cost.wall - (time.perf_counter() - started)
-        if rest > 50 * US:
-            time.sleep(rest)
+    if rest > 50 * US:  # below that, sleeping overshoots more than it adds
+        time.sleep(rest)
+    if owed > 0 or rest > 50 * US:  # else the reading above is still the call's CPU
         spent = time.thread_time() - cpu_start
     _ledger.credit = min(max(0.0, credit + spent - cost.cpu), CREDIT_MAX)
     return spent

@@ -119,6 +119,7 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         self._faults_by_kind = {kind: tuple(events) for kind, events in by_kind.items()}
         self.fault_kinds = frozenset(by_kind)
         self._call_faults: dict[str, bool] = {}  # symbol -> whether a fault could fail it
+        self.fixed_answers: dict[tuple, list] = {}  # fake_fields: answers no time changes
 
     # -- plumbing ---------------------------------------------------------
     def __getattr__(self, name: str) -> _Symbol:
