@@ -83,47 +83,80 @@ def detect_ramps(
     sign = np.where(d >= thr, 1, np.where(d <= -thr, -1, 0))
     h = max(2, int(round(hold_seconds / 2 / dt)))
     min_side = max(1, h // 3)
+    n = x.size
     csum = np.concatenate([[0.0], np.cumsum(x)])
+    # split scores: the mean of (up to) h samples after c minus h before (c >= 1)
+    c = np.arange(1, n)
+    nb, na = np.minimum(c, h), np.minimum(n - c, h)
+    jump = np.concatenate([[0.0], (csum[c + na] - csum[c]) / na - (csum[c] - csum[c - nb]) / nb])
+    rises, falls = _level_checks(x, csum, w, h, min_side, thr)
+    # runs of one nonzero sign: starts[r]..ends[r]
+    edges = np.flatnonzero(np.diff(sign)) + 1
+    starts = np.concatenate([[0], edges])
+    ends = np.concatenate([edges - 1, [sign.size - 1]])
+    nonzero = sign[starts] != 0
     ramps: list[Ramp] = []
     floor = 1  # no split point before the end of the last ramp's hold
-    i = 0
-    while i < sign.size:
-        if sign[i] == 0:
-            i += 1
+    nxt = 0  # the first index of sign not yet looked at
+    for i, j in zip(starts[nonzero].tolist(), ends[nonzero].tolist(), strict=True):
+        if j < nxt:
             continue
-        j = i
-        while j + 1 < sign.size and sign[j + 1] == sign[i]:
-            j += 1
+        i = max(i, nxt)  # a run cut by the last ramp's hold goes on from there
+        nxt = j + 1
         s = int(sign[i])
+        passing = rises if s > 0 else falls
+        # a swinging node has many runs, nearly all with no level step near them: the
+        # O(1) tests on `passing` skip those before the (costly) exact check
+        if passing[min(n - 1, j + w + h) + 1] == passing[max(floor, i - h)]:
+            continue
         a = i + int(np.argmax(s * d[i:j + 1]))  # the change lies within x[a..a+w]
-        ramp = _ramp_at(x, csum, grid, a, w, h, min_side, s, thr, max_level_drift, floor)
+        # split point: where the mean of h samples after minus h before is largest
+        lo, hi = max(floor, a - h), min(n - 1, a + w + h)
+        if hi < lo:
+            continue
+        c0 = lo + int(np.argmax(s * jump[lo:hi + 1]))
+        if c0 == hi and hi < n - 1:
+            continue  # the change goes on past this candidate: a later one will see it
+        if passing[c0 + 1] == passing[c0]:
+            continue
+        ramp = _ramp_at(x, grid, c0, w, h, min_side, s, thr, max_level_drift)
         if ramp is not None:
             ramps.append(ramp)
             # one change, one ramp: skip the rest of it and the level it holds
             floor = int(np.searchsorted(grid, ramp.time)) + h
-            j = max(j, floor)
-        i = j + 1
+            nxt = max(j, floor) + 1
     return ramps
 
 
-def _ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int, w: int, h: int,
-             min_side: int, s: int, thr: float, max_drift: float, floor: int
-             ) -> Ramp | None:
-    """Check and measure the candidate change in x[a..a+w] (see detect_ramps)."""
+def _level_checks(x: np.ndarray, csum: np.ndarray, w: int, h: int, min_side: int, thr: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix counts (rises, falls) of the split points c that could pass _ramp_at's
+    level check: the mean of x[c+w : c+w+h] minus that of x[c-w-h : c-w] (clipped, each
+    with at least min_side samples) is at least thr (at most -thr for falls).
+
+    A necessary condition only (the gap _ramp_at measures is never larger), with a
+    margin for the rounding of the cumulative sums, so no ramp is ever skipped.
+    """
+    n = x.size
+    c = np.arange(n)
+    b0, b1 = np.maximum(0, c - w - h), np.maximum(0, c - w)
+    a0, a1 = np.minimum(n, c + w), np.minimum(n, c + w + h)
+    nb, na = b1 - b0, a1 - a0
+    ok = (nb >= min_side) & (na >= min_side)
+    diff = np.zeros(n)
+    diff[ok] = ((csum[a1[ok]] - csum[a0[ok]]) / na[ok]
+                - (csum[b1[ok]] - csum[b0[ok]]) / nb[ok])
+    margin = 8 * n * n * np.finfo(float).eps * float(np.abs(x).max()) + 1e-9 * thr
+    rises = np.concatenate([[0], np.cumsum(ok & (diff >= thr - margin))])
+    falls = np.concatenate([[0], np.cumsum(ok & (diff <= margin - thr))])
+    return rises, falls
+
+
+def _ramp_at(x: np.ndarray, grid: np.ndarray, c0: int, w: int, h: int, min_side: int, s: int,
+             thr: float, max_drift: float) -> Ramp | None:
+    """Check and measure the candidate change split at x[c0] (see detect_ramps)."""
     n = x.size
     dt = float(grid[1] - grid[0])
-    # split point: where the mean of h samples after minus h before is largest
-    lo, hi = max(floor, a - h), min(n - 1, a + w + h)
-    if hi < lo:
-        return None
-    c = np.arange(lo, hi + 1)
-    nb = np.minimum(c, h)
-    na = np.minimum(n - c, h)
-    mb = (csum[c] - csum[c - nb]) / nb
-    ma = (csum[c + na] - csum[c]) / na
-    c0 = int(c[np.argmax(s * (ma - mb))])
-    if c0 == hi and hi < n - 1:
-        return None  # the change goes on past this candidate: a later one will see it
     # levels, clear of the ramp itself (at most w samples either side of c0)
     before = [x[max(0, c0 - w - 2 * h):max(0, c0 - w - h)], x[max(0, c0 - w - h):max(0, c0 - w)]]
     after = [x[c0 + w:c0 + w + h], x[c0 + w + h:c0 + w + 2 * h]]
