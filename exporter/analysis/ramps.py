@@ -89,7 +89,7 @@ def detect_ramps(
     c = np.arange(1, n)
     nb, na = np.minimum(c, h), np.minimum(n - c, h)
     jump = np.concatenate([[0.0], (csum[c + na] - csum[c]) / na - (csum[c] - csum[c - nb]) / nb])
-    rises, falls = _level_checks(x, csum, w, h, min_side, thr)
+    rises, falls = _level_checks(x, csum, w, h, min_side, thr, max_level_drift)
     # runs of one nonzero sign: starts[r]..ends[r]
     edges = np.flatnonzero(np.diff(sign)) + 1
     starts = np.concatenate([[0], edges])
@@ -128,28 +128,39 @@ def detect_ramps(
     return ramps
 
 
-def _level_checks(x: np.ndarray, csum: np.ndarray, w: int, h: int, min_side: int, thr: float
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _level_checks(x: np.ndarray, csum: np.ndarray, w: int, h: int, min_side: int, thr: float,
+                  max_drift: float) -> tuple[np.ndarray, np.ndarray]:
     """Prefix counts (rises, falls) of the split points c that could pass _ramp_at's
-    level check: the mean of x[c+w : c+w+h] minus that of x[c-w-h : c-w] (clipped, each
-    with at least min_side samples) is at least thr (at most -thr for falls).
+    level check: its gap and drift tests on the mean of each of its four windows,
+    here for every c at once from the cumulative sums.
 
-    A necessary condition only (the gap _ramp_at measures is never larger), with a
-    margin for the rounding of the cumulative sums, so no ramp is ever skipped.
+    A margin covers the rounding of those sums, so a split point that _ramp_at would
+    accept is always counted (the converse need not hold: _ramp_at decides).
     """
     n = x.size
     c = np.arange(n)
-    b0, b1 = np.maximum(0, c - w - h), np.maximum(0, c - w)
-    a0, a1 = np.minimum(n, c + w), np.minimum(n, c + w + h)
-    nb, na = b1 - b0, a1 - a0
-    ok = (nb >= min_side) & (na >= min_side)
-    diff = np.zeros(n)
-    diff[ok] = ((csum[a1[ok]] - csum[a0[ok]]) / na[ok]
-                - (csum[b1[ok]] - csum[b0[ok]]) / nb[ok])
+
+    def window(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = np.clip(lo, 0, n), np.clip(hi, 0, n)
+        size = np.maximum(hi - lo, 0)
+        return (csum[hi] - csum[lo]) / np.maximum(size, 1), size >= min_side
+
+    b0, b0_ok = window(c - w - 2 * h, c - w - h)
+    b1, b1_ok = window(c - w - h, c - w)
+    a0, a0_ok = window(c + w, c + w + h)
+    a1, a1_ok = window(c + w + h, c + w + 2 * h)
+    ok = b1_ok & a0_ok
+    # the outer windows count only when long enough: else stand in the inner ones
+    b0, a1 = np.where(b0_ok, b0, b1), np.where(a1_ok, a1, a0)
+    hi_before, lo_before = np.maximum(b0, b1), np.minimum(b0, b1)
+    hi_after, lo_after = np.maximum(a0, a1), np.minimum(a0, a1)
+    drift = np.maximum(hi_before - lo_before, hi_after - lo_after)
     margin = 8 * n * n * np.finfo(float).eps * float(np.abs(x).max()) + 1e-9 * thr
-    rises = np.concatenate([[0], np.cumsum(ok & (diff >= thr - margin))])
-    falls = np.concatenate([[0], np.cumsum(ok & (diff <= margin - thr))])
-    return rises, falls
+    counts = []
+    for gap in (lo_after - hi_before, lo_before - hi_after):  # rises, falls
+        could = ok & (gap >= thr - margin) & (drift <= max_drift * (gap + margin) + margin)
+        counts.append(np.concatenate([[0], np.cumsum(could)]))
+    return counts[0], counts[1]
 
 
 def _ramp_at(x: np.ndarray, grid: np.ndarray, c0: int, w: int, h: int, min_side: int, s: int,
