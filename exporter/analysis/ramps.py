@@ -85,11 +85,13 @@ def detect_ramps(
     min_side = max(1, h // 3)
     n = x.size
     csum = np.concatenate([[0.0], np.cumsum(x)])
-    # split scores: the mean of (up to) h samples after c minus h before (c >= 1)
-    c = np.arange(1, n)
-    nb, na = np.minimum(c, h), np.minimum(n - c, h)
-    jump = np.concatenate([[0.0], (csum[c + na] - csum[c]) / na - (csum[c] - csum[c - nb]) / nb])
-    rises, falls = _level_checks(x, csum, w, h, min_side, thr, max_level_drift)
+    # the means of the (up to) h samples before and after each boundary e = 0..n
+    e = np.arange(n + 1)
+    n_before, n_after = np.minimum(e, h), np.minimum(n - e, h)
+    before = (csum - csum[e - n_before]) / np.maximum(n_before, 1)
+    after = (csum[e + n_after] - csum) / np.maximum(n_after, 1)
+    jump = after - before  # split scores (for c = 1..n-1)
+    rises, falls = _level_checks(x, before, after, w, h, min_side, thr, max_level_drift)
     # runs of one nonzero sign: starts[r]..ends[r]
     edges = np.flatnonzero(np.diff(sign)) + 1
     starts = np.concatenate([[0], edges])
@@ -128,30 +130,28 @@ def detect_ramps(
     return ramps
 
 
-def _level_checks(x: np.ndarray, csum: np.ndarray, w: int, h: int, min_side: int, thr: float,
-                  max_drift: float) -> tuple[np.ndarray, np.ndarray]:
+def _level_checks(x: np.ndarray, before: np.ndarray, after: np.ndarray, w: int, h: int,
+                  min_side: int, thr: float, max_drift: float) -> tuple[np.ndarray, np.ndarray]:
     """Prefix counts (rises, falls) of the split points c that could pass _ramp_at's
-    level check: its gap and drift tests on the mean of each of its four windows,
-    here for every c at once from the cumulative sums.
+    level check: its gap and drift tests on the means of its four windows, here for
+    every c at once (``before``/``after``: the means of the h samples before/after
+    each boundary, from the cumulative sum; a clipped window is shorter).
 
     A margin covers the rounding of those sums, so a split point that _ramp_at would
     accept is always counted (the converse need not hold: _ramp_at decides).
     """
     n = x.size
     c = np.arange(n)
-
-    def window(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lo, hi = np.clip(lo, 0, n), np.clip(hi, 0, n)
-        size = np.maximum(hi - lo, 0)
-        return (csum[hi] - csum[lo]) / np.maximum(size, 1), size >= min_side
-
-    b0, b0_ok = window(c - w - 2 * h, c - w - h)
-    b1, b1_ok = window(c - w - h, c - w)
-    a0, a0_ok = window(c + w, c + w + h)
-    a1, a1_ok = window(c + w + h, c + w + 2 * h)
-    ok = b1_ok & a0_ok
+    # where each window starts or ends, clipped to the signal as x[lo:hi] clips
+    i_b0, i_b1 = np.clip(c - w - h, 0, n), np.clip(c - w, 0, n)
+    i_a0, i_a1 = np.minimum(c + w, n), np.minimum(c + w + h, n)
+    sizes = np.arange(n + 1)
+    long_b, long_a = np.minimum(sizes, h) >= min_side, np.minimum(n - sizes, h) >= min_side
+    ok = long_b[i_b1] & long_a[i_a0]
+    b1, a0 = before[i_b1], after[i_a0]
     # the outer windows count only when long enough: else stand in the inner ones
-    b0, a1 = np.where(b0_ok, b0, b1), np.where(a1_ok, a1, a0)
+    b0 = np.where(long_b[i_b0], before[i_b0], b1)
+    a1 = np.where(long_a[i_a1], after[i_a1], a0)
     hi_before, lo_before = np.maximum(b0, b1), np.minimum(b0, b1)
     hi_after, lo_after = np.maximum(a0, a1), np.minimum(a0, a1)
     drift = np.maximum(hi_before - lo_before, hi_after - lo_after)
