@@ -26,7 +26,7 @@ import numpy as np
 from exporter.analysis.cycles import CycleFeatures, analyse_cycles
 from exporter.analysis.ramps import Dip, Ramp, detect_dips, detect_ramps
 from exporter.analysis.signal import (
-    detrend,
+    detrend_rows,
     moving_average,
     percentiles,
     resample,
@@ -154,7 +154,7 @@ def _features(x: np.ndarray, fs: float, band: tuple[float, float], band_hi: floa
     """
     p5, p95 = percentiles(x, [5, 95])
     amp = p95 - p5
-    xd = detrend(x)
+    xd = detrend_rows(x)
     # search up to the sampling's Nyquist frequency, then judge against the band
     spectral = spectra_features(xd, fs, band, fs / 2)
     f_app = [sp[0] for sp in spectral]

@@ -33,15 +33,15 @@ def spectra_features(x: np.ndarray, fs: float, band: tuple[float, float], f_max:
     freqs = np.arange(spec.shape[1]) * fs / n
     in_band = (freqs >= band[0]) & (freqs <= band[1])
     ac_all = spec[:, 1:].sum(axis=1).tolist()
-    band_all = spec[:, in_band].sum(axis=1).tolist()
     k_min = 2  # at least two cycles in the window; below is the slow trend
     k_max = min(spec.shape[1] - 2, int(math.floor(f_max * n / fs)))
     out: list[tuple[float | None, float, float]] = []
-    for row, ac, in_band_sum in zip(spec, ac_all, band_all, strict=True):
+    for row, ac in zip(spec, ac_all, strict=True):
         if ac <= 0 or not math.isfinite(ac):
             out.append((None, 0.0, 0.0))
             continue
-        band_ratio = in_band_sum / ac
+        # per row: spec[:, in_band] is column-major, so its row sums round differently
+        band_ratio = float(row[in_band].sum()) / ac
         if k_max < k_min:
             out.append((None, 0.0, band_ratio))
             continue
@@ -82,11 +82,9 @@ def phase(x: np.ndarray, t_rel: np.ndarray, f: float) -> float:
 
 
 def phases(x: np.ndarray, t_rel: np.ndarray, f: float) -> list[float]:
-    """:func:`phase` of each row of ``x`` (M, N), all at the frequency f: one product."""
-    w = hann(x.shape[1])
-    arg = 2 * np.pi * f * t_rel
-    re, im = (x @ np.stack([w * np.cos(arg), -w * np.sin(arg)], axis=1)).T  # x . w e^(-i arg)
-    return [wrap(math.atan2(b, a)) for a, b in zip(re.tolist(), im.tolist(), strict=True)]
+    """:func:`phase` of each row of ``x`` (M, N), all at the frequency f."""
+    c = (hann(x.shape[1]) * x * np.exp(-2j * np.pi * f * t_rel)).sum(axis=-1)
+    return [wrap(a) for a in np.angle(c).tolist()]
 
 
 def edge_frequency(x: np.ndarray, fs: float,
