@@ -26,14 +26,21 @@ import numpy as np
 from exporter.analysis.cycles import CycleFeatures, analyse_cycles
 from exporter.analysis.ramps import Dip, Ramp, detect_dips, detect_ramps
 from exporter.analysis.signal import (
-    detrend,
+    detrend_rows,
     moving_average,
+    percentiles,
     resample,
     sample_interval,
     smoothing_samples,
     synchrony,
 )
-from exporter.analysis.spectrum import EDGE_RATIO, edge_frequency, phase, spectrum_features
+from exporter.analysis.spectrum import (
+    EDGE_RATIO,
+    edge_frequencies,
+    phase,
+    phases,
+    spectra_features,
+)
 
 __all__ = [
     "DEFAULT_BAND_HZ", "CycleFeatures", "Dip", "NodeSwing", "Ramp", "SwingDetector",
@@ -138,25 +145,39 @@ class SwingDetector:
 
 
 def _features(x: np.ndarray, fs: float, band: tuple[float, float], band_hi: float,
-              tdp: float | None, f_phase: float | None, t_rel: np.ndarray
-              ) -> SwingFeatures:
-    """Features of one signal; ``f_phase``: the node's frequency (GPUs' phases use it)."""
-    p5, p95 = np.percentile(x, [5, 95])
-    amp = float(p95 - p5)
-    xd = detrend(x)
+              tdps: list[float | None], t_rel: np.ndarray) -> list[SwingFeatures]:
+    """Features of each row of ``x`` (M, N), computed for all rows at once (the
+    per-call cost of numpy, not the samples, dominates at these sizes).
+
+    Row 0 is the node: its frequency times every row's phase (a row's own
+    frequency when the node has none).
+    """
+    p5, p95 = percentiles(x, [5, 95])
+    amp = p95 - p5
+    xd = detrend_rows(x)
     # search up to the sampling's Nyquist frequency, then judge against the band
-    f_app, conc, band_ratio = spectrum_features(xd, fs, band, fs / 2)
-    unresolved = f_app is not None and f_app >= EDGE_RATIO * band_hi
-    f = None if unresolved else f_app
+    spectral = spectra_features(xd, fs, band, fs / 2)
+    f_app = [sp[0] for sp in spectral]
+    unresolved = [fa is not None and fa >= EDGE_RATIO * band_hi for fa in f_app]
+    f = [None if u else fa for fa, u in zip(f_app, unresolved, strict=True)]
     k = smoothing_samples(fs)
-    ramp = float(np.abs(np.diff(moving_average(x, k))).max() * fs) if x.size > k else 0.0
-    mid = (p5 + p95) / 2
-    duty = float(np.mean(x > mid)) if amp > 0 else 0.0
-    fp = f_phase if f_phase is not None else f
-    ph = phase(xd, t_rel, fp) if fp is not None else None
-    ratio = amp / tdp if tdp and tdp > 0 else None
-    return SwingFeatures(float(x.mean()), amp, ratio, f, conc, band_ratio, ramp, duty, ph,
-                         f_app, unresolved, edge_frequency(x, fs, (float(p5), float(p95))))
+    ramp = (np.abs(np.diff(moving_average(x, k), axis=1)).max(axis=1) * fs
+            if x.shape[1] > k else np.zeros(x.shape[0]))
+    duty = np.where(amp > 0, np.mean(x > ((p5 + p95) / 2)[:, None], axis=1), 0.0)
+    if f[0] is not None:
+        ph: list[float | None] = list(phases(xd, t_rel, f[0]))
+    else:
+        ph = [None if fr is None else phase(row, t_rel, fr) for row, fr in zip(xd, f, strict=True)]
+    edges = edge_frequencies(x, fs, p5, p95)
+    means, amps = x.mean(axis=1).tolist(), amp.tolist()
+    out = []
+    for i, tdp in enumerate(tdps):
+        ratio = amps[i] / tdp if tdp and tdp > 0 else None
+        _, conc, band_ratio = spectral[i]
+        out.append(SwingFeatures(means[i], amps[i], ratio, f[i], conc, band_ratio,
+                                 float(ramp[i]), float(duty[i]), ph[i], f_app[i], unresolved[i],
+                                 edges[i]))
+    return out
 
 
 def analyse_window(
@@ -201,13 +222,11 @@ def analyse_window(
     node_tdp = float(tdp.sum()) if np.isfinite(tdp).all() and ok.all() else None
     t_ref = math.floor(grid[-1] / phase_grid_seconds) * phase_grid_seconds
     t_rel = grid - t_ref
-    node_f = _features(node_x, fs, band_hz, band_hi, node_tdp, None, t_rel)
-    per_gpu: dict[int, SwingFeatures] = {}
-    for i, g in enumerate(ids):
-        if not ok[i]:
-            continue
-        ti = float(tdp[i]) if np.isfinite(tdp[i]) else None
-        per_gpu[g] = _features(x[i], fs, band_hz, band_hi, ti, node_f.frequency_hz, t_rel)
+    rows = [i for i in range(n_gpu) if ok[i]]
+    tdps = [node_tdp] + [float(tdp[i]) if np.isfinite(tdp[i]) else None for i in rows]
+    feats = _features(np.vstack([node_x[None, :], x[ok]]), fs, band_hz, band_hi, tdps, t_rel)
+    node_f = feats[0]
+    per_gpu = {ids[i]: feat for i, feat in zip(rows, feats[1:], strict=True)}
     sync = synchrony(x[ok]) if ok.any() else 0.0
     partial = NodeSwing(node_f, per_gpu, sync, (0.0, band_hi), fs, float(grid[-1] - grid[0]),
                         t_ref, False)

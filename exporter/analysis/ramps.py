@@ -83,47 +83,91 @@ def detect_ramps(
     sign = np.where(d >= thr, 1, np.where(d <= -thr, -1, 0))
     h = max(2, int(round(hold_seconds / 2 / dt)))
     min_side = max(1, h // 3)
+    n = x.size
     csum = np.concatenate([[0.0], np.cumsum(x)])
+    # the means of the (up to) h samples before and after each boundary e = 0..n
+    e = np.arange(n + 1)
+    n_before, n_after = np.minimum(e, h), np.minimum(n - e, h)
+    before = (csum - csum[e - n_before]) / np.maximum(n_before, 1)
+    after = (csum[e + n_after] - csum) / np.maximum(n_after, 1)
+    jump = after - before  # split scores (for c = 1..n-1)
+    rises, falls = _level_checks(x, before, after, w, h, min_side, thr, max_level_drift)
+    # runs of one nonzero sign: starts[r]..ends[r]
+    edges = np.flatnonzero(np.diff(sign)) + 1
+    starts = np.concatenate([[0], edges])
+    ends = np.concatenate([edges - 1, [sign.size - 1]])
+    nonzero = sign[starts] != 0
     ramps: list[Ramp] = []
     floor = 1  # no split point before the end of the last ramp's hold
-    i = 0
-    while i < sign.size:
-        if sign[i] == 0:
-            i += 1
+    nxt = 0  # the first index of sign not yet looked at
+    for i, j in zip(starts[nonzero].tolist(), ends[nonzero].tolist(), strict=True):
+        if j < nxt:
             continue
-        j = i
-        while j + 1 < sign.size and sign[j + 1] == sign[i]:
-            j += 1
+        i = max(i, nxt)  # a run cut by the last ramp's hold goes on from there
+        nxt = j + 1
         s = int(sign[i])
+        passing = rises if s > 0 else falls
+        # a swinging node has many runs, nearly all with no level step near them: the
+        # O(1) tests on `passing` skip those before the (costly) exact check
+        if passing[min(n - 1, j + w + h) + 1] == passing[max(floor, i - h)]:
+            continue
         a = i + int(np.argmax(s * d[i:j + 1]))  # the change lies within x[a..a+w]
-        ramp = _ramp_at(x, csum, grid, a, w, h, min_side, s, thr, max_level_drift, floor)
+        # split point: where the mean of h samples after minus h before is largest
+        lo, hi = max(floor, a - h), min(n - 1, a + w + h)
+        if hi < lo:
+            continue
+        c0 = lo + int(np.argmax(s * jump[lo:hi + 1]))
+        if c0 == hi and hi < n - 1:
+            continue  # the change goes on past this candidate: a later one will see it
+        if passing[c0 + 1] == passing[c0]:
+            continue
+        ramp = _ramp_at(x, grid, c0, w, h, min_side, s, thr, max_level_drift)
         if ramp is not None:
             ramps.append(ramp)
             # one change, one ramp: skip the rest of it and the level it holds
             floor = int(np.searchsorted(grid, ramp.time)) + h
-            j = max(j, floor)
-        i = j + 1
+            nxt = max(j, floor) + 1
     return ramps
 
 
-def _ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int, w: int, h: int,
-             min_side: int, s: int, thr: float, max_drift: float, floor: int
-             ) -> Ramp | None:
-    """Check and measure the candidate change in x[a..a+w] (see detect_ramps)."""
+def _level_checks(x: np.ndarray, before: np.ndarray, after: np.ndarray, w: int, h: int,
+                  min_side: int, thr: float, max_drift: float) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix counts (rises, falls) of the split points c that could pass _ramp_at's
+    level check: its gap and drift tests on the means of its four windows, here for
+    every c at once (``before``/``after``: the means of the h samples before/after
+    each boundary, from the cumulative sum; a clipped window is shorter).
+
+    A margin covers the rounding of those sums, so a split point that _ramp_at would
+    accept is always counted (the converse need not hold: _ramp_at decides).
+    """
+    n = x.size
+    c = np.arange(n)
+    # where each window starts or ends, clipped to the signal as x[lo:hi] clips
+    i_b0, i_b1 = np.clip(c - w - h, 0, n), np.clip(c - w, 0, n)
+    i_a0, i_a1 = np.minimum(c + w, n), np.minimum(c + w + h, n)
+    sizes = np.arange(n + 1)
+    long_b, long_a = np.minimum(sizes, h) >= min_side, np.minimum(n - sizes, h) >= min_side
+    ok = long_b[i_b1] & long_a[i_a0]
+    b1, a0 = before[i_b1], after[i_a0]
+    # the outer windows count only when long enough: else stand in the inner ones
+    b0 = np.where(long_b[i_b0], before[i_b0], b1)
+    a1 = np.where(long_a[i_a1], after[i_a1], a0)
+    hi_before, lo_before = np.maximum(b0, b1), np.minimum(b0, b1)
+    hi_after, lo_after = np.maximum(a0, a1), np.minimum(a0, a1)
+    drift = np.maximum(hi_before - lo_before, hi_after - lo_after)
+    margin = 8 * n * n * np.finfo(float).eps * float(np.abs(x).max()) + 1e-9 * thr
+    counts = []
+    for gap in (lo_after - hi_before, lo_before - hi_after):  # rises, falls
+        could = ok & (gap >= thr - margin) & (drift <= max_drift * (gap + margin) + margin)
+        counts.append(np.concatenate([[0], np.cumsum(could)]))
+    return counts[0], counts[1]
+
+
+def _ramp_at(x: np.ndarray, grid: np.ndarray, c0: int, w: int, h: int, min_side: int, s: int,
+             thr: float, max_drift: float) -> Ramp | None:
+    """Check and measure the candidate change split at x[c0] (see detect_ramps)."""
     n = x.size
     dt = float(grid[1] - grid[0])
-    # split point: where the mean of h samples after minus h before is largest
-    lo, hi = max(floor, a - h), min(n - 1, a + w + h)
-    if hi < lo:
-        return None
-    c = np.arange(lo, hi + 1)
-    nb = np.minimum(c, h)
-    na = np.minimum(n - c, h)
-    mb = (csum[c] - csum[c - nb]) / nb
-    ma = (csum[c + na] - csum[c]) / na
-    c0 = int(c[np.argmax(s * (ma - mb))])
-    if c0 == hi and hi < n - 1:
-        return None  # the change goes on past this candidate: a later one will see it
     # levels, clear of the ramp itself (at most w samples either side of c0)
     before = [x[max(0, c0 - w - 2 * h):max(0, c0 - w - h)], x[max(0, c0 - w - h):max(0, c0 - w)]]
     after = [x[c0 + w:c0 + w + h], x[c0 + w + h:c0 + w + 2 * h]]

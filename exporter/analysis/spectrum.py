@@ -22,28 +22,40 @@ def spectrum_features(x: np.ndarray, fs: float, band: tuple[float, float],
     judge afterwards whether the peak lies inside the observable band, so a
     swing faster than the band is never replaced by a lesser, slower peak.
     """
-    n = x.size
-    spec = np.abs(np.fft.rfft(x * hann(n))) ** 2
-    freqs = np.arange(spec.size) * fs / n
-    ac = float(spec[1:].sum())
-    if ac <= 0 or not np.isfinite(ac):
-        return None, 0.0, 0.0
+    return spectra_features(x[None, :], fs, band, f_max)[0]
+
+
+def spectra_features(x: np.ndarray, fs: float, band: tuple[float, float], f_max: float
+                     ) -> list[tuple[float | None, float, float]]:
+    """:func:`spectrum_features` of each row of ``x`` (M, N): one FFT for all rows."""
+    n = x.shape[1]
+    spec = np.abs(np.fft.rfft(x * hann(n), axis=1)) ** 2
+    freqs = np.arange(spec.shape[1]) * fs / n
     in_band = (freqs >= band[0]) & (freqs <= band[1])
-    band_ratio = float(spec[in_band].sum() / ac)
+    ac_all = spec[:, 1:].sum(axis=1).tolist()
     k_min = 2  # at least two cycles in the window; below is the slow trend
-    k_max = min(spec.size - 2, int(math.floor(f_max * n / fs)))
-    if k_max < k_min:
-        return None, 0.0, band_ratio
-    k = _fundamental(spec, k_min, k_max)
-    ls = np.log(spec[k - 1:k + 2] + 1e-300)
-    k_ref = k + parabolic(float(ls[0]), float(ls[1]), float(ls[2]))
-    near = np.zeros(spec.size, dtype=bool)
-    for h in range(1, _HARMONICS + 2):
-        c = int(round(k_ref * h))
-        if c - _PEAK_HALF_WIDTH >= spec.size:
-            break
-        near[max(1, c - _PEAK_HALF_WIDTH):c + _PEAK_HALF_WIDTH + 1] = True
-    return k_ref * fs / n, float(spec[near].sum() / ac), band_ratio
+    k_max = min(spec.shape[1] - 2, int(math.floor(f_max * n / fs)))
+    out: list[tuple[float | None, float, float]] = []
+    for row, ac in zip(spec, ac_all, strict=True):
+        if ac <= 0 or not math.isfinite(ac):
+            out.append((None, 0.0, 0.0))
+            continue
+        # per row: spec[:, in_band] is column-major, so its row sums round differently
+        band_ratio = float(row[in_band].sum()) / ac
+        if k_max < k_min:
+            out.append((None, 0.0, band_ratio))
+            continue
+        k = _fundamental(row, k_min, k_max)
+        ls = np.log(row[k - 1:k + 2] + 1e-300).tolist()
+        k_ref = k + parabolic(ls[0], ls[1], ls[2])
+        near = np.zeros(row.size, dtype=bool)
+        for h in range(1, _HARMONICS + 2):
+            c = int(round(k_ref * h))
+            if c - _PEAK_HALF_WIDTH >= row.size:
+                break
+            near[max(1, c - _PEAK_HALF_WIDTH):c + _PEAK_HALF_WIDTH + 1] = True
+        out.append((k_ref * fs / n, float(row[near].sum()) / ac, band_ratio))
+    return out
 
 
 def _fundamental(spec: np.ndarray, k_min: int, k_max: int) -> int:
@@ -66,9 +78,13 @@ def _fundamental(spec: np.ndarray, k_min: int, k_max: int) -> int:
 
 def phase(x: np.ndarray, t_rel: np.ndarray, f: float) -> float:
     """phi of cos(2 pi f t_rel + phi) in a detrended signal (Hann-weighted projection)."""
-    w = hann(x.size)
-    c = np.sum(w * x * np.exp(-2j * np.pi * f * t_rel))
-    return wrap(float(np.angle(c)))
+    return phases(x[None, :], t_rel, f)[0]
+
+
+def phases(x: np.ndarray, t_rel: np.ndarray, f: float) -> list[float]:
+    """:func:`phase` of each row of ``x`` (M, N), all at the frequency f."""
+    c = (hann(x.shape[1]) * x * np.exp(-2j * np.pi * f * t_rel)).sum(axis=-1)
+    return [wrap(a) for a in np.angle(c).tolist()]
 
 
 def edge_frequency(x: np.ndarray, fs: float,
@@ -82,16 +98,31 @@ def edge_frequency(x: np.ndarray, fs: float,
     ``levels``: x's (p5, p95) when the caller has them already.
     """
     p5, p95 = levels if levels is not None else np.percentile(x, [5, 95])
-    span = float(p95 - p5)
-    if span <= 0 or x.size < 4:
-        return None
-    state = np.where(x >= p5 + 0.75 * span, 1, np.where(x <= p5 + 0.25 * span, -1, 0))
-    where = np.flatnonzero(state)
-    marks = state[where]
-    rises = where[1:][(marks[1:] == 1) & (marks[:-1] == -1)]
-    if rises.size < 3:
-        return None
-    return fs / float(np.median(np.diff(rises)))
+    return edge_frequencies(x[None, :], fs, np.array([p5]), np.array([p95]))[0]
+
+
+def edge_frequencies(x: np.ndarray, fs: float, p5: np.ndarray, p95: np.ndarray
+                     ) -> list[float | None]:
+    """:func:`edge_frequency` of each row of ``x`` (M, N), given each row's p5 and p95."""
+    m, n = x.shape
+    span = p95 - p5
+    hi, lo = (p5 + 0.75 * span)[:, None], (p5 + 0.25 * span)[:, None]
+    state = np.where(x >= hi, 1, np.where(x <= lo, -1, 0))
+    rows, cols = np.nonzero(state)  # row by row, in time order
+    marks = state[rows, cols]
+    rise = (marks[1:] == 1) & (marks[:-1] == -1) & (rows[1:] == rows[:-1])
+    rise_rows, rise_cols = rows[1:][rise], cols[1:][rise]
+    bounds = np.searchsorted(rise_rows, np.arange(m + 1)).tolist()
+    out: list[float | None] = []
+    for r, s in enumerate(span.tolist()):
+        rises = rise_cols[bounds[r]:bounds[r + 1]]
+        if s <= 0 or n < 4 or rises.size < 3:
+            out.append(None)
+            continue
+        gaps = np.sort(np.diff(rises))
+        median = (gaps[(gaps.size - 1) // 2] + gaps[gaps.size // 2]) / 2  # as np.median
+        out.append(fs / float(median))
+    return out
 
 
 def frequency_consistent(f: float, edges_hz: float | None) -> bool:
