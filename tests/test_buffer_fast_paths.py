@@ -1,12 +1,12 @@
-"""PowerBuffer.grid grids all GPUs from one copy of the ring; it must give exactly what
-gridding each GPU's own window with np.interp gives (the straightforward way, below)."""
+"""The buffers' reads the straggler and stall checks make every second take shortcuts;
+they must give exactly what the straightforward computations (below) give."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from exporter.sampling.buffers import PowerBuffer
+from exporter.sampling.buffers import PowerBuffer, SweepBuffer
 
 
 def reference_grid(buf: PowerBuffer, seconds: float, dt: float, end: float | None = None
@@ -71,3 +71,38 @@ def test_grid_of_an_empty_buffer() -> None:
     grid, watts = buf.grid(2.0, 0.1)
     assert grid.size == 0 and watts.shape == (3, 0)
     assert buf.latest_time() is None
+
+
+def reference_sweep_window(buf: SweepBuffer, seconds: float, fields: tuple[str, ...]
+                           ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The rows whose newest GPU time is within `seconds` of the newest row's."""
+    n = min(buf.count, buf.capacity)
+    order = np.arange(buf.count - n, buf.count) % buf.capacity
+    times = buf.times[:, order]
+    values = {name: buf.values[name][:, order] for name in fields}
+    if n == 0 or not np.isfinite(times).any():
+        return times[:, :0], {k: v[:, :0] for k, v in values.items()}
+    row = np.nanmax(np.where(np.isfinite(times), times, -np.inf), axis=0)
+    keep = row >= row.max() - seconds
+    return times[:, keep], {k: v[:, keep] for k, v in values.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sweep_window_is_the_rows_within_seconds_of_the_newest(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    buf = SweepBuffer(4, 40)
+    t = 1000.0
+    for sweep in range(int(rng.integers(0, 120))):
+        t += 1.0 if rng.random() > 0.05 else -rng.uniform(0, 80)  # the clock steps back
+        rows = {gpu: (t + rng.uniform(0, 0.05) if rng.random() > 0.1 else np.nan,
+                      {"utilization_gpu_ratio": rng.random(), "sm_clock_hertz": 1e9})
+                for gpu in range(-1, 5) if rng.random() > 0.2}  # GPUs missing, 2 unknown
+        buf.append({} if sweep % 17 == 5 else rows)  # a sweep that read no GPU
+        for seconds in (2.0, 10.0, 60.0):
+            for fields in (SweepBuffer.FIELDS, ("utilization_gpu_ratio",)):
+                want_t, want = reference_sweep_window(buf, seconds, fields)
+                got_t, got = buf.window(seconds, fields)
+                assert np.array_equal(got_t, want_t, equal_nan=True)
+                assert list(got) == list(want)
+                for name in want:
+                    assert np.array_equal(got[name], want[name], equal_nan=True)
