@@ -169,7 +169,8 @@ class SweepBuffer:
 
     @property
     def nbytes(self) -> int:
-        return self.times.nbytes + sum(array.nbytes for array in self.values.values())
+        return (self.times.nbytes + self.row_times.nbytes
+                + sum(array.nbytes for array in self.values.values()))
 
     def append(self, rows: dict[int, tuple[float, dict[str, float | None]]]) -> None:
         """One row: for each GPU read this sweep, its time and values (missing: NaN)."""
