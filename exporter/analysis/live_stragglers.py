@@ -16,8 +16,7 @@ own trouble never becomes a finding about the GPUs.
 from __future__ import annotations
 
 import time
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +36,17 @@ MIN_SWEEP_COVERAGE = 0.8
 
 # (seconds) -> (times (n,), power (gpus, n)) of the last `seconds` on one grid
 PowerWindow = Callable[[float], tuple[np.ndarray, np.ndarray]]
+# (fields) -> (times (gpus, m), {field: values (gpus, m)}) of the sweeps over the window
+SweepWindow = Callable[[Sequence[str]], tuple[np.ndarray, dict[str, np.ndarray]]]
+# (times, shares) of each GPU's recent profiling intervals, (gpus, k), or None
+ComputeRows = Callable[[], tuple[np.ndarray, np.ndarray] | None]
+
+# The sweep fields the window features use (name in window_features, sweep field); the
+# stall check needs only the utilization, and that is all it reads on most seconds.
+FEATURE_SWEEPS = (("sm_clock", "sm_clock_hertz"), ("temperature", "temperature_celsius"),
+                  ("utilization", "utilization_gpu_ratio"),
+                  ("clock_event_reasons", "clock_event_reasons"))
+STALL_SWEEP = "utilization_gpu_ratio"
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,19 @@ class StragglerAnalysis:
     duration_seconds: float = 0.0
     held: bool = False  # the last window was not analysed: the exporter sampled it badly
     coverage: dict[str, float] = field(default_factory=dict)  # "power", "sweep": 0-1
+
+
+def nan_row_means(a: np.ndarray) -> np.ndarray:
+    """np.nanmean(a, axis=1), the same values, without its warning machinery (NaN for a
+    row without values: a GPU with no sample in the window, lost)."""
+    nan = np.isnan(a)
+    if a.shape[1] and not nan.any():
+        return a.mean(axis=1)
+    ok = ~nan
+    count = ok.sum(axis=1)
+    out = np.full(a.shape[0], np.nan)
+    np.divide(np.where(ok, a, 0.0).sum(axis=1), count, out=out, where=count > 0)
+    return out
 
 
 def coverage(power: np.ndarray, sweep_t: np.ndarray, sweep_interval: float
@@ -100,25 +123,29 @@ class StragglerMonitor:
         self.culprit_seconds: dict[int, float] = {}
         self._last_stall_check: float | None = None
 
-    def update(self, now: float, power_window: PowerWindow, sweep_t: np.ndarray,
-               sweep: dict[str, np.ndarray], groups: dict[int, str] | None,
-               compute: tuple[np.ndarray, np.ndarray] | None = None) -> StragglerAnalysis:
-        """sweep_t and each sweep[...]: (gpus, m) at the sweep rate over the straggler
-        window; power comes from `power_window`, asked only for what is due; compute:
-        (times, shares) of each GPU's recent profiling intervals, (gpus, k) (end times)."""
+    def update(self, now: float, power_window: PowerWindow, sweep_window: SweepWindow,
+               groups: dict[int, str] | None, compute: ComputeRows = lambda: None
+               ) -> StragglerAnalysis:
+        """Power and sweeps come from `power_window` and `sweep_window` (the sweeps at
+        their rate over the straggler window), asked only for what is due: most seconds
+        that is the stall window's power and the utilization; compute: (times, shares) of
+        each GPU's recent profiling intervals, (gpus, k) (end times)."""
         t0 = time.perf_counter()
         s = self.settings
+        sweeps: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
         if now - self._last_update >= s.update_seconds:
             t_row, power = power_window(max(s.stall_context_seconds, s.window_seconds))
             if t_row.size >= 10:
                 self._last_update = now
                 self._level = compute_level(power)
-                self._update_features(now, t_row, power, sweep_t, sweep, groups, compute)
+                sweeps = sweep_window([key for _, key in FEATURE_SWEEPS])
+                self._update_features(now, t_row, power, *sweeps, groups, compute())
         stall = None
         if self._level is not None:
             t_row, power = power_window(s.stall_window_seconds)
             if t_row.size:
-                stall = self._check_stall(now, power, sweep_t, sweep, groups)
+                stall = self._check_stall(now, power, *(sweeps or sweep_window([STALL_SWEEP])),
+                                          groups)
         return StragglerAnalysis(now, None if self.held else self.features, self.report, stall,
                                  self.stalls_total, self.stall_seconds,
                                  dict(self.culprit_seconds), time.perf_counter() - t0,
@@ -136,12 +163,11 @@ class StragglerMonitor:
         if self.held:
             return  # findings stay as they were; no features from a badly sampled window
         series = {}
-        for name, key in (("sm_clock", "sm_clock_hertz"),
-                          ("temperature", "temperature_celsius"),
-                          ("utilization", "utilization_gpu_ratio"),
-                          ("clock_event_reasons", "clock_event_reasons")):
-            if key in sweep and sweep_t.size:
-                series[name] = (np.nanmax(sweep_t, axis=0), sweep[key])
+        if sweep_t.size:
+            sweep_row = np.nanmax(sweep_t, axis=0)
+            for name, key in FEATURE_SWEEPS:
+                if key in sweep:
+                    series[name] = (sweep_row, sweep[key])
         if compute is not None:  # the profiling intervals that end within the window
             times, shares = compute
             with np.errstate(invalid="ignore"):
@@ -155,15 +181,13 @@ class StragglerMonitor:
                      sweep: dict[str, np.ndarray], groups: dict[int, str] | None
                      ) -> StallResult | None:
         s = self.settings
-        util = sweep.get("utilization_gpu_ratio")
+        util = sweep.get(STALL_SWEEP)
         if util is None or not sweep_t.size:
             return None
         sweep_row = np.nanmax(sweep_t, axis=0)
         short_sweep = sweep_row >= sweep_row[-1] - s.stall_window_seconds
-        with warnings.catch_warnings():  # a GPU with no sample in 2 s (lost) gives NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean_power = np.nanmean(power, axis=1)
-            mean_util = np.nanmean(util[:, short_sweep], axis=1)
+        mean_power = nan_row_means(power)  # NaN for a GPU with no sample in 2 s (lost)
+        mean_util = nan_row_means(util[:, short_sweep])
         gpus = list(range(power.shape[0]))
         stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)
         elapsed = 0.0 if self._last_stall_check is None else min(now - self._last_stall_check,

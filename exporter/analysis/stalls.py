@@ -47,6 +47,16 @@ def compute_level(power: np.ndarray, percentile: float = 95.0) -> np.ndarray:
     return out
 
 
+def _waiting(u: np.ndarray, power: np.ndarray, level: np.ndarray, th: StallThresholds
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU's power relative to its level, and whether it busy-waits."""
+    p = np.asarray(power, dtype=np.float64)
+    lv = np.asarray(level, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(lv > 0, p / lv, np.nan)
+        return rel, (u >= th.busy_utilization) & (rel <= th.wait_level)
+
+
 def stall_matrix(utilization: np.ndarray, power: np.ndarray, level: np.ndarray,
                  group_rows: Sequence[Sequence[int]], th: StallThresholds
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -57,11 +67,8 @@ def stall_matrix(utilization: np.ndarray, power: np.ndarray, level: np.ndarray,
     culprit (N, K)); waiting and culprit are False outside stalled groups.
     """
     u = np.asarray(utilization, dtype=np.float64)
-    p = np.asarray(power, dtype=np.float64)
-    lv = np.asarray(level, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rel = np.where(lv > 0, p / lv, np.nan)
-        wait = (u >= th.busy_utilization) & (rel <= th.wait_level)
+    rel, wait = _waiting(u, power, level, th)
+    with np.errstate(invalid="ignore"):
         culp = (~wait) & np.isfinite(u) & np.isfinite(rel) & (
             (u <= th.low_utilization) | (rel >= th.culprit_level))
     waiting = np.zeros(u.shape, dtype=bool)
@@ -96,11 +103,16 @@ def detect_stall(utilization: np.ndarray, power: np.ndarray, level: np.ndarray, 
     ids = [int(g) for g in gpus] if gpus is not None else list(range(n))
     if len(ids) != n:
         raise ValueError("gpus must name every GPU")
+    th = thresholds or StallThresholds()
+    power = np.asarray(power, dtype=np.float64).reshape(n)
+    level = np.asarray(level, dtype=np.float64).reshape(n)
+    # Most seconds nothing busy-waits: no group can stall, and the rule need not run
+    # (this is checked every second).
+    if th.min_waiting >= 1 and _waiting(u, power, level, th)[1].sum() < th.min_waiting:
+        return StallResult(False, (), (), ())
     gi = group_index(ids, groups)
     stalled, waiting, culprit = stall_matrix(
-        u[:, None], np.asarray(power, dtype=np.float64).reshape(n, 1),
-        np.asarray(level, dtype=np.float64).reshape(n, 1), list(gi.values()),
-        thresholds or StallThresholds())
+        u[:, None], power[:, None], level[:, None], list(gi.values()), th)
     hit_groups = tuple(name for name, rows in gi.items() if waiting[rows, 0].any())
     return StallResult(bool(stalled[0]), tuple(ids[i] for i in np.flatnonzero(waiting[:, 0])),
                        tuple(ids[i] for i in np.flatnonzero(culprit[:, 0])), hit_groups)

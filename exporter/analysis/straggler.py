@@ -92,17 +92,20 @@ class GpuFeatures:
     compute_ratio: float = math.nan  # busiest math pipe's share of the time (GPM)
 
     def value(self, signal: str) -> float:
-        return {
-            "sm_clock": self.sm_clock_hertz,
-            "power": self.power_watts,
-            "temperature": self.temperature_celsius,
-            "utilization": self.utilization_ratio,
-            "duty_cycle": self.duty_cycle,
-            "throttle": self.throttle_ratio,
-            "nvlink": self.nvlink_bytes_per_second,
-            "pcie": self.pcie_bytes_per_second,
-            "compute": self.compute_ratio,
-        }[signal]
+        return getattr(self, _SIGNAL_FIELDS[signal])
+
+
+_SIGNAL_FIELDS = {
+    "sm_clock": "sm_clock_hertz",
+    "power": "power_watts",
+    "temperature": "temperature_celsius",
+    "utilization": "utilization_ratio",
+    "duty_cycle": "duty_cycle",
+    "throttle": "throttle_ratio",
+    "nvlink": "nvlink_bytes_per_second",
+    "pcie": "pcie_bytes_per_second",
+    "compute": "compute_ratio",
+}
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,18 @@ class StragglerThresholds:
     min_group_size: int = 3  # fewer GPUs in a group: no peer statistics
 
 
+def row_medians(x: np.ndarray) -> np.ndarray:
+    """np.nanmedian(x, axis=1) of a 2-D array, the same values at a fraction of the cost
+    (numpy's goes through masked arrays for small inputs): the mean of the middle two
+    of each row's sorted values (NaN sorts last), a middle one taken twice when odd."""
+    if not x.shape[1]:
+        return np.full(x.shape[0], np.nan)
+    s = np.sort(x, axis=1)
+    k = x.shape[1] - np.isnan(x).sum(axis=1)  # values per row; none: NaN (s[:, 0])
+    rows = np.arange(x.shape[0])
+    return (s[rows, np.maximum(k - 1, 0) // 2] + s[rows, k // 2]) / 2
+
+
 def _mad_scores(x: np.ndarray, mad_floor_ratio: float, epsilon: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Modified z-scores of each row of ``x`` (S, n) against the row's median, with the
@@ -253,9 +268,9 @@ def _mad_scores(x: np.ndarray, mad_floor_ratio: float, epsilon: np.ndarray
     ok = np.isfinite(x)
     cnt = ok.sum(axis=1)
     with np.errstate(all="ignore"):
-        med = np.nanmedian(np.where(cnt[:, None] > 0, x, 0.0), axis=1)
+        med = row_medians(np.where(cnt[:, None] > 0, x, 0.0))
         dev = np.abs(x - med[:, None])
-        mad = np.nanmedian(np.where(cnt[:, None] > 0, dev, 0.0), axis=1)
+        mad = row_medians(np.where(cnt[:, None] > 0, dev, 0.0))
     floor = np.maximum.reduce([np.nan_to_num(mad), mad_floor_ratio * np.abs(med), epsilon])
     floor = np.maximum(floor, 1e-300)
     return MAD_SCALE * (x - med[:, None]) / floor[:, None], med, floor, dev, cnt

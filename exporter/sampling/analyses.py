@@ -85,8 +85,7 @@ class Analyses:
         monitor, buffer, sweep = self.straggler_monitor, self.power.buffer, self.sweep_buffer
         if monitor is None or buffer is None or sweep is None:
             return
-        sweep_t, values = sweep.window(monitor.settings.window_seconds)
         self.straggler_analysis = monitor.update(
             self.clock.time(), lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
-            sweep_t, values, self.job_groups(),
-            compute_rows(self.compute_history(), self.gpus.count))
+            lambda fields: sweep.window(monitor.settings.window_seconds, fields),
+            self.job_groups(), lambda: compute_rows(self.compute_history(), self.gpus.count))

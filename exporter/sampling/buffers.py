@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -64,22 +66,28 @@ class PowerBuffer:
             return [(head, head + n)]
         return [(head, self.capacity), (0, head + n - self.capacity)]
 
-    def _between(self, gpu: int, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
-        """Copies of one GPU's samples with start < time <= end, oldest first: found by
-        binary search, so a short window costs no copy of the whole history."""
+    def _runs(self, gpu: int, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        """One GPU's samples with start < time <= end, oldest first, found by binary search
+        (a short window costs no copy of the whole history): views of the ring, copies
+        only where the window crosses its end (caller holds the lock)."""
         times, watts = [], []
-        with self._lock:
-            for a, b in self._segments(gpu):
-                run = self.times[gpu, a:b]
-                lo, hi = np.searchsorted(run, [start, end], side="right")
-                if hi > lo:
-                    times.append(run[lo:hi].copy())
-                    watts.append(self.watts[gpu, a + lo:a + hi].copy())
+        for a, b in self._segments(gpu):
+            run = self.times[gpu, a:b]
+            lo, hi = run.searchsorted((start, end), side="right")
+            if hi > lo:
+                times.append(run[lo:hi])
+                watts.append(self.watts[gpu, a + lo:a + hi])
         if not times:
             return np.zeros(0), np.zeros(0)
         if len(times) == 1:
             return times[0], watts[0]
         return np.concatenate(times), np.concatenate(watts)
+
+    def _between(self, gpu: int, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of one GPU's samples with start < time <= end, oldest first."""
+        with self._lock:
+            times, watts = self._runs(gpu, start, end)
+            return times.copy(), watts.copy()
 
     def _earliest(self) -> float:
         """The oldest sample any GPU still holds."""
@@ -113,22 +121,33 @@ class PowerBuffer:
         if end is None:
             return np.zeros(0), np.zeros((self.gpus, 0))
         start = max(end - seconds, self._earliest())  # no grid before the first sample
-        grid = end - dt * np.arange(int((end - start) / dt), -1, -1)
+        grid = end - dt * np.arange(int((end - start) / dt), -1, -1)  # increasing
         out = np.full((self.gpus, len(grid)), np.nan)
-        for gpu in range(self.gpus):
-            times, watts = self.window(gpu, seconds + 2 * dt, end)
-            if len(times) < 2:
-                continue
-            row = np.interp(grid, times, watts)
-            # no value across a hole: more than 4 grid steps (and 0.25 s) between samples
-            hole = max(4 * dt, 0.25)
-            after = np.searchsorted(times, grid)  # (np.clip costs more than these two)
-            before_t = times[np.maximum(after - 1, 0)]
-            after_t = times[np.minimum(after, len(times) - 1)]
-            bad = (grid < times[0] - dt) | (grid > times[-1] + hole) | (
-                (after_t - before_t) > hole)
-            row[bad] = np.nan
-            out[gpu] = row
+        hole = max(4 * dt, 0.25)
+        gridded, firsts, lasts = [], [], []
+        with self._lock:  # read in place: no copies
+            for gpu in range(self.gpus):
+                times, watts = self._runs(gpu, end - (seconds + 2 * dt), end)
+                if len(times) < 2:
+                    continue
+                out[gpu] = np.interp(grid, times, watts)
+                gridded.append(gpu)
+                firsts.append(times[0])
+                lasts.append(times[-1])
+                # no value across a hole: more than 4 grid steps (and 0.25 s) between
+                # samples; the grid is sorted, so a hole is a slice found by binary search
+                gaps = times[1:] - times[:-1]  # (np.diff costs more)
+                if gaps.max() > hole:
+                    for i in np.flatnonzero(gaps > hole):
+                        a, b = grid.searchsorted(times[i:i + 2], side="right")
+                        out[gpu, a:b] = np.nan  # times[i] < grid <= times[i + 1]
+        # nor before a GPU's first sample (bar a step) or after its last (bar a hole): all
+        # GPUs' bounds in two binary searches (this runs every second for the stall check)
+        before = grid.searchsorted(np.array(firsts) - dt, side="left")
+        after = grid.searchsorted(np.array(lasts) + hole, side="right")
+        for gpu, i, j in zip(gridded, before, after, strict=True):
+            out[gpu, :i] = np.nan
+            out[gpu, j:] = np.nan
         return grid, out
 
 
@@ -142,12 +161,16 @@ class SweepBuffer:
         self.capacity = capacity
         self.times = np.full((gpus, capacity), np.nan)
         self.values = {name: np.full((gpus, capacity), np.nan) for name in self.FIELDS}
+        # each row's time: its newest GPU time (-inf: none), so a window is chosen from
+        # these alone (it is read every second)
+        self.row_times = np.full(capacity, -np.inf)
         self.count = 0  # rows written
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
-        return self.times.nbytes + sum(array.nbytes for array in self.values.values())
+        return (self.times.nbytes + self.row_times.nbytes
+                + sum(array.nbytes for array in self.values.values()))
 
     def append(self, rows: dict[int, tuple[float, dict[str, float | None]]]) -> None:
         """One row: for each GPU read this sweep, its time and values (missing: NaN)."""
@@ -157,24 +180,26 @@ class SweepBuffer:
             self.times[:, slot] = np.nan
             for array in self.values.values():
                 array[:, slot] = np.nan
+            self.row_times[slot] = -np.inf
             for gpu, (t, values) in rows.items():
                 if 0 <= gpu < gpus:
                     self.times[gpu, slot] = t
+                    if math.isfinite(t) and t > self.row_times[slot]:
+                        self.row_times[slot] = t
                     for name, array in self.values.items():
                         value = values.get(name)
                         if value is not None:
                             array[gpu, slot] = value
             self.count += 1
 
-    def window(self, seconds: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Copies of the last `seconds` of rows, oldest first: times and values (gpus x n)."""
+    def window(self, seconds: float, fields: Iterable[str] = FIELDS
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Copies of the last `seconds` of rows, oldest first: times and the values of
+        `fields` (gpus x n)."""
         with self._lock:
             n = min(self.count, self.capacity)
             order = np.arange(self.count - n, self.count) % self.capacity
-            times = self.times[:, order]
-            values = {name: array[:, order] for name, array in self.values.items()}
-        if n == 0 or not np.isfinite(times).any():
-            return times[:, :0], {k: v[:, :0] for k, v in values.items()}
-        row = np.nanmax(np.where(np.isfinite(times), times, -np.inf), axis=0)
-        keep = row >= row.max() - seconds
-        return times[:, keep], {k: v[:, keep] for k, v in values.items()}
+            row = self.row_times[order]
+            newest = row.max() if n else -np.inf
+            keep = order[row >= newest - seconds] if newest > -np.inf else order[:0]
+            return self.times[:, keep], {name: self.values[name][:, keep] for name in fields}

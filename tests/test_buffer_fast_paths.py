@@ -1,0 +1,108 @@
+"""The buffers' reads the straggler and stall checks make every second take shortcuts;
+they must give exactly what the straightforward computations (below) give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exporter.sampling.buffers import PowerBuffer, SweepBuffer
+
+
+def reference_grid(buf: PowerBuffer, seconds: float, dt: float, end: float | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The grid one GPU at a time, from its window()."""
+    held = [buf.window(g, np.inf)[0] for g in range(buf.gpus)]
+    newest = [float(times[-1]) for times in held if times.size]
+    end = (max(newest) if newest else None) if end is None else end
+    if end is None:
+        return np.zeros(0), np.zeros((buf.gpus, 0))
+    firsts = [float(times[0]) for times in held if times.size]
+    start = max(end - seconds, min(firsts) if firsts else -np.inf)
+    grid = end - dt * np.arange(int((end - start) / dt), -1, -1)
+    out = np.full((buf.gpus, len(grid)), np.nan)
+    for gpu in range(buf.gpus):
+        times, watts = buf.window(gpu, seconds + 2 * dt, end)
+        if len(times) < 2:
+            continue
+        row = np.interp(grid, times, watts)
+        hole = max(4 * dt, 0.25)
+        after = np.searchsorted(times, grid)
+        before_t = times[np.maximum(after - 1, 0)]
+        after_t = times[np.minimum(after, len(times) - 1)]
+        row[(grid < times[0] - dt) | (grid > times[-1] + hole)
+            | ((after_t - before_t) > hole)] = np.nan
+        out[gpu] = row
+    return grid, out
+
+
+def random_buffer(rng: np.random.Generator, capacity: int) -> PowerBuffer:
+    """GPUs at different rates with jitter, holes, a stale one and an empty one,
+    appended in drains, so the ring wraps anywhere."""
+    gpus = 5
+    buf = PowerBuffer(gpus, capacity)
+    for gpu in range(gpus - 1):
+        interval = rng.choice([0.005, 0.02, 0.05, 0.15, 1.0])
+        stop = 30.0 if gpu == 2 else 100.0  # GPU 2 lost at 30 s
+        t = np.cumsum(rng.uniform(0.5, 1.5, int(stop / interval)) * interval) + rng.uniform(0, 5)
+        t = t[t < stop]
+        for a, b in rng.uniform(t[0], stop, (int(rng.integers(0, 4)), 2)):
+            t = t[(t < min(a, b)) | (t > min(a, b) + rng.uniform(0.1, 3.0))]  # a hole
+        watts = 100 + 400 * rng.random(t.size)
+        for chunk in np.array_split(np.arange(t.size), max(1, t.size // 50)):
+            buf.append(gpu, t[chunk], watts[chunk])
+    return buf
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_grid_is_exactly_the_per_gpu_interpolation(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    buf = random_buffer(rng, int(rng.choice([64, 300, 5000, 30000])))
+    for seconds, dt in ((2.0, 0.1), (120.0, 0.1), (60.0, 0.02), (600.0, 0.2), (0.5, 0.02)):
+        for end in (None, 99.0, 50.5, 29.9, 3.0, -5.0):
+            want = reference_grid(buf, seconds, dt, end)
+            got = buf.grid(seconds, dt, end)
+            assert np.array_equal(got[0], want[0])
+            assert np.array_equal(got[1], want[1], equal_nan=True), (seconds, dt, end)
+
+
+def test_grid_of_an_empty_buffer() -> None:
+    buf = PowerBuffer(3, 10)
+    grid, watts = buf.grid(2.0, 0.1)
+    assert grid.size == 0 and watts.shape == (3, 0)
+    assert buf.latest_time() is None
+
+
+def reference_sweep_window(buf: SweepBuffer, seconds: float, fields: tuple[str, ...]
+                           ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The rows whose newest GPU time is within `seconds` of the newest row's."""
+    n = min(buf.count, buf.capacity)
+    order = np.arange(buf.count - n, buf.count) % buf.capacity
+    times = buf.times[:, order]
+    values = {name: buf.values[name][:, order] for name in fields}
+    if n == 0 or not np.isfinite(times).any():
+        return times[:, :0], {k: v[:, :0] for k, v in values.items()}
+    row = np.nanmax(np.where(np.isfinite(times), times, -np.inf), axis=0)
+    keep = row >= row.max() - seconds
+    return times[:, keep], {k: v[:, keep] for k, v in values.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sweep_window_is_the_rows_within_seconds_of_the_newest(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    buf = SweepBuffer(4, 40)
+    t = 1000.0
+    for sweep in range(int(rng.integers(0, 120))):
+        t += 1.0 if rng.random() > 0.05 else -rng.uniform(0, 80)  # the clock steps back
+        rows = {gpu: (t + rng.uniform(0, 0.05) if rng.random() > 0.1 else np.nan,
+                      {"utilization_gpu_ratio": rng.random(), "sm_clock_hertz": 1e9})
+                for gpu in range(-1, 5) if rng.random() > 0.2}  # GPUs missing, 2 unknown
+        buf.append({} if sweep % 17 == 5 else rows)  # a sweep that read no GPU
+        for seconds in (2.0, 10.0, 60.0):
+            for fields in (SweepBuffer.FIELDS, ("utilization_gpu_ratio",)):
+                want_t, want = reference_sweep_window(buf, seconds, fields)
+                got_t, got = buf.window(seconds, fields)
+                assert np.array_equal(got_t, want_t, equal_nan=True)
+                assert list(got) == list(want)
+                for name in want:
+                    assert np.array_equal(got[name], want[name], equal_nan=True)
