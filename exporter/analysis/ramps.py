@@ -25,7 +25,6 @@ class Ramp:
     duration_seconds: float  # 10 %-90 % of the change
 
 
-
 def _regular(t: np.ndarray, node_power: np.ndarray, least: int
              ) -> tuple[np.ndarray, np.ndarray, float] | None:
     """The node's power on a regular grid (grid, watts, step); None with fewer than
@@ -69,11 +68,7 @@ def detect_ramps(
     if regular is None:
         return []
     grid, x, dt = regular
-    if tdp_total and tdp_total > 0:
-        thr = min_ratio * tdp_total
-    else:  # the observed range; at least a quarter of the peak, so noise is never a ramp
-        lo, hi = np.percentile(x, [1, 99])
-        thr = min_ratio * max(float(hi - lo), 0.25 * float(hi))
+    thr = _threshold(x, tdp_total, min_ratio)
     if thr <= 0:
         return []
     w = max(1, int(round(max_duration_seconds / dt)))
@@ -84,12 +79,7 @@ def detect_ramps(
     h = max(2, int(round(hold_seconds / 2 / dt)))
     min_side = max(1, h // 3)
     n = x.size
-    csum = np.concatenate([[0.0], np.cumsum(x)])
-    # the means of the (up to) h samples before and after each boundary e = 0..n
-    e = np.arange(n + 1)
-    n_before, n_after = np.minimum(e, h), np.minimum(n - e, h)
-    before = (csum - csum[e - n_before]) / np.maximum(n_before, 1)
-    after = (csum[e + n_after] - csum) / np.maximum(n_after, 1)
+    before, after = _boundary_means(x, h)
     jump = after - before  # split scores (for c = 1..n-1)
     rises, falls = _level_checks(x, before, after, w, h, min_side, thr, max_level_drift)
     # runs of one nonzero sign: starts[r]..ends[r]
@@ -128,6 +118,27 @@ def detect_ramps(
             floor = int(np.searchsorted(grid, ramp.time)) + h
             nxt = max(j, floor) + 1
     return ramps
+
+
+def _threshold(x: np.ndarray, tdp_total: float | None, min_ratio: float) -> float:
+    """The smallest change that is a ramp: ``min_ratio`` of the TDP, or of the
+    observed range (at least a quarter of the peak, so noise is never a ramp)."""
+    if tdp_total and tdp_total > 0:
+        return min_ratio * tdp_total
+    lo, hi = np.percentile(x, [1, 99])
+    return min_ratio * max(float(hi - lo), 0.25 * float(hi))
+
+
+def _boundary_means(x: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """The means of the (up to) h samples before and after each boundary e = 0..n,
+    from one cumulative sum."""
+    n = x.size
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    e = np.arange(n + 1)
+    n_before, n_after = np.minimum(e, h), np.minimum(n - e, h)
+    before = (csum - csum[e - n_before]) / np.maximum(n_before, 1)
+    after = (csum[e + n_after] - csum) / np.maximum(n_after, 1)
+    return before, after
 
 
 def _level_checks(x: np.ndarray, before: np.ndarray, after: np.ndarray, w: int, h: int,
