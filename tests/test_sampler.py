@@ -15,7 +15,8 @@ from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import render
 from exporter.sampling.buffers import PowerBuffer
 from exporter.sampling.clock import ManualClock
-from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
+from exporter.sampling.loops import Loop
+from exporter.sampling.sampler import PHASES, CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml, wait_for
@@ -223,6 +224,39 @@ def test_threads_publish_snapshots_with_all_gpus():
             assert snap.power_sources[0].samples_total >= 50
         finally:
             sampler.stop()
+
+
+def test_loops_of_one_period_tick_apart_in_threads():
+    """Ticks that coincide fight for the GIL: in threads each loop keeps its own slot
+    in the second, the readers first and the snapshot after them."""
+    with fake.installed(load_scenario("training"), costs=None):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"))
+        sampler.start()
+        try:
+            loops = {name: sampler.loop(name) for name in ("power", "sweep", "publish")}
+            wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
+            power = loops["power"].next_tick
+            slot = {name: (loop.next_tick - power) % 1.0 for name, loop in loops.items()}
+        finally:
+            sampler.stop()
+    # (the threads start a few ms apart)
+    assert slot["sweep"] == pytest.approx(PHASES["sweep"], abs=0.03)
+    assert slot["publish"] == pytest.approx(PHASES["publish"], abs=0.03)
+
+
+def test_a_loop_moves_onto_its_slot_after_its_first_tick():
+    clock = ManualClock()
+    t0 = clock.monotonic()
+    loop = Loop("x", 1.0, lambda: None, threading.Event(), clock, slot=t0 + 0.3)
+    starts = []
+    for _ in range(4):
+        clock.set(loop.next_tick if loop.next_tick is not None else t0 + 0.5)
+        starts.append(clock.monotonic() - t0)
+        loop.tick()
+    assert starts == pytest.approx([0.5, 2.3, 3.3, 4.3])  # never sooner than a period
+    fast = Loop("y", 0.25, lambda: None, threading.Event(), clock, slot=t0 + 0.4)
+    fast.tick()
+    assert fast.next_tick == pytest.approx(t0 + 4.65)  # 4.3 + 0.25, onto 0.4 + k / 4
 
 
 HANG_ON_GPU_1 = """

@@ -1,7 +1,9 @@
 """Periodic loops on a deadline schedule, each in its own thread or ticked by hand.
 
 A loop runs `fn` every `period` seconds without drift; when an iteration overruns, the
-missed ticks are counted and skipped, keeping the phase. A loop stuck inside one GPU's
+missed ticks are counted and skipped, keeping the phase. After its first tick a loop
+given a `slot` moves onto the ticks slot + k * period, so loops of one period can
+tick apart (see Sampler: ticks that coincide fight for the GIL). A loop stuck inside one GPU's
 call can be superseded: restart() starts a fresh thread (a new generation) and the stuck
 one exits when its call finally returns.
 """
@@ -9,6 +11,7 @@ one exits when its call finally returns.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +24,11 @@ log = logging.getLogger(__name__)
 
 class Loop:
     def __init__(self, name: str, period: float, fn: Callable[[], None],
-                 stop: threading.Event, clock: Clock = SYSTEM, first_delay: float = 0.0):
+                 stop: threading.Event, clock: Clock = SYSTEM, first_delay: float = 0.0,
+                 slot: float | None = None):
         self.name, self.period, self.fn, self.stop, self.clock = name, period, fn, stop, clock
         self.first_delay = first_delay
+        self.slot = slot  # monotonic: one tick of the schedule it keeps after the first
         self.first_done = threading.Event()
         self.iterations = 0
         self.overruns = 0
@@ -115,6 +120,9 @@ class Loop:
                 del self._starts[: -self._keep]
                 del self._lateness[: -self._keep]
             self.next_tick += self.period
+            if self.iterations == 1 and self.slot is not None:  # onto its slot, not earlier
+                self.next_tick = self.slot + math.ceil(
+                    (self.next_tick - self.slot) / self.period) * self.period
             behind = end - self.next_tick
             if behind > self.period:  # skip the ticks we cannot make; keep the phase
                 skipped = int(behind // self.period)
