@@ -219,15 +219,17 @@ def render_cost(snapshot: Any, repeat: int = 5) -> float:
 
 def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     from exporter.app import Exporter
+    from exporter.cli import freeze_startup_objects, tune_interpreter
     from exporter.config import build_config
 
-    sys.setswitchinterval(0.001)  # as `run` sets it (exporter/cli.py)
+    tune_interpreter()  # as `run` does
     config = build_config(None, {"listen_address": "127.0.0.1:0", "fake": True,
                                  "scenario": opts.scenario, "fake_costs": opts.costs})
     lib, model = fake_library(opts)
     gc_time = GcTime()
     exp = Exporter(config, fake_lib=lib)
     exp.start()
+    freeze_startup_objects()  # as `run` does
     proc = psutil.Process()
     sampler = exp.sampler
     assert sampler is not None

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_seconds  # noqa: E402
 
 from exporter.app import Exporter  # noqa: E402
+from exporter.cli import tune_interpreter  # noqa: E402
 from exporter.config import Config  # noqa: E402
 from exporter.web import api  # noqa: E402
 
@@ -106,7 +107,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pages", type=int, default=1, help="pages open at once")
     args = parser.parse_args()
-    sys.setswitchinterval(0.001)  # as `run` sets it (exporter/cli.py)
+    tune_interpreter()  # as `run` does
     exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_infiniband=False))
     exp.start()
     try:

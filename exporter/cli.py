@@ -105,6 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def tune_interpreter() -> None:
+    """Before start: hand the GIL over every 1 ms instead of 5 ms, so a scrape's thread
+    is not held up behind a snapshot being rendered (docs/performance.md). The
+    benchmarks call it too, to measure what `run` runs."""
+    sys.setswitchinterval(0.001)
+
+
+def freeze_startup_objects() -> None:
+    """After start: what start-up built (modules, catalogue, buffers) lives as long as
+    the process; out of the collector's sight, each full collection has a fraction of
+    the objects to walk."""
+    gc.freeze()
+
+
 def _run(args: argparse.Namespace) -> int:
     from exporter.app import Exporter  # imported here so --help stays fast
     from exporter.service import Signals, serve
@@ -116,9 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Hand the GIL over every 1 ms instead of 5 ms, so a scrape's thread is not held up
-    # behind a snapshot being rendered (scrape p99 8 -> see docs/performance.md).
-    sys.setswitchinterval(0.001)
+    tune_interpreter()
     signals = Signals()  # before start: a SIGHUP then must not kill us (its default)
     exporter = Exporter(config)
     try:
@@ -131,9 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{PROG}: cannot listen on {config.listen_address}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
-    # What start-up built (modules, catalogue, buffers) lives as long as the process: out
-    # of the collector's sight, each full collection has a fraction of the objects to walk.
-    gc.freeze()
+    freeze_startup_objects()
     serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
     return 0

@@ -98,7 +98,7 @@ def test_values_remembered_are_written_as_generate_latest_writes_them():
     """Values are remembered by equality: 0.0 and -0.0 (equal, written apart) and NaN (never
     equal to itself) must still come out as generate_latest writes them, in any order."""
     gauge = GaugeMetricFamily("gpu_x", "X.", labels=["gpu"])
-    values = [0.0, -0.0, 0, 1, 1.0, True, math.nan, 2.5, -0.0, 0.0, math.nan, 2.5, 7, -3.25]
+    values = [0.0, -0.0, 0, 1, 1.0, True, math.nan, 2.5, -0.0, 0.0, math.nan, 2.5, 7, -3.25, False]
     for n, value in enumerate(values):
         gauge.add_metric([str(n)], value)
     expected = generate_latest(_Registry([gauge]))

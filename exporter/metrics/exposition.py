@@ -124,9 +124,10 @@ class ExpositionWriter:
         for sample in family.samples:
             sname, labels, value, timestamp = sample[0], sample[1], sample[2], sample[3]
             text = label_text.get(tuple(labels.items())) or labels_of(labels)
-            number = values.get(value) if value else None  # -0.0 == 0.0: not cached
-            if number is None:
-                number = value_of(value)
+            if value:
+                number = values.get(value) or value_of(value)
+            else:  # half the values of a render; -0.0 == 0.0, so not in `values`
+                number = "0.0" if math.copysign(1.0, value) > 0 else "-0.0"
             stamp = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
             line = f"{sname}{text} {number}{stamp}\n"
             if sname == fname:
@@ -153,9 +154,10 @@ class ExpositionWriter:
             if text is None:
                 text = texts[labelvalues] = self.labels(
                     dict(zip(names, labelvalues, strict=True)))
-            number = values.get(value) if value else None
-            if number is None:
-                number = value_of(value)
+            if value:
+                number = values.get(value) or value_of(value)
+            else:
+                number = "0.0" if math.copysign(1.0, value) > 0 else "-0.0"
             out.append(f"{sname}{text} {number}\n")
 
     def value(self, value: float) -> str:
