@@ -51,67 +51,6 @@ NVITOP_PIN = "nvitop-exporter==1.7.2"
 
 
 # -- the measured child ---------------------------------------------------------------
-# Blocks by design (the XID thread's wait): its time is not the driver's, as in the fake.
-WAITING_SYMBOLS = frozenset({"nvmlEventSetWait_v2"})
-
-
-class _Accounted:
-    """One fake symbol, timed per calling thread (pynvml caches this object per symbol
-    and may set attributes such as restype on it, which a plain object allows)."""
-
-    def __init__(self, symbol: Callable[..., int], busy: dict[str, float]):
-        self.symbol, self.busy = symbol, busy
-
-    def __call__(self, *args: Any) -> int:
-        c0 = time.thread_time()
-        try:
-            return self.symbol(*args)
-        finally:
-            name = threading.current_thread().name
-            self.busy[name] = self.busy.get(name, 0.0) + time.thread_time() - c0
-
-
-class AccountedLibrary(FakeNvmlLibrary):
-    """The fake, also counting its time per thread, so each loop's CPU can be split into
-    the modelled driver's part and ours (lib.busy_seconds is one figure for all)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.busy_by_thread: dict[str, float] = {}
-        super().__init__(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        busy = self.__dict__.get("busy_by_thread")
-        symbol = super().__getattr__(name)
-        return symbol if busy is None or name in WAITING_SYMBOLS else _Accounted(symbol, busy)
-
-
-class ModelledCost:
-    """What the H200 cost model charges, summed per thread. The fake's time
-    (busy_seconds) is the larger of the model's CPU and the fake's own Python work
-    (evaluating the scenario, filling ctypes arrays): where the fake's work exceeds the
-    model, busy_seconds overstates the driver, and this sum is the H200's figure.
-
-    Counted by wrapping exporter.sim.costs.charge, which the fake looks up on the module
-    at every call; `calls` stays 0 if that ever changes, and the figure reads n/a."""
-
-    def __init__(self) -> None:
-        self.by_thread: dict[str, float] = {}
-        self.calls = 0
-        self._charge = cost_model.charge
-        cost_model.charge = self._counted  # type: ignore[assignment]
-
-    def _counted(self, cost: cost_model.Cost, *args: Any, **kwargs: Any) -> float:
-        name = threading.current_thread().name
-        self.by_thread[name] = self.by_thread.get(name, 0.0) + cost.cpu
-        self.calls += 1
-        return self._charge(cost, *args, **kwargs)
-
-    def counters(self) -> dict[str, float]:
-        out = {f"model_thread/{k}": v for k, v in list(self.by_thread.items())}
-        out["model"] = sum(self.by_thread.values())
-        return out
-
-
 class GcTime:
     """CPU-seconds spent in the cyclic garbage collector (it runs in whichever thread
     allocates when a generation fills, so it hides inside every loop's figure)."""
@@ -148,9 +87,16 @@ def process_cpu(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def fake_counters(lib: AccountedLibrary, model: ModelledCost) -> dict[str, float]:
-    out = {"driver": lib.busy_seconds, **model.counters()}
-    out.update({f"driver_thread/{k}": v for k, v in list(lib.busy_by_thread.items())})
+def fake_counters(lib: FakeNvmlLibrary) -> dict[str, float]:
+    """The fake's own accounts (CPU inside it, and what the H200 model charged), in
+    total and per live thread by name (a thread that ended counts in the totals)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = {"driver": lib.busy_seconds, "model": lib.modelled_seconds}
+    for prefix, by_thread in (("driver_thread", lib.busy_by_thread),
+                              ("model_thread", lib.modelled_by_thread)):
+        for ident, seconds in list(by_thread.items()):
+            key = f"{prefix}/{names.get(ident, 'ended')}"
+            out[key] = out.get(key, 0.0) + seconds
     out.update({f"calls/{k}": float(v) for k, v in list(lib.calls.items())})
     return out
 
@@ -194,9 +140,9 @@ def start_profiler(opts: argparse.Namespace) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def fake_library(opts: argparse.Namespace) -> tuple[AccountedLibrary, ModelledCost]:
+def fake_library(opts: argparse.Namespace) -> FakeNvmlLibrary:
     costs = cost_model.H200 if opts.costs else None
-    return AccountedLibrary(load_scenario(opts.scenario), time.time, costs), ModelledCost()
+    return FakeNvmlLibrary(load_scenario(opts.scenario), time.time, costs)
 
 
 def render_cost(snapshot: Any, repeat: int = 5) -> float:
@@ -225,7 +171,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     tune_interpreter()  # as `run` does
     config = build_config(None, {"listen_address": "127.0.0.1:0", "fake": True,
                                  "scenario": opts.scenario, "fake_costs": opts.costs})
-    lib, model = fake_library(opts)
+    lib = fake_library(opts)
     gc_time = GcTime()
     exp = Exporter(config, fake_lib=lib)
     exp.start()
@@ -235,7 +181,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     assert sampler is not None
 
     def counters() -> dict[str, float]:
-        out = {"process": process_cpu(proc), **fake_counters(lib, model), **gc_time.counters()}
+        out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters()}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         out.update({f"loop/{loop.name}": loop.cpu_seconds for loop in sampler.loops})
         for gpu, stats in sampler.power.stats().items():
@@ -264,7 +210,7 @@ def child_nvitop(opts: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         return {"error": f"nvitop-exporter is not installed: pip install -e '.[bench]' "
                          f"(or pip install {NVITOP_PIN})"}
-    lib, model = fake_library(opts)
+    lib = fake_library(opts)
     install(lib)  # before nvitop's first NVML call: it loads the library once
     gc_time = GcTime()
     port = free_port()
@@ -277,7 +223,7 @@ def child_nvitop(opts: argparse.Namespace) -> dict[str, Any]:
     proc = psutil.Process()
 
     def counters() -> dict[str, float]:
-        out = {"process": process_cpu(proc), **fake_counters(lib, model), **gc_time.counters()}
+        out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters()}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         return out
 

@@ -155,6 +155,41 @@ def test_the_fake_charges_what_the_h200_charges():
         assert lib.busy_seconds - busy0 >= 3e-3  # and in CPU, counted as the driver's
 
 
+def test_the_fake_accounts_its_cpu_and_the_models_charge_per_thread():
+    """bench_cpu splits each thread's CPU into the driver's and ours from these accounts;
+    two threads at once must each get exactly what the model charged their calls."""
+    import threading
+
+    from exporter.sim.costs import H200
+
+    energy = H200.of_fields([pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]).cpu
+    temperature = H200.of_call("nvmlDeviceGetTemperature").cpu
+    idents = []
+
+    def calls(n: int) -> None:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for _ in range(n):
+            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+        _energy_joules(handle)
+        idents.append(threading.get_ident())
+
+    with fake.installed(load_scenario("training")) as lib:
+        pynvml.nvmlInit()
+        threads = [threading.Thread(target=calls, args=(n,)) for n in (10, 30)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        charged = [lib.modelled_by_thread[i] for i in idents]
+        busy = [lib.busy_by_thread[i] for i in idents]
+    few, many = sorted(charged)  # (and each thread's one handle lookup)
+    assert many - few == pytest.approx(20 * temperature)
+    assert few == pytest.approx(10 * temperature + energy, abs=10e-6)
+    assert all(b >= 0.9 * c for b, c in zip(busy, charged, strict=True))  # burnt, not just told
+    assert lib.busy_seconds == pytest.approx(sum(lib.busy_by_thread.values()))
+    assert lib.modelled_seconds >= sum(charged)
+
+
 def test_identity_is_stable_and_distinct(fake_nvml):
     pynvml.nvmlInit()
     uuids = {pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(8)}

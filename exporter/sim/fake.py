@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from threading import get_ident
 from types import ModuleType
 
 import pynvml
@@ -67,12 +68,16 @@ class _Symbol:
             fault = lib.fault_for(name, args) if lib.may_fail(name) else None
             return fault if fault is not None else self.impl(*args)
         finally:
+            modelled = 0.0
             if model is not None:
                 cost = lib.pending_cost or model.of_call(name)
-                spent = cost_model.charge(cost, c0, t0)
+                spent, modelled = cost_model.charge(cost, c0, t0), cost.cpu
             else:
                 spent = time.thread_time() - c0
-            lib.busy_seconds += spent  # not `+= charge()`: that reads the sum before burning
+            # each thread adds to its own entries only: no update is lost to another
+            busy, charged, thread = lib.busy_by_thread, lib.modelled_by_thread, get_ident()
+            busy[thread] = busy.get(thread, 0.0) + spent
+            charged[thread] = charged.get(thread, 0.0) + modelled
 
 
 class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, TenantSymbols):
@@ -95,7 +100,10 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         self.calls: dict[str, int] = {}
         self.looked_up: set[str] = set()
         self.missing: set[str] = set()
-        self.busy_seconds = 0.0  # time inside the fake: the modelled driver's CPU
+        # CPU inside the fake per thread (threading.get_ident()): the modelled driver's,
+        # or the fake's own Python where that costs more; and what the model charged
+        self.busy_by_thread: dict[int, float] = {}
+        self.modelled_by_thread: dict[int, float] = {}
         self._released = threading.Event()
         self._hangs_done: set[int] = set()
         self._lock = threading.Lock()
@@ -103,6 +111,17 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         self._next_set = 0
         self.init_gpm()
         self.init_model()
+
+    @property
+    def busy_seconds(self) -> float:
+        """CPU time inside the fake, all threads: the modelled driver's CPU."""
+        return sum(list(self.busy_by_thread.values()))
+
+    @property
+    def modelled_seconds(self) -> float:
+        """The CPU the cost model charged, all threads (the H200's figure: less than
+        busy_seconds where the fake's own Python costs more than the model)."""
+        return sum(list(self.modelled_by_thread.values()))
 
     @property
     def scenario(self) -> Scenario:
