@@ -9,7 +9,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from exporter.analysis.ramps import Ramp, _regular, detect_ramps
+from exporter.analysis.ramps import Ramp, _ramp_at, _regular, _threshold, detect_ramps
 from tests.tools import REAL_TRACE
 
 T0 = 1_758_000_000.0
@@ -23,11 +23,7 @@ def reference_ramps(t: np.ndarray, node_power: np.ndarray, tdp_total: float | No
     if regular is None:
         return []
     grid, x, dt = regular
-    if tdp_total and tdp_total > 0:
-        thr = min_ratio * tdp_total
-    else:
-        lo, hi = np.percentile(x, [1, 99])
-        thr = min_ratio * max(float(hi - lo), 0.25 * float(hi))
+    thr = _threshold(x, tdp_total, min_ratio)
     if thr <= 0:
         return []
     w = max(1, int(round(max_duration_seconds / dt)))
@@ -62,9 +58,9 @@ def reference_ramps(t: np.ndarray, node_power: np.ndarray, tdp_total: float | No
 def reference_ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int, w: int,
                       h: int, min_side: int, s: int, thr: float, max_drift: float, floor: int
                       ) -> Ramp | None:
-    """_ramp_at as first written: it searched the split point itself."""
+    """_ramp_at as first written: it searched the split point itself (then checked and
+    measured it as _ramp_at does)."""
     n = x.size
-    dt = float(grid[1] - grid[0])
     # split point: where the mean of h samples after minus h before is largest
     lo, hi = max(floor, a - h), min(n - 1, a + w + h)
     if hi < lo:
@@ -77,38 +73,7 @@ def reference_ramp_at(x: np.ndarray, csum: np.ndarray, grid: np.ndarray, a: int,
     c0 = int(c[np.argmax(s * (ma - mb))])
     if c0 == hi and hi < n - 1:
         return None  # the change goes on past this candidate: a later one will see it
-    # levels, clear of the ramp itself (at most w samples either side of c0)
-    before = [x[max(0, c0 - w - 2 * h):max(0, c0 - w - h)], x[max(0, c0 - w - h):max(0, c0 - w)]]
-    after = [x[c0 + w:c0 + w + h], x[c0 + w + h:c0 + w + 2 * h]]
-    if before[1].size < min_side or after[0].size < min_side:
-        return None
-    b_means = [float(v.mean()) for v in before if v.size >= min_side]
-    a_means = [float(v.mean()) for v in after if v.size >= min_side]
-    gap = (min(a_means) - max(b_means)) if s > 0 else (min(b_means) - max(a_means))
-    drift = max(np.ptp(b_means), np.ptp(a_means))
-    if gap < thr or drift > max_drift * gap:
-        return None
-    # duration: from leaving the old level's p5-p95 range (widened by 10 % of the
-    # change) to entering the new one's
-    b_lo, b_hi = np.percentile(before[1], [5, 95])
-    a_lo, a_hi = np.percentile(after[0], [5, 95])
-    seg = x[max(0, c0 - w):min(n, c0 + w + 1)]
-    base = max(0, c0 - w)
-    tol = 0.1 * gap  # flat, drifting levels: like a 10-90 % rise time
-    in_old = (seg <= b_hi + tol) if s > 0 else (seg >= b_lo - tol)
-    in_new = (seg >= a_lo - tol) if s > 0 else (seg <= a_hi + tol)
-    k0 = c0 - base
-    old_idx = np.flatnonzero(in_old[:k0 + 1])
-    new_idx = np.flatnonzero(in_new[k0:]) + k0
-    rs = int(old_idx[-1]) if old_idx.size else 0
-    r_end = int(new_idx[0]) if new_idx.size else seg.size - 1
-    lb, la = float(before[1].mean()), float(after[0].mean())
-    return Ramp(
-        time=float(grid[base + (rs + r_end) // 2]),
-        direction="rise" if s > 0 else "fall",
-        delta_watts=la - lb,
-        duration_seconds=float(max(dt, (r_end - rs) * dt)),
-    )
+    return _ramp_at(x, grid, c0, w, h, min_side, s, thr, max_drift)  # checked in full
 
 
 def synthetic(seed: int, seconds: float = 120.0, fs: float = 25.0
