@@ -254,9 +254,13 @@ def test_a_loop_moves_onto_its_slot_after_its_first_tick():
         starts.append(clock.monotonic() - t0)
         loop.tick()
     assert starts == pytest.approx([0.5, 2.3, 3.3, 4.3])  # never sooner than a period
+    clock.set(t0 + 4.5)
+    loop.next_tick = clock.monotonic()  # knocked off its slot, as a restart does
+    loop.tick()
+    assert loop.next_tick - t0 == pytest.approx(6.3)  # back on it, a period or more on
     fast = Loop("y", 0.25, lambda: None, threading.Event(), clock, slot=t0 + 0.4)
     fast.tick()
-    assert fast.next_tick == pytest.approx(t0 + 4.65)  # 4.3 + 0.25, onto 0.4 + k / 4
+    assert fast.next_tick == pytest.approx(t0 + 4.9)  # 4.5 + 0.25, onto 0.4 + k / 4
 
 
 HANG_ON_GPU_1 = """

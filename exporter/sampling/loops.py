@@ -1,9 +1,10 @@
 """Periodic loops on a deadline schedule, each in its own thread or ticked by hand.
 
 A loop runs `fn` every `period` seconds without drift; when an iteration overruns, the
-missed ticks are counted and skipped, keeping the phase. After its first tick a loop
-given a `slot` moves onto the ticks slot + k * period, so loops of one period can
-tick apart (see Sampler: ticks that coincide fight for the GIL). A loop stuck inside one GPU's
+missed ticks are counted and skipped, keeping the phase. A loop given a `slot` keeps to
+the ticks slot + k * period (from its first tick, or a restart, it moves onto the next
+one), so loops of one period can tick apart (see Sampler: ticks that coincide fight for
+the GIL). A loop stuck inside one GPU's
 call can be superseded: restart() starts a fresh thread (a new generation) and the stuck
 one exits when its call finally returns.
 """
@@ -28,7 +29,7 @@ class Loop:
                  slot: float | None = None):
         self.name, self.period, self.fn, self.stop, self.clock = name, period, fn, stop, clock
         self.first_delay = first_delay
-        self.slot = slot  # monotonic: one tick of the schedule it keeps after the first
+        self.slot = slot  # monotonic: one tick of the schedule it keeps after its first
         self.first_done = threading.Event()
         self.iterations = 0
         self.overruns = 0
@@ -120,9 +121,9 @@ class Loop:
                 del self._starts[: -self._keep]
                 del self._lateness[: -self._keep]
             self.next_tick += self.period
-            if self.iterations == 1 and self.slot is not None:  # onto its slot, not earlier
+            if self.slot is not None:  # onto its slot (after the first tick, or a restart)
                 self.next_tick = self.slot + math.ceil(
-                    (self.next_tick - self.slot) / self.period) * self.period
+                    (self.next_tick - self.slot) / self.period - 1e-6) * self.period
             behind = end - self.next_tick
             if behind > self.period:  # skip the ticks we cannot make; keep the phase
                 skipped = int(behind // self.period)
