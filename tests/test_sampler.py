@@ -226,22 +226,24 @@ def test_threads_publish_snapshots_with_all_gpus():
             sampler.stop()
 
 
-def test_loops_of_one_period_tick_apart_in_threads():
+@pytest.mark.parametrize("base", [1.0, 0.5])
+def test_loops_of_one_period_tick_apart_in_threads(base):
     """Ticks that coincide fight for the GIL: in threads each loop keeps its own slot
-    in the second, the readers first and the snapshot after them."""
+    in the sweep interval, the readers first and the snapshot after them."""
     with fake.installed(load_scenario("training"), costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"))
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake",
+                                                         sweep_interval_seconds=base))
         sampler.start()
         try:
             loops = {name: sampler.loop(name) for name in ("power", "sweep", "publish")}
             wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
-            power = loops["power"].next_tick
-            slot = {name: (loop.next_tick - power) % 1.0 for name, loop in loops.items()}
+            power = loops["power"].next_tick  # (power's slot is 0)
+            slot = {name: (loop.next_tick - power) % base for name, loop in loops.items()}
         finally:
             sampler.stop()
     # (the threads start a few ms apart)
-    assert slot["sweep"] == pytest.approx(PHASES["sweep"], abs=0.03)
-    assert slot["publish"] == pytest.approx(PHASES["publish"], abs=0.03)
+    assert slot["sweep"] == pytest.approx(PHASES["sweep"] * base, abs=0.02)
+    assert slot["publish"] == pytest.approx(PHASES["publish"] * base, abs=0.02)
 
 
 def test_a_loop_moves_onto_its_slot_after_its_first_tick():

@@ -4,9 +4,8 @@ A loop runs `fn` every `period` seconds without drift; when an iteration overrun
 missed ticks are counted and skipped, keeping the phase. A loop given a `slot` keeps to
 the ticks slot + k * period (from its first tick, or a restart, it moves onto the next
 one), so loops of one period can tick apart (see Sampler: ticks that coincide fight for
-the GIL). A loop stuck inside one GPU's
-call can be superseded: restart() starts a fresh thread (a new generation) and the stuck
-one exits when its call finally returns.
+the GIL). A loop stuck inside one GPU's call can be superseded: restart() starts a fresh
+thread (a new generation) and the stuck one exits when its call finally returns.
 """
 
 from __future__ import annotations

@@ -62,11 +62,12 @@ class CollectorMaker:
     make: Callable[[CollectorContext], Collector]
 
 
-# Where in the second each loop ticks after its first tick (from the sampler's start).
-# Ticks that coincide fight for the GIL (every NVML call and numpy operation releases
-# it), and each hand-over is a thread wake-up: tens of µs of CPU on a VM. Apart, they
-# made 4-6x fewer wake-ups and took 0.1-0.2 % of a core off (docs/performance.md).
-# The readers come first, the analyses of what they read next, the snapshot after them.
+# Where each loop ticks, as a fraction of the sweep interval (1 s by default) from the
+# sampler's start, after its first tick. Ticks that coincide fight for the GIL (every
+# NVML call and numpy operation releases it), and each hand-over is a thread wake-up:
+# tens of µs of CPU on a VM. Apart, they made 4-6x fewer wake-ups and took 0.1-0.2 % of
+# a core off (docs/performance.md). The readers come first, the analyses of what they
+# read next, the snapshot after them.
 PHASES = {"power": 0.0, "sweep": 0.1, "stragglers": 0.3, "analysis": 0.45, "publish": 0.6}
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 
@@ -165,7 +166,8 @@ class Sampler:
         # in threads, each loop keeps its slot (PHASES); simulated time runs one tick
         # after another and keeps the whole seconds
         t0 = clock.monotonic()
-        slot = (lambda phase: None) if manual else (lambda phase: t0 + phase)
+        base = s.sweep_interval_seconds
+        slot = (lambda phase: None) if manual else (lambda phase: t0 + phase * base)
         loops = [Loop("power", self.power.period, lambda: self.power.tick(loops[0]), stop,
                       clock, slot=slot(PHASES["power"])),
                  Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
