@@ -192,6 +192,8 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     try:
         result = measure(exp.port, opts, counters, in_process=True)
         result["band_max_hz"] = sampler.power.band()[1]
+        result["loop_threads"] = {loop.name: loop.thread.name for loop in sampler.loops
+                                  if loop.thread is not None}
         assert exp.current is not None
         result["render_cpu_seconds"] = render_cost(exp.current.snapshot)
         result["power_sources"] = sorted({s.kind for s in sampler.power.stats().values()})
@@ -370,15 +372,23 @@ def print_ratios(results: dict[str, dict[str, Any]]) -> None:
         print(line)
 
 
-def thread_parts(rates: dict[str, float]) -> list[tuple[str, float, float, float]]:
+def thread_parts(rates: dict[str, float], loop_threads: dict[str, str]
+                 ) -> list[tuple[str, float, float, float]]:
     """(loop or thread, CPU, in fake, H200 model) per loop (its cpu_seconds) and per other
-    thread (psutil), largest first."""
+    thread (psutil), largest first. `loop_threads`: each loop's thread; loops sharing one
+    make no NVML calls (loops.start_together), so only a loop alone in its thread gets
+    that thread's time in the fake."""
     loops = {k[5:]: v for k, v in rates.items() if k.startswith("loop/")}
-    names = {n: f"cte-{n}" for n in loops}
+    names = {n: loop_threads.get(n, f"cte-{n}") for n in loops}
+    hosted = list(names.values())
     names.update({k[7:]: k[7:] for k, v in rates.items() if k.startswith("thread/")
-                  and k[7:] not in names.values() and v > 0.00005})
-    parts = [(n, loops.get(n, rates.get(f"thread/{t}", 0.0)), rates.get(f"driver_thread/{t}", 0.0),
-              rates.get(f"model_thread/{t}", 0.0)) for n, t in names.items()]
+                  and k[7:] not in hosted and v > 0.00005})
+    parts = []
+    for n, t in names.items():
+        alone = hosted.count(t) <= 1
+        parts.append((n, loops.get(n, rates.get(f"thread/{t}", 0.0)),
+                      rates.get(f"driver_thread/{t}", 0.0) if alone else 0.0,
+                      rates.get(f"model_thread/{t}", 0.0) if alone else 0.0))
     return sorted(parts, key=lambda p: -p[1])
 
 
@@ -388,7 +398,7 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
             continue
         rates = res["rates"]
         print(f"{LABELS[name]} by loop/thread: CPU (in the fake, H200 model):")
-        parts = thread_parts(rates)
+        parts = thread_parts(rates, res.get("loop_threads", {}))
         print("  " + ", ".join(f"{n} {v * 100:.2f} % ({d * 100:.2f}, {m * 100:.2f})"
                                for n, v, d, m in parts if v > 0.00005))
         other = shares(res).whole - sum(p[1] for p in parts)

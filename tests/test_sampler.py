@@ -246,6 +246,29 @@ def test_loops_of_one_period_tick_apart_in_threads(base):
     assert slot["publish"] == pytest.approx(PHASES["publish"] * base, abs=0.02)
 
 
+def test_the_analyses_share_one_thread_and_the_snapshot_follows_them():
+    """The loops that never call NVML run in one thread: one wake-up a second for all
+    three, the snapshot taken right after the straggler tick it publishes."""
+    snapshots = []
+    with fake.installed(load_scenario("training"), costs=None):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
+                          on_snapshot=snapshots.append)
+        sampler.start()
+        try:
+            loops = [sampler.loop(name) for name in ("analysis", "stragglers", "publish")]
+            wait_for(lambda: loops[1].iterations >= 2 and loops[2].iterations >= 4,
+                     timeout=15)
+            readers = {sampler.loop("power").thread, sampler.loop("sweep").thread}
+        finally:
+            sampler.stop()
+    threads = {loop.thread for loop in loops}
+    assert len(threads) == 1 and threads.pop().name == "cte-analyses"
+    assert len(readers) == 2 and not readers & {loops[0].thread}
+    published = loops[2]._starts[-1]  # in the wake-up of a straggler tick, just after it
+    assert any(0 <= published - tick < 0.2 for tick in loops[1]._starts)
+    assert snapshots[-1].gpu_count == 8
+
+
 def test_a_loop_moves_onto_its_slot_after_its_first_tick():
     clock = ManualClock()
     t0 = clock.monotonic()

@@ -86,8 +86,8 @@ def _loop_families(snapshot: Snapshot) -> Iterator[Metric]:
             age.add_metric([name], max(0.0, snapshot.time - stats.last_completed))
         duration.add_metric([name], stats.last_duration_seconds)
         restarts.add_metric([name], stats.restarts_total)
-    cpu = family(CounterMetricFamily, "cte_loop_cpu_seconds", "CPU time spent by a loop's "
-                 "threads (power, sweep, analyses, each collector, publish).")
+    cpu = family(CounterMetricFamily, "cte_loop_cpu_seconds", "CPU time spent in a loop's "
+                 "ticks (power, sweep, analyses, each collector, publish).")
     for name, stats in sorted(snapshot.loops.items()):
         cpu.add_metric([name], stats.cpu_seconds_total)
     yield from (target, achieved, iterations, overruns, jitter, age, duration, restarts, cpu)

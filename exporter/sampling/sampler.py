@@ -25,7 +25,7 @@ from exporter.sampling.analyses import Analyses
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.loops import Loop, run_due
+from exporter.sampling.loops import Loop, run_due, start_together
 from exporter.sampling.power import PowerSampler
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
@@ -68,8 +68,11 @@ class CollectorMaker:
 # tens of µs of CPU on a VM. Apart, they made 4-6x fewer wake-ups and took 0.1-0.2 % of
 # a core off (docs/performance.md). The readers come first, the analyses of what they
 # read next, the snapshot after them.
-PHASES = {"power": 0.0, "sweep": 0.1, "stragglers": 0.3, "analysis": 0.45, "publish": 0.6}
+PHASES = {"power": 0.0, "sweep": 0.1, "analysis": 0.5, "stragglers": 0.5, "publish": 0.5}
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
+# Loops that never call NVML share one thread (loops.start_together), in this order:
+# due together, the snapshot comes after the analyses it publishes.
+ANALYSES = ("analysis", "stragglers", "publish")
 
 
 class Sampler:
@@ -132,9 +135,9 @@ class Sampler:
                 loop.tick()
             self.publish()
             return
-        readers = [loop for loop in self.loops if loop.name != "publish"]
-        for loop in readers:
-            loop.start_thread()
+        for loop in self.loops:
+            if loop.name not in ANALYSES:
+                loop.start_thread()
         if s.xid_events:
             self.xids.start()
         # Wait (bounded) for first values, so the first snapshot is complete; a hung
@@ -144,7 +147,7 @@ class Sampler:
         for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
-        self.loop("publish").start_thread()
+        start_together([loop for loop in self.loops if loop.name in ANALYSES], "analyses")
 
     def _runner(self, item: Collector | CollectorMaker) -> CollectorRunner:
         s = self.settings
