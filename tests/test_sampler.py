@@ -211,36 +211,37 @@ def test_collectors_are_built_with_the_gpu_count_before_the_first_read():
 
 # -- real threads: loops keep their schedule; hung calls are isolated -------------------
 
-def test_threads_publish_snapshots_with_all_gpus():
-    snapshots = []
+@contextmanager
+def threaded(on_snapshot=None, **settings):
+    """A sampler on the fake (training), in its threads, in real time."""
     with fake.installed(load_scenario("training"), costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
-                          on_snapshot=snapshots.append)
+        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake", **settings),
+                          on_snapshot=on_snapshot)
         sampler.start()
         try:
-            wait_for(lambda: len(snapshots) >= 3, timeout=10)
-            snap = snapshots[-1]
-            assert sorted(snap.states) == list(range(8)) and sorted(snap.power) == list(range(8))
-            assert snap.power_sources[0].samples_total >= 50
+            yield sampler
         finally:
             sampler.stop()
+
+
+def test_threads_publish_snapshots_with_all_gpus():
+    snapshots = []
+    with threaded(snapshots.append):
+        wait_for(lambda: len(snapshots) >= 3, timeout=10)
+    snap = snapshots[-1]
+    assert sorted(snap.states) == list(range(8)) and sorted(snap.power) == list(range(8))
+    assert snap.power_sources[0].samples_total >= 50
 
 
 @pytest.mark.parametrize("base", [1.0, 0.5])
 def test_loops_of_one_period_tick_apart_in_threads(base):
     """Ticks that coincide fight for the GIL: in threads each loop keeps its own slot
     in the sweep interval, the readers first and the snapshot after them."""
-    with fake.installed(load_scenario("training"), costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake",
-                                                         sweep_interval_seconds=base))
-        sampler.start()
-        try:
-            loops = {name: sampler.loop(name) for name in ("power", "sweep", "publish")}
-            wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
-            power = loops["power"].next_tick  # (power's slot is 0)
-            slot = {name: (loop.next_tick - power) % base for name, loop in loops.items()}
-        finally:
-            sampler.stop()
+    with threaded(sweep_interval_seconds=base) as sampler:
+        loops = {name: sampler.loop(name) for name in ("power", "sweep", "publish")}
+        wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
+        power = loops["power"].next_tick  # (power's slot is 0)
+        slot = {name: (loop.next_tick - power) % base for name, loop in loops.items()}
     # (the threads start a few ms apart)
     assert slot["sweep"] == pytest.approx(PHASES["sweep"] * base, abs=0.02)
     assert slot["publish"] == pytest.approx(PHASES["publish"] * base, abs=0.02)
@@ -250,17 +251,10 @@ def test_the_analyses_share_one_thread_and_the_snapshot_follows_them():
     """The loops that never call NVML run in one thread: one wake-up a second for all
     three, the snapshot taken right after the straggler tick it publishes."""
     snapshots = []
-    with fake.installed(load_scenario("training"), costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"),
-                          on_snapshot=snapshots.append)
-        sampler.start()
-        try:
-            loops = [sampler.loop(name) for name in ("analysis", "stragglers", "publish")]
-            wait_for(lambda: loops[1].iterations >= 2 and loops[2].iterations >= 4,
-                     timeout=15)
-            readers = {sampler.loop("power").thread, sampler.loop("sweep").thread}
-        finally:
-            sampler.stop()
+    with threaded(snapshots.append) as sampler:
+        loops = [sampler.loop(name) for name in ("analysis", "stragglers", "publish")]
+        wait_for(lambda: loops[1].iterations >= 2 and loops[2].iterations >= 4, timeout=15)
+        readers = {sampler.loop("power").thread, sampler.loop("sweep").thread}
     threads = {loop.thread for loop in loops}
     assert len(threads) == 1 and threads.pop().name == "cte-analyses"
     assert len(readers) == 2 and not readers & {loops[0].thread}
