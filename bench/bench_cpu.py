@@ -73,13 +73,41 @@ class GcTime:
 
 
 def thread_cpu(proc: psutil.Process) -> dict[str, float]:
-    """CPU-seconds so far of each live thread, by thread name (summed over equal names)."""
+    """CPU-seconds so far of each live thread, by thread name (summed over equal names):
+    from /proc/<pid>/task/<tid>/schedstat in ns where Linux has it, else psutil (whose
+    per-thread times come in 10 ms clock ticks)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     out: dict[str, float] = {}
-    for t in proc.threads():
-        name = names.get(t.id, "native")
-        out[name] = out.get(name, 0.0) + t.user_time + t.system_time
+    for tid, seconds in _task_cpu(proc).items():
+        name = names.get(tid, "native")
+        out[name] = out.get(name, 0.0) + seconds
     return out
+
+
+def _task_cpu(proc: psutil.Process) -> dict[int, float]:
+    try:
+        out = {}
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            with open(f"/proc/{proc.pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0]) / 1e9
+        return out
+    except (OSError, ValueError, IndexError):
+        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+
+
+def wakeups(proc: psutil.Process) -> float:
+    """Voluntary context switches so far of the live threads (a thread that blocked and
+    was woken: a sleep, an Event, a GIL wait); 0 where /proc does not say."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            with open(f"/proc/{proc.pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    except (OSError, ValueError):
+        pass  # a thread that ended while read: its switches are left out
+    return float(total)
 
 
 def process_cpu(proc: psutil.Process) -> float:
@@ -181,7 +209,8 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     assert sampler is not None
 
     def counters() -> dict[str, float]:
-        out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters()}
+        out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters(),
+               "wakeups": wakeups(proc)}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         out.update({f"loop/{loop.name}": loop.cpu_seconds for loop in sampler.loops})
         for gpu, stats in sampler.power.stats().items():
@@ -225,7 +254,8 @@ def child_nvitop(opts: argparse.Namespace) -> dict[str, Any]:
     proc = psutil.Process()
 
     def counters() -> dict[str, float]:
-        out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters()}
+        out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters(),
+               "wakeups": wakeups(proc)}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         return out
 
@@ -406,7 +436,9 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
               f"{other * 100:.2f} %; scraper thread, taken off: "
               f"{rates.get('scraper', 0.0) * 100:.3f} %; garbage collector (inside the "
               f"above): {rates.get('gc', 0.0) * 100:.2f} % in "
-              f"{rates.get('gc_collections', 0.0):.1f} collections/s")
+              f"{rates.get('gc_collections', 0.0):.1f} collections/s; thread wake-ups "
+              f"(voluntary context switches of the live threads): "
+              f"{rates.get('wakeups', 0.0):.0f}/s")
         if "render_cpu_seconds" in res:
             renders = res["scrapes"]["count"] / res["wall_seconds"]
             print(f"  render + gzip of one snapshot (first scrape of it, in its connection's "

@@ -61,3 +61,8 @@ def test_bench_cpu_child_reports_json():
     assert {"process", "driver", "model", "scraper", "loop/power", "loop/sweep"} <= set(rates)
     assert result["scrapes"]["count"] >= 2 and result["scrapes"]["errors"] == 0
     assert result["render_cpu_seconds"] > 0
+    assert rates["wakeups"] > 0  # every loop sleeps between its ticks
+    # each loop's thread is named, and a thread's CPU is at least its loops' ticks
+    threads = result["loop_threads"]
+    assert threads["sweep"] == "cte-sweep" and threads["publish"] == "cte-analyses"
+    assert rates["thread/cte-sweep"] >= 0.9 * rates["loop/sweep"]
