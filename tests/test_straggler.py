@@ -328,6 +328,29 @@ def test_window_features_throttle_shares_and_optional_series() -> None:
     assert not f.phases and math.isnan(f.gpus[5].duty_cycle)  # flat node: no phases
 
 
+def test_the_drivers_throttle_counters_win_over_sampled_bits() -> None:
+    """A 2 s step read at 1 Hz: the bits show GPU 0 capped at every read and the others
+    never, though all four are capped 20 % of the time, as the driver's counters say.
+    With the counters the share is the same for all; the reasons they do not count still
+    come from the bits; a GPU without two readings, or whose counter went back, keeps
+    its bits."""
+    t = np.arange(60.0)
+    power = np.full((4, 60), 600.0)
+    reasons = np.zeros((4, 60))
+    reasons[0] = 0x4  # SW power cap at every read of GPU 0: its phase of the step
+    reasons[1, :6] = 0x80  # HW power brake, which has no sweep-rate counter
+    counters = np.outer(np.ones(4), 0.2 * t)  # 0.2 s of cap per second, every GPU
+    counters[2, 1:] = np.nan  # one reading
+    counters[3, 30:] -= 10.0  # reset
+    reasons[2:, :12] = 0x4
+    f = window_features(t, power, clock_event_reasons=reasons, throttle_seconds=(t, counters))
+    assert f.gpus[0].throttle_ratio == pytest.approx(0.2)  # not 1.0
+    assert f.gpus[1].throttle_ratio == pytest.approx(0.2 + 0.1)
+    assert f.gpus[2].throttle_ratio == f.gpus[3].throttle_ratio == pytest.approx(0.2)  # bits
+    without = window_features(t, power, clock_event_reasons=reasons)
+    assert without.gpus[0].throttle_ratio == 1.0
+
+
 def test_duty_cycle_only_with_phases() -> None:
     t = np.arange(0, 60, 0.25)
     high = (t % 2) < 1.5

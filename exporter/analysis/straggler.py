@@ -48,6 +48,12 @@ THROTTLE_REASONS: dict[str, int] = {
     if name in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                 "hw_power_brake_slowdown")}
 THROTTLE_MASK = sum(THROTTLE_REASONS.values())
+# The reasons the driver also counts in time at the sweep's rate (violation counters,
+# `clock_event_<reason>_seconds`): where those are given, their share of the window is
+# read from the counters, which integrate time exactly; bits sampled once a sweep alias
+# with a load whose period divides the sweep's (a 2 s step read at 1 Hz).
+COUNTED_REASONS = ("sw_power_cap", "sw_thermal_slowdown")
+UNCOUNTED_MASK = THROTTLE_MASK & ~sum(THROTTLE_REASONS[r] for r in COUNTED_REASONS)
 
 MAD_SCALE = 0.6745  # MAD of a normal distribution / its standard deviation
 
@@ -137,6 +143,46 @@ def _rows(x: Series | None, n: int, name: str) -> np.ndarray | None:
     return a
 
 
+def _counter_shares(x: Series | None, t: np.ndarray, n: int) -> np.ndarray:
+    """Per GPU, a cumulative seconds counter's increase between its first and last
+    readings over the time between them, at most 1; NaN with fewer than two readings or
+    a counter that went back between two of them (a reset)."""
+    out = np.full(n, np.nan)
+    values = _rows(x, n, "throttle_seconds")
+    if values is None:
+        return out
+    times = np.asarray(x[0] if isinstance(x, tuple) else t, dtype=np.float64)
+    for i in range(n):
+        ok = np.isfinite(values[i]) & np.isfinite(times)
+        tt, vv = times[ok], values[i][ok]
+        if tt.size >= 2 and tt[-1] > tt[0] and not (np.diff(vv) < 0).any():
+            out[i] = min(1.0, (vv[-1] - vv[0]) / (tt[-1] - tt[0]))
+    return out
+
+
+def _throttle(reasons_rows: np.ndarray | None, counted: np.ndarray, n: int
+              ) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """The throttled share per GPU (see window_features) and each reason's share of the
+    sweeps (bits)."""
+    thr = counted.copy()
+    per_reason: list[dict[str, float]] = [{} for _ in range(n)]
+    if reasons_rows is not None and reasons_rows.shape[1]:
+        ok = np.isfinite(reasons_rows)
+        bits = np.where(ok, reasons_rows, 0).astype(np.int64)
+        cnt = ok.sum(axis=1)
+        has = cnt > 0
+        denom = np.maximum(cnt, 1)
+        sampled = np.where(has, ((bits & THROTTLE_MASK) != 0).sum(axis=1) / denom, np.nan)
+        others = ((bits & UNCOUNTED_MASK) != 0).sum(axis=1) / denom
+        thr = np.where(np.isfinite(counted) & has, np.minimum(1.0, counted + others), sampled)
+        for name, bit in THROTTLE_REASONS.items():
+            share = ((bits & bit) != 0).sum(axis=1) / denom
+            for i in range(n):
+                if has[i]:
+                    per_reason[i][name] = float(share[i])
+    return thr, per_reason
+
+
 def _row_means(a: np.ndarray | None, n: int) -> np.ndarray:
     if a is None or a.shape[1] == 0:
         return np.full(n, np.nan)
@@ -160,6 +206,7 @@ def window_features(
     nvlink: Series | None = None,
     pcie: Series | None = None,
     compute: Series | None = None,
+    throttle_seconds: Series | None = None,
     min_phase_contrast: float = 0.25,
 ) -> WindowFeatures:
     """Per-GPU features of a node over one window.
@@ -167,7 +214,12 @@ def window_features(
     ``t``: (M,) sample times of ``power`` (seconds).  ``power``: (N, M) watts.
     The optional series are (N, M') in their base units (Hz, degC, ratio 0-1,
     bitmask, bytes/s), on ``t`` or as ``(times, values)``; ``compute`` is the compute
-    share (0-1) of intervals within the window (GPM readings, every ~10 s).
+    share (0-1) of intervals within the window (GPM readings, every ~10 s);
+    ``throttle_seconds`` the driver's seconds of COUNTED_REASONS so far (cumulative).
+
+    The throttled share is that of the samples of ``clock_event_reasons`` with a
+    throttling bit; where ``throttle_seconds`` has two readings, the counted reasons'
+    share is its increase over their span instead, plus the sampled share of the others.
 
     The duty cycle is the share of a GPU's power samples above the midpoint of
     the node's pooled p5 and p95 power; it is NaN (not compared) unless the node
@@ -201,21 +253,8 @@ def window_features(
     nvl = _row_means(_rows(nvlink, n, "nvlink"), n)
     pci = _row_means(_rows(pcie, n, "pcie"), n)
     comp = _row_means(_rows(compute, n, "compute"), n)
-    reasons_rows = _rows(clock_event_reasons, n, "clock_event_reasons")
-    thr = np.full(n, np.nan)
-    per_reason: list[dict[str, float]] = [{} for _ in range(n)]
-    if reasons_rows is not None and reasons_rows.shape[1]:
-        ok = np.isfinite(reasons_rows)
-        bits = np.where(ok, reasons_rows, 0).astype(np.int64)
-        cnt = ok.sum(axis=1)
-        has = cnt > 0
-        denom = np.maximum(cnt, 1)
-        thr = np.where(has, ((bits & THROTTLE_MASK) != 0).sum(axis=1) / denom, np.nan)
-        for name, bit in THROTTLE_REASONS.items():
-            share = ((bits & bit) != 0).sum(axis=1) / denom
-            for i in range(n):
-                if has[i]:
-                    per_reason[i][name] = float(share[i])
+    thr, per_reason = _throttle(_rows(clock_event_reasons, n, "clock_event_reasons"),
+                                _counter_shares(throttle_seconds, t, n), n)
     feats = {
         g: GpuFeatures(g, float(clk[i]), float(pw[i]), float(temp[i]), float(util[i]),
                        float(duty[i]), float(thr[i]), per_reason[i], float(nvl[i]),

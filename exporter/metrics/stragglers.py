@@ -24,7 +24,8 @@ FEATURES = (
     ("gpu_window_duty_cycle_ratio", "Share of the window in the high-power (compute) phase; "
      "a straggler computes longer while its peers wait.", "duty_cycle"),
     ("gpu_window_throttle_ratio", "Share of the window with a throttle reason (SW power "
-     "cap, HW slowdown, SW/HW thermal, power brake) active.", "throttle_ratio"),
+     "cap, HW slowdown, SW/HW thermal, power brake) active: SW power cap and SW thermal "
+     "from the driver's violation counters where read.", "throttle_ratio"),
     ("gpu_window_compute_ratio", "Mean compute share over the straggler window: the busiest "
      "math pipe's share of the time (GPM); a straggler computes while its peers wait.",
      "compute_ratio"),

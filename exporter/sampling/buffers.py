@@ -155,7 +155,8 @@ class SweepBuffer:
     """The sweep's values per GPU, one row a sweep, for window analyses (stragglers)."""
 
     FIELDS = ("sm_clock_hertz", "temperature_celsius", "utilization_gpu_ratio",
-              "clock_event_reasons", "power_average_watts")
+              "clock_event_reasons", "power_average_watts",
+              "clock_event_sw_power_cap_seconds", "clock_event_sw_thermal_slowdown_seconds")
 
     def __init__(self, gpus: int, capacity: int):
         self.capacity = capacity
