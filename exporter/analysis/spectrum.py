@@ -13,21 +13,16 @@ _PEAK_HALF_WIDTH = 2  # bins either side of a peak: the main lobe of a Hann wind
 EDGE_RATIO = 0.9  # a peak above this share of the band's top is "at its edge": unresolved
 
 
-def spectrum_features(x: np.ndarray, fs: float, band: tuple[float, float],
-                      f_max: float) -> tuple[float | None, float, float]:
-    """Dominant frequency (searched up to f_max), peak concentration and band energy.
+def spectra_features(x: np.ndarray, fs: float, band: tuple[float, float], f_max: float
+                     ) -> list[tuple[float | None, float, float]]:
+    """Per row of ``x`` (M, N), one FFT for all rows: dominant frequency (searched up to
+    f_max), peak concentration and band energy.
 
     ``x`` is detrended.  The search runs over every bin from two cycles per
     window up to ``f_max``: callers pass the sampling's Nyquist frequency and
     judge afterwards whether the peak lies inside the observable band, so a
     swing faster than the band is never replaced by a lesser, slower peak.
     """
-    return spectra_features(x[None, :], fs, band, f_max)[0]
-
-
-def spectra_features(x: np.ndarray, fs: float, band: tuple[float, float], f_max: float
-                     ) -> list[tuple[float | None, float, float]]:
-    """:func:`spectrum_features` of each row of ``x`` (M, N): one FFT for all rows."""
     n = x.shape[1]
     spec = np.abs(np.fft.rfft(x * hann(n), axis=1)) ** 2
     freqs = np.arange(spec.shape[1]) * fs / n

@@ -1,4 +1,5 @@
-"""Periodic loops on a deadline schedule, each in its own thread or ticked by hand.
+"""Periodic loops on a deadline schedule, each in its own thread (those that never call
+NVML may share one: start_together) or ticked by hand.
 
 A loop runs `fn` every `period` seconds without drift; when an iteration overruns, the
 missed ticks are counted and skipped, keeping the phase. A loop given a `slot` keeps to

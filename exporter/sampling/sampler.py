@@ -147,7 +147,8 @@ class Sampler:
         for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
-        start_together([loop for loop in self.loops if loop.name in ANALYSES], "analyses")
+        start_together([loop for name in ANALYSES if (loop := self.loop(name)) is not None],
+                       "analyses")
 
     def _runner(self, item: Collector | CollectorMaker) -> CollectorRunner:
         s = self.settings
