@@ -190,6 +190,39 @@ def test_the_fake_accounts_its_cpu_and_the_models_charge_per_thread():
     assert lib.modelled_seconds >= sum(charged)
 
 
+def test_the_fakes_own_python_is_given_back_by_the_threads_large_calls():
+    """A cheap call's Python in the fake costs more than the H200's few us; the excess is
+    a thread's credit, taken off its later large calls, so that its CPU inside the fake
+    adds up to what the model charged (the sweep: ~80 cheap calls a second, 8 energy
+    reads every 30 s, which must be able to take tens of ms of it back)."""
+    import math
+    import threading
+
+    from exporter.sim.costs import H200
+
+    energy = H200.of_fields([pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]).cpu
+    accounts = {}
+
+    def calls() -> None:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for _ in range(4000):
+            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+        ident = threading.get_ident()
+        excess = lib.busy_by_thread[ident] - lib.modelled_by_thread[ident]
+        for _ in range(math.ceil(excess / energy) + 1):  # enough to give it all back
+            _energy_joules(handle)
+        accounts.update(excess=excess, busy=lib.busy_by_thread[ident],
+                        modelled=lib.modelled_by_thread[ident])
+
+    with fake.installed(load_scenario("training")) as lib:
+        pynvml.nvmlInit()
+        thread = threading.Thread(target=calls)
+        thread.start()
+        thread.join()
+    assert accounts["excess"] > 0  # the fake's Python: more than the model's 5 us a call
+    assert accounts["busy"] == pytest.approx(accounts["modelled"], rel=0.05)
+
+
 def test_identity_is_stable_and_distinct(fake_nvml):
     pynvml.nvmlInit()
     uuids = {pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(8)}
