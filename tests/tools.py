@@ -185,3 +185,9 @@ def make_snapshot(gpus: int = 2, **fields):
               "states": {}, "power": {}, "power_sources": {}, "loops": {},
               "nvml_errors": {}, **fields}
     return Snapshot(**values)
+
+
+def wake_ups(thread) -> int:
+    """A live thread's voluntary context switches so far: its wake-ups (Linux)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])

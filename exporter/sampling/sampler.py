@@ -29,7 +29,7 @@ from exporter.sampling.loops import Loop, run_due, start_together
 from exporter.sampling.power import PowerSampler
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
-from exporter.sampling.xids import XidWatcher
+from exporter.sampling.xids import WAIT_MS, XidWatcher
 
 
 @dataclass(frozen=True)
@@ -207,12 +207,12 @@ class Sampler:
     def stop(self, timeout: float = 2.0, close: bool = True) -> None:
         """Stop the loops; close NVML unless `close` is False (the caller will)."""
         self._stop.set()
-        threads = [loop.thread for loop in self.loops if loop.thread is not None]
-        if self.xids.thread is not None:
-            threads.append(self.xids.thread)
-        for thread in threads:
+        threads = [(loop.thread, timeout) for loop in self.loops if loop.thread is not None]
+        if self.xids.thread is not None:  # inside an event wait that nothing can cut short
+            threads.append((self.xids.thread, max(timeout, WAIT_MS / 1000 + 0.5)))
+        for thread, wait in threads:
             if thread.is_alive():
-                thread.join(timeout)
+                thread.join(wait)
         for runner in self.collectors:  # free what they hold in NVML, unless still reading
             release = getattr(runner.collector, "close", None)
             thread = runner.loop.thread

@@ -31,6 +31,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 HEAD, IDLE, BUSY = "head", "idle", "busy"
@@ -71,6 +72,9 @@ class Connections:
         self.evicted_by_state: dict[str, int] = {HEAD: 0, IDLE: 0}
         self.refused = 0
         self.timed_out = 0
+        # called when a connection starts a request head from its own thread, so that
+        # the accept loop sleeping until the next deadline takes this one into account
+        self.on_head: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         with self._lock:
@@ -105,8 +109,20 @@ class Connections:
 
     def set_state(self, conn: Conn, state: str) -> None:
         with self._lock:
-            if conn.state != state:
-                conn.state, conn.since = state, time.monotonic()
+            if conn.state == state:
+                return
+            conn.state, conn.since = state, time.monotonic()
+        if state == HEAD and self.on_head is not None:
+            self.on_head()
+
+    def next_deadline_in(self) -> float | None:
+        """Seconds until the oldest request head in progress times out (reap() then cuts
+        it off); None when no connection is reading one."""
+        with self._lock:
+            since = min((c.since for c in self._open.values() if c.state == HEAD), default=None)
+        if since is None:
+            return None
+        return max(0.0, since + self.head_timeout - time.monotonic()) + 0.001
 
     def set_socket(self, conn: Conn, sock: socket.socket) -> bool:
         """The TLS-wrapped socket replaces the raw one; False if already evicted."""
