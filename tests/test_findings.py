@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from exporter.analysis.live_power import PowerAnalysis
 from exporter.analysis.live_stragglers import StragglerAnalysis
 from exporter.analysis.power_swing import CycleFeatures, NodeSwing, Ramp, SwingFeatures
@@ -15,7 +17,9 @@ from exporter.analysis.straggler import (
     SignalScore,
     StragglerReport,
     WindowFeatures,
+    window_features,
 )
+from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth, NvLink
 from exporter.gpu.state import GpuState
 from exporter.sampling.snapshot import XidRecord
@@ -174,7 +178,7 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
     states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x40}),  # HW thermal, now
               1: GpuState(NOW - 1, {"clock_event_reasons": 0x4}),  # power cap, briefly
               2: GpuState(NOW - 1, {"clock_event_reasons": 0x4})}  # power cap, most of it
-    window = _window({0: {"hw_thermal": 1.0}, 1: {"sw_power_cap": 0.2},
+    window = _window({0: {"hw_thermal_slowdown": 1.0}, 1: {"sw_power_cap": 0.2},
                       2: {"sw_power_cap": 0.9}})
     analysis = StragglerAnalysis(NOW, window, None, None)
     snap = make_snapshot(3, time=NOW, states=states, straggler_analysis=analysis,
@@ -192,7 +196,7 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
 def test_reasons_that_come_together_share_one_finding():
     """A power brake is also an HW slowdown: one finding for the GPU, not two."""
     states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
-    window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake": 0.33}})
+    window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake_slowdown": 0.33}})
     snap = make_snapshot(1, time=NOW, states=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
     found = findings(snap)
@@ -200,6 +204,22 @@ def test_reasons_that_come_together_share_one_finding():
     assert found[0]["message"] == (
         "GPU 0 clocks held down by HW slowdown (not active now; 33 % of the last 60 s), "
         "HW power brake (not active now; 33 % of the last 60 s)")
+
+
+def test_clock_event_shares_come_from_the_window_features_as_computed():
+    """The finding reads each reason's share under the name window_features gives it:
+    an SW thermal slowdown over the window, not active now, is still told."""
+    t = np.arange(60.0)
+    reasons = np.zeros((1, 60))
+    reasons[0, :15] = CLOCK_EVENT_REASONS["sw_thermal_slowdown"]
+    window = window_features(t, np.full((1, 60), 500.0), clock_event_reasons=reasons)
+    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
+    snap = make_snapshot(1, time=NOW, states=states,
+                         straggler_analysis=StragglerAnalysis(NOW, window, None, None))
+    found = findings(snap)
+    assert _kinds(found) == [("clock_event", "warning", 0)]
+    assert found[0]["message"] == ("GPU 0 clocks held down by SW thermal slowdown "
+                                   "(not active now; 25 % of the last 59 s)")
 
 
 def test_a_healthy_node_has_no_findings_and_every_finding_is_json():

@@ -22,12 +22,13 @@ RETIRED_PAGES_WARNING = 63
 # severity, the straggler window's name for the reason). sw_power_cap holds the clocks
 # at the top of every training step on a capped node, which is normal: it is reported
 # only when it held for most of the window.
+# reason (as in the window's throttle_reasons) -> (words, severity)
 SLOWDOWNS = {
-    "hw_slowdown": ("HW slowdown", WARNING, "hw_slowdown"),
-    "hw_thermal_slowdown": ("HW thermal slowdown", WARNING, "hw_thermal"),
-    "hw_power_brake_slowdown": ("HW power brake", WARNING, "hw_power_brake"),
-    "sw_thermal_slowdown": ("SW thermal slowdown", WARNING, "sw_thermal"),
-    "sw_power_cap": ("its power cap", INFO, "sw_power_cap"),
+    "hw_slowdown": ("HW slowdown", WARNING),
+    "hw_thermal_slowdown": ("HW thermal slowdown", WARNING),
+    "hw_power_brake_slowdown": ("HW power brake", WARNING),
+    "sw_thermal_slowdown": ("SW thermal slowdown", WARNING),
+    "sw_power_cap": ("its power cap", INFO),
 }
 POWER_CAP_MIN_SHARE = 0.5
 _XID_SEVERITY = {"critical": CRITICAL, "warning": WARNING}
@@ -139,9 +140,9 @@ def _clock_events(snap: Snapshot) -> list[dict[str, Any]]:
         window = features.gpus.get(gpu) if features is not None else None
         shares = window.throttle_reasons if window is not None else {}
         parts, reasons, severity = [], {}, INFO
-        for reason, (words, level, short) in SLOWDOWNS.items():
+        for reason, (words, level) in SLOWDOWNS.items():
             active = bits is not None and bool(int(bits) & CLOCK_EVENT_REASONS[reason])
-            share = shares.get(short)
+            share = shares.get(reason)
             if level == INFO and (share is None or share < POWER_CAP_MIN_SHARE):
                 continue
             if level != INFO and not active and not share:
