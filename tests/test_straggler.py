@@ -343,12 +343,26 @@ def test_the_drivers_throttle_counters_win_over_sampled_bits() -> None:
     counters[2, 1:] = np.nan  # one reading
     counters[3, 30:] -= 10.0  # reset
     reasons[2:, :12] = 0x4
-    f = window_features(t, power, clock_event_reasons=reasons, throttle_seconds=(t, counters))
-    assert f.gpus[0].throttle_ratio == pytest.approx(0.2)  # not 1.0
-    assert f.gpus[1].throttle_ratio == pytest.approx(0.2 + 0.1)
+    thermal = np.outer(np.ones(4), 0.05 * t)  # and 0.05 s of SW thermal slowdown
+    seconds = {"sw_power_cap": (t, counters), "sw_thermal_slowdown": (t, thermal)}
+    f = window_features(t, power, clock_event_reasons=reasons, throttle_seconds=seconds)
+    assert f.gpus[0].throttle_ratio == pytest.approx(0.25)  # not 1.0
+    assert f.gpus[1].throttle_ratio == pytest.approx(0.25 + 0.1)
     assert f.gpus[2].throttle_ratio == f.gpus[3].throttle_ratio == pytest.approx(0.2)  # bits
+    # each counted reason's share from its own counter (shown on the live page)
+    assert f.gpus[0].throttle_reasons["sw_power_cap"] == pytest.approx(0.2)  # bits: 1.0
+    assert f.gpus[0].throttle_reasons["sw_thermal_slowdown"] == pytest.approx(0.05)
+    assert f.gpus[1].throttle_reasons["hw_power_brake_slowdown"] == pytest.approx(0.1)
+    assert f.gpus[2].throttle_reasons["sw_power_cap"] == pytest.approx(0.2)  # bits: 12/60
+    assert f.gpus[3].throttle_reasons["sw_power_cap"] == pytest.approx(0.2)  # bits too
     without = window_features(t, power, clock_event_reasons=reasons)
     assert without.gpus[0].throttle_ratio == 1.0
+    assert without.gpus[0].throttle_reasons["sw_power_cap"] == 1.0
+    # a counter of one reason alone: the total from the bits, that reason exact
+    one = window_features(t, power, clock_event_reasons=reasons,
+                          throttle_seconds={"sw_power_cap": (t, counters)})
+    assert one.gpus[0].throttle_ratio == 1.0
+    assert one.gpus[0].throttle_reasons["sw_power_cap"] == pytest.approx(0.2)
 
 
 def test_duty_cycle_only_with_phases() -> None:

@@ -47,8 +47,8 @@ ComputeRows = Callable[[], tuple[np.ndarray, np.ndarray] | None]
 FEATURE_SWEEPS = (("sm_clock", "sm_clock_hertz"), ("temperature", "temperature_celsius"),
                   ("utilization", "utilization_gpu_ratio"),
                   ("clock_event_reasons", "clock_event_reasons"))
-# the driver's violation counters the sweep reads (straggler.COUNTED_REASONS), summed
-THROTTLE_COUNTERS = tuple(f"clock_event_{reason}_seconds" for reason in COUNTED_REASONS)
+# the driver's violation counters the sweep reads, by reason (straggler.COUNTED_REASONS)
+THROTTLE_COUNTERS = {reason: f"clock_event_{reason}_seconds" for reason in COUNTED_REASONS}
 STALL_SWEEP = "utilization_gpu_ratio"
 
 
@@ -142,7 +142,7 @@ class StragglerMonitor:
                 self._last_update = now
                 self._level = compute_level(power)
                 sweeps = sweep_window([key for _, key in FEATURE_SWEEPS]
-                                      + list(THROTTLE_COUNTERS))
+                                      + list(THROTTLE_COUNTERS.values()))
                 self._update_features(now, t_row, power, *sweeps, groups, compute())
         stall = None
         if self._level is not None:
@@ -172,8 +172,9 @@ class StragglerMonitor:
             for name, key in FEATURE_SWEEPS:
                 if key in sweep:
                     series[name] = (sweep_row, sweep[key])
-            if all(key in sweep for key in THROTTLE_COUNTERS):  # NaN where one is missing
-                series["throttle_seconds"] = (sweep_row, sum(sweep[k] for k in THROTTLE_COUNTERS))
+            series["throttle_seconds"] = {reason: (sweep_row, sweep[key])
+                                          for reason, key in THROTTLE_COUNTERS.items()
+                                          if key in sweep}
         if compute is not None:  # the profiling intervals that end within the window
             times, shares = compute
             with np.errstate(invalid="ignore"):

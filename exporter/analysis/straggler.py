@@ -92,7 +92,7 @@ class GpuFeatures:
     utilization_ratio: float
     duty_cycle: float  # share of the window above the node's (p5 + p95) / 2 power
     throttle_ratio: float  # share of samples with any THROTTLE_REASONS bit
-    throttle_reasons: Mapping[str, float]  # reason -> share of samples (empty if not given)
+    throttle_reasons: Mapping[str, float]  # reason -> share of the window (empty if not given)
     nvlink_bytes_per_second: float
     pcie_bytes_per_second: float
     compute_ratio: float = math.nan  # busiest math pipe's share of the time (GPM)
@@ -160,10 +160,13 @@ def _counter_shares(x: Series | None, t: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _throttle(reasons_rows: np.ndarray | None, counted: np.ndarray, n: int
+def _throttle(reasons_rows: np.ndarray | None, counters: Mapping[str, np.ndarray], n: int
               ) -> tuple[np.ndarray, list[dict[str, float]]]:
     """The throttled share per GPU (see window_features) and each reason's share of the
-    sweeps (bits)."""
+    window: from the driver's counter where `counters` (reason -> share per GPU) has it,
+    else of the sweeps (bits)."""
+    counted = (sum(counters[r] for r in COUNTED_REASONS)
+               if all(r in counters for r in COUNTED_REASONS) else np.full(n, np.nan))
     thr = counted.copy()
     per_reason: list[dict[str, float]] = [{} for _ in range(n)]
     if reasons_rows is not None and reasons_rows.shape[1]:
@@ -177,9 +180,11 @@ def _throttle(reasons_rows: np.ndarray | None, counted: np.ndarray, n: int
         thr = np.where(np.isfinite(counted) & has, np.minimum(1.0, counted + others), sampled)
         for name, bit in THROTTLE_REASONS.items():
             share = ((bits & bit) != 0).sum(axis=1) / denom
+            exact = counters.get(name)
             for i in range(n):
                 if has[i]:
-                    per_reason[i][name] = float(share[i])
+                    per_reason[i][name] = float(
+                        exact[i] if exact is not None and np.isfinite(exact[i]) else share[i])
     return thr, per_reason
 
 
@@ -206,7 +211,7 @@ def window_features(
     nvlink: Series | None = None,
     pcie: Series | None = None,
     compute: Series | None = None,
-    throttle_seconds: Series | None = None,
+    throttle_seconds: Mapping[str, Series] | None = None,
     min_phase_contrast: float = 0.25,
 ) -> WindowFeatures:
     """Per-GPU features of a node over one window.
@@ -215,11 +220,14 @@ def window_features(
     The optional series are (N, M') in their base units (Hz, degC, ratio 0-1,
     bitmask, bytes/s), on ``t`` or as ``(times, values)``; ``compute`` is the compute
     share (0-1) of intervals within the window (GPM readings, every ~10 s);
-    ``throttle_seconds`` the driver's seconds of COUNTED_REASONS so far (cumulative).
+    ``throttle_seconds`` the driver's seconds so far (cumulative) by reason, for
+    COUNTED_REASONS.
 
     The throttled share is that of the samples of ``clock_event_reasons`` with a
-    throttling bit; where ``throttle_seconds`` has two readings, the counted reasons'
-    share is its increase over their span instead, plus the sampled share of the others.
+    throttling bit; where every counter in ``throttle_seconds`` has two readings, the
+    counted reasons' share is their increase over their span instead, plus the sampled
+    share of the others. Each counted reason's own share (``throttle_reasons``) comes
+    from its counter the same way.
 
     The duty cycle is the share of a GPU's power samples above the midpoint of
     the node's pooled p5 and p95 power; it is NaN (not compared) unless the node
@@ -253,8 +261,10 @@ def window_features(
     nvl = _row_means(_rows(nvlink, n, "nvlink"), n)
     pci = _row_means(_rows(pcie, n, "pcie"), n)
     comp = _row_means(_rows(compute, n, "compute"), n)
+    counters = {reason: _counter_shares(series, t, n)
+                for reason, series in (throttle_seconds or {}).items()}
     thr, per_reason = _throttle(_rows(clock_event_reasons, n, "clock_event_reasons"),
-                                _counter_shares(throttle_seconds, t, n), n)
+                                counters, n)
     feats = {
         g: GpuFeatures(g, float(clk[i]), float(pw[i]), float(temp[i]), float(util[i]),
                        float(duty[i]), float(thr[i]), per_reason[i], float(nvl[i]),
