@@ -146,6 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     freeze_startup_objects()
     serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
+    signals.close()
     return 0
 
 

@@ -11,9 +11,11 @@ keep their running values until the next start.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import select
 import signal
-import threading
 import time
 from dataclasses import fields, replace
 from typing import Any, Protocol
@@ -25,7 +27,6 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 #: Config keys a reload applies to the running exporter.
-HANDLER_DELAY_SECONDS = 0.5  # the most a signal's handler waits for the main thread
 LIVE_KEYS = frozenset({"web_config_file", "log_level"})
 
 
@@ -68,40 +69,53 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
 class Signals:
     """SIGINT/SIGTERM ask to stop, SIGHUP to reload. Installed before the exporter starts,
     so a SIGHUP during start-up is kept for later instead of killing the process (its
-    default action)."""
+    default action).
+
+    The kernel may deliver a signal to any thread, and Python runs its handler only once
+    the main thread runs bytecode again; so each signal also writes a byte to a pipe
+    (`signal.set_wakeup_fd`: the C-level handler does, on whatever thread), and the main
+    thread sleeps on that pipe (`wait`) until a signal or its next duty: no polling."""
 
     def __init__(self) -> None:
-        self.wake = threading.Event()
         self.stop = False
         self.reload = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
 
     def _on_stop(self, *_: object) -> None:
         self.stop = True
-        self.wake.set()
 
     def _on_hup(self, *_: object) -> None:
         self.reload = True
-        self.wake.set()
+
+    def wait(self, timeout: float | None) -> None:
+        """Sleep until a signal comes (its handler runs once the caller runs on) or
+        `timeout` seconds pass (None: no limit)."""
+        select.select([self._read], [], [], timeout)
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read, 512)
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(-1)
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def serve(exporter: Reloadable, signals: Signals, config_path: str | None,
           overrides: dict[str, Any]) -> None:
-    """The main thread's loop once the exporter serves: reloads, watchdog pings, stop."""
+    """The main thread's loop once the exporter serves: reloads, watchdog pings, stop.
+    It sleeps until a signal or the next watchdog ping; a flag a handler sets is seen
+    at the top of the loop, after the handler has run."""
     sdnotify.notify("READY=1")
     interval = sdnotify.watchdog_interval()
     next_ping = time.monotonic()
     while True:
-        # Bounded: a signal the kernel delivers to another thread leaves this wait
-        # uninterrupted, and Python runs its handler only when the main thread next runs
-        # bytecode; waiting for ever would hold back a SIGHUP or SIGTERM (seen under load).
-        wait = HANDLER_DELAY_SECONDS
-        if interval is not None:
-            wait = max(0.0, min(wait, next_ping - time.monotonic()))
-        signals.wake.wait(wait)
-        signals.wake.clear()
         if signals.stop:
             sdnotify.notify("STOPPING=1")
             return
@@ -115,3 +129,4 @@ def serve(exporter: Reloadable, signals: Signals, config_path: str | None,
             if exporter.alive():
                 # only while liveness holds: a stuck publisher gets the service restarted
                 sdnotify.notify("WATCHDOG=1")
+        signals.wait(None if interval is None else max(0.0, next_ping - time.monotonic()))

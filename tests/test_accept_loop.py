@@ -29,9 +29,9 @@ def server():
 def test_an_idle_server_does_not_wake_and_stops_at_once(server):
     http, thread = server
     time.sleep(0.2)
-    before = wake_ups(thread)
+    before = wake_ups(thread.native_id)
     time.sleep(2.0)
-    assert wake_ups(thread) - before == 0  # socketserver's loop: 4 in 2 s
+    assert wake_ups(thread.native_id) - before == 0  # socketserver's loop: 4 in 2 s
     t0 = time.monotonic()
     http.shutdown()
     assert time.monotonic() - t0 < 0.5

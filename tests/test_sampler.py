@@ -268,9 +268,9 @@ def test_the_xid_thread_wakes_once_per_wait_when_no_event_comes():
     with threaded() as sampler:
         thread = sampler.xids.thread
         wait_for(lambda: sampler.xids.registered == 8, timeout=5)
-        before = wake_ups(thread)
+        before = wake_ups(thread.native_id)
         time.sleep(4.0)
-        assert wake_ups(thread) - before <= 3  # 2 waits (at 0.5 s: 8)
+        assert wake_ups(thread.native_id) - before <= 3  # 2 waits (at 0.5 s: 8)
 
 
 def test_a_loop_moves_onto_its_slot_after_its_first_tick():

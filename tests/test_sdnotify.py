@@ -14,7 +14,7 @@ import pytest
 
 from exporter import sdnotify
 from exporter.service import serve
-from tests.tools import free_port, stop_process, wait_for
+from tests.tools import free_port, stop_process, wait_for, wake_ups
 
 
 class NotifySocket:
@@ -108,7 +108,9 @@ def test_watchdog_pings_only_while_the_exporter_is_alive(notify_socket, monkeypa
         return health["alive"]
 
     exporter = types.SimpleNamespace(alive=alive)
-    signals = types.SimpleNamespace(wake=threading.Event(), stop=False, reload=False)
+    wake = threading.Event()
+    signals = types.SimpleNamespace(stop=False, reload=False,
+                                    wait=lambda timeout: wake.wait(timeout) and wake.clear())
     thread = threading.Thread(target=serve, args=(exporter, signals, None, {}), daemon=True)
     thread.start()
     try:
@@ -124,10 +126,38 @@ def test_watchdog_pings_only_while_the_exporter_is_alive(notify_socket, monkeypa
         assert len(notify_socket.pending()) == count
     finally:
         signals.stop = True
-        signals.wake.set()
+        wake.set()
         thread.join(5)
     assert alive[0] == "READY=1" and alive.count("WATCHDOG=1") >= 3
     assert notify_socket.pending()[-1] == "STOPPING=1"
+
+
+def test_the_main_thread_sleeps_until_a_signal(tmp_path, monkeypatch):
+    """Without a watchdog to ping, `run`'s main thread has nothing to do until a signal:
+    it must not wake to look (it polled twice a second), and a signal still stops it at
+    once, whichever thread the kernel hands it to."""
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    port = free_port()
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", "--fake", "--no-collector.host",
+             "--no-collector.infiniband", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "serving on" in log.read_text(), timeout=30, interval=0.1)
+        time.sleep(1.0)
+        before = wake_ups(proc.pid, proc.pid)  # the main thread's id is the pid
+        time.sleep(3.0)
+        assert wake_ups(proc.pid, proc.pid) - before <= 1  # polling: 6
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0, log.read_text()
 
 
 def test_run_under_a_fake_systemd(notify_socket, tmp_path, monkeypatch):

@@ -187,7 +187,8 @@ def make_snapshot(gpus: int = 2, **fields):
     return Snapshot(**values)
 
 
-def wake_ups(thread) -> int:
-    """A live thread's voluntary context switches so far: its wake-ups (Linux)."""
-    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+def wake_ups(tid: int, pid: int | str = "self") -> int:
+    """A live thread's voluntary context switches so far: its wake-ups (Linux). `tid`:
+    its native id (threading.Thread.native_id; a process's main thread: its pid)."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
     return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
