@@ -18,11 +18,10 @@ from exporter.web.wording import CRITICAL, INFO, WARNING, ago, duration, finding
 
 # GpuRetiredPagesHigh: at 64 retired pages a GPU cannot retire more.
 RETIRED_PAGES_WARNING = 63
-# Clock-event reasons that slow a busy GPU down, as the metrics name them -> (words,
-# severity, the straggler window's name for the reason). sw_power_cap holds the clocks
+# Clock-event reasons that slow a busy GPU down, as the metrics and the straggler
+# window's throttle_reasons name them -> (words, severity). sw_power_cap holds the clocks
 # at the top of every training step on a capped node, which is normal: it is reported
 # only when it held for most of the window.
-# reason (as in the window's throttle_reasons) -> (words, severity)
 SLOWDOWNS = {
     "hw_slowdown": ("HW slowdown", WARNING),
     "hw_thermal_slowdown": ("HW thermal slowdown", WARNING),

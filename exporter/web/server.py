@@ -172,7 +172,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self._serving.wait()
 
     def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):  # full: a wake-up is pending
+        with contextlib.suppress(OSError):  # full (a wake-up is pending), or closed
             os.write(self._wake_w, b"\0")
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[override]
