@@ -132,19 +132,23 @@ def test_watchdog_pings_only_while_the_exporter_is_alive(notify_socket, monkeypa
     assert notify_socket.pending()[-1] == "STOPPING=1"
 
 
+def start_run(log) -> subprocess.Popen:
+    """`run --fake` in a process of its own, its output into `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", "--fake", "--no-collector.host",
+             "--no-collector.infiniband", f"--web.listen-address=127.0.0.1:{free_port()}"],
+            stdout=out, stderr=subprocess.STDOUT)
+
+
 def test_the_main_thread_sleeps_until_a_signal(tmp_path, monkeypatch):
     """Without a watchdog to ping, `run`'s main thread has nothing to do until a signal:
     it must not wake to look (it polled twice a second), and a signal still stops it at
     once, whichever thread the kernel hands it to."""
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-    port = free_port()
     log = tmp_path / "log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "run", "--fake", "--no-collector.host",
-             "--no-collector.infiniband", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=out, stderr=subprocess.STDOUT)
+    proc = start_run(log)
     try:
         wait_for(lambda: "serving on" in log.read_text(), timeout=30, interval=0.1)
         time.sleep(1.0)
@@ -164,11 +168,7 @@ def test_run_under_a_fake_systemd(notify_socket, tmp_path, monkeypatch):
     monkeypatch.setenv("WATCHDOG_USEC", "1000000")
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     log = tmp_path / "log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "run", "--fake", "--no-collector.host",
-             "--no-collector.infiniband", f"--web.listen-address=127.0.0.1:{free_port()}"],
-            stdout=out, stderr=subprocess.STDOUT)
+    proc = start_run(log)
     try:
         assert "READY=1" in notify_socket.drain(until="READY=1", timeout=30), log.read_text()
         notify_socket.drain(until="WATCHDOG=1", timeout=5)
