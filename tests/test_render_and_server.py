@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import http.client
 import socket
@@ -14,7 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
-from exporter.metrics.render import render
+from exporter.gpu.health import GpuHealth, NvLink
+from exporter.metrics.health import (
+    link_memory_families,
+    link_memory_key,
+    nvlink_traffic_families,
+)
+from exporter.metrics.render import CachedFamilies, render
 from exporter.web.health import HealthCheck
 from exporter.web.server import accepts_gzip
 from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
@@ -201,3 +208,34 @@ def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
         assert stuck["0"] > 1
     finally:
         exp.stop()
+
+
+def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then():
+    """NVLink state and error counters and the memory families are ~800 series that seldom
+    change; their text is reused across readings while their values hold (a reading
+    every 5 s, a scrape every 15 s: by reading it would never be), never once a value
+    changes. NVLink traffic, which changes every reading, is rendered every time."""
+    def reading(time: float, tx: float, crc: float) -> GpuHealth:
+        links = tuple(NvLink(i, True, tx + i, 2 * tx, {"crc_flit": crc if i == 3 else 0.0,
+                                                       "replay": 0.0}) for i in range(4))
+        return GpuHealth(time, {("corrected", "volatile"): 0.0}, {}, 0.0, {}, 0.0, 0.0,
+                         "none", links)
+
+    built = []
+
+    def counted(snapshot):
+        built.append(snapshot.time)
+        return link_memory_families(snapshot)
+
+    sources = [CachedFamilies(counted, link_memory_key), nvlink_traffic_families]
+    first = make_snapshot(2, time=5.0, health={g: reading(5.0, 1e9, 0.0) for g in range(2)})
+    later = dataclasses.replace(first, time=10.0,
+                                health={g: reading(10.0, 2e9, 0.0) for g in range(2)})
+    worse = dataclasses.replace(later, time=15.0,
+                                health={0: reading(15.0, 3e9, 7.0), 1: later.health[1]})
+    texts = [render(s, sources).decode() for s in (first, later, worse)]
+    assert built == [5.0, 15.0]  # the second reading changed nothing they show
+    assert 'gpu_nvlink_transmit_bytes_total{gpu="0",link="1",uuid="GPU-00000000"} 2.000000001e+09' \
+        in texts[1]  # traffic: from each reading
+    crc = 'gpu_nvlink_errors_total{gpu="0",link="3",type="crc_flit",uuid="GPU-00000000"}'
+    assert f"{crc} 0.0" in texts[1] and f"{crc} 7.0" in texts[2]

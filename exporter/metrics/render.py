@@ -12,7 +12,12 @@ from prometheus_client.metrics_core import Metric
 from exporter.collectors import registry
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
-from exporter.metrics.health import health_families, link_memory_families, link_memory_key
+from exporter.metrics.health import (
+    health_families,
+    link_memory_families,
+    link_memory_key,
+    nvlink_traffic_families,
+)
 from exporter.metrics.power import power_families
 from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
@@ -35,7 +40,7 @@ def collector_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 class CachedFamilies:
     """Families whose rendering is reused while `key(snapshot)` stays the same (those
-    fed by readings that change every few sweeps, not every snapshot)."""
+    whose values seldom change: the key is what they show)."""
 
     def __init__(self, families: FamilySource, key: Callable[[Snapshot], Any]):
         self.families, self.key = families, key
@@ -60,7 +65,7 @@ class CachedFamilies:
 # Each area adds its families here; the order is the order of the output.
 FAMILY_SOURCES: list[FamilySource] = [
     gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
-    power_families, straggler_families, collector_families, self_families]
+    nvlink_traffic_families, power_families, straggler_families, collector_families, self_families]
 
 
 def _collect(snapshot: Snapshot, sources: list[FamilySource]) -> Iterator[Metric]:
