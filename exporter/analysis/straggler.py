@@ -91,7 +91,7 @@ class GpuFeatures:
     temperature_celsius: float
     utilization_ratio: float
     duty_cycle: float  # share of the window above the node's (p5 + p95) / 2 power
-    throttle_ratio: float  # share of samples with any THROTTLE_REASONS bit
+    throttle_ratio: float  # share of the window throttled (see window_features)
     throttle_reasons: Mapping[str, float]  # reason -> share of the window (empty if not given)
     nvlink_bytes_per_second: float
     pcie_bytes_per_second: float
@@ -165,6 +165,8 @@ def _throttle(reasons_rows: np.ndarray | None, counters: Mapping[str, np.ndarray
     """The throttled share per GPU (see window_features) and each reason's share of the
     window: from the driver's counter where `counters` (reason -> share per GPU) has it,
     else of the sweeps (bits)."""
+    # the counters do not say whether their reasons held at the same time: their sum (and
+    # the bits of the others added to it) is an upper bound, capped at the whole window
     counted = (sum(counters[r] for r in COUNTED_REASONS)
                if all(r in counters for r in COUNTED_REASONS) else np.full(n, np.nan))
     thr = counted.copy()

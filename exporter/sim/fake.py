@@ -114,7 +114,8 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
 
     @property
     def busy_seconds(self) -> float:
-        """CPU time inside the fake, all threads: the modelled driver's CPU."""
+        """CPU time inside the fake, all threads: the modelled driver's, or the fake's
+        own Python where that costs more (less the credit it gave back: sim/costs.py)."""
         return sum(list(self.busy_by_thread.values()))
 
     @property
