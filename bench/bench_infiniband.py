@@ -33,8 +33,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.infiniband import InfinibandSource
-from exporter.collectors.infiniband_families import infiniband_families
+from exporter.collectors.infiniband.families import infiniband_families
+from exporter.collectors.infiniband.reading import InfinibandSource
 from exporter.sim import ib_tree
 
 

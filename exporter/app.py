@@ -13,14 +13,14 @@ from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors import registry
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
-from exporter.metrics.web import http_families, reload_families, tls_families
-from exporter.offline.trace import load_trace
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sim import costs, fake
 from exporter.sim.replay import replay_library
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.load import load_trace
+from exporter.web.families import http_families, reload_families, tls_families
 from exporter.web.health import HealthCheck
 from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
 from exporter.web.stats import ReloadStatus

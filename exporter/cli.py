@@ -14,9 +14,9 @@ from exporter import __version__
 from exporter.collectors import registry
 from exporter.config import all_options, build_config, load_config_file
 from exporter.gpu.backend import NvmlUnavailable
-from exporter.offline.trace import TraceError
 from exporter.options import RUN, SIMULATE, add_flags, resolve
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
@@ -52,7 +52,7 @@ def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from exporter.sim.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
+    from exporter.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
 
     if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
         raise ConfigError(f"--nodes: expected 1-{MAX_NODES}, got {args.nodes}")

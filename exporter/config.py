@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.collectors import registry
-from exporter.options import CORE, DEFAULT_PORT, Option, unique
-from exporter.yamlfile import ConfigError, Where, excerpt, expect_mapping, load_yaml_file
+from exporter.options import CORE, DEFAULT_PORT, Option, parse_listen_address, unique
+from exporter.yamlfile import ConfigError, Where, expect_mapping, load_yaml_file
 
 __all__ = ["DEFAULT_PORT", "Config", "all_options", "build_config", "load_config_file",
            "parse_listen_address", "validate"]
@@ -23,20 +23,6 @@ __all__ = ["DEFAULT_PORT", "Config", "all_options", "build_config", "load_config
 @cache
 def all_options() -> tuple[Option, ...]:
     return tuple(unique([*CORE, *registry.options()]))
-
-
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """'host:port', ':port' or '[v6]:port' -> (host, port); host '' means every address."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listen address {excerpt(text)}: expected HOST:PORT with PORT "
-                          "0-65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ConfigError(f"listen address {excerpt(text)}: write IPv6 hosts in brackets, "
-                          "[::1]:9955")
-    return host, int(port)
 
 
 def _make_config_class() -> type:

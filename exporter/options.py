@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.yamlfile import ConfigError, excerpt
+
 DEFAULT_PORT = 9955  # free of node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835
 LOG_LEVELS = ("debug", "info", "warning", "error")
 RUN, SIMULATE, RECORD = "run", "simulate", "record"
@@ -43,8 +45,6 @@ class Option:
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with a value of this option, or None (values quoted short)."""
-        from exporter.yamlfile import excerpt
-
         if value is None:
             return None if self.optional or self.default is None else "must be set"
         if self.kind is bool:
@@ -82,10 +82,21 @@ class Option:
                             choices=self.choices or None, help=text)
 
 
-def _listen_address_problem(text: str) -> str | None:
-    from exporter.config import parse_listen_address
-    from exporter.yamlfile import ConfigError
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """'host:port', ':port' or '[v6]:port' -> (host, port); host '' means every address."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listen address {excerpt(text)}: expected HOST:PORT with PORT "
+                          "0-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"listen address {excerpt(text)}: write IPv6 hosts in brackets, "
+                          "[::1]:9955")
+    return host, int(port)
 
+
+def _listen_address_problem(text: str) -> str | None:
     try:
         parse_listen_address(text)
     except ConfigError as exc:
@@ -177,8 +188,6 @@ def add_flags(parser: argparse.ArgumentParser, command: str,
 def resolve(args: argparse.Namespace, command: str, options: Iterable[Option]) -> dict[str, Any]:
     """The values of a command's flags, defaults filled in and each one checked (a bad
     value raises ConfigError naming the flag); for commands without a config file."""
-    from exporter.yamlfile import ConfigError
-
     values = {}
     for option in options:
         if option.flag is None or command not in option.commands:

@@ -7,8 +7,8 @@ import urllib.request
 import pytest
 
 from exporter.cli import main
-from exporter.collectors.infiniband import InfinibandSource
-from exporter.sim.fleet import (
+from exporter.collectors.infiniband.reading import InfinibandSource
+from exporter.fleet import (
     Fleet,
     FleetSettings,
     IbFault,

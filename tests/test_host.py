@@ -10,14 +10,14 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.host import (
+from exporter.collectors.host.families import host_families
+from exporter.collectors.host.reading import (
     DEFAULT_NETWORK_EXCLUDE,
     CpuTimes,
     HostSource,
     cpu_busy_ratio,
     keep_interface,
 )
-from exporter.collectors.host_families import host_families
 
 # psutil's Linux field sets
 CpuT = namedtuple("CpuT", "user nice system idle iowait irq softirq steal guest guest_nice")

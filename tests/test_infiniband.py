@@ -12,9 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors import infiniband as ibs
-from exporter.collectors import infiniband_families as ibm
-from exporter.collectors.infiniband import (
+from exporter.collectors.infiniband import families as ibm
+from exporter.collectors.infiniband import reading as ibs
+from exporter.collectors.infiniband.families import FAMILIES, infiniband_families
+from exporter.collectors.infiniband.reading import (
     MAX_READ_BYTES,
     SKIP_REASONS,
     BadValue,
@@ -24,7 +25,6 @@ from exporter.collectors.infiniband import (
     parse_rate,
     parse_state,
 )
-from exporter.collectors.infiniband_families import FAMILIES, infiniband_families
 from exporter.sim import ib_tree
 from tests.tools import require_binary
 

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.jobs import (
+from exporter.collectors.jobs.families import jobs_families
+from exporter.collectors.jobs.reading import (
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_JOBS_PER_GPU,
@@ -20,7 +21,6 @@ from exporter.collectors.jobs import (
     parse_job_file,
     parse_mapping_name,
 )
-from exporter.collectors.jobs_families import jobs_families
 from exporter.gpu.state import GpuIdentity
 from exporter.metrics.render import render
 from exporter.sampling.snapshot import CollectorResult, Snapshot
@@ -204,14 +204,14 @@ def test_which_gpus_are_mapped_does_not_depend_on_listing_order(tmp_path, monkey
                                                                gpu_count):
     """Issue 17, finding 7: past 4,096 entries, the GPUs mapped were the file system's
     pick. Junk listed first must not hide a GPU's file."""
-    monkeypatch.setattr("exporter.collectors.jobs.MAX_ENTRIES", 10)
+    monkeypatch.setattr("exporter.collectors.jobs.reading.MAX_ENTRIES", 10)
     for gpu in range(4):
         (tmp_path / str(gpu)).write_text(f"{100 + gpu}\n")
     junk = [f"junk{i}" for i in range(30)]
     for name in junk:
         (tmp_path / name).write_text("x\n")
     for order in (junk + ["3", "2", "1", "0"], ["0", "1", "2", "3"] + junk):
-        monkeypatch.setattr("exporter.collectors.jobs.os.scandir",
+        monkeypatch.setattr("exporter.collectors.jobs.reading.os.scandir",
                             lambda _path, order=order: _Listing(order))
         reading = JobsSource(tmp_path, gpu_count=gpu_count).read()
         assert dict(reading.jobs) == {g: (str(100 + g),) for g in range(4)}, order
@@ -300,7 +300,7 @@ def test_gpu_count_comes_from_the_sampler(tmp_path):
 
 
 def test_file_count_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr("exporter.collectors.jobs.MAX_FILES", 3)
+    monkeypatch.setattr("exporter.collectors.jobs.reading.MAX_FILES", 3)
     for gpu in range(5):
         (tmp_path / str(gpu)).write_text(f"{gpu}\n")
     reading = JobsSource(tmp_path).read()
@@ -378,7 +378,7 @@ def test_mig_instance_files_map_jobs_to_instances(tmp_path):
 
 
 def test_the_per_node_cap_spans_gpus_and_instances(tmp_path, monkeypatch):
-    import exporter.collectors.jobs as jobs
+    import exporter.collectors.jobs.reading as jobs
 
     monkeypatch.setattr(jobs, "MAX_JOBS_PER_NODE", 3)
     (tmp_path / "0").write_text("a\nb\n")

@@ -13,11 +13,12 @@ import threading
 
 import pytest
 
-from exporter.collectors import kubernetes as k8s
-from exporter.collectors.kubernetes import KubernetesReading, KubernetesSource, PodDevice
-from exporter.collectors.podresources import BadMessage, parse_list_response
-from exporter.collectors.registry import CollectorContext
+from exporter.collectors.kubernetes import reading as k8s
+from exporter.collectors.kubernetes import spec as k8s_spec
+from exporter.collectors.kubernetes.podresources import BadMessage, parse_list_response
+from exporter.collectors.kubernetes.reading import KubernetesReading, KubernetesSource, PodDevice
 from exporter.config import Config
+from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.physics import gpu_uuid
 from exporter.sim.scenarios import load_scenario
 from exporter.sim.tenants import mig_uuid
@@ -248,14 +249,14 @@ def test_peer_groups_are_whole_gpus_held_by_one_pod():
 
 
 def test_on_by_default_only_with_a_socket(tmp_path, monkeypatch):
-    spec = k8s.SPEC
+    spec = k8s_spec.SPEC
     assert not spec.enabled(Config())  # no kubelet socket on this machine
     assert spec.enabled(Config(kubernetes_pod_resources_socket="/run/later.sock"))
     assert not spec.enabled(Config(kubernetes_pod_resources_socket="/x",
                                    collector_kubernetes=False))
     present = tmp_path / "kubelet.sock"
     present.write_text("")
-    monkeypatch.setattr(k8s, "DEFAULT_SOCKET", str(present))
+    monkeypatch.setattr(k8s_spec, "DEFAULT_SOCKET", str(present))
     assert spec.enabled(Config())
     assert os.path.exists(present)
 

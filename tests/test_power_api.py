@@ -129,7 +129,7 @@ def test_a_snapshot_without_samples_answers_empty_series():
 
 
 def test_findings_body_has_the_node_summary():
-    from exporter.collectors.jobs import JobsReading
+    from exporter.collectors.jobs.reading import JobsReading
     from exporter.sampling.snapshot import CollectorResult
 
     jobs = CollectorResult(JobsReading({0: ("job-7",), 1: ("job-7", "job-8")}, {}), 0.0, True, 0)

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from exporter.collectors.processes import ProcessesSource, split_energy
-from exporter.collectors.processes_families import processes_families
-from exporter.collectors.procfs import ProcReader, container_id, parse_comm
-from exporter.collectors.registry import CollectorContext
+from exporter.collectors.processes.families import processes_families
+from exporter.collectors.processes.procfs import ProcReader, container_id, parse_comm
+from exporter.collectors.processes.reading import ProcessesSource, split_energy
+from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.scenarios import load_scenario
 from tests.tools import http_get, make_snapshot, samples
 

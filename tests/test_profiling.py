@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from exporter.analysis.live_stragglers import StragglerSettings
-from exporter.collectors.profiling import ProfilingSource
+from exporter.collectors.profiling.reading import ProfilingSource
 from exporter.gpu import gpm
 from exporter.gpu.backend import NvmlBackend
 from exporter.offline import analyze
-from exporter.offline.trace import TraceWriter
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import fake
 from exporter.sim.fake_gpm import GpmSymbols
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.trace import TraceWriter
 from tests.tools import http_get, samples, scenario_from_yaml
 
 FIVE = ("gpu_graphics_engine_active_ratio", "gpu_sm_active_ratio", "gpu_sm_occupancy_ratio",

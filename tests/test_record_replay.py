@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from exporter.metrics.render import render
-from exporter.offline.trace import load_trace
 from exporter.sim.replay import replay_library
+from exporter.traces.load import load_trace
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.jobs import JobsSource
+from exporter.collectors.jobs.reading import JobsSource
 from tests.tools import REPO
 
 SLURM = REPO / "deploy" / "slurm"

@@ -1,10 +1,11 @@
 """The collector registry: one spec per collector, from which everything else follows.
 
-A collector is a module in this package with a module-level `SPEC`. From the specs come
-the `--[no-]collector.NAME` flags and `collector_NAME` config keys, each collector's own
-options (flags and keys), `check-config`'s summary, the flags table in the docs and the
-render list. Adding a collector is adding one module (plus its test and doc lines), as
-node_exporter's `registerCollector` does.
+A collector is a package in this one (`collectors/NAME/`: `reading.py` reads,
+`families.py` turns a reading into metric families, `spec.py` holds its `SPEC`). From
+the specs come the `--[no-]collector.NAME` flags and `collector_NAME` config keys, each
+collector's own options (flags and keys), `check-config`'s summary, the flags table in
+the docs and the render list. Adding a collector is adding one package (plus its test
+and doc lines), as node_exporter's `registerCollector` does.
 
 At run time each enabled collector reads on its own thread at its own interval (a stuck
 read stalls only that collector); its last reading goes into the snapshot, and its
@@ -15,37 +16,16 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.options import RUN, Option
-
-
-class Collector(Protocol):
-    """A running collector: `read()` returns a plain reading, or raises on failure."""
-
-    name: str
-
-    def read(self) -> Any: ...
-
-
-@dataclass(frozen=True)
-class CollectorContext:
-    """What a collector may use besides its config: the node's GPUs and their NVML
-    backend (None on a node without NVML), for collectors that read per GPU."""
-
-    gpu_count: int = 0
-    backend: Any = None
-    identities: Callable[[], list] = list  # GPU index -> GpuIdentity | None
-    readable: Callable[[int], bool] = lambda gpu: True  # not lost, not hung
-    energy_joules: Callable[[int], float | None] = lambda gpu: None  # sampled, per GPU
-    clock: Callable[[], float] = time.time  # the sampler's clock (simulated in tests)
+from exporter.sampling.collector_api import Collector, CollectorContext
 
 
 @dataclass(frozen=True)
@@ -81,12 +61,14 @@ class CollectorSpec:
 
 @cache
 def specs() -> tuple[CollectorSpec, ...]:
-    """Every collector module's SPEC, by name."""
+    """Every collector package's SPEC (in its spec.py), by name."""
     import exporter.collectors as package
 
     found = []
     for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}.spec")
         spec = getattr(module, "SPEC", None)
         if isinstance(spec, CollectorSpec):
             found.append(spec)

@@ -1,6 +1,6 @@
 """`cluster-telemetry-exporter analyze FILE`: offline power and straggler analysis of a trace.
 
-Reads an nvidia-smi CSV log or a cte recording (exporter.offline.trace), then:
+Reads an nvidia-smi CSV log or a cte recording (exporter.traces.trace), then:
 
 - slides the step window (default 30 s, every 10 s) over the node's power and
   keeps runs of at least ``--hold`` consecutive windows that meet the swing
@@ -39,7 +39,6 @@ from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
-from exporter.offline.checks import MAX_GPU_INDEX
 from exporter.offline.events import events
 from exporter.offline.report import render_text
 from exporter.offline.swings import (
@@ -51,7 +50,9 @@ from exporter.offline.swings import (
     step_swings,
     thresholds,
 )
-from exporter.offline.trace import Trace, TraceError, load_trace
+from exporter.traces.checks import MAX_GPU_INDEX
+from exporter.traces.load import load_trace
+from exporter.traces.trace import Trace, TraceError
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
 

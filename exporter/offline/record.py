@@ -3,7 +3,7 @@
 Power goes in at the sensor's native rate with the driver's own timestamps (one row per
 sample), the catalogue's traced values once a sweep, the energy counter at its interval
 and the GPM profiling ratios once a profiling interval (stamped with the interval's end),
-through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
+through exporter.traces.trace.TraceWriter (format: docs/trace-format.md).
 Progress is printed every `--progress` seconds; Ctrl-C or SIGTERM stop the recording
 early and still write a complete trace and its summary.
 """
@@ -19,16 +19,16 @@ import time
 
 import numpy as np
 
-from exporter.collectors.profiling import ProfilingSource
+from exporter.collectors.profiling.reading import ProfilingSource
 from exporter.config import all_options
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
-from exporter.offline.trace import TraceWriter
 from exporter.options import RECORD, add_flags, resolve
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import costs, fake
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.trace import TraceWriter
 from exporter.yamlfile import ConfigError
 
 FIELDS = ("power_watts", *catalogue.TRACE_KEYS, *gpm.KEYS)

@@ -15,14 +15,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from exporter.analysis.live_power import PowerSettings
 from exporter.analysis.live_stragglers import StragglerSettings
-from exporter.collectors.registry import Collector, CollectorContext
 from exporter.gpu.backend import NvmlBackend
 from exporter.sampling.analyses import Analyses
 from exporter.sampling.clock import SYSTEM, Clock
+from exporter.sampling.collector_api import (
+    Collector,
+    CollectorContext,
+    ComputeHistory,
+    JobGrouping,
+)
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
 from exporter.sampling.loops import Loop, run_due, start_together
@@ -224,11 +228,11 @@ class Sampler:
     # -- publishing -------------------------------------------------------------------
     def job_groups(self) -> dict[int, str] | None:
         """GPU -> the job (or pod) holding it, from collectors whose readings say so
-        (`gpu_groups()`); None when none does."""
+        (`JobGrouping`); None when none does."""
         groups: dict[int, str] = {}
         for runner in self.collectors:
-            reading: Any = runner.result.reading
-            if hasattr(reading, "gpu_groups"):
+            reading = runner.result.reading
+            if isinstance(reading, JobGrouping):
                 groups.update(reading.gpu_groups())
         if not groups:
             return None
@@ -238,10 +242,10 @@ class Sampler:
 
     def compute_history(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
         """GPU -> its recent (time, compute share), from the collector whose reading has
-        them (`compute_history()`: the profiling collector); None without one."""
+        them (`ComputeHistory`: the profiling collector); None without one."""
         for runner in self.collectors:
-            reading: Any = runner.result.reading
-            if hasattr(reading, "compute_history"):
+            reading = runner.result.reading
+            if isinstance(reading, ComputeHistory):
                 return dict(reading.compute_history())
         return None
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 import numpy as np
 
 from exporter.gpu import catalogue, gpm
-from exporter.offline.trace import Trace
 from exporter.sim.fake import FakeNvmlLibrary
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import DeviceSpec, Scenario, Workload
+from exporter.traces.trace import Trace
 
 
 def _filled(t: np.ndarray, values: np.ndarray) -> np.ndarray | None:

@@ -23,9 +23,6 @@ from typing import Any
 
 import psutil
 
-from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
-
 __all__ = [
     "CALLS",
     "DEFAULT_NETWORK_EXCLUDE",
@@ -178,30 +175,3 @@ class HostSource:
             for n in names
             for c in (nics[n],)
         }
-
-
-def _network_exclude_problem(text: str) -> str | None:
-    try:
-        re.compile(text)
-    except re.error as exc:
-        return f"invalid regular expression: {exc}"
-    return None
-
-
-def _families(reading: HostReading, snapshot: object):
-    from exporter.collectors.host_families import host_families
-
-    return host_families(reading)
-
-
-SPEC = CollectorSpec(
-    name="host",
-    help="CPU, memory, load and per-interface network figures through psutil",
-    default=True,
-    factory=lambda config, context: HostSource(config.host_network_exclude),
-    families=_families,
-    options=(Option("host_network_exclude", "--collector.host.network-exclude", str,
-                    DEFAULT_NETWORK_EXCLUDE, "network interfaces to leave out, a regex (loopback "
-                    "and container/VM interfaces)", metavar="REGEX",
-                    check=_network_exclude_problem),),
-)

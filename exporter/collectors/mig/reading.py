@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.collectors.registry import CollectorContext, CollectorSpec
+from exporter.sampling.collector_api import CollectorContext
 
 __all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigSource", "profile_name",
            "read_mig_devices"]
@@ -137,22 +137,3 @@ class MigSource:
                     modes[gpu] = mode
                 devices += found
         return MigReading(tuple(devices), modes)
-
-
-def _families(reading: MigReading, snapshot: object):
-    from exporter.collectors.mig_families import mig_families
-
-    return mig_families(reading, snapshot)
-
-
-def _make(config: Any, context: CollectorContext) -> MigSource:
-    return MigSource(context)
-
-
-SPEC = CollectorSpec(
-    name="mig",
-    help="MIG mode of each GPU, and each MIG instance's identity, profile and memory",
-    default=True,
-    factory=_make,
-    families=_families,
-)

@@ -46,8 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
+from exporter.sampling.collector_api import JobGrouping
 
 __all__ = [
     "DROP_REASONS",
@@ -175,7 +174,7 @@ def parse_job_file(raw: bytes) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class JobsReading:
+class JobsReading(JobGrouping):
     #: GPU index -> job ids holding it (only GPUs with a usable file).
     jobs: Mapping[int, tuple[str, ...]]
     #: Cumulative skipped files by reason (counted on every pass a bad file is there).
@@ -379,31 +378,3 @@ class JobsSource:
             return "read_error"  # not cached: permissions may be fixed without a write
         seen[name] = (key, result)
         return result
-
-
-def _mapping_dir_problem(text: str) -> str | None:
-    return None if text.strip() else ("expected a directory path (leave unset to turn the "
-                                      "jobs collector off)")
-
-
-def _families(reading: JobsReading, snapshot: object):
-    from exporter.collectors.jobs_families import jobs_families
-
-    return jobs_families(reading, snapshot)
-
-
-SPEC = CollectorSpec(
-    name="jobs",
-    help="which job holds which GPU, from dcgm-exporter-style mapping files "
-    "(default: on when --hpc-job-mapping-dir is set)",
-    default=lambda config: config.hpc_job_mapping_dir is not None,
-    factory=lambda config, context: JobsSource(config.hpc_job_mapping_dir, context.gpu_count),
-    families=_families,
-    options=(Option("hpc_job_mapping_dir", "--hpc-job-mapping-dir", str, None,
-                    "directory of GPU-to-job files as dcgm-exporter reads them (one file per "
-                    "GPU index, or GPU.INSTANCE for a MIG instance, one job id per line); "
-                    "unset: off", metavar="DIR",
-                    optional=True, check=_mapping_dir_problem),),
-    requirement=lambda config: None if config.hpc_job_mapping_dir else (
-        "needs --hpc-job-mapping-dir"),
-)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.mig import MigReading
+from exporter.collectors.mig.reading import MigReading
 from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["mig_families"]

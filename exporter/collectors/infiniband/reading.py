@@ -23,9 +23,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
-from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
-
 __all__ = [
     "DATA_COUNTERS",
     "MAX_READ_BYTES",
@@ -394,20 +391,3 @@ class InfinibandSource:
         except BadValue as exc:
             walk.skip(exc.reason)
             return None
-
-
-def _families(reading: InfinibandReading, snapshot: object):
-    from exporter.collectors.infiniband_families import infiniband_families
-
-    return infiniband_families(reading)
-
-
-SPEC = CollectorSpec(
-    name="infiniband",
-    help="InfiniBand/RoCE port counters and state from sysfs",
-    default=True,
-    factory=lambda config, context: InfinibandSource(config.path_sysfs),
-    families=_families,
-    options=(Option("path_sysfs", "--path.sysfs", str, "/sys",
-                    "sysfs mount point (as node_exporter's flag)", metavar="DIR"),),
-)

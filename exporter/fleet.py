@@ -27,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
+from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
 from exporter.sim import costs
@@ -456,7 +457,6 @@ class Fleet:
         return [e.port for e in self.exporters]
 
     def start(self) -> None:
-        from exporter.app import Exporter  # the sampler stack, only when a fleet runs
 
         sc, st = self.scenario, self.settings
         self.workdir = Path(tempfile.mkdtemp(prefix="cte-fleet-"))

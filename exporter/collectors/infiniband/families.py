@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.infiniband import (
+from exporter.collectors.infiniband.reading import (
     SKIP_REASONS,
     InfinibandPort,
     InfinibandReading,
