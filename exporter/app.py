@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import pynvml
 
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors import registry
+from exporter.collectors.registry import CollectorSpec, S
+from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.clock import SYSTEM, Clock
@@ -29,35 +30,28 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 
-def collector_makers(config: Any) -> list[CollectorMaker]:
+def collector_makers(config: Config) -> list[CollectorMaker]:
     """The collectors the config enables (node_exporter-style --collector.NAME)."""
-    return [CollectorMaker(spec.name, spec.interval(config),
-                           lambda context, spec=spec: spec.factory(config, context))
-            for spec in registry.enabled(config)]
+    return [_maker(spec, config) for spec in registry.enabled(config.collectors)]
 
 
-def sampler_settings(config: Any) -> SamplerSettings:
-    c = config
-    return SamplerSettings(
-        power_sample_rate_hz=c.power_sample_rate_hz,
-        power_drain_interval_seconds=c.power_drain_interval_seconds,
-        energy_interval_seconds=c.energy_interval_seconds,
-        sweep_interval_seconds=c.sweep_interval_seconds,
-        gpu_health_interval_seconds=c.gpu_health_interval_seconds,
-        sources_interval_seconds=c.sources_interval_seconds,
-        backend="replay" if c.replay else "fake" if c.fake else "nvml",
-        scenario=c.replay if c.replay else c.scenario if c.fake else "",
-        expected_gpus=c.expected_gpus,
-        hang_timeout_seconds=c.hang_timeout_seconds,
-        gpu_recovery_interval_seconds=c.gpu_recovery_interval_seconds,
-        stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
-    )
+def _maker(spec: CollectorSpec[S], config: Config) -> CollectorMaker:
+    settings = spec.settings_in(config.collectors)
+    return CollectorMaker(
+        spec.name, spec.interval_in(config.collectors, config.sampler.sources_interval_seconds),
+        lambda context: spec.factory(settings, context))
+
+
+def sampler_settings(config: Config) -> SamplerSettings:
+    """The config's sampler settings, told what stands in for NVML."""
+    return dataclasses.replace(config.sampler, backend=config.backend.name,
+                               scenario=config.backend.scenario_name)
 
 
 class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
-    def __init__(self, config: Any, collectors: list | None = None,
+    def __init__(self, config: Config, collectors: list | None = None,
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
                  fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
@@ -70,7 +64,7 @@ class Exporter:
         self.fake_clock = fake_clock  # the fake node's clock (tests run scenarios faster)
         self.clock = clock
         self.nvml = nvml
-        self.web: WebConfig = load_web_config(config.web_config_file)
+        self.web: WebConfig = load_web_config(config.serving.web_config_file)
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
@@ -106,15 +100,15 @@ class Exporter:
         return server is not None and not server.health.liveness(self.current)
 
     def _install_fake(self) -> None:
-        c = self.config
-        model = costs.H200 if c.fake_costs else None
+        b = self.config.backend
+        model = costs.H200 if b.fake_costs else None
         clock = self.fake_clock or self.clock
         if self.fake_lib is not None:
             pass  # built by the caller (the fleet simulator)
-        elif c.replay:
-            self.fake_lib = replay_library(load_trace(c.replay), c.replay_speed, clock, model)
-        elif c.fake:
-            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario), clock, model)
+        elif b.replay:
+            self.fake_lib = replay_library(load_trace(b.replay), b.replay_speed, clock, model)
+        elif b.fake:
+            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(b.scenario), clock, model)
         if self.fake_lib is not None:
             fake.install(self.fake_lib, self.nvml)
 
@@ -128,7 +122,7 @@ class Exporter:
                                    self._publish, self.clock)
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
-                                             HealthCheck(c.stale_after_seconds,
+                                             HealthCheck(c.serving.stale_after_seconds,
                                                          self.clock.time), self.web,
                                              self.limits)
         except BaseException:

@@ -63,7 +63,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.base_port < 1 or args.base_port + scenario.nodes - 1 > 65535:
         raise ConfigError(f"--base-port: ports {args.base_port}-"
                           f"{args.base_port + scenario.nodes - 1} are out of range")
-    logging.basicConfig(level=options["log_level"].upper(), stream=sys.stderr,
+    logging.basicConfig(level=str(options["log_level"]).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fleet = Fleet(scenario, FleetSettings(base_port=args.base_port,
                                           listen_host=args.listen_host, options=options))
@@ -126,9 +126,10 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {o.key: getattr(args, o.key) for o in all_options()
                  if o.flag is not None and RUN in o.commands}
     config = build_config(args.config, overrides)
-    if config.fake:
-        load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+    if config.backend.fake:
+        # an unknown scenario is a usage error, before anything
+        load_scenario(config.backend.scenario)
+    logging.basicConfig(level=config.log.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tune_interpreter()
     signals = Signals()  # before start: a SIGHUP then must not kill us (its default)
@@ -140,13 +141,28 @@ def _run(args: argparse.Namespace) -> int:
               f"on a simulated node, run: {PROG} run --fake", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"{PROG}: cannot listen on {config.listen_address}: {exc.strerror or exc}",
+        print(f"{PROG}: cannot listen on {config.serving.listen_address}: "
+              f"{exc.strerror or exc}",
               file=sys.stderr)
         return 1
     freeze_startup_objects()
     serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
     signals.close()
+    return 0
+
+
+def _check_config(path: str) -> int:
+    config = load_config_file(path)
+    web = load_web_config(config.serving.web_config_file)
+    security = ("TLS" if web.tls else "plain HTTP") + (
+        f", basic auth for {len(web.users)} user(s)" if web.auth else "")
+    collectors = ", ".join(s.name for s in registry.enabled(config.collectors)) or "none"
+    s = config.sampler
+    print(f"{path}: ok (listen {config.serving.listen_address}, {security}; "
+          f"power buffer drained every {s.power_drain_interval_seconds:g} s, "
+          f"polled at {s.power_sample_rate_hz:g} Hz where there is none; "
+          f"sweep {s.sweep_interval_seconds:g} s; collectors: {collectors})")
     return 0
 
 
@@ -167,16 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return analyze.main(args)
         if args.command == "check-config":
-            config = load_config_file(args.file)
-            web = load_web_config(config.web_config_file)
-            security = ("TLS" if web.tls else "plain HTTP") + (
-                f", basic auth for {len(web.users)} user(s)" if web.auth else "")
-            collectors = ", ".join(spec.name for spec in registry.enabled(config)) or "none"
-            print(f"{args.file}: ok (listen {config.listen_address}, {security}; "
-                  f"power buffer drained every {config.power_drain_interval_seconds:g} s, "
-                  f"polled at {config.power_sample_rate_hz:g} Hz where there is none; "
-                  f"sweep {config.sweep_interval_seconds:g} s; collectors: {collectors})")
-            return 0
+            return _check_config(args.file)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (ConfigError, TraceError) as exc:

@@ -491,7 +491,7 @@ class Fleet:
                             [f for f in sc.ib_faults if f.node == node], job is not None)
         self.fabrics.append(fabric)
         options = {"fake_costs": False, **st.options}
-        config = Config(
+        config = Config.of(
             **options,
             listen_address=f"{st.listen_host}:{st.base_port + node}" if ":" not in
             st.listen_host else f"[{st.listen_host}]:{st.base_port + node}",
@@ -503,7 +503,8 @@ class Fleet:
     def _start_node(self, exporter_class, node: int, config: Config, nvml: ModuleType) -> None:
         # The node's fault times count from the fleet's start: its fake starts then too.
         lib = FakeNvmlLibrary(self.scenario.node_scenario(node), self.clock,
-                              costs.H200 if config.fake_costs else None, start=self.start_time)
+                              costs.H200 if config.backend.fake_costs else None,
+                              start=self.start_time)
         exporter = exporter_class(config, fake_clock=self.clock, fake_lib=lib, nvml=nvml)
         exporter.start()
         self.exporters.append(exporter)

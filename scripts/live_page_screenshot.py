@@ -31,7 +31,7 @@ def main() -> int:
     if chromium is None:
         print("error: chromium not found (Debian: apt install chromium)", file=sys.stderr)
         return 2
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario="straggler",
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, scenario="straggler",
                           straggler_persistence_seconds=5.0, collector_host=False,
                           collector_infiniband=False))
     exp.start()

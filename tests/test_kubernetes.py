@@ -250,14 +250,14 @@ def test_peer_groups_are_whole_gpus_held_by_one_pod():
 
 def test_on_by_default_only_with_a_socket(tmp_path, monkeypatch):
     spec = k8s_spec.SPEC
-    assert not spec.enabled(Config())  # no kubelet socket on this machine
-    assert spec.enabled(Config(kubernetes_pod_resources_socket="/run/later.sock"))
-    assert not spec.enabled(Config(kubernetes_pod_resources_socket="/x",
-                                   collector_kubernetes=False))
+    assert not spec.enabled(Config.of().collectors)  # no kubelet socket on this machine
+    assert spec.enabled(Config.of(kubernetes_pod_resources_socket="/run/later.sock").collectors)
+    assert not spec.enabled(Config.of(kubernetes_pod_resources_socket="/x",
+                                      collector_kubernetes=False).collectors)
     present = tmp_path / "kubelet.sock"
     present.write_text("")
     monkeypatch.setattr(k8s_spec, "DEFAULT_SOCKET", str(present))
-    assert spec.enabled(Config())
+    assert spec.enabled(Config.of().collectors)
     assert os.path.exists(present)
 
 

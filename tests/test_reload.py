@@ -200,7 +200,7 @@ def test_signals_delivered_to_any_thread_are_handled(tmp_path):
 
 @pytest.fixture
 def exporter():
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_host=False,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=False,
                           collector_infiniband=False, log_level="info"))
     exp.start()
     try:

@@ -184,7 +184,7 @@ def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
     # A private pynvml: the module's exporter must not be the one that meets the hang.
     # Declared hung after 1.2 s (not 2 s), sweeps every 0.5 s: the GPU is named sooner,
     # and it has been stuck over 1 s by the time it is.
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario=str(path),
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, scenario=str(path),
                           hang_timeout_seconds=1.2, sweep_interval_seconds=0.5),
                    nvml=private_nvml_module("hang_test"))
     exp.start()

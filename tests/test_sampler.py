@@ -102,6 +102,13 @@ def test_power_comes_from_the_driver_buffer_at_its_native_rate():
         times, watts = snap.power_history.window(3, 5.0)
         assert np.all(np.diff(times) > 0)  # in order, no duplicates
         assert watts.max() > 600 and watts.min() < 260  # the step swing, sample by sample
+        # the snapshot's view ends where the snapshot was taken: later drains never show
+        history = snap.power_history
+        assert history is not None and history.end is not None and history.end >= times[-1]
+        before = history.window(3, 5.0)[0]
+        sampler.advance(2)
+        assert sampler.snapshot.power_history.end > history.end
+        assert np.array_equal(history.window(3, 5.0)[0], before)
         assert sampler.loop("power").period == 1.0  # one drain a second
 
 

@@ -111,7 +111,7 @@ class ExporterFactory:
         kwargs = {"nvml": private_nvml_module(f"test{len(self.exporters)}_{id(self)}")}
         if clock is not None:
             kwargs["clock"] = clock
-        exporter = Exporter(Config(**values), collectors=collectors, fake_clock=fake_clock,
+        exporter = Exporter(Config.of(**values), collectors=collectors, fake_clock=fake_clock,
                             limits=limits, **kwargs)
         exporter.start(threads=not manual)
         self.exporters.append(exporter)

@@ -30,6 +30,7 @@ from exporter.analysis.straggler import (
     WindowFeatures,
     window_features,
 )
+from exporter.options import ANALYZE, RUN, SIMULATE, non_negative, setting
 
 # The least share of a window that must be sampled for it to be analysed.
 MIN_POWER_COVERAGE = 0.9
@@ -56,7 +57,11 @@ STALL_SWEEP = "utilization_gpu_ratio"
 class StragglerSettings:
     window_seconds: float = 60.0
     update_seconds: float = 10.0
-    persistence_seconds: float = 300.0
+    persistence_seconds: float = setting(
+        300.0, "how long a GPU must deviate from its peers to be a straggler",
+        key="straggler_persistence_seconds", flag="--straggler.persistence", low=0.0,
+        high=86400.0, metavar="SECONDS", commands=(RUN, SIMULATE, ANALYZE),
+        command_flags={ANALYZE: "--persistence"}, parse=non_negative)
     stall_window_seconds: float = 2.0
     stall_context_seconds: float = 120.0
     sweep_interval_seconds: float = 1.0  # what the sweep coverage is measured against

@@ -11,6 +11,7 @@ early and still write a complete trace and its summary.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import socket
 import sys
@@ -20,7 +21,8 @@ import time
 import numpy as np
 
 from exporter.collectors.profiling.reading import ProfilingSource
-from exporter.config import all_options
+from exporter.collectors.profiling.spec import SPEC as PROFILING
+from exporter.config import Config, all_options
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
@@ -76,20 +78,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, RECORD, all_options())
 
 
-def _settings(options: dict) -> SamplerSettings:
-    return SamplerSettings(
-        power_sample_rate_hz=options["power_sample_rate_hz"],
-        power_drain_interval_seconds=options["power_drain_interval_seconds"],
-        energy_interval_seconds=options["energy_interval_seconds"],
-        sweep_interval_seconds=options["sweep_interval_seconds"],
-        gpu_health_interval_seconds=options["gpu_health_interval_seconds"],
-        power=None, stragglers=None, xid_events=False,
-        backend="fake" if options["fake"] else "nvml")
+def sampler_settings(config: Config) -> SamplerSettings:
+    """The config's sampler settings as `run` takes them, less the live analyses and XID
+    events (a recording keeps samples, not conclusions)."""
+    return dataclasses.replace(config.sampler, power=None, stragglers=None, xid_events=False,
+                               backend=config.backend.name)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        options = resolve(args, RECORD, all_options())
+        config = Config.of(**resolve(args, RECORD, all_options()))
     except ConfigError as exc:
         print(f"record: error: {exc}", file=sys.stderr)
         return 2
@@ -98,27 +96,28 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     lib = None
-    if options["fake"]:
-        lib = fake.FakeNvmlLibrary(load_scenario(options["scenario"]),
-                                   costs=costs.H200 if options["fake_costs"] else None)
+    if config.backend.fake:
+        lib = fake.FakeNvmlLibrary(load_scenario(config.backend.scenario),
+                                   costs=costs.H200 if config.backend.fake_costs else None)
         fake.install(lib)
     try:
-        return _record(args, options)
+        return _record(args, config)
     finally:
         if lib is not None:
             fake.uninstall()
 
 
-def _record(args: argparse.Namespace, options: dict) -> int:
+def _record(args: argparse.Namespace, config: Config) -> int:
     recorder: TraceRecorder | None = None  # built once the GPUs are known
 
     def profiling(gpu: int, reading: gpm.GpmReading) -> None:
         if recorder is not None:
             recorder.profiling(gpu, reading)
 
-    maker = CollectorMaker("profiling", options["profiling_interval_seconds"],
+    interval = PROFILING.settings_in(config.collectors).interval_seconds
+    maker = CollectorMaker("profiling", interval,
                            lambda context: ProfilingSource(context, on_reading=profiling))
-    sampler = Sampler(NvmlBackend(), _settings(options), [maker])
+    sampler = Sampler(NvmlBackend(), sampler_settings(config), [maker])
     try:
         gpus = sampler.open()
     except NvmlUnavailable as exc:

@@ -43,6 +43,7 @@ class CollectorContext:
     readable: Callable[[int], bool] = lambda gpu: True  # not lost, not hung
     energy_joules: Callable[[int], float | None] = lambda gpu: None  # sampled, per GPU
     clock: Callable[[], float] = time.time  # the sampler's clock (simulated in tests)
+    simulated: bool = False  # a fake or replayed node: its PIDs and devices are made up
 
 
 class JobGrouping(ABC):

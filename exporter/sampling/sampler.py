@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from exporter.analysis.live_power import PowerSettings
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.gpu.backend import NvmlBackend
 from exporter.sampling.analyses import Analyses
+from exporter.sampling.buffers import PowerHistory
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collector_api import (
     Collector,
@@ -31,30 +30,10 @@ from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
 from exporter.sampling.loops import Loop, run_due, start_together
 from exporter.sampling.power import PowerSampler
+from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
 from exporter.sampling.xids import WAIT_MS, XidWatcher
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    power_sample_rate_hz: float = 20.0  # polled GPUs only (no sample buffer)
-    power_drain_interval_seconds: float = 1.0
-    energy_interval_seconds: float = 30.0
-    sweep_interval_seconds: float = 1.0
-    gpu_health_interval_seconds: float = 5.0
-    sources_interval_seconds: float = 5.0  # collectors that do not say otherwise
-    power_history_seconds: float = 660.0
-    backend: str = "nvml"
-    scenario: str = ""
-    expected_gpus: int | None = None  # None: the count NVML reports at start
-    hang_timeout_seconds: float = 2.0
-    # start() waits this long (or two sweep intervals, if longer) for the first values
-    startup_wait_seconds: float = 2.0
-    gpu_recovery_interval_seconds: float = 10.0
-    xid_events: bool = True
-    power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
-    stragglers: StragglerSettings | None = field(default_factory=StragglerSettings)
 
 
 @dataclass(frozen=True)
@@ -167,7 +146,8 @@ class Sampler:
         return CollectorContext(
             gpu_count=self.gpus.count, backend=self.gpus.backend,
             identities=lambda: list(self.gpus.identities), readable=self.gpus.readable,
-            energy_joules=lambda gpu: self.power.energy.get(gpu), clock=self.clock.time)
+            energy_joules=lambda gpu: self.power.energy.get(gpu), clock=self.clock.time,
+            simulated=self.settings.backend != "nvml")
 
     def _make_loops(self, manual: bool) -> list[Loop]:
         s, stop, clock = self.settings, self._stop, self.clock
@@ -287,7 +267,8 @@ class Sampler:
             power_analysis=analyses.power_analysis if analyses else None,
             straggler_analysis=analyses.straggler_analysis if analyses else None,
             power_update_periods=dict(self.power.update_periods),
-            observable_band_hz=self.power.band(), power_history=buffer)
+            observable_band_hz=self.power.band(),
+            power_history=PowerHistory(buffer) if buffer is not None else None)
 
     @property
     def snapshot(self) -> Snapshot | None:

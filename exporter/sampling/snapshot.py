@@ -7,10 +7,12 @@ see threads, NVML or buffers being written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from exporter.analysis.live_power import PowerAnalysis
+from exporter.analysis.live_stragglers import StragglerAnalysis
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuIdentity, GpuState
+from exporter.sampling.buffers import PowerHistory
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class LoopStats:
 
 @dataclass(frozen=True)
 class CollectorResult:
-    reading: Any  # the last successful reading (None if never)
+    reading: object  # the last successful reading (None if never); the collector's type
     duration_seconds: float
     success: bool
     errors_total: int
@@ -92,11 +94,12 @@ class Snapshot:
     recovery_attempts: dict[int, int] = field(default_factory=dict)
     recoveries: dict[int, int] = field(default_factory=dict)
     hangs: dict[int, int] = field(default_factory=dict)
-    power_analysis: Any = None  # analysis.live_power.PowerAnalysis
-    straggler_analysis: Any = None  # analysis.live_stragglers.StragglerAnalysis
+    power_analysis: PowerAnalysis | None = None
+    straggler_analysis: StragglerAnalysis | None = None
     power_update_periods: dict[int, float] = field(default_factory=dict)  # polled sensors
     observable_band_hz: tuple[float, float] = (0.0, 0.0)
-    power_history: Any = None  # sampling.buffers.PowerBuffer: windows of native samples
+    # the native samples, read-only and as of this snapshot (the live page's windows)
+    power_history: PowerHistory | None = None
 
     def up(self, gpu: int) -> bool:
         return (gpu not in self.lost and gpu not in self.hung

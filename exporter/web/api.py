@@ -75,8 +75,8 @@ class PowerQuery:
 
 def history_seconds(snapshot: Snapshot) -> int:
     """The longest window /api/v1/power serves: what the ring buffer is sized for."""
-    buffer = snapshot.power_history
-    return max(1, int(getattr(buffer, "history_seconds", 0) or 660))
+    history = snapshot.power_history
+    return max(1, int(history.history_seconds if history is not None else 0) or 660)
 
 
 def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
@@ -97,19 +97,18 @@ def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
 def power_body(snapshot: Snapshot, query: PowerQuery) -> bytes:
     """{"gpus": {"0": series, ...}, "node": series, "sample_interval_seconds",
     "observable_band_hz", ...}; series = {"timestamps", "watts", "decimated"}."""
-    buffer = snapshot.power_history
+    history = snapshot.power_history
     interval = _interval(snapshot)
-    end = buffer.latest_time() if buffer is not None else None
     gpus = range(snapshot.gpu_count) if query.gpu is None else (query.gpu,)
     parts = []
     for gpu in gpus:
-        if end is None:
+        if history is None:
             times, watts = np.zeros(0), np.zeros(0)
         else:
-            times, watts = buffer.window(gpu, query.seconds, end)
+            times, watts = history.window(gpu, query.seconds)
         parts.append(b'"%d":' % gpu + _series(times, watts))
-    if end is not None and interval:
-        grid, per_gpu = buffer.grid(query.seconds, interval, end)
+    if history is not None and history.end is not None and interval:
+        grid, per_gpu = history.grid(query.seconds, interval)
         node = _node_sum(per_gpu)
     else:
         grid, node = np.zeros(0), np.zeros(0)

@@ -91,7 +91,7 @@ def _profiling_checks(scraped: dict) -> list[str]:
 def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str], dict]:
     """Run the exporter for ~`seconds`; failures, warnings and a summary with its CPU."""
     # profiling every 2 s (10 s by default) so that its ratios are in the second scrape
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=use_fake, energy_interval_seconds=2,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=use_fake, energy_interval_seconds=2,
                           collector_infiniband=False, profiling_interval_seconds=2))
     exp.start()
     try:

@@ -1,11 +1,14 @@
-"""The jobs collector's spec: its flag, options, factory and families."""
+"""The jobs collector's spec: its flag, settings, factory and families."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from exporter.collectors.jobs.families import jobs_families
 from exporter.collectors.jobs.reading import JobsSource
 from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
+from exporter.options import setting
+from exporter.sampling.collector_api import CollectorContext
 
 
 def _mapping_dir_problem(text: str) -> str | None:
@@ -13,18 +16,28 @@ def _mapping_dir_problem(text: str) -> str | None:
                                       "jobs collector off)")
 
 
+@dataclass(frozen=True)
+class JobsSettings:
+    mapping_dir: str | None = setting(
+        None, "directory of GPU-to-job files as dcgm-exporter reads them (one file per GPU "
+        "index, or GPU.INSTANCE for a MIG instance, one job id per line); unset: off",
+        key="hpc_job_mapping_dir", flag="--hpc-job-mapping-dir", metavar="DIR",
+        optional=True, check=_mapping_dir_problem)
+
+
+def _make(settings: JobsSettings, context: CollectorContext) -> JobsSource:
+    assert settings.mapping_dir is not None  # the requirement
+    return JobsSource(settings.mapping_dir, context.gpu_count)
+
+
 SPEC = CollectorSpec(
     name="jobs",
     help="which job holds which GPU, from dcgm-exporter-style mapping files "
     "(default: on when --hpc-job-mapping-dir is set)",
-    default=lambda config: config.hpc_job_mapping_dir is not None,
-    factory=lambda config, context: JobsSource(config.hpc_job_mapping_dir, context.gpu_count),
+    default=lambda settings: settings.mapping_dir is not None,
+    factory=_make,
     families=jobs_families,
-    options=(Option("hpc_job_mapping_dir", "--hpc-job-mapping-dir", str, None,
-                    "directory of GPU-to-job files as dcgm-exporter reads them (one file per "
-                    "GPU index, or GPU.INSTANCE for a MIG instance, one job id per line); "
-                    "unset: off", metavar="DIR",
-                    optional=True, check=_mapping_dir_problem),),
-    requirement=lambda config: None if config.hpc_job_mapping_dir else (
+    settings=JobsSettings,
+    requirement=lambda settings: None if settings.mapping_dir else (
         "needs --hpc-job-mapping-dir"),
 )

@@ -1,9 +1,9 @@
-"""The kubernetes collector's spec: its flag, options, factory and families."""
+"""The Kubernetes collector's spec: its flag, settings, factory and families."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
 
 from exporter.collectors.kubernetes.families import kubernetes_families
 from exporter.collectors.kubernetes.reading import (
@@ -12,22 +12,38 @@ from exporter.collectors.kubernetes.reading import (
     import_grpc,
 )
 from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
+from exporter.options import setting
 from exporter.sampling.collector_api import CollectorContext
-
-
-def _default(config: Any) -> bool:
-    """On when a socket is configured, or when the kubelet's is there at start."""
-    return config.kubernetes_pod_resources_socket is not None or os.path.exists(DEFAULT_SOCKET)
-
-
-def _make(config: Any, context: CollectorContext) -> KubernetesSource:
-    path = config.kubernetes_pod_resources_socket or DEFAULT_SOCKET
-    return KubernetesSource(path, context, config.kubernetes_timeout_seconds, import_grpc())
 
 
 def _path_problem(text: str) -> str | None:
     return None if text.strip() else "expected a socket path"
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    pod_resources_socket: str | None = setting(
+        None, f"the kubelet's pod-resources socket (unset: {DEFAULT_SOCKET}, used when it "
+        "exists at start; given: used even if it appears only later)",
+        key="kubernetes_pod_resources_socket", flag="--kubernetes.pod-resources-socket",
+        metavar="PATH", optional=True, check=_path_problem)
+    refresh_interval_seconds: float = setting(
+        5.0, "how often the kubelet is asked which pod holds which GPU",
+        key="kubernetes_refresh_interval_seconds", flag="--kubernetes.refresh-interval",
+        low=0.5, high=600.0, metavar="SECONDS")
+    timeout_seconds: float = setting(
+        2.0, "deadline of one call to the kubelet", key="kubernetes_timeout_seconds",
+        flag="--kubernetes.timeout", low=0.1, high=60.0, metavar="SECONDS")
+
+
+def _default(settings: KubernetesSettings) -> bool:
+    """On when a socket is configured, or when the kubelet's is there at start."""
+    return settings.pod_resources_socket is not None or os.path.exists(DEFAULT_SOCKET)
+
+
+def _make(settings: KubernetesSettings, context: CollectorContext) -> KubernetesSource:
+    path = settings.pod_resources_socket or DEFAULT_SOCKET
+    return KubernetesSource(path, context, settings.timeout_seconds, import_grpc())
 
 
 SPEC = CollectorSpec(
@@ -38,16 +54,6 @@ SPEC = CollectorSpec(
     default=_default,
     factory=_make,
     families=kubernetes_families,
-    interval=lambda config: config.kubernetes_refresh_interval_seconds,
-    options=(
-        Option("kubernetes_pod_resources_socket", "--kubernetes.pod-resources-socket", str,
-               None, f"the kubelet's pod-resources socket (unset: {DEFAULT_SOCKET}, used "
-               "when it exists at start; given: used even if it appears only later)",
-               metavar="PATH", optional=True, check=_path_problem),
-        Option("kubernetes_refresh_interval_seconds", "--kubernetes.refresh-interval", float,
-               5.0, "how often the kubelet is asked which pod holds which GPU", 0.5, 600.0,
-               metavar="SECONDS"),
-        Option("kubernetes_timeout_seconds", "--kubernetes.timeout", float, 2.0,
-               "deadline of one call to the kubelet", 0.1, 60.0, metavar="SECONDS"),
-    ),
+    settings=KubernetesSettings,
+    interval=lambda settings: settings.refresh_interval_seconds,
 )

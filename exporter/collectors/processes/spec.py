@@ -1,8 +1,8 @@
-"""The processes collector's spec: its flag, options, factory and families."""
+"""The processes collector's spec: its flag, settings, factory and families."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from exporter.collectors.processes.families import processes_families
 from exporter.collectors.processes.reading import (
@@ -11,15 +11,34 @@ from exporter.collectors.processes.reading import (
     ProcessesSource,
 )
 from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
+from exporter.options import setting
 from exporter.sampling.collector_api import CollectorContext
 
 
-def _make(config: Any, context: CollectorContext) -> ProcessesSource:
+@dataclass(frozen=True)
+class ProcessesSettings:
+    interval_seconds: float = setting(
+        DEFAULT_INTERVAL, "how often processes and their utilization are read (8 GPUs "
+        "cost ~16 ms of CPU a read)", key="processes_interval_seconds",
+        flag="--collector.processes.interval", low=1.0, high=3600.0, metavar="SECONDS")
+    max: int = setting(
+        DEFAULT_MAX, "most processes exported per node; the rest are counted as dropped",
+        key="processes_max", flag="--collector.processes.max", low=1, high=100000,
+        metavar="N")
+    proc_labels: bool = setting(
+        True, "read each new process's command name and container id from --path.procfs "
+        "(gpu_process_info)", key="processes_proc_labels",
+        flag="--collector.processes.proc-labels")
+    procfs: str = setting(
+        "/proc", "procfs mount point (as node_exporter's flag); the host's, for the PIDs "
+        "NVML reports", key="path_procfs", flag="--path.procfs", metavar="DIR")
+
+
+def _make(settings: ProcessesSettings, context: CollectorContext) -> ProcessesSource:
     # a fake or replayed node's PIDs are made up: /proc would name this host's processes
-    real = not (config.fake or config.replay) or config.path_procfs != "/proc"
-    procfs = config.path_procfs if config.processes_proc_labels and real else None
-    return ProcessesSource(context, config.processes_max, procfs)
+    real = not context.simulated or settings.procfs != "/proc"
+    procfs = settings.procfs if settings.proc_labels and real else None
+    return ProcessesSource(context, settings.max, procfs)
 
 
 SPEC = CollectorSpec(
@@ -29,19 +48,6 @@ SPEC = CollectorSpec(
     default=False,
     factory=_make,
     families=processes_families,
-    interval=lambda config: config.processes_interval_seconds,
-    options=(
-        Option("processes_interval_seconds", "--collector.processes.interval", float,
-               DEFAULT_INTERVAL, "how often processes and their utilization are read (8 GPUs "
-               "cost ~16 ms of CPU a read)", 1.0, 3600.0, metavar="SECONDS"),
-        Option("processes_max", "--collector.processes.max", int, DEFAULT_MAX,
-               "most processes exported per node; the rest are counted as dropped", 1,
-               100000, metavar="N"),
-        Option("processes_proc_labels", "--collector.processes.proc-labels", bool, True,
-               "read each new process's command name and container id from --path.procfs "
-               "(gpu_process_info)"),
-        Option("path_procfs", "--path.procfs", str, "/proc", "procfs mount point (as "
-               "node_exporter's flag); the host's, for the PIDs NVML reports",
-               metavar="DIR"),
-    ),
+    settings=ProcessesSettings,
+    interval=lambda settings: settings.interval_seconds,
 )

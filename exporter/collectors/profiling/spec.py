@@ -1,6 +1,8 @@
-"""The profiling collector's spec: its flag, options, factory and families."""
+"""The profiling collector's spec: its flag, settings, factory and families."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from exporter.collectors.profiling.families import profiling_families
 from exporter.collectors.profiling.reading import (
@@ -8,21 +10,25 @@ from exporter.collectors.profiling.reading import (
     ProfilingSource,
 )
 from exporter.collectors.registry import CollectorSpec
-from exporter.options import RECORD, RUN, Option
+from exporter.options import RECORD, RUN, setting
 
-INTERVAL = Option(
-    "profiling_interval_seconds", "--collector.profiling.interval", float,
-    DEFAULT_INTERVAL_SECONDS, "seconds between GPM samples; the profiling ratios average "
-    "over it (each read costs ~1.6 ms of CPU per GPU)", 1.0, 3600.0, metavar="SECONDS",
-    commands=(RUN, RECORD))
+
+@dataclass(frozen=True)
+class ProfilingSettings:
+    interval_seconds: float = setting(
+        DEFAULT_INTERVAL_SECONDS, "seconds between GPM samples; the profiling ratios "
+        "average over it (each read costs ~1.6 ms of CPU per GPU)",
+        key="profiling_interval_seconds", flag="--collector.profiling.interval", low=1.0,
+        high=3600.0, metavar="SECONDS", commands=(RUN, RECORD))
+
 
 SPEC = CollectorSpec(
     name="profiling",
     help="profiling metrics from NVML GPM (Hopper and later): SM, tensor, FP and DRAM "
          "activity, the share of time the GPU computes rather than waits",
     default=True,
-    factory=lambda config, context: ProfilingSource(context),
+    factory=lambda settings, context: ProfilingSource(context),
     families=profiling_families,
-    options=(INTERVAL,),
-    interval=lambda config: config.profiling_interval_seconds,
+    settings=ProfilingSettings,
+    interval=lambda settings: settings.interval_seconds,
 )
