@@ -15,6 +15,7 @@ from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.clock import SYSTEM, Clock
+from exporter.sampling.collector_api import Collector
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sim import costs, fake
@@ -51,7 +52,8 @@ def sampler_settings(config: Config) -> SamplerSettings:
 class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
-    def __init__(self, config: Config, collectors: list | None = None,
+    def __init__(self, config: Config,
+                 collectors: list[Collector | CollectorMaker] | None = None,
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
                  fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
@@ -69,7 +71,8 @@ class Exporter:
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib = fake_lib
-        self.collectors = collectors if collectors is not None else collector_makers(config)
+        self.collectors: list[Collector | CollectorMaker] = (
+            collectors if collectors is not None else list(collector_makers(config)))
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 
@@ -102,7 +105,7 @@ class Exporter:
     def _install_fake(self) -> None:
         b = self.config.backend
         model = costs.H200 if b.fake_costs else None
-        clock = self.fake_clock or self.clock
+        clock = self.fake_clock or self.clock.time
         if self.fake_lib is not None:
             pass  # built by the caller (the fleet simulator)
         elif b.replay:

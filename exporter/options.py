@@ -22,7 +22,6 @@ import math
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from exporter.yamlfile import ConfigError, excerpt
@@ -55,7 +54,8 @@ class Option:
     command_defaults: Mapping[str, object] = field(default_factory=dict)
     # per-command flags where a command has its own name for the setting (analyze's)
     command_flags: Mapping[str, str] = field(default_factory=dict)
-    check: Callable[[Any], str | None] | None = None  # extra validation: an error or None
+    # extra validation of a text setting (a path, a regex): an error or None
+    check: Callable[[str], str | None] | None = None
     in_file: bool = True  # settable in the config file
     # analyze only: the flag's parser (argparse type; it raises ArgumentTypeError)
     parse: Callable[[str], object] | None = None
@@ -94,7 +94,9 @@ class Option:
             return f"expected a string, got {excerpt(value)}"
         if self.choices and value not in self.choices:
             return f"expected one of {', '.join(self.choices)}"
-        return self.check(value) if self.check is not None else None
+        if self.check is not None and isinstance(value, str):
+            return self.check(value)
+        return None
 
     def add_to(self, parser: argparse.ArgumentParser, command: str) -> None:
         """The flag on a subcommand's parser. Its value is None when not given (the
@@ -134,7 +136,7 @@ def setting(default: T, help: str, *, flag: str | None = None, key: str | None =
             optional: bool = False, commands: tuple[str, ...] = (RUN,),
             command_defaults: Mapping[str, object] | None = None,
             command_flags: Mapping[str, str] | None = None,
-            check: Callable[[Any], str | None] | None = None, in_file: bool = True,
+            check: Callable[[str], str | None] | None = None, in_file: bool = True,
             parse: Callable[[str], object] | None = None) -> T:
     """A settings dataclass field, declared once (see the module's docstring)."""
     option = Option(key or "", flag, object, default, help, low, high, choices, metavar,
@@ -169,10 +171,15 @@ def _kind(hint: object) -> type:
     return hint
 
 
-@cache
+_DECLARED: dict[type, tuple[Option, ...]] = {}
+
+
 def options_of(cls: type) -> tuple[Option, ...]:
     """Every setting a settings class declares, nested sections included, in order."""
-    return tuple(_walk(cls, ()))
+    found = _DECLARED.get(cls)
+    if found is None:
+        found = _DECLARED[cls] = tuple(_walk(cls, ()))
+    return found
 
 
 def _walk(cls: type, path: tuple[str, ...]) -> Iterable[Option]:

@@ -218,8 +218,8 @@ def test_reload_applies_log_level_and_names_keys_that_need_a_restart(exporter, t
     with caplog.at_level(logging.INFO):
         assert reload(exporter, str(config), {})
         assert logging.getLogger().level == logging.DEBUG
-    assert exporter.config.log_level == "debug"
-    assert exporter.config.power_sample_rate_hz == 20  # not applied live ...
+    assert exporter.config.log.log_level == "debug"
+    assert exporter.config.sampler.power_sample_rate_hz == 20  # not applied live ...
     restart = [r.getMessage() for r in caplog.records if "need" in r.getMessage()]
     assert len(restart) == 1 and "power_sample_rate_hz" in restart[0]  # ... but named
 

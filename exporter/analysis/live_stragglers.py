@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -171,7 +172,7 @@ class StragglerMonitor:
                      or self.coverage["sweep"] < MIN_SWEEP_COVERAGE)
         if self.held:
             return  # findings stay as they were; no features from a badly sampled window
-        series = {}
+        series: dict[str, Any] = {}  # window_features' keyword arguments, by name
         if sweep_t.size:
             sweep_row = np.nanmax(sweep_t, axis=0)
             for name, key in FEATURE_SWEEPS:
@@ -201,6 +202,7 @@ class StragglerMonitor:
         mean_power = nan_row_means(power)  # NaN for a GPU with no sample in 2 s (lost)
         mean_util = nan_row_means(util[:, short_sweep])
         gpus = list(range(power.shape[0]))
+        assert self._level is not None  # only checked once the level is known
         stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)
         elapsed = 0.0 if self._last_stall_check is None else min(now - self._last_stall_check,
                                                                    5.0)

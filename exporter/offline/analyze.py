@@ -240,7 +240,8 @@ def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
 
 def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                 notes: list[str]) -> ScanResult:
-    series = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
+    # scan's keyword arguments, by name
+    series: dict[str, Any] = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")

@@ -150,6 +150,7 @@ def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: 
         avg = band.seconds if band.kind == AVERAGED and band.seconds else 0.0
         if avg or f * g.dt > 1 / SPARSE_SAMPLES_PER_PERIOD:
             rt, rx = (g.raw_t, g.raw_node) if g.raw_t is not None else (g.t, node)
+            assert rx is not None  # the raw node series comes with the raw times
             keep = (rt >= start) & (rt <= end)
             found = source_swing(rt[keep], rx[keep], f, avg)
             if found is not None:

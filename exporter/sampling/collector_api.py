@@ -55,6 +55,23 @@ class JobGrouping(ABC):
         """GPU index -> its job's name, for the GPUs a job holds."""
 
 
+class JobHolders(ABC):
+    """A reading that knows every job holding each GPU (the live page names them)."""
+
+    @abstractmethod
+    def jobs_by_gpu(self) -> Mapping[int, tuple[str, ...]]:
+        """GPU index -> the ids of the jobs holding it."""
+
+
+class HoldsResources(ABC):
+    """A collector that holds something to give back (NVML GPM buffers, a gRPC channel):
+    the sampler calls close() once its loop has stopped."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Free what the collector holds."""
+
+
 class ComputeHistory(ABC):
     """A reading with each GPU's recent compute share (the straggler analysis uses it)."""
 

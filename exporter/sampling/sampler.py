@@ -24,6 +24,7 @@ from exporter.sampling.collector_api import (
     Collector,
     CollectorContext,
     ComputeHistory,
+    HoldsResources,
     JobGrouping,
 )
 from exporter.sampling.collectors import CollectorRunner
@@ -130,7 +131,7 @@ class Sampler:
         for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
-        start_together([loop for name in ANALYSES if (loop := self.loop(name)) is not None],
+        start_together([found for name in ANALYSES if (found := self.loop(name)) is not None],
                        "analyses")
 
     def _runner(self, item: Collector | CollectorMaker) -> CollectorRunner:
@@ -151,6 +152,8 @@ class Sampler:
 
     def _make_loops(self, manual: bool) -> list[Loop]:
         s, stop, clock = self.settings, self._stop, self.clock
+        analyses = self.analyses
+        assert analyses is not None  # start() made them
         # in threads, each loop keeps its slot (PHASES); simulated time runs one tick
         # after another and keeps the whole seconds
         t0 = clock.monotonic()
@@ -161,11 +164,11 @@ class Sampler:
                  Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
                       stop, clock, slot=slot(PHASES["sweep"]))]
         if s.power is not None:
-            loops.append(Loop("analysis", s.power.update_seconds, self.analyses.power_tick,
+            loops.append(Loop("analysis", s.power.update_seconds, analyses.power_tick,
                               stop, clock, first_delay=s.power.update_seconds,
                               slot=slot(PHASES["analysis"])))
         if s.stragglers is not None:
-            loops.append(Loop("stragglers", 1.0, self.analyses.straggler_tick, stop, clock,
+            loops.append(Loop("stragglers", 1.0, analyses.straggler_tick, stop, clock,
                               first_delay=2.0, slot=slot(PHASES["stragglers"])))
         lo, hi = COLLECTOR_PHASES
         for i, runner in enumerate(self.collectors):
@@ -198,10 +201,10 @@ class Sampler:
             if thread.is_alive():
                 thread.join(wait)
         for runner in self.collectors:  # free what they hold in NVML, unless still reading
-            release = getattr(runner.collector, "close", None)
-            thread = runner.loop.thread
-            if release is not None and (thread is None or not thread.is_alive()):
-                release()
+            reading = runner.loop.thread
+            if isinstance(runner.collector, HoldsResources) and (
+                    reading is None or not reading.is_alive()):
+                runner.collector.close()
         if close:
             self.gpus.backend.close()
 

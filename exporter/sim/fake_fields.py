@@ -15,6 +15,7 @@ import pynvml
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
 from exporter.sim.cstructs import target, value_of, write_pointer
+from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
 
@@ -66,7 +67,7 @@ def _fixed(gpu: FakeGpu, field_id: int, fault_kinds: frozenset[str]) -> bool:
     return _FAULT_KIND_OF.get(field_id) not in fault_kinds
 
 
-class FieldSymbols:
+class FieldSymbols(FakeCore):
     """Mixin of FakeNvmlLibrary."""
 
     def _nvmlDeviceGetFieldValues(self, handle, count, values) -> int:

@@ -294,7 +294,7 @@ class TraceWriter:
                 raise ValueError(f"{self.path}: cannot append: not a cte trace with these fields")
             self._fh: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
             return
-        meta = {
+        meta: dict[str, object] = {
             "gpus": self.gpus,
             "tdp_watts": {str(k): float(v) for k, v in (tdp_watts or {}).items()},
             "fields": self.fields,

@@ -23,6 +23,7 @@ import numpy as np
 
 from exporter import __version__
 from exporter.metrics.render import RenderedSnapshot
+from exporter.sampling.collector_api import JobHolders
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings import findings
 from exporter.web.health import Readiness
@@ -194,12 +195,11 @@ def summary(snapshot: Snapshot, readiness: Readiness, node: str) -> dict[str, An
 
 def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
     """GPU -> the jobs (or pods) holding it, from any collector whose reading maps them
-    (the jobs collector's JobsReading.jobs)."""
+    (`JobHolders`: the jobs collector's reading)."""
     out: dict[int, tuple[str, ...]] = {}
     for result in snapshot.collectors.values():
-        mapping = getattr(result.reading, "jobs", None)
-        if hasattr(mapping, "items"):
-            for gpu, ids in mapping.items():
+        if isinstance(result.reading, JobHolders):
+            for gpu, ids in result.reading.jobs_by_gpu().items():
                 out[int(gpu)] = out.get(int(gpu), ()) + tuple(str(i) for i in ids)
     return out
 

@@ -115,7 +115,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         return HttpStats(self.limits.max_connections, c.by_state(), dict(c.evicted_by_state),
                          c.refused, c.timed_out, self.busy_refusals)
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
+    def process_request(self, request, client_address) -> None:
         conn = self.connections.admit(request)
         if conn is None:  # every connection is answering a request: refuse, quickly
             if not self.web.tls:
@@ -131,7 +131,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         except RuntimeError:  # cannot start a thread
             self.shutdown_request(request)
 
-    def shutdown_request(self, request) -> None:  # type: ignore[override]
+    def shutdown_request(self, request) -> None:
         with self._conn_lock:
             conn = self._conn_of.pop(request, None)
         if conn is not None:
@@ -158,7 +158,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
                         break
                     for key, _ in ready:
                         if key.fileobj is self:
-                            self._handle_request_noblock()
+                            # socketserver's own step (private, so not in its stubs)
+                            self._handle_request_noblock()  # type: ignore[attr-defined]
                         else:
                             os.read(self._wake_r, 512)
                     self.connections.reap()
@@ -175,7 +176,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         with contextlib.suppress(OSError):  # full (a wake-up is pending), or closed
             os.write(self._wake_w, b"\0")
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+    def handle_error(self, request, client_address) -> None:
         log.debug("connection from %s ended with an error", client_address, exc_info=True)
 
     def server_close(self) -> None:
@@ -276,7 +277,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Closed("evicted")
         self.conn = conn
         limits = self.server.limits
-        self.timeout = limits.io_timeout_seconds
+        # per connection: StreamRequestHandler reads it from the instance
+        self.timeout = limits.io_timeout_seconds  # type: ignore[misc]
         self.request.settimeout(limits.io_timeout_seconds)
         context = self.server.security.web.ssl_context
         if context is not None:

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.sampling.collector_api import JobGrouping
+from exporter.sampling.collector_api import JobGrouping, JobHolders
 
 __all__ = [
     "DROP_REASONS",
@@ -174,7 +174,7 @@ def parse_job_file(raw: bytes) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class JobsReading(JobGrouping):
+class JobsReading(JobGrouping, JobHolders):
     #: GPU index -> job ids holding it (only GPUs with a usable file).
     jobs: Mapping[int, tuple[str, ...]]
     #: Cumulative skipped files by reason (counted on every pass a bad file is there).
@@ -184,6 +184,9 @@ class JobsReading(JobGrouping):
     #: (GPU index, GPU instance id) -> job ids, from MIG instances' ``GPU.INSTANCE`` files.
     instance_jobs: Mapping[tuple[int, int], tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({}))
+
+    def jobs_by_gpu(self) -> Mapping[int, tuple[str, ...]]:
+        return self.jobs
 
     def gpu_groups(self) -> dict[int, str]:
         """GPU -> its job, for the whole GPUs that run exactly one (peer groups for the

@@ -42,7 +42,7 @@ from exporter.collectors.kubernetes.podresources import (
     parse_list_response,
 )
 from exporter.collectors.mig.reading import read_mig_devices
-from exporter.sampling.collector_api import CollectorContext, JobGrouping
+from exporter.sampling.collector_api import CollectorContext, HoldsResources, JobGrouping
 
 __all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
            "KubernetesReading", "KubernetesSource", "PodDevice"]
@@ -158,7 +158,7 @@ class _Devices:
         return None
 
 
-class KubernetesSource:
+class KubernetesSource(HoldsResources):
     name = "kubernetes"
 
     def __init__(self, socket_path: str, context: CollectorContext, timeout: float = 2.0,

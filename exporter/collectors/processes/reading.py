@@ -186,9 +186,9 @@ class ProcessesSource:
         state.per_pid = {pid: state.per_pid.get(pid, 0.0) for pid in pids}
         out = []
         for pid in pids:
-            share = None if seen.shares is None else seen.shares.get(pid, 0.0)
-            joules = None if seen.shares is None else state.per_pid[pid]
-            out.append(GpuProcess(gpu, pid, seen.memory.get(pid), share, joules,
+            pid_share = None if seen.shares is None else seen.shares.get(pid, 0.0)
+            pid_joules = None if seen.shares is None else state.per_pid[pid]
+            out.append(GpuProcess(gpu, pid, seen.memory.get(pid), pid_share, pid_joules,
                                   seen.instance.get(pid), self._proc_labels(pid)))
         return out
 

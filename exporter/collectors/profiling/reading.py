@@ -26,7 +26,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from exporter.gpu import gpm
-from exporter.sampling.collector_api import CollectorContext, ComputeHistory, ComputeShares
+from exporter.sampling.collector_api import (
+    CollectorContext,
+    ComputeHistory,
+    ComputeShares,
+    HoldsResources,
+)
 
 __all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "ProfilingSource"]
 
@@ -55,7 +60,7 @@ class ProfilingReading(ComputeHistory):
         return self.history
 
 
-class ProfilingSource:
+class ProfilingSource(HoldsResources):
     """Reads GPM on every readable GPU of the node, one sample per GPU and read."""
 
     name = "profiling"
