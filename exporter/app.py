@@ -23,7 +23,7 @@ from exporter.sim.replay import replay_library
 from exporter.sim.scenarios import load_scenario
 from exporter.traces.load import load_trace
 from exporter.web.families import http_families, reload_families, tls_families
-from exporter.web.health import HealthCheck
+from exporter.web.probes import Probes
 from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
 from exporter.web.stats import ReloadStatus
 from exporter.web.webconfig import WebConfig, load_web_config
@@ -125,7 +125,7 @@ class Exporter:
                                    self._publish, self.clock)
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
-                                             HealthCheck(c.serving.stale_after_seconds,
+                                             Probes(c.serving.stale_after_seconds,
                                                          self.clock.time), self.web,
                                              self.limits)
         except BaseException:

@@ -69,10 +69,10 @@ def test_every_family_type_is_written_as_generate_latest_writes_it():
 
 
 def test_a_rendered_snapshot_is_what_generate_latest_writes():
-    from exporter.metrics.render import FAMILY_SOURCES
+    from exporter.metrics.render import FAMILY_FUNCTIONS
 
     snapshot = make_snapshot()
-    families = [f for source in FAMILY_SOURCES for f in source(snapshot)]
+    families = [f for source in FAMILY_FUNCTIONS for f in source(snapshot)]
     assert render(snapshot) == generate_latest(_Registry(families))
 
 

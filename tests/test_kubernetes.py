@@ -16,7 +16,7 @@ import pytest
 from exporter.collectors.kubernetes import reading as k8s
 from exporter.collectors.kubernetes import spec as k8s_spec
 from exporter.collectors.kubernetes.podresources import BadMessage, parse_list_response
-from exporter.collectors.kubernetes.reading import KubernetesReading, KubernetesSource, PodDevice
+from exporter.collectors.kubernetes.reading import KubernetesCollector, KubernetesReading, PodDevice
 from exporter.config import Config
 from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.physics import gpu_uuid
@@ -204,7 +204,7 @@ def test_a_socket_that_never_answers_times_out(tmp_path):
 
     thread = threading.Thread(target=accept_and_hold, daemon=True)
     thread.start()
-    source = KubernetesSource(path, context(), timeout=0.3, grpc=grpc)
+    source = KubernetesCollector(path, context(), timeout=0.3, grpc=grpc)
     try:
         reading = source.read()
         assert not reading.up and reading.failures_total["timeout"] == 1
@@ -219,7 +219,7 @@ def test_a_socket_that_never_answers_times_out(tmp_path):
 
 def test_without_grpc_one_line_and_a_figure(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        source = KubernetesSource(str(tmp_path / "k.sock"), context(), grpc=None)
+        source = KubernetesCollector(str(tmp_path / "k.sock"), context(), grpc=None)
         first, second = source.read(), source.read()
     assert [r.getMessage() for r in caplog.records if "grpcio" in r.getMessage()] != []
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
@@ -231,7 +231,7 @@ def test_series_are_capped(tmp_path, monkeypatch):
     path = str(tmp_path / "k.sock")
     kubelet = FakeKubelet(path, [Holding("n", f"p{i}", "c", "nvidia.com/gpu", (UUIDS[i],))
                                  for i in range(5)]).start()
-    source = KubernetesSource(path, context(), grpc=grpc)
+    source = KubernetesCollector(path, context(), grpc=grpc)
     try:
         reading = source.read()
         assert [d.gpu for d in reading.devices] == [0, 1] and reading.dropped_total == 3

@@ -133,7 +133,7 @@ def test_run_replay_serves_the_trace_through_the_real_pipeline(recorded, running
     watts = [s.watts for s in snap.power.values()]
     assert all(150 < w < 720 for w in watts)
     assert all(p.kind == "buffer" and p.samples_total >= 3 * 45
-               for p in snap.power_sources.values())  # the recorded samples, all of them
+               for p in snap.power_sampling.values())  # the recorded samples, all of them
     body = render(snap).decode()
     assert 'cte_backend_info{backend="replay"' in body
     assert "gpu_temperature_celsius{" in body and "gpu_energy_joules_total{" in body
@@ -200,6 +200,6 @@ def test_a_trace_recorded_before_the_sample_buffer_still_replays(running_exporte
     snap = exp.sampler.snapshot
     assert snap.backend == "replay" and snap.gpu_count == 8
     assert all(150 < p.watts < 720 for p in snap.power.values())
-    assert all(p.samples_total >= 2 * 18 for p in snap.power_sources.values())
+    assert all(p.samples_total >= 2 * 18 for p in snap.power_sampling.values())
     body = render(snap).decode()
     assert "gpu_energy_joules_total{" in body and "gpu_sm_clock_hertz{" in body

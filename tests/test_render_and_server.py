@@ -16,13 +16,13 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
 from exporter.gpu.health import GpuHealth, NvLink
-from exporter.metrics.health import (
+from exporter.metrics.gpu_health import (
     link_memory_families,
     link_memory_key,
     nvlink_traffic_families,
 )
 from exporter.metrics.render import CachedFamilies, render
-from exporter.web.health import HealthCheck
+from exporter.web.probes import Probes
 from exporter.web.server import accepts_gzip
 from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
 
@@ -155,7 +155,7 @@ def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
 
 
 def test_liveness_and_readiness_when_sampling_stalls(exporter):
-    health = HealthCheck(stale_after_seconds=5)
+    health = Probes(stale_after_seconds=5)
     rendered = exporter.current
     assert health.liveness(rendered) == []
     assert health.readiness(rendered).status == "ok"

@@ -57,7 +57,8 @@ class ErrorCounts:
         with self._lock:
             self._counts[(call, error)] += 1
 
-    def snapshot(self) -> dict[tuple[str, str], int]:
+    def totals(self) -> dict[tuple[str, str], int]:
+        """A copy of the failure counts, by (call, error)."""
         with self._lock:
             return dict(self._counts)
 

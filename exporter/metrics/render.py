@@ -12,7 +12,7 @@ from prometheus_client.metrics_core import Metric
 from exporter.collectors import registry
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
-from exporter.metrics.health import (
+from exporter.metrics.gpu_health import (
     health_families,
     link_memory_families,
     link_memory_key,
@@ -23,7 +23,7 @@ from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
 from exporter.sampling.snapshot import Snapshot
 
-FamilySource = Callable[[Snapshot], Iterable[Metric]]
+FamilyFunction = Callable[[Snapshot], Iterable[Metric]]
 
 # The classic text format, which every Prometheus since 2.0 parses (2.42 is our floor).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -42,7 +42,7 @@ class CachedFamilies:
     """Families whose rendering is reused while `key(snapshot)` stays the same (those
     whose values seldom change: the key is what they show)."""
 
-    def __init__(self, families: FamilySource, key: Callable[[Snapshot], Any]):
+    def __init__(self, families: FamilyFunction, key: Callable[[Snapshot], Any]):
         self.families, self.key = families, key
         self.__name__ = families.__name__
         self._last: tuple[Any, bytes] | None = None
@@ -63,17 +63,17 @@ class CachedFamilies:
 
 
 # Each area adds its families here; the order is the order of the output.
-FAMILY_SOURCES: list[FamilySource] = [
+FAMILY_FUNCTIONS: list[FamilyFunction] = [
     gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
     nvlink_traffic_families, power_families, straggler_families, collector_families, self_families]
 
 
-def _collect(snapshot: Snapshot, sources: list[FamilySource]) -> Iterator[Metric]:
+def _collect(snapshot: Snapshot, sources: list[FamilyFunction]) -> Iterator[Metric]:
     for source in sources:
         yield from source(snapshot)
 
 
-def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
+def render(snapshot: Snapshot, sources: list[FamilyFunction] | None = None,
            extra: Sequence[Metric] = ()) -> bytes:
     """The exposition of every family; cached parts are reused, the rest rendered anew.
 
@@ -81,8 +81,8 @@ def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
     the app when it publishes), written last. Each family is written whole by one
     write, so joining the parts is a valid exposition."""
     parts: list[bytes] = []
-    plain: list[FamilySource] = []
-    for source in sources or FAMILY_SOURCES:
+    plain: list[FamilyFunction] = []
+    for source in sources or FAMILY_FUNCTIONS:
         if isinstance(source, CachedFamilies):
             if plain:
                 parts.append(WRITER.write(_collect(snapshot, plain)))

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from exporter.collectors.profiling.reading import ProfilingSource
+from exporter.collectors.profiling.reading import ProfilingCollector
 from exporter.collectors.profiling.spec import SPEC as PROFILING
 from exporter.config import Config, all_options
 from exporter.gpu import catalogue, gpm
@@ -116,7 +116,7 @@ def _record(args: argparse.Namespace, config: Config) -> int:
 
     interval = PROFILING.settings_in(config.collectors).interval_seconds
     maker = CollectorMaker("profiling", interval,
-                           lambda context: ProfilingSource(context, on_reading=profiling))
+                           lambda context: ProfilingCollector(context, on_reading=profiling))
     sampler = Sampler(NvmlBackend(), sampler_settings(config), [maker])
     try:
         gpus = sampler.open()

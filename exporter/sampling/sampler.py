@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.gpu.backend import NvmlBackend
-from exporter.sampling.analyses import Analyses
 from exporter.sampling.buffers import PowerHistory
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collector_api import (
@@ -29,8 +28,9 @@ from exporter.sampling.collector_api import (
 )
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
+from exporter.sampling.live_analyses import Analyses
 from exporter.sampling.loops import Loop, run_due, start_together
-from exporter.sampling.power import PowerSampler
+from exporter.sampling.power_loop import PowerSampler
 from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
@@ -257,14 +257,14 @@ class Sampler:
             bindings_version=gpus.backend.bindings_version, gpu_count=gpus.count,
             expected_gpus=s.expected_gpus if s.expected_gpus is not None else gpus.count,
             identities=tuple(gpus.identities), states=fresh(self.sweep.states),
-            power=fresh(self.power.latest), power_sources=self.power.stats(),
+            power=fresh(self.power.latest), power_sampling=self.power.stats(),
             loops={loop.name: loop.stats() for loop in self.loops},
-            nvml_errors=gpus.backend.errors.snapshot(),
+            nvml_errors=gpus.backend.errors.totals(),
             collectors={r.name: r.current() for r in self.collectors},
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
             health=fresh(self.sweep.health),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
-            xids=self.xids.snapshot(), xid_events_registered=self.xids.registered,
+            xids=self.xids.seen(), xid_events_registered=self.xids.registered,
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),
             recoveries=dict(gpus.recoveries), hangs=hangs,
             power_analysis=analyses.power_analysis if analyses else None,

@@ -55,7 +55,7 @@ class PowerReading:
 
 
 @dataclass(frozen=True)
-class PowerSourceStats:
+class PowerSamplingStats:
     """Where a GPU's power samples come from and how well they arrive."""
 
     kind: str  # "buffer": the driver's sample buffer; "poll": the instant-power field
@@ -80,7 +80,7 @@ class Snapshot:
     identities: tuple[GpuIdentity | None, ...]
     states: dict[int, GpuState]
     power: dict[int, PowerReading]  # the latest sample of each GPU
-    power_sources: dict[int, PowerSourceStats]
+    power_sampling: dict[int, PowerSamplingStats]
     loops: dict[str, LoopStats]
     nvml_errors: dict[tuple[str, str], int]
     collectors: dict[str, CollectorResult] = field(default_factory=dict)

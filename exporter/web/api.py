@@ -26,8 +26,8 @@ from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.collector_api import JobHolders
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings import findings
-from exporter.web.health import Readiness
 from exporter.web.jsonarrays import json_array
+from exporter.web.probes import Readiness
 from exporter.web.wording import number
 
 POWER, FINDINGS = "/api/v1/power", "/api/v1/findings"
@@ -123,7 +123,7 @@ def power_body(snapshot: Snapshot, query: PowerQuery) -> bytes:
 
 def _interval(snapshot: Snapshot) -> float | None:
     """The node's native interval: the median of its GPUs' sample intervals."""
-    values = [s.sample_interval_seconds for s in snapshot.power_sources.values()
+    values = [s.sample_interval_seconds for s in snapshot.power_sampling.values()
               if s.sample_interval_seconds]
     return max(float(np.median(values)), 0.001) if values else None
 

@@ -9,7 +9,7 @@ reload swaps them for new connections and requests (set_web_config). What a clie
 make the server hold is bounded (ServerLimits): connections (one thread each; idle
 and slow ones evicted first, see exporter/web/connections.py), requests answered at
 once, time and bytes for a request head, and no request bodies. /healthz and /readyz
-mean what exporter/web/health.py says.
+mean what exporter/web/probes.py says.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
 from exporter.web import api, static
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
-from exporter.web.health import HealthCheck
 from exporter.web.page import PAGE_HEADERS, landing_page
+from exporter.web.probes import Probes
 from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
 
@@ -70,7 +70,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], current: Callable[[], RenderedSnapshot | None],
-                 health: HealthCheck, web: WebConfig | None = None,
+                 health: Probes, web: WebConfig | None = None,
                  limits: ServerLimits | None = None):
         self.current = current
         self.health = health

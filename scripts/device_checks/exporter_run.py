@@ -113,7 +113,7 @@ def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str],
     summary = {
         "gpus": gpus, "power_source": sorted(sources),
         "power_samples_per_second_per_gpu": round(
-            sum(p.samples_total for p in snap.power_sources.values()) / max(gpus, 1)
+            sum(p.samples_total for p in snap.power_sampling.values()) / max(gpus, 1)
             / max(time.time() - snap.started_at, 1e-9), 1),
         "observable_band_hz": round(snap.observable_band_hz[1], 2),
         "process_cpu_percent": round(cpu * 100, 2),

@@ -1,7 +1,7 @@
 """A few host figures through psutil: CPU, memory, load, per-interface network counters.
 
 Only what the dashboards next to training use (node_exporter covers the rest). The
-arithmetic is pure (:func:`cpu_busy_ratio`, :func:`keep_interface`); :class:`HostSource`
+arithmetic is pure (:func:`cpu_busy_ratio`, :func:`keep_interface`); :class:`HostCollector`
 does the psutil calls, each on its own: one call that fails (a platform without load
 average, a ``/proc`` file that cannot be read) leaves that part out and is counted by
 call name, the rest of the reading still stands.
@@ -29,7 +29,7 @@ __all__ = [
     "MAX_INTERFACES",
     "CpuTimes",
     "HostReading",
-    "HostSource",
+    "HostCollector",
     "InterfaceCounters",
     "cpu_busy_ratio",
     "keep_interface",
@@ -102,7 +102,7 @@ class HostReading:
     errors_total: Mapping[str, int] = field(default_factory=dict)
 
 
-class HostSource:
+class HostCollector:
     """Reads the host figures through ``ps`` (the psutil module; tests hand in a stand-in)."""
 
     name = "host"

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from exporter.collectors.host.families import host_families
-from exporter.collectors.host.reading import DEFAULT_NETWORK_EXCLUDE, HostSource
+from exporter.collectors.host.reading import DEFAULT_NETWORK_EXCLUDE, HostCollector
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
 
@@ -32,7 +32,7 @@ SPEC = CollectorSpec(
     name="host",
     help="CPU, memory, load and per-interface network figures through psutil",
     default=True,
-    factory=lambda settings, context: HostSource(settings.network_exclude),
+    factory=lambda settings, context: HostCollector(settings.network_exclude),
     families=lambda reading, snapshot: host_families(reading),
     settings=HostSettings,
 )

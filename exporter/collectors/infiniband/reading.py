@@ -2,7 +2,7 @@
 
 Reading and parsing are kept apart: the ``parse_*`` functions are pure (bytes in,
 values out, :class:`BadValue` with a reason for anything unusable); the
-:class:`InfinibandSource` walks the tree, reads every file with one bounded
+:class:`InfinibandCollector` walks the tree, reads every file with one bounded
 ``os.read`` and hands the bytes to the parsers.
 
 One bad file (``N/A (no PMA)``, empty, garbage, negative, past 2^64-1, or a read
@@ -31,7 +31,7 @@ __all__ = [
     "InfinibandDevice",
     "InfinibandPort",
     "InfinibandReading",
-    "InfinibandSource",
+    "InfinibandCollector",
     "parse_counter",
     "parse_rate",
     "parse_state",
@@ -253,7 +253,7 @@ def _is_dir(walk: _Walk, path: str) -> bool:
     return True
 
 
-class InfinibandSource:
+class InfinibandCollector:
     """Reads every InfiniBand/RoCE device under ``<sysfs_root>/class/infiniband``."""
 
     name = "infiniband"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.collectors.infiniband.families import infiniband_families
-from exporter.collectors.infiniband.reading import InfinibandSource
+from exporter.collectors.infiniband.reading import InfinibandCollector
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
 
@@ -20,7 +20,7 @@ SPEC = CollectorSpec(
     name="infiniband",
     help="InfiniBand/RoCE port counters and state from sysfs",
     default=True,
-    factory=lambda settings, context: InfinibandSource(settings.sysfs),
+    factory=lambda settings, context: InfinibandCollector(settings.sysfs),
     families=lambda reading, snapshot: infiniband_families(reading),
     settings=InfinibandSettings,
 )

@@ -9,7 +9,7 @@ the instance in :attr:`JobsReading.instance_jobs`. The Slurm prolog and epilog i
 scripts' temporary and lock files).
 
 Reading and parsing are apart: :func:`parse_mapping_name` and :func:`parse_job_file` are
-pure. :class:`JobsSource` lists the directory, and reads a file again only when its
+pure. :class:`JobsCollector` lists the directory, and reads a file again only when its
 ``(mtime_ns, size, inode)`` changed; anything unusable (a name that is not a GPU
 index, an index past the GPU count, a symbolic link, an empty, oversized, binary or
 unreadable file, a FIFO, an overlong line) is skipped alone and counted by reason on
@@ -31,7 +31,7 @@ without bound:
   GPU's file is looked up by name instead.
 
 A mapping path that is not a directory (a regular file, say) or cannot be listed makes
-:meth:`JobsSource.read` raise, so the source reports failure; a missing directory is
+:meth:`JobsCollector.read` raise, so the source reports failure; a missing directory is
 no jobs yet (the prolog creates it).
 """
 
@@ -58,7 +58,7 @@ __all__ = [
     "SKIP_REASONS",
     "BadFile",
     "JobsReading",
-    "JobsSource",
+    "JobsCollector",
     "parse_gpu_index",
     "parse_mapping_name",
     "parse_job_file",
@@ -278,7 +278,7 @@ def _accumulate(totals: dict[str, int], counts: dict[str, int]) -> None:
         totals[reason] = totals.get(reason, 0) + count
 
 
-class JobsSource:
+class JobsCollector:
     """Reads the GPU -> job mapping files in ``directory``."""
 
     name = "jobs"

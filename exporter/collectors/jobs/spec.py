@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.collectors.jobs.families import jobs_families
-from exporter.collectors.jobs.reading import JobsSource
+from exporter.collectors.jobs.reading import JobsCollector
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
 from exporter.sampling.collector_api import CollectorContext
@@ -25,9 +25,9 @@ class JobsSettings:
         optional=True, check=_mapping_dir_problem)
 
 
-def _make(settings: JobsSettings, context: CollectorContext) -> JobsSource:
+def _make(settings: JobsSettings, context: CollectorContext) -> JobsCollector:
     assert settings.mapping_dir is not None  # the requirement
-    return JobsSource(settings.mapping_dir, context.gpu_count)
+    return JobsCollector(settings.mapping_dir, context.gpu_count)
 
 
 SPEC = CollectorSpec(

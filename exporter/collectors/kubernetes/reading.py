@@ -45,7 +45,7 @@ from exporter.collectors.mig.reading import read_mig_devices
 from exporter.sampling.collector_api import CollectorContext, HoldsResources, JobGrouping
 
 __all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
-           "KubernetesReading", "KubernetesSource", "PodDevice"]
+           "KubernetesReading", "KubernetesCollector", "PodDevice"]
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class _Devices:
         return None
 
 
-class KubernetesSource(HoldsResources):
+class KubernetesCollector(HoldsResources):
     name = "kubernetes"
 
     def __init__(self, socket_path: str, context: CollectorContext, timeout: float = 2.0,

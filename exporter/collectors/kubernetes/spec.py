@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from exporter.collectors.kubernetes.families import kubernetes_families
 from exporter.collectors.kubernetes.reading import (
     DEFAULT_SOCKET,
-    KubernetesSource,
+    KubernetesCollector,
     import_grpc,
 )
 from exporter.collectors.registry import CollectorSpec
@@ -41,9 +41,9 @@ def _default(settings: KubernetesSettings) -> bool:
     return settings.pod_resources_socket is not None or os.path.exists(DEFAULT_SOCKET)
 
 
-def _make(settings: KubernetesSettings, context: CollectorContext) -> KubernetesSource:
+def _make(settings: KubernetesSettings, context: CollectorContext) -> KubernetesCollector:
     path = settings.pod_resources_socket or DEFAULT_SOCKET
-    return KubernetesSource(path, context, settings.timeout_seconds, import_grpc())
+    return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc())
 
 
 SPEC = CollectorSpec(

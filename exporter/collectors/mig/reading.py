@@ -31,7 +31,7 @@ from typing import Any
 
 from exporter.sampling.collector_api import CollectorContext
 
-__all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigSource", "profile_name",
+__all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigCollector", "profile_name",
            "read_mig_devices"]
 
 #: MIG device handles asked per GPU at most (7 on A100/H100/H200).
@@ -115,7 +115,7 @@ def read_mig_devices(backend: Any, gpu: int) -> tuple[bool | None, list[MigDevic
     return True, devices
 
 
-class MigSource:
+class MigCollector:
     """Reads every readable GPU's MIG mode and devices."""
 
     name = "mig"

@@ -39,7 +39,7 @@ from exporter.collectors.processes.procfs import ProcLabels, ProcReader
 from exporter.sampling.collector_api import CollectorContext
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX", "GpuProcess", "ProcessesReading",
-           "ProcessesSource", "split_energy"]
+           "ProcessesCollector", "split_energy"]
 
 DEFAULT_INTERVAL = 15.0
 DEFAULT_MAX = 256
@@ -106,7 +106,7 @@ def _utilization_shares(samples: list) -> tuple[dict[int, float], int]:
     return {pid: sum(v) / len(v) / 100.0 for pid, v in sums.items()}, newest
 
 
-class ProcessesSource:
+class ProcessesCollector:
     name = "processes"
 
     def __init__(self, context: CollectorContext, max_processes: int = DEFAULT_MAX,

@@ -8,7 +8,7 @@ from exporter.collectors.processes.families import processes_families
 from exporter.collectors.processes.reading import (
     DEFAULT_INTERVAL,
     DEFAULT_MAX,
-    ProcessesSource,
+    ProcessesCollector,
 )
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
@@ -34,11 +34,11 @@ class ProcessesSettings:
         "NVML reports", key="path_procfs", flag="--path.procfs", metavar="DIR")
 
 
-def _make(settings: ProcessesSettings, context: CollectorContext) -> ProcessesSource:
+def _make(settings: ProcessesSettings, context: CollectorContext) -> ProcessesCollector:
     # a fake or replayed node's PIDs are made up: /proc would name this host's processes
     real = not context.simulated or settings.procfs != "/proc"
     procfs = settings.procfs if settings.proc_labels and real else None
-    return ProcessesSource(context, settings.max, procfs)
+    return ProcessesCollector(context, settings.max, procfs)
 
 
 SPEC = CollectorSpec(

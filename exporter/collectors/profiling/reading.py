@@ -33,7 +33,7 @@ from exporter.sampling.collector_api import (
     HoldsResources,
 )
 
-__all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "ProfilingSource"]
+__all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "ProfilingCollector"]
 
 #: Seconds between GPM samples (see the module's docstring for the CPU it costs).
 DEFAULT_INTERVAL_SECONDS = 10.0
@@ -60,7 +60,7 @@ class ProfilingReading(ComputeHistory):
         return self.history
 
 
-class ProfilingSource(HoldsResources):
+class ProfilingCollector(HoldsResources):
     """Reads GPM on every readable GPU of the node, one sample per GPU and read."""
 
     name = "profiling"

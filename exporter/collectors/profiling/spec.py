@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from exporter.collectors.profiling.families import profiling_families
 from exporter.collectors.profiling.reading import (
     DEFAULT_INTERVAL_SECONDS,
-    ProfilingSource,
+    ProfilingCollector,
 )
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import RECORD, RUN, setting
@@ -27,7 +27,7 @@ SPEC = CollectorSpec(
     help="profiling metrics from NVML GPM (Hopper and later): SM, tensor, FP and DRAM "
          "activity, the share of time the GPU computes rather than waits",
     default=True,
-    factory=lambda settings, context: ProfilingSource(context),
+    factory=lambda settings, context: ProfilingCollector(context),
     families=profiling_families,
     settings=ProfilingSettings,
     interval=lambda settings: settings.interval_seconds,
