@@ -22,7 +22,7 @@ import math
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TypeVar, Union, get_args, get_origin, get_type_hints
 
 from exporter.yamlfile import ConfigError, excerpt
 
@@ -42,7 +42,7 @@ class Option:
     key: str
     flag: str | None
     kind: type  # bool, int, float or str (or tuple, with `parse`)
-    default: Any  # Any: each option's type is its own (`kind`)
+    default: object  # of the type `kind` (or None where `optional`)
     help: str
     low: float | None = None
     high: float | None = None
@@ -61,7 +61,7 @@ class Option:
     parse: Callable[[str], object] | None = None
     path: tuple[str, ...] = ()  # attribute path from the settings root (set by options_of)
 
-    def default_for(self, command: str) -> Any:
+    def default_for(self, command: str) -> object:
         return self.command_defaults.get(command, self.default)
 
     def flag_for(self, command: str) -> str | None:
