@@ -4,6 +4,7 @@ manual clock); the hang tests use real threads, since that is what they test."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from contextlib import contextmanager
@@ -110,6 +111,20 @@ def test_power_comes_from_the_driver_buffer_at_its_native_rate():
         assert sampler.snapshot.power_history.end > history.end
         assert np.array_equal(history.window(3, 5.0)[0], before)
         assert sampler.loop("power").period == 1.0  # one drain a second
+
+
+def test_a_snapshot_cannot_be_changed_by_whoever_reads_it():
+    with simulated(load_scenario("training")) as (sampler, _, clock):
+        sampler.advance(3)
+        snap = sampler.snapshot
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            snap.time = 0.0  # type: ignore[misc]
+        for name in ("states", "power", "power_sampling", "loops", "health", "collectors"):
+            with pytest.raises(TypeError):
+                getattr(snap, name)[0] = None  # a read-only view, not the dict itself
+        states = dict(snap.states)
+        sampler.advance(2)  # the sampler goes on; what the snapshot holds does not
+        assert dict(snap.states) == states and sampler.snapshot is not snap
 
 
 def test_a_late_drain_counts_the_samples_it_lost():
