@@ -80,15 +80,44 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("tls_server_config:\n  cert_file: {cert}\n", r"web.yml:2: tls_server_config.cert_file: "
      "cert_file is set but key_file is missing"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cipher_suites: [X]\n",
-     r"web.yml:4: tls_server_config.cipher_suites: not supported"),
+     r"web.yml:4: tls_server_config.cipher_suites: unknown cipher suite 'X'; expected Go names"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  cipher_suites: [TLS_RSA_WITH_3DES_EDE_CBC_SHA]\n",
+     r"web.yml:4: tls_server_config.cipher_suites: TLS_RSA_WITH_3DES_EDE_CBC_SHA is one of "
+     "Go's insecure suites"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  cipher_suites: TLS_AES_128_GCM_SHA256\n",
+     r"web.yml:4: tls_server_config.cipher_suites: expected a list of strings"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  max_version: TLS12\n"
+     "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+     r"web.yml:5: tls_server_config.cipher_suites: lists only TLS 1.3 suites, but max_version "
+     "is below TLS13"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  prefer_server_cipher_suites: 'yes'\n",
+     r"web.yml:4: tls_server_config.prefer_server_cipher_suites: expected true or false"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  curve_preferences: [CurveP256, P-384]\n",
+     r"web.yml:4: tls_server_config.curve_preferences: unknown curve 'P-384'; expected one of "
+     "CurveP256, CurveP384, CurveP521, X25519"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+     "  client_ca_file: {cert}\n",
+     r"web.yml:4: tls_server_config.client_ca_file: is set but client_auth_type is "
+     "NoClientCert"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_ca_file: {cert}\n"
+     "  client_auth_type: VerifyClientCertIfGiven\n  client_allowed_sans: [a]\n",
+     r"web.yml:6: tls_server_config.client_allowed_sans: needs client_auth_type "
+     "RequireAndVerifyClientCert"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_ca_file: {cert}\n"
+     "  client_auth_type: RequireAndVerifyClientCert\n  client_allowed_sans: [a, 7]\n",
+     r"web.yml:6: tls_server_config.client_allowed_sans: expected a list of strings"),
+    ("tls_server_config:\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+     r"web.yml:2: tls_server_config.cipher_suites: needs cert_file and key_file"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cert: x\n",
+     r"web.yml:4: tls_server_config.cert: not supported .*inline certificates"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  certfile: x\n",
      r"web.yml:4: tls_server_config.certfile: unknown key"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS9\n",
      r"web.yml:4: tls_server_config.min_version: expected one of TLS10"),
-    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-     "  client_auth_type: RequireAndVerifyClientCert\n",
-     r"web.yml:4: tls_server_config.client_auth_type: RequireAndVerifyClientCert needs "
-     "client_ca_file"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
      "  client_auth_type: RequireAnyClientCert\n",
      r"web.yml:4: tls_server_config.client_auth_type: .*not supported"),
@@ -102,6 +131,20 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key"),
     ("http_server_config:\n  headers:\n    Server: x\n",
      r"web.yml:3: http_server_config.headers.Server: not one of the settable headers"),
+    ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+     r"web.yml:3: http_server_config.headers.X-Frame-Options: expected one of deny, "
+     "sameorigin, got 'allow'"),
+    ("http_server_config:\n  headers:\n    X-Content-Type-Options: sniff\n",
+     r"web.yml:3: http_server_config.headers.X-Content-Type-Options: expected one of nosniff"),
+    ("http_server_config:\n  headers:\n    X-XSS-Protection: [1]\n",
+     r"web.yml:3: http_server_config.headers.X-XSS-Protection: expected a one-line string"),
+    ("http_server_config:\n  http2: 'no'\n",
+     r"web.yml:2: http_server_config.http2: expected true or false"),
+    ("\nrate_limit:\n  interval: 1s\n", r"web.yml:2: rate_limit: not supported"),
+    ("basic_auth_excluded_paths: [metrics]\n",
+     r"web.yml:1: basic_auth_excluded_paths: 'metrics': expected a path starting with /"),
+    ("basic_auth_excluded_paths: /metrics\n",
+     r"web.yml:1: basic_auth_excluded_paths: expected a list of strings"),
     ("tls_server_config:\n  cert_file: [\n", r"web.yml:3: invalid YAML"),
 ])
 def test_bad_web_config_names_file_line_and_key(tmp_path, certs, text, expected):
@@ -197,3 +240,94 @@ def test_certificate_expiry_is_known_and_warned_about(tmp_path, certs, caplog, m
     load_web_config(tmp_path / "web.yml")
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "expired on" in warning and "server.crt" in warning
+
+
+@pytest.mark.parametrize("auth_type, mode", [("VerifyClientCertIfGiven", ssl.CERT_OPTIONAL),
+                                             ("RequireAndVerifyClientCert", ssl.CERT_REQUIRED)])
+def test_verifying_without_client_ca_file_trusts_the_system_cas_with_a_warning(
+        tmp_path, certs, caplog, auth_type, mode):
+    # as Go's crypto/tls does with no ClientCAs: exporter-toolkit's examples rely on it
+    web = load_web_config(write(tmp_path, f"tls_server_config:\n  cert_file: {certs.server_cert}"
+                                f"\n  key_file: {certs.server_key}\n  client_auth_type: "
+                                f"{auth_type}\n"))
+    assert web.ssl_context.verify_mode == mode
+    (warning,) = [r.getMessage() for r in caplog.records if "client_ca_file" in r.getMessage()]
+    assert "web.yml" in warning and auth_type in warning and "every CA" in warning
+
+
+def test_a_blank_header_is_unset_and_numbers_are_text(tmp_path):
+    web = load_web_config(write(tmp_path, "http_server_config:\n  headers:\n"
+                                "    X-XSS-Protection: 0\n    Content-Security-Policy: ''\n"))
+    assert web.headers == {"X-XSS-Protection": "0"}
+
+
+def test_go_cipher_names_map_to_openssl_in_order():
+    from exporter.web import gotls
+
+    assert gotls.cipher_string(["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256",
+                                "TLS_RSA_WITH_AES_128_CBC_SHA"]) == (
+        "ECDHE-RSA-AES256-GCM-SHA384:AES128-SHA")
+    assert gotls.cipher_string(["TLS_CHACHA20_POLY1305_SHA256"]) is None
+    # every mapped name is one this OpenSSL knows
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.set_ciphers(":".join(gotls.TLS12_SUITES.values()))
+    known = {c["name"] for c in context.get_ciphers()}
+    assert set(gotls.TLS12_SUITES.values()) <= known
+
+
+def test_several_curves_go_to_set_groups_where_python_has_it():
+    from exporter.web import gotls
+
+    class Context:  # SSLContext.set_groups (CPython 3.15) takes OpenSSL's colon list
+        groups = None
+
+        def set_groups(self, groups: str) -> None:
+            self.groups = groups
+
+    context = Context()
+    gotls.set_curves(context, ["X25519", "CurveP256", "CurveP384"])  # type: ignore[arg-type]
+    assert context.groups == "X25519:prime256v1:secp384r1"
+
+
+def test_one_curve_is_set_and_ml_kem_is_refused_on_openssl_before_3_5():
+    from exporter.web import gotls
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    gotls.set_curves(context, ["CurveP384"])
+    if ssl.OPENSSL_VERSION_INFO < (3, 5):
+        with pytest.raises(gotls.Refused, match=r"X25519MLKEM768: not available in OpenSSL "
+                           r".* \(ML-KEM needs OpenSSL 3.5 or later\)"):
+            gotls.set_curves(context, ["X25519MLKEM768"])
+
+
+def test_client_sans_compare_addresses_as_addresses():
+    from exporter.web.clientsans import admitted, normalized_sans
+
+    allowed = normalized_sans(["::1", "scraper.example.net", "spiffe://cluster/prometheus"])
+    ipv6 = {"subjectAltName": (("IP Address", "0:0:0:0:0:0:0:1"),)}
+    uri = {"subjectAltName": (("URI", "spiffe://cluster/prometheus"), ("DNS", "x"))}
+    other = {"subjectAltName": (("DNS", "scraper.example.net.evil"), ("email", "::1@x"))}
+    assert admitted(ipv6, allowed) and admitted(uri, allowed)
+    assert not admitted(other, allowed) and not admitted(None, allowed)
+    assert admitted(None, frozenset())  # no allow-list: any verified certificate
+
+
+def test_certificate_dates_agree_with_openssl(certs):
+    from exporter.web.tlsfiles import certificate_dates
+
+    require_module("cryptography")
+    out = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in", str(certs.server_cert)],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    expected = ssl.cert_time_to_seconds(out.strip().split("=", 1)[1])
+    not_before, not_after = certificate_dates(str(certs.server_cert))
+    assert abs(not_after - expected) < 1 and not_before < not_after
+
+
+def test_without_cryptography_the_expiry_is_not_exported_and_the_log_says_so(
+        tmp_path, certs, caplog, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # import fails, as if not installed
+    monkeypatch.setitem(sys.modules, "cryptography.x509", None)
+    web = load_web_config(tls_copy(tmp_path, certs, 0o600))
+    assert web.tls and web.certificate_not_after is None
+    (warning,) = [r.getMessage() for r in caplog.records if "cryptography" in r.getMessage()]
+    assert "cte_tls_certificate_expiry_timestamp_seconds" in warning and "server.crt" in warning

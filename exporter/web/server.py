@@ -28,7 +28,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
-from exporter.web import api, static
+from exporter.web import api, clientsans, static
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
 from exporter.web.health import HealthCheck
@@ -299,6 +299,12 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             tls.close()
             raise _Closed("handshake") from None
+        allowed = self.server.security.web.allowed_sans
+        if allowed and not clientsans.admitted(tls.getpeercert(), allowed):
+            log.debug("client certificate of %s has no SAN in client_allowed_sans",
+                      self.client_address[0])
+            tls.close()  # as Go ends the handshake: no request is read
+            raise _Closed("handshake")
         return tls
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
@@ -366,7 +372,10 @@ class _Handler(BaseHTTPRequestHandler):
         auth = self.server.security.auth
         if auth is None:
             return True
-        if self.path.split("?", 1)[0] in _PROBES:
+        path = self.path.split("?", 1)[0]
+        if path in self.server.security.web.auth_excluded_paths:
+            return False
+        if path in _PROBES:
             verdict = auth.check(self.headers.get("Authorization")) if (
                 "Authorization" in self.headers) else Verdict.DENIED
             return verdict is Verdict.OK  # probes need no password; they get no details

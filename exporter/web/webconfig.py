@@ -5,29 +5,39 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
       cert_file: server.crt            # relative paths are relative to this file
       key_file: server.key
       client_auth_type: RequireAndVerifyClientCert   # optional
-      client_ca_file: clients-ca.crt                 # needed by the verifying types
+      client_ca_file: clients-ca.crt                 # else the system's CAs, as in Go
+      client_allowed_sans: [prometheus.example.net]  # a client certificate SAN must match
       min_version: TLS12                             # TLS10..TLS13, default TLS12
       max_version: TLS13
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]  # Go names, TLS 1.2 and older
+      curve_preferences: [X25519]
+      prefer_server_cipher_suites: true
     http_server_config:
+      http2: true                      # accepted; served as HTTP/1.1
       headers: {Strict-Transport-Security: max-age=31536000}
     basic_auth_users:
       prometheus: $2y$10$...           # bcrypt hashes only (htpasswd -nBC 10 "")
+    basic_auth_excluded_paths: [/healthz]
 
 The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
-is a ConfigError naming the file, line and key. Keys of the format that Python's TLS
-cannot honour (Go cipher suite names, curve preferences, unverified client
-certificates) are refused with a clear line instead of being silently ignored. A
-loose private key or a certificate not valid now is accepted with a warning
-(exporter/web/tlsfiles.py).
+is a ConfigError naming the file, line and key. Keys Python's TLS cannot honour
+(unverified client certificates, several curves on a Python without
+SSLContext.set_groups, inline PEM) are refused with a clear line instead of being
+silently ignored. Go names are translated in exporter/web/gotls.py. A loose private
+key or a certificate not valid now is accepted with a warning (exporter/web/tlsfiles.py).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from exporter.web import gotls
+from exporter.web.clientsans import normalized_sans
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
@@ -46,24 +56,28 @@ CLIENT_AUTH_TYPES = {
 }
 _UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
 
-# The only response headers exporter-toolkit lets a web config set.
-ALLOWED_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
-                   "X-XSS-Protection", "Strict-Transport-Security")
+# The only response headers exporter-toolkit lets a web config set, with the values it
+# allows where it checks them (web/handler.go, extraHTTPHeaders).
+ALLOWED_HEADERS = {"Content-Security-Policy": (), "X-Frame-Options": ("deny", "sameorigin"),
+                   "X-Content-Type-Options": ("nosniff",), "X-XSS-Protection": (),
+                   "Strict-Transport-Security": ()}
 
-_TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
+_TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users",
+             "basic_auth_excluded_paths"}
+_TOP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are "
+                    "built in"}
 _TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
-             "max_version"}
+             "max_version", "cipher_suites", "curve_preferences", "prefer_server_cipher_suites",
+             "client_allowed_sans"}
 _TLS_UNSUPPORTED = {
-    "cipher_suites": "Go cipher suite names; Python uses OpenSSL's defaults",
-    "curve_preferences": "Go curve names; Python uses OpenSSL's defaults",
-    "prefer_server_cipher_suites": "Go-only setting",
-    "client_allowed_sans": "not implemented; use a dedicated client CA instead",
     "cert": "inline certificates are not implemented; use cert_file",
     "key": "inline keys are not implemented; use key_file",
     "client_ca": "inline CAs are not implemented; use client_ca_file",
 }
 _HTTP_KEYS = {"headers", "http2"}
 _HTTP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are built in"}
+
+log = logging.getLogger(__name__)
 
 # $2a$, $2b$, $2y$ (htpasswd) and $2x$, cost 04-31, 22 salt + 31 hash characters.
 BCRYPT_HASH = re.compile(r"^\$2[abxy]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
@@ -78,6 +92,8 @@ class WebConfig:
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     certificate_not_after: float | None = None  # epoch; None without TLS or if unreadable
+    allowed_sans: frozenset[str] = frozenset()  # empty: any verified client certificate
+    auth_excluded_paths: frozenset[str] = frozenset()  # paths served without basic auth
 
     @property
     def tls(self) -> bool:
@@ -94,12 +110,22 @@ def load_web_config(path: str | Path | None) -> WebConfig:
         return WebConfig()
     data = load_yaml_file(path)
     where = Where(str(path), data)
+    if isinstance(data, dict):
+        _refuse(data, where, _TOP_UNSUPPORTED)
     top = expect_mapping(data, where, _TOP_KEYS)
     base = Path(path).resolve().parent
-    context, not_after = _tls_context(_section(top, "tls_server_config", where), base)
+    tls = _section(top, "tls_server_config", where)
+    context, not_after = _tls_context(tls, base)
     users = _users(_section(top, "basic_auth_users", where))
     headers = _headers(_section(top, "http_server_config", where))
-    return WebConfig(str(path), context, users, headers, not_after)
+    excluded = _strings_list(top, where, "basic_auth_excluded_paths")
+    for excluded_path in excluded:
+        if not excluded_path.startswith("/"):
+            raise where.error("basic_auth_excluded_paths", f"{excluded_path!r}: expected a path "
+                              "starting with /")
+    return WebConfig(str(path), context, users, headers, not_after,
+                     normalized_sans(_strings_list(*tls, "client_allowed_sans")),
+                     frozenset(excluded))
 
 
 def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
@@ -111,11 +137,32 @@ def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
     return value, where.child(key, value)
 
 
-def _strings(mapping: dict, where: Where, keys: set[str], unsupported: dict[str, str]) -> None:
+def _refuse(mapping: dict, where: Where, unsupported: dict[str, str]) -> None:
     for key, why in unsupported.items():
         if key in mapping:
             raise where.error(key, f"not supported by cluster-telemetry-exporter ({why})")
+
+
+def _strings(mapping: dict, where: Where, keys: set[str], unsupported: dict[str, str]) -> None:
+    _refuse(mapping, where, unsupported)
     expect_mapping(mapping, where, keys)
+
+
+def _strings_list(mapping: dict, where: Where, key: str) -> list[str]:
+    """A list of strings (absent or empty: [])."""
+    value = mapping.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise where.error(key, f"expected a list of strings, got {excerpt(value)}")
+    return value
+
+
+def _bool(mapping: dict, key: str, where: Where, default: bool) -> bool:
+    value: Any = mapping.get(key, default)
+    if not isinstance(value, bool):
+        raise where.error(key, f"expected true or false, got {excerpt(value)}")
+    return value
 
 
 def _text(mapping: dict, key: str, where: Where) -> str:
@@ -146,8 +193,8 @@ def _tls_context(section: tuple[dict, Where],
     _strings(mapping, where, _TLS_KEYS, _TLS_UNSUPPORTED)
     cert, key = _text(mapping, "cert_file", where), _text(mapping, "key_file", where)
     if not cert and not key:
-        for other in ("client_auth_type", "client_ca_file", "min_version", "max_version"):
-            if _text(mapping, other, where):
+        for other in sorted(_TLS_KEYS - {"cert_file", "key_file"}):
+            if mapping.get(other) not in (None, "", []):
                 raise where.error(other, "needs cert_file and key_file (TLS is off without them)")
         return None, None  # exporter-toolkit too serves plain HTTP without a certificate
     if not cert:
@@ -167,32 +214,77 @@ def _tls_context(section: tuple[dict, Where],
         context.minimum_version, context.maximum_version = low, high
     except (ValueError, ssl.SSLError) as exc:
         raise where.error("min_version", f"not available in this OpenSSL: {exc}") from None
+    _ciphers(context, mapping, where, high)
+    try:
+        if mapping.get("curve_preferences"):
+            gotls.set_curves(context, _strings_list(mapping, where, "curve_preferences"))
+    except gotls.Refused as exc:
+        raise where.error("curve_preferences", str(exc)) from None
     try:
         context.load_cert_chain(cert_path, key_path)
     except ssl.SSLError as exc:
         raise where.error("key_file", f"{cert_path} and {key_path} are not a matching certificate "
                           f"and private key ({exc.reason or exc})") from None
+    _client_auth(context, mapping, where, base)
+    check_key_permissions(key_path)
+    return context, check_certificate(cert_path)
 
+
+def _ciphers(context: ssl.SSLContext, mapping: dict, where: Where,
+             high: ssl.TLSVersion) -> None:
+    """cipher_suites (TLS 1.2 and older) and who picks among them."""
+    if _bool(mapping, "prefer_server_cipher_suites", where, True):
+        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    names = _strings_list(mapping, where, "cipher_suites")
+    if not names:
+        return
+    try:
+        ciphers = gotls.cipher_string(names)
+    except gotls.Refused as exc:
+        raise where.error("cipher_suites", str(exc)) from None
+    if ciphers is None:  # TLS 1.3 suites only: not configurable, in Go neither
+        if high < ssl.TLSVersion.TLSv1_3:
+            raise where.error("cipher_suites", "lists only TLS 1.3 suites, but max_version "
+                              "is below TLS13: no suite would be left")
+        return
+    try:
+        context.set_ciphers(ciphers)
+    except ssl.SSLError:
+        raise where.error("cipher_suites", f"none of {ciphers} is available in "
+                          f"{ssl.OPENSSL_VERSION}") from None
+
+
+def _client_auth(context: ssl.SSLContext, mapping: dict, where: Where, base: Path) -> None:
     auth_type = _text(mapping, "client_auth_type", where) or "NoClientCert"
     if auth_type in _UNVERIFIED_CLIENT_AUTH:
         raise where.error("client_auth_type", f"{auth_type} (unverified client certificates) "
-                          "is not supported; use VerifyClientCertIfGiven or "
-                          "RequireAndVerifyClientCert")
+                          "is not supported: Python's ssl verifies every certificate it "
+                          "asks for; use VerifyClientCertIfGiven or RequireAndVerifyClientCert")
     if auth_type not in CLIENT_AUTH_TYPES:
         raise where.error("client_auth_type", "expected one of " + ", ".join(CLIENT_AUTH_TYPES))
-    mode, needs_ca = CLIENT_AUTH_TYPES[auth_type]
+    mode, verifies = CLIENT_AUTH_TYPES[auth_type]
     if _text(mapping, "client_ca_file", where):
+        if not verifies:  # as exporter-toolkit: a CA without a policy is a mistake
+            raise where.error("client_ca_file", "is set but client_auth_type is NoClientCert; "
+                              "set RequireAndVerifyClientCert")
         ca_path = _readable_pem(mapping, "client_ca_file", where, base)
         try:
             context.load_verify_locations(cafile=ca_path)
         except ssl.SSLError as exc:
             raise where.error("client_ca_file", f"{ca_path}: not a CA certificate "
                               f"({exc.reason or exc})") from None
-    elif needs_ca:
-        raise where.error("client_auth_type", f"{auth_type} needs client_ca_file")
+    elif verifies:  # Go verifies against the system's CAs then; so do we, and say so
+        context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        log.warning("%s: %s without client_ca_file trusts client certificates from every CA "
+                    "this system trusts; set client_ca_file to your own CA",
+                    where.source, auth_type)
+    if mapping.get("client_allowed_sans") and auth_type != "RequireAndVerifyClientCert":
+        raise where.error("client_allowed_sans", "needs client_auth_type "
+                          "RequireAndVerifyClientCert (other types let a client connect "
+                          "without a certificate, leaving no SAN to match)")
     context.verify_mode = mode
-    check_key_permissions(key_path)
-    return context, check_certificate(cert_path)
 
 
 def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVersion:
@@ -236,7 +328,14 @@ def _headers(section: tuple[dict, Where]) -> dict[str, str]:
         if name not in ALLOWED_HEADERS:
             raise hwhere.error(str(name), "not one of the settable headers: "
                                + ", ".join(ALLOWED_HEADERS))
-        if not isinstance(value, str) or "\n" in value or "\r" in value:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise hwhere.error(name, f"expected a one-line string, got {excerpt(value)}")
+        text = str(value)  # YAML reads `X-XSS-Protection: 1` as a number; Go as a string
+        if "\n" in text or "\r" in text:
             raise hwhere.error(name, "expected a one-line string")
-        headers[name] = value
+        allowed = ALLOWED_HEADERS[name]
+        if allowed and text not in allowed:
+            raise hwhere.error(name, f"expected one of {', '.join(allowed)}, got {text!r}")
+        if text:  # blank: unset, as in exporter-toolkit
+            headers[name] = text
     return headers
