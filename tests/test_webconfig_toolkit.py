@@ -252,3 +252,31 @@ def test_documented_sample_excludes_its_paths_from_basic_auth(serve, certs):
     # excluded: answered without credentials (we serve nothing there: 404, not 401)
     for path in ("/-/healthy", "/-/ready"):
         assert get_over_new_connection(port, client(certs), path=path)[0] == 404
+
+
+def test_prometheus_scrapes_only_with_an_allowed_client_certificate(serve, certs, tmp_path):
+    """A Go TLS client (Prometheus) against the SAN allow-list, on an RSA certificate."""
+    from tests.prom import Prometheus
+    from tests.tools import wait_for
+
+    ca, _, allowed, refused = certs[0].ca, *certs[1:]
+    port = serve("web_config_auth_client_san.good.yaml")
+    target = [{"targets": [f"127.0.0.1:{port}"]}]
+
+    def job(name: str, cert: tuple[Path, Path]) -> dict:
+        tls = {"ca_file": str(ca), "cert_file": str(cert[0]), "key_file": str(cert[1])}
+        return {"job_name": name, "scheme": "https", "tls_config": tls, "static_configs": target}
+
+    (tmp_path / "prom").mkdir()
+    prom = Prometheus(tmp_path / "prom", [], scrape_configs=[job("test3", allowed),
+                                                               job("other", refused)])
+    try:
+        def up_by_job():
+            ups = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
+            return ups if len(ups) == 2 else None
+
+        assert wait_for(up_by_job, timeout=30, interval=0.5) == {"test3": "1", "other": "0"}
+        power = prom.query('count(gpu_power_watts{job="test3"})')
+        assert power and power[0]["value"][1] == "8"
+    finally:
+        prom.stop()
