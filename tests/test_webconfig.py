@@ -78,7 +78,7 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {other_key}\n",
      r"web.yml:3: tls_server_config.key_file: .* are not a matching certificate and private key"),
     ("tls_server_config:\n  cert_file: {cert}\n", r"web.yml:2: tls_server_config.cert_file: "
-     "cert_file is set but key_file is missing"),
+     "cert_file is set but key_file \\(or key\\) is missing"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cipher_suites: [X]\n",
      r"web.yml:4: tls_server_config.cipher_suites: unknown cipher suite 'X'; expected Go names"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
@@ -113,7 +113,11 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("tls_server_config:\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
      r"web.yml:2: tls_server_config.cipher_suites: needs cert_file and key_file"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cert: x\n",
-     r"web.yml:4: tls_server_config.cert: not supported .*inline certificates"),
+     r"web.yml:4: tls_server_config.cert: set cert_file or cert, not both"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key: not a key\n",
+     r"web.yml:3: tls_server_config.key: is not PEM text"),
+    ("tls_server_config:\n  key: '-----BEGIN '\n",
+     r"web.yml:2: tls_server_config.key: key is set but cert_file \(or cert\) is missing"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  certfile: x\n",
      r"web.yml:4: tls_server_config.certfile: unknown key"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS9\n",
@@ -331,3 +335,61 @@ def test_without_cryptography_the_expiry_is_not_exported_and_the_log_says_so(
     assert web.tls and web.certificate_not_after is None
     (warning,) = [r.getMessage() for r in caplog.records if "cryptography" in r.getMessage()]
     assert "cte_tls_certificate_expiry_timestamp_seconds" in warning and "server.crt" in warning
+
+
+def test_inline_pem_is_served_and_never_written_to_disk(tmp_path, certs, monkeypatch):
+    """exporter-toolkit's cert, key and client_ca: the PEM text in the web config."""
+    import textwrap
+
+    from exporter.web import pemsource
+
+    opened = []
+    real = pemsource.inline_pem
+
+    def spy(text, key, label):
+        opened.append(key)
+        return real(text, key, label)
+
+    monkeypatch.setattr("exporter.web.webconfig.inline_pem", spy)
+
+    def block(path) -> str:
+        return "|\n" + textwrap.indent(path.read_text(), "    ")
+
+    web = load_web_config(write(tmp_path, f"""tls_server_config:
+  cert: {block(certs.server_cert)}
+  key: {block(certs.server_key)}
+  client_ca: {block(certs.ca)}
+  client_auth_type: RequireAndVerifyClientCert
+"""))
+    assert sorted(opened) == ["cert", "client_ca", "key"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["web.yml"]
+    assert 0 < web.certificate_not_after - time.time() <= 2 * 86400 + 60
+    # the context is the real thing: a client with a certificate from the CA gets through
+    import socket
+    import threading
+
+    client = ssl.create_default_context(cafile=str(certs.ca))
+    client.load_cert_chain(str(certs.client_cert), str(certs.client_key))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def accept():
+            conn, _ = listener.accept()
+            with web.ssl_context.wrap_socket(conn, server_side=True) as tls:
+                tls.sendall(b"ok")
+
+        thread = threading.Thread(target=accept)
+        thread.start()
+        with socket.create_connection(listener.getsockname(), timeout=10) as raw, \
+                client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.recv(2) == b"ok"
+        thread.join(timeout=10)
+
+
+def test_inline_mismatched_key_is_named_by_its_key(tmp_path, certs):
+    import textwrap
+
+    text = textwrap.indent(certs.client_key.read_text(), "    ")
+    path = write(tmp_path, f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
+                 f"  key: |\n{text}")
+    with pytest.raises(ConfigError, match=r"web.yml:3: tls_server_config.key: .*server.crt and "
+                       r".*web.yml: tls_server_config.key are not a matching certificate"):
+        load_web_config(path)

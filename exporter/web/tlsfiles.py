@@ -44,29 +44,32 @@ def can_read_dates() -> bool:
     return True
 
 
-def check_certificate(path: str, now: float | None = None) -> float | None:
-    """Warn about a certificate not valid now or soon to expire; its notAfter (or None)."""
+def check_certificate(path: str, now: float | None = None,
+                      label: str | None = None) -> float | None:
+    """Warn about a certificate not valid now or soon to expire; its notAfter (or None).
+    `label` names it in the warnings (an inline certificate has no file of its own)."""
     dates = certificate_dates(path)
+    name = label or path
     if dates is None:
         if not can_read_dates():
             log.warning("%s: the TLS certificate's expiry is not checked or exported "
                         "(cte_tls_certificate_expiry_timestamp_seconds) without the "
                         "cryptography package: pip install 'cluster-telemetry-exporter[tls]'",
-                        path)
+                        name)
         return None
     now = time.time() if now is None else now
     not_before, not_after = dates
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(not_after))
     if not_after <= now:
         log.warning("%s: the TLS certificate expired on %s; clients that verify it will "
-                    "refuse every scrape: renew it and reload (SIGHUP)", path, when)
+                    "refuse every scrape: renew it and reload (SIGHUP)", name, when)
     elif not_before > now:
         log.warning("%s: the TLS certificate is not valid before %s; clients that verify it "
-                    "will refuse it until then", path,
+                    "will refuse it until then", name,
                     time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(not_before)))
     elif not_after - now < EXPIRY_WARNING_SECONDS:
         log.warning("%s: the TLS certificate expires in %.1f days (%s): renew it and reload "
-                    "(SIGHUP)", path, (not_after - now) / 86400, when)
+                    "(SIGHUP)", name, (not_after - now) / 86400, when)
     return not_after
 
 

@@ -22,13 +22,16 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
 The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
 is a ConfigError naming the file, line and key. Keys Python's TLS cannot honour
 (unverified client certificates, several curves on a Python without
-SSLContext.set_groups, inline PEM) are refused with a clear line instead of being
-silently ignored. Go names are translated in exporter/web/gotls.py. A loose private
-key or a certificate not valid now is accepted with a warning (exporter/web/tlsfiles.py).
+SSLContext.set_groups) are refused with a clear line instead of being silently
+ignored. Inline PEM (cert, key, client_ca) reaches OpenSSL through
+exporter/web/pemsource.py; Go names are translated in exporter/web/gotls.py. A loose
+private key or a certificate not valid now is accepted with a warning
+(exporter/web/tlsfiles.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import ssl
@@ -38,6 +41,7 @@ from typing import Any
 
 from exporter.web import gotls
 from exporter.web.clientsans import normalized_sans
+from exporter.web.pemsource import Pem, inline_pem
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
@@ -66,14 +70,9 @@ _TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users",
              "basic_auth_excluded_paths"}
 _TOP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are "
                     "built in"}
-_TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
-             "max_version", "cipher_suites", "curve_preferences", "prefer_server_cipher_suites",
-             "client_allowed_sans"}
-_TLS_UNSUPPORTED = {
-    "cert": "inline certificates are not implemented; use cert_file",
-    "key": "inline keys are not implemented; use key_file",
-    "client_ca": "inline CAs are not implemented; use client_ca_file",
-}
+_TLS_KEYS = {"cert_file", "key_file", "cert", "key", "client_auth_type", "client_ca_file",
+             "client_ca", "min_version", "max_version", "cipher_suites", "curve_preferences",
+             "prefer_server_cipher_suites", "client_allowed_sans"}
 _HTTP_KEYS = {"headers", "http2"}
 _HTTP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are built in"}
 
@@ -190,20 +189,45 @@ def _tls_context(section: tuple[dict, Where],
                  base: Path) -> tuple[ssl.SSLContext | None, float | None]:
     """The server's TLS context (None: plain HTTP) and its certificate's notAfter."""
     mapping, where = section
-    _strings(mapping, where, _TLS_KEYS, _TLS_UNSUPPORTED)
-    cert, key = _text(mapping, "cert_file", where), _text(mapping, "key_file", where)
-    if not cert and not key:
-        for other in sorted(_TLS_KEYS - {"cert_file", "key_file"}):
-            if mapping.get(other) not in (None, "", []):
-                raise where.error(other, "needs cert_file and key_file (TLS is off without them)")
-        return None, None  # exporter-toolkit too serves plain HTTP without a certificate
-    if not cert:
-        raise where.error("key_file", "key_file is set but cert_file is missing")
-    if not key:
-        raise where.error("cert_file", "cert_file is set but key_file is missing")
-    cert_path = _readable_pem(mapping, "cert_file", where, base)
-    key_path = _readable_pem(mapping, "key_file", where, base)
+    expect_mapping(mapping, where, _TLS_KEYS)
+    with contextlib.ExitStack() as inline_files:
+        cert = _pem(mapping, where, base, "cert", inline_files)
+        key = _pem(mapping, where, base, "key", inline_files)
+        if cert is None and key is None:
+            for other in sorted(_TLS_KEYS - {"cert_file", "key_file", "cert", "key"}):
+                if mapping.get(other) not in (None, "", []):
+                    raise where.error(other, "needs cert_file and key_file (TLS is off "
+                                      "without them)")
+            return None, None  # exporter-toolkit too serves plain HTTP without a certificate
+        if cert is None:
+            raise where.error(key.key, f"{key.key} is set but cert_file (or cert) is missing")
+        if key is None:
+            raise where.error(cert.key, f"{cert.key} is set but key_file (or key) is missing")
+        context = _context(mapping, where, base, cert, key)
+        if not key.inline:
+            check_key_permissions(key.path)
+        return context, check_certificate(cert.path, label=cert.label)
 
+
+def _pem(mapping: dict, where: Where, base: Path, name: str,
+         inline_files: contextlib.ExitStack) -> Pem | None:
+    """The PEM of `name`_file or inline `name` (cert, key, client_ca); None if neither."""
+    file_key = f"{name}_file"
+    path, text = _text(mapping, file_key, where), _text(mapping, name, where)
+    if path and text:
+        raise where.error(name, f"set {file_key} or {name}, not both")
+    if path:
+        path = _readable_pem(mapping, file_key, where, base)
+        return Pem(path, file_key, path)
+    if not text:
+        return None
+    if "-----BEGIN " not in text:
+        raise where.error(name, "is not PEM text (-----BEGIN ...)")
+    return inline_files.enter_context(inline_pem(text, name, f"{where.source}: "
+                                                 f"{where.path}.{name}"))
+
+
+def _context(mapping: dict, where: Where, base: Path, cert: Pem, key: Pem) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.set_alpn_protocols(["http/1.1"])
     low = _version(mapping, "min_version", where, "TLS12")
@@ -221,13 +245,12 @@ def _tls_context(section: tuple[dict, Where],
     except gotls.Refused as exc:
         raise where.error("curve_preferences", str(exc)) from None
     try:
-        context.load_cert_chain(cert_path, key_path)
+        context.load_cert_chain(cert.path, key.path)
     except ssl.SSLError as exc:
-        raise where.error("key_file", f"{cert_path} and {key_path} are not a matching certificate "
-                          f"and private key ({exc.reason or exc})") from None
+        raise where.error(key.key, f"{cert.label} and {key.label} are not a matching "
+                          f"certificate and private key ({exc.reason or exc})") from None
     _client_auth(context, mapping, where, base)
-    check_key_permissions(key_path)
-    return context, check_certificate(cert_path)
+    return context
 
 
 def _ciphers(context: ssl.SSLContext, mapping: dict, where: Where,
@@ -265,17 +288,18 @@ def _client_auth(context: ssl.SSLContext, mapping: dict, where: Where, base: Pat
     if auth_type not in CLIENT_AUTH_TYPES:
         raise where.error("client_auth_type", "expected one of " + ", ".join(CLIENT_AUTH_TYPES))
     mode, verifies = CLIENT_AUTH_TYPES[auth_type]
-    if _text(mapping, "client_ca_file", where):
-        if not verifies:  # as exporter-toolkit: a CA without a policy is a mistake
-            raise where.error("client_ca_file", "is set but client_auth_type is NoClientCert; "
+    with contextlib.ExitStack() as inline_files:
+        ca = _pem(mapping, where, base, "client_ca", inline_files)
+        if ca is not None and not verifies:  # as exporter-toolkit: a CA without a policy
+            raise where.error(ca.key, "is set but client_auth_type is NoClientCert; "
                               "set RequireAndVerifyClientCert")
-        ca_path = _readable_pem(mapping, "client_ca_file", where, base)
-        try:
-            context.load_verify_locations(cafile=ca_path)
-        except ssl.SSLError as exc:
-            raise where.error("client_ca_file", f"{ca_path}: not a CA certificate "
-                              f"({exc.reason or exc})") from None
-    elif verifies:  # Go verifies against the system's CAs then; so do we, and say so
+        if ca is not None:
+            try:
+                context.load_verify_locations(cafile=ca.path)
+            except ssl.SSLError as exc:
+                raise where.error(ca.key, f"{ca.label}: not a CA certificate "
+                                  f"({exc.reason or exc})") from None
+    if ca is None and verifies:  # Go verifies against the system's CAs then; so do we, and say so
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         log.warning("%s: %s without client_ca_file trusts client certificates from every CA "
                     "this system trusts; set client_ca_file to your own CA",
