@@ -144,7 +144,11 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
      r"web.yml:3: http_server_config.headers.X-XSS-Protection: expected a one-line string"),
     ("http_server_config:\n  http2: 'no'\n",
      r"web.yml:2: http_server_config.http2: expected true or false"),
-    ("\nrate_limit:\n  interval: 1s\n", r"web.yml:2: rate_limit: not supported"),
+    ("rate_limit:\n  interval: 1x\n", r"web.yml:2: rate_limit.interval: '1x' is not a duration"),
+    ("rate_limit:\n  interval: 1\n", r"web.yml:2: rate_limit.interval: expected a duration"),
+    ("rate_limit:\n  interval: 1s\n  burst: -1\n",
+     r"web.yml:3: rate_limit.burst: expected a whole number, 0 or more"),
+    ("rate_limit:\n  interval: 1s\n  bursts: 2\n", r"web.yml:3: rate_limit.bursts: unknown key"),
     ("basic_auth_excluded_paths: [metrics]\n",
      r"web.yml:1: basic_auth_excluded_paths: 'metrics': expected a path starting with /"),
     ("basic_auth_excluded_paths: /metrics\n",
@@ -393,3 +397,27 @@ def test_inline_mismatched_key_is_named_by_its_key(tmp_path, certs):
     with pytest.raises(ConfigError, match=r"web.yml:3: tls_server_config.key: .*server.crt and "
                        r".*web.yml: tls_server_config.key are not a matching certificate"):
         load_web_config(path)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0", 0.0), ("1s", 1.0), ("250ms", 0.25),
+                                                ("1m30s", 90.0), ("1.5h", 5400.0),
+                                                ("100us", 1e-4), ("2h45m", 9900.0)])
+def test_go_durations(text, seconds):
+    from exporter.web.ratelimit import parse_go_duration
+
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "1", "s", "1s2", "-1s", "1 s", "1d"])
+def test_not_go_durations(text):
+    from exporter.web.ratelimit import parse_go_duration
+
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_go_duration(text)
+
+
+def test_rate_limit_is_off_at_interval_0_and_warns_at_burst_0(tmp_path, caplog):
+    assert load_web_config(write(tmp_path, "rate_limit:\n  interval: 0\n")).rate_limit is None
+    web = load_web_config(write(tmp_path, "rate_limit:\n  interval: 250ms\n  burst: 0\n"))
+    assert web.rate_limit == (0.25, 0)
+    assert any("burst 0" in r.getMessage() for r in caplog.records)

@@ -25,7 +25,7 @@ ACCEPTED = ["web-config.yml", "web_config_noAuth_someCiphers.good.yml",
             "web_config_noAuth_someCiphers_noOrder.good.yml",
             "web_config_noAuth_someCurves.good.yml", "web_config_noAuth_noHTTP2.good.yml",
             "web_config_auth_client_san.good.yaml", "web_config_headers.good.yml",
-            "web_config_users.good.yml"]
+            "web_config_users.good.yml", "web_config_rate_limiter_one_second.yaml"]
 # Several curves need SSLContext.set_groups, which this Python may lack.
 SEVERAL_CURVES = "web_config_noAuth_allCurves.good.yml"
 SERVER_EXT = ("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
@@ -252,6 +252,20 @@ def test_documented_sample_excludes_its_paths_from_basic_auth(serve, certs):
     # excluded: answered without credentials (we serve nothing there: 404, not 401)
     for path in ("/-/healthy", "/-/ready"):
         assert get_over_new_connection(port, client(certs), path=path)[0] == 404
+
+
+def test_rate_limiter_example_with_burst_0_refuses_all_but_probes(serve, certs):
+    port = serve("web_config_rate_limiter_one_second.yaml")  # burst 0: Go's limiter refuses all
+    for path in ("/metrics", "/", "/api/v1/power"):
+        assert get_over_new_connection(port, path=path)[0] == 429
+    assert get_over_new_connection(port, path="/healthz")[0] == 200
+
+
+def test_rate_limit_allows_the_burst_then_answers_429(serve, certs):
+    port = serve("web_config_rate_limiter_one_second.yaml",
+                 lambda text: text.replace('"1s"', '"1h"').replace("burst: 0", "burst: 2"))
+    statuses = [get_over_new_connection(port)[0] for _ in range(4)]
+    assert statuses == [200, 200, 429, 429]
 
 
 def test_prometheus_scrapes_only_with_an_allowed_client_certificate(serve, certs, tmp_path):

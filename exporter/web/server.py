@@ -33,6 +33,7 @@ from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
 from exporter.web.health import HealthCheck
 from exporter.web.page import PAGE_HEADERS, landing_page
+from exporter.web.ratelimit import TokenBucket
 from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
 
@@ -47,6 +48,7 @@ class _Security:
 
     web: WebConfig
     auth: BasicAuth | None
+    limiter: TokenBucket | None = None  # the web config's rate_limit
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,9 @@ class ExporterHTTPServer(ThreadingHTTPServer):
 
 
 def _security(web: WebConfig) -> _Security:
-    return _Security(web, BasicAuth(web.users) if web.auth else None)
+    limit = web.rate_limit
+    return _Security(web, BasicAuth(web.users) if web.auth else None,
+                     TokenBucket(*limit) if limit else None)
 
 
 _RAW_503 = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
@@ -343,6 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 "request bodies are not accepted")
                 return
+            if not self._within_rate_limit():
+                return  # 429 was sent
             self.authorized = self._authorize()
             if self.authorized is None:
                 return  # 401 or 429 was sent
@@ -366,6 +372,15 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with contextlib.suppress(OSError):
                 self.connection.settimeout(limits.io_timeout_seconds)
+
+    def _within_rate_limit(self) -> bool:
+        """The web config's rate_limit, before any other work (probes are not counted)."""
+        limiter = self.server.security.limiter
+        if limiter is None or self.path.split("?", 1)[0] in _PROBES or limiter.allow():
+            return True
+        self._send(429, "text/plain; charset=utf-8", b"Too Many Requests\n",
+                   self.command == "HEAD", {"Retry-After": "1"})
+        return False
 
     def _authorize(self) -> bool | None:
         """True if authenticated, False if auth is off for this path, None if refused."""

@@ -18,6 +18,7 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
     basic_auth_users:
       prometheus: $2y$10$...           # bcrypt hashes only (htpasswd -nBC 10 "")
     basic_auth_excluded_paths: [/healthz]
+    rate_limit: {interval: 100ms, burst: 10}     # exporter/web/ratelimit.py
 
 The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
 is a ConfigError naming the file, line and key. Keys Python's TLS cannot honour
@@ -42,6 +43,7 @@ from typing import Any
 from exporter.web import gotls
 from exporter.web.clientsans import normalized_sans
 from exporter.web.pemsource import Pem, inline_pem
+from exporter.web.ratelimit import parse_go_duration
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
@@ -67,14 +69,11 @@ ALLOWED_HEADERS = {"Content-Security-Policy": (), "X-Frame-Options": ("deny", "s
                    "Strict-Transport-Security": ()}
 
 _TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users",
-             "basic_auth_excluded_paths"}
-_TOP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are "
-                    "built in"}
+             "basic_auth_excluded_paths", "rate_limit"}
 _TLS_KEYS = {"cert_file", "key_file", "cert", "key", "client_auth_type", "client_ca_file",
              "client_ca", "min_version", "max_version", "cipher_suites", "curve_preferences",
              "prefer_server_cipher_suites", "client_allowed_sans"}
 _HTTP_KEYS = {"headers", "http2"}
-_HTTP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are built in"}
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +92,7 @@ class WebConfig:
     certificate_not_after: float | None = None  # epoch; None without TLS or if unreadable
     allowed_sans: frozenset[str] = frozenset()  # empty: any verified client certificate
     auth_excluded_paths: frozenset[str] = frozenset()  # paths served without basic auth
+    rate_limit: tuple[float, int] | None = None  # (interval seconds, burst); None: no limit
 
     @property
     def tls(self) -> bool:
@@ -109,8 +109,6 @@ def load_web_config(path: str | Path | None) -> WebConfig:
         return WebConfig()
     data = load_yaml_file(path)
     where = Where(str(path), data)
-    if isinstance(data, dict):
-        _refuse(data, where, _TOP_UNSUPPORTED)
     top = expect_mapping(data, where, _TOP_KEYS)
     base = Path(path).resolve().parent
     tls = _section(top, "tls_server_config", where)
@@ -124,7 +122,7 @@ def load_web_config(path: str | Path | None) -> WebConfig:
                               "starting with /")
     return WebConfig(str(path), context, users, headers, not_after,
                      normalized_sans(_strings_list(*tls, "client_allowed_sans")),
-                     frozenset(excluded))
+                     frozenset(excluded), _rate_limit(_section(top, "rate_limit", where)))
 
 
 def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
@@ -136,15 +134,28 @@ def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
     return value, where.child(key, value)
 
 
-def _refuse(mapping: dict, where: Where, unsupported: dict[str, str]) -> None:
-    for key, why in unsupported.items():
-        if key in mapping:
-            raise where.error(key, f"not supported by cluster-telemetry-exporter ({why})")
-
-
-def _strings(mapping: dict, where: Where, keys: set[str], unsupported: dict[str, str]) -> None:
-    _refuse(mapping, where, unsupported)
-    expect_mapping(mapping, where, keys)
+def _rate_limit(section: tuple[dict, Where]) -> tuple[float, int] | None:
+    """rate_limit: {interval: <Go duration>, burst: <int>}; None when off (interval 0)."""
+    mapping, where = section
+    expect_mapping(mapping, where, {"interval", "burst"})
+    interval: Any = mapping.get("interval", 0)
+    burst: Any = mapping.get("burst", 0)
+    if not isinstance(burst, int) or isinstance(burst, bool) or burst < 0:
+        raise where.error("burst", f"expected a whole number, 0 or more, got {excerpt(burst)}")
+    if interval == 0:
+        return None
+    try:
+        seconds = parse_go_duration(interval) if isinstance(interval, str) else -1.0
+    except ValueError as exc:
+        raise where.error("interval", str(exc)) from None
+    if seconds < 0:
+        raise where.error("interval", f"expected a duration like 1s, got {excerpt(interval)}")
+    if seconds == 0:
+        return None
+    if burst == 0:  # as Go's limiter: no token is ever there to take
+        log.warning("%s: rate_limit with burst 0 answers every request but /healthz and "
+                    "/readyz with 429", where.source)
+    return seconds, burst
 
 
 def _strings_list(mapping: dict, where: Where, key: str) -> list[str]:
@@ -340,7 +351,7 @@ def _users(section: tuple[dict, Where]) -> dict[str, bytes]:
 
 def _headers(section: tuple[dict, Where]) -> dict[str, str]:
     mapping, where = section
-    _strings(mapping, where, _HTTP_KEYS, _HTTP_UNSUPPORTED)
+    expect_mapping(mapping, where, _HTTP_KEYS)
     if "http2" in mapping and not isinstance(mapping["http2"], bool):
         raise where.error("http2", f"expected true or false, got {excerpt(mapping['http2'])}")
     raw = mapping.get("headers") or {}
