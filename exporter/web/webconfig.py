@@ -54,7 +54,7 @@ TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 
-# client_auth_type -> (verify mode, needs client_ca_file)
+# client_auth_type -> (verify mode, whether it verifies: needs a CA, client_ca_file or the system's)
 CLIENT_AUTH_TYPES = {
     "NoClientCert": (ssl.CERT_NONE, False),
     "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
