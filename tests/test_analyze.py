@@ -322,12 +322,23 @@ def test_too_short_for_a_detector_says_so(tmp_path: Path,
             for g in range(4):
                 w.write(T0 + i * 0.05, g, {"power_watts": 200.0 + 400 * ((i // 20) % 2)})
     rep = run_json(capsys, str(p))
-    assert set(rep["not_run"]) == {"step", "cycle", "ramps", "outliers"}
+    assert set(rep["not_run"]) == {"step", "cycle", "ramps", "outliers", "stalls"}
     assert "shorter than the 30 s step window" in rep["not_run"]["step"]
+    assert "no utilization" in rep["not_run"]["stalls"]
     assert rep["power_swings"] == [] and rep["step_windows_analysed"] == 0
     assert analyze.main(parse(str(p))) == 0
     out = capsys.readouterr().out
-    assert "step: not run, the trace (11.9 s) is shorter than the 30 s step window" in out
+    # where a detector did not run, its line says so and why, never "none found"
+    lines = {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ":" in ln}
+    assert ("power swings: not run: step: the trace (11.9 s) is shorter than the 30 s step "
+            "window") in out
+    assert "cycle: the trace (11.9 s) is shorter than the 40 s" in lines["power swings"]
+    assert lines["ramps"].startswith("ramps: not run: the trace (11.9 s) is shorter than the 55 s")
+    assert lines["outliers (held >= 300 s)"].endswith(
+        "not run: the trace (11.9 s) is shorter than the 60 s straggler window (--outlier-window)")
+    assert lines["stalls"].startswith("stalls: not run: the trace has no utilization")
+    assert "none found" not in out.replace("dips (pauses): none found", "")
+    assert "not run," not in out  # said once, where it belongs, not again in the notes
     # sparse samples: the window exists but holds too few of them
     q = tmp_path / "sparse.cte"
     with TraceWriter(q, range(4), None, ["power_watts"]) as w:
