@@ -42,7 +42,18 @@ def test_file_values_and_flags_win(tmp_path):
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("power_sample_rate_hz: 500\n", r"config.yaml:1: power_sample_rate_hz: 500 is out of range"),
-    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key"),
+    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key \(known keys: collector_host, "),
+    # the likely key, not a list cut short before it
+    ("web_listen_adress: ':9955'\n", r"web_listen_adress: unknown key \(did you mean "
+     r"listen_address\?\)$"),
+    ("Log_Level: info\n", r"Log_Level: unknown key \(did you mean log_level\?\)$"),
+    ("sweep_interval: 2\n", r"sweep_interval: unknown key \(did you mean "
+     r"sweep_interval_seconds\?\)$"),
+    # a command-line flag written as a key: the key it sets
+    ("web.listen-address: ':9955'\n", r"web.listen-address: unknown key \(did you mean "
+     r"listen_address\?\)$"),
+    ("'--power.drain-interval': 1\n", r"--power.drain-interval: unknown key \(did you mean "
+     r"power_drain_interval_seconds\?\)$"),
     ("fake: yes please\n", r"config.yaml:1: fake: expected true or false"),
     ("sweep_interval_seconds: fast\n", r"config.yaml:1: sweep_interval_seconds: expected a number"),
     ("listen_address: 'nope'\n", r"config.yaml:1: listen_address: .*HOST:PORT"),

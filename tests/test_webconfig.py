@@ -82,7 +82,7 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cipher_suites: [X]\n",
      r"web.yml:4: tls_server_config.cipher_suites: not supported"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  certfile: x\n",
-     r"web.yml:4: tls_server_config.certfile: unknown key"),
+     r"web.yml:4: tls_server_config.certfile: unknown key \(did you mean cert_file\?\)$"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS9\n",
      r"web.yml:4: tls_server_config.min_version: expected one of TLS10"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
@@ -99,7 +99,9 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("basic_auth_users:\n  admin: '$2b$10$short'\n",
      r"web.yml:2: basic_auth_users.admin: expected a bcrypt hash"),
     ("basic_auth_users: [a, b]\n", r"web.yml:1: basic_auth_users: expected a mapping"),
-    ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key"),
+    ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key \(did you mean "
+     r"basic_auth_users\?\)$"),
+    ("\nnonsense: 1\n", r"web.yml:2: nonsense: unknown key \(known keys: basic_auth_users, "),
     ("http_server_config:\n  headers:\n    Server: x\n",
      r"web.yml:3: http_server_config.headers.Server: not one of the settable headers"),
     ("tls_server_config:\n  cert_file: [\n", r"web.yml:3: invalid YAML"),
