@@ -141,7 +141,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     assert analyze.main(parse(str(p))) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith(f"error: {p}:")
+    assert err.startswith(f"cluster-telemetry-exporter: analyze: {p}:")
     assert needle in err
 
 
@@ -151,7 +151,8 @@ def test_module_entry_point_no_traceback(tmp_path: Path) -> None:
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
-    assert r.stderr.strip().startswith("error: ") and "cannot read" in r.stderr
+    assert r.stderr.strip().startswith("cluster-telemetry-exporter: analyze: ")
+    assert "cannot read" in r.stderr
 
 
 # --------------------------------------------------------------------------- stragglers and stalls

@@ -139,7 +139,7 @@ def test_run_stops_with_one_line_and_exit_2(tmp_path, text):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0], result.stderr
-    assert lines[0].startswith("cluster-telemetry-exporter: error: ")
+    assert lines[0].startswith("cluster-telemetry-exporter: run: ")
 
 
 def test_check_config_checks_the_web_config_too(tmp_path, certs, hashed):

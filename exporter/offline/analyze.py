@@ -37,6 +37,7 @@ import numpy as np
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
+from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.checks import MAX_GPU_INDEX
@@ -476,8 +477,7 @@ def main(args: argparse.Namespace) -> int:
         trace = load_trace(args.file, gpus=args.gpus)
         rep = analyse_trace(trace, args)
     except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail("analyze", str(exc))
     if args.format == "json":
         print(json.dumps(rep, indent=2))
     else:
