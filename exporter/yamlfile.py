@@ -1,8 +1,8 @@
 """YAML loading that remembers line numbers, so config errors can name file and line.
 
 Config, web config and scenario files are small and written by people, so what a file
-can make us do is bounded (issue 17, finding 7: a 470-byte alias bomb ran check-config
-for 34 s into a MemoryError, and `--config /dev/zero` read without end):
+can make us do is bounded (unbounded, a 470-byte alias bomb ran check-config for 34 s
+into a MemoryError, and `--config /dev/zero` read without end):
 
 - at most :data:`MAX_FILE_BYTES` are read;
 - YAML aliases (``*name``) are refused: nothing here needs them, and each one can

@@ -1,4 +1,4 @@
-"""Check the exporter on a real GPU node and measure what REFERENCE.md leaves unverified.
+"""Check the exporter on a real GPU node and measure the NVML costs docs/nvml-costs.md lists.
 
     python scripts/device_check.py [--seconds 20] [--json OUT] [--fake]
 
