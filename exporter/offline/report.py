@@ -103,7 +103,7 @@ def _stragglers(rep: dict[str, Any]) -> list[str]:
                      f"{o['start']:.0f}-{o['end']:.0f} s")
     top = sorted(((v, int(g), sig) for g, sc in rep["peer_scores"].items()
                   for sig, v in sc.items()), reverse=True)[:3]
-    if top:
+    if top and "outliers" not in rep.get("not_run", {}):
         lines.append("  highest typical |M| (median over windows; flagged above 3.5): "
                      + ", ".join(f"GPU {g} {sig} {v:.1f}" for v, g, sig in top))
     stalls = rep["stalls"]
