@@ -439,3 +439,30 @@ def test_live_monitor_agrees_with_analyze(tmp_path: Path) -> None:
     steps = [s for s in rep["power_swings"] if s["scale"] == "step"]
     assert len(steps) == 1 and steps[0]["frequency_hz"] == pytest.approx(
         live.node.frequency_hz, rel=0.02)
+
+
+def test_detectors_that_ran_and_found_nothing_say_none_found(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The other side of "not run": long enough, with utilization, nothing to find."""
+    p = tmp_path / "flat.cte"
+    with TraceWriter(p, range(4), None, ["power_watts", "utilization_gpu_ratio"]) as w:
+        for i in range(1800):  # 90 s at 20 Hz, every GPU flat and busy
+            for g in range(4):
+                w.write(T0 + i * 0.05, g, {"power_watts": 400.0 + (i * 7 + g) % 3,
+                                           "utilization_gpu_ratio": 1.0})
+    rep = run_json(capsys, str(p), "--persistence", "30", "--tdp", "700")
+    assert rep["not_run"] == {}
+    assert rep["power_swings"] == [] and rep["outliers"] == [] and rep["stalls"] == []
+    assert analyze.main(parse(str(p), "--persistence", "30", "--tdp", "700")) == 0
+    out = capsys.readouterr().out
+    for line in ("power swings: none found", "ramps: none found", "dips (pauses): none found",
+                 "outliers (held >= 30 s): none found", "stalls: none found"):
+        assert line in out.splitlines(), line
+    assert "not run" not in out
+    # one scale not run, the other ran: both said on the one line
+    assert analyze.main(parse(str(p), "--persistence", "30", "--tdp", "700",
+                              "--window", "200")) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines()
+                if ln.startswith("power swings:"))
+    assert line.startswith("power swings: none found; step not run: the trace ("), line
+    assert "shorter than the 200 s step window" in line
