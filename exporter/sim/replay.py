@@ -161,9 +161,10 @@ def replay_library(trace: Trace, speed: float = 1.0,
     rate = trace_sample_rate(trace) * speed  # samples a second per GPU, on the wall clock
     if rate > MAX_REPLAY_SAMPLE_RATE * (1 + 1e-9):
         raise TraceError(
-            f"{trace.source}: --speed {speed:g} delivers {rate:.0f} power samples a second per "
-            f"GPU, more than the {MAX_REPLAY_SAMPLE_RATE} the exporter keeps a minute of: "
-            f"use --speed {math.floor(max_speed(trace) * 100) / 100:g} or less")
+            f"{trace.source}: --speed {speed:g} would deliver {rate:.0f} power samples a "
+            f"second per GPU; the exporter keeps a minute of them at up to "
+            f"{MAX_REPLAY_SAMPLE_RATE} a second: use --speed "
+            f"{math.floor(max_speed(trace) * 100) / 100:g} or less")
     tdp = max(trace.tdp_watts.values(), default=700.0)
     scenario = Scenario(
         name=f"replay of {trace.source}",
