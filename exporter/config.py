@@ -101,7 +101,9 @@ def load_config_file(path: str | Path) -> Any:
     data = load_yaml_file(path)
     where = Where(str(path), data)
     in_file = {o.key for o in all_options() if o.in_file}
-    mapping = expect_mapping(data, where, in_file)
+    # a flag written as a key (web.listen-address): point at the key it sets
+    flags = {o.flag.lstrip("-"): o.key for o in all_options() if o.flag and o.key in in_file}
+    mapping = expect_mapping(data, where, in_file, flags)
     values = {}
     for key, value in mapping.items():
         option = _option(key)

@@ -154,7 +154,9 @@ CORE: tuple[Option, ...] = (
     Option("replay", "--replay", str, None, "serve a recorded trace (ours or an nvidia-smi "
            "CSV log) as if live, looping at its end", metavar="FILE", optional=True,
            check=_not_blank),
-    Option("replay_speed", "--speed", float, 1.0, "replay speed", 0.01, 1000.0,
+    Option("replay_speed", "--speed", float, 1.0, "replay speed; a speed that would deliver "
+           "more than 640 power samples a second per GPU is refused (above 12.8 for a "
+           "recording at the driver's ~50 a second)", 0.01, 1000.0,
            metavar="X"),
 )
 

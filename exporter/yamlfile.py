@@ -1,8 +1,8 @@
 """YAML loading that remembers line numbers, so config errors can name file and line.
 
 Config, web config and scenario files are small and written by people, so what a file
-can make us do is bounded (issue 17, finding 7: a 470-byte alias bomb ran check-config
-for 34 s into a MemoryError, and `--config /dev/zero` read without end):
+can make us do is bounded (unbounded, a 470-byte alias bomb ran check-config for 34 s
+into a MemoryError, and `--config /dev/zero` read without end):
 
 - at most :data:`MAX_FILE_BYTES` are read;
 - YAML aliases (``*name``) are refused: nothing here needs them, and each one can
@@ -14,7 +14,9 @@ for 34 s into a MemoryError, and `--config /dev/zero` read without end):
 
 from __future__ import annotations
 
+import difflib
 import reprlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,7 +139,25 @@ class Where:
         return ConfigError(f"{where}: {name}: {message}" if name else f"{where}: {message}")
 
 
-def expect_mapping(value: Any, where: Where, allowed: set[str]) -> dict:
+def unknown_key(key: str, allowed: Iterable[str],
+                aliases: Mapping[str, str] | None = None) -> str:
+    """The message for an unknown key: the likely one first ("did you mean X?"), since
+    the list of known keys may be cut short. `aliases` maps other spellings of a key (a
+    command-line flag written in a file) to it."""
+    known = sorted(allowed)
+    if aliases and key.lstrip("-") in aliases:
+        return f"unknown key (did you mean {aliases[key.lstrip('-')]}?)"
+    close = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.6)
+    if not close and aliases:
+        near = difflib.get_close_matches(key.lstrip("-"), list(aliases), n=1, cutoff=0.6)
+        close = [aliases[near[0]]] if near else []
+    if close:
+        return f"unknown key (did you mean {close[0]}?)"
+    return f"unknown key (known keys: {', '.join(known)})"
+
+
+def expect_mapping(value: Any, where: Where, allowed: set[str],
+                   aliases: Mapping[str, str] | None = None) -> dict:
     """Check that value is a mapping whose keys are all in allowed."""
     if value is None:
         return LineDict()
@@ -145,8 +165,7 @@ def expect_mapping(value: Any, where: Where, allowed: set[str]) -> dict:
         raise where.error(None, f"expected a mapping, got {type(value).__name__}")
     for key in value:
         if key not in allowed:
-            hint = ", ".join(sorted(allowed))
-            raise where.error(str(key), f"unknown key (known keys: {hint})")
+            raise where.error(str(key), unknown_key(str(key), allowed, aliases))
     return value
 
 

@@ -1,4 +1,4 @@
-"""The shape the code keeps (issue 16): small modules and functions, one way for data to
+"""The shape the code keeps: small modules and functions, one way for data to
 flow (no import cycles; rendering never touches NVML), and generated docs kept current."""
 
 from __future__ import annotations

@@ -42,7 +42,18 @@ def test_file_values_and_flags_win(tmp_path):
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("power_sample_rate_hz: 500\n", r"config.yaml:1: power_sample_rate_hz: 500 is out of range"),
-    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key"),
+    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key \(known keys: collector_host, "),
+    # the likely key, not a list cut short before it
+    ("web_listen_adress: ':9955'\n", r"web_listen_adress: unknown key \(did you mean "
+     r"listen_address\?\)$"),
+    ("Log_Level: info\n", r"Log_Level: unknown key \(did you mean log_level\?\)$"),
+    ("sweep_interval: 2\n", r"sweep_interval: unknown key \(did you mean "
+     r"sweep_interval_seconds\?\)$"),
+    # a command-line flag written as a key: the key it sets
+    ("web.listen-address: ':9955'\n", r"web.listen-address: unknown key \(did you mean "
+     r"listen_address\?\)$"),
+    ("'--power.drain-interval': 1\n", r"--power.drain-interval: unknown key \(did you mean "
+     r"power_drain_interval_seconds\?\)$"),
     ("fake: yes please\n", r"config.yaml:1: fake: expected true or false"),
     ("sweep_interval_seconds: fast\n", r"config.yaml:1: sweep_interval_seconds: expected a number"),
     ("listen_address: 'nope'\n", r"config.yaml:1: listen_address: .*HOST:PORT"),
@@ -264,3 +275,33 @@ def test_error_messages_quote_a_bounded_excerpt(tmp_path, text):
 def test_config_error_is_one_bounded_line():
     error = ConfigError("first\nsecond " + "x" * 10000)
     assert "\n" not in str(error) and len(str(error)) == MAX_MESSAGE_CHARS
+
+
+@pytest.mark.parametrize(("args", "code", "command", "needle"), [
+    (["run", "--bogus"], 2, "run", "unrecognized arguments: --bogus"),
+    (["run", "--config", "{tmp}/absent.yaml"], 2, "run", "cannot read"),
+    (["run", "--web.listen-address", "127.0.0.1:0"], 1, "run", "run --fake"),
+    (["run", "--fake", "--scenario", "nosuch"], 2, "run", "unknown scenario"),
+    (["check-config", "{tmp}/absent.yaml"], 2, "check-config", "cannot read"),
+    (["check-config", "{tmp}/typo.yaml"], 2, "check-config", "did you mean log_level?"),
+    (["analyze", "{tmp}/absent.csv"], 2, "analyze", "cannot read"),
+    (["analyze", "x.csv", "--gpus", "0"], 2, "analyze", "--gpus"),
+    (["record", "--fake", "--duration", "0", "--out", "{tmp}/x.cte"], 2, "record",
+     "--duration 0"),
+    (["record", "--fake", "--duration", "1", "--out", "{tmp}/no/dir/x.cte"], 2, "record",
+     "cannot write"),
+    (["record", "--duration", "1", "--out", "{tmp}/x.cte"], 1, "record", "add --fake"),
+    (["simulate", "--nodes", "0"], 2, "simulate", "--nodes"),
+    (["bogus"], 2, None, "invalid choice: 'bogus'"),
+])
+def test_every_subcommand_reports_errors_in_one_shape(tmp_path, args, code, command, needle):
+    """`cluster-telemetry-exporter: SUBCOMMAND: message`, one line, whichever path failed."""
+    (tmp_path / "typo.yaml").write_text("log_levl: debug\n")
+    result = run_cli(*(a.format(tmp=tmp_path) for a in args))
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    prefix = f"cluster-telemetry-exporter: {command}: " if command else (
+        "cluster-telemetry-exporter: ")
+    assert lines[0].startswith(prefix), lines[0]
+    assert "error:" not in lines[0] and needle in lines[0], lines[0]

@@ -136,7 +136,7 @@ def test_the_buffer_holds_119_samples_so_a_late_drain_loses_the_oldest(fake_nvml
 
 
 def test_the_fake_charges_what_the_h200_charges():
-    """REFERENCE.md's H200 figures: the energy read costs milliseconds, the instant field
+    """The H200 figures of docs/nvml-costs.md: the energy read costs milliseconds, the instant field
     microseconds, a buffer drain a few tenths of a millisecond."""
     import time
 

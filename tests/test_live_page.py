@@ -1,4 +1,4 @@
-"""The live page in a real headless Chromium (issue 15): under the straggler scenario, after
+"""The live page in a real headless Chromium: under the straggler scenario, after
 35 s (simulated: the sampler runs on a manual clock; the server is real), the page draws 8
 GPU series, updates itself and names GPU 5 as a straggler; its screenshot has content.
 Also behind TLS and basic auth, as Prometheus scrapes it."""

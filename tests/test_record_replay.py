@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from exporter.metrics.render import render
-from exporter.offline.trace import load_trace
-from exporter.sim.replay import replay_library
+from exporter.offline.trace import TraceError, load_trace
+from exporter.sim.replay import MAX_REPLAY_SAMPLE_RATE, max_speed, replay_library
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE
@@ -203,3 +203,49 @@ def test_a_trace_recorded_before_the_sample_buffer_still_replays(running_exporte
     assert all(p.samples_total >= 2 * 18 for p in snap.power_sources.values())
     body = render(snap).decode()
     assert "gpu_energy_joules_total{" in body and "gpu_sm_clock_hertz{" in body
+
+
+def test_replay_at_the_highest_accepted_speed_loses_no_samples(recorded, running_exporter):
+    trace = load_trace(recorded)
+    top = max_speed(trace)
+    assert top >= 10  # the README's `--speed 10` on a recording at the driver's rate
+    exp = running_exporter.start(manual=True, fake=False, replay=str(recorded),
+                                 replay_speed=top)
+    start = exp.sampler.clock.time()
+    exp.sampler.advance(12)  # past the 4 s trace's end: it loops, at ~12x
+    end = exp.sampler.clock.time()
+    for gpu, stats in exp.sampler.snapshot.power_sources.items():
+        delivered = len(exp.fake_lib.gpus[gpu].samples_between(start - 1, end))
+        assert stats.lost_total == 0, gpu
+        assert stats.samples_total >= delivered - 2 * MAX_REPLAY_SAMPLE_RATE, gpu  # one drain
+        assert stats.samples_total >= 10 * MAX_REPLAY_SAMPLE_RATE * 0.8, gpu
+
+
+def test_replay_refuses_a_speed_it_cannot_keep_up_with(recorded):
+    trace = load_trace(recorded)
+    top = max_speed(trace)
+    replay_library(trace, speed=top)  # the highest accepted speed is accepted
+    with pytest.raises(TraceError, match=r"--speed \d+(\.\d+)? or less"):
+        replay_library(trace, speed=top * 1.05)
+    result = subprocess.run([*CLI, "run", "--replay", str(recorded), "--speed", "1000",
+                             "--web.listen-address", "127.0.0.1:0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--speed 1000 would deliver" in lines[0], result.stderr
+    assert lines[0].startswith("cluster-telemetry-exporter: run: ")
+    # a 1 Hz nvidia-smi log can be replayed far faster than a recording at the driver's rate
+    assert 1 / 0.02 * top == pytest.approx(MAX_REPLAY_SAMPLE_RATE, rel=0.2)
+    from exporter.options import CORE
+
+    speed = next(o for o in CORE if o.key == "replay_speed")
+    assert f"more than {MAX_REPLAY_SAMPLE_RATE} power samples" in speed.help  # the docs' figure
+
+
+def test_replayed_gpus_carry_the_names_their_trace_recorded(recorded, running_exporter):
+    names = load_trace(recorded).gpu_names
+    exp = running_exporter.start(manual=True, fake=False, replay=str(recorded))
+    exp.sampler.advance(2)
+    idents = exp.sampler.snapshot.identities
+    assert {g: idents[g].name for g in names} == names
+    assert "replayed GPU" not in render(exp.sampler.snapshot).decode()

@@ -1,4 +1,4 @@
-"""SIGHUP reloads the config and web config files, all or nothing (issue 17, finding 4).
+"""SIGHUP reloads the config and web config files, all or nothing.
 
 End to end: a real `run` process is scraped over TLS without a break while its
 certificate and a password are rotated and a broken web config is refused. In process:

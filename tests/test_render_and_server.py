@@ -175,8 +175,8 @@ events:
 
 
 def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
-    """Finding 3 of issue 17: a stuck GPU once turned /healthz 503 (and a liveness probe
-    restarted the exporter). Now liveness stays 200; readiness stays 200 and says why
+    """A stuck GPU must not turn /healthz 503 (a liveness probe would restart the
+    exporter, which cannot help): liveness stays 200; readiness stays 200 and says why
     it is degraded; scrapes stay fast."""
     path = tmp_path / "hang.yaml"
     path.write_text(HANG)

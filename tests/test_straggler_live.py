@@ -92,8 +92,8 @@ def test_tiny_node_says_it_has_no_peer_statistics():
 
 
 def test_a_starved_exporter_holds_its_findings_instead_of_inventing_them():
-    """Issue 17, finding 6: when the exporter itself is short of CPU (power samples lost
-    before a drain, sweeps skipped), its sampling trouble must not become a finding."""
+    """When the exporter itself is short of CPU (power samples lost before a drain,
+    sweeps skipped), its sampling trouble must not become a finding about a GPU."""
     clock = ManualClock()
     with fake.installed(load_scenario("straggler"), clock, costs=None):
         sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, xid_events=False,

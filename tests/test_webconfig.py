@@ -119,7 +119,7 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("tls_server_config:\n  key: '-----BEGIN '\n",
      r"web.yml:2: tls_server_config.key: key is set but cert_file \(or cert\) is missing"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  certfile: x\n",
-     r"web.yml:4: tls_server_config.certfile: unknown key"),
+     r"web.yml:4: tls_server_config.certfile: unknown key \(did you mean cert_file\?\)$"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS9\n",
      r"web.yml:4: tls_server_config.min_version: expected one of TLS10"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
@@ -132,7 +132,9 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("basic_auth_users:\n  admin: '$2b$10$short'\n",
      r"web.yml:2: basic_auth_users.admin: expected a bcrypt hash"),
     ("basic_auth_users: [a, b]\n", r"web.yml:1: basic_auth_users: expected a mapping"),
-    ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key"),
+    ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key \(did you mean "
+     r"basic_auth_users\?\)$"),
+    ("\nnonsense: 1\n", r"web.yml:2: nonsense: unknown key \(known keys: basic_auth_users, "),
     ("http_server_config:\n  headers:\n    Server: x\n",
      r"web.yml:3: http_server_config.headers.Server: not one of the settable headers"),
     ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
@@ -188,7 +190,7 @@ def test_run_stops_with_one_line_and_exit_2(tmp_path, text):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0], result.stderr
-    assert lines[0].startswith("cluster-telemetry-exporter: error: ")
+    assert lines[0].startswith("cluster-telemetry-exporter: run: ")
 
 
 def test_check_config_checks_the_web_config_too(tmp_path, certs, hashed):

@@ -1,4 +1,4 @@
-"""XID codes and their severity class (NVIDIA's XID catalog, Ampere and newer; REFERENCE.md).
+"""XID codes and their severity class (NVIDIA's XID catalog, Ampere and newer).
 
 The class is exported as a label on the XID counter so rules can alert on
 `class="critical"` without hard-coding code lists.

@@ -37,11 +37,12 @@ import numpy as np
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
+from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.checks import MAX_GPU_INDEX
 from exporter.offline.events import events
-from exporter.offline.report import render_text
+from exporter.offline.report import not_run_note, render_text
 from exporter.offline.swings import (
     MIN_STEP_SAMPLES,
     Grid,
@@ -277,13 +278,12 @@ def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
 
 
 def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
-                notes: list[str]) -> ScanResult:
+                notes: list[str]) -> tuple[ScanResult, bool]:
+    """The straggler scan, and whether the trace had utilization (stalls need it)."""
     series = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
-    if series["utilization"] is None:
-        notes.append("no utilization: stalls (busy-waiting peers) cannot be detected")
     series["compute"] = _compute_grid(trace, g)
     if series["compute"] is None:
         notes.append("no profiling (GPM) columns: the compute share is not compared")
@@ -292,9 +292,17 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                step_seconds=args.outlier_step, thresholds=th,
                stall_window_seconds=args.stall_window,
                stall_context_seconds=args.stall_context, **series)
-    if not res.peer_statistics and res.reason:
-        notes.append(f"no peer statistics: {res.reason}; no GPU is compared or flagged")
-    return res
+    return res, series["utilization"] is not None
+
+
+def _straggler_not_run(strag: ScanResult, utilization: bool) -> dict[str, str]:
+    """Straggler detectors the trace's columns or GPUs cannot feed -> why."""
+    out = {}
+    if not strag.peer_statistics and strag.reason:
+        out["outliers"] = f"no peer statistics: {strag.reason}; no GPU is compared or flagged"
+    if not utilization:
+        out["stalls"] = "the trace has no utilization, so busy-waiting peers cannot be seen"
+    return out
 
 
 def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
@@ -381,13 +389,15 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     if g.node_tdp is None:
         notes.append("power limit unknown (pass --tdp WATTS): amplitude ratios are null and "
                      "thresholds compare with the observed peak or range instead")
-    strag = _stragglers(trace, g, args, t_start, notes)
+    strag, has_util = _stragglers(trace, g, args, t_start, notes)
+    for name, why in _straggler_not_run(strag, has_util).items():
+        short.setdefault(name, why)
     ramps, dips = events(g, args, step, strag.stalls, t_start)
     if "dips" in short:
         ramps, dips = [r for r in ramps if r["dip"] is None], []
     if "ramps" in short:
         ramps = [r for r in ramps if r["dip"] is not None]
-    notes += [f"{name}: not run, {why}" for name, why in short.items()]
+    notes += [not_run_note(name, why) for name, why in short.items()]
     notes += _input_notes(trace)
     return {
         "source": trace.source,
@@ -467,8 +477,7 @@ def main(args: argparse.Namespace) -> int:
         trace = load_trace(args.file, gpus=args.gpus)
         rep = analyse_trace(trace, args)
     except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail("analyze", str(exc))
     if args.format == "json":
         print(json.dumps(rep, indent=2))
     else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import signal
 import socket
-import sys
 import threading
 import time
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from exporter.collectors.profiling import ProfilingSource
 from exporter.config import all_options
+from exporter.errors import EXIT_FAILURE, fail
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
@@ -91,12 +91,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         options = resolve(args, RECORD, all_options())
     except ConfigError as exc:
-        print(f"record: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("record", str(exc))
     if not 0 < args.duration <= 7 * 86400:
-        print(f"record: error: --duration {args.duration:g}: expected 0 < SECONDS <= 604800",
-              file=sys.stderr)
-        return 2
+        return fail("record", f"--duration {args.duration:g}: expected 0 < SECONDS <= 604800")
     lib = None
     if options["fake"]:
         lib = fake.FakeNvmlLibrary(load_scenario(options["scenario"]),
@@ -122,8 +119,7 @@ def _record(args: argparse.Namespace, options: dict) -> int:
     try:
         gpus = sampler.open()
     except NvmlUnavailable as exc:
-        print(f"record: {exc}; to record the simulated node, add --fake", file=sys.stderr)
-        return 1
+        return fail("record", f"{exc}; to record the simulated node, add --fake", EXIT_FAILURE)
     tdp = {i.index: i.default_power_limit_watts for i in sampler.gpus.identities
            if i is not None and i.default_power_limit_watts}
     # the exporter records instantaneous power (power_averaging_seconds null); the GPU
@@ -135,9 +131,7 @@ def _record(args: argparse.Namespace, options: dict) -> int:
                              gpu_names=names)
     except OSError as exc:
         sampler.backend.close()
-        print(f"record: error: cannot write {args.out}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
+        return fail("record", f"cannot write {args.out}: {exc.strerror or exc}")
     recorder = TraceRecorder(writer)
     sampler.power.recorder = recorder.power
     sampler.sweep.recorder = recorder.sweep

@@ -41,7 +41,9 @@ class DeviceSymbols:
         return self._device_string(handle, buffer, size, lambda g: g.uuid)
 
     def _nvmlDeviceGetName(self, handle, buffer, size) -> int:
-        return self._device_string(handle, buffer, size, lambda g: self.scenario.device.name)
+        # a replayed GPU has the name its trace recorded; the fake's share the scenario's
+        return self._device_string(handle, buffer, size,
+                                   lambda g: getattr(g, "name", self.scenario.device.name))
 
     def _nvmlDeviceGetSerial(self, handle, buffer, size) -> int:
         return self._device_string(handle, buffer, size, lambda g: g.serial)

@@ -1,6 +1,7 @@
 """What /healthz (liveness) and /readyz (readiness and detail) say.
 
-Two questions, kept apart on purpose (issue 17, finding 3):
+Two questions, kept apart on purpose (a probe that restarts the exporter for a stuck
+GPU helps no one):
 
 - **Liveness** (`/healthz`): is the exporter itself working? It is while its publisher
   builds fresh snapshots and the server answers. What the GPUs do does not enter into
