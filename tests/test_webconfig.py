@@ -134,7 +134,7 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("basic_auth_users: [a, b]\n", r"web.yml:1: basic_auth_users: expected a mapping"),
     ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key \(did you mean "
      r"basic_auth_users\?\)$"),
-    ("\nnonsense: 1\n", r"web.yml:2: nonsense: unknown key \(known keys: basic_auth_users, "),
+    ("\nnonsense: 1\n", r"web.yml:2: nonsense: unknown key \(known keys: basic_auth_excluded_paths, basic_auth_users, "),
     ("http_server_config:\n  headers:\n    Server: x\n",
      r"web.yml:3: http_server_config.headers.Server: not one of the settable headers"),
     ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
