@@ -28,6 +28,9 @@ class DeviceSymbols:
     def _nvmlDeviceGetIndex(self, handle, index) -> int:
         return self.device_call(handle, index, lambda g: g.index)
 
+    def _nvmlDeviceGetMinorNumber(self, handle, minor) -> int:
+        return self.device_call(handle, minor, lambda g: g.minor)
+
     def _device_string(self, handle, buffer, size, text) -> int:
         gpu = self.gpu(handle)
         if gpu is None:

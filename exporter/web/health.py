@@ -77,6 +77,9 @@ class HealthCheck:
         for name, result in sorted(snap.collectors.items()):
             if not result.success:
                 out.append(f"collector {name} failing: {result.error[:200] or 'read failed'}")
+            elif problem := getattr(result.reading, "problem", ""):
+                # a source that was asked for but cannot work (no grpcio, no socket, ...)
+                out.append(f"collector {name} cannot work: {problem[:300]}")
         return out
 
     def _stale_loop(self, name: str, loop: LoopStats, now: float) -> str | None:
