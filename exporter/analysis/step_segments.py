@@ -1,0 +1,385 @@
+"""Segment-aware step swings: the job's step rhythm, looked for only where it computes.
+
+A window that straddles a pause (checkpoint, evaluation, data stall) is ruled
+by the pause's edges: their broadband energy outweighs a small step swing
+inside the compute phase.  So :func:`find_step_swing` first splits the node's
+power into compute plateaus and pauses (a morphological closing fills the low
+phases of a swing, so only real pauses remain), then analyses each plateau
+long enough for the band and joins them:
+
+- the plateaus' spectra (Hann, linear trend removed, one common fine grid) are
+  averaged, and the strongest peak up to the observable band's edge is the
+  candidate (a sub-harmonic with a real peak of its own is preferred, as in
+  :mod:`exporter.analysis.spectrum`);
+- **significance**: that peak over the median of the averaged spectrum (the
+  noise floor); **confidence**: 1 - the chance that noise alone puts a peak that
+  high anywhere in the searched range (chi-squared, one pair of degrees of
+  freedom per plateau);
+- **synchrony**: the GPUs' components at that frequency, plateau by plateau:
+  |sum of the GPUs' components|^2 / (N * sum of their |component|^2), 1 in
+  phase, about 1/N independent;
+- **amplitude**: peak-to-peak of the node's mean step waveform, each plateau
+  folded at the period and aligned by its own phase (the rhythm restarts after
+  a pause);
+- **duty**: the share of the analysed compute time whose plateaus show the swing.
+
+The swing is reported when it is clear (confidence), coherent (synchrony) and
+periodic (the edges seen agree with the period where the swing stands out of
+the noise enough to count them).  Amplitude thresholds are not applied here:
+they decide what matters to the grid (:func:`grid_relevant`), not what is seen.
+Pure numpy; see docs/power.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.analysis.ramps import _rolling
+from exporter.analysis.signal import detrend_rows, hann, parabolic, resample
+from exporter.analysis.spectrum import EDGE_RATIO, edge_frequencies, frequency_consistent, phases
+
+MIN_CONFIDENCE = 0.999  # at most one false swing in a thousand noise-only analyses
+MIN_SYNCHRONY = 0.7  # coherent: well above the 1/N of independent GPUs
+PAUSE_RATIO = 0.30  # a pause: the node's working level falls by this share of its top
+FILL_SECONDS = 2.0  # gaps shorter than this are a swing's low phase, not a pause
+TRIM_SECONDS = 1.5  # left out next to each pause edge (ramps, the sensor's average)
+MIN_PLATEAU_SECONDS = 5.0
+MIN_CYCLES = 3  # cycles of the slowest searched frequency in the longest plateau
+PRESENT_SIGNIFICANCE = 4.0  # a plateau whose own spectrum shows the peak this far up
+COUNTABLE_SHARE = 0.5  # the swing's share of a plateau's variance for its edges to count
+PAD = 8  # zero-padding factor of the common spectral grid
+PIECE_SECONDS = 30.0  # longer plateaus are cut into pieces: more spectra to average
+FLOOR_BINS = 15  # independent bins in the running median that is the noise floor
+PROFILE_BINS = 24  # phase bins of the mean step waveform
+MIN_SAMPLES_PER_PERIOD = 8  # fewer: edges between samples cannot be counted
+
+
+@dataclass(frozen=True)
+class StepSwing:
+    """A clear, coherent, periodic step swing found inside the compute plateaus."""
+
+    frequency_hz: float
+    amplitude_watts: float  # peak-to-peak of the node's mean step waveform
+    amplitude_ratio: float | None  # of the node's summed power limit; None when unknown
+    mean_watts: float  # the node's mean power over the plateaus
+    synchrony: float  # coherence of the GPUs' components at the frequency, 0-1
+    significance: float  # spectral peak / noise floor of the plateau-averaged spectrum
+    confidence: float  # 1 - false-alarm probability of a peak that significant
+    duty: float  # share of the analysed compute time whose plateaus show the swing
+    phase_radians: float  # phi of cos(2 pi f (t - phase_reference_time) + phi), last plateau
+    phase_reference_time: float
+    plateaus: int  # plateaus analysed
+    compute_seconds: float  # their total length
+    edge_frequency_hz: float | None  # rising edges per second, where countable
+
+    @property
+    def period_seconds(self) -> float:
+        return 1.0 / self.frequency_hz
+
+
+@dataclass(frozen=True)
+class SegmentAnalysis:
+    """What :func:`find_step_swing` saw: the swing (None when none is clear) and why not."""
+
+    swing: StepSwing | None
+    plateaus: tuple[tuple[float, float], ...]  # (start, end) of each analysed plateau
+    pause_seconds: float  # time the node spent in pauses
+    reason: str | None = None  # why no swing is reported
+
+
+def plateaus(node: np.ndarray, dt: float, *, pause_ratio: float = PAUSE_RATIO,
+             fill_seconds: float = FILL_SECONDS, trim_seconds: float = TRIM_SECONDS,
+             min_seconds: float = MIN_PLATEAU_SECONDS) -> tuple[list[tuple[int, int]], int]:
+    """Compute plateaus of the node's power as index ranges [a, b), and the paused samples.
+
+    The working level is the power with gaps shorter than ``fill_seconds`` filled
+    (closing, as analysis.ramps.detect_dips); where it spans at least
+    ``pause_ratio`` of its top, samples below the midpoint of its p5 and p95 are
+    paused.  Each plateau loses ``trim_seconds`` next to a pause edge and must
+    then last ``min_seconds``; so does each end of the window (it may cut
+    through an edge).
+    """
+    n = node.size
+    w = max(1, int(round(fill_seconds / dt)))
+    level = _rolling(_rolling(node, w, "max"), w, "min")
+    lo, hi = np.percentile(level, [5, 95])
+    if hi > 0 and hi - lo >= pause_ratio * hi:
+        paused = level < (lo + hi) / 2
+    else:
+        paused = np.zeros(n, dtype=bool)
+    trim = int(round(trim_seconds / dt))
+    least = int(math.ceil(min_seconds / dt))
+    out = []
+    edges = np.flatnonzero(np.diff(paused.astype(np.int8))) + 1
+    bounds = [0, *edges.tolist(), n]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if paused[a]:
+            continue
+        # the window's own ends too: one may fall on an edge the closing could not see
+        a2, b2 = a + trim, b - trim
+        if b2 - a2 >= least:
+            out.append((a2, b2))
+    return out, int(paused.sum())
+
+
+def _chi2_sf_even(nu: int, x: float) -> float:
+    """P(chi-squared with an even nu degrees of freedom > x)."""
+    half = x / 2
+    term, total = 1.0, 1.0
+    for k in range(1, nu // 2):
+        term *= half / k
+        total += term
+    return min(1.0, math.exp(-half) * total)
+
+
+def _false_alarm(significance: float, nu: int, independent_bins: float) -> float:
+    """Chance that noise alone puts a peak ``significance`` times its median anywhere
+    among ``independent_bins`` bins of an average of nu / 2 periodograms."""
+    median_over_mean = (1 - 2 / (9 * nu)) ** 3  # Wilson-Hilferty, chi2 / nu
+    per_bin = _chi2_sf_even(nu, nu * significance * median_over_mean)
+    return min(1.0, -math.expm1(max(1.0, independent_bins) * math.log1p(-min(per_bin, 1 - 1e-16))))
+
+
+def _pieces(ranges: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
+    """Each range cut into equal pieces of at most ``most`` samples."""
+    out = []
+    for a, b in ranges:
+        m = max(1, math.ceil((b - a) / max(1, most)))
+        cuts = np.linspace(a, b, m + 1).round().astype(int).tolist()
+        out += list(zip(cuts[:-1], cuts[1:], strict=True))
+    return out
+
+
+def _local_floor(s: np.ndarray, k_hi: int) -> np.ndarray:
+    """The noise floor under each bin: the median of FLOOR_BINS independent bins (every
+    PAD-th) around it, the window kept inside the spectrum (so a peak near either end is
+    not mirrored into its own floor); a coloured noise (a sensor's average) is then judged
+    against its own level, not the band's."""
+    idx = np.arange(PAD, k_hi + 1, PAD)
+    coarse = s[idx]
+    m = coarse.size
+    width = min(FLOOR_BINS, m)
+    view = np.lib.stride_tricks.sliding_window_view(coarse, width)
+    meds = np.median(view, axis=1)
+    starts = np.clip(np.arange(m) - width // 2, 0, m - width)
+    out = np.interp(np.arange(s.size), idx, meds[starts])
+    return np.maximum(out, 1e-300)
+
+
+def _refine(f: float, nodes: list[np.ndarray], rel: list[np.ndarray], fs: float,
+            resolution: float) -> float:
+    """The frequency near f (within the spectral resolution) whose fundamental and
+    harmonics below half the sample rate explain most of the pieces' variance, each piece
+    fitted on its own (level, trend, phases): folding many cycles needs a period more exact
+    than the spectrum's peak gives, and a few cycles under a window bias that peak."""
+    harmonics = max(1, min(3, int(fs / 2 / f)))
+    cands = f + np.linspace(-1.0, 1.0, 41) * resolution
+    cands = cands[cands > 0]
+    score = np.zeros(cands.size)
+    for x, tr in zip(nodes, rel, strict=True):
+        u = tr - tr.mean()
+        for i, fc in enumerate(cands.tolist()):
+            cols = [np.ones_like(u), u]
+            for h in range(1, harmonics + 1):
+                arg = 2 * np.pi * h * fc * u
+                cols += [np.cos(arg), np.sin(arg)]
+            a = np.stack(cols, axis=1)
+            coef, *_ = np.linalg.lstsq(a, x, rcond=None)
+            score[i] += float(((a @ coef) ** 2).sum())
+    return float(cands[int(np.argmax(score))])
+
+
+def _profile_range(sums: np.ndarray, counts: np.ndarray) -> float:
+    """Peak-to-peak of the mean waveform, lightly smoothed (three bins, circular, weighted
+    by the samples in each) so the noise left in a bin does not add to the range; bins
+    no sample fell in (a rate close to a multiple of the swing's) take no part."""
+    s3 = np.roll(sums, 1) + sums + np.roll(sums, -1)
+    c3 = np.roll(counts, 1) + counts + np.roll(counts, -1)
+    prof = s3[c3 > 0] / c3[c3 > 0]
+    return float(prof.max() - prof.min()) if prof.size else 0.0
+
+
+def _significance_needed(nu: int, bins: float, confidence: float) -> float:
+    """The smallest significance whose false-alarm probability is 1 - confidence."""
+    lo, hi = 1.0, 1e4
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if 1.0 - _false_alarm(mid, nu, bins) < confidence else (lo, mid)
+    return hi
+
+
+def _peak(s: np.ndarray, k: int, white: np.ndarray, needed: float, pad: int,
+          k_lo: int) -> int:
+    """Bin k, or a sub-harmonic of it with a clear peak of its own (>= 30 % of its power):
+    a pulse train with a short duty cycle can put as much energy at 2f as at f."""
+    for m in (4, 3, 2):
+        ks = int(round(k / m))
+        if ks - pad < k_lo:
+            continue
+        lo, hi = ks - pad, ks + pad
+        kk = lo + int(np.argmax(s[lo:hi + 1]))
+        if (s[kk] >= 0.3 * s[k] and white[kk] >= needed and s[kk] >= s[kk - 1]
+                and s[kk] >= s[kk + 1]):
+            return kk
+    return k
+
+
+def find_step_swing(
+    t: np.ndarray,
+    power: np.ndarray,
+    tdp_watts: np.ndarray | None = None,
+    *,
+    observable_hz: float | None = None,
+    min_hz: float = 0.1,
+    min_synchrony: float = MIN_SYNCHRONY,
+    min_confidence: float = MIN_CONFIDENCE,
+    phase_grid_seconds: float = 10.0,
+) -> SegmentAnalysis:
+    """The step swing inside the compute plateaus of a node's power (see the module doc).
+
+    ``t``: sample times (Unix seconds); ``power``: (N, len(t)) watts per GPU,
+    NaN where missing (a GPU with fewer than two readings is left out);
+    ``tdp_watts``: (N,) power limits or None; ``observable_hz``: the band's
+    top (default: half the sample rate).  A peak at or above 90 % of it is not a
+    resolvable frequency and gives no swing.
+    """
+    power = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    t = np.asarray(t, dtype=np.float64)
+    if t.ndim != 1 or t.size < 8:
+        raise ValueError("need at least 8 samples")
+    grid, x = resample(t, power)
+    ok = np.isfinite(x).all(axis=1)
+    x = x[ok]
+    if x.shape[0] == 0:
+        return SegmentAnalysis(None, (), 0.0, "no GPU has power readings")
+    dt = float(grid[1] - grid[0])
+    fs = 1.0 / dt
+    top = min(observable_hz, fs / 2) if observable_hz else fs / 2
+    node = x.sum(axis=0)
+    # the node at its own sample times, for the waveform: a grid between jittered samples
+    # interpolates across a fast swing's peaks
+    raw_ok = np.isfinite(power[ok]).all(axis=0)
+    raw_t, raw_node = t[raw_ok], power[ok][:, raw_ok].sum(axis=0)
+    ranges, paused = plateaus(node, dt)
+    spans = tuple((float(grid[a]), float(grid[b - 1])) for a, b in ranges)
+    if not ranges:
+        return SegmentAnalysis(None, spans, paused * dt, "no compute plateau long enough")
+    pieces = _pieces(ranges, int(round(PIECE_SECONDS / dt)))
+    lengths = np.array([b - a for a, b in pieces], dtype=float)
+    longest = int(lengths.max())
+    nfft = 1 << int(math.ceil(math.log2(PAD * longest)))
+    k_lo = max(1, int(math.ceil(max(min_hz, MIN_CYCLES * fs / longest) * nfft / fs)))
+    # the search runs up to the observable band's top: beyond it a sensor's average leaves
+    # only its own nulls and side lobes (a peak at the band's edge is reported as
+    # unresolved); the noise floor is taken up to half the sample rate
+    k_nyq = nfft // 2 - 1
+    k_hi = min(k_nyq, int(top * nfft / fs))
+    if k_hi <= k_lo + 2 * PAD:
+        return SegmentAnalysis(None, spans, paused * dt, "plateaus too short for the band")
+    segs = [detrend_rows(x[:, a:b]) for a, b in pieces]
+    psd = np.empty((len(segs), nfft // 2 + 1))
+    for i, seg in enumerate(segs):
+        w = hann(seg.shape[1])
+        psd[i] = np.abs(np.fft.rfft(seg.sum(axis=0) * w, nfft)) ** 2 / float(w @ w)
+    s = (lengths[:, None] * psd).sum(axis=0) / lengths.sum()
+    floor = _local_floor(s, k_nyq)
+    white = s / floor
+    nu = max(2, 2 * int(round(lengths.sum() ** 2 / float((lengths ** 2).sum()))))
+    # the fine grid's peaks fall between independent bins too: count each twice
+    bins = 2 * (k_hi - k_lo) / PAD
+    # the strongest (in watts) of the peaks that stand clear of their noise floor: the
+    # whitened spectrum says what is real, the power which of those dominates
+    needed = _significance_needed(nu, bins, min_confidence)
+    clear = np.flatnonzero(white[k_lo:k_hi + 1] >= needed) + k_lo
+    k = (int(clear[np.argmax(s[clear])]) if clear.size
+         else k_lo + int(np.argmax(white[k_lo:k_hi + 1])))
+    k = _peak(s, k, white, needed, PAD, k_lo)
+    if not s[k] > 0:
+        return SegmentAnalysis(None, spans, paused * dt, "flat power")
+    ls = np.log(s[k - 1:k + 2] + 1e-300).tolist()
+    f = (k + parabolic(ls[0], ls[1], ls[2])) * fs / nfft
+    significance = float(white[k])
+    confidence = 1.0 - _false_alarm(significance, nu, bins)
+    if f >= EDGE_RATIO * top:
+        return SegmentAnalysis(None, spans, paused * dt,
+                               f"the strongest periodicity ({f:.3g} Hz) lies at the observable "
+                               "band's edge: unresolved")
+    if confidence < min_confidence:
+        return SegmentAnalysis(None, spans, paused * dt,
+                               f"no clear periodic swing (confidence {confidence:.3g})")
+    t_ref = math.floor(grid[-1] / phase_grid_seconds) * phase_grid_seconds
+    rel = [grid[a:b] - t_ref for a, b in pieces]
+    f = _refine(f, [seg.sum(axis=0) for seg in segs], rel, fs, fs / longest)
+    # the components at f, piece by piece: synchrony, phase, presence, amplitude
+    coherent = total = 0.0
+    sums = np.zeros(PROFILE_BINS)
+    counts = np.zeros(PROFILE_BINS)
+    present = 0.0
+    edges: list[float] = []
+    phase = 0.0
+    countable = fs / f >= MIN_SAMPLES_PER_PERIOD
+    for (a, b), seg, tr, p in zip(pieces, segs, rel, psd, strict=True):
+        w = hann(seg.shape[1])
+        c = (w * seg * np.exp(-2j * np.pi * f * tr)).sum(axis=1)
+        coherent += float(abs(c.sum()) ** 2)
+        total += float((np.abs(c) ** 2).sum())
+        node_seg = seg.sum(axis=0)
+        phi = phases(node_seg[None, :], tr, f)[0]
+        phase = phi
+        if (p[k - PAD:k + PAD + 1] / floor[k - PAD:k + PAD + 1]).max() >= PRESENT_SIGNIFICANCE:
+            present += b - a
+        keep = (raw_t >= grid[a]) & (raw_t <= grid[b - 1])
+        rt, rx = raw_t[keep] - t_ref, raw_node[keep]
+        if rt.size >= 4:
+            rx = rx - np.polyval(np.polyfit(rt - rt.mean(), rx, 1), rt - rt.mean())
+        else:
+            rt, rx = tr, node_seg
+        u = ((f * rt + phi / (2 * np.pi)) % 1.0 * PROFILE_BINS).astype(int) % PROFILE_BINS
+        bin_sums = np.bincount(u, weights=rx, minlength=PROFILE_BINS)
+        bin_counts = np.bincount(u, minlength=PROFILE_BINS)
+        sums += bin_sums
+        counts += bin_counts
+        prof = bin_sums / np.maximum(bin_counts, 1)
+        if countable and float(prof.var()) >= COUNTABLE_SHARE * float(rx.var()):
+            raw = node[a:b]
+            p5, p95 = np.percentile(raw, [5, 95])
+            e = edge_frequencies(raw[None, :], fs, np.array([p5]), np.array([p95]))[0]
+            if e is not None:
+                edges.append(e)
+    sync = coherent / (x.shape[0] * total) if total > 0 else 0.0
+    edge_hz = float(np.median(edges)) if edges else None
+    # coherent: past the threshold and well past the 1/N of independent GPUs (for two
+    # GPUs, one swinging alone gives 1/2)
+    if x.shape[0] > 1 and sync < max(min_synchrony, 1.5 / x.shape[0]):
+        return SegmentAnalysis(None, spans, paused * dt,
+                               f"the GPUs swing independently (synchrony {sync:.2f})")
+    if not frequency_consistent(f, edge_hz):
+        return SegmentAnalysis(None, spans, paused * dt,
+                               f"the edges seen ({edge_hz:.3g} /s) disagree with the spectrum's "
+                               f"period ({1 / f:.3g} s)")
+    amp = _profile_range(sums, counts)
+    tdp = None if tdp_watts is None else np.asarray(tdp_watts, dtype=float).reshape(-1)[ok]
+    node_tdp = float(tdp.sum()) if tdp is not None and np.isfinite(tdp).all() else None
+    mean = float(np.mean(np.concatenate([node[a:b] for a, b in pieces])))
+    swing = StepSwing(
+        frequency_hz=float(f), amplitude_watts=amp,
+        amplitude_ratio=amp / node_tdp if node_tdp else None, mean_watts=mean,
+        synchrony=float(min(1.0, sync)), significance=significance, confidence=confidence,
+        duty=present / float(lengths.sum()), phase_radians=float(phase),
+        phase_reference_time=float(t_ref), plateaus=len(ranges),
+        compute_seconds=float(lengths.sum() * dt), edge_frequency_hz=edge_hz)
+    return SegmentAnalysis(swing, spans, paused * dt)
+
+
+def grid_relevant(swing: StepSwing, min_amplitude_ratio: float,
+                  band_hz: tuple[float, float]) -> bool:
+    """Does the swing matter to the grid: its amplitude past the threshold (of the power
+    limit; of the observed peak when that is unknown) and its frequency in the band."""
+    ratio = swing.amplitude_ratio
+    if ratio is None:
+        peak = swing.mean_watts + swing.amplitude_watts / 2
+        ratio = swing.amplitude_watts / peak if peak > 0 else 0.0
+    return ratio >= min_amplitude_ratio and band_hz[0] <= swing.frequency_hz <= band_hz[1]
