@@ -19,8 +19,11 @@ nvidia-smi's power.draw on H100).  Poll times jitter by 5 % of the interval.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from exporter.offline.trace import TraceWriter
 
 FINE_HZ = 200.0  # the true power's grid: 5 ms, the noise's correlation time
 T0 = 1_758_000_000.0
@@ -165,3 +168,23 @@ def true_amplitude(case: StepCase) -> float:
         return 0.0
     lo, hi = np.percentile(node[inside], [1, 99])
     return float(hi - lo)
+
+
+def write_trace(case: StepCase, path: Path, tdp_w: float | None = 700.0) -> Path:
+    """The case's readings as a cte trace (its header says how the sensor reads)."""
+    t, p = readings(case)
+    tdp = {g: tdp_w for g in range(case.gpus)} if tdp_w else None
+    with TraceWriter(path, range(case.gpus), tdp, ["power_watts"],
+                     power_averaging_seconds=1.0 if case.averaged else 0.0) as w:
+        for i, ti in enumerate(t.tolist()):
+            for g in range(case.gpus):
+                w.write(ti, g, {"power_watts": round(float(p[g, i]), 3)})
+    return path
+
+
+def held_out_like(seed: int = 0, seconds: float = 180.0) -> StepCase:
+    """The shape of the case that motivated the segments: two GPUs at ~10 Hz, ~20 s of
+    compute and ~15 s pauses, a 2.4 Hz swing of ~10 % around ~150 W per GPU."""
+    return StepCase(kind="swing", seed=seed, gpus=2, averaged=False, interval_s=0.1,
+                    seconds=seconds, swing_hz=2.4, amplitude=0.10, shape="smooth",
+                    cycle_s=36.0, pause_fraction=15 / 36, noise=0.02, common=0.3)
