@@ -33,7 +33,7 @@ Pure numpy; see docs/power.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -224,6 +224,119 @@ def _peak(s: np.ndarray, k: int, white: np.ndarray, needed: float, pad: int,
     return k
 
 
+@dataclass
+class _Peak:
+    """The plateau-averaged spectrum and its candidate peak."""
+
+    pieces: list[tuple[int, int]]
+    segs: list[np.ndarray]  # each piece, every GPU, trend removed
+    psd: np.ndarray  # (pieces, bins) of the node
+    floor: np.ndarray  # the averaged spectrum's noise floor
+    k: int  # the peak's bin
+    f: float
+    significance: float
+    confidence: float
+    resolution: float  # Hz: 1 / the longest piece
+
+
+def _spectral_peak(x: np.ndarray, ranges: list[tuple[int, int]], fs: float, top: float,
+                   min_hz: float, min_confidence: float) -> _Peak | str:
+    """The candidate peak of the pieces' averaged spectrum, or why there is none."""
+    pieces = _pieces(ranges, int(round(PIECE_SECONDS * fs)))
+    lengths = np.array([b - a for a, b in pieces], dtype=float)
+    longest = int(lengths.max())
+    nfft = 1 << int(math.ceil(math.log2(PAD * longest)))
+    k_lo = max(1, int(math.ceil(max(min_hz, MIN_CYCLES * fs / longest) * nfft / fs)))
+    # the search runs up to the observable band's top: beyond it a sensor's average leaves
+    # only its own nulls and side lobes (a peak at the band's edge is reported as
+    # unresolved); the noise floor is taken up to half the sample rate
+    k_nyq = nfft // 2 - 1
+    k_hi = min(k_nyq, int(top * nfft / fs))
+    if k_hi <= k_lo + 2 * PAD:
+        return "plateaus too short for the band"
+    segs = [detrend_rows(x[:, a:b]) for a, b in pieces]
+    psd = np.empty((len(segs), nfft // 2 + 1))
+    for i, seg in enumerate(segs):
+        w = hann(seg.shape[1])
+        psd[i] = np.abs(np.fft.rfft(seg.sum(axis=0) * w, nfft)) ** 2 / float(w @ w)
+    s = (lengths[:, None] * psd).sum(axis=0) / lengths.sum()
+    floor = _local_floor(s, k_nyq)
+    white = s / floor
+    nu = max(2, 2 * int(round(lengths.sum() ** 2 / float((lengths ** 2).sum()))))
+    # the fine grid's peaks fall between independent bins too: count each twice
+    bins = 2 * (k_hi - k_lo) / PAD
+    # the strongest (in watts) of the peaks that stand clear of their noise floor: the
+    # whitened spectrum says what is real, the power which of those dominates
+    needed = _significance_needed(nu, bins, min_confidence)
+    clear = np.flatnonzero(white[k_lo:k_hi + 1] >= needed) + k_lo
+    k = (int(clear[np.argmax(s[clear])]) if clear.size
+         else k_lo + int(np.argmax(white[k_lo:k_hi + 1])))
+    k = _peak(s, k, white, needed, PAD, k_lo)
+    if not s[k] > 0:
+        return "flat power"
+    ls = np.log(s[k - 1:k + 2] + 1e-300).tolist()
+    f = (k + parabolic(ls[0], ls[1], ls[2])) * fs / nfft
+    if f >= EDGE_RATIO * top:
+        return f"the strongest periodicity ({f:.3g} Hz) lies at the observable band's edge: " \
+               "unresolved"
+    significance = float(white[k])
+    confidence = 1.0 - _false_alarm(significance, nu, bins)
+    if confidence < min_confidence:
+        return f"no clear periodic swing (confidence {confidence:.3g})"
+    return _Peak(pieces, segs, psd, floor, k, f, significance, confidence, fs / longest)
+
+
+@dataclass
+class _Components:
+    """The swing's components at its frequency, gathered piece by piece."""
+
+    coherent: float = 0.0  # sum of |the GPUs' components added|^2
+    total: float = 0.0  # sum of the GPUs' |component|^2
+    present: float = 0.0  # samples in pieces that show the peak
+    phase: float = 0.0  # the last piece's
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(PROFILE_BINS))
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(PROFILE_BINS))
+    edges: list[float] = field(default_factory=list)
+
+
+def _components(pk: _Peak, grid: np.ndarray, raw_t: np.ndarray, raw_node: np.ndarray,
+                fs: float, t_ref: float) -> _Components:
+    """Synchrony, phase, presence, the folded waveform and the edges, at pk.f."""
+    out = _Components()
+    f, k = pk.f, pk.k
+    countable = fs / f >= MIN_SAMPLES_PER_PERIOD
+    for (a, b), seg, p in zip(pk.pieces, pk.segs, pk.psd, strict=True):
+        tr = grid[a:b] - t_ref
+        c = (hann(seg.shape[1]) * seg * np.exp(-2j * np.pi * f * tr)).sum(axis=1)
+        out.coherent += float(abs(c.sum()) ** 2)
+        out.total += float((np.abs(c) ** 2).sum())
+        node_seg = seg.sum(axis=0)
+        phi = phases(node_seg[None, :], tr, f)[0]
+        out.phase = phi
+        if (p[k - PAD:k + PAD + 1] / pk.floor[k - PAD:k + PAD + 1]).max() \
+                >= PRESENT_SIGNIFICANCE:
+            out.present += b - a
+        keep = (raw_t >= grid[a]) & (raw_t <= grid[b - 1])
+        rt, rx = raw_t[keep] - t_ref, raw_node[keep]
+        if rt.size >= 4:
+            rx = rx - np.polyval(np.polyfit(rt - rt.mean(), rx, 1), rt - rt.mean())
+        else:
+            rt, rx = tr, node_seg
+        u = ((f * rt + phi / (2 * np.pi)) % 1.0 * PROFILE_BINS).astype(int) % PROFILE_BINS
+        bin_sums = np.bincount(u, weights=rx, minlength=PROFILE_BINS)
+        bin_counts = np.bincount(u, minlength=PROFILE_BINS)
+        out.sums += bin_sums
+        out.counts += bin_counts
+        prof = bin_sums / np.maximum(bin_counts, 1)
+        # edges only count where the swing stands out of the noise, between enough samples
+        if countable and float(prof.var()) >= COUNTABLE_SHARE * float(rx.var()):
+            p5, p95 = np.percentile(rx, [5, 95])
+            e = edge_frequencies(rx[None, :], fs, np.array([p5]), np.array([p95]))[0]
+            if e is not None:
+                out.edges.append(e)
+    return out
+
+
 def find_step_swing(
     t: np.ndarray,
     power: np.ndarray,
@@ -256,118 +369,43 @@ def find_step_swing(
     fs = 1.0 / dt
     top = min(observable_hz, fs / 2) if observable_hz else fs / 2
     node = x.sum(axis=0)
-    # the node at its own sample times, for the waveform: a grid between jittered samples
-    # interpolates across a fast swing's peaks
-    raw_ok = np.isfinite(power[ok]).all(axis=0)
-    raw_t, raw_node = t[raw_ok], power[ok][:, raw_ok].sum(axis=0)
     ranges, paused = plateaus(node, dt)
     spans = tuple((float(grid[a]), float(grid[b - 1])) for a, b in ranges)
     if not ranges:
         return SegmentAnalysis(None, spans, paused * dt, "no compute plateau long enough")
-    pieces = _pieces(ranges, int(round(PIECE_SECONDS / dt)))
-    lengths = np.array([b - a for a, b in pieces], dtype=float)
-    longest = int(lengths.max())
-    nfft = 1 << int(math.ceil(math.log2(PAD * longest)))
-    k_lo = max(1, int(math.ceil(max(min_hz, MIN_CYCLES * fs / longest) * nfft / fs)))
-    # the search runs up to the observable band's top: beyond it a sensor's average leaves
-    # only its own nulls and side lobes (a peak at the band's edge is reported as
-    # unresolved); the noise floor is taken up to half the sample rate
-    k_nyq = nfft // 2 - 1
-    k_hi = min(k_nyq, int(top * nfft / fs))
-    if k_hi <= k_lo + 2 * PAD:
-        return SegmentAnalysis(None, spans, paused * dt, "plateaus too short for the band")
-    segs = [detrend_rows(x[:, a:b]) for a, b in pieces]
-    psd = np.empty((len(segs), nfft // 2 + 1))
-    for i, seg in enumerate(segs):
-        w = hann(seg.shape[1])
-        psd[i] = np.abs(np.fft.rfft(seg.sum(axis=0) * w, nfft)) ** 2 / float(w @ w)
-    s = (lengths[:, None] * psd).sum(axis=0) / lengths.sum()
-    floor = _local_floor(s, k_nyq)
-    white = s / floor
-    nu = max(2, 2 * int(round(lengths.sum() ** 2 / float((lengths ** 2).sum()))))
-    # the fine grid's peaks fall between independent bins too: count each twice
-    bins = 2 * (k_hi - k_lo) / PAD
-    # the strongest (in watts) of the peaks that stand clear of their noise floor: the
-    # whitened spectrum says what is real, the power which of those dominates
-    needed = _significance_needed(nu, bins, min_confidence)
-    clear = np.flatnonzero(white[k_lo:k_hi + 1] >= needed) + k_lo
-    k = (int(clear[np.argmax(s[clear])]) if clear.size
-         else k_lo + int(np.argmax(white[k_lo:k_hi + 1])))
-    k = _peak(s, k, white, needed, PAD, k_lo)
-    if not s[k] > 0:
-        return SegmentAnalysis(None, spans, paused * dt, "flat power")
-    ls = np.log(s[k - 1:k + 2] + 1e-300).tolist()
-    f = (k + parabolic(ls[0], ls[1], ls[2])) * fs / nfft
-    significance = float(white[k])
-    confidence = 1.0 - _false_alarm(significance, nu, bins)
-    if f >= EDGE_RATIO * top:
-        return SegmentAnalysis(None, spans, paused * dt,
-                               f"the strongest periodicity ({f:.3g} Hz) lies at the observable "
-                               "band's edge: unresolved")
-    if confidence < min_confidence:
-        return SegmentAnalysis(None, spans, paused * dt,
-                               f"no clear periodic swing (confidence {confidence:.3g})")
+    pk = _spectral_peak(x, ranges, fs, top, min_hz, min_confidence)
+    if isinstance(pk, str):
+        return SegmentAnalysis(None, spans, paused * dt, pk)
     t_ref = math.floor(grid[-1] / phase_grid_seconds) * phase_grid_seconds
-    rel = [grid[a:b] - t_ref for a, b in pieces]
-    f = _refine(f, [seg.sum(axis=0) for seg in segs], rel, fs, fs / longest)
-    # the components at f, piece by piece: synchrony, phase, presence, amplitude
-    coherent = total = 0.0
-    sums = np.zeros(PROFILE_BINS)
-    counts = np.zeros(PROFILE_BINS)
-    present = 0.0
-    edges: list[float] = []
-    phase = 0.0
-    countable = fs / f >= MIN_SAMPLES_PER_PERIOD
-    for (a, b), seg, tr, p in zip(pieces, segs, rel, psd, strict=True):
-        w = hann(seg.shape[1])
-        c = (w * seg * np.exp(-2j * np.pi * f * tr)).sum(axis=1)
-        coherent += float(abs(c.sum()) ** 2)
-        total += float((np.abs(c) ** 2).sum())
-        node_seg = seg.sum(axis=0)
-        phi = phases(node_seg[None, :], tr, f)[0]
-        phase = phi
-        if (p[k - PAD:k + PAD + 1] / floor[k - PAD:k + PAD + 1]).max() >= PRESENT_SIGNIFICANCE:
-            present += b - a
-        keep = (raw_t >= grid[a]) & (raw_t <= grid[b - 1])
-        rt, rx = raw_t[keep] - t_ref, raw_node[keep]
-        if rt.size >= 4:
-            rx = rx - np.polyval(np.polyfit(rt - rt.mean(), rx, 1), rt - rt.mean())
-        else:
-            rt, rx = tr, node_seg
-        u = ((f * rt + phi / (2 * np.pi)) % 1.0 * PROFILE_BINS).astype(int) % PROFILE_BINS
-        bin_sums = np.bincount(u, weights=rx, minlength=PROFILE_BINS)
-        bin_counts = np.bincount(u, minlength=PROFILE_BINS)
-        sums += bin_sums
-        counts += bin_counts
-        prof = bin_sums / np.maximum(bin_counts, 1)
-        if countable and float(prof.var()) >= COUNTABLE_SHARE * float(rx.var()):
-            raw = node[a:b]
-            p5, p95 = np.percentile(raw, [5, 95])
-            e = edge_frequencies(raw[None, :], fs, np.array([p5]), np.array([p95]))[0]
-            if e is not None:
-                edges.append(e)
-    sync = coherent / (x.shape[0] * total) if total > 0 else 0.0
-    edge_hz = float(np.median(edges)) if edges else None
+    pk.f = _refine(pk.f, [seg.sum(axis=0) for seg in pk.segs],
+                   [grid[a:b] - t_ref for a, b in pk.pieces], fs, pk.resolution)
+    # the node at its own sample times, for the waveform: a grid between jittered samples
+    # interpolates across a fast swing's peaks
+    raw_ok = np.isfinite(power[ok]).all(axis=0)
+    comp = _components(pk, grid, t[raw_ok], power[ok][:, raw_ok].sum(axis=0), fs, t_ref)
+    sync = comp.coherent / (x.shape[0] * comp.total) if comp.total > 0 else 0.0
+    edge_hz = float(np.median(comp.edges)) if comp.edges else None
     # coherent: past the threshold and well past the 1/N of independent GPUs (for two
     # GPUs, one swinging alone gives 1/2)
     if x.shape[0] > 1 and sync < max(min_synchrony, 1.5 / x.shape[0]):
         return SegmentAnalysis(None, spans, paused * dt,
                                f"the GPUs swing independently (synchrony {sync:.2f})")
-    if not frequency_consistent(f, edge_hz):
+    if not frequency_consistent(pk.f, edge_hz):
         return SegmentAnalysis(None, spans, paused * dt,
                                f"the edges seen ({edge_hz:.3g} /s) disagree with the spectrum's "
-                               f"period ({1 / f:.3g} s)")
-    amp = _profile_range(sums, counts)
+                               f"period ({1 / pk.f:.3g} s)")
+    amp = _profile_range(comp.sums, comp.counts)
     tdp = None if tdp_watts is None else np.asarray(tdp_watts, dtype=float).reshape(-1)[ok]
     node_tdp = float(tdp.sum()) if tdp is not None and np.isfinite(tdp).all() else None
-    mean = float(np.mean(np.concatenate([node[a:b] for a, b in pieces])))
+    analysed = sum(b - a for a, b in pk.pieces)
     swing = StepSwing(
-        frequency_hz=float(f), amplitude_watts=amp,
-        amplitude_ratio=amp / node_tdp if node_tdp else None, mean_watts=mean,
-        synchrony=float(min(1.0, sync)), significance=significance, confidence=confidence,
-        duty=present / float(lengths.sum()), phase_radians=float(phase),
-        phase_reference_time=float(t_ref), plateaus=len(ranges),
-        compute_seconds=float(lengths.sum() * dt), edge_frequency_hz=edge_hz)
+        frequency_hz=float(pk.f), amplitude_watts=amp,
+        amplitude_ratio=amp / node_tdp if node_tdp else None,
+        mean_watts=float(np.mean(np.concatenate([node[a:b] for a, b in pk.pieces]))),
+        synchrony=float(min(1.0, sync)), significance=pk.significance,
+        confidence=pk.confidence, duty=comp.present / analysed,
+        phase_radians=float(comp.phase), phase_reference_time=float(t_ref),
+        plateaus=len(ranges), compute_seconds=analysed * dt, edge_frequency_hz=edge_hz)
     return SegmentAnalysis(swing, spans, paused * dt)
 
 
