@@ -41,16 +41,20 @@ def main() -> None:
     ap.add_argument("--swing-cases", type=int, default=400)
     ap.add_argument("--silent-cases", type=int, default=100, help="of each silent kind")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--show", action="store_true", help="print each miss and false report")
     args = ap.parse_args()
     cases = family(args.swing_cases, args.silent_cases, seed=args.seed)
     hits: dict[str, list[bool]] = defaultdict(list)
     reported = true_reports = 0
     silent: dict[str, list[bool]] = defaultdict(list)
     for case in cases:
-        swing = find_step_swing(*readings(case), observable_hz=case.observable_hz).swing
+        res = find_step_swing(*readings(case), observable_hz=case.observable_hz)
+        swing = res.swing
         reported += swing is not None
         if case.kind != "swing":
             silent[case.kind].append(swing is not None)
+            if args.show and swing is not None:
+                print(f"false report: {case}: {swing}", file=sys.stderr)
             continue
         ok = False
         if swing is not None:
@@ -58,6 +62,9 @@ def main() -> None:
             ok = (abs(swing.frequency_hz - case.swing_hz) <= 0.05 * case.swing_hz
                   and abs(swing.amplitude_watts - truth) <= 0.20 * truth)
         true_reports += ok
+        if args.show and not ok:
+            print(f"miss: {case}: {swing or res.reason}; true amplitude "
+                  f"{true_amplitude(case):.1f} W", file=sys.stderr)
         hits[_group(case)].append(ok)
         hits["all swing cases"].append(ok)
     print("| cases | n | recall |")
