@@ -51,6 +51,7 @@ MIN_CYCLES = 3  # cycles of the slowest searched frequency in the longest platea
 PRESENT_SIGNIFICANCE = 4.0  # a plateau whose own spectrum shows the peak this far up
 COUNTABLE_SHARE = 0.5  # the swing's share of a plateau's variance for its edges to count
 PAD = 8  # zero-padding factor of the common spectral grid
+REFINE_PAD = 32  # and of the untapered spectra the frequency is refined on
 PIECE_SECONDS = 30.0  # longer plateaus are cut into pieces: more spectra to average
 FLOOR_BINS = 15  # independent bins in the running median that is the noise floor
 PROFILE_BINS = 24  # phase bins of the mean step waveform
@@ -169,23 +170,21 @@ def _local_floor(s: np.ndarray, k_hi: int) -> np.ndarray:
     return np.maximum(out, 1e-300)
 
 
-def _refine(f: float, nodes: list[np.ndarray], rel: list[np.ndarray], fs: float,
-            resolution: float) -> float:
+def _refine(f: float, nodes: list[np.ndarray], fs: float, resolution: float) -> float:
     """The frequency near f (within the spectral resolution) that gathers most power at
     itself and its harmonics below half the sample rate, summed over the (detrended)
-    pieces without a taper: folding many cycles needs a period more exact than the
-    tapered spectrum's peak gives."""
+    pieces without a taper, read off one finely zero-padded FFT per piece: folding many
+    cycles needs a period more exact than the tapered spectrum's peak gives."""
     harmonics = max(1, min(3, int(fs / 2 / f)))
-    cands = f + np.linspace(-1.0, 1.0, 33) * resolution
+    cands = f + np.linspace(-1.0, 1.0, 65) * resolution
     cands = cands[cands > 0]
     score = np.zeros(cands.size)
-    for x, tr in zip(nodes, rel, strict=True):
-        u = tr - tr.mean()
-        base = np.exp(-2j * np.pi * np.outer(cands, u))
-        e = np.ones_like(base)
-        for _ in range(harmonics):
-            e *= base
-            score += np.abs(e @ x) ** 2
+    for x in nodes:
+        nfft = 1 << int(math.ceil(math.log2(REFINE_PAD * x.size)))
+        power = np.abs(np.fft.rfft(x, nfft)) ** 2
+        bins = np.arange(power.size)
+        for h in range(1, harmonics + 1):
+            score += np.interp(h * cands * nfft / fs, bins, power)
     return float(cands[int(np.argmax(score))])
 
 
@@ -319,7 +318,8 @@ def _components(pk: _Peak, grid: np.ndarray, raw_t: np.ndarray, raw_node: np.nda
         keep = (raw_t >= grid[a]) & (raw_t <= grid[b - 1])
         rt, rx = raw_t[keep] - t_ref, raw_node[keep]
         if rt.size >= 4:
-            rx = rx - np.polyval(np.polyfit(rt - rt.mean(), rx, 1), rt - rt.mean())
+            u = rt - rt.mean()
+            rx = rx - rx.mean() - u * (float(u @ rx) / float(u @ u))
         else:
             rt, rx = tr, node_seg
         u = ((f * rt + phi / (2 * np.pi)) % 1.0 * PROFILE_BINS).astype(int) % PROFILE_BINS
@@ -377,8 +377,7 @@ def find_step_swing(
     if isinstance(pk, str):
         return SegmentAnalysis(None, spans, paused * dt, pk)
     t_ref = math.floor(grid[-1] / phase_grid_seconds) * phase_grid_seconds
-    pk.f = _refine(pk.f, [seg.sum(axis=0) for seg in pk.segs],
-                   [grid[a:b] - t_ref for a, b in pk.pieces], fs, pk.resolution)
+    pk.f = _refine(pk.f, [seg.sum(axis=0) for seg in pk.segs], fs, pk.resolution)
     # the node at its own sample times, for the waveform: a grid between jittered samples
     # interpolates across a fast swing's peaks
     raw_ok = np.isfinite(power[ok]).all(axis=0)
