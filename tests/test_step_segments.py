@@ -80,6 +80,15 @@ def test_the_swing_between_pauses_that_a_straddling_window_misses():
     assert not grid_relevant(swing, 0.05, (0.1, 2.0))  # outside the critical band
 
 
+@pytest.mark.parametrize("seed", [
+    100353,  # a 3.76 Hz square swing read at 10 Hz: its folded harmonics fake a 1.25 Hz one
+    100037,  # a 2.47 Hz swing at 10 Hz: a grid between jittered polls cuts its peaks by 20 %
+    100029,  # a 0.31 Hz swing through a 1 s average: its 5th harmonic beyond the band
+])
+def test_cases_that_once_went_wrong(seed):
+    assert _hit(draw_case("swing", seed))
+
+
 @pytest.mark.parametrize("kind", ["healthy", "idle", "independent"])
 def test_silent_cases_say_why(kind):
     case = dataclasses.replace(draw_case(kind, 3), gpus=8, averaged=False, interval_s=0.05,

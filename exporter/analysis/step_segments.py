@@ -41,7 +41,7 @@ from exporter.analysis.ramps import _rolling
 from exporter.analysis.signal import detrend_rows, hann, parabolic, resample
 from exporter.analysis.spectrum import EDGE_RATIO, edge_frequencies, frequency_consistent, phases
 
-MIN_CONFIDENCE = 0.999  # at most one false swing in a thousand noise-only analyses
+MIN_CONFIDENCE = 0.9999  # at most one false swing in 10,000 noise-only analyses (in theory)
 MIN_SYNCHRONY = 0.7  # coherent: well above the 1/N of independent GPUs
 PAUSE_RATIO = 0.30  # a pause: the node's working level falls by this share of its top
 FILL_SECONDS = 2.0  # gaps shorter than this are a swing's low phase, not a pause
@@ -54,7 +54,8 @@ PAD = 8  # zero-padding factor of the common spectral grid
 REFINE_PAD = 32  # and of the untapered spectra the frequency is refined on
 PIECE_SECONDS = 30.0  # longer plateaus are cut into pieces: more spectra to average
 FLOOR_BINS = 15  # independent bins in the running median that is the noise floor
-PROFILE_BINS = 24  # phase bins of the mean step waveform
+PROFILE_BINS = 24  # phase bins of the mean step waveform (divisible by 2, 3 and 4)
+REPEAT_CORRELATION = 0.7  # a waveform this alike to itself shifted by 1/m repeats m times
 MIN_SAMPLES_PER_PERIOD = 8  # fewer: edges between samples cannot be counted
 
 
@@ -207,19 +208,47 @@ def _significance_needed(nu: int, bins: float, confidence: float) -> float:
     return hi
 
 
-def _peak(s: np.ndarray, k: int, white: np.ndarray, needed: float, pad: int,
-          k_lo: int) -> int:
-    """Bin k, or a sub-harmonic of it with a clear peak of its own (>= 30 % of its power):
-    a pulse train with a short duty cycle can put as much energy at 2f as at f."""
+def _repeats(nodes: list[np.ndarray], f: float, fs: float, m: int) -> bool:
+    """Does the waveform folded at f repeat m times per period (each piece on its own)?
+    Then f is not the swing's period but a fraction of it: harmonics of a fast swing folded
+    by the sampling can land near f / m and fake a sub-harmonic."""
+    score = weight = 0.0
+    for x in nodes:
+        u = (f * np.arange(x.size) / fs % 1.0 * PROFILE_BINS).astype(int) % PROFILE_BINS
+        counts = np.bincount(u, minlength=PROFILE_BINS)
+        prof = np.bincount(u, weights=x, minlength=PROFILE_BINS) / np.maximum(counts, 1)
+        prof[counts == 0] = np.nan  # a rate near a multiple of f leaves phases unseen
+        shifted = np.roll(prof, PROFILE_BINS // m)
+        both = np.isfinite(prof) & np.isfinite(shifted)
+        if both.sum() < 4:
+            continue
+        a, b = prof[both] - prof[both].mean(), shifted[both] - shifted[both].mean()
+        norm = math.sqrt(float(a @ a) * float(b @ b))
+        if norm > 0:
+            score += float(a @ b) / norm * x.size
+            weight += x.size
+    return weight > 0 and score / weight >= REPEAT_CORRELATION
+
+
+def _peak(s: np.ndarray, k: int, white: np.ndarray, needed: float, k_lo: int,
+          nodes: list[np.ndarray], fs: float, nfft: int) -> int:
+    """Bin k, or a sub-harmonic of it with a clear peak of its own (>= 30 % of its power)
+    whose waveform does not merely repeat the faster one: a pulse train with a short duty
+    cycle can put as much energy at 2f as at f."""
+    half = PAD // 2  # half a resolution step: an aliased harmonic lies near k/m, not on it
+    f_top: float | None = None  # refined when first needed (folding needs an exact period)
     for m in (4, 3, 2):
         ks = int(round(k / m))
-        if ks - pad < k_lo:
+        if ks - half < k_lo:
             continue
-        lo, hi = ks - pad, ks + pad
+        lo, hi = ks - half, ks + half
         kk = lo + int(np.argmax(s[lo:hi + 1]))
-        if (s[kk] >= 0.3 * s[k] and white[kk] >= needed and s[kk] >= s[kk - 1]
-                and s[kk] >= s[kk + 1]):
-            return kk
+        if s[kk] >= 0.3 * s[k] and white[kk] >= needed and s[kk] >= s[kk - 1] \
+                and s[kk] >= s[kk + 1]:
+            if f_top is None:
+                f_top = _refine(k * fs / nfft, nodes, fs, fs / max(x.size for x in nodes))
+            if not _repeats(nodes, f_top / m, fs, m):
+                return kk
     return k
 
 
@@ -251,7 +280,7 @@ def _spectral_peak(x: np.ndarray, ranges: list[tuple[int, int]], fs: float, top:
     # unresolved); the noise floor is taken up to half the sample rate
     k_nyq = nfft // 2 - 1
     k_hi = min(k_nyq, int(top * nfft / fs))
-    if k_hi <= k_lo + 2 * PAD:
+    if k_hi <= k_lo + PAD:
         return "plateaus too short for the band"
     segs = [detrend_rows(x[:, a:b]) for a, b in pieces]
     psd = np.empty((len(segs), nfft // 2 + 1))
@@ -270,7 +299,7 @@ def _spectral_peak(x: np.ndarray, ranges: list[tuple[int, int]], fs: float, top:
     clear = np.flatnonzero(white[k_lo:k_hi + 1] >= needed) + k_lo
     k = (int(clear[np.argmax(s[clear])]) if clear.size
          else k_lo + int(np.argmax(white[k_lo:k_hi + 1])))
-    k = _peak(s, k, white, needed, PAD, k_lo)
+    k = _peak(s, k, white, needed, k_lo, [seg.sum(axis=0) for seg in segs], fs, nfft)
     if not s[k] > 0:
         return "flat power"
     ls = np.log(s[k - 1:k + 2] + 1e-300).tolist()
