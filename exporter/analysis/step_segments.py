@@ -33,6 +33,7 @@ Pure numpy; see docs/power.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +56,7 @@ REFINE_PAD = 32  # and of the untapered spectra the frequency is refined on
 PIECE_SECONDS = 30.0  # longer plateaus are cut into pieces: more spectra to average
 FLOOR_BINS = 15  # independent bins in the running median that is the noise floor
 PROFILE_BINS = 24  # phase bins of the mean step waveform (divisible by 2, 3 and 4)
+TOWER = 10.0  # a peak this many times the needed significance over the floor beyond it
 REPEAT_CORRELATION = 0.7  # a waveform this alike to itself shifted by 1/m repeats m times
 MIN_SAMPLES_PER_PERIOD = 8  # fewer: edges between samples cannot be counted
 
@@ -230,7 +232,22 @@ def _repeats(nodes: list[np.ndarray], f: float, fs: float, m: int) -> bool:
     return weight > 0 and score / weight >= REPEAT_CORRELATION
 
 
-def _peak(s: np.ndarray, k: int, white: np.ndarray, needed: float, k_lo: int,
+def _peak_floors(s: np.ndarray, ks: np.ndarray, k_nyq: int, skirt: int) -> np.ndarray:
+    """The noise floor under peaks at bins ``ks``: the median of FLOOR_BINS independent bins
+    on either side beyond the peak's skirt (a strong peak's side lobes would otherwise be
+    its own floor and cap its significance)."""
+    steps = skirt + PAD * np.arange(FLOOR_BINS)
+    idx = np.concatenate([ks[:, None] - steps, ks[:, None] + steps], axis=1)
+    ok = (idx >= PAD) & (idx <= k_nyq)
+    vals = np.sort(np.where(ok, s[np.clip(idx, 0, s.size - 1)], np.inf), axis=1)
+    n = ok.sum(axis=1)
+    mid = np.maximum(n - 1, 0) // 2
+    med = np.where(n > 0, (vals[np.arange(len(ks)), mid]
+                           + vals[np.arange(len(ks)), np.maximum(n - 1, 0) - mid]) / 2, np.inf)
+    return np.maximum(med, 1e-300)
+
+
+def _peak(s: np.ndarray, k: int, clear: Callable[[int], bool], k_lo: int,
           nodes: list[np.ndarray], fs: float, nfft: int) -> int:
     """Bin k, or a sub-harmonic of it with a clear peak of its own (>= 30 % of its power)
     whose waveform does not merely repeat the faster one: a pulse train with a short duty
@@ -243,8 +260,7 @@ def _peak(s: np.ndarray, k: int, white: np.ndarray, needed: float, k_lo: int,
             continue
         lo, hi = ks - half, ks + half
         kk = lo + int(np.argmax(s[lo:hi + 1]))
-        if s[kk] >= 0.3 * s[k] and white[kk] >= needed and s[kk] >= s[kk - 1] \
-                and s[kk] >= s[kk + 1]:
+        if s[kk] >= 0.3 * s[k] and s[kk] >= s[kk - 1] and s[kk] >= s[kk + 1] and clear(kk):
             if f_top is None:
                 f_top = _refine(k * fs / nfft, nodes, fs, fs / max(x.size for x in nodes))
             if not _repeats(nodes, f_top / m, fs, m):
@@ -289,17 +305,32 @@ def _spectral_peak(x: np.ndarray, ranges: list[tuple[int, int]], fs: float, top:
         psd[i] = np.abs(np.fft.rfft(seg.sum(axis=0) * w, nfft)) ** 2 / float(w @ w)
     s = (lengths[:, None] * psd).sum(axis=0) / lengths.sum()
     floor = _local_floor(s, k_nyq)
-    white = s / floor
     nu = max(2, 2 * int(round(lengths.sum() ** 2 / float((lengths ** 2).sum()))))
     # the fine grid's peaks fall between independent bins too: count each twice
     bins = 2 * (k_hi - k_lo) / PAD
-    # the strongest (in watts) of the peaks that stand clear of their noise floor: the
-    # whitened spectrum says what is real, the power which of those dominates
     needed = _significance_needed(nu, bins, min_confidence)
-    clear = np.flatnonzero(white[k_lo:k_hi + 1] >= needed) + k_lo
-    k = (int(clear[np.argmax(s[clear])]) if clear.size
-         else k_lo + int(np.argmax(white[k_lo:k_hi + 1])))
-    k = _peak(s, k, white, needed, k_lo, [seg.sum(axis=0) for seg in segs], fs, nfft)
+    # a peak's own skirt (its shortest piece's main lobe and first side lobes) is no floor
+    skirt = max(PAD, int(math.ceil(4 * nfft / lengths.min())))
+
+    def significance_at(ks: np.ndarray) -> np.ndarray:
+        # against the running floor; a strong peak's skirt inflates that floor and caps
+        # its figure, so against the floor beyond the skirt too, but only where the peak
+        # towers over it (beyond the skirt a coloured noise can be lower than under it)
+        ordinary = s[ks] / floor[ks]
+        beyond = s[ks] / _peak_floors(s, ks, k_nyq, skirt)
+        return np.where(beyond >= TOWER * needed, np.maximum(ordinary, beyond), ordinary)
+
+    # the strongest (in watts) of the peaks that stand clear of their noise floor: the
+    # significance says what is real, the power which of those dominates
+    band = s[k_lo - 1:k_hi + 2]
+    tops = np.flatnonzero((band[1:-1] >= band[:-2]) & (band[1:-1] > band[2:])) + k_lo
+    if tops.size == 0:  # rising or falling across the whole band: its strongest end
+        tops = np.array([k_lo + int(np.argmax(s[k_lo:k_hi + 1]))])
+    sig = significance_at(tops)
+    clear = tops[sig >= needed]
+    k = int(clear[np.argmax(s[clear])]) if clear.size else int(tops[np.argmax(sig)])
+    k = _peak(s, k, lambda kk: float(significance_at(np.array([kk]))[0]) >= needed, k_lo,
+              [seg.sum(axis=0) for seg in segs], fs, nfft)
     if not s[k] > 0:
         return "flat power"
     ls = np.log(s[k - 1:k + 2] + 1e-300).tolist()
@@ -307,7 +338,7 @@ def _spectral_peak(x: np.ndarray, ranges: list[tuple[int, int]], fs: float, top:
     if f >= EDGE_RATIO * top:
         return f"the strongest periodicity ({f:.3g} Hz) lies at the observable band's edge: " \
                "unresolved"
-    significance = float(white[k])
+    significance = float(significance_at(np.array([k]))[0])
     confidence = 1.0 - _false_alarm(significance, nu, bins)
     if confidence < min_confidence:
         return f"no clear periodic swing (confidence {confidence:.3g})"
