@@ -203,3 +203,15 @@ def test_live_and_offline_agree_on_a_replayed_trace(tmp_path, running_exporter):
     assert "\npower_swing_step_detected 1.0" in body
     assert "\npower_swing_step_grid_relevant 0.0" in body
     assert "\npower_swing_step_period_seconds 0.41" in body
+
+
+def test_the_running_extremes_match_the_sliding_window():
+    from exporter.analysis.ramps import _rolling
+    from exporter.analysis.step_segments import _running
+
+    rng = np.random.default_rng(1)
+    for n in (5, 17, 100, 1001):
+        for w in (1, 2, 3, 4, 7, 50):
+            x = rng.normal(size=n)
+            assert np.array_equal(_running(x, w, np.maximum), _rolling(x, w, "max"))
+            assert np.array_equal(_running(x, w, np.minimum), _rolling(x, w, "min"))

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.analysis.ramps import _rolling
 from exporter.analysis.signal import detrend_rows, hann, parabolic, resample
 from exporter.analysis.spectrum import EDGE_RATIO, edge_frequencies, frequency_consistent, phases
 
@@ -94,6 +93,19 @@ class SegmentAnalysis:
     reason: str | None = None  # why no swing is reported
 
 
+def _running(x: np.ndarray, w: int, op: np.ufunc) -> np.ndarray:
+    """Centred running max (op=np.maximum) or min over w samples, edges padded, in O(n):
+    prefix and suffix extremes within blocks of w (van Herk, Gil and Werman)."""
+    if w <= 1:
+        return x.copy()
+    n = x.size
+    padded = np.pad(x, (w // 2, w - 1 - w // 2 + (-(n + w - 1)) % w), mode="edge")
+    blocks = padded.reshape(-1, w)
+    prefix = op.accumulate(blocks, axis=1).ravel()
+    suffix = op.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    return op(suffix[:n], prefix[w - 1:w - 1 + n])
+
+
 def plateaus(node: np.ndarray, dt: float, *, pause_ratio: float = PAUSE_RATIO,
              fill_seconds: float = FILL_SECONDS, trim_seconds: float = TRIM_SECONDS,
              min_seconds: float = MIN_PLATEAU_SECONDS) -> tuple[list[tuple[int, int]], int]:
@@ -108,7 +120,7 @@ def plateaus(node: np.ndarray, dt: float, *, pause_ratio: float = PAUSE_RATIO,
     """
     n = node.size
     w = max(1, int(round(fill_seconds / dt)))
-    level = _rolling(_rolling(node, w, "max"), w, "min")
+    level = _running(_running(node, w, np.maximum), w, np.minimum)
     lo, hi = np.percentile(level, [5, 95])
     if hi > 0 and hi - lo >= pause_ratio * hi:
         paused = level < (lo + hi) / 2
