@@ -48,8 +48,9 @@ FILL_SECONDS = 2.0  # gaps shorter than this are a swing's low phase, not a paus
 TRIM_SECONDS = 1.5  # left out next to each pause edge (ramps, the sensor's average)
 MIN_PLATEAU_SECONDS = 5.0
 MIN_CYCLES = 3  # cycles of the slowest searched frequency in the longest plateau
+MIN_DUTY = 0.5  # periodic: the peak shows on its own in at least half the compute time
 PRESENT_SIGNIFICANCE = 4.0  # a plateau whose own spectrum shows the peak this far up
-COUNTABLE_SHARE = 0.5  # the swing's share of a plateau's variance for its edges to count
+COUNTABLE_SHARE = 0.9  # the swing's share of a plateau's variance for its edges to count
 PAD = 8  # zero-padding factor of the common spectral grid
 REFINE_PAD = 32  # and of the untapered spectra the frequency is refined on
 PIECE_SECONDS = 30.0  # longer plateaus are cut into pieces: more spectra to average
@@ -268,7 +269,9 @@ def _peak(s: np.ndarray, k: int, clear: Callable[[int], bool], k_lo: int,
     f_top: float | None = None  # refined when first needed (folding needs an exact period)
     for m in (4, 3, 2):
         ks = int(round(k / m))
-        if ks - half < k_lo:
+        # looked for below the search's bottom too: a fundamental too slow for the plateaus
+        # must not leave its harmonic reported as the swing (the caller says so instead)
+        if ks - half < max(PAD, k_lo // 3):
             continue
         lo, hi = ks - half, ks + half
         kk = lo + int(np.argmax(s[lo:hi + 1]))
@@ -350,6 +353,9 @@ def _spectral_peak(x: np.ndarray, ranges: list[tuple[int, int]], fs: float, top:
     if f >= EDGE_RATIO * top:
         return f"the strongest periodicity ({f:.3g} Hz) lies at the observable band's edge: " \
                "unresolved"
+    if k < k_lo:
+        return f"the swing's period ({nfft / fs / k:.3g} s) is too long for the plateaus " \
+               f"(three cycles need {MIN_CYCLES * nfft / fs / k:.3g} s)"
     significance = float(significance_at(np.array([k]))[0])
     confidence = 1.0 - _false_alarm(significance, nu, bins)
     if confidence < min_confidence:
@@ -461,6 +467,11 @@ def find_step_swing(
     if x.shape[0] > 1 and sync < max(min_synchrony, 1.5 / x.shape[0]):
         return SegmentAnalysis(None, spans, paused * dt,
                                f"the GPUs swing independently (synchrony {sync:.2f})")
+    analysed = sum(b - a for a, b in pk.pieces)
+    if comp.present < MIN_DUTY * analysed:
+        return SegmentAnalysis(None, spans, paused * dt,
+                               f"the peak shows in only {100 * comp.present / analysed:.0f} % "
+                               "of the compute time, not throughout")
     if not frequency_consistent(pk.f, edge_hz):
         return SegmentAnalysis(None, spans, paused * dt,
                                f"the edges seen ({edge_hz:.3g} /s) disagree with the spectrum's "
@@ -468,7 +479,6 @@ def find_step_swing(
     amp = _profile_range(comp.sums, comp.counts)
     tdp = None if tdp_watts is None else np.asarray(tdp_watts, dtype=float).reshape(-1)[ok]
     node_tdp = float(tdp.sum()) if tdp is not None and np.isfinite(tdp).all() else None
-    analysed = sum(b - a for a, b in pk.pieces)
     swing = StepSwing(
         frequency_hz=float(pk.f), amplitude_watts=amp,
         amplitude_ratio=amp / node_tdp if node_tdp else None,
