@@ -25,8 +25,9 @@ long enough for the band and joins them:
 
 The swing is reported when it is clear (confidence), coherent (synchrony) and
 periodic (it shows in at least half the compute time, and the edges seen agree
-with the period where the swing stands out of the noise enough to count them).  Amplitude thresholds are not applied here:
-they decide what matters to the grid (:func:`grid_relevant`), not what is seen.
+with the period where the swing stands out of the noise enough to count them).
+Amplitude thresholds are not applied here: they decide what matters to the grid
+(:func:`grid_relevant`), not what is seen.
 Pure numpy; see docs/power.md.
 """
 
