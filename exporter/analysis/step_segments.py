@@ -7,21 +7,24 @@ power into compute plateaus and pauses (a morphological closing fills the low
 phases of a swing, so only real pauses remain), then analyses each plateau
 long enough for the band and joins them:
 
-- the plateaus' spectra (Hann, linear trend removed, one common fine grid) are
-  averaged, and the strongest peak up to the observable band's edge is the
-  candidate (a sub-harmonic with a real peak of its own is preferred, as in
-  :mod:`exporter.analysis.spectrum`);
-- **significance**: that peak over the median of the averaged spectrum (the
-  noise floor); **confidence**: 1 - the chance that noise alone puts a peak that
-  high anywhere in the searched range (chi-squared, one pair of degrees of
-  freedom per plateau);
+- the plateaus (cut into pieces of at most 30 s) get Hann spectra (linear
+  trend removed, one common fine grid), averaged; among the local peaks up to
+  the observable band's edge that stand clear of their noise floor, the one
+  with the most power is the candidate (a sub-harmonic with a real peak of its
+  own is preferred, as in :mod:`exporter.analysis.spectrum`, unless the
+  waveform folded at it merely repeats the faster one);
+- **significance**: that peak over its noise floor (the running median of the
+  averaged spectrum; for a towering peak, the median beyond its side lobes);
+  **confidence**: 1 - the chance that noise alone puts a peak that high
+  anywhere in the searched range (chi-squared, one pair of degrees of freedom
+  per piece);
 - **synchrony**: the GPUs' components at that frequency, plateau by plateau:
   |sum of the GPUs' components|^2 / (N * sum of their |component|^2), 1 in
   phase, about 1/N independent;
 - **amplitude**: peak-to-peak of the node's mean step waveform, each plateau
   folded at the period and aligned by its own phase (the rhythm restarts after
   a pause);
-- **duty**: the share of the analysed compute time whose plateaus show the swing.
+- **duty**: the share of the analysed compute time whose pieces show the swing.
 
 The swing is reported when it is clear (confidence), coherent (synchrony) and
 periodic (it shows in at least half the compute time, and the edges seen agree
