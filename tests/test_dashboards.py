@@ -47,7 +47,8 @@ RECORDING_RULES = {
                  "power_swing_phase_coherence:ratio",
                  "power_swing_coherent_amplitude_watts:estimate",
                  "power_ramp_watts_per_second:sum")
-} | {"cluster:gpus_up:sum", "cluster:gpus_expected:sum"} | {
+} | {"cluster:gpus_up:sum", "cluster:gpus_expected:sum",
+     "hpc_job:power_swing_step_period_seconds:max"} | {
     # compute or wait (alerts/profiling.yml)
     "instance_gpu:gpu_compute_active_ratio:max", "instance_gpu:gpu_wait_active_ratio:clamp",
     "hpc_job:gpu_compute_active_ratio:avg", "hpc_job:gpu_wait_active_ratio:avg",

@@ -44,6 +44,9 @@ def _check_dom(dom: str) -> None:
                           r'data-gpu="5"[^>]*>(.*?)</li>', dom)
     assert straggler, dom[-3000:]
     assert "GPU 5 is a straggler: SM clock" in straggler.group(1)
+    # the step period read from the compute phases' power, in the summary and the findings
+    assert re.search(r'<dt>step period</dt><dd>\d+ ms \(\d\.\d\d Hz\), from the power', dom)
+    assert 'data-kind="step_period"' in dom
     assert re.search(r'<span id="gpus">8</span>', dom)
     assert re.search(r'<span id="health">(ok|degraded; [^<]+)</span>', dom)
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.analysis.live_power import PowerAnalysis
 from exporter.analysis.power_swing import SwingFeatures
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS, gpu_labels
@@ -32,6 +33,50 @@ FEATURES: tuple[tuple[str, str, str], ...] = (
     ("phase_radians", "Phase of the node's dominant component at "
      "power_swing_phase_reference_timestamp_seconds, in (-pi, pi].", "phase_radians"),
 )
+
+
+# The step swing inside the compute plateaus (analysis.step_segments): the job's step rhythm.
+STEP = "power_swing_step"
+# (suffix, help, StepSwing attribute), exported while a clear swing is found
+STEP_FEATURES: tuple[tuple[str, str, str], ...] = (
+    ("period_seconds", "The node's step period: 1 / the frequency of the clear, coherent, "
+     "periodic swing inside its compute plateaus (the rhythm of compute and communication; "
+     "with gradient accumulation, the micro-step).", "period_seconds"),
+    ("confidence_ratio", "1 - the chance that noise alone shows a spectral peak as clear as "
+     "the step swing's.", "confidence"),
+    ("significance_ratio", "The step swing's spectral peak over the noise floor of the "
+     "plateau-averaged spectrum.", "significance"),
+    ("amplitude_watts", "Peak-to-peak of the node's mean step waveform in the compute "
+     "plateaus.", "amplitude_watts"),
+    ("amplitude_ratio", "The step swing's amplitude as a share of the node's power limit "
+     "(TDP).", "amplitude_ratio"),
+    ("synchrony_ratio", "Coherence of the GPUs' components at the step frequency: 1 in "
+     "phase, about 1/N independent.", "synchrony"),
+    ("duty_ratio", "Share of the analysed compute time whose plateaus show the step swing.",
+     "duty"),
+    ("phase_radians", "Phase of the step swing in its last plateau at "
+     f"{STEP}_phase_reference_timestamp_seconds, in (-pi, pi].", "phase_radians"),
+    ("phase_reference_timestamp_seconds", "The Unix time the step phase refers to.",
+     "phase_reference_time"),
+)
+
+
+def step_families(analysis: PowerAnalysis) -> Iterator[Metric]:
+    """The step swing inside the compute plateaus: whether one is clear, whether it
+    matters to the grid, and its features while it is."""
+    step = analysis.step_swing
+    yield GaugeMetricFamily(f"{STEP}_detected", "1 while a clear, coherent, periodic step "
+                            "swing shows inside the node's compute plateaus (whatever its "
+                            "amplitude).", value=0.0 if step is None else 1.0)
+    yield GaugeMetricFamily(f"{STEP}_grid_relevant", "1 while that swing also passes the "
+                            "amplitude threshold and lies in the critical band.",
+                            value=1.0 if analysis.step_grid_relevant else 0.0)
+    if step is None:
+        return
+    for suffix, doc, attr in STEP_FEATURES:
+        value = getattr(step, attr)
+        if value is not None:
+            yield GaugeMetricFamily(f"{STEP}_{suffix}", doc, value=value)
 
 
 def _add(family_by_suffix: dict[str, Rows], labels: tuple[str, ...],
@@ -118,6 +163,8 @@ def power_families(snapshot: Snapshot) -> Iterator[Metric]:
         yield GaugeMetricFamily("power_swing_phase_reference_timestamp_seconds",
                                 "The Unix time the phases refer to. Phase now = phase + "
                                 "2 pi f (time() - this).", value=swing.phase_reference_time)
+
+    yield from step_families(analysis)
 
     cycle = analysis.cycle
     yield GaugeMetricFamily("power_cycle_detected", "1 if a slow periodic pattern (e.g. "

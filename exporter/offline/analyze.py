@@ -49,6 +49,8 @@ from exporter.offline.swings import (
     cycle_swings,
     drop_beats,
     folded_swing,
+    merge_step,
+    segment_swings,
     step_swings,
     thresholds,
 )
@@ -142,11 +144,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--band", type=_band, default=(0.1, 3.0), metavar="LOW-HIGH",
                         help="critical band in Hz (default: 0.1-3)")
     parser.add_argument("--min-amplitude-ratio", type=_ratio, default=0.20, metavar="R",
-                        help="step swing: node amplitude / node TDP (default: 0.2)")
+                        help="step swing: node amplitude / node TDP for a swing to count as "
+                        "grid-relevant; every clear swing is reported (default: 0.2)")
     parser.add_argument("--min-band-energy", type=_ratio, default=0.20, metavar="R",
                         help="step swing: share of AC energy in the band (default: 0.2)")
     parser.add_argument("--min-synchrony", type=_ratio, default=0.5, metavar="R",
                         help="step swing: GPU synchrony (default: 0.5)")
+    parser.add_argument("--segment-window", type=_positive, default=120.0, metavar="SECONDS",
+                        help="step swing in the compute plateaus: window split into plateaus "
+                        "and pauses (default: 120)")
     parser.add_argument("--hold", type=_gpus, default=3, metavar="N",
                         help="step swing: consecutive windows required (default: 3)")
     parser.add_argument("--cycle-window", type=_positive, default=600.0, metavar="SECONDS",
@@ -332,6 +338,11 @@ def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def span_ok(g: Grid, args: argparse.Namespace) -> bool:
+    """Is the trace long enough for one segment window (--segment-window)?"""
+    return float(g.t[-1] - g.t[0]) >= min(args.segment_window, 60.0)
+
+
 def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list[str]:
     notes = list(band.notes)
     top = band.observable_hz
@@ -377,6 +388,8 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     t_start = float(g.t[0])
     short = _too_short(g, args)
     step, n_windows = step_swings(g, args, band, t_start) if "step" not in short else ([], 0)
+    if "step" not in short and span_ok(g, args):
+        step = merge_step(step, segment_swings(g, args, band, t_start))
     folded = folded_swing(g, args, band, t_start) if "step" in short else None
     if folded is not None:
         step = [folded]

@@ -49,7 +49,18 @@ def _header(rep: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _segment_line(s: dict[str, Any]) -> str:
+    relevant = "grid-relevant" if s["grid_relevant"] else "below the grid threshold"
+    return (f"  [step] {s['start']:.0f}-{s['end']:.0f} s: step period {s['period_seconds']:.3f} s"
+            f" ({s['frequency_hz']:.3g} Hz) in the compute plateaus, node amplitude "
+            f"{s['node_amplitude_watts']:.0f} W ({_fmt_ratio(s['amplitude_ratio'])}), synchrony "
+            f"{s['synchrony']:.2f}, significance {s['significance']:.0f} (confidence "
+            f"{s['confidence']:.4f}), covering {100 * s['duty']:.0f} % of compute; {relevant}")
+
+
 def _swing_line(s: dict[str, Any]) -> str:
+    if s.get("method") == "segments":
+        return _segment_line(s)
     if not s.get("resolved", True):
         app = s.get("apparent_frequency_hz")
         seen = f", apparent {app:.3g} Hz" if app else ""

@@ -61,6 +61,13 @@ def jobs() -> list[Item]:
         ts("Phase coherence by job",
            ('hpc_job:power_swing_phase_coherence:ratio{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
            unit="percentunit", minimum=0, maximum=1),
+        ts("Step period by job (from power)",
+           ('hpc_job:power_swing_step_period_seconds:max{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
+           unit="s", minimum=0,
+           description="The job's step rhythm read from its nodes' power: the slowest "
+                       "node's step swing inside its compute plateaus (with gradient "
+                       "accumulation, the micro-step). A straggler slows the whole job: the "
+                       "period rises on every node of it at once."),
         ts("Ramp rate by job",
            ('hpc_job:power_ramp_watts_per_second:sum{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
            unit="watt", description="W/s."),
@@ -87,6 +94,11 @@ def nodes() -> list[Item]:
            unit="percentunit", minimum=0, thresholds=steps((0.2, "orange"))),
         ts("Node swing frequency", (f"power_swing_frequency_hertz{{{N}}}", "{{instance}}"),
            unit="hertz", description="Dominant frequency: 1 / training step time."),
+        ts("Node step period (compute plateaus)",
+           (f"power_swing_step_period_seconds{{{N}}}", "{{instance}}"), unit="s", minimum=0,
+           description="1 / the frequency of the clear, coherent step swing inside the "
+                       "node's compute plateaus (pauses left out), whatever its amplitude; "
+                       "absent while none is clear."),
         ts("Node ramp rate", (f"power_swing_max_ramp_watts_per_second{{{N}}}", "{{instance}}"),
            unit="watt", description="W/s, largest over the window."),
         ts("Node phase, projected to now", (phase_now, "{{instance}}"), unit="radian",
