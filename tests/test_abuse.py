@@ -123,6 +123,7 @@ def test_slowloris_and_a_thousand_bad_requests_do_not_stop_scrapes(exporter):
     workers = [threading.Thread(target=bad_requests, args=(port, 250, 20, statuses), daemon=True)
                for _ in range(4)]
     latencies, codes, threads = [], [], []
+    before = threading.active_count()  # the exporter's own threads, and this one
     with Slowloris(port, connections=120, seconds=6) as slow:
         for worker in workers:
             worker.start()
@@ -138,7 +139,9 @@ def test_slowloris_and_a_thousand_bad_requests_do_not_stop_scrapes(exporter):
     assert len(statuses) == 1000
     assert codes == [200] * len(codes) and len(codes) >= 5  # scraped all along the abuse
     assert max(latencies) < SCRAPE_BOUND, sorted(latencies)[-5:]
-    assert max(threads) < LIMITS.max_connections + 20  # one thread per connection, capped
+    # one thread per connection, capped: the test's 5 threads, the cap, and threads of
+    # evicted connections not yet gone on a loaded machine; without a cap: 120 more
+    assert max(threads) < before + 5 + LIMITS.max_connections + 30, (before, max(threads))
     assert slow.opened > LIMITS.max_connections and slow.cut_off > 0
     answered = {s[9:12] for s in statuses if s.startswith(b"HTTP/")}
     assert {b"400", b"414", b"431", b"413", b"501", b"505"} <= answered, answered
