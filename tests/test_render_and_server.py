@@ -201,7 +201,9 @@ def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
             resp, body = get(exp, "/metrics")
             latencies.append(time.perf_counter() - t0)
             assert resp.status == 200
-        assert max(latencies) < 1.0  # never blocked by the 60 s hang
+        # never blocked by the 60 s hang: 5 s holds on a loaded 2-CPU machine, and a
+        # scrape that waited on the hung call would take up to a minute
+        assert max(latencies) < 5.0
         assert get(exp, "/healthz")[0].status == 200
         stuck = {s.labels["gpu"]: s.value
                  for s in families(body)["cte_gpu_stuck_seconds"].samples}
