@@ -72,7 +72,7 @@ def shortened_rules(workdir) -> list[str]:
 
         text = re.sub(r"(\n\s+for: )(\d+)([smh])\b", shorten, text)
         data = yaml.safe_load(text)
-        if path.name == "power.yml":
+        if path.name == "global-power.yml":
             config = next(g for g in data["groups"] if g["name"] == "power-config")
             for cluster in ("faults", "two-jobs"):
                 config["rules"].append({
