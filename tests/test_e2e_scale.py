@@ -33,10 +33,10 @@ from collections.abc import Callable
 import pytest
 import yaml
 
+from bench.scale_stack import BINARIES, ScaleStack, copy_rules, get_json, query
 from tests.prom import Prometheus
-from tests.scale_stack import ScaleStack, copy_rules, query
 from tests.test_e2e_fleet import _free_base_port
-from tests.tools import REPO
+from tests.tools import REPO, require_binary
 
 NODES = 32
 CLUSTER = "sim"
@@ -86,6 +86,8 @@ def _rule_expr(record: str) -> str:
 
 class World:
     def __init__(self, workdir):
+        for name in BINARIES:
+            require_binary(name)
         self.procs = []
         base = _free_base_port(NODES)
         self.targets = [f"127.0.0.1:{base + i}" for i in range(NODES)]
@@ -194,7 +196,6 @@ def test_global_alerts_fire_in_vmalert_and_reach_alertmanager(world):
     assert not node_alerts & {"GpuJobOutlier", "ClusterPowerSwingCoherent"}
 
     def in_alertmanager():
-        from tests.scale_stack import get_json
         got = {(a["labels"]["alertname"], a["labels"].get("instance"), a["labels"].get("gpu"))
                for a in get_json(f"{world.stack.alertmanager}/api/v2/alerts")}
         return got, ("GpuJobOutlier", instance, gpu) in got

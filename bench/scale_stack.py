@@ -1,5 +1,8 @@
 """Run the sharded deployment of deploy/scale on loopback, from its own files.
 
+Used by bench/fleet_scale.py and by tests/test_e2e_scale.py (which is how the unit files
+are tested for real).
+
 Each component runs the ExecStart line of its unit file, with the settings of scale.env
 overridden where a test needs its own (ports picked free, a temporary directory, short
 intervals); the scrape config is deploy/scale/scrape.yml with the caller's interval and
@@ -11,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -19,10 +24,34 @@ from pathlib import Path
 
 import yaml
 
-from tests.tools import REPO, free_port, require_binary
-
+REPO = Path(__file__).resolve().parent.parent
 SCALE = REPO / "deploy" / "scale"
-GLOBAL_RULES = "global-*.yml"
+# The Debian packages' binaries the deployment runs.
+BINARIES = ("victoria-metrics", "vmagent", "vmalert", "prometheus-alertmanager")
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise FileNotFoundError(f"{name} is not installed (Debian: victoria-metrics, "
+                                "prometheus-alertmanager)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -59,7 +88,7 @@ def exec_start(unit: Path, env: dict[str, str], instance: str = "") -> list[str]
 
     args = [re.sub(r"\$\{(\w+)\}", value, arg).replace("%i", instance)
             for arg in shlex.split(joined)]
-    return [require_binary(Path(args[0]).name), *args[1:]]
+    return [binary(Path(args[0]).name), *args[1:]]
 
 
 def get_json(url: str, timeout: float = 10) -> dict:
@@ -82,8 +111,11 @@ class ScaleStack:
     def __init__(self, workdir: Path, targets: list[str], labels: dict[str, str],
                  rules_dir: Path, shards: int = 2, replication: int = 1,
                  scrape_interval: str = "15s", evaluation_interval: str = "15s",
-                 latency_offset: str = "1s"):
+                 latency_offset: str | None = "1s"):
+        """latency_offset None keeps scale.env's (how long a sample waits before queries
+        see it); tests shorten it so the rules see fresh samples."""
         self.workdir, self.procs = workdir, []
+        self.pids: dict[str, int] = {}
         ports = {name: free_port() for name in ("vm", "node", "global", "am")}
         self.vmagent_ports = [free_port() for _ in range(shards)]
         self.vm = f"http://127.0.0.1:{ports['vm']}"
@@ -102,11 +134,13 @@ class ScaleStack:
             "CONFIG_DIR": str(config), "RULES_DIR": str(rules_dir),
             "DATA_DIR": str(workdir / "data"), "SHARDS": str(shards),
             "REPLICATION": str(replication), "SCRAPE_INTERVAL": scrape_interval,
-            "EVALUATION_INTERVAL": evaluation_interval, "LATENCY_OFFSET": latency_offset,
+            "EVALUATION_INTERVAL": evaluation_interval,
             "VM_LISTEN": f"127.0.0.1:{ports['vm']}", "VM_URL": self.vm,
             "VMALERT_NODE_LISTEN": f"127.0.0.1:{ports['node']}",
             "VMALERT_GLOBAL_LISTEN": f"127.0.0.1:{ports['global']}",
             "ALERTMANAGER_URL": self.alertmanager}
+        if latency_offset is not None:
+            self.env["LATENCY_OFFSET"] = latency_offset
         try:
             self._alertmanager(ports["am"])
             self._start("victoria-metrics", exec_start(SCALE / "victoria-metrics.service",
@@ -125,12 +159,12 @@ class ScaleStack:
             raise
 
     def _alertmanager(self, port: int) -> None:
-        binary = require_binary("prometheus-alertmanager")
         config = self.workdir / "alertmanager.yml"
         config.write_text(yaml.safe_dump({"route": {"receiver": "none"},
                                           "receivers": [{"name": "none"}]}))
         self._start("alertmanager", [
-            binary, f"--config.file={config}", f"--storage.path={self.workdir / 'am'}",
+            binary("prometheus-alertmanager"), f"--config.file={config}",
+            f"--storage.path={self.workdir / 'am'}",
             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
             self.alertmanager, ready="/-/ready")
 
@@ -138,6 +172,7 @@ class ScaleStack:
         log = (self.workdir / f"{name}.log").open("w")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append((name, proc, log))
+        self.pids[name] = proc.pid
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -164,15 +199,10 @@ class ScaleStack:
         return (self.workdir / f"{name}.log").read_text()
 
     def stop(self) -> None:
-        for _, proc, _ in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc, log in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        """One at a time, the last started first: the rulers and shards flush into a store
+        that is still there."""
+        for _, proc, log in reversed(self.procs):
+            stop_process(proc)
             log.close()
         self.procs = []
 
