@@ -138,12 +138,21 @@ def main() -> int:
         report(args, stack, prom, cpu, pids, rows0, wall, interval)
     finally:
         if sim is not None:
-            sim.terminate()
-            sim.wait(30)
+            stop_process(sim)
         if stack is not None:
             stack.stop()
         prom.stop()
     return 0
+
+
+def disk(stack: ScaleStack, pids: dict[str, int], series: float, when: str) -> None:
+    body = text(f"{stack.vm}/metrics")
+    data = metric_sum(body, "vm_data_size_bytes", 'type="storage/')
+    index = metric_sum(body, "vm_data_size_bytes", 'type="indexdb')
+    rows = metric_sum(body, "vm_rows", 'type="storage/')
+    print(f"VictoriaMetrics on disk, {when}: {rows:.0f} samples, {data / max(rows, 1):.2f} "
+          f"bytes per sample; index {index / 2**20:.1f} MiB ({index / max(series, 1):.0f} bytes "
+          f"per active series); RSS {rss(pids['victoria-metrics']) / 2**20:.0f} MiB")
 
 
 def report(args, stack: ScaleStack, prom: Prometheus, cpu: dict[str, float],
@@ -161,16 +170,18 @@ def report(args, stack: ScaleStack, prom: Prometheus, cpu: dict[str, float],
           f"({per_node / interval:.0f} samples/s per node at {args.interval})")
     print(f"VictoriaMetrics: {inserted:.0f} rows/s inserted ({inserted / n:.0f} per node, rules "
           f"included); active series {active:.0f} ({active / n:.0f} per node)")
-    # bytes per sample: flush what is in memory, then what the store holds on disk
+    # bytes per sample: flush what is in memory, then what the store holds on disk; then
+    # merge the parts as the store does over hours, and again
     text(f"{stack.vm}/internal/force_flush")
     time.sleep(2)
-    body = text(f"{stack.vm}/metrics")
-    data = metric_sum(body, "vm_data_size_bytes", 'type="storage/')
-    index = metric_sum(body, "vm_data_size_bytes", 'type="indexdb')
-    rows = metric_sum(body, "vm_rows", 'type="storage/')
-    print(f"VictoriaMetrics on disk: {rows:.0f} samples, {data / max(rows, 1):.2f} bytes per "
-          f"sample (data), {(data + index) / max(rows, 1):.2f} with the index; "
-          f"RSS {rss(pids['victoria-metrics']) / 2**20:.0f} MiB")
+    disk(stack, pids, active, "as written")
+    text(f"{stack.vm}/internal/force_merge?partition_prefix={time.strftime('%Y_%m')}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        if metric_sum(text(f"{stack.vm}/metrics"), "vm_active_merges") == 0:
+            break
+    disk(stack, pids, active, "merged")
     agent_cpu = sum(v for k, v in cpu.items() if k.startswith("vmagent"))
     agent_rss = sum(rss(p) for k, p in pids.items() if k.startswith("vmagent"))
     print(f"vmagent (all shards): {agent_cpu * 100:.1f} % of a core, "
