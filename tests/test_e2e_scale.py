@@ -35,8 +35,7 @@ import yaml
 
 from bench.scale_stack import BINARIES, ScaleStack, copy_rules, get_json, query
 from tests.prom import Prometheus
-from tests.test_e2e_fleet import _free_base_port
-from tests.tools import REPO, require_binary
+from tests.tools import REPO, free_base_port, require_binary
 
 NODES = 32
 CLUSTER = "sim"
@@ -89,7 +88,7 @@ class World:
         for name in BINARIES:
             require_binary(name)
         self.procs = []
-        base = _free_base_port(NODES)
+        base = free_base_port(NODES)
         self.targets = [f"127.0.0.1:{base + i}" for i in range(NODES)]
         rules = copy_rules(workdir / "rules", _edit)
         labels = {"cluster": CLUSTER}
