@@ -195,6 +195,17 @@ class ScaleStack:
     def vmalert_alerts(self, base: str) -> list[dict]:
         return get_json(f"{base}/api/v1/alerts")["data"]["alerts"] or []
 
+    def rules(self, base: str) -> list[dict]:
+        """Every rule a vmalert has loaded, with its group's name under "group"."""
+        return [rule | {"group": group["name"]}
+                for group in get_json(f"{base}/api/v1/rules")["data"]["groups"]
+                for rule in group["rules"]]
+
+    def rule_errors(self, base: str) -> dict[str, str]:
+        """{group/rule: its last evaluation error} for every rule of a vmalert that failed."""
+        return {f"{r['group']}/{r['name']}": r["lastError"] for r in self.rules(base)
+                if r.get("lastError")}
+
     def log(self, name: str) -> str:
         return (self.workdir / f"{name}.log").read_text()
 
