@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tests.tools import REPO
 
-PACKAGES = ("prometheus prometheus-node-exporter openssl systemd chromium buildah debootstrap "
-            "python3-venv")
+PACKAGES = ("prometheus prometheus-node-exporter victoria-metrics prometheus-alertmanager openssl "
+            "systemd chromium buildah debootstrap python3-venv")
 
 
 def readme_test_command() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import time
@@ -30,6 +31,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_base_port(count: int) -> int:
+    """A run of free ports below the kernel's ephemeral range (32768 up): Prometheus's own
+    port and its scrapes' source ports, taken while the simulators start, come from there."""
+    for _ in range(50):
+        base = random.randrange(20000, 32768 - count)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
 
 
 def scenario_from_yaml(text: str, name: str = "test") -> Scenario:
