@@ -175,6 +175,53 @@ def test_replay_errors(tmp_path):
     assert result.returncode == 2 and "choose one" in result.stderr
 
 
+def _smi_log(path: Path, rows: list[tuple[int, int, str]]) -> Path:
+    """An nvidia-smi CSV log of (second, gpu, power cell) rows."""
+    lines = ["timestamp, index, temperature.gpu, power.draw [W]"]
+    lines += [f"2025/01/01 00:00:{t:02d}.000, {gpu}, 60, {power}" for t, gpu, power in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("power", ["[N/A]", "1e308 W", "one timestamp"])
+def test_replay_refuses_a_trace_that_analyze_refuses(tmp_path, power):
+    if power == "one timestamp":
+        rows = [(0, gpu, "300 W") for gpu in range(2)]
+    else:
+        rows = [(t, gpu, power) for t in range(20) for gpu in range(2)]
+    log = _smi_log(tmp_path / "bad.csv", rows)
+    analyzed = subprocess.run([*CLI, "analyze", str(log)], capture_output=True, text=True,
+                              timeout=60)
+    replayed = subprocess.run([*CLI, "run", "--replay", str(log), "--web.listen-address",
+                               "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert analyzed.returncode == replayed.returncode == 2
+    why = "no GPU has at least two power readings"
+    assert why in analyzed.stderr
+    # one line, the same reason, before anything serves
+    assert replayed.stderr.count("\n") == 1 and why in replayed.stderr, replayed.stderr
+    assert "serving on" not in replayed.stderr
+
+
+def test_replay_serves_no_power_a_trace_does_not_hold(tmp_path, running_exporter):
+    # GPU 0: good readings and one absurd one; GPU 1: temperature only
+    rows = [(t, 0, "1e308 W" if t == 5 else f"{300 + 100 * (t % 2)} W") for t in range(20)]
+    rows += [(t, 1, "[N/A]") for t in range(20)]
+    log = _smi_log(tmp_path / "part.csv", rows)
+    exp = running_exporter.start(manual=True, fake=False, replay=str(log))
+    for _ in range(25):
+        exp.sampler.advance(1)
+    snap = exp.sampler.snapshot
+    assert snap.gpu_count == 2
+    assert set(snap.power) == {0}  # GPU 1 has no power: none is served for it
+    assert 300 <= snap.power[0].watts <= 400  # never the absurd reading
+    body = render(snap).decode()
+    served = [float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+              if line.startswith("gpu_power_watts{")]
+    assert served and all(300 <= w <= 400 for w in served)
+    assert 'gpu_power_watts{gpu="1"' not in body
+    assert 'gpu_temperature_celsius{gpu="1"' in body  # what it has is served
+
+
 # Written by `record --fake --duration 4` of the exporter before the driver's power-sample
 # buffer was used (commit f6ed333): power and energy polled together at 20 Hz in one row,
 # the sweep's values in rows of their own.

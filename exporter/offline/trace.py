@@ -87,6 +87,28 @@ class Trace:
     meta: dict[str, object] = field(default_factory=dict)  # the cte header, as read
 
 
+# --------------------------------------------------------------------------- usable power
+
+
+def power_gpus(trace: Trace) -> tuple[list[int], list[str]]:
+    """The GPUs with at least two power readings, and a note for each one left out.
+
+    `analyze` and `run --replay` both start from this: a trace in which no GPU has two
+    plausible power readings (all missing, all implausible, one timestamp) raises
+    TraceError, so neither analyses nor serves a power figure the trace does not hold.
+    """
+    usable: list[int] = []
+    notes: list[str] = []
+    for g in trace.gpus:
+        if np.isfinite(trace.series[g].fields["power_watts"]).sum() >= 2:
+            usable.append(g)
+        else:
+            notes.append(f"GPU {g} has no power readings and is left out")
+    if not usable:
+        raise TraceError(f"{trace.source}: no GPU has at least two power readings")
+    return usable, notes
+
+
 # --------------------------------------------------------------------------- reading
 
 

@@ -5,13 +5,17 @@ nvidia-smi CSV logs), so dashboards, rules and the analysers can be shown on rea
 The trace loops: after its end it starts again. Its power rows become the driver's
 buffer of power samples, at the trace's own timestamps. The replay serves what the trace
 has and nothing else: a value the trace lacks (clocks in a log of power and temperature,
-ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated. GPM
+ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated; so is
+the power of a GPU with fewer than two plausible power readings (implausible readings were
+dropped when the trace was read), and a trace in which no GPU has two is refused at start,
+as `analyze` refuses it. GPM
 metrics come from the trace's profiling columns (the value recorded at the end of the
 interval asked for), and GPM is unsupported in a trace without them.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
@@ -20,10 +24,12 @@ from collections.abc import Callable
 import numpy as np
 
 from exporter.gpu import catalogue, gpm
-from exporter.offline.trace import Trace
+from exporter.offline.trace import Trace, power_gpus
 from exporter.sim.fake import FakeNvmlLibrary
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import DeviceSpec, Scenario, Workload
+
+log = logging.getLogger(__name__)
 
 
 def _filled(t: np.ndarray, values: np.ndarray) -> np.ndarray | None:
@@ -46,10 +52,11 @@ class TraceGpu(FakeGpu):
         self.speed = speed
         t0 = series.t[0]
         power = series.fields["power_watts"]
-        rows = np.isfinite(power)
+        rows = np.isfinite(power)  # the reader dropped implausible readings: NaN
+        self.has_power = int(rows.sum()) >= 2  # as power_gpus() decides
         self.power_t = series.t[rows] - t0  # the trace's own sample times
         self.power_w = power[rows]
-        if not len(self.power_t):
+        if not self.has_power:  # never served (provides() says no); the loop length is kept
             self.power_t, self.power_w = np.zeros(1), np.zeros(1)
         step = float(np.median(np.diff(self.power_t))) if len(self.power_t) > 1 else 1.0
         self.loop_seconds = float(self.power_t[-1]) + step  # one pass, in trace seconds
@@ -62,7 +69,7 @@ class TraceGpu(FakeGpu):
 
     def provides(self, key: str) -> bool:
         if key == "power_watts":
-            return True
+            return self.has_power
         if key == "default_power_limit_watts":
             return self.tdp is not None
         return key in self.fields
@@ -120,7 +127,12 @@ class TraceGpu(FakeGpu):
 
 def replay_library(trace: Trace, speed: float = 1.0,
                    clock: Callable[[], float] = time.time, costs=None) -> FakeNvmlLibrary:
-    """A fake NVML library whose GPUs replay `trace` at `speed`."""
+    """A fake NVML library whose GPUs replay `trace` at `speed`; TraceError when no GPU
+    has two power readings."""
+    _, notes = power_gpus(trace)
+    for note in notes:
+        log.warning("%s: %s: its power is not served", trace.source,
+                    note.removesuffix(" and is left out"))
     tdp = max(trace.tdp_watts.values(), default=700.0)
     scenario = Scenario(
         name=f"replay of {trace.source}",
