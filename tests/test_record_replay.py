@@ -95,6 +95,40 @@ def test_record_errors(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def _limit_file_size(limit: int):
+    """A preexec_fn: files the child writes may not grow past `limit` bytes (ulimit -f)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_record_stops_in_one_line_when_the_trace_cannot_grow(tmp_path):
+    out = tmp_path / "full.cte"
+    limit = 150_000  # a few seconds of 8 GPUs at the sensor's rate
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "120", "--out", str(out),
+                             "--progress", "0"], capture_output=True, text=True, timeout=120,
+                            preexec_fn=_limit_file_size(limit))
+    assert result.returncode == 3, result.stderr  # the documented code for a failed write
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, from start to stop
+    assert f"cannot write {out}: File too large" in result.stderr
+    assert "recorded" not in result.stdout  # no summary that reads like success
+    data = out.read_bytes()
+    assert 0 < len(data) <= limit and data.endswith(b"\n")  # cut back to the last whole row
+    trace = load_trace(out)
+    assert trace.skipped_lines == 0 and trace.gpus == list(range(8))
+    assert sum(np.isfinite(trace.series[g].fields["power_watts"]).sum() for g in trace.gpus) \
+        > 500
+
+
+def test_record_to_a_full_device_stops_at_once(tmp_path):
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "120", "--out",
+                             "/dev/full", "--progress", "0"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "No space left on device" in result.stderr
+
+
 @pytest.mark.skipif(not REAL.exists(), reason="shared/data is not beside the checkout")
 def test_replay_library_follows_the_real_trace_and_loops():
     trace = load_trace(REAL)

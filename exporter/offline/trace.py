@@ -16,6 +16,7 @@ counted in ``Trace.rejected``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -368,8 +369,31 @@ class TraceWriter:
         if not self._fh.closed:
             self._fh.close()
 
+    def abandon(self) -> None:
+        """After a failed write (disk full, file size limit): close without raising and
+        cut a regular file back to its last whole line, so it reads to its last whole row."""
+        with contextlib.suppress(OSError):
+            self._fh.close()  # flushes what fits; the rest is lost either way
+        _cut_to_last_line(self.path)
+
     def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_to_last_line(path: str) -> None:
+    """Truncate a regular file after its last newline (a partial last line is dropped)."""
+    if not os.path.isfile(path):  # /dev/full, a pipe: nothing to cut
+        return
+    try:
+        with open(path, "rb+") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            start = max(0, end - (1 << 20))  # rows are short: the last newline is near
+            fh.seek(start)
+            tail = fh.read()
+            cut = tail.rfind(b"\n")
+            fh.truncate(start + cut + 1 if cut >= 0 else start)
+    except OSError:
+        pass  # nothing more can be done: the reader skips a partial last line
