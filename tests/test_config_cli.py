@@ -264,3 +264,35 @@ def test_error_messages_quote_a_bounded_excerpt(tmp_path, text):
 def test_config_error_is_one_bounded_line():
     error = ConfigError("first\nsecond " + "x" * 10000)
     assert "\n" not in str(error) and len(str(error)) == MAX_MESSAGE_CHARS
+
+
+def test_a_duplicate_key_stops_check_config_naming_file_line_and_key(tmp_path):
+    path = write(tmp_path, "log_level: info\nsweep_interval_seconds: 1\nlog_level: debug\n")
+    line = one_line_error(run_cli("check-config", str(path)))
+    assert "config.yaml:3: invalid YAML: duplicate key 'log_level' (first on line 1)" in line
+    # and at start, before anything is served
+    line = one_line_error(run_cli("run", "--fake", "--config", str(path),
+                                  "--web.listen-address", "127.0.0.1:0"))
+    assert "config.yaml:3:" in line and "duplicate key 'log_level'" in line
+
+
+def test_duplicate_keys_are_refused_everywhere_yaml_is_read(tmp_path):
+    nested = "collectors:\n  host: true\n  host: false\n"
+    with pytest.raises(ConfigError, match="duplicate key"):
+        load_config_file(write(tmp_path, nested))
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  alice: $2y$10$x\n  alice: $2y$10$y\n")
+    with pytest.raises(ConfigError, match=r"web.yml:3: .*duplicate key 'alice'"):
+        load_web_config(web)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("gpus: 4\ngpus: 8\n")
+    with pytest.raises(ConfigError, match=r"scenario.yaml:2: .*duplicate key 'gpus'"):
+        load_scenario(str(scenario))
+
+
+def test_keys_that_differ_only_in_type_or_place_are_not_duplicates(tmp_path):
+    from exporter.yamlfile import load_yaml
+
+    data = load_yaml("a: {x: 1}\nb: {x: 2}\n1: one\n'1': text\n", "t.yaml")
+    assert data["a"]["x"] == 1 and data["b"]["x"] == 2 and data[1] == "one"
+    assert data["1"] == "text"
