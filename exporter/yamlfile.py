@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from exporter.regularfile import read_regular
+
 MAX_FILE_BYTES = 256 << 10  # a config is a few KiB; parsing 256 KiB takes ~4 s at worst
 MAX_DEPTH = 64
 MAX_MESSAGE_CHARS = 400
@@ -122,8 +124,7 @@ def load_yaml(text: str, source: str) -> Any:
 
 def load_yaml_file(path: str | Path) -> Any:
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_FILE_BYTES)  # a FIFO or device is refused, not waited on
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:

@@ -29,6 +29,7 @@ from typing import IO
 import numpy as np
 
 from exporter.offline.checks import gpu_index_problem, screen, time_bounds
+from exporter.regularfile import read_regular
 
 CANONICAL_FIELDS: tuple[str, ...] = (
     "power_watts",
@@ -135,10 +136,10 @@ def load_trace(path: str | os.PathLike[str], gpus: int | None = None) -> Trace:
 
 def read_lines(path: str) -> list[str]:
     try:
-        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-            return fh.read().splitlines()
+        raw = read_regular(path)  # a FIFO or device is refused, not waited on
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return raw.decode("utf-8-sig", errors="replace").splitlines()
 
 
 @dataclass

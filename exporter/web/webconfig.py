@@ -6,7 +6,7 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
       key_file: server.key
       client_auth_type: RequireAndVerifyClientCert   # optional
       client_ca_file: clients-ca.crt                 # needed by the verifying types
-      min_version: TLS12                             # TLS10..TLS13, default TLS12
+      min_version: TLS12                             # TLS12 or TLS13, default TLS12
       max_version: TLS13
     http_server_config:
       headers: {Strict-Transport-Security: max-age=31536000}
@@ -16,8 +16,8 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
 The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
 is a ConfigError naming the file, line and key. Keys of the format that Python's TLS
 cannot honour (Go cipher suite names, curve preferences, unverified client
-certificates) are refused with a clear line instead of being silently ignored. A
-loose private key or a certificate not valid now is accepted with a warning
+certificates, TLS 1.0 and 1.1) are refused with a clear line instead of being silently
+ignored. A loose private key or a certificate not valid now is accepted with a warning
 (exporter/web/tlsfiles.py).
 """
 
@@ -28,6 +28,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.regularfile import read_regular
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
@@ -37,6 +38,8 @@ TLS_VERSIONS = {
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+
+_LEGACY_TLS = ("TLS10", "TLS11")  # names of the format that no handshake here can use
 
 # client_auth_type -> (verify mode, needs client_ca_file)
 CLIENT_AUTH_TYPES = {
@@ -131,7 +134,7 @@ def _readable_pem(mapping: dict, key: str, where: Where, base: Path) -> str:
     name = _text(mapping, key, where)
     path = Path(name) if Path(name).is_absolute() else base / name
     try:
-        data = path.read_bytes()
+        data = read_regular(path)  # OpenSSL opens it again by name: a FIFO would hang it
     except OSError as exc:
         raise where.error(key, f"cannot read {path}: {exc.strerror or exc}") from None
     if b"-----BEGIN " not in data:
@@ -199,6 +202,12 @@ def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVers
     name = _text(mapping, key, where) or default
     if name not in TLS_VERSIONS:
         raise where.error(key, "expected one of " + ", ".join(TLS_VERSIONS))
+    if name in _LEGACY_TLS:
+        # Accepted, it changed nothing: Python's ssl leaves TLS 1.0 and 1.1 no cipher suite
+        # (its default list at OpenSSL security level 2), so every such client was refused.
+        raise where.error(key, f"{name} cannot be served: Python's ssl ({ssl.OPENSSL_VERSION}) "
+                          "offers TLS 1.0 and 1.1 no cipher suite, so every client asking for "
+                          "them is refused (RFC 8996 deprecates both); use TLS12 or TLS13")
     return TLS_VERSIONS[name]
 
 
