@@ -254,6 +254,8 @@ def test_replay_serves_no_power_a_trace_does_not_hold(tmp_path, running_exporter
     assert served and all(300 <= w <= 400 for w in served)
     assert 'gpu_power_watts{gpu="1"' not in body
     assert 'gpu_temperature_celsius{gpu="1"' in body  # what it has is served
+    gpu1 = exp.fake_lib.gpus[1]
+    assert gpu1.loop_seconds == pytest.approx(20.0)  # its own rows' span, not one second
 
 
 # Written by `record --fake --duration 4` of the exporter before the driver's power-sample

@@ -56,10 +56,12 @@ class TraceGpu(FakeGpu):
         self.has_power = int(rows.sum()) >= 2  # as power_gpus() decides
         self.power_t = series.t[rows] - t0  # the trace's own sample times
         self.power_w = power[rows]
-        if not self.has_power:  # never served (provides() says no); the loop length is kept
+        # one pass, in trace seconds: over the power rows, or all rows of a GPU without power
+        along = self.power_t if self.has_power else series.t - t0
+        step = float(np.median(np.diff(along))) if len(along) > 1 else 1.0
+        self.loop_seconds = float(along[-1]) + step
+        if not self.has_power:  # never served (provides() says no)
             self.power_t, self.power_w = np.zeros(1), np.zeros(1)
-        step = float(np.median(np.diff(self.power_t))) if len(self.power_t) > 1 else 1.0
-        self.loop_seconds = float(self.power_t[-1]) + step  # one pass, in trace seconds
         self.t = series.t - t0
         self.fields = {name: f for name in (*catalogue.TRACE_KEYS, *gpm.KEYS)
                        if name in series.fields
