@@ -8,6 +8,8 @@ into a MemoryError, and `--config /dev/zero` read without end):
 - YAML aliases (``*name``) are refused: nothing here needs them, and each one can
   multiply what the rest of the code walks and prints;
 - nesting is at most :data:`MAX_DEPTH` deep (deeper made PyYAML overflow the stack);
+- a key written twice in one mapping is refused (YAML requires unique keys; PyYAML would
+  keep the last one without a word);
 - a :class:`ConfigError` is one line of at most :data:`MAX_MESSAGE_CHARS`, and values are
   quoted through :func:`excerpt`, so no message prints a huge value.
 """
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from exporter.regularfile import read_regular
 
 MAX_FILE_BYTES = 256 << 10  # a config is a few KiB; parsing 256 KiB takes ~4 s at worst
 MAX_DEPTH = 64
@@ -77,12 +81,29 @@ class _LineLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineDict:
+        _refuse_duplicate_keys(node)
         mapping = LineDict(super().construct_mapping(node, deep=deep))
         mapping.lines = {}
         for key_node, _ in node.value:
             mapping.lines[str(key_node.value)] = key_node.start_mark.line + 1
         mapping.start_line = node.start_mark.line + 1
         return mapping
+
+
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    """YAML requires unique keys; PyYAML keeps the last silently, so a second `listen_address`
+    would override the first unseen. Keys are compared as written, with their resolved tag."""
+    first: dict[tuple[str, str], int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key = (key_node.tag, key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {excerpt(key_node.value)} (first on line "
+                f"{first[key]})", key_node.start_mark)
+        first[key] = line
 
 
 _LineLoader.add_constructor(
@@ -105,8 +126,7 @@ def load_yaml(text: str, source: str) -> Any:
 
 def load_yaml_file(path: str | Path) -> Any:
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_FILE_BYTES)  # a FIFO or device is refused, not waited on
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -245,9 +246,9 @@ def test_an_anchor_without_alias_is_fine(tmp_path):
 
 
 def test_config_reads_are_bounded(tmp_path):
-    """`--config /dev/zero` read without end."""
+    """`--config /dev/zero` read without end: a device is no config file."""
     line = one_line_error(run_cli("check-config", "/dev/zero"))
-    assert "/dev/zero: larger than 256 KiB" in line
+    assert "/dev/zero: cannot read: a character device, not a regular file" in line
     big = write(tmp_path, "# " + "x" * (MAX_FILE_BYTES + 10) + "\n")
     with pytest.raises(ConfigError, match="larger than"):
         load_config_file(big)
@@ -305,3 +306,88 @@ def test_every_subcommand_reports_errors_in_one_shape(tmp_path, args, code, comm
         "cluster-telemetry-exporter: ")
     assert lines[0].startswith(prefix), lines[0]
     assert "error:" not in lines[0] and needle in lines[0], lines[0]
+
+
+def test_a_duplicate_key_stops_check_config_naming_file_line_and_key(tmp_path):
+    path = write(tmp_path, "log_level: info\nsweep_interval_seconds: 1\nlog_level: debug\n")
+    line = one_line_error(run_cli("check-config", str(path)))
+    assert "config.yaml:3: invalid YAML: duplicate key 'log_level' (first on line 1)" in line
+    # and at start, before anything is served
+    line = one_line_error(run_cli("run", "--fake", "--config", str(path),
+                                  "--web.listen-address", "127.0.0.1:0"))
+    assert "config.yaml:3:" in line and "duplicate key 'log_level'" in line
+
+
+def test_duplicate_keys_are_refused_everywhere_yaml_is_read(tmp_path):
+    nested = "collectors:\n  host: true\n  host: false\n"
+    with pytest.raises(ConfigError, match="duplicate key"):
+        load_config_file(write(tmp_path, nested))
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  alice: $2y$10$x\n  alice: $2y$10$y\n")
+    with pytest.raises(ConfigError, match=r"web.yml:3: .*duplicate key 'alice'"):
+        load_web_config(web)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("gpus: 4\ngpus: 8\n")
+    with pytest.raises(ConfigError, match=r"scenario.yaml:2: .*duplicate key 'gpus'"):
+        load_scenario(str(scenario))
+
+
+def test_keys_that_differ_only_in_type_or_place_are_not_duplicates(tmp_path):
+    from exporter.yamlfile import load_yaml
+
+    data = load_yaml("a: {x: 1}\nb: {x: 2}\n1: one\n'1': text\n", "t.yaml")
+    assert data["a"]["x"] == 1 and data["b"]["x"] == 2 and data[1] == "one"
+    assert data["1"] == "text"
+
+
+# ---------------------------------------------------------------- special files
+
+
+def _fifo(tmp_path, name: str):
+    path = tmp_path / name
+    os.mkfifo(path)
+    return path
+
+
+FIFO_LINE = "named pipe (FIFO), not a regular file"
+
+
+@pytest.mark.parametrize("how", ["check-config", "run --config", "run --web.config.file",
+                                 "run --scenario", "run --replay", "analyze"])
+def test_a_fifo_given_by_name_is_refused_at_once(tmp_path, how):
+    """A named pipe blocked the read until something wrote to it: for ever."""
+    fifo = str(_fifo(tmp_path, "named.yaml"))
+    listen = ("--web.listen-address", "127.0.0.1:0")
+    args = {
+        "check-config": ("check-config", fifo),
+        "run --config": ("run", "--config", fifo),
+        "run --web.config.file": ("run", "--fake", "--web.config.file", fifo, *listen),
+        "run --scenario": ("run", "--fake", "--scenario", fifo, *listen),
+        "run --replay": ("run", "--replay", fifo, *listen),
+        "analyze": ("analyze", fifo),
+    }[how]
+    line = one_line_error(run_cli(*args, timeout=60))
+    assert f"{fifo}: cannot read: a {FIFO_LINE}" in line
+
+
+def test_a_fifo_as_a_tls_file_is_refused_at_once(tmp_path):
+    fifo = _fifo(tmp_path, "server.crt.fifo")
+    key = tmp_path / "server.key"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {fifo}\n  key_file: {key}\n")
+    config = write(tmp_path, f"web_config_file: {web}\n")
+    line = one_line_error(run_cli("check-config", str(config), timeout=60))
+    assert "web.yml:2: tls_server_config.cert_file:" in line and FIFO_LINE in line
+
+
+def test_a_path_swapped_for_a_fifo_after_the_check_does_not_hang(tmp_path, monkeypatch):
+    from exporter import regularfile
+
+    fifo = _fifo(tmp_path, "swapped.yaml")
+    monkeypatch.setattr(regularfile, "check_regular", lambda path: None)  # the race lost
+    with pytest.raises(regularfile.NotRegularFile, match="FIFO"):
+        regularfile.read_regular(fifo)  # opened without blocking, refused on the descriptor
+    regular = write(tmp_path, "log_level: debug\n")
+    assert regularfile.read_regular(regular) == b"log_level: debug\n"
+    assert regularfile.read_regular(regular, limit=3) == b"log_"  # limit + 1: 'too large'

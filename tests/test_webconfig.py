@@ -72,7 +72,7 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("tls_server_config:\n  cert_file: absent.crt\n  key_file: {key}\n",
      r"web.yml:2: tls_server_config.cert_file: cannot read .*absent.crt: No such file"),
     ("tls_server_config:\n  cert_file: {dir}\n  key_file: {key}\n",
-     r"web.yml:2: tls_server_config.cert_file: cannot read .*: Is a directory"),
+     r"web.yml:2: tls_server_config.cert_file: cannot read .*: a directory, not a regular file"),
     ("tls_server_config:\n  cert_file: {garbage}\n  key_file: {key}\n",
      r"web.yml:2: tls_server_config.cert_file: .*garbage.pem is not a PEM file"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {other_key}\n",
@@ -122,6 +122,12 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
      r"web.yml:4: tls_server_config.certfile: unknown key \(did you mean cert_file\?\)$"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS9\n",
      r"web.yml:4: tls_server_config.min_version: expected one of TLS10"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS10\n",
+     r"web.yml:4: tls_server_config.min_version: TLS10 cannot be served: .* no cipher suite"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS11\n",
+     r"web.yml:4: tls_server_config.min_version: TLS11 cannot be served: .*use TLS12 or TLS13"),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  max_version: TLS11\n",
+     r"web.yml:4: tls_server_config.max_version: TLS11 cannot be served"),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
      "  client_auth_type: RequireAnyClientCert\n",
      r"web.yml:4: tls_server_config.client_auth_type: .*not supported"),
@@ -134,7 +140,8 @@ def test_tls_section_without_certificate_is_plain_http(tmp_path):
     ("basic_auth_users: [a, b]\n", r"web.yml:1: basic_auth_users: expected a mapping"),
     ("\nbasic_auth_user: {{}}\n", r"web.yml:2: basic_auth_user: unknown key \(did you mean "
      r"basic_auth_users\?\)$"),
-    ("\nnonsense: 1\n", r"web.yml:2: nonsense: unknown key \(known keys: basic_auth_excluded_paths, basic_auth_users, "),
+    ("\nnonsense: 1\n", r"web.yml:2: nonsense: unknown key \(known keys: "
+     r"basic_auth_excluded_paths, basic_auth_users, "),
     ("http_server_config:\n  headers:\n    Server: x\n",
      r"web.yml:3: http_server_config.headers.Server: not one of the settable headers"),
     ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
@@ -423,3 +430,41 @@ def test_rate_limit_is_off_at_interval_0_and_warns_at_burst_0(tmp_path, caplog):
     web = load_web_config(write(tmp_path, "rate_limit:\n  interval: 250ms\n  burst: 0\n"))
     assert web.rate_limit == (0.25, 0)
     assert any("burst 0" in r.getMessage() for r in caplog.records)
+
+
+def _handshake(server: ssl.SSLContext, version: ssl.TLSVersion) -> str:
+    """A TLS handshake in memory between `server` and a client held to `version`: the
+    version agreed, or the reason it failed."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+    client.minimum_version = client.maximum_version = version
+    client.set_ciphers("ALL:@SECLEVEL=0")  # the client offers everything: the server decides
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    ends = [server.wrap_bio(bios[0], bios[1], server_side=True), client.wrap_bio(bios[2], bios[3])]
+    for _ in range(20):
+        done = 0
+        for end, out, peer in ((ends[1], bios[3], bios[0]), (ends[0], bios[1], bios[2])):
+            try:
+                end.do_handshake()
+                done += 1
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as exc:
+                return f"refused: {exc.reason}"
+            peer.write(out.read())
+        if done == 2:
+            return ends[1].version() or ""
+    return "stuck"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # setting TLS 1.0 or 1.1 warns
+def test_tls_10_and_11_are_refused_because_no_handshake_could_use_them(certs):
+    """What the refusal of min_version TLS10/TLS11 rests on: a server context as the
+    exporter builds it, told to allow TLS 1.0 and 1.1, still completes no such handshake
+    (should a runtime ever complete one, this fails and the refusal must be revisited)."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.minimum_version = ssl.TLSVersion.TLSv1
+    server.load_cert_chain(certs.server_cert, certs.server_key)
+    assert _handshake(server, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"  # the harness works
+    for legacy in (ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1):
+        assert _handshake(server, legacy).startswith("refused"), legacy

@@ -54,7 +54,7 @@ from exporter.offline.swings import (
     step_swings,
     thresholds,
 )
-from exporter.offline.trace import Trace, TraceError, load_trace
+from exporter.offline.trace import Trace, TraceError, load_trace, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
 
@@ -190,17 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
-    notes: list[str] = []
-    usable = []
-    for g in trace.gpus:
-        s = trace.series[g]
-        ok = np.isfinite(s.fields["power_watts"])
-        if ok.sum() >= 2:
-            usable.append(g)
-        else:
-            notes.append(f"GPU {g} has no power readings and is left out")
-    if not usable:
-        raise TraceError(f"{trace.source}: no GPU has at least two power readings")
+    usable, notes = power_gpus(trace)
     t0 = max(float(trace.series[g].t[0]) for g in usable)
     t1 = min(float(trace.series[g].t[-1]) for g in usable)
     dts = [np.median(np.diff(trace.series[g].t)) for g in usable if trace.series[g].t.size > 1]

@@ -5,7 +5,9 @@ sample), the catalogue's traced values once a sweep, the energy counter at its i
 and the GPM profiling ratios once a profiling interval (stamped with the interval's end),
 through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
 Progress is printed every `--progress` seconds; Ctrl-C or SIGTERM stop the recording
-early and still write a complete trace and its summary.
+early and still write a complete trace and its summary. A write that fails (disk full,
+file size limit) stops the recording in one line with exit code 3, the trace cut back
+to its last whole row.
 """
 
 from __future__ import annotations
@@ -34,37 +36,69 @@ from exporter.yamlfile import ConfigError
 FIELDS = ("power_watts", *catalogue.TRACE_KEYS, *gpm.KEYS)
 
 
-class TraceRecorder:
-    """Receives the sampler's readings (from two threads) and writes them in order."""
+EXIT_WRITE_FAILED = 3  # the trace could not be written on (disk full, file size limit)
 
-    def __init__(self, writer: TraceWriter):
+
+class TraceRecorder:
+    """Receives the sampler's readings (from several threads) and writes them in order.
+
+    A failed write (ENOSPC, EFBIG, EIO) is kept in `failure`, every later reading is
+    dropped and `stop` is set: the recording ends there, in one line, not in a traceback
+    from every loop that hands it a reading."""
+
+    def __init__(self, writer: TraceWriter, stop: threading.Event | None = None):
         self.writer = writer
+        self.stop = stop
+        self.failure: OSError | None = None
         self.rows = 0
         self.samples = 0
         self._lock = threading.Lock()
 
+    def _write(self, rows: list[tuple[float, int, dict[str, float]]]) -> bool:
+        """Write rows (the caller holds the lock); False once writing has failed."""
+        if self.failure is not None:
+            return False
+        try:
+            for t, gpu, values in rows:
+                self.writer.write(t, gpu, values)
+        except OSError as exc:
+            self.failure = exc
+            if self.stop is not None:
+                self.stop.set()
+            return False
+        self.rows += len(rows)
+        return True
+
     def power(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
         with self._lock:
-            for t, w in zip(times.tolist(), watts.tolist(), strict=True):
-                self.writer.write(t, gpu, {"power_watts": w})
-            self.rows += len(times)
-            self.samples += len(times)
+            if self._write([(t, gpu, {"power_watts": w})
+                            for t, w in zip(times.tolist(), watts.tolist(), strict=True)]):
+                self.samples += len(times)
 
     def profiling(self, gpu: int, reading: gpm.GpmReading) -> None:
         """One GPU's GPM interval: averages over (start, end], in a row at its end."""
         if not reading.values:
             return
         with self._lock:
-            self.writer.write(reading.end, gpu, reading.values)
-            self.rows += 1
+            self._write([(reading.end, gpu, reading.values)])
 
     def sweep(self, gpu: int, state: GpuState) -> None:
         values = {k: state.values[k] for k in catalogue.TRACE_KEYS if k in state.values}
         if not values:
             return
         with self._lock:
-            self.writer.write(state.time, gpu, values)
-            self.rows += 1
+            self._write([(state.time, gpu, values)])
+
+    def close(self) -> None:
+        """Close the trace; a failure to flush its last rows counts as a failed write."""
+        with self._lock:
+            if self.failure is None:
+                try:
+                    self.writer.close()
+                    return
+                except OSError as exc:
+                    self.failure = exc
+            self.writer.abandon()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,12 +166,15 @@ def _record(args: argparse.Namespace, options: dict) -> int:
     except OSError as exc:
         sampler.backend.close()
         return fail("record", f"cannot write {args.out}: {exc.strerror or exc}")
-    recorder = TraceRecorder(writer)
+    stop = threading.Event()
+    recorder = TraceRecorder(writer, stop)
     sampler.power.recorder = recorder.power
     sampler.sweep.recorder = recorder.sweep
-    stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    # past a file size limit (ulimit -f) a write fails with EFBIG, instead of the signal
+    # killing us with the trace cut mid-row
+    previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     t0 = time.monotonic()
     try:
         sampler.start()
@@ -146,10 +183,15 @@ def _record(args: argparse.Namespace, options: dict) -> int:
         sampler.stop(close=False)
         sampler.drain_power()  # the samples since the last drain: nothing lost at the end
         sampler.backend.close()
-        writer.close()
+        recorder.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     elapsed = time.monotonic() - t0
+    if recorder.failure is not None:
+        exc = recorder.failure
+        return fail("record", f"cannot write {args.out}: {exc.strerror or exc}; stopped after "
+                    f"{elapsed:.0f} s, the trace is readable to its last whole row (exit code "
+                    f"{EXIT_WRITE_FAILED})", EXIT_WRITE_FAILED)
     early = " (stopped early)" if stop.is_set() else ""
     print(f"recorded {elapsed:.0f} s of {gpus} GPUs{early}: {recorder.samples} power samples "
           f"({recorder.samples / max(elapsed, 1e-9) / max(gpus, 1):.0f}/s per GPU), "

@@ -5,7 +5,10 @@ nvidia-smi CSV logs), so dashboards, rules and the analysers can be shown on rea
 The trace loops: after its end it starts again. Its power rows become the driver's
 buffer of power samples, at the trace's own timestamps. The replay serves what the trace
 has and nothing else: a value the trace lacks (clocks in a log of power and temperature,
-ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated. GPM
+ECC, NVLink, PCIe) is NotSupported, so it is absent from /metrics, never simulated; so is
+the power of a GPU with fewer than two plausible power readings (implausible readings were
+dropped when the trace was read), and a trace in which no GPU has two is refused at start,
+as `analyze` refuses it. GPM
 metrics come from the trace's profiling columns (the value recorded at the end of the
 interval asked for), and GPM is unsupported in a trace without them.
 
@@ -19,6 +22,7 @@ ramp and straggler windows look at.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
@@ -27,13 +31,14 @@ from collections.abc import Callable
 import numpy as np
 
 from exporter.gpu import catalogue, gpm
-from exporter.offline.trace import Trace, TraceError
+from exporter.offline.trace import Trace, TraceError, power_gpus
 from exporter.sampling.power import SAMPLES_PER_SECOND_KEPT
 from exporter.sim.fake import FakeNvmlLibrary
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import DeviceSpec, Scenario, Workload
 
 UNNAMED = "replayed GPU"  # a GPU whose name the trace did not record
+log = logging.getLogger(__name__)
 
 
 def _filled(t: np.ndarray, values: np.ndarray) -> np.ndarray | None:
@@ -56,13 +61,16 @@ class TraceGpu(FakeGpu):
         self.speed = speed
         t0 = series.t[0]
         power = series.fields["power_watts"]
-        rows = np.isfinite(power)
+        rows = np.isfinite(power)  # the reader dropped implausible readings: NaN
+        self.has_power = int(rows.sum()) >= 2  # as power_gpus() decides
         self.power_t = series.t[rows] - t0  # the trace's own sample times
         self.power_w = power[rows]
-        if not len(self.power_t):
+        # one pass, in trace seconds: over the power rows, or all rows of a GPU without power
+        along = self.power_t if self.has_power else series.t - t0
+        step = float(np.median(np.diff(along))) if len(along) > 1 else 1.0
+        self.loop_seconds = float(along[-1]) + step
+        if not self.has_power:  # never served (provides() says no)
             self.power_t, self.power_w = np.zeros(1), np.zeros(1)
-        step = float(np.median(np.diff(self.power_t))) if len(self.power_t) > 1 else 1.0
-        self.loop_seconds = float(self.power_t[-1]) + step  # one pass, in trace seconds
         self.t = series.t - t0
         self.fields = {name: f for name in (*catalogue.TRACE_KEYS, *gpm.KEYS)
                        if name in series.fields
@@ -74,7 +82,7 @@ class TraceGpu(FakeGpu):
 
     def provides(self, key: str) -> bool:
         if key == "power_watts":
-            return True
+            return self.has_power
         if key == "default_power_limit_watts":
             return self.tdp is not None
         return key in self.fields
@@ -156,8 +164,12 @@ def max_speed(trace: Trace) -> float:
 
 def replay_library(trace: Trace, speed: float = 1.0,
                    clock: Callable[[], float] = time.time, costs=None) -> FakeNvmlLibrary:
-    """A fake NVML library whose GPUs replay `trace` at `speed`; TraceError for a speed the
-    exporter cannot keep up with."""
+    """A fake NVML library whose GPUs replay `trace` at `speed`; TraceError when no GPU
+    has two power readings, or for a speed the exporter cannot keep up with."""
+    _, notes = power_gpus(trace)
+    for note in notes:
+        log.warning("%s: %s: its power is not served", trace.source,
+                    note.removesuffix(" and is left out"))
     rate = trace_sample_rate(trace) * speed  # samples a second per GPU, on the wall clock
     if rate > MAX_REPLAY_SAMPLE_RATE * (1 + 1e-9):
         raise TraceError(

@@ -7,7 +7,7 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
       client_auth_type: RequireAndVerifyClientCert   # optional
       client_ca_file: clients-ca.crt                 # else the system's CAs, as in Go
       client_allowed_sans: [prometheus.example.net]  # a client certificate SAN must match
-      min_version: TLS12                             # TLS10..TLS13, default TLS12
+      min_version: TLS12                             # TLS12 or TLS13, default TLS12
       max_version: TLS13
       cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]  # Go names, TLS 1.2 and older
       curve_preferences: [X25519]
@@ -22,7 +22,7 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
 
 The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
 is a ConfigError naming the file, line and key. Keys Python's TLS cannot honour
-(unverified client certificates, several curves on a Python without
+(unverified client certificates, TLS 1.0 and 1.1, several curves on a Python without
 SSLContext.set_groups) are refused with a clear line instead of being silently
 ignored. Inline PEM (cert, key, client_ca) reaches OpenSSL through
 exporter/web/pemsource.py; Go names are translated in exporter/web/gotls.py. A loose
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.regularfile import read_regular
 from exporter.web import gotls
 from exporter.web.clientsans import normalized_sans
 from exporter.web.pemsource import Pem, inline_pem
@@ -53,6 +54,8 @@ TLS_VERSIONS = {
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+
+_LEGACY_TLS = ("TLS10", "TLS11")  # names of the format that no handshake here can use
 
 # client_auth_type -> (verify mode, whether it verifies: needs a CA, client_ca_file or the system's)
 CLIENT_AUTH_TYPES = {
@@ -188,7 +191,7 @@ def _readable_pem(mapping: dict, key: str, where: Where, base: Path) -> str:
     name = _text(mapping, key, where)
     path = Path(name) if Path(name).is_absolute() else base / name
     try:
-        data = path.read_bytes()
+        data = read_regular(path)  # OpenSSL opens it again by name: a FIFO would hang it
     except OSError as exc:
         raise where.error(key, f"cannot read {path}: {exc.strerror or exc}") from None
     if b"-----BEGIN " not in data:
@@ -326,6 +329,12 @@ def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVers
     name = _text(mapping, key, where) or default
     if name not in TLS_VERSIONS:
         raise where.error(key, "expected one of " + ", ".join(TLS_VERSIONS))
+    if name in _LEGACY_TLS:
+        # Accepted, it changed nothing: Python's ssl leaves TLS 1.0 and 1.1 no cipher suite
+        # (its default list at OpenSSL security level 2), so every such client was refused.
+        raise where.error(key, f"{name} cannot be served: Python's ssl ({ssl.OPENSSL_VERSION}) "
+                          "offers TLS 1.0 and 1.1 no cipher suite, so every client asking for "
+                          "them is refused (RFC 8996 deprecates both); use TLS12 or TLS13")
     return TLS_VERSIONS[name]
 
 
