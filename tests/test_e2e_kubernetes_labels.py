@@ -72,7 +72,8 @@ def test_honor_labels_keeps_the_pods_and_instance_is_the_node(running_exporter, 
         prom = Prometheus(tmp_path, [], scrape_configs=[
             scrape_job("chart", endpoint, target, honor=True),
             scrape_job("no-honor", endpoint, target, honor=False)],
-            rule_files=[str(REPO / "alerts" / "recording.yml")])
+            rule_files=[str(REPO / "alerts" / name)
+                            for name in ("recording.yml", "global-recording.yml")])
 
         def held(job: str) -> list[dict]:
             found = prom.query(f'gpu_pod_info{{job="{job}"}}')
