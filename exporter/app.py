@@ -13,6 +13,7 @@ from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors import registry
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
+from exporter.metrics.selection import Selection, load_selection
 from exporter.metrics.web import http_families, reload_families, tls_families
 from exporter.offline.trace import load_trace
 from exporter.sampling.clock import SYSTEM, Clock
@@ -36,8 +37,9 @@ def collector_makers(config: Any) -> list[CollectorMaker]:
             for spec in registry.enabled(config)]
 
 
-def sampler_settings(config: Any) -> SamplerSettings:
+def sampler_settings(config: Any, selection: Selection | None = None) -> SamplerSettings:
     c = config
+    selection = selection or load_selection(c.metrics_profile, c.metrics_file)
     return SamplerSettings(
         power_sample_rate_hz=c.power_sample_rate_hz,
         power_drain_interval_seconds=c.power_drain_interval_seconds,
@@ -51,6 +53,7 @@ def sampler_settings(config: Any) -> SamplerSettings:
         hang_timeout_seconds=c.hang_timeout_seconds,
         gpu_recovery_interval_seconds=c.gpu_recovery_interval_seconds,
         stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
+        nvlink_reads=selection.nvlink_reads(),
     )
 
 
@@ -61,7 +64,8 @@ class Exporter:
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
                  fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
-        """Raises ConfigError for a bad web config file, before anything starts.
+        """Raises ConfigError for a bad web config or selection file, before anything
+        starts.
 
         `nvml` and `fake_lib` let the fleet simulator run many fake nodes in one process:
         each gets a private pynvml copy and a fake library built for it. `collectors`,
@@ -71,6 +75,7 @@ class Exporter:
         self.clock = clock
         self.nvml = nvml
         self.web: WebConfig = load_web_config(config.web_config_file)
+        self.selection: Selection = load_selection(config.metrics_profile, config.metrics_file)
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
@@ -81,7 +86,7 @@ class Exporter:
 
     def _publish(self, snapshot: Snapshot) -> None:
         # rendered by its first scrape, with the serving side's own figures as of then
-        self.current = RenderedSnapshot(snapshot, self._serving_families)
+        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection)
 
     def _serving_families(self) -> list:
         server = self.server
@@ -96,6 +101,13 @@ class Exporter:
         self.web = web
         if self.server is not None:
             self.server.set_web_config(web)
+
+    def apply_selection(self, selection: Selection) -> None:
+        """Families served from the next snapshot on; NVLink fields read from the next
+        health read on."""
+        self.selection = selection
+        if self.sampler is not None:
+            self.sampler.sweep.nvlink_reads = selection.nvlink_reads()
 
     def record_reload(self, ok: bool) -> None:
         self.reloads.record(ok)
@@ -122,7 +134,7 @@ class Exporter:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
         self._install_fake()
-        settings = sampler_settings(c)
+        settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)
