@@ -66,3 +66,14 @@ def test_bench_cpu_child_reports_json():
     threads = result["loop_threads"]
     assert threads["sweep"] == "cte-sweep" and threads["publish"] == "cte-analyses"
     assert rates["thread/cte-sweep"] >= 0.9 * rates["loop/sweep"]
+
+
+def test_bench_profiles_prints_each_selection_against_full():
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_profiles.py"), "--seconds", "1", "--renders", "2",
+         "--reads", "2"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()[1:5]
+    assert [row[:28].strip() for row in rows] == [
+        "minimal", "standard", "full", "full + nvlink-per-gpu.yml"], out.stdout
+    assert " x1.00 " in rows[2], out.stdout  # full is the reference
