@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -26,7 +29,7 @@ from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.health import read_health
 from exporter.gpu.state import read_identity
-from exporter.metrics.render import render
+from exporter.metrics.render import FAMILY_SOURCES, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
@@ -49,54 +52,67 @@ def selections(folder: Path) -> dict[str, Selection]:
                                                                                   str(path))}
 
 
-def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, tuple]:
-    """(series, median render seconds) per selection, from one snapshot of 40 s."""
+def snapshot_of(selection: Selection):
+    """The node after 40 s of its scenario, read as the selection reads it."""
     clock = ManualClock(1_790_000_000.0)
+    settings = SamplerSettings(backend="fake", scenario="training",
+                               nvlink_reads=selection.nvlink_reads())
     with fake.installed(load_scenario("training"), clock, costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake", scenario="training"),
-                          clock=clock)
+        sampler = Sampler(NvmlBackend(), settings, clock=clock)
         sampler.start(threads=False)
         try:
             sampler.advance(40)
-            snapshot = sampler.build_snapshot()
+            return sampler.build_snapshot()
         finally:
             sampler.stop()
-    out = {}
-    for name, selection in chosen.items():
-        body = render(snapshot, selection=selection)
-        lines = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-        times = []
-        for _ in range(renders):  # a new snapshot each time: nothing cached holds
-            fresh = dataclasses.replace(snapshot, time=snapshot.time + 1)
+
+
+def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, tuple]:
+    """(series, median render seconds) per selection, taken in turns so that a busy
+    machine slows each alike. Each render is of a new snapshot with the same values, as
+    a scrape finds between health reads: the NVLink state and error text is reused
+    (each selection keeps its own cache of it), the rest is rendered anew."""
+    snapshots = {name: snapshot_of(selection) for name, selection in chosen.items()}
+    sources = {name: [CachedFamilies(s.families, s.key) if isinstance(s, CachedFamilies)
+                      else s for s in FAMILY_SOURCES] for name in chosen}
+    times: dict[str, list[float]] = {name: [] for name in chosen}
+    lines = {}
+    for i in range(renders + 1):
+        for name, selection in chosen.items():
+            fresh = dataclasses.replace(snapshots[name], time=snapshots[name].time + i)
             t = time.perf_counter()
-            render(fresh, selection=selection)
-            times.append(time.perf_counter() - t)
-        out[name] = (lines, float(np.median(times)))
-    return out
+            body = render(fresh, sources[name], selection=selection)
+            if i:
+                times[name].append(time.perf_counter() - t)
+            else:  # the first fills the cache
+                lines[name] = sum(1 for line in body.splitlines()
+                                  if line and not line.startswith(b"#"))
+    return {name: (lines[name], float(np.median(times[name]))) for name in chosen}
 
 
 def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
-    """(median wall, median CPU) of one health read of all 8 GPUs, per selection."""
-    out = {}
+    """(median wall, median CPU) of one health read of all 8 GPUs, per selection, taken
+    in turns."""
+    plans = {name: selection.nvlink_reads() for name, selection in chosen.items()}
+    walls: dict[str, list[float]] = {name: [] for name in chosen}
+    cpus: dict[str, list[float]] = {name: [] for name in chosen}
     clock = ManualClock(1_790_000_000.0)
     with fake.installed(load_scenario("training"), clock, costs=costs.H200):
         backend = NvmlBackend()
         gpus = range(backend.open())
         links = [ident.nvlinks if (ident := read_identity(backend, g)) else 0 for g in gpus]
-        for name, selection in chosen.items():
-            plan = selection.nvlink_reads()
-            walls, cpus = [], []
-            for i in range(reads + 1):
-                clock.advance(5)
+        for i in range(reads + 1):
+            clock.advance(5)
+            for name, plan in plans.items():
                 w, c = time.perf_counter(), time.thread_time()
                 for gpu in gpus:
                     read_health(backend, gpu, links[gpu], clock.time(), plan)
                 if i:  # the first read of a plan finds out which fields are supported
-                    walls.append(time.perf_counter() - w)
-                    cpus.append(time.thread_time() - c)
-            out[name] = (float(np.median(walls)), float(np.median(cpus)))
+                    walls[name].append(time.perf_counter() - w)
+                    cpus[name].append(time.thread_time() - c)
         backend.close()
-    return out
+    return {name: (float(np.median(walls[name])), float(np.median(cpus[name])))
+            for name in chosen}
 
 
 def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
@@ -118,18 +134,38 @@ def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
         exp.stop()
 
 
+def exporters_cpu(chosen: dict[str, Selection], seconds: float) -> dict[str, float]:
+    """exporter_cpu of every selection, each in a child process, all at once (a busy
+    machine then slows each alike)."""
+    children = {name: subprocess.Popen(
+        [sys.executable, __file__, "--child", selection.profile, "--file", selection.source,
+         "--seconds", str(seconds)], stdout=subprocess.PIPE, text=True)
+        for name, selection in chosen.items()}
+    out = {}
+    for name, child in children.items():
+        stdout, _ = child.communicate(timeout=seconds + 120)
+        if child.returncode != 0:
+            raise SystemExit(f"{name}: child exited {child.returncode}")
+        out[name] = json.loads(stdout.strip().splitlines()[-1])["cpu"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="exporter run per profile")
     parser.add_argument("--renders", type=int, default=50)
     parser.add_argument("--reads", type=int, default=40)
+    parser.add_argument("--child", metavar="PROFILE", help=argparse.SUPPRESS)
+    parser.add_argument("--file", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps({"cpu": exporter_cpu(args.child, args.file, args.seconds)}))
+        return
     with tempfile.TemporaryDirectory() as folder:
         chosen = selections(Path(folder))
         rendered = series_and_render(chosen, args.renders)
         health = health_reads(chosen, args.reads)
-        cpu = {name: exporter_cpu(sel.profile, sel.source, args.seconds)
-               for name, sel in chosen.items()}
+        cpu = exporters_cpu(chosen, args.seconds)
     ref_lines, ref_render = rendered["full"][:2]
     ref_wall, ref_cpu = health["full"]
     print(f"{'selection':28} {'series':>7} {'render ms':>10} {'health read ms (wall/CPU)':>27}"

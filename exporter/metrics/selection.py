@@ -54,6 +54,8 @@ class Selection:
     aggregate: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (family pattern, labels)
     source: str = ""  # the selection file, if any
     _wants: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    _without: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False,
+                                                 repr=False)
 
     def wants(self, name: str) -> bool:
         """Whether a family (by exposed name) is served; a family missing from the table
@@ -68,11 +70,14 @@ class Selection:
 
     def without(self, name: str) -> tuple[str, ...]:
         """Labels summed away from a family, the profile's then the file's."""
-        labels: list[str] = []
-        for pattern, drop in (*AGGREGATIONS[self.profile], *self.aggregate):
-            if fnmatch.fnmatchcase(name, pattern):
-                labels += [label for label in drop if label not in labels]
-        return tuple(labels)
+        known = self._without.get(name)
+        if known is None:
+            labels: list[str] = []
+            for pattern, drop in (*AGGREGATIONS[self.profile], *self.aggregate):
+                if fnmatch.fnmatchcase(name, pattern):
+                    labels += [label for label in drop if label not in labels]
+            known = self._without[name] = tuple(labels)
+        return known
 
     def apply(self, metrics: Iterable[Metric]) -> Iterator[Metric]:
         """The wanted families, each with its labels summed away."""
