@@ -64,7 +64,7 @@ FAMILIES: dict[str, str] = {
     "cte_loop_last_completed_age_seconds": MINIMAL,
     "cte_loop_overruns_total": STANDARD,
     "cte_loop_restarts_total": STANDARD,
-    "cte_loop_target_hertz": FULL,
+    "cte_loop_target_hertz": STANDARD,
     "cte_nvml_errors_total": MINIMAL,
     "cte_power_analysis_duration_seconds": STANDARD,
     "cte_power_buffer_bytes": STANDARD,
