@@ -279,3 +279,31 @@ def test_a_reload_applies_a_new_selection(running_exporter, tmp_path):
     (tmp_path / "metrics.yml").write_text("exclude: [nonsense]\n")
     assert not reload(exp, str(config), {"listen_address": "127.0.0.1:0"})
     assert exp.selection.exclude == ("gpu_temperature_celsius",)  # the old one stays
+
+
+def test_a_driver_without_the_all_links_total_gets_the_links_summed(monkeypatch):
+    from exporter.gpu.backend import NvmlBackend
+    from exporter.gpu.health import read_health
+    from exporter.sampling.clock import ManualClock
+    from exporter.sim import fake
+    from exporter.sim.scenarios import load_scenario
+
+    clock = ManualClock(1_790_000_000.0)
+    with fake.installed(load_scenario("training"), clock, costs=None) as lib:
+        backend = NvmlBackend()
+        backend.open()
+        clock.advance(30)
+        per_link = read_health(backend, 0, 18, clock.time())
+        summed = read_health(backend, 0, 18, clock.time(), Selection(STANDARD).nvlink_reads())
+        field = lib._field
+        monkeypatch.setattr(lib, "_field", lambda gpu, fid, scope, t: None
+                            if scope == ALL_LINKS else field(gpu, fid, scope, t))
+        fallback = read_health(backend, 1, 18, clock.time(),
+                               Selection(STANDARD).nvlink_reads())
+        per_link_1 = read_health(backend, 1, 18, clock.time())
+        backend.close()
+    want = sum(link.transmit_bytes for link in per_link.nvlinks)
+    assert summed.nvlink_traffic[0] == pytest.approx(want, rel=1e-9)
+    assert all(link.transmit_bytes is None for link in summed.nvlinks)
+    want_1 = sum(link.receive_bytes for link in per_link_1.nvlinks)
+    assert fallback.nvlink_traffic[1] == pytest.approx(want_1, rel=1e-9)
