@@ -29,7 +29,7 @@ HCAS = 8  # one NDR port per GPU, as on an H100/H200 training node
 def _docs_section(title: str) -> set[str]:
     text = (REPO / "docs" / "metrics.md").read_text()
     body = text.split(f"### {title}\n\n", 1)[1].split("\n\n", 1)[0]
-    return set(re.findall(r"`([a-z0-9_]+)`", body))
+    return set(re.findall(r"`([A-Za-z0-9_]+)`", body))
 
 
 def test_every_documented_family_has_a_profile_and_the_docs_say_which():
@@ -307,3 +307,31 @@ def test_a_driver_without_the_all_links_total_gets_the_links_summed(monkeypatch)
     assert all(link.transmit_bytes is None for link in summed.nvlinks)
     want_1 = sum(link.receive_bytes for link in per_link_1.nvlinks)
     assert fallback.nvlink_traffic[1] == pytest.approx(want_1, rel=1e-9)
+
+
+def _alerts_served_by(selection: Selection) -> set[str]:
+    """The alerts every family of whose expression (through the recording rules it
+    uses) the selection serves."""
+    rules = [rule for path in sorted((REPO / "alerts").glob("*.yml"))
+             for group in yaml.safe_load(path.read_text())["groups"]
+             for rule in group["rules"]]
+    recorded = {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
+
+    def families(expr: str, seen: frozenset = frozenset()) -> set[str]:
+        found = set()
+        for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
+            if token in FAMILIES:
+                found.add(token)
+            elif token in recorded and token not in seen:
+                found |= families(recorded[token], seen | {token})
+        return found
+
+    return {rule["alert"] for rule in rules if "alert" in rule
+            and all(selection.wants(name) for name in families(rule["expr"]))}
+
+
+def test_the_docs_name_the_alerts_minimal_serves():
+    every = _alerts_served_by(Selection(FULL))
+    assert _alerts_served_by(Selection(STANDARD)) == every
+    assert _docs_section("Alerts at `minimal`") == _alerts_served_by(Selection(MINIMAL))
+    assert _alerts_served_by(Selection(MINIMAL)) < every
