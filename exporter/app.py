@@ -30,11 +30,13 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 
-def collector_makers(config: Any) -> list[CollectorMaker]:
-    """The collectors the config enables (node_exporter-style --collector.NAME)."""
+def collector_makers(config: Any, selection: Selection | None = None) -> list[CollectorMaker]:
+    """The collectors the config enables (node_exporter-style --collector.NAME), less
+    those whose families the metric selection all leaves out."""
+    selection = selection or load_selection(config.metrics_profile, config.metrics_file)
     return [CollectorMaker(spec.name, spec.interval(config),
                            lambda context, spec=spec: spec.factory(config, context))
-            for spec in registry.enabled(config)]
+            for spec in registry.enabled(config) if selection.needs_collector(spec.name)]
 
 
 def sampler_settings(config: Any, selection: Selection | None = None) -> SamplerSettings:
@@ -80,7 +82,8 @@ class Exporter:
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib = fake_lib
-        self.collectors = collectors if collectors is not None else collector_makers(config)
+        self.collectors = (collectors if collectors is not None
+                           else collector_makers(config, self.selection))
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 

@@ -335,3 +335,22 @@ def test_the_docs_name_the_alerts_minimal_serves():
     assert _alerts_served_by(Selection(STANDARD)) == every
     assert _docs_section("Alerts at `minimal`") == _alerts_served_by(Selection(MINIMAL))
     assert _alerts_served_by(Selection(MINIMAL)) < every
+
+
+def test_a_collector_whose_families_are_all_left_out_is_not_started(running_exporter,
+                                                                    tmp_path):
+    sysfs = tmp_path / "sysfs"
+    ib_tree.ndr_hca(sysfs)
+    path = _file(tmp_path, 'exclude: ["infiniband_*"]\n')
+    common = {"path_sysfs": str(sysfs), "collector_infiniband": True, "collector_host": True}
+    every = running_exporter.start(manual=True, **common)
+    fewer = running_exporter.start(manual=True, metrics_file=path, **common)
+    assert {"infiniband", "host"} <= {c.name for c in every.collectors}
+    names = {c.name for c in fewer.collectors}
+    assert "infiniband" not in names and "host" in names
+    fewer.sampler.advance(6)
+    assert not any(name.startswith(("infiniband_", "cte_infiniband_"))
+                   for name in samples(fewer.current.body))
+    assert Selection(STANDARD, exclude=("host_*",)).needs_collector("host") is False
+    assert Selection(STANDARD).needs_collector("host")
+    assert Selection(MINIMAL, exclude=("gpu_hpc_job_info",)).needs_collector("jobs")

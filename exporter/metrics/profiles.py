@@ -24,6 +24,10 @@ AGGREGATIONS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     FULL: (),
 }
 
+# Collectors that only feed their own families (nothing else reads their readings): not
+# started when a selection serves none of these.
+COLLECTOR_FAMILIES: dict[str, str] = {"infiniband": "infiniband_*", "host": "host_*"}
+
 # Every family by its exposed name (counters with _total, info with _info).
 FAMILIES: dict[str, str] = {
     "collective_stall_active": MINIMAL,

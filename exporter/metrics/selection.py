@@ -27,7 +27,13 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.gpu.health import NvlinkReads
 from exporter.metrics.exposition import Rows
-from exporter.metrics.profiles import AGGREGATIONS, DEFAULT_PROFILE, FAMILIES, PROFILES
+from exporter.metrics.profiles import (
+    AGGREGATIONS,
+    COLLECTOR_FAMILIES,
+    DEFAULT_PROFILE,
+    FAMILIES,
+    PROFILES,
+)
 from exporter.yamlfile import ConfigError, Where, excerpt, expect_mapping, load_yaml_file
 
 _GLOB = re.compile(r"[*?\[]")
@@ -97,6 +103,13 @@ class Selection:
             errors=self.wants("gpu_nvlink_errors_total"),
             traffic=bool(traffic),
             traffic_per_link=any("link" not in self.without(n) for n in traffic))
+
+    def needs_collector(self, name: str) -> bool:
+        """Whether a collector's readings feed a served family (those of
+        COLLECTOR_FAMILIES only when one of theirs is; every other one always)."""
+        pattern = COLLECTOR_FAMILIES.get(name)
+        return pattern is None or any(self.wants(family) for family in FAMILIES
+                                      if fnmatch.fnmatchcase(family, pattern))
 
     def describe(self) -> str:
         """One phrase for logs and check-config."""
