@@ -13,6 +13,7 @@ from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors import registry
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
+from exporter.metrics.selection import Selection, load_selection
 from exporter.metrics.web import http_families, reload_families, tls_families
 from exporter.offline.trace import load_trace
 from exporter.sampling.clock import SYSTEM, Clock
@@ -29,15 +30,18 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 
-def collector_makers(config: Any) -> list[CollectorMaker]:
-    """The collectors the config enables (node_exporter-style --collector.NAME)."""
+def collector_makers(config: Any, selection: Selection | None = None) -> list[CollectorMaker]:
+    """The collectors the config enables (node_exporter-style --collector.NAME), less
+    those whose families the metric selection all leaves out."""
+    selection = selection or load_selection(config.metrics_profile, config.metrics_file)
     return [CollectorMaker(spec.name, spec.interval(config),
                            lambda context, spec=spec: spec.factory(config, context))
-            for spec in registry.enabled(config)]
+            for spec in registry.enabled(config) if selection.needs_collector(spec.name)]
 
 
-def sampler_settings(config: Any) -> SamplerSettings:
+def sampler_settings(config: Any, selection: Selection | None = None) -> SamplerSettings:
     c = config
+    selection = selection or load_selection(c.metrics_profile, c.metrics_file)
     return SamplerSettings(
         power_sample_rate_hz=c.power_sample_rate_hz,
         power_drain_interval_seconds=c.power_drain_interval_seconds,
@@ -51,6 +55,7 @@ def sampler_settings(config: Any) -> SamplerSettings:
         hang_timeout_seconds=c.hang_timeout_seconds,
         gpu_recovery_interval_seconds=c.gpu_recovery_interval_seconds,
         stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
+        nvlink_reads=selection.nvlink_reads(),
     )
 
 
@@ -61,7 +66,8 @@ class Exporter:
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
                  fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
-        """Raises ConfigError for a bad web config file, before anything starts.
+        """Raises ConfigError for a bad web config or selection file, before anything
+        starts.
 
         `nvml` and `fake_lib` let the fleet simulator run many fake nodes in one process:
         each gets a private pynvml copy and a fake library built for it. `collectors`,
@@ -71,17 +77,19 @@ class Exporter:
         self.clock = clock
         self.nvml = nvml
         self.web: WebConfig = load_web_config(config.web_config_file)
+        self.selection: Selection = load_selection(config.metrics_profile, config.metrics_file)
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib = fake_lib
-        self.collectors = collectors if collectors is not None else collector_makers(config)
+        self.collectors = (collectors if collectors is not None
+                           else collector_makers(config, self.selection))
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
         # rendered by its first scrape, with the serving side's own figures as of then
-        self.current = RenderedSnapshot(snapshot, self._serving_families)
+        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection)
 
     def _serving_families(self) -> list:
         server = self.server
@@ -96,6 +104,13 @@ class Exporter:
         self.web = web
         if self.server is not None:
             self.server.set_web_config(web)
+
+    def apply_selection(self, selection: Selection) -> None:
+        """Families served from the next snapshot on; NVLink fields read from the next
+        health read on."""
+        self.selection = selection
+        if self.sampler is not None:
+            self.sampler.sweep.nvlink_reads = selection.nvlink_reads()
 
     def record_reload(self, ok: bool) -> None:
         self.reloads.record(ok)
@@ -122,7 +137,7 @@ class Exporter:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
         self._install_fake()
-        settings = sampler_settings(c)
+        settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)

@@ -15,6 +15,7 @@ from exporter.collectors import registry
 from exporter.config import all_options, build_config, load_config_file
 from exporter.errors import EXIT_FAILURE, EXIT_USAGE, PROG, fail
 from exporter.gpu.backend import NvmlUnavailable
+from exporter.metrics.selection import load_selection
 from exporter.offline.trace import TraceError
 from exporter.options import RUN, SIMULATE, add_flags, resolve
 from exporter.sim.scenarios import load_scenario
@@ -167,13 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check-config":
             config = load_config_file(args.file)
             web = load_web_config(config.web_config_file)
+            selection = load_selection(config.metrics_profile, config.metrics_file)
             security = ("TLS" if web.tls else "plain HTTP") + (
                 f", basic auth for {len(web.users)} user(s)" if web.auth else "")
             collectors = ", ".join(spec.name for spec in registry.enabled(config)) or "none"
             print(f"{args.file}: ok (listen {config.listen_address}, {security}; "
                   f"power buffer drained every {config.power_drain_interval_seconds:g} s, "
                   f"polled at {config.power_sample_rate_hz:g} Hz where there is none; "
-                  f"sweep {config.sweep_interval_seconds:g} s; collectors: {collectors})")
+                  f"sweep {config.sweep_interval_seconds:g} s; collectors: {collectors}; "
+                  f"metrics: {selection.describe()})")
             return 0
         parser.print_help(sys.stderr)
         return EXIT_USAGE

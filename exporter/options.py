@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.metrics.profiles import DEFAULT_PROFILE, PROFILES
+
 DEFAULT_PORT = 9955  # free of node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835
 LOG_LEVELS = ("debug", "info", "warning", "error")
 RUN, SIMULATE, RECORD = "run", "simulate", "record"
@@ -132,6 +134,15 @@ CORE: tuple[Option, ...] = (
     Option("web_config_file", "--web.config.file", str, "",
            "TLS and basic auth, in the Prometheus exporter-toolkit web config format "
            "(unset: plain HTTP, no auth)", metavar="FILE"),
+    Option("metrics_profile", "--metrics.profile", str, DEFAULT_PROFILE,
+           "families served: minimal (the largest fleets), standard (what every shipped "
+           "alert, recording rule and dashboard needs) or full (NVLink per link and every "
+           "diagnostic); docs/metrics.md says which family is in which",
+           choices=PROFILES, metavar="PROFILE", commands=(RUN, SIMULATE)),
+    Option("metrics_file", "--metrics.file", str, "",
+           "a selection over the profile: families included or excluded by name or glob, "
+           "labels summed away (docs/metrics.md); reloaded on SIGHUP", metavar="FILE",
+           commands=(RUN, SIMULATE)),
     Option("fake", "--fake", bool, False, "run on the built-in simulated node instead of "
            "real NVML", commands=(RUN, RECORD)),
     Option("scenario", "--scenario", str, "training", "fake scenario: a built-in name or a "

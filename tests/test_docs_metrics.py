@@ -39,6 +39,7 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     jobs = tmp_path_factory.mktemp("hpc-jobs")
     (jobs / "0").write_text("4242\n")
     exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
+                          metrics_profile="full",
                           hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5))
     exp.start()
     try:
@@ -114,6 +115,7 @@ def test_who_uses_the_gpus_is_documented(running_exporter, tmp_path):
     (tmp_path / "jobs" / "0.1").write_text("7\n")
     try:
         exp = running_exporter.start(manual=True, scenario="mig", collector_processes=True,
+                                     metrics_profile="full",
                                      kubernetes_pod_resources_socket=path,
                                      hpc_job_mapping_dir=str(tmp_path / "jobs"))
         exp.sampler.advance(16)

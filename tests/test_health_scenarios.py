@@ -175,7 +175,7 @@ def test_row_remap_pending_then_failure(running):
 
 
 def test_nvlink_errors_and_a_link_going_down(running):
-    run = running("nvlink-errors")
+    run = running("nvlink-errors", metrics_profile="full")  # per link
     m = run.run_until(15)  # NVLink counters are read every 5 s: the read at 15 s
     errors = m["gpu_nvlink_errors_total"]
     assert value(errors, gpu="3", link="7", type="crc_flit") > 1000

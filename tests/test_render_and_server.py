@@ -21,7 +21,9 @@ from exporter.metrics.health import (
     link_memory_key,
     nvlink_traffic_families,
 )
+from exporter.metrics.profiles import FULL
 from exporter.metrics.render import CachedFamilies, render
+from exporter.metrics.selection import Selection
 from exporter.web.health import HealthCheck
 from exporter.web.server import accepts_gzip
 from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
@@ -235,7 +237,8 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
                                 health={g: reading(10.0, 2e9, 0.0) for g in range(2)})
     worse = dataclasses.replace(later, time=15.0,
                                 health={0: reading(15.0, 3e9, 7.0), 1: later.health[1]})
-    texts = [render(s, sources).decode() for s in (first, later, worse)]
+    per_link = Selection(FULL)  # the per-link series
+    texts = [render(s, sources, selection=per_link).decode() for s in (first, later, worse)]
     assert built == [5.0, 15.0]  # the second reading changed nothing they show
     assert 'gpu_nvlink_transmit_bytes_total{gpu="0",link="1",uuid="GPU-00000000"} 2.000000001e+09' \
         in texts[1]  # traffic: from each reading

@@ -21,6 +21,7 @@ from exporter.analysis.live_power import PowerSettings
 from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors.registry import Collector, CollectorContext
 from exporter.gpu.backend import NvmlBackend
+from exporter.gpu.health import NvlinkReads
 from exporter.sampling.analyses import Analyses
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collectors import CollectorRunner
@@ -51,6 +52,7 @@ class SamplerSettings:
     xid_events: bool = True
     power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
     stragglers: StragglerSettings | None = field(default_factory=StragglerSettings)
+    nvlink_reads: NvlinkReads = field(default_factory=NvlinkReads)  # what the selection needs
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class Sampler:
         self.sweep = SweepSampler(self.gpus, clock, s.sweep_interval_seconds,
                                   s.gpu_health_interval_seconds, s.energy_interval_seconds)
         self.sweep.on_recovered = self.power.reset
+        self.sweep.nvlink_reads = s.nvlink_reads
         self._collector_specs = list(collectors or [])
         self.collectors: list[CollectorRunner] = []
         self.analyses: Analyses | None = None
