@@ -434,7 +434,7 @@ def fleet(tmp_path_factory):
         for expr in ("gpu_straggler_signal", "namespace:gpu_power:share",
                      'count_over_time(gpu_xid_errors_total{xid="74"}[1m]) >= 3', "gpu_up == 0",
                      "count(count_over_time("
-                     f"power_swing_amplitude_watts[1m]) >= 3) == {len(NODES)}"):
+                     f"gpu_node_power_swing_amplitude_watts[1m]) >= 3) == {len(NODES)}"):
             wait_for(lambda e=expr: prom.query(e), timeout=max(1, fleet.deadline
                                                                - time.monotonic()),
                      interval=0.5)

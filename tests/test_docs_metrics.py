@@ -47,7 +47,8 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
         def body_with_cpu_utilization() -> str | None:
             body = exp.current.body.decode()
             ready = all(f"\n{name} " in body for name in (
-                "host_cpu_utilization_ratio", "power_swing_active", "collective_stall_active"))
+                "host_cpu_utilization_ratio", "gpu_node_power_swing_active",
+                "gpu_node_collective_stall_active"))
             return body if ready else None
 
         text = wait_for(body_with_cpu_utilization, timeout=20)

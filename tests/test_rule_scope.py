@@ -65,7 +65,7 @@ def test_group_names_are_unique_across_files():
     "a * on (cluster, job, instance, gpu, uuid) group_left () b",
     "a / ignoring (gpu) b",
     'label_replace(x, "signal", "power", "", "") or y',
-    "increase(power_ramps_total[5m]) > 0",
+    "increase(gpu_node_power_ramps_total[5m]) > 0",
     "foo:sum > 1  # sum by (cluster) in a comment",
     'x{reason="sum by (cluster) (y)"}',
 ])

@@ -80,7 +80,7 @@ def used_families() -> set[str]:
 def test_standard_serves_every_family_the_rules_and_dashboards_query():
     used = used_families()
     assert len(used) > 100  # the derivation finds them (else this test could not fail)
-    assert {"gpu_power_watts", "gpu_nvlink_errors_total", "power_swing_active",
+    assert {"gpu_power_watts", "gpu_nvlink_errors_total", "gpu_node_power_swing_active",
             "infiniband_port_link_downed_total"} <= used
     standard = Selection(STANDARD)
     assert sorted(n for n in used if not standard.wants(n)) == []

@@ -200,9 +200,9 @@ def test_live_and_offline_agree_on_a_replayed_trace(tmp_path, running_exporter):
     assert live.period_seconds == pytest.approx(offline[0]["period_seconds"], rel=0.02)
     assert live.period_seconds == pytest.approx(1 / 2.4, rel=0.02)
     body = render(exp.sampler.snapshot).decode()
-    assert "\npower_swing_step_detected 1.0" in body
-    assert "\npower_swing_step_grid_relevant 0.0" in body
-    assert "\npower_swing_step_period_seconds 0.41" in body
+    assert "\ngpu_node_power_swing_step_detected 1.0" in body
+    assert "\ngpu_node_power_swing_step_grid_relevant 0.0" in body
+    assert "\ngpu_node_power_swing_step_period_seconds 0.41" in body
 
 
 def test_the_running_extremes_match_the_sliding_window():
