@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from exporter.analysis.step_segments import StepSwing, find_step_swing, grid_rel
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
+W = TypeVar("W")  # what a window found: a step swing or a cycle
 MIN_STEP_SAMPLES = 16  # fewer samples per step window cannot show a swing's shape
 UNRESOLVED_MIN_CONCENTRATION = 0.5  # a real periodic component, not noise
 SPARSE_SAMPLES_PER_PERIOD = 10  # fewer: p95 - p5 can miss a swing's peaks
@@ -67,6 +68,24 @@ Window = tuple[float, float, NodeSwing]
 def _med(values: Sequence[float | None]) -> float | None:
     v = [x for x in values if x is not None]
     return float(np.median(v)) if v else None
+
+
+def _pattern_runs(windows: Iterable[tuple[float, float, W | None]],
+                  scale: Callable[[W], float]) -> list[list[tuple[float, float, W]]]:
+    """Consecutive windows that found a pattern at one scale (frequency or period, within
+    FREQ_TOLERANCE): a window without one, or at another scale, ends a run."""
+    runs: list[list[tuple[float, float, W]]] = []
+    cur: list[tuple[float, float, W]] = []
+    for a, b, found in windows:
+        if cur and (found is None or abs(scale(found) - scale(cur[-1][2]))
+                    > FREQ_TOLERANCE * scale(found)):
+            runs.append(cur)
+            cur = []
+        if found is not None:
+            cur.append((a, b, found))
+    if cur:
+        runs.append(cur)
+    return runs
 
 
 def thresholds(args: argparse.Namespace) -> SwingThresholds:
@@ -320,19 +339,8 @@ def segment_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_star
                    ) -> list[dict[str, Any]]:
     """Runs of windows whose plateaus show a step swing at one frequency (within 10 %),
     joined into one entry each (medians over the run)."""
-    runs: list[list[tuple[float, float, StepSwing]]] = []
-    cur: list[tuple[float, float, StepSwing]] = []
-    for a, b, sw in segment_windows(g, args, band):
-        if cur and (sw is None or abs(sw.frequency_hz - cur[-1][2].frequency_hz)
-                    > FREQ_TOLERANCE * sw.frequency_hz):
-            runs.append(cur)
-            cur = []
-        if sw is not None:
-            cur.append((a, b, sw))
-    if cur:
-        runs.append(cur)
     out = []
-    for run in runs:
+    for run in _pattern_runs(segment_windows(g, args, band), lambda sw: sw.frequency_hz):
         sws = [w[2] for w in run]
         f = _med([s.frequency_hz for s in sws])
         assert f is not None
@@ -411,19 +419,8 @@ def _cycle_windows(g: Grid, args: argparse.Namespace
 
 
 def cycle_swings(g: Grid, args: argparse.Namespace, t_start: float) -> list[dict[str, Any]]:
-    runs: list[list[tuple[float, float, CycleFeatures]]] = []
-    cur: list[tuple[float, float, CycleFeatures]] = []
-    for a, b, c in _cycle_windows(g, args):
-        if cur and (c is None or abs(c.period_seconds - cur[-1][2].period_seconds)
-                    > FREQ_TOLERANCE * c.period_seconds):
-            runs.append(cur)
-            cur = []
-        if c is not None:
-            cur.append((a, b, c))
-    if cur:
-        runs.append(cur)
     out = []
-    for run in runs:
+    for run in _pattern_runs(_cycle_windows(g, args), lambda c: c.period_seconds):
         period = _med([w[2].period_seconds for w in run])
         assert period is not None and period > 0 and math.isfinite(period)
         out.append({
