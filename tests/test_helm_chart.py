@@ -293,7 +293,7 @@ def test_plain_manifests_are_rendered_from_the_chart(helm):
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "render_manifests.py"),
                              "--check"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, (
-        result.stderr + "\nrun: python scripts/render_manifests.py")
+        result.stderr + "\nrun: .venv/bin/python scripts/render_manifests.py")
     names = sorted(p.name for p in (REPO / "deploy" / "kubernetes").glob("*.yaml"))
     assert names == ["daemonset.yaml", "prometheusrule.yaml", "service.yaml",
                      "servicemonitor.yaml"]
