@@ -27,11 +27,16 @@ pytestmark = pytest.mark.image
 CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
 
 
+def _cannot(why: str) -> None:
+    """Skip, or fail where the tools are required (CI)."""
+    if os.environ.get("CTE_REQUIRE_TOOLS") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 def _need_root() -> None:
     if os.geteuid() != 0:
-        if os.environ.get("CTE_REQUIRE_TOOLS") == "1":
-            pytest.fail("building the image needs root (buildah's storage)")
-        pytest.skip("building the image needs root (buildah's storage)")
+        _cannot("building the image needs root (buildah's storage)")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,7 @@ def image() -> Iterator[tuple[str, str]]:
     debootstrap = require_binary("debootstrap")
     release = image_base.debian_release()
     if release is None:
-        pytest.skip("the base image is made with debootstrap from the host's Debian release")
+        _cannot("the base image is made with debootstrap from the host's Debian release")
     base = image_base.base_image(buildah, debootstrap, release)
     wheels = image_base.wheelhouse()
     name = f"localhost/cte-test:{uuid.uuid4().hex[:12]}"
