@@ -199,10 +199,16 @@ def test_live_and_offline_agree_on_a_replayed_trace(tmp_path, running_exporter):
     live = analysis.step_swing
     assert live.period_seconds == pytest.approx(offline[0]["period_seconds"], rel=0.02)
     assert live.period_seconds == pytest.approx(1 / 2.4, rel=0.02)
+    # the same swing, not only the same rhythm
+    assert live.amplitude_watts == pytest.approx(offline[0]["node_amplitude_watts"], rel=0.2)
+    assert live.synchrony == pytest.approx(offline[0]["synchrony"], abs=0.1)
     body = render(exp.sampler.snapshot).decode()
-    assert "\ngpu_node_power_swing_step_detected 1.0" in body
-    assert "\ngpu_node_power_swing_step_grid_relevant 0.0" in body
-    assert "\ngpu_node_power_swing_step_period_seconds 0.41" in body
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in body.splitlines()
+              if line.startswith("gpu_node_power_swing_step_")}
+    assert values["gpu_node_power_swing_step_detected"] == 1.0
+    assert values["gpu_node_power_swing_step_grid_relevant"] == 0.0
+    assert values["gpu_node_power_swing_step_period_seconds"] == pytest.approx(
+        live.period_seconds, rel=1e-9)
 
 
 def test_the_running_extremes_match_the_sliding_window():
