@@ -99,6 +99,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--scenario", default="healthy", help="fleet scenario (default healthy)")
+    ap.add_argument("--profile", default="standard", choices=("minimal", "standard", "full"),
+                    help="--metrics.profile of the simulated nodes (default standard)")
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=300, help="run time, at most 900")
     ap.add_argument("--warmup", type=float, default=60, help="seconds before CPU is counted")
@@ -120,7 +122,8 @@ def main() -> int:
         sim = subprocess.Popen(
             [sys.executable, "-m", "exporter", "simulate", "--scenario", args.scenario,
              "--nodes", str(args.nodes), "--base-port", str(args.base_port),
-             "--power.sample-rate", "2", "--sweep.interval", "5", "--log.level", "error"],
+             "--power.sample-rate", "2", "--sweep.interval", "5", "--log.level", "error",
+             "--metrics.profile", args.profile],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line, deadline = "", time.monotonic() + 300
         while "127.0.0.1" not in line and time.monotonic() < deadline:
