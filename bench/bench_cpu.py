@@ -1,4 +1,4 @@
-"""CPU share of the exporter on the 8-GPU fake, side by side with references (issue 11).
+"""CPU share of the exporter on the 8-GPU fake, side by side with references.
 
     python bench/bench_cpu.py [--seconds 60] [--warmup 10] [--rounds 1]
                               [--targets ours,nvitop,node_exporter] [--no-costs]

@@ -1,4 +1,4 @@
-"""What an open live page costs the exporter (issue 15). Prints figures; not a pass/fail test.
+"""What an open live page costs the exporter. Prints figures; not a pass/fail test.
 
     python bench/bench_page.py [--seconds 30] [--rounds 3] [--pages 1]
 

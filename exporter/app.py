@@ -14,6 +14,7 @@ from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
+from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collector_api import Collector
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
@@ -31,9 +32,12 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 
-def collector_makers(config: Config) -> list[CollectorMaker]:
-    """The collectors the config enables (node_exporter-style --collector.NAME)."""
-    return [_maker(spec, config) for spec in registry.enabled(config.collectors)]
+def collector_makers(config: Config, selection: Selection | None = None) -> list[CollectorMaker]:
+    """The collectors the config enables (node_exporter-style --collector.NAME), less
+    those whose families the metric selection all leaves out."""
+    selection = selection or load_selection(config.metrics.profile, config.metrics.file)
+    return [_maker(spec, config) for spec in registry.enabled(config.collectors)
+            if selection.needs_collector(spec.name)]
 
 
 def _maker(spec: CollectorSpec[S], config: Config) -> CollectorMaker:
@@ -43,10 +47,13 @@ def _maker(spec: CollectorSpec[S], config: Config) -> CollectorMaker:
         lambda context: spec.factory(settings, context))
 
 
-def sampler_settings(config: Config) -> SamplerSettings:
-    """The config's sampler settings, told what stands in for NVML."""
+def sampler_settings(config: Config, selection: Selection | None = None) -> SamplerSettings:
+    """The config's sampler settings, told what stands in for NVML and which NVLink
+    fields the metric selection needs."""
+    selection = selection or load_selection(config.metrics.profile, config.metrics.file)
     return dataclasses.replace(config.sampler, backend=config.backend.name,
-                               scenario=config.backend.scenario_name)
+                               scenario=config.backend.scenario_name,
+                               nvlink_reads=selection.nvlink_reads())
 
 
 class Exporter:
@@ -57,7 +64,8 @@ class Exporter:
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
                  fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
-        """Raises ConfigError for a bad web config file, before anything starts.
+        """Raises ConfigError for a bad web config or selection file, before anything
+        starts.
 
         `nvml` and `fake_lib` let the fleet simulator run many fake nodes in one process:
         each gets a private pynvml copy and a fake library built for it. `collectors`,
@@ -67,18 +75,21 @@ class Exporter:
         self.clock = clock
         self.nvml = nvml
         self.web: WebConfig = load_web_config(config.serving.web_config_file)
+        self.selection: Selection = load_selection(config.metrics.profile,
+                                                   config.metrics.file)
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib = fake_lib
         self.collectors: list[Collector | CollectorMaker] = (
-            collectors if collectors is not None else list(collector_makers(config)))
+            collectors if collectors is not None
+            else list(collector_makers(config, self.selection)))
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
         # rendered by its first scrape, with the serving side's own figures as of then
-        self.current = RenderedSnapshot(snapshot, self._serving_families)
+        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection)
 
     def _serving_families(self) -> list:
         server = self.server
@@ -93,6 +104,13 @@ class Exporter:
         self.web = web
         if self.server is not None:
             self.server.set_web_config(web)
+
+    def apply_selection(self, selection: Selection) -> None:
+        """Families served from the next snapshot on; NVLink fields read from the next
+        health read on."""
+        self.selection = selection
+        if self.sampler is not None:
+            self.sampler.sweep.nvlink_reads = selection.nvlink_reads()
 
     def record_reload(self, ok: bool) -> None:
         self.reloads.record(ok)
@@ -119,7 +137,7 @@ class Exporter:
         """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
         c = self.config
         self._install_fake()
-        settings = sampler_settings(c)
+        settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)

@@ -13,22 +13,22 @@ from collections.abc import Sequence
 from exporter import __version__
 from exporter.collectors import registry
 from exporter.config import all_options, build_config, load_config_file
+from exporter.errors import EXIT_FAILURE, EXIT_USAGE, PROG, fail
 from exporter.gpu.backend import NvmlUnavailable
+from exporter.metrics.selection import load_selection
 from exporter.options import RUN, SIMULATE, add_flags, resolve
 from exporter.sim.scenarios import load_scenario
 from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
-PROG = "cluster-telemetry-exporter"
-EXIT_USAGE = 2
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line and exits 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else None
+        sys.exit(fail(command, f"{message} (see --help)"))
 
 
 def _add_run_flags(parser: argparse.ArgumentParser) -> None:
@@ -70,9 +70,8 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         fleet.start()
     except OSError as exc:
-        print(f"{PROG}: cannot start the fleet on {args.listen_host}:{args.base_port}+: "
-              f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return fail("simulate", f"cannot start the fleet on {args.listen_host}:"
+                    f"{args.base_port}+: {exc.strerror or exc}", EXIT_FAILURE)
     host = f"[{args.listen_host}]" if ":" in args.listen_host else args.listen_host
     print(f"simulating {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs "
           f"(scenario {scenario.name}); targets:", flush=True)
@@ -137,14 +136,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         exporter.start()
     except NvmlUnavailable as exc:
-        print(f"{PROG}: {exc}. This machine has no usable NVIDIA driver. To try the exporter "
-              f"on a simulated node, run: {PROG} run --fake", file=sys.stderr)
-        return 1
+        return fail("run", f"{exc}. This machine has no usable NVIDIA driver. To try the "
+                    f"exporter on a simulated node, run: {PROG} run --fake", EXIT_FAILURE)
     except OSError as exc:
-        print(f"{PROG}: cannot listen on {config.serving.listen_address}: "
-              f"{exc.strerror or exc}",
-              file=sys.stderr)
-        return 1
+        return fail("run", f"cannot listen on {config.serving.listen_address}: "
+                    f"{exc.strerror or exc}", EXIT_FAILURE)
     freeze_startup_objects()
     serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
@@ -157,18 +153,22 @@ def _check_config(path: str) -> int:
     web = load_web_config(config.serving.web_config_file)
     security = ("TLS" if web.tls else "plain HTTP") + (
         f", basic auth for {len(web.users)} user(s)" if web.auth else "")
+    selection = load_selection(config.metrics.profile, config.metrics.file)
     collectors = ", ".join(s.name for s in registry.enabled(config.collectors)) or "none"
     s = config.sampler
     print(f"{path}: ok (listen {config.serving.listen_address}, {security}; "
           f"power buffer drained every {s.power_drain_interval_seconds:g} s, "
           f"polled at {s.power_sample_rate_hz:g} Hz where there is none; "
-          f"sweep {s.sweep_interval_seconds:g} s; collectors: {collectors})")
+          f"sweep {s.sweep_interval_seconds:g} s; collectors: {collectors}; "
+          f"metrics: {selection.describe()})")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would name the top-level parser, not the subcommand
+        return fail(args.command, f"unrecognized arguments: {' '.join(extra)} (see --help)")
     try:
         if args.command == "run":
             return _run(args)
@@ -187,8 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (ConfigError, TraceError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(args.command, str(exc))
 
 
 if __name__ == "__main__":

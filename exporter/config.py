@@ -15,6 +15,7 @@ from pathlib import Path
 
 from exporter.collectors import registry
 from exporter.collectors.registry import CollectorsConfig
+from exporter.metrics.settings import MetricsSettings
 from exporter.options import (
     ALL,
     LOG_LEVELS,
@@ -54,8 +55,10 @@ class BackendSettings:
     replay: str | None = setting(
         None, "serve a recorded trace (ours or an nvidia-smi CSV log) as if live, looping "
         "at its end", flag="--replay", metavar="FILE", optional=True, check=not_blank)
-    replay_speed: float = setting(1.0, "replay speed", flag="--speed", low=0.01,
-                                  high=1000.0, metavar="X")
+    replay_speed: float = setting(
+        1.0, "replay speed; a speed that would deliver more than 640 power samples a second "
+        "per GPU is refused (above 12.8 for a recording at the driver's ~50 a second)",
+        flag="--speed", low=0.01, high=1000.0, metavar="X")
 
     @property
     def name(self) -> str:
@@ -79,6 +82,7 @@ class Config:
     """Every setting; build with Config.of(), build_config() or load_config_file()."""
 
     serving: ServingSettings = section(ServingSettings)
+    metrics: MetricsSettings = section(MetricsSettings)
     backend: BackendSettings = section(BackendSettings)
     sampler: SamplerSettings = section(SamplerSettings)
     log: LogSettings = section(LogSettings)
@@ -167,7 +171,9 @@ def load_config_file(path: str | Path) -> Config:
     data = load_yaml_file(path)
     where = Where(str(path), data)
     in_file = {o.key for o in all_options() if o.in_file}
-    mapping = expect_mapping(data, where, in_file)
+    # a flag written as a key (web.listen-address): point at the key it sets
+    flags = {o.flag.lstrip("-"): o.key for o in all_options() if o.flag and o.key in in_file}
+    mapping = expect_mapping(data, where, in_file, flags)
     values = {}
     for key, value in mapping.items():
         option = _option(key)

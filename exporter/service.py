@@ -1,12 +1,13 @@
 """Running as a service: signals, reload on SIGHUP, and systemd's notify protocol.
 
 SIGINT and SIGTERM stop the exporter. SIGHUP reloads, all or nothing: the config file
-is read and validated again (flags still win over it) and the web config file it
-names is loaded again (certificates, keys, users); only if both are good is anything
-applied, else one log line says why and the running config stays. What applies live:
-the web config (new connections get the new certificate, each request the new users)
-and the log level. Keys that need sampling restarted are named in one log line and
-keep their running values until the next start.
+is read and validated again (flags still win over it) and the web config and metric
+selection files it names are loaded again (certificates, keys, users; families); only if
+all are good is anything applied, else one log line says why and the running config
+stays. What applies live: the web config (new connections get the new certificate, each
+request the new users), the log level and the metric profile and selection (from the
+next snapshot; NVLink fields from the next health read). Keys that need sampling
+restarted are named in one log line and keep their running values until the next start.
 """
 
 from __future__ import annotations
@@ -21,18 +22,21 @@ from typing import Any, Protocol
 
 from exporter import sdnotify
 from exporter.config import Config, build_config
+from exporter.metrics.selection import Selection, load_selection
 from exporter.web.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
 #: Config keys a reload applies to the running exporter.
-LIVE_KEYS = frozenset({"web_config_file", "log_level"})
+LIVE_KEYS = frozenset({"web_config_file", "log_level", "metrics_profile", "metrics_file"})
 
 
 class Reloadable(Protocol):
     config: Config
 
     def apply_web_config(self, web: WebConfig) -> None: ...
+
+    def apply_selection(self, selection: Selection) -> None: ...
 
     def record_reload(self, ok: bool) -> None: ...
 
@@ -44,6 +48,7 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
     try:
         config = build_config(config_path, overrides)
         web = load_web_config(config.serving.web_config_file)
+        selection = load_selection(config.metrics.profile, config.metrics.file)
     except Exception as exc:  # noqa: BLE001 - whatever is wrong, the old config stays
         log.error("reload refused, keeping the running config: %s", exc)
         exporter.record_reload(False)
@@ -51,12 +56,14 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
     running, new = exporter.config.values(), config.values()
     restart = [key for key in running if key not in LIVE_KEYS and running[key] != new[key]]
     exporter.apply_web_config(web)
+    exporter.apply_selection(selection)
     logging.getLogger().setLevel(config.log.log_level.upper())
     exporter.config = exporter.config.replace(**{key: new[key] for key in LIVE_KEYS})
-    log.info("reloaded %s: web config %s (%s%s), log level %s", config_path or "flags",
-             config.serving.web_config_file or "none", "TLS" if web.tls else "plain HTTP",
+    log.info("reloaded %s: web config %s (%s%s), log level %s, metrics %s",
+             config_path or "flags", config.serving.web_config_file or "none",
+             "TLS" if web.tls else "plain HTTP",
              f", basic auth for {len(web.users)} user(s)" if web.auth else "",
-             config.log.log_level)
+             config.log.log_level, selection.describe())
     if restart:
         log.warning("reload: %s changed but need%s a restart; running with the old "
                     "value%s until then", ", ".join(restart), "s" if len(restart) == 1 else "",

@@ -1,25 +1,31 @@
 """YAML loading that remembers line numbers, so config errors can name file and line.
 
 Config, web config and scenario files are small and written by people, so what a file
-can make us do is bounded (issue 17, finding 7: a 470-byte alias bomb ran check-config
-for 34 s into a MemoryError, and `--config /dev/zero` read without end):
+can make us do is bounded (unbounded, a 470-byte alias bomb ran check-config for 34 s
+into a MemoryError, and `--config /dev/zero` read without end):
 
 - at most :data:`MAX_FILE_BYTES` are read;
 - YAML aliases (``*name``) are refused: nothing here needs them, and each one can
   multiply what the rest of the code walks and prints;
 - nesting is at most :data:`MAX_DEPTH` deep (deeper made PyYAML overflow the stack);
+- a key written twice in one mapping is refused (YAML requires unique keys; PyYAML would
+  keep the last one without a word);
 - a :class:`ConfigError` is one line of at most :data:`MAX_MESSAGE_CHARS`, and values are
   quoted through :func:`excerpt`, so no message prints a huge value.
 """
 
 from __future__ import annotations
 
+import difflib
 import reprlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
 import yaml
+
+from exporter.regularfile import read_regular
 
 MAX_FILE_BYTES = 256 << 10  # a config is a few KiB; parsing 256 KiB takes ~4 s at worst
 MAX_DEPTH = 64
@@ -75,12 +81,30 @@ class _LineLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineDict:
+        _refuse_duplicate_keys(node)
         mapping = LineDict(super().construct_mapping(node, deep=deep))
         mapping.lines = {}
         for key_node, _ in node.value:
             mapping.lines[str(key_node.value)] = key_node.start_mark.line + 1
         mapping.start_line = node.start_mark.line + 1
         return mapping
+
+
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    """YAML requires unique keys; PyYAML keeps the last silently, so a second `listen_address`
+    would override the first unseen. Keys are compared as written, with their resolved tag."""
+    first: dict[tuple[str, str], int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key = (key_node.tag, key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {excerpt(key_node.value)} (first on line "
+                f"{first[key]})", key_node.start_mark)
+        first[key] = line
+
 
 
 def _mapping(loader: _LineLoader, node: yaml.Node) -> LineDict:
@@ -105,8 +129,7 @@ def load_yaml(text: str, source: str) -> Any:
 
 def load_yaml_file(path: str | Path) -> Any:
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_FILE_BYTES)  # a FIFO or device is refused, not waited on
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:
@@ -139,7 +162,25 @@ class Where:
         return ConfigError(f"{where}: {name}: {message}" if name else f"{where}: {message}")
 
 
-def expect_mapping(value: Any, where: Where, allowed: set[str]) -> dict:
+def unknown_key(key: str, allowed: Iterable[str],
+                aliases: Mapping[str, str] | None = None) -> str:
+    """The message for an unknown key: the likely one first ("did you mean X?"), since
+    the list of known keys may be cut short. `aliases` maps other spellings of a key (a
+    command-line flag written in a file) to it."""
+    known = sorted(allowed)
+    if aliases and key.lstrip("-") in aliases:
+        return f"unknown key (did you mean {aliases[key.lstrip('-')]}?)"
+    close = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.6)
+    if not close and aliases:
+        near = difflib.get_close_matches(key.lstrip("-"), list(aliases), n=1, cutoff=0.6)
+        close = [aliases[near[0]]] if near else []
+    if close:
+        return f"unknown key (did you mean {close[0]}?)"
+    return f"unknown key (known keys: {', '.join(known)})"
+
+
+def expect_mapping(value: Any, where: Where, allowed: set[str],
+                   aliases: Mapping[str, str] | None = None) -> dict:
     """Check that value is a mapping whose keys are all in allowed."""
     if value is None:
         return LineDict()
@@ -147,8 +188,7 @@ def expect_mapping(value: Any, where: Where, allowed: set[str]) -> dict:
         raise where.error(None, f"expected a mapping, got {type(value).__name__}")
     for key in value:
         if key not in allowed:
-            hint = ", ".join(sorted(allowed))
-            raise where.error(str(key), f"unknown key (known keys: {hint})")
+            raise where.error(str(key), unknown_key(str(key), allowed, aliases))
     return value
 
 

@@ -2,8 +2,8 @@
 dataclass, exporter/options.py, and each collector's spec), so the flags table can never
 drift from the code.
 
-    python scripts/build_config_docs.py        # rewrite the file
-    python scripts/build_config_docs.py --check  # exit 1 if it is out of date
+    .venv/bin/python scripts/build_config_docs.py        # rewrite the file
+    .venv/bin/python scripts/build_config_docs.py --check  # exit 1 if it is out of date
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ An example file is `deploy/config.yaml`.
 
 This page is generated from the settings declarations (each area's settings dataclass:
 `Config` in `exporter/config.py` and the sections it is composed of, and each
-collector's spec in `exporter/collectors/`) by `python scripts/build_config_docs.py`;
+collector's spec in `exporter/collectors/`) by `.venv/bin/python scripts/build_config_docs.py`;
 a test keeps it current.
 """
 
@@ -83,7 +83,7 @@ def main() -> int:
     text = render()
     if "--check" in sys.argv:
         if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is out of date: run python scripts/build_config_docs.py")
+            print(f"{OUT} is out of date: run .venv/bin/python scripts/build_config_docs.py")
             return 1
         return 0
     OUT.write_text(text)

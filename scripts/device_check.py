@@ -1,4 +1,4 @@
-"""Check the exporter on a real GPU node and measure what REFERENCE.md leaves unverified.
+"""Check the exporter on a real GPU node and measure the NVML costs docs/nvml-costs.md lists.
 
     python scripts/device_check.py [--seconds 20] [--json OUT] [--fake]
 
@@ -37,7 +37,7 @@ from device_checks.gpm import gpm_check  # noqa: E402
 from device_checks.report import print_report  # noqa: E402
 
 from exporter.gpu import fields as fi  # noqa: E402
-from exporter.gpu.backend import NvmlBackend  # noqa: E402
+from exporter.gpu.backend import NvmlBackend, NvmlUnavailable  # noqa: E402
 from exporter.sim import fake  # noqa: E402
 from exporter.sim.scenarios import load_scenario  # noqa: E402
 
@@ -192,6 +192,10 @@ def main() -> int:
         ctx.__enter__()
     try:
         report.update(measure_nvml(args))
+    except NvmlUnavailable as exc:  # run on a machine without a GPU: say so, in one line
+        print(f"device_check: {exc}; on a machine without a GPU, --fake does a dry run",
+              file=sys.stderr)
+        return 1
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)

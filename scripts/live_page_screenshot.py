@@ -29,7 +29,8 @@ def main() -> int:
     args = parser.parse_args()
     chromium = shutil.which("chromium")
     if chromium is None:
-        print("error: chromium not found (Debian: apt install chromium)", file=sys.stderr)
+        print("live_page_screenshot: chromium not found (Debian: apt install chromium)",
+              file=sys.stderr)
         return 2
     exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, scenario="straggler",
                           straggler_persistence_seconds=5.0, collector_host=False,

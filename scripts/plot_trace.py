@@ -30,7 +30,7 @@ def main() -> int:
         trace = load_trace(args.file, gpus=args.gpus)
         rep = analyze.analyse_trace(trace, args)
     except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"plot_trace: {exc}", file=sys.stderr)
         return 2
     t0 = max(float(trace.series[g].t[0]) for g in rep["gpus"])
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(12, 7), sharex=True,

@@ -35,10 +35,11 @@ def _ca(directory: Path, name: str) -> None:
          *_CA_EXT, cwd=directory)
 
 
-def _leaf(directory: Path, name: str, ca: str, extensions: str) -> None:
+def _leaf(directory: Path, name: str, ca: str, extensions: str, rsa: bool = False) -> None:
     (directory / f"{name}.ext").write_text(extensions)
-    _run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=directory)
+    key = ["rsa:2048"] if rsa else ["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    _run("req", "-newkey", *key, "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+         "-subj", f"/CN={name}", cwd=directory)
     _run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
          "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext",
          cwd=directory)
@@ -63,4 +64,10 @@ def server_cert(certs: Certs, name: str) -> tuple[Path, Path]:
     """Another server certificate and key for 127.0.0.1 from the same CA (a renewal)."""
     _leaf(certs.ca.parent, name, "ca", "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
           "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    return certs.ca.parent / f"{name}.crt", certs.ca.parent / f"{name}.key"
+
+
+def leaf(certs: Certs, name: str, extensions: str, rsa: bool = False) -> tuple[Path, Path]:
+    """Another certificate and key signed by the test CA, with these x509v3 extensions."""
+    _leaf(certs.ca.parent, name, "ca", extensions, rsa)
     return certs.ca.parent / f"{name}.crt", certs.ca.parent / f"{name}.key"

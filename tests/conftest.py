@@ -17,6 +17,8 @@ from tests.tools import ExporterFactory
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: starts real Prometheus/node_exporter processes "
                             "and runs for tens of seconds (deselect with -m 'not e2e')")
+    config.addinivalue_line("markers", "image: builds the container image and runs the exporter "
+                            "in it (debootstrap, buildah; deselect with -m 'not image')")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -1,8 +1,8 @@
 """A fake kubelet: a real gRPC server on a unix socket answering
 `v1.PodResourcesLister/List` with messages the protobuf library encodes (from a descriptor
 built here after k8s.io/kubelet/pkg/apis/podresources/v1/api.proto, fields the exporter
-ignores included), so the exporter's hand-written decoder is tested against protobuf's
-own encoding."""
+ignores included, and devices allocated through DRA in `dynamic_resources`), so the
+exporter's hand-written decoder is tested against protobuf's own encoding."""
 
 from __future__ import annotations
 
@@ -34,10 +34,18 @@ def _message_classes() -> dict:
             ("device_ids", 2, _STRING, _MANY, ""), ("topology", 3, _MESSAGE, _ONE, "TopologyInfo"))
     message("ContainerMemory", ("memory_type", 1, _STRING, _ONE, ""),
             ("size", 2, _UINT64, _ONE, ""), ("topology", 3, _MESSAGE, _ONE, "TopologyInfo"))
+    message("CDIDevice", ("name", 1, _STRING, _ONE, ""))
+    message("ClaimResource", ("cdi_devices", 1, _MESSAGE, _MANY, "CDIDevice"),
+            ("driver_name", 2, _STRING, _ONE, ""), ("pool_name", 3, _STRING, _ONE, ""),
+            ("device_name", 4, _STRING, _ONE, ""))
+    message("DynamicResource", ("claim_name", 2, _STRING, _ONE, ""),
+            ("claim_namespace", 3, _STRING, _ONE, ""),
+            ("claim_resources", 4, _MESSAGE, _MANY, "ClaimResource"))
     message("ContainerResources", ("name", 1, _STRING, _ONE, ""),
             ("devices", 2, _MESSAGE, _MANY, "ContainerDevices"),
             ("cpu_ids", 3, _INT64, _MANY, ""),
-            ("memory", 4, _MESSAGE, _MANY, "ContainerMemory"))
+            ("memory", 4, _MESSAGE, _MANY, "ContainerMemory"),
+            ("dynamic_resources", 5, _MESSAGE, _MANY, "DynamicResource"))
     message("PodResources", ("name", 1, _STRING, _ONE, ""), ("namespace", 2, _STRING, _ONE, ""),
             ("containers", 3, _MESSAGE, _MANY, "ContainerResources"))
     message("ListPodResourcesResponse",
@@ -56,8 +64,9 @@ class Holding:
     namespace: str
     pod: str
     container: str
-    resource: str
-    device_ids: tuple[str, ...]
+    resource: str  # with dra: the DRA driver's name
+    device_ids: tuple[str, ...]  # with dra: the devices' names in the driver's pool
+    dra: bool = False  # allocated through a ResourceClaim (dynamic_resources)
 
 
 def encode(holdings: list[Holding]) -> bytes:
@@ -73,6 +82,14 @@ def encode(holdings: list[Holding]) -> bytes:
         container = pod.containers.add(name=h.container)
         container.cpu_ids.extend([2, 3, 66, 67])
         container.memory.add(memory_type="memory", size=2**34).topology.nodes.add(ID=0)
+        if h.dra:  # one claim, one ClaimResource per device, with its CDI name
+            claim = container.dynamic_resources.add(claim_name=f"{h.pod}-gpus",
+                                                    claim_namespace=h.namespace)
+            for name in h.device_ids:
+                resource = claim.claim_resources.add(driver_name=h.resource,
+                                                     pool_name="node-7", device_name=name)
+                resource.cdi_devices.add(name=f"k8s.{h.resource}/claim=c0ffee-{name}")
+            continue
         devices = container.devices.add(resource_name=h.resource)
         devices.device_ids.extend(h.device_ids)
         devices.topology.nodes.add(ID=1)

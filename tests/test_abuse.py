@@ -1,4 +1,10 @@
-"""Slow and abusive clients must not stop scrapes. Every loop is bounded in count and time."""
+"""Slow and abusive clients must not stop scrapes. Every loop is bounded in count and time.
+
+What is promised is that a scrape never waits for a slow client: a server that did would
+hold it until that client's request head or read timed out (4 s here), or for longer. So
+each scrape must finish within SCRAPE_BOUND, half that time, yet 5x the slowest scrape seen
+under this load on a busy 2-CPU machine (0.42 s; typically 10-50 ms).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ from exporter.web.server import ServerLimits
 from tests.certs import make_certs
 from tests.tools import get_over_new_connection, require_module, wait_for
 
-LIMITS = ServerLimits(max_connections=48, max_active_requests=4, head_timeout_seconds=2.0,
-                      idle_timeout_seconds=5.0, io_timeout_seconds=2.0)
+LIMITS = ServerLimits(max_connections=48, max_active_requests=4, head_timeout_seconds=4.0,
+                      idle_timeout_seconds=8.0, io_timeout_seconds=4.0)
+SCRAPE_BOUND = 2.0  # s: below every timeout above, far above a scrape's own cost
 
 
 def start(config: Config) -> Exporter:
@@ -116,6 +123,7 @@ def test_slowloris_and_a_thousand_bad_requests_do_not_stop_scrapes(exporter):
     workers = [threading.Thread(target=bad_requests, args=(port, 250, 20, statuses), daemon=True)
                for _ in range(4)]
     latencies, codes, threads = [], [], []
+    before = threading.active_count()  # the exporter's own threads, and this one
     with Slowloris(port, connections=120, seconds=6) as slow:
         for worker in workers:
             worker.start()
@@ -129,9 +137,11 @@ def test_slowloris_and_a_thousand_bad_requests_do_not_stop_scrapes(exporter):
         for worker in workers:
             worker.join(30)
     assert len(statuses) == 1000
-    assert codes == [200] * len(codes) and len(codes) >= 20
-    assert max(latencies) < 0.5, sorted(latencies)[-5:]
-    assert max(threads) < LIMITS.max_connections + 20  # one thread per connection, capped
+    assert codes == [200] * len(codes) and len(codes) >= 5  # scraped all along the abuse
+    assert max(latencies) < SCRAPE_BOUND, sorted(latencies)[-5:]
+    # one thread per connection, capped: the test's 5 threads, the cap, and threads of
+    # evicted connections not yet gone on a loaded machine; without a cap: 120 more
+    assert max(threads) < before + 5 + LIMITS.max_connections + 30, (before, max(threads))
     assert slow.opened > LIMITS.max_connections and slow.cut_off > 0
     answered = {s[9:12] for s in statuses if s.startswith(b"HTTP/")}
     assert {b"400", b"414", b"431", b"413", b"501", b"505"} <= answered, answered
@@ -160,7 +170,7 @@ def test_idle_connections_beyond_the_cap_are_evicted_for_a_scrape(exporter):
              for _ in range(LIMITS.max_connections + 10)]
     try:
         code, latency = scrape(exporter.port)
-        assert code == 200 and latency < 0.5
+        assert code == 200 and latency < SCRAPE_BOUND  # not held until one times out
         assert exporter.server.connections.evicted >= 10
     finally:
         for sock in socks:
@@ -206,7 +216,8 @@ def test_tls_handshake_stalls_and_wrong_password_floods_do_not_stop_scrapes(tmp_
                 time.sleep(0.1)
             for thread in flooders:
                 thread.join(30)
-        assert len(latencies) >= 15 and max(latencies) < 0.5, sorted(latencies)[-5:]
+        assert len(latencies) >= 5, latencies  # scraped all along the abuse
+        assert max(latencies) < SCRAPE_BOUND, sorted(latencies)[-5:]
         assert refusals and set(refusals) <= {0, 401, 429} and 401 in refusals
     finally:
         exp.stop()

@@ -141,7 +141,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     assert analyze.main(parse(str(p))) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith(f"error: {p}:")
+    assert err.startswith(f"cluster-telemetry-exporter: analyze: {p}:")
     assert needle in err
 
 
@@ -151,7 +151,8 @@ def test_module_entry_point_no_traceback(tmp_path: Path) -> None:
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
-    assert r.stderr.strip().startswith("error: ") and "cannot read" in r.stderr
+    assert r.stderr.strip().startswith("cluster-telemetry-exporter: analyze: ")
+    assert "cannot read" in r.stderr
 
 
 # --------------------------------------------------------------------------- stragglers and stalls
@@ -322,12 +323,23 @@ def test_too_short_for_a_detector_says_so(tmp_path: Path,
             for g in range(4):
                 w.write(T0 + i * 0.05, g, {"power_watts": 200.0 + 400 * ((i // 20) % 2)})
     rep = run_json(capsys, str(p))
-    assert set(rep["not_run"]) == {"step", "cycle", "ramps", "outliers"}
+    assert set(rep["not_run"]) == {"step", "cycle", "ramps", "outliers", "stalls"}
     assert "shorter than the 30 s step window" in rep["not_run"]["step"]
+    assert "no utilization" in rep["not_run"]["stalls"]
     assert rep["power_swings"] == [] and rep["step_windows_analysed"] == 0
     assert analyze.main(parse(str(p))) == 0
     out = capsys.readouterr().out
-    assert "step: not run, the trace (11.9 s) is shorter than the 30 s step window" in out
+    # where a detector did not run, its line says so and why, never "none found"
+    lines = {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ":" in ln}
+    assert ("power swings: not run: step: the trace (11.9 s) is shorter than the 30 s step "
+            "window") in out
+    assert "cycle: the trace (11.9 s) is shorter than the 40 s" in lines["power swings"]
+    assert lines["ramps"].startswith("ramps: not run: the trace (11.9 s) is shorter than the 55 s")
+    assert lines["outliers (held >= 300 s)"].endswith(
+        "not run: the trace (11.9 s) is shorter than the 60 s straggler window (--outlier-window)")
+    assert lines["stalls"].startswith("stalls: not run: the trace has no utilization")
+    assert "none found" not in out.replace("dips (pauses): none found", "")
+    assert "not run," not in out  # said once, where it belongs, not again in the notes
     # sparse samples: the window exists but holds too few of them
     q = tmp_path / "sparse.cte"
     with TraceWriter(q, range(4), None, ["power_watts"]) as w:
@@ -427,3 +439,30 @@ def test_live_monitor_agrees_with_analyze(tmp_path: Path) -> None:
     steps = [s for s in rep["power_swings"] if s["scale"] == "step"]
     assert len(steps) == 1 and steps[0]["frequency_hz"] == pytest.approx(
         live.node.frequency_hz, rel=0.02)
+
+
+def test_detectors_that_ran_and_found_nothing_say_none_found(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The other side of "not run": long enough, with utilization, nothing to find."""
+    p = tmp_path / "flat.cte"
+    with TraceWriter(p, range(4), None, ["power_watts", "utilization_gpu_ratio"]) as w:
+        for i in range(1800):  # 90 s at 20 Hz, every GPU flat and busy
+            for g in range(4):
+                w.write(T0 + i * 0.05, g, {"power_watts": 400.0 + (i * 7 + g) % 3,
+                                           "utilization_gpu_ratio": 1.0})
+    rep = run_json(capsys, str(p), "--persistence", "30", "--tdp", "700")
+    assert rep["not_run"] == {}
+    assert rep["power_swings"] == [] and rep["outliers"] == [] and rep["stalls"] == []
+    assert analyze.main(parse(str(p), "--persistence", "30", "--tdp", "700")) == 0
+    out = capsys.readouterr().out
+    for line in ("power swings: none found", "ramps: none found", "dips (pauses): none found",
+                 "outliers (held >= 30 s): none found", "stalls: none found"):
+        assert line in out.splitlines(), line
+    assert "not run" not in out
+    # one scale not run, the other ran: both said on the one line
+    assert analyze.main(parse(str(p), "--persistence", "30", "--tdp", "700",
+                              "--window", "200")) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines()
+                if ln.startswith("power swings:"))
+    assert line.startswith("power swings: none found; step not run: the trace ("), line
+    assert "shorter than the 200 s step window" in line

@@ -66,3 +66,25 @@ def test_bench_cpu_child_reports_json():
     threads = result["loop_threads"]
     assert threads["sweep"] == "cte-sweep" and threads["publish"] == "cte-analyses"
     assert rates["thread/cte-sweep"] >= 0.9 * rates["loop/sweep"]
+
+
+def test_bench_memory_prints_rss_at_start_and_the_reference():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--seconds", "3",
+                          "--every", "0.5"], capture_output=True, text=True, timeout=180,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    start = float(out.stdout.split("RSS start ")[1].split(" MiB")[0])
+    assert 10 < start < 1000  # MiB: a real process's figure, not bytes or pages
+    assert "steady nan MiB" in out.stdout  # 3 s fill no 660 s window: no steady figure
+    assert "a bare interpreter importing the same libraries" in out.stdout
+
+
+def test_bench_profiles_prints_each_selection_against_full():
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_profiles.py"), "--seconds", "1", "--renders", "2",
+         "--reads", "2"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()[1:5]
+    assert [row[:28].strip() for row in rows] == [
+        "minimal", "standard", "full", "full + nvlink-per-gpu.yml"], out.stdout
+    assert " x1.00 " in rows[2], out.stdout  # full is the reference

@@ -106,3 +106,33 @@ def test_sweep_window_is_the_rows_within_seconds_of_the_newest(seed: int) -> Non
                 assert list(got) == list(want)
                 for name in want:
                     assert np.array_equal(got[name], want[name], equal_nan=True)
+
+
+def test_power_is_held_in_half_the_memory_and_read_back_as_written() -> None:
+    """NVML reports whole milliwatts: held as float32 mW, each reading comes back as the
+    very float64 it was written as (mW / 1000), up to 16.7 kW."""
+    rng = np.random.default_rng(3)
+    milliwatts = rng.integers(0, 2**24, 500).astype(np.uint64)  # 0 to 16.7 kW
+    watts = milliwatts / 1000.0  # as gpu/power.py makes them
+    times = 1.79e9 + np.arange(500) * 0.02
+    buffer = PowerBuffer(1, 600)
+    buffer.append(0, times, watts)
+    t, w = buffer.window(0, 20.0)
+    assert w.dtype == np.float64 and np.array_equal(w, watts) and np.array_equal(t, times)
+    _, gridded = buffer.grid(5.0, 0.02)
+    assert gridded.dtype == np.float64
+    assert buffer.nbytes == 600 * (8 + 4)  # float64 times, float32 milliwatts
+    # a reading finer than a milliwatt (a replayed log) is kept to the nearest milliwatt
+    buffer.append(0, np.array([times[-1] + 1]), np.array([300.1234]))
+    assert buffer.window(0, 0.5)[1][-1] == pytest.approx(300.123, abs=1e-9)
+
+
+def test_grid_of_float32_milliwatts_matches_float64_watts() -> None:
+    """The analyses read the grid: the same values as a float64 ring gave."""
+    rng = np.random.default_rng(4)
+    times = 1.79e9 + np.cumsum(rng.uniform(0.015, 0.025, 3000))
+    watts = rng.integers(100_000, 700_000, 3000) / 1000.0
+    buffer = PowerBuffer(1, 4000)
+    buffer.append(0, times, watts)
+    grid, out = buffer.grid(50.0, 0.02)
+    assert np.array_equal(out[0], np.interp(grid, times, watts))

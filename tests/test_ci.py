@@ -1,7 +1,7 @@
 """The README's test command: the same in .ci/run, and it works as root and as a user.
 
 A fresh root container has no sudo, so a command that starts with `sudo` exits 127
-before anything is installed (issue 17, finding 8). The install step runs here against
+before anything is installed. The install step runs here against
 stand-ins for apt-get, id and sudo on a PATH of their own: nothing is installed.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from tests.tools import REPO
 
-PACKAGES = "prometheus prometheus-node-exporter openssl systemd chromium python3-venv"
+PACKAGES = ("prometheus prometheus-node-exporter victoria-metrics prometheus-alertmanager openssl "
+            "systemd chromium buildah debootstrap python3-venv")
 
 
 def readme_test_command() -> str:

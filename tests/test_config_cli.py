@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -43,7 +44,18 @@ def test_file_values_and_flags_win(tmp_path):
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("power_sample_rate_hz: 500\n", r"config.yaml:1: power_sample_rate_hz: 500 is out of range"),
-    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key"),
+    ("\n\nbogus: 1\n", r"config.yaml:3: bogus: unknown key \(known keys: collector_host, "),
+    # the likely key, not a list cut short before it
+    ("web_listen_adress: ':9955'\n", r"web_listen_adress: unknown key \(did you mean "
+     r"listen_address\?\)$"),
+    ("Log_Level: info\n", r"Log_Level: unknown key \(did you mean log_level\?\)$"),
+    ("sweep_interval: 2\n", r"sweep_interval: unknown key \(did you mean "
+     r"sweep_interval_seconds\?\)$"),
+    # a command-line flag written as a key: the key it sets
+    ("web.listen-address: ':9955'\n", r"web.listen-address: unknown key \(did you mean "
+     r"listen_address\?\)$"),
+    ("'--power.drain-interval': 1\n", r"--power.drain-interval: unknown key \(did you mean "
+     r"power_drain_interval_seconds\?\)$"),
     ("fake: yes please\n", r"config.yaml:1: fake: expected true or false"),
     ("sweep_interval_seconds: fast\n", r"config.yaml:1: sweep_interval_seconds: expected a number"),
     ("listen_address: 'nope'\n", r"config.yaml:1: listen_address: .*HOST:PORT"),
@@ -237,9 +249,9 @@ def test_an_anchor_without_alias_is_fine(tmp_path):
 
 
 def test_config_reads_are_bounded(tmp_path):
-    """`--config /dev/zero` read without end."""
+    """`--config /dev/zero` read without end: a device is no config file."""
     line = one_line_error(run_cli("check-config", "/dev/zero"))
-    assert "/dev/zero: larger than 256 KiB" in line
+    assert "/dev/zero: cannot read: a character device, not a regular file" in line
     big = write(tmp_path, "# " + "x" * (MAX_FILE_BYTES + 10) + "\n")
     with pytest.raises(ConfigError, match="larger than"):
         load_config_file(big)
@@ -267,3 +279,118 @@ def test_error_messages_quote_a_bounded_excerpt(tmp_path, text):
 def test_config_error_is_one_bounded_line():
     error = ConfigError("first\nsecond " + "x" * 10000)
     assert "\n" not in str(error) and len(str(error)) == MAX_MESSAGE_CHARS
+
+
+@pytest.mark.parametrize(("args", "code", "command", "needle"), [
+    (["run", "--bogus"], 2, "run", "unrecognized arguments: --bogus"),
+    (["run", "--config", "{tmp}/absent.yaml"], 2, "run", "cannot read"),
+    (["run", "--web.listen-address", "127.0.0.1:0"], 1, "run", "run --fake"),
+    (["run", "--fake", "--scenario", "nosuch"], 2, "run", "unknown scenario"),
+    (["check-config", "{tmp}/absent.yaml"], 2, "check-config", "cannot read"),
+    (["check-config", "{tmp}/typo.yaml"], 2, "check-config", "did you mean log_level?"),
+    (["analyze", "{tmp}/absent.csv"], 2, "analyze", "cannot read"),
+    (["analyze", "x.csv", "--gpus", "0"], 2, "analyze", "--gpus"),
+    (["record", "--fake", "--duration", "0", "--out", "{tmp}/x.cte"], 2, "record",
+     "--duration 0"),
+    (["record", "--fake", "--duration", "1", "--out", "{tmp}/no/dir/x.cte"], 2, "record",
+     "cannot write"),
+    (["record", "--duration", "1", "--out", "{tmp}/x.cte"], 1, "record", "add --fake"),
+    (["simulate", "--nodes", "0"], 2, "simulate", "--nodes"),
+    (["bogus"], 2, None, "invalid choice: 'bogus'"),
+])
+def test_every_subcommand_reports_errors_in_one_shape(tmp_path, args, code, command, needle):
+    """`cluster-telemetry-exporter: SUBCOMMAND: message`, one line, whichever path failed."""
+    (tmp_path / "typo.yaml").write_text("log_levl: debug\n")
+    result = run_cli(*(a.format(tmp=tmp_path) for a in args))
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    prefix = f"cluster-telemetry-exporter: {command}: " if command else (
+        "cluster-telemetry-exporter: ")
+    assert lines[0].startswith(prefix), lines[0]
+    assert "error:" not in lines[0] and needle in lines[0], lines[0]
+
+
+def test_a_duplicate_key_stops_check_config_naming_file_line_and_key(tmp_path):
+    path = write(tmp_path, "log_level: info\nsweep_interval_seconds: 1\nlog_level: debug\n")
+    line = one_line_error(run_cli("check-config", str(path)))
+    assert "config.yaml:3: invalid YAML: duplicate key 'log_level' (first on line 1)" in line
+    # and at start, before anything is served
+    line = one_line_error(run_cli("run", "--fake", "--config", str(path),
+                                  "--web.listen-address", "127.0.0.1:0"))
+    assert "config.yaml:3:" in line and "duplicate key 'log_level'" in line
+
+
+def test_duplicate_keys_are_refused_everywhere_yaml_is_read(tmp_path):
+    nested = "collectors:\n  host: true\n  host: false\n"
+    with pytest.raises(ConfigError, match="duplicate key"):
+        load_config_file(write(tmp_path, nested))
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  alice: $2y$10$x\n  alice: $2y$10$y\n")
+    with pytest.raises(ConfigError, match=r"web.yml:3: .*duplicate key 'alice'"):
+        load_web_config(web)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("gpus: 4\ngpus: 8\n")
+    with pytest.raises(ConfigError, match=r"scenario.yaml:2: .*duplicate key 'gpus'"):
+        load_scenario(str(scenario))
+
+
+def test_keys_that_differ_only_in_type_or_place_are_not_duplicates(tmp_path):
+    from exporter.yamlfile import load_yaml
+
+    data = load_yaml("a: {x: 1}\nb: {x: 2}\n1: one\n'1': text\n", "t.yaml")
+    assert data["a"]["x"] == 1 and data["b"]["x"] == 2 and data[1] == "one"
+    assert data["1"] == "text"
+
+
+# ---------------------------------------------------------------- special files
+
+
+def _fifo(tmp_path, name: str):
+    path = tmp_path / name
+    os.mkfifo(path)
+    return path
+
+
+FIFO_LINE = "named pipe (FIFO), not a regular file"
+
+
+@pytest.mark.parametrize("how", ["check-config", "run --config", "run --web.config.file",
+                                 "run --scenario", "run --replay", "analyze"])
+def test_a_fifo_given_by_name_is_refused_at_once(tmp_path, how):
+    """A named pipe blocked the read until something wrote to it: for ever."""
+    fifo = str(_fifo(tmp_path, "named.yaml"))
+    listen = ("--web.listen-address", "127.0.0.1:0")
+    args = {
+        "check-config": ("check-config", fifo),
+        "run --config": ("run", "--config", fifo),
+        "run --web.config.file": ("run", "--fake", "--web.config.file", fifo, *listen),
+        "run --scenario": ("run", "--fake", "--scenario", fifo, *listen),
+        "run --replay": ("run", "--replay", fifo, *listen),
+        "analyze": ("analyze", fifo),
+    }[how]
+    line = one_line_error(run_cli(*args, timeout=60))
+    assert f"{fifo}: cannot read: a {FIFO_LINE}" in line
+
+
+def test_a_fifo_as_a_tls_file_is_refused_at_once(tmp_path):
+    fifo = _fifo(tmp_path, "server.crt.fifo")
+    key = tmp_path / "server.key"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {fifo}\n  key_file: {key}\n")
+    config = write(tmp_path, f"web_config_file: {web}\n")
+    line = one_line_error(run_cli("check-config", str(config), timeout=60))
+    assert "web.yml:2: tls_server_config.cert_file:" in line and FIFO_LINE in line
+
+
+def test_a_path_swapped_for_a_fifo_after_the_check_does_not_hang(tmp_path, monkeypatch):
+    from exporter import regularfile
+
+    fifo = _fifo(tmp_path, "swapped.yaml")
+    monkeypatch.setattr(regularfile, "check_regular", lambda path: None)  # the race lost
+    with pytest.raises(regularfile.NotRegularFile, match="FIFO"):
+        regularfile.read_regular(fifo)  # opened without blocking, refused on the descriptor
+    regular = write(tmp_path, "log_level: debug\n")
+    assert regularfile.read_regular(regular) == b"log_level: debug\n"
+    assert regularfile.read_regular(regular, limit=3) == b"log_"  # limit + 1: 'too large'

@@ -47,7 +47,8 @@ RECORDING_RULES = {
                  "power_swing_phase_coherence:ratio",
                  "power_swing_coherent_amplitude_watts:estimate",
                  "power_ramp_watts_per_second:sum")
-} | {"cluster:gpus_up:sum", "cluster:gpus_expected:sum"} | {
+} | {"cluster:gpus_up:sum", "cluster:gpus_expected:sum",
+     "hpc_job:power_swing_step_period_seconds:max"} | {
     # compute or wait (alerts/profiling.yml)
     "instance_gpu:gpu_compute_active_ratio:max", "instance_gpu:gpu_wait_active_ratio:clamp",
     "hpc_job:gpu_compute_active_ratio:avg", "hpc_job:gpu_wait_active_ratio:avg",
@@ -433,7 +434,7 @@ def fleet(tmp_path_factory):
         for expr in ("gpu_straggler_signal", "namespace:gpu_power:share",
                      'count_over_time(gpu_xid_errors_total{xid="74"}[1m]) >= 3', "gpu_up == 0",
                      "count(count_over_time("
-                     f"power_swing_amplitude_watts[1m]) >= 3) == {len(NODES)}"):
+                     f"gpu_node_power_swing_amplitude_watts[1m]) >= 3) == {len(NODES)}"):
             wait_for(lambda e=expr: prom.query(e), timeout=max(1, fleet.deadline
                                                                - time.monotonic()),
                      interval=0.5)

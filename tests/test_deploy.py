@@ -1,4 +1,5 @@
-"""deploy/: the systemd unit's hardening, the example config, Prometheus and Kubernetes files."""
+"""deploy/: the systemd unit's hardening, the example config, Prometheus and Kubernetes files
+(the plain manifests, rendered from the Helm chart; the chart itself: test_helm_chart.py)."""
 
 from __future__ import annotations
 
@@ -101,12 +102,13 @@ def test_kubernetes_daemonset_service_and_servicemonitor_fit_together():
     resources = container["resources"]
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= resources[kind].keys()
-    assert resources["limits"]["memory"] == "128Mi"  # measured RSS ~50 MiB
+    assert resources["limits"]["memory"] == "192Mi"  # measured RSS 72-77 MB steady
 
+    # the host's /sys read-only at /host/sys: /sys/class/infiniband's entries are links
+    # into /sys/devices, which a mount of the class directory alone would break
     host_paths = {v["hostPath"]["path"]: v["name"] for v in pod["volumes"] if "hostPath" in v}
-    assert {"/dev", "/sys/class/infiniband"} <= host_paths.keys()
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts[host_paths["/sys/class/infiniband"]] == "/host/sys/class/infiniband"
+    assert mounts[host_paths["/sys"]] == "/host/sys"
     assert "--path.sysfs=/host/sys" in container["args"]
     # the kubelet's pod-resources socket, where the kubernetes collector looks for it
     from exporter.collectors.kubernetes.reading import DEFAULT_SOCKET

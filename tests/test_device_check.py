@@ -46,3 +46,23 @@ def test_device_check_dry_run_on_the_fake(tmp_path):
     assert exporter["power_source"] == ["buffer"] and exporter["observable_band_hz"] >= 20
     assert "process_cpu_percent_per_gpu" in exporter and "modelled_driver_cpu_percent" in exporter
     assert exporter["profiling_supported"] == ["supported"]
+
+
+def test_device_check_without_a_gpu_says_so_in_one_line(tmp_path):
+    import pynvml
+    import pytest
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has a GPU: the check would run on it")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "device_check.py"), "--json",
+         str(tmp_path / "report.json")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "NVML is not available" in lines[0] and "--fake" in lines[0]

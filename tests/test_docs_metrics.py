@@ -39,6 +39,7 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     jobs = tmp_path_factory.mktemp("hpc-jobs")
     (jobs / "0").write_text("4242\n")
     exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
+                             metrics_profile="full",
                           hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5))
     exp.start()
     try:
@@ -46,7 +47,8 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
         def body_with_cpu_utilization() -> str | None:
             body = exp.current.body.decode()
             ready = all(f"\n{name} " in body for name in (
-                "host_cpu_utilization_ratio", "power_swing_active", "collective_stall_active"))
+                "host_cpu_utilization_ratio", "gpu_node_power_swing_active",
+                "gpu_node_collective_stall_active"))
             return body if ready else None
 
         text = wait_for(body_with_cpu_utilization, timeout=20)
@@ -114,6 +116,7 @@ def test_who_uses_the_gpus_is_documented(running_exporter, tmp_path):
     (tmp_path / "jobs" / "0.1").write_text("7\n")
     try:
         exp = running_exporter.start(manual=True, scenario="mig", collector_processes=True,
+                                     metrics_profile="full",
                                      kubernetes_pod_resources_socket=path,
                                      hpc_job_mapping_dir=str(tmp_path / "jobs"))
         exp.sampler.advance(16)

@@ -16,9 +16,7 @@ on each node plus its `for:`.
 
 from __future__ import annotations
 
-import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +26,7 @@ import pytest
 import yaml
 
 from tests.prom import Prometheus
-from tests.tools import REPO
+from tests.tools import REPO, free_base_port
 
 # faults and two-jobs need 8 nodes (faults on nodes 1-7, two jobs of 4, and the swing
 # threshold sits between their estimates); the healthy fleet's silence needs fewer
@@ -37,26 +35,6 @@ TEST_THRESHOLD_WATTS = 25000
 FOR_SECONDS = 5
 # GpuStraggler needs the deviation in two straggler windows (they are 10 s apart)
 STRAGGLER_PERSISTENCE = 10
-
-
-def _free_base_port(count: int) -> int:
-    """A run of free ports below the kernel's ephemeral range (32768 up): Prometheus's own
-    port and its scrapes' source ports, taken while the simulators start, come from there."""
-    for _ in range(50):
-        base = random.randrange(20000, 32768 - count)
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 def shortened_rules(workdir) -> list[str]:
@@ -72,7 +50,7 @@ def shortened_rules(workdir) -> list[str]:
 
         text = re.sub(r"(\n\s+for: )(\d+)([smh])\b", shorten, text)
         data = yaml.safe_load(text)
-        if path.name == "power.yml":
+        if path.name == "global-power.yml":
             config = next(g for g in data["groups"] if g["name"] == "power-config")
             for cluster in ("faults", "two-jobs"):
                 config["rules"].append({
@@ -91,7 +69,7 @@ class Fleets:
 
     def __init__(self, workdir):
         self.procs: dict[str, subprocess.Popen] = {}
-        base = _free_base_port(sum(NODES.values()))
+        base = free_base_port(sum(NODES.values()))
         self.node: dict[str, list[str]] = {}
         for name, count in NODES.items():
             self.node[name] = [f"127.0.0.1:{base + i}" for i in range(count)]

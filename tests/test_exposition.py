@@ -18,7 +18,9 @@ from prometheus_client.metrics_core import (
 )
 
 from exporter.metrics.exposition import ExpositionWriter, go_float
+from exporter.metrics.profiles import PROFILES
 from exporter.metrics.render import render
+from exporter.metrics.selection import Selection
 from tests.tools import make_snapshot
 
 
@@ -68,12 +70,14 @@ def test_every_family_type_is_written_as_generate_latest_writes_it():
     assert writer.write(families) == expected  # again, from the remembered label sets
 
 
-def test_a_rendered_snapshot_is_what_generate_latest_writes():
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_rendered_snapshot_is_what_generate_latest_writes(profile):
     from exporter.metrics.render import FAMILY_FUNCTIONS
 
     snapshot = make_snapshot()
-    families = [f for source in FAMILY_FUNCTIONS for f in source(snapshot)]
-    assert render(snapshot) == generate_latest(_Registry(families))
+    selection = Selection(profile)
+    families = list(selection.apply(f for source in FAMILY_FUNCTIONS for f in source(snapshot)))
+    assert render(snapshot, selection=selection) == generate_latest(_Registry(families))
 
 
 @pytest.mark.parametrize("value", [0.0, -0.0, 1.0, 0.1, 1e21, 1234567.0, 12345678.9,

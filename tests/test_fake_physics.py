@@ -136,7 +136,7 @@ def test_the_buffer_holds_119_samples_so_a_late_drain_loses_the_oldest(fake_nvml
 
 
 def test_the_fake_charges_what_the_h200_charges():
-    """REFERENCE.md's H200 figures: the energy read costs milliseconds, the instant field
+    """The H200 figures of docs/nvml-costs.md: the energy read costs milliseconds, the instant field
     microseconds, a buffer drain a few tenths of a millisecond."""
     import time
 
@@ -165,6 +165,9 @@ def test_the_fake_accounts_its_cpu_and_the_models_charge_per_thread():
     energy = H200.of_fields([pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]).cpu
     temperature = H200.of_call("nvmlDeviceGetTemperature").cpu
     idents = []
+    # both alive until both are done: a thread's ident is reused once it has ended, and
+    # on a loaded machine the first could end before the second starts
+    both_done = threading.Barrier(2)
 
     def calls(n: int) -> None:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -172,6 +175,7 @@ def test_the_fake_accounts_its_cpu_and_the_models_charge_per_thread():
             pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
         _energy_joules(handle)
         idents.append(threading.get_ident())
+        both_done.wait(30)
 
     with fake.installed(load_scenario("training")) as lib:
         pynvml.nvmlInit()

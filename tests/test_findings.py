@@ -3,6 +3,7 @@ severity, the GPU it names, its times, and a sentence a person on call understan
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ from exporter.analysis.live_power import PowerAnalysis
 from exporter.analysis.live_stragglers import StragglerAnalysis
 from exporter.analysis.power_swing import CycleFeatures, NodeSwing, Ramp, SwingFeatures
 from exporter.analysis.stalls import StallResult
+from exporter.analysis.step_segments import SegmentAnalysis, StepSwing
 from exporter.analysis.straggler import (
     GpuFeatures,
     GpuStraggler,
@@ -118,6 +120,25 @@ def test_power_swing_cycle_and_ramp():
     assert cyc["message"].startswith("Node power cycles every 22.4 s: 378 W deep (7 % of")
     assert rmp["message"] == "Node power fell 2,140 W in 0.89 s to a level that held"
     assert rmp["time"] == NOW - 30 and rmp["details"]["direction"] == "fall"
+
+
+def test_the_step_period_is_a_finding_whatever_its_size():
+    step = StepSwing(2.4, 28.0, 0.02, 1900.0, 0.97, 150.0, 1.0, 0.93, 0.3, NOW - 5, 5, 80.0, None)
+    small = dataclasses.replace(_power(False), step=SegmentAnalysis(step, (), 40.0))
+    found = findings(make_snapshot(8, time=NOW, power_analysis=small))
+    assert _kinds(found) == [("step_period", "info", None)]
+    assert found[0]["message"] == (
+        "Step period 417 ms (2.40 Hz) from the compute phases' power: a 28 W swing (2 % of "
+        "the power limits), all GPUs in step (synchrony 0.97), in 93 % of compute")
+    assert found[0]["details"]["grid_relevant"] is False
+    assert found[0]["details"]["period_seconds"] == round(1 / 2.4, 6)
+    # past the amplitude threshold: a warning, unless the window swing already warns
+    big = dataclasses.replace(small, step_grid_relevant=True)
+    found = findings(make_snapshot(8, time=NOW, power_analysis=big))
+    assert _kinds(found) == [("step_period", "warning", None)]
+    both = dataclasses.replace(big, swinging=True)
+    found = findings(make_snapshot(8, time=NOW, power_analysis=both))
+    assert _kinds(found) == [("power_swing", "warning", None), ("step_period", "info", None)]
 
 
 def test_no_swing_finding_until_the_detector_holds_and_old_ramps_are_history():

@@ -27,10 +27,17 @@ def parse(text: str, **kw):
 
 
 def test_builtins_load():
-    assert {"healthy", "faults", "two-jobs"} <= set(builtin_fleet_names())
+    assert {"healthy", "faults", "two-jobs", "sharded"} <= set(builtin_fleet_names())
     for name in builtin_fleet_names():
         scenario = load_fleet_scenario(name)
-        assert scenario.nodes == 8 and scenario.jobs
+        assert scenario.nodes == (32 if name == "sharded" else 8) and scenario.jobs
+
+
+def test_sharded_has_two_jobs_of_16_and_one_straggler():
+    sc = load_fleet_scenario("sharded")
+    assert [(j.name, j.nodes) for j in sc.jobs] == [("5001", tuple(range(16))),
+                                                    ("5002", tuple(range(16, 32)))]
+    assert [(node, gpu, o.clock_scale) for node, gpu, o in sc.stragglers] == [(5, 3, 0.75)]
 
 
 def test_faults_map_to_nodes_and_gpus():

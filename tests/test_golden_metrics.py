@@ -22,7 +22,9 @@ import re
 
 from exporter import __version__
 from exporter.gpu.backend import NvmlBackend
+from exporter.metrics.profiles import FULL
 from exporter.metrics.render import render
+from exporter.metrics.selection import Selection
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
 from exporter.sim import fake
@@ -45,7 +47,7 @@ def exposition() -> str:
         sampler.start(threads=False)
         try:
             sampler.advance(40)
-            text = render(sampler.build_snapshot()).decode()
+            text = render(sampler.build_snapshot(), selection=Selection(FULL)).decode()
         finally:
             sampler.stop()
     text = text.replace(f'python_version="{platform.python_version()}"',

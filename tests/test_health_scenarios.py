@@ -175,7 +175,7 @@ def test_row_remap_pending_then_failure(running):
 
 
 def test_nvlink_errors_and_a_link_going_down(running):
-    run = running("nvlink-errors")
+    run = running("nvlink-errors", metrics_profile="full")  # per link
     m = run.run_until(15)  # NVLink counters are read every 5 s: the read at 15 s
     errors = m["gpu_nvlink_errors_total"]
     assert value(errors, gpu="3", link="7", type="crc_flit") > 1000
@@ -254,8 +254,9 @@ def test_nvml_hang_scrapes_stay_fast_and_health_names_the_gpu(running):
     assert value(m["cte_gpu_stuck_seconds"], gpu="1") > 3
     assert value(m["cte_gpu_hangs_total"], gpu="1") == 1
     assert_other_gpus_intact(m, except_gpu="1")
-    # not blocked by the 30 s hang (a bound loose enough for a loaded 2-core machine)
-    assert run.slowest < 1.0, f"slowest scrape {run.slowest * 1000:.0f} ms during the hang"
+    # not blocked by the 30 s hang: a scrape that waited on it would take seconds to tens
+    # of seconds; 5 s holds on a loaded 2-CPU machine (typically a few ms)
+    assert run.slowest < 5.0, f"slowest scrape {run.slowest * 1000:.0f} ms during the hang"
     assert run.scrapes > 50
     run.exporter.fake_lib.release_hangs()
     wait_for(lambda: value(run.metrics()["gpu_up"], gpu="1") == 1, timeout=5)

@@ -597,7 +597,7 @@ def test_docs_list_every_family_exactly() -> None:
 
 
 def test_a_file_where_a_port_or_device_should_be_is_skipped(tmp_path: Path) -> None:
-    """Issue 17, finding 8: a file named like a port was exported as a port."""
+    """A file named like a port must not be exported as a port."""
     dev = ib_tree.add_device(tmp_path, "mlx5_0")
     ib_tree.add_port(dev, 1, counters={"symbol_error": 1})
     (dev / "ports" / "2").write_text("not a port\n")
@@ -610,8 +610,8 @@ def test_a_file_where_a_port_or_device_should_be_is_skipped(tmp_path: Path) -> N
 
 
 def test_a_fifo_among_the_counters_is_skipped_without_blocking(tmp_path):
-    """Issue 17, finding 2: a FIFO (or a hung firmware file) under counters/ wedged the
-    read in open(); the other counters froze while the source reported success."""
+    """A FIFO (or a hung firmware file) under counters/ would wedge a read in open(),
+    freezing the other counters while the source reported success."""
     ib_tree.ndr_hca(tmp_path)
     counters = tmp_path / "class/infiniband/mlx5_0/ports/1/counters"
     (counters / "port_rcv_errors").unlink()

@@ -115,7 +115,7 @@ def test_missing_directory_means_no_jobs(tmp_path):
 
 
 def test_a_mapping_path_that_is_a_file_is_a_failure(tmp_path):
-    """Issue 17, finding 7: it reported success (no jobs), hiding the mistake."""
+    """Reporting success (no jobs) would hide the mistake."""
     (tmp_path / "file").write_text("0\n")
     with pytest.raises(NotADirectoryError, match="not a directory"):
         JobsCollector(tmp_path / "file").read()
@@ -130,7 +130,7 @@ def test_a_mapping_dir_that_is_a_file_shows_as_a_failing_source(tmp_path, runnin
 
 
 def test_symbolic_links_are_never_followed(tmp_path):
-    """Issue 17, finding 7: jobs/0 -> /elsewhere/secret exported the secret as a label."""
+    """jobs/0 -> /elsewhere/secret must not export the secret as a label."""
     secret = tmp_path / "secret"
     secret.write_text("hunter2\n")
     mapping = tmp_path / "jobs"
@@ -161,7 +161,7 @@ def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, monkeypatch
 
 
 def test_job_ids_are_capped_per_gpu_and_per_node(tmp_path):
-    """Issue 17, finding 7: one 4 KB file yielded 1,092 series."""
+    """One 4 KB file must not yield a thousand series."""
     (tmp_path / "0").write_text("".join(f"{i}\n" for i in range(1000)))  # under 4 KiB
     reading = JobsCollector(tmp_path, gpu_count=32).read()
     assert reading.jobs[0] == tuple(str(i) for i in range(MAX_JOBS_PER_GPU))  # first ones
@@ -202,8 +202,8 @@ class _Listing:
 @pytest.mark.parametrize("gpu_count", [4, None])
 def test_which_gpus_are_mapped_does_not_depend_on_listing_order(tmp_path, monkeypatch,
                                                                gpu_count):
-    """Issue 17, finding 7: past 4,096 entries, the GPUs mapped were the file system's
-    pick. Junk listed first must not hide a GPU's file."""
+    """Past the entries read, which GPUs are mapped must not be the file system's pick:
+    junk listed first must not hide a GPU's file."""
     monkeypatch.setattr("exporter.collectors.jobs.reading.MAX_ENTRIES", 10)
     for gpu in range(4):
         (tmp_path / str(gpu)).write_text(f"{100 + gpu}\n")

@@ -1,4 +1,4 @@
-"""A flood of idle keep-alive connections must not cost fresh scrapes (issue 17, finding 1).
+"""A flood of idle keep-alive connections must not cost fresh scrapes.
 
 Each flood connection sends one request to /healthz, gets its answer and then holds the
 connection idle, as a misbehaving client or a connection-pool leak does. At the cap, the

@@ -129,6 +129,90 @@ def test_a_kubelet_that_starts_late_then_restarts(running_exporter, tmp_path):
         kubelet.stop()
 
 
+def test_gke_dra_and_time_sliced_allocations(running_exporter, tmp_path):
+    """GKE's `nvidiaN` (N the minor number, not NVML's index: the fake swaps them in
+    pairs), its `/vgpuK` time-sharing, NVIDIA's time-slicing `::K`, and devices allocated
+    through NVIDIA's DRA driver, by `gpu-<minor>` or by UUID."""
+    path = str(tmp_path / "k.sock")
+    kubelet = FakeKubelet(path, [
+        Holding("gke", "a", "main", "nvidia.com/gpu", ("nvidia0",)),
+        Holding("gke", "b", "main", "nvidia.com/gpu", ("nvidia3/vgpu2", "nvidia3/vgpu5")),
+        Holding("ts", "c", "main", "nvidia.com/gpu", (f"{UUIDS[7]}::1",)),
+        Holding("ts", "d", "main", "nvidia.com/gpu", (f"{UUIDS[7]}::4",)),
+        Holding("dra", "e", "main", "gpu.nvidia.com", ("gpu-4", "gpu-5"), dra=True),
+        Holding("dra", "f", "main", "gpu.nvidia.com", (UUIDS[6],), dra=True),
+        Holding("dra", "nic", "main", "nic.example.com", ("eth0",), dra=True),  # not ours
+        Holding("gke", "ghost", "main", "nvidia.com/gpu", ("nvidia9",)),  # no such device
+        Holding("dra", "mig", "main", "gpu.nvidia.com", ("gpu-0-mig-9-0-1",), dra=True),
+    ]).start()
+    try:
+        exp = running_exporter.start(manual=True, kubernetes_pod_resources_socket=path)
+        exp.sampler.advance(5)
+        assert pods(exp) == {
+            ("1", UUIDS[1], "gke", "a", "main", ""), ("2", UUIDS[2], "gke", "b", "main", ""),
+            ("7", UUIDS[7], "ts", "c", "main", ""), ("7", UUIDS[7], "ts", "d", "main", ""),
+            ("5", UUIDS[5], "dra", "e", "main", ""), ("4", UUIDS[4], "dra", "e", "main", ""),
+            ("6", UUIDS[6], "dra", "f", "main", "")}
+        assert figures(exp)["unmatched"] == 2  # nvidia9, the MIG device from DRA
+    finally:
+        kubelet.stop()
+
+
+def test_decodes_dynamic_resources_as_protobuf_encodes_them():
+    raw = encode([Holding("a", "p", "c", "nvidia.com/gpu", (UUIDS[0],)),
+                  Holding("a", "p", "d", "gpu.nvidia.com", ("gpu-1", "gpu-2"), dra=True)])
+    got = [(e.container, e.resource_name, e.device_ids, e.dynamic)
+           for e in parse_list_response(raw)]
+    assert got == [("c", "nvidia.com/gpu", (UUIDS[0],), False),
+                   ("d", "gpu.nvidia.com", ("gpu-1",), True),
+                   ("d", "gpu.nvidia.com", ("gpu-2",), True)]
+    # a claim resource given as a number is garbage, as elsewhere
+    with pytest.raises(BadMessage):
+        parse_list_response(b"\x0a\x04\x1a\x02\x28\x01")
+
+
+def readyz(exp) -> str:
+    return http_get(exp.port, "/readyz")[1].decode()
+
+
+def test_readyz_says_why_attribution_cannot_work(running_exporter, tmp_path):
+    path = str(tmp_path / "kubelet.sock")
+    exp = running_exporter.start(manual=True, kubernetes_pod_resources_socket=path)
+    exp.sampler.advance(5)
+    body = readyz(exp)
+    assert body.startswith("degraded\n") and "collector kubernetes cannot work" in body
+    assert f"{path} does not exist" in body
+    kubelet = FakeKubelet(path, TWO_PODS).start()
+    try:
+        exp.sampler.advance(5)
+        assert readyz(exp) == "ok\n"  # working again: nothing listed
+    finally:
+        kubelet.stop()
+
+
+def test_readyz_degraded_without_grpc(running_exporter, tmp_path, monkeypatch):
+    monkeypatch.setattr(k8s_spec, "import_grpc", lambda: None)
+    exp = running_exporter.start(manual=True,
+                                 kubernetes_pod_resources_socket=str(tmp_path / "k.sock"))
+    exp.sampler.advance(5)
+    body = readyz(exp)
+    assert body.startswith("degraded\n") and "grpcio package is missing" in body
+
+
+def test_a_socket_without_permission_says_so(tmp_path, monkeypatch):
+    path = tmp_path / "k.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.close()  # a socket file nobody listens on: refused, as without permission
+    monkeypatch.setattr(k8s.os, "access", lambda p, mode: False)
+    source = KubernetesCollector(str(path), context(), timeout=1.0, grpc=grpc)
+    try:
+        reading = source.read()
+    finally:
+        source.close()
+    assert not reading.up and "no permission to connect" in reading.problem
+
+
 def test_mig_devices_and_device_id_forms(running_exporter, tmp_path):
     scenario = load_scenario("mig")
     gi = {(m.gpu_instance): m for m in scenario.mig[0].instances}
@@ -139,6 +223,10 @@ def test_mig_devices_and_device_id_forms(running_exporter, tmp_path):
         Holding("ml", "old", "main", "nvidia.com/mig-2g.35gb", (f"MIG-{UUIDS[0]}/5/0",)),
         Holding("ml", "ts", "main", "nvidia.com/gpu.shared", (f"{UUIDS[3]}::2", "4")),
         Holding("ml", "ghost", "main", "nvidia.com/gpu", ("GPU-nope", "MIG-nope", "9", "0:6")),
+        # GKE: /dev/nvidia1 is GPU 0 on the fake (minor numbers swapped in pairs), GPU
+        # instance 1, time-shared; an instance GPU 0 does not have
+        Holding("ml", "gke", "main", "nvidia.com/mig-3g.71gb", ("nvidia1/gi1/vgpu3",)),
+        Holding("ml", "gke-ghost", "main", "nvidia.com/mig-1g.18gb", ("nvidia1/gi99",)),
         Holding("ml", "bad\nname", "main", "nvidia.com/gpu", (UUIDS[6],)),
     ]).start()
     try:
@@ -148,8 +236,8 @@ def test_mig_devices_and_device_id_forms(running_exporter, tmp_path):
         assert pods(exp) == {
             ("0", UUIDS[0], "ml", "ft", "main", "1"), ("0", UUIDS[0], "ml", "nb", "main", "13"),
             ("0", UUIDS[0], "ml", "old", "main", "5"), ("3", UUIDS[3], "ml", "ts", "main", ""),
-            ("4", UUIDS[4], "ml", "ts", "main", "")}
-        assert figures(exp)["unmatched"] == 5
+            ("4", UUIDS[4], "ml", "ts", "main", ""), ("0", UUIDS[0], "ml", "gke", "main", "1")}
+        assert figures(exp)["unmatched"] == 6
     finally:
         kubelet.stop()
 
@@ -224,6 +312,7 @@ def test_without_grpc_one_line_and_a_figure(tmp_path, caplog):
     assert [r.getMessage() for r in caplog.records if "grpcio" in r.getMessage()] != []
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
     assert not second.up and second.failures_total["no_grpc"] == 2 and first.devices == ()
+    assert "grpcio" in second.problem
 
 
 def test_series_are_capped(tmp_path, monkeypatch):
@@ -264,5 +353,5 @@ def test_on_by_default_only_with_a_socket(tmp_path, monkeypatch):
 def test_pods_without_the_resource_prefix_are_skipped_undecoded():
     raw = encode([Holding("a", "gpu", "c", "nvidia.com/gpu", (UUIDS[0],)),
                   Holding("b", "cpu-only", "c", "example.com/nic", ("eth0",))])
-    assert [e.pod for e in parse_list_response(raw, b"nvidia.com/")] == ["gpu"]
+    assert [e.pod for e in parse_list_response(raw, b"nvidia.com")] == ["gpu"]
     assert [e.pod for e in parse_list_response(raw)] == ["gpu", "cpu-only"]

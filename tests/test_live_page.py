@@ -1,4 +1,4 @@
-"""The live page in a real headless Chromium (issue 15): under the straggler scenario, after
+"""The live page in a real headless Chromium: under the straggler scenario, after
 35 s (simulated: the sampler runs on a manual clock; the server is real), the page draws 8
 GPU series, updates itself and names GPU 5 as a straggler; its screenshot has content.
 Also behind TLS and basic auth, as Prometheus scrapes it."""
@@ -44,6 +44,9 @@ def _check_dom(dom: str) -> None:
                           r'data-gpu="5"[^>]*>(.*?)</li>', dom)
     assert straggler, dom[-3000:]
     assert "GPU 5 is a straggler: SM clock" in straggler.group(1)
+    # the step period read from the compute phases' power, in the summary and the findings
+    assert re.search(r'<dt>step period</dt><dd>\d+ ms \(\d\.\d\d Hz\), from the power', dom)
+    assert 'data-kind="step_period"' in dom
     assert re.search(r'<span id="gpus">8</span>', dom)
     assert re.search(r'<span id="health">(ok|degraded; [^<]+)</span>', dom)
 

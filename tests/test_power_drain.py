@@ -73,3 +73,45 @@ def test_the_median_interval_is_of_the_latest_intervals_across_the_ring():
         intervals.add(times, previous)
         previous, t = float(times[-1]), float(times[-1])
         assert intervals.median == pytest.approx(float(np.median(everything[-16:])))
+
+
+def _driver_with(stamps: list[int]):
+    """pynvml with nvmlDeviceGetSamples answering from `stamps` (values: stamp / 1000),
+    at most as many as the caller's count, oldest first; NotFound when none is newer."""
+    import types
+
+    import pynvml
+
+    def get_samples(handle, sampling_type, last_seen, value_type, count, array):
+        new = [s for s in stamps if s > last_seen.value][:count._obj.value]
+        if not new:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        for i, s in enumerate(new):
+            array[i].timeStamp, array[i].sampleValue.ullVal = s, s // 1000
+        value_type._obj.value = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+        count._obj.value = len(new)
+        return pynvml.NVML_SUCCESS
+
+    calls = []
+
+    def lookup(name):
+        calls.append(name)
+        return get_samples
+
+    nvml = types.SimpleNamespace(**{k: getattr(pynvml, k) for k in dir(pynvml)
+                                    if not k.startswith("__")})
+    nvml._nvmlGetFunctionPointer = lookup
+    return nvml, calls
+
+
+@pytest.mark.parametrize("available", [10, 256, 700, 1024])
+def test_a_drain_takes_everything_even_beyond_one_answer(available: int):
+    from exporter.gpu.batched import SAMPLE_CAPACITY, SampleBuffer
+
+    stamps = [1_000_000 + 1000 * i for i in range(available)]
+    nvml, calls = _driver_with(stamps)
+    got, values = SampleBuffer(nvml).read(nvml, None, 0, 0)
+    assert got.tolist() == stamps  # all of them, in order, once each
+    assert values.tolist() == [s // 1000 for s in stamps]
+    # one call per full answer, and one more that finds the rest (or nothing)
+    assert len(calls) == available // SAMPLE_CAPACITY + 1

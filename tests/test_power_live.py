@@ -136,3 +136,33 @@ def test_gpus_sampled_at_different_times_make_no_ramp():
     watts[:, t - t[0] >= 100] = 80.0
     result = monitor.update(times[:, -1200:], watts[:, -1200:], tdp, t[-1], band=(0.0, 10.0))
     assert result.ramps_total == {"rise": 0, "fall": 1}
+
+
+def test_the_step_swing_is_analysed_every_step_interval_and_held_between(monkeypatch):
+    """find_step_swing (~6 ms on 8 GPUs) runs once per step_every_seconds; the updates in
+    between carry its last result, and only those that analyse it read the 2-minute grid."""
+    import numpy as np
+
+    from exporter.analysis import live_power
+    from exporter.analysis.live_power import PowerMonitor
+
+    calls = []
+    real = live_power.find_step_swing
+    monkeypatch.setattr(live_power, "find_step_swing",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    settings = PowerSettings(step_every_seconds=15.0, cycle_every_seconds=1e9)
+    monitor = PowerMonitor(settings)
+    t = 1_790_000_000.0 + np.arange(0, 180, 0.05)
+    watts = np.tile(np.where((t % 2.0) < 1.3, 650.0, 200.0), (4, 1))
+    steps, reads = [], []
+    for end in np.arange(130, 180, 5.0):  # an update every 5 s, as live
+        now = t[0] + end
+        reads.append(monitor.short_seconds(now))
+        keep = (t <= now) & (t > now - reads[-1])
+        result = monitor.update(np.tile(t[keep], (4, 1)), watts[:, keep], np.full(4, 700.0),
+                                now, band=(0.0, 10.0))
+        steps.append(result.step_swing)
+    assert len(calls) == 4  # at 130, 145, 160, 175 s: not at each of the 10 updates
+    assert reads == [120.0 if i % 3 == 0 else 60.0 for i in range(10)]
+    assert all(s is not None and s.frequency_hz == pytest.approx(0.5, rel=0.02) for s in steps)
+    assert steps[1] is steps[0] and steps[3] is not steps[0]

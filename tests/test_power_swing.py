@@ -89,6 +89,44 @@ def test_synchrony_in_phase_vs_independent() -> None:
     assert noise.synchrony == pytest.approx(1 / 8, abs=0.08)
 
 
+def orthogonal_rows(n: int, m: int, seed: int = 7) -> np.ndarray:
+    """n rows of m samples with unit variance, no mean, no linear trend, and no
+    correlation with each other: detrending leaves them as they are, and the variance
+    of their sum is the sum of their variances (independent GPUs, exactly)."""
+    u = np.arange(m) - (m - 1) / 2
+    trend, _ = np.linalg.qr(np.stack([np.ones(m), u], axis=1))
+    a = np.random.default_rng(seed).normal(size=(m, n))
+    a -= trend @ (trend.T @ a)
+    q, _ = np.linalg.qr(a)
+    return q.T * math.sqrt(m)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_synchrony_of_independent_gpus_is_one_over_n(n: int) -> None:
+    """var(sum) = sum of var for uncorrelated rows, so the figure is exactly 1/N
+    (a formula dividing by N - 1 instead gives 1/(N - 1): 1.0 for two GPUs)."""
+    rows = orthogonal_rows(n, 600)
+    assert synchrony(rows) == pytest.approx(1 / n, rel=1e-6)
+    assert synchrony(400 + 50 * rows) == pytest.approx(1 / n, rel=1e-6)
+    # what analyse_window reports is the same figure (after it puts the samples on its
+    # own grid, which moves them by rounding of 1.7e9 s stamps: hence the looser bound)
+    t = grid(30.0)
+    assert analyse_window(t, 400 + 50 * rows, None).synchrony == pytest.approx(1 / n, rel=1e-3)
+
+
+def test_synchrony_of_known_mixtures() -> None:
+    t = grid()
+    x = np.sin(2 * np.pi * 0.5 * (t - T0))
+    # in phase, unequal amplitudes 1, 2, 3: (1+2+3)^2 / (3 * (1+4+9)) = 36/42
+    assert synchrony(np.stack([x, 2 * x, 3 * x])) == pytest.approx(6 / 7, rel=1e-6)
+    # one GPU swings, one is flat: var(x) / (2 * var(x))
+    assert synchrony(np.stack([x, np.zeros_like(x)])) == pytest.approx(0.5, rel=1e-6)
+    # two in phase, two independent of them and of each other:
+    # var(2a + b + c) / (4 * 4) = (4 + 1 + 1) / 16
+    a, b, c = orthogonal_rows(3, t.size)
+    assert synchrony(np.stack([a, a, b, c])) == pytest.approx(6 / 16, rel=1e-6)
+
+
 def test_synchrony_bounds() -> None:
     t = grid()
     x = np.sin(2 * np.pi * 0.5 * (t - T0))

@@ -1,13 +1,16 @@
 """analyse_window measures all rows (the node and its GPUs) at once: the result must be
 what measuring each row on its own gave (the plain per-row code below, as it was
-before), bit for bit (the exposition's golden files hold every digit); percentiles
-must equal np.percentile exactly."""
+before), to 1e-9 relative: the same operations, only batched, agree bit for bit here,
+but which kernels numpy picks for a matrix and for a row depends on the CPU, and a
+test must pass on any. Percentiles must equal np.percentile exactly (a sort and
+element-wise arithmetic, the same on every CPU)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 
 from exporter.analysis.power_swing import NodeSwing, SwingFeatures, analyse_window
 from exporter.analysis.signal import (
@@ -21,6 +24,7 @@ from exporter.analysis.signal import (
     wrap,
 )
 from exporter.analysis.spectrum import EDGE_RATIO, _fundamental, edge_frequency
+from tests.tools import assert_same_numbers
 
 T0 = 1_758_000_000.0
 
@@ -111,7 +115,7 @@ def reference_window(t: np.ndarray, power: np.ndarray, tdp: np.ndarray | None,
 
 
 def same(got: SwingFeatures, want: SwingFeatures) -> None:
-    assert got == want  # bit for bit: the same operations, only batched
+    assert_same_numbers(got, want)
 
 
 def check(t: np.ndarray, power: np.ndarray, tdp: np.ndarray | None, **kw) -> NodeSwing:
@@ -179,4 +183,24 @@ def test_edge_frequency_of_one_signal() -> None:
     for seed in range(10):
         _, power = node(seed, n_gpu=1)
         x = power[0] + rng.normal(0, 1, power.shape[1])
-        assert edge_frequency(x, 50.0) == ref_edges(x, 50.0)
+        assert_same_numbers(edge_frequency(x, 50.0), ref_edges(x, 50.0))
+
+
+def test_numbers_must_agree_to_1e9_and_the_rest_exactly() -> None:
+    """The comparison above lets the last digits go, nothing else."""
+    base = SwingFeatures(400.0, 500.0, None, 0.5, 0.9, 0.95, 3000.0, 0.5, 1.0)
+    assert_same_numbers(base, SwingFeatures(400.0 * (1 + 1e-13), 500.0, None, 0.5, 0.9,
+                                            0.95, 3000.0, 0.5, 1.0))
+    assert_same_numbers({"a": [np.array([1.0, np.nan])]}, {"a": [np.array([1.0, np.nan])]})
+    for other in (SwingFeatures(400.0 * (1 + 1e-7), 500.0, None, 0.5, 0.9, 0.95, 3000.0,
+                                0.5, 1.0),
+                  SwingFeatures(400.0, 500.0, 0.7, 0.5, 0.9, 0.95, 3000.0, 0.5, 1.0),
+                  SwingFeatures(400.0, 500.0, None, None, 0.9, 0.95, 3000.0, 0.5, 1.0),
+                  SwingFeatures(400.0, 500.0, None, 0.5, 0.9, 0.95, 3000.0, 0.5, 1.0,
+                                unresolved=True)):
+        with pytest.raises(AssertionError):
+            assert_same_numbers(other, base)
+    with pytest.raises(AssertionError):
+        assert_same_numbers({"a": np.array([1.0, 2.0])}, {"a": np.array([1.0, 2.001])})
+    with pytest.raises(AssertionError):
+        assert_same_numbers([1.0, 2.0], [1.0])

@@ -139,7 +139,8 @@ def test_a_lost_gpu_leaves_the_profiling_families(running_exporter):
 
 
 def test_the_driver_counters_and_memory_figures(running_exporter):
-    found = scrape(running_exporter, "straggler", seconds=12, energy_interval_seconds=5)
+    found = scrape(running_exporter, "straggler", seconds=12, energy_interval_seconds=5,
+                   metrics_profile="full")
     driver = {(s.labels["gpu"], s.labels["reason"]): s.value
               for s in found["gpu_clock_event_driver_seconds_total"]}
     # HW thermal slowdown on GPU 5 from the start; the counter is read every energy

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from exporter.analysis.ramps import Ramp, _ramp_at, _regular, _threshold, detect_ramps
-from tests.tools import REAL_TRACE
+from tests.tools import REAL_TRACE, assert_same_numbers
 
 T0 = 1_758_000_000.0
 
@@ -104,7 +104,7 @@ def synthetic(seed: int, seconds: float = 120.0, fs: float = 25.0
 def check(t: np.ndarray, x: np.ndarray, **kw) -> list[Ramp]:
     for tdp in (5600.0, None):
         got = detect_ramps(t, x, tdp, **kw)
-        assert got == reference_ramps(t, x, tdp, **kw)
+        assert_same_numbers(got, reference_ramps(t, x, tdp, **kw))
     return got
 
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from exporter.metrics.render import render
-from exporter.sim.replay import replay_library
+from exporter.sim.replay import MAX_REPLAY_SAMPLE_RATE, max_speed, replay_library
 from exporter.traces.load import load_trace
+from exporter.traces.trace import TraceError
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE
@@ -93,6 +94,40 @@ def test_record_errors(tmp_path):
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "cannot write" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _limit_file_size(limit: int):
+    """A preexec_fn: files the child writes may not grow past `limit` bytes (ulimit -f)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_record_stops_in_one_line_when_the_trace_cannot_grow(tmp_path):
+    out = tmp_path / "full.cte"
+    limit = 150_000  # a few seconds of 8 GPUs at the sensor's rate
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "120", "--out", str(out),
+                             "--progress", "0"], capture_output=True, text=True, timeout=120,
+                            preexec_fn=_limit_file_size(limit))
+    assert result.returncode == 3, result.stderr  # the documented code for a failed write
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, from start to stop
+    assert f"cannot write {out}: File too large" in result.stderr
+    assert "recorded" not in result.stdout  # no summary that reads like success
+    data = out.read_bytes()
+    assert 0 < len(data) <= limit and data.endswith(b"\n")  # cut back to the last whole row
+    trace = load_trace(out)
+    assert trace.skipped_lines == 0 and trace.gpus == list(range(8))
+    assert sum(np.isfinite(trace.series[g].fields["power_watts"]).sum() for g in trace.gpus) \
+        > 500
+
+
+def test_record_to_a_full_device_stops_at_once(tmp_path):
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "120", "--out",
+                             "/dev/full", "--progress", "0"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "No space left on device" in result.stderr
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="shared/data is not beside the checkout")
@@ -175,6 +210,55 @@ def test_replay_errors(tmp_path):
     assert result.returncode == 2 and "choose one" in result.stderr
 
 
+def _smi_log(path: Path, rows: list[tuple[int, int, str]]) -> Path:
+    """An nvidia-smi CSV log of (second, gpu, power cell) rows."""
+    lines = ["timestamp, index, temperature.gpu, power.draw [W]"]
+    lines += [f"2025/01/01 00:00:{t:02d}.000, {gpu}, 60, {power}" for t, gpu, power in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("power", ["[N/A]", "1e308 W", "one timestamp"])
+def test_replay_refuses_a_trace_that_analyze_refuses(tmp_path, power):
+    if power == "one timestamp":
+        rows = [(0, gpu, "300 W") for gpu in range(2)]
+    else:
+        rows = [(t, gpu, power) for t in range(20) for gpu in range(2)]
+    log = _smi_log(tmp_path / "bad.csv", rows)
+    analyzed = subprocess.run([*CLI, "analyze", str(log)], capture_output=True, text=True,
+                              timeout=60)
+    replayed = subprocess.run([*CLI, "run", "--replay", str(log), "--web.listen-address",
+                               "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert analyzed.returncode == replayed.returncode == 2
+    why = "no GPU has at least two power readings"
+    assert why in analyzed.stderr
+    # one line, the same reason, before anything serves
+    assert replayed.stderr.count("\n") == 1 and why in replayed.stderr, replayed.stderr
+    assert "serving on" not in replayed.stderr
+
+
+def test_replay_serves_no_power_a_trace_does_not_hold(tmp_path, running_exporter):
+    # GPU 0: good readings and one absurd one; GPU 1: temperature only
+    rows = [(t, 0, "1e308 W" if t == 5 else f"{300 + 100 * (t % 2)} W") for t in range(20)]
+    rows += [(t, 1, "[N/A]") for t in range(20)]
+    log = _smi_log(tmp_path / "part.csv", rows)
+    exp = running_exporter.start(manual=True, fake=False, replay=str(log))
+    for _ in range(25):
+        exp.sampler.advance(1)
+    snap = exp.sampler.snapshot
+    assert snap.gpu_count == 2
+    assert set(snap.power) == {0}  # GPU 1 has no power: none is served for it
+    assert 300 <= snap.power[0].watts <= 400  # never the absurd reading
+    body = render(snap).decode()
+    served = [float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+              if line.startswith("gpu_power_watts{")]
+    assert served and all(300 <= w <= 400 for w in served)
+    assert 'gpu_power_watts{gpu="1"' not in body
+    assert 'gpu_temperature_celsius{gpu="1"' in body  # what it has is served
+    gpu1 = exp.fake_lib.gpus[1]
+    assert gpu1.loop_seconds == pytest.approx(20.0)  # its own rows' span, not one second
+
+
 # Written by `record --fake --duration 4` of the exporter before the driver's power-sample
 # buffer was used (commit f6ed333): power and energy polled together at 20 Hz in one row,
 # the sweep's values in rows of their own.
@@ -203,3 +287,49 @@ def test_a_trace_recorded_before_the_sample_buffer_still_replays(running_exporte
     assert all(p.samples_total >= 2 * 18 for p in snap.power_sampling.values())
     body = render(snap).decode()
     assert "gpu_energy_joules_total{" in body and "gpu_sm_clock_hertz{" in body
+
+
+def test_replay_at_the_highest_accepted_speed_loses_no_samples(recorded, running_exporter):
+    trace = load_trace(recorded)
+    top = max_speed(trace)
+    assert top >= 10  # the README's `--speed 10` on a recording at the driver's rate
+    exp = running_exporter.start(manual=True, fake=False, replay=str(recorded),
+                                 replay_speed=top)
+    start = exp.sampler.clock.time()
+    exp.sampler.advance(12)  # past the 4 s trace's end: it loops, at ~12x
+    end = exp.sampler.clock.time()
+    for gpu, stats in exp.sampler.snapshot.power_sampling.items():
+        delivered = len(exp.fake_lib.gpus[gpu].samples_between(start - 1, end))
+        assert stats.lost_total == 0, gpu
+        assert stats.samples_total >= delivered - 2 * MAX_REPLAY_SAMPLE_RATE, gpu  # one drain
+        assert stats.samples_total >= 10 * MAX_REPLAY_SAMPLE_RATE * 0.8, gpu
+
+
+def test_replay_refuses_a_speed_it_cannot_keep_up_with(recorded):
+    trace = load_trace(recorded)
+    top = max_speed(trace)
+    replay_library(trace, speed=top)  # the highest accepted speed is accepted
+    with pytest.raises(TraceError, match=r"--speed \d+(\.\d+)? or less"):
+        replay_library(trace, speed=top * 1.05)
+    result = subprocess.run([*CLI, "run", "--replay", str(recorded), "--speed", "1000",
+                             "--web.listen-address", "127.0.0.1:0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--speed 1000 would deliver" in lines[0], result.stderr
+    assert lines[0].startswith("cluster-telemetry-exporter: run: ")
+    # a 1 Hz nvidia-smi log can be replayed far faster than a recording at the driver's rate
+    assert 1 / 0.02 * top == pytest.approx(MAX_REPLAY_SAMPLE_RATE, rel=0.2)
+    from exporter.config import all_options
+
+    speed = next(o for o in all_options() if o.key == "replay_speed")
+    assert f"more than {MAX_REPLAY_SAMPLE_RATE} power samples" in speed.help  # the docs' figure
+
+
+def test_replayed_gpus_carry_the_names_their_trace_recorded(recorded, running_exporter):
+    names = load_trace(recorded).gpu_names
+    exp = running_exporter.start(manual=True, fake=False, replay=str(recorded))
+    exp.sampler.advance(2)
+    idents = exp.sampler.snapshot.identities
+    assert {g: idents[g].name for g in names} == names
+    assert "replayed GPU" not in render(exp.sampler.snapshot).decode()

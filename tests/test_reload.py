@@ -1,4 +1,4 @@
-"""SIGHUP reloads the config and web config files, all or nothing (issue 17, finding 4).
+"""SIGHUP reloads the config and web config files, all or nothing.
 
 End to end: a real `run` process is scraped over TLS without a break while its
 certificate and a password are rotated and a broken web config is refused. In process:
@@ -234,3 +234,34 @@ def test_a_bad_config_file_is_refused_and_the_running_one_kept(exporter, tmp_pat
     (line,) = [r.getMessage() for r in caplog.records if "reload refused" in r.getMessage()]
     assert "power_sample_rate_hz" in line and "\n" not in line
     assert exporter.reloads.stats().failures_total == 1
+
+
+def test_a_fifo_behind_a_reload_is_refused_and_later_reloads_still_apply(tmp_path):
+    """A config file swapped for a named pipe blocked the reload forever, and with it
+    every later one: it is refused at once, and the next good file reloads."""
+    port = free_port()
+    config = tmp_path / "config.yaml"
+    good = ("fake: true\ncollector_host: false\ncollector_infiniband: false\n"
+            f"listen_address: 127.0.0.1:{port}\n")
+    config.write_text(good + "log_level: info\n")
+    log = tmp_path / "exporter.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "exporter", "run", "--config",
+                                 str(config)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "serving on" in log.read_text() or proc.poll() is not None, 30)
+        assert proc.poll() is None, log.read_text()
+        config.unlink()
+        os.mkfifo(config)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in log.read_text(), timeout=30)
+        refused = [line for line in log.read_text().splitlines() if "reload refused" in line]
+        assert len(refused) == 1 and "named pipe (FIFO), not a regular file" in refused[0]
+        config.unlink()
+        write_atomically(config, good + "log_level: debug\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "log level debug" in log.read_text(), timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        stop_process(proc)

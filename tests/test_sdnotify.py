@@ -158,7 +158,9 @@ def test_the_main_thread_sleeps_until_a_signal(tmp_path, monkeypatch):
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
-        assert time.monotonic() - t0 < 2.0
+        # promptly: well inside systemd's 20 s TimeoutStopSec; a main thread the signal
+        # does not wake would wait for ever (proc.wait raises)
+        assert time.monotonic() - t0 < 5.0
     finally:
         stop_process(proc)
     assert proc.returncode == 0, log.read_text()

@@ -46,8 +46,10 @@ def _simulate_config() -> Config:
 
 def test_record_and_run_sample_with_the_same_settings():
     run, rec = sampler_settings(_run_config()), record.sampler_settings(_record_config())
-    # what record leaves out on purpose: the live analyses and XID events
-    expected = dataclasses.replace(run, power=None, stragglers=None, xid_events=False)
+    # what record leaves out on purpose: the live analyses and XID events; and the NVLink
+    # fields follow the metric selection run serves, which record has none of
+    expected = dataclasses.replace(run, power=None, stragglers=None, xid_events=False,
+                                   nvlink_reads=rec.nvlink_reads)
     assert rec == expected
     assert _run_config().collectors == _record_config().collectors
 
@@ -71,8 +73,8 @@ def test_analyze_takes_the_live_analyses_thresholds():
     args = build_parser().parse_args(["analyze", "trace.csv"])
     shared = analyze.shared_options()
     assert set(shared) == {"--window", "--band", "--min-amplitude-ratio", "--min-band-energy",
-                           "--min-synchrony", "--hold", "--cycle-window", "--ramp-ratio",
-                           "--persistence"}
+                           "--min-synchrony", "--segment-window", "--hold", "--cycle-window",
+                           "--ramp-ratio", "--persistence"}
     # the live analyses' values as the sampler holds them, by key
     live = {o.key: value_of(SamplerSettings(), o) for o in options_of(SamplerSettings)}
     for option in shared.values():

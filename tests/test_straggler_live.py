@@ -88,12 +88,12 @@ def test_tiny_node_says_it_has_no_peer_statistics():
     report = snap.straggler_analysis.report
     assert not report.peer_statistics and "at least 3" in report.reason
     assert findings(snap) == {}
-    assert "straggler_peer_statistics 0.0" in render(snap).decode()
+    assert "gpu_node_straggler_peer_statistics 0.0" in render(snap).decode()
 
 
 def test_a_starved_exporter_holds_its_findings_instead_of_inventing_them():
-    """Issue 17, finding 6: when the exporter itself is short of CPU (power samples lost
-    before a drain, sweeps skipped), its sampling trouble must not become a finding."""
+    """When the exporter itself is short of CPU (power samples lost before a drain,
+    sweeps skipped), its sampling trouble must not become a finding about a GPU."""
     clock = ManualClock()
     with fake.installed(load_scenario("straggler"), clock, costs=None):
         sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, xid_events=False,
@@ -110,7 +110,7 @@ def test_a_starved_exporter_holds_its_findings_instead_of_inventing_them():
             assert held.held and held.coverage["power"] < 0.9 and held.features is None
             assert held.report is before.report  # findings held, not recomputed
             text = render(sampler.build_snapshot()).decode()
-            assert "straggler_analysis_held 1.0" in text
+            assert "gpu_node_straggler_analysis_held 1.0" in text
             assert "gpu_window_power_watts{" not in text
             sampler.advance(12)  # a clean window again: analysed again
             after = sampler.build_snapshot().straggler_analysis

@@ -84,17 +84,14 @@ def test_successful_checks_are_cached_so_scrapes_stay_cheap(exporter, certs):
     before = auth.bcrypt_checks
     context = client_context(certs, certs.client_cert, certs.client_key)
     conn = http.client.HTTPSConnection("127.0.0.1", exporter.port, context=context, timeout=5)
-    latencies = []
     for _ in range(20):  # one keep-alive connection, as Prometheus scrapes
-        t0 = time.perf_counter()
         conn.request("GET", "/metrics", headers=basic(USER, PASSWORD))
         resp = conn.getresponse()
         resp.read()
-        latencies.append(time.perf_counter() - t0)
         assert resp.status == 200
     conn.close()
-    assert auth.bcrypt_checks == before  # no bcrypt work per scrape
-    assert sorted(latencies)[10] < 0.02  # a cost-10 bcrypt check alone takes ~60 ms
+    # no bcrypt work per scrape (a cost-10 check takes ~60 ms of CPU): counted, not timed
+    assert auth.bcrypt_checks == before
 
 
 @pytest.mark.parametrize("headers", [

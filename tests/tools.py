@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import time
@@ -30,6 +31,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_base_port(count: int) -> int:
+    """A run of free ports below the kernel's ephemeral range (32768 up): Prometheus's own
+    port and its scrapes' source ports, taken while the simulators start, come from there."""
+    for _ in range(50):
+        base = random.randrange(20000, 32768 - count)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
 
 
 def scenario_from_yaml(text: str, name: str = "test") -> Scenario:
@@ -170,6 +191,41 @@ def samples(text: str | bytes) -> dict[str, list]:
         for sample in family.samples:
             out.setdefault(sample.name, []).append(sample)
     return out
+
+
+def assert_same_numbers(got, want, rel: float = 1e-9, abs_tol: float = 1e-12,
+                        where: str = "") -> None:
+    """got == want, except that floats (and float arrays) need agree only to `rel`: the
+    last digits of numpy's results depend on the CPU (OpenBLAS kernels, SIMD paths of
+    exp and log), so two code paths that agree on one machine may not on another.
+    Dataclasses, mappings and sequences are compared member by member."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    if dataclasses.is_dataclass(got) and not isinstance(got, type):
+        assert type(got) is type(want), f"{where}: {type(got)} != {type(want)}"
+        for field in dataclasses.fields(got):
+            assert_same_numbers(getattr(got, field.name), getattr(want, field.name), rel,
+                                abs_tol, f"{where}.{field.name}")
+    elif isinstance(got, dict):
+        assert isinstance(want, dict) and got.keys() == want.keys(), f"{where}: keys differ"
+        for key in got:
+            assert_same_numbers(got[key], want[key], rel, abs_tol, f"{where}[{key!r}]")
+    elif isinstance(got, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got} != {want}"
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_same_numbers(a, b, rel, abs_tol, f"{where}[{i}]")
+    elif isinstance(got, np.ndarray):
+        assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
+        assert np.allclose(got, want, rtol=rel, atol=abs_tol, equal_nan=True), where
+    elif isinstance(got, float) and not isinstance(want, bool) and isinstance(want, float):
+        same = (math.isnan(got) and math.isnan(want)) or math.isclose(
+            got, want, rel_tol=rel, abs_tol=abs_tol)
+        assert same, f"{where}: {got!r} != {want!r}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
 
 
 def make_snapshot(gpus: int = 2, **fields):

@@ -1,7 +1,9 @@
 """Live power analysis: the swing, cycle and ramp analysers run on the ring buffers.
 
 Every `update_seconds` (default 5 s) the last `window_seconds` (default 30 s) of every
-GPU's instant power go through analysis.power_swing.analyse_window; the slow scale
+GPU's instant power go through analysis.power_swing.analyse_window, and the last
+`segment_window_seconds` (default 120 s) through analysis.step_segments.find_step_swing
+(the step swing inside the compute plateaus, the job's step rhythm); the slow scale
 (analyse_cycles) runs on the last 10 minutes every minute; ramps are looked for in the
 last minute. The samples come at the sensor's native rate, on one time grid; the band
 they can show (0 to half their rate) comes with each update.
@@ -24,6 +26,12 @@ from exporter.analysis.power_swing import (
     analyse_window,
     detect_ramps,
 )
+from exporter.analysis.step_segments import (
+    SegmentAnalysis,
+    StepSwing,
+    find_step_swing,
+    grid_relevant,
+)
 from exporter.options import analyze_setting, band, positive, ratio, whole_at_least_one
 
 
@@ -37,7 +45,8 @@ class PowerSettings:
     band_hz: tuple[float, float] = analyze_setting(
         (0.1, 3.0), "critical band in Hz", "--band", band, "LOW-HIGH")
     min_amplitude_ratio: float = analyze_setting(
-        0.20, "step swing: node amplitude / node TDP", "--min-amplitude-ratio", ratio, "R")
+        0.20, "step swing: node amplitude / node TDP for a swing to count as grid-relevant; "
+        "every clear swing is reported", "--min-amplitude-ratio", ratio, "R")
     min_band_energy_ratio: float = analyze_setting(
         0.20, "step swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
     min_synchrony: float = analyze_setting(
@@ -50,6 +59,13 @@ class PowerSettings:
     ramp_window_seconds: float = 60.0
     ramp_min_ratio: float = analyze_setting(
         0.30, "ramp: change / node TDP, or / observed range", "--ramp-ratio", ratio, "R")
+    segment_window_seconds: float = analyze_setting(
+        120.0, "step swing in the compute plateaus: window split into plateaus and pauses",
+        "--segment-window", positive, "SECONDS")
+    # The step swing over a 2-minute window moves slowly: analysed every 15 s (a scrape
+    # interval), not every update, it costs a third as much (~6 ms on 8 GPUs).
+    step_every_seconds: float = 15.0
+
 
 @dataclass(frozen=True)
 class PowerAnalysis:
@@ -61,6 +77,12 @@ class PowerAnalysis:
     ramps_total: dict[str, int] = field(default_factory=dict)  # by direction
     last_ramp: Ramp | None = None  # time in Unix seconds
     duration_seconds: float = 0.0  # what the last update cost
+    step: SegmentAnalysis | None = None  # the compute plateaus' step swing, when analysed
+    step_grid_relevant: bool = False  # it passes min_amplitude_ratio and the band
+
+    @property
+    def step_swing(self) -> StepSwing | None:
+        return self.step.swing if self.step is not None else None
 
 
 class PowerMonitor:
@@ -75,17 +97,22 @@ class PowerMonitor:
         self.detector = SwingDetector(self.thresholds, settings.hold_updates)
         self.cycle: CycleFeatures | None = None
         self._last_cycle = -1e18
+        self.step: SegmentAnalysis | None = None
+        self._last_step = -1e18
         self.ramps_total = {"rise": 0, "fall": 0}
         self.last_ramp: Ramp | None = None
 
     def cycle_due(self, now: float) -> bool:
         return now - self._last_cycle >= self.settings.cycle_every_seconds
 
-    def seconds_needed(self, now: float) -> float:
-        """How much of the buffer the next update reads (the long window only when due)."""
+    def step_due(self, now: float) -> bool:
+        return now - self._last_step >= self.settings.step_every_seconds
+
+    def short_seconds(self, now: float) -> float:
+        """How much of the fine grid the next update reads (the segment window when due)."""
         s = self.settings
         short = max(s.window_seconds, s.ramp_window_seconds)
-        return max(short, s.cycle_window_seconds) if self.cycle_due(now) else short
+        return max(short, s.segment_window_seconds) if self.step_due(now) else short
 
     def update(self, times: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None,
                now: float, band: tuple[float, float] | None = None,
@@ -119,9 +146,31 @@ class PowerMonitor:
             self._last_cycle = now
             self.cycle = analyse_cycles(c_row, _fill(c_watts), tdp)
         self._count_ramps(t_row, watts, tdp)
+        if self.step_due(now):
+            self._last_step = now
+            self.step = self._step(t_row, watts, tdp)
+        step = self.step
+        relevant = bool(step is not None and step.swing is not None and grid_relevant(
+            step.swing, s.min_amplitude_ratio, s.band_hz))
         return PowerAnalysis(now, s.window_seconds, swing, swinging, self.cycle,
                              dict(self.ramps_total), self.last_ramp,
-                             time.perf_counter() - t0)
+                             time.perf_counter() - t0, step, relevant)
+
+    def _step(self, t_row: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None
+              ) -> SegmentAnalysis | None:
+        """The step swing inside the compute plateaus of the last segment window."""
+        s = self.settings
+        if t_row.size < 40:
+            return None
+        recent = t_row >= t_row[-1] - s.segment_window_seconds
+        rows = watts[:, recent]
+        known = np.isfinite(rows).any(axis=1)
+        if recent.sum() < 40 or not known.any():
+            return None
+        return find_step_swing(t_row[recent], _fill(rows[known]),
+                               None if tdp is None else np.asarray(tdp)[known],
+                               observable_hz=self.band[1] or None, min_hz=s.band_hz[0],
+                               phase_grid_seconds=s.update_seconds)
 
     def _count_ramps(self, t_row: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None) -> None:
         s = self.settings

@@ -9,7 +9,7 @@ for the persistence (default 5 minutes).
 A window the exporter did not sample well is not analysed: when power samples are
 missing (the driver's buffer overflowed before a drain: the exporter was starved) or
 sweeps were skipped (its loop overran), the update is held: findings stay as they were,
-no window features are exported, and `straggler_analysis_held` says so. The exporter's
+no window features are exported, and `gpu_node_straggler_analysis_held` says so. The exporter's
 own trouble never becomes a finding about the GPUs.
 """
 

@@ -22,6 +22,7 @@ FIELD_DTYPE = np.dtype([("fieldId", "<u4"), ("scopeId", "<u4"), ("timestamp", "<
                         ("value", "<u8")])
 SAMPLE_DTYPE = np.dtype([("timeStamp", "<u8"), ("value", "<u8")])
 SAMPLE_CAPACITY = 256  # above any driver's buffer (119 samples on an H200)
+MAX_CALLS = 64  # calls one drain may make when each comes back full
 
 # nvmlValueType_t -> how the 8-byte value union reads
 _DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
@@ -97,7 +98,28 @@ class SampleBuffer:
     def read(self, nvml: ModuleType, handle, sampling_type: int, last_seen_us: int
              ) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps in us, values) of the samples newer than last_seen_us, as the
-        driver returned them; raises pynvml's NVMLError (NotFound: none new)."""
+        driver returned them; raises pynvml's NVMLError (NotFound: none new).
+
+        A full answer may have left newer samples behind (a replay at speed fills a
+        larger buffer than any driver's): ask again from the newest one, up to
+        MAX_CALLS times, so a drain takes everything there is."""
+        stamps, values = self._read_once(nvml, handle, sampling_type, last_seen_us)
+        parts = [(stamps, values)]
+        while len(stamps) == SAMPLE_CAPACITY and len(parts) < MAX_CALLS:
+            try:
+                stamps, values = self._read_once(nvml, handle, sampling_type,
+                                                 int(stamps[-1]))
+            except nvml.NVMLError as exc:
+                if exc.value != nvml.NVML_ERROR_NOT_FOUND:
+                    raise
+                break
+            parts.append((stamps, values))
+        if len(parts) == 1:
+            return parts[0]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+    def _read_once(self, nvml: ModuleType, handle, sampling_type: int, last_seen_us: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
         self.count.value = SAMPLE_CAPACITY
         fn = nvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
         ret = fn(handle, ctypes.c_uint(sampling_type), ctypes.c_ulonglong(last_seen_us),

@@ -2,7 +2,7 @@
 
 Plain ints (nvml.h / nvidia-ml-py), so that the catalogue, the renderer and the fake can
 use them without importing pynvml. Costs of reading them on a real H200 are in
-exporter/sim/costs.py (REFERENCE.md).
+exporter/sim/costs.py (docs/nvml-costs.md).
 """
 
 from __future__ import annotations

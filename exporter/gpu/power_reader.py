@@ -6,7 +6,7 @@ its own CPU timestamp in microseconds) in a buffer of 119 samples (~2.4 s), and 
 `nvmlDeviceGetSamples(NVML_TOTAL_POWER_SAMPLES, last_seen)` call per second returns the
 new ones for 0.3-0.5 ms; the instant field (186) changes only every ~100 ms. So a drain
 every second sees everything the sensor gives at a twentieth of the cost of polling
-(REFERENCE.md). A drain that comes too late finds the oldest samples gone: the gap is
+(docs/nvml-costs.md). A drain that comes too late finds the oldest samples gone: the gap is
 counted, never hidden.
 """
 

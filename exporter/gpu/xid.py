@@ -1,4 +1,5 @@
-"""XID codes and their severity class (NVIDIA's XID catalog, Ampere and newer; REFERENCE.md).
+"""XID codes and their severity class (NVIDIA's XID catalog, Ampere and newer, by the
+immediate action it asks for: docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
 
 The class is exported as a label on the XID counter so rules can alert on
 `class="critical"` without hard-coding code lists.

@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
+from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS
@@ -156,14 +157,25 @@ def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
-    """Bytes over each NVLink: new at every health reading, so rendered every time."""
-    link_labels = [*GPU_LABELS, "link"]
+    """Bytes over each NVLink: new at every health reading, so rendered every time. Per
+    GPU instead where the traffic was read for all links at once (a selection that sums
+    the link away: exporter/metrics/selection.py)."""
+    readings = sorted(snapshot.health.items())
+    per_link = all(h.nvlink_traffic is None for _, h in readings)
+    names = [*GPU_LABELS, "link"] if per_link else GPU_LABELS
     tx = Rows("gpu_nvlink_transmit_bytes", "Data bytes sent over the NVLink.", "counter",
-              link_labels)
+              names)
     rx = Rows("gpu_nvlink_receive_bytes", "Data bytes received over the NVLink.", "counter",
-              link_labels)
-    for gpu, h in sorted(snapshot.health.items()):
+              names)
+    for gpu, h in readings:
         labels = _labels(snapshot, gpu)
+        if not per_link:
+            sent, received = h.nvlink_traffic or _summed_traffic(h)
+            if sent is not None:
+                tx.add(tuple(labels), sent)
+            if received is not None:
+                rx.add(tuple(labels), received)
+            continue
         for link in h.nvlinks:
             ll = (*labels, str(link.link))
             if link.transmit_bytes is not None:
@@ -171,3 +183,10 @@ def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
             if link.receive_bytes is not None:
                 rx.add(ll, link.receive_bytes)
     yield from (tx, rx)
+
+
+def _summed_traffic(h: GpuHealth) -> tuple[float | None, float | None]:
+    """A reading taken per link (before a reload changed the reads), summed."""
+    sent = [link.transmit_bytes for link in h.nvlinks if link.transmit_bytes is not None]
+    received = [link.receive_bytes for link in h.nvlinks if link.receive_bytes is not None]
+    return (sum(sent) if sent else None), (sum(received) if received else None)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.analysis.live_power import PowerAnalysis
 from exporter.analysis.power_swing import SwingFeatures
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS, gpu_labels
@@ -30,8 +31,52 @@ FEATURES: tuple[tuple[str, str, str], ...] = (
     ("duty_cycle_ratio", "Share of the window above the midpoint of p5 and p95.",
      "duty_cycle"),
     ("phase_radians", "Phase of the node's dominant component at "
-     "power_swing_phase_reference_timestamp_seconds, in (-pi, pi].", "phase_radians"),
+     "gpu_node_power_swing_phase_reference_timestamp_seconds, in (-pi, pi].", "phase_radians"),
 )
+
+
+# The step swing inside the compute plateaus (analysis.step_segments): the job's step rhythm.
+STEP = "gpu_node_power_swing_step"
+# (suffix, help, StepSwing attribute), exported while a clear swing is found
+STEP_FEATURES: tuple[tuple[str, str, str], ...] = (
+    ("period_seconds", "The node's step period: 1 / the frequency of the clear, coherent, "
+     "periodic swing inside its compute plateaus (the rhythm of compute and communication; "
+     "with gradient accumulation, the micro-step).", "period_seconds"),
+    ("confidence_ratio", "1 - the chance that noise alone shows a spectral peak as clear as "
+     "the step swing's.", "confidence"),
+    ("significance_ratio", "The step swing's spectral peak over the noise floor of the "
+     "plateau-averaged spectrum.", "significance"),
+    ("amplitude_watts", "Peak-to-peak of the node's mean step waveform in the compute "
+     "plateaus.", "amplitude_watts"),
+    ("amplitude_ratio", "The step swing's amplitude as a share of the node's power limit "
+     "(TDP).", "amplitude_ratio"),
+    ("synchrony_ratio", "Coherence of the GPUs' components at the step frequency: 1 in "
+     "phase, about 1/N independent.", "synchrony"),
+    ("duty_ratio", "Share of the analysed compute time whose plateaus show the step swing.",
+     "duty"),
+    ("phase_radians", "Phase of the step swing in its last plateau at "
+     f"{STEP}_phase_reference_timestamp_seconds, in (-pi, pi].", "phase_radians"),
+    ("phase_reference_timestamp_seconds", "The Unix time the step phase refers to.",
+     "phase_reference_time"),
+)
+
+
+def step_families(analysis: PowerAnalysis) -> Iterator[Metric]:
+    """The step swing inside the compute plateaus: whether one is clear, whether it
+    matters to the grid, and its features while it is."""
+    step = analysis.step_swing
+    yield GaugeMetricFamily(f"{STEP}_detected", "1 while a clear, coherent, periodic step "
+                            "swing shows inside the node's compute plateaus (whatever its "
+                            "amplitude).", value=0.0 if step is None else 1.0)
+    yield GaugeMetricFamily(f"{STEP}_grid_relevant", "1 while that swing also passes the "
+                            "amplitude threshold and lies in the critical band.",
+                            value=1.0 if analysis.step_grid_relevant else 0.0)
+    if step is None:
+        return
+    for suffix, doc, attr in STEP_FEATURES:
+        value = getattr(step, attr)
+        if value is not None:
+            yield GaugeMetricFamily(f"{STEP}_{suffix}", doc, value=value)
 
 
 def _add(family_by_suffix: dict[str, Rows], labels: tuple[str, ...],
@@ -45,7 +90,7 @@ def _add(family_by_suffix: dict[str, Rows], labels: tuple[str, ...],
 def power_source_families(snapshot: Snapshot) -> Iterator[Metric]:
     """Where each GPU's power samples come from, how fast, and what was lost."""
     labels = gpu_labels(snapshot)
-    yield GaugeMetricFamily("power_observable_band_max_hertz",
+    yield GaugeMetricFamily("gpu_node_power_observable_band_max_hertz",
                             "Highest frequency the exporter can see: half the effective "
                             "sample rate of the slowest GPU.",
                             value=snapshot.observable_band_hz[1])
@@ -93,13 +138,14 @@ def power_families(snapshot: Snapshot) -> Iterator[Metric]:
     if analysis is None:
         return
 
-    yield GaugeMetricFamily("power_swing_active", "1 while the node's GPUs swing in step: "
+    yield GaugeMetricFamily("gpu_node_power_swing_active", "1 while the node's GPUs swing in step: "
                             "amplitude, frequency band, band energy and synchrony past their "
                             "thresholds for consecutive updates.",
                             value=1.0 if analysis.swinging else 0.0)
-    yield GaugeMetricFamily("power_swing_window_seconds", "Length of the analysed window.",
+    yield GaugeMetricFamily("gpu_node_power_swing_window_seconds", "Length of the analysed window.",
                             value=analysis.window_seconds)
-    node = {suffix: Rows(f"power_swing_{suffix}", f"Node (sum of GPUs): {doc}", "gauge", ())
+    node = {suffix: Rows(f"gpu_node_power_swing_{suffix}", f"Node (sum of GPUs): {doc}",
+                         "gauge", ())
             for suffix, doc, _ in FEATURES}
     gpus = {suffix: Rows(f"gpu_power_swing_{suffix}", f"Per GPU: {doc}", "gauge", GPU_LABELS)
             for suffix, doc, _ in FEATURES}
@@ -112,44 +158,50 @@ def power_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from node.values()
     yield from gpus.values()
     if swing is not None:
-        yield GaugeMetricFamily("power_swing_synchrony_ratio", "var(sum P) / (N * sum var P): "
-                                "1 when all GPUs swing in phase, about 1/N when independent.",
+        yield GaugeMetricFamily("gpu_node_power_swing_synchrony_ratio",
+                                "var(sum P) / (N * sum var P): 1 when all GPUs swing in phase, "
+                                "about 1/N when independent.",
                                 value=swing.synchrony)
-        yield GaugeMetricFamily("power_swing_phase_reference_timestamp_seconds",
+        yield GaugeMetricFamily("gpu_node_power_swing_phase_reference_timestamp_seconds",
                                 "The Unix time the phases refer to. Phase now = phase + "
                                 "2 pi f (time() - this).", value=swing.phase_reference_time)
 
+    yield from step_families(analysis)
+
     cycle = analysis.cycle
-    yield GaugeMetricFamily("power_cycle_detected", "1 if a slow periodic pattern (e.g. "
+    yield GaugeMetricFamily("gpu_node_power_cycle_detected", "1 if a slow periodic pattern (e.g. "
                             "checkpoints) shows in the last 10 minutes.",
                             value=0.0 if cycle is None else 1.0)
     if cycle is not None:
         for name, doc, value in (
-                ("power_cycle_period_seconds", "Period of the slow pattern.",
+                ("gpu_node_power_cycle_period_seconds", "Period of the slow pattern.",
                  cycle.period_seconds),
-                ("power_cycle_amplitude_watts", "Node power range over the mean cycle.",
+                ("gpu_node_power_cycle_amplitude_watts", "Node power range over the mean cycle.",
                  cycle.amplitude_watts),
-                ("power_cycle_amplitude_ratio", "Cycle amplitude as a share of the node's TDP.",
+                ("gpu_node_power_cycle_amplitude_ratio",
+                 "Cycle amplitude as a share of the node's TDP.",
                  cycle.amplitude_ratio),
-                ("power_cycle_strength_ratio", "How regular the pattern is (autocorrelation "
-                 "at the period, 0-1).", cycle.strength),
-                ("power_cycle_synchrony_ratio", "Synchrony of the GPUs' mean cycles.",
+                ("gpu_node_power_cycle_strength_ratio",
+                 "How regular the pattern is (autocorrelation at the period, 0-1).",
+                 cycle.strength),
+                ("gpu_node_power_cycle_synchrony_ratio", "Synchrony of the GPUs' mean cycles.",
                  cycle.synchrony)):
             if value is not None:
                 yield GaugeMetricFamily(name, doc, value=value)
 
-    ramps = CounterMetricFamily("power_ramps", "Large synchronised rises and falls of the "
+    ramps = CounterMetricFamily("gpu_node_power_ramps", "Large synchronised rises and falls of the "
                                 "node's power (job start, stop, crash).", labels=["direction"])
     for direction, count in sorted(analysis.ramps_total.items()):
         ramps.add_metric([direction], count)
     yield ramps
     ramp = analysis.last_ramp
     if ramp is not None:
-        yield GaugeMetricFamily("power_ramp_last_delta_watts", "Size of the last large ramp "
-                                "(negative for a fall).", value=ramp.delta_watts)
-        yield GaugeMetricFamily("power_ramp_last_timestamp_seconds", "When it happened.",
+        yield GaugeMetricFamily("gpu_node_power_ramp_last_delta_watts",
+                                "Size of the last large ramp (negative for a fall).",
+                                value=ramp.delta_watts)
+        yield GaugeMetricFamily("gpu_node_power_ramp_last_timestamp_seconds", "When it happened.",
                                 value=ramp.time)
-        yield GaugeMetricFamily("power_ramp_last_duration_seconds", "How long it took "
+        yield GaugeMetricFamily("gpu_node_power_ramp_last_duration_seconds", "How long it took "
                                 "(10-90 %).", value=ramp.duration_seconds)
     yield GaugeMetricFamily("cte_power_analysis_duration_seconds",
                             "What the last power-analysis update cost.",

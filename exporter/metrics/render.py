@@ -19,11 +19,14 @@ from exporter.metrics.gpu_health import (
     nvlink_traffic_families,
 )
 from exporter.metrics.power import power_families
+from exporter.metrics.selection import Selection
 from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
 from exporter.sampling.snapshot import Snapshot
 
 FamilyFunction = Callable[[Snapshot], Iterable[Metric]]
+
+DEFAULT = Selection()  # the default profile, no selection file
 
 # The classic text format, which every Prometheus since 2.0 parses (2.42 is our floor).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -51,12 +54,12 @@ class CachedFamilies:
     def __call__(self, snapshot: Snapshot) -> Iterable[Metric]:
         return self.families(snapshot)
 
-    def render(self, snapshot: Snapshot) -> bytes:
-        key = self.key(snapshot)
+    def render(self, snapshot: Snapshot, selection: Selection = DEFAULT) -> bytes:
+        key = (selection, self.key(snapshot))
         with self._lock:
             if self._last is not None and self._last[0] == key:
                 return self._last[1]
-        body = WRITER.write(self.families(snapshot))
+        body = WRITER.write(selection.apply(self.families(snapshot)))
         with self._lock:
             self._last = (key, body)
         return body
@@ -68,14 +71,16 @@ FAMILY_FUNCTIONS: list[FamilyFunction] = [
     nvlink_traffic_families, power_families, straggler_families, collector_families, self_families]
 
 
-def _collect(snapshot: Snapshot, sources: list[FamilyFunction]) -> Iterator[Metric]:
+def _collect(snapshot: Snapshot, sources: list[FamilyFunction],
+             selection: Selection) -> Iterator[Metric]:
     for source in sources:
-        yield from source(snapshot)
+        yield from selection.apply(source(snapshot))
 
 
 def render(snapshot: Snapshot, sources: list[FamilyFunction] | None = None,
-           extra: Sequence[Metric] = ()) -> bytes:
-    """The exposition of every family; cached parts are reused, the rest rendered anew.
+           extra: Sequence[Metric] = (), selection: Selection = DEFAULT) -> bytes:
+    """The exposition of the families `selection` wants; cached parts are reused, the
+    rest rendered anew.
 
     `extra` are families from outside the snapshot (the server's own figures, built by
     the app when it publishes), written last. Each family is written whole by one
@@ -85,15 +90,15 @@ def render(snapshot: Snapshot, sources: list[FamilyFunction] | None = None,
     for source in sources or FAMILY_FUNCTIONS:
         if isinstance(source, CachedFamilies):
             if plain:
-                parts.append(WRITER.write(_collect(snapshot, plain)))
+                parts.append(WRITER.write(_collect(snapshot, plain, selection)))
                 plain = []
-            parts.append(source.render(snapshot))
+            parts.append(source.render(snapshot, selection))
         else:
             plain.append(source)
     if extra:
         plain.append(lambda _snapshot: extra)
     if plain:
-        parts.append(WRITER.write(_collect(snapshot, plain)))
+        parts.append(WRITER.write(_collect(snapshot, plain, selection)))
     return b"".join(parts)
 
 
@@ -104,11 +109,13 @@ class RenderedSnapshot:
     second, against Prometheus' one per 15-60 s) costs nothing to render."""
 
     def __init__(self, snapshot: Snapshot,
-                 extra: Callable[[], Sequence[Metric]] = lambda: ()):
+                 extra: Callable[[], Sequence[Metric]] = lambda: (),
+                 selection: Selection = DEFAULT):
         """`extra`: families from outside the snapshot (the server's own figures), taken
-        when the snapshot is rendered."""
+        when the snapshot is rendered; `selection`: the families served."""
         self.snapshot = snapshot
         self.extra = extra
+        self.selection = selection
         self._body: bytes | None = None
         self._gzipped: bytes | None = None
         self._lock = threading.Lock()
@@ -118,7 +125,8 @@ class RenderedSnapshot:
         if self._body is None:
             with self._lock:
                 if self._body is None:
-                    self._body = render(self.snapshot, extra=self.extra())
+                    self._body = render(self.snapshot, extra=self.extra(),
+                                       selection=self.selection)
         return self._body
 
     @property

@@ -68,8 +68,9 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
     since = GaugeMetricFamily("gpu_straggler_since_timestamp_seconds",
                               "When the GPU's current finding began (Unix time).",
                               labels=GPU_LABELS)
-    peers = GaugeMetricFamily("straggler_peer_statistics", "1 if the node (or a job on it) "
-                              "has the 3 or more GPUs peer statistics need.")
+    peers = GaugeMetricFamily("gpu_node_straggler_peer_statistics",
+                              "1 if the node (or a job on it) has the 3 or more GPUs peer "
+                              "statistics need.")
     if report is not None:
         peers.add_metric([], 1.0 if report.peer_statistics else 0.0)
         for gpu, g in sorted(report.gpus.items()):
@@ -90,12 +91,12 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 def _stall_families(snapshot: Snapshot, analysis) -> Iterator[Metric]:
     stall = analysis.stall
-    yield GaugeMetricFamily("collective_stall_active", "1 while peers busy-wait (high "
+    yield GaugeMetricFamily("gpu_node_collective_stall_active", "1 while peers busy-wait (high "
                             "utilization, low power) and one GPU differs: a stall.",
                             value=1.0 if stall is not None and stall.stalled else 0.0)
-    yield CounterMetricFamily("collective_stalls", "Stalls seen (each episode once).",
+    yield CounterMetricFamily("gpu_node_collective_stalls", "Stalls seen (each episode once).",
                               value=analysis.stalls_total)
-    yield CounterMetricFamily("collective_stall_seconds", "Seconds spent stalled.",
+    yield CounterMetricFamily("gpu_node_collective_stall_seconds", "Seconds spent stalled.",
                               value=analysis.stall_seconds_total)
     culprit = GaugeMetricFamily("gpu_collective_stall_culprit", "1 while the GPU is the "
                                 "likely culprit of a stall (idle, or still computing, while "
@@ -114,12 +115,12 @@ def _stall_families(snapshot: Snapshot, analysis) -> Iterator[Metric]:
         waiting.add_metric(labels, 1.0 if stalled and gpu in stall.waiting_gpus else 0.0)
         culprit_seconds.add_metric(labels, analysis.culprit_seconds.get(gpu, 0.0))
     yield from (culprit, waiting, culprit_seconds)
-    yield GaugeMetricFamily("straggler_analysis_held", "1 while the last straggler window "
+    yield GaugeMetricFamily("gpu_node_straggler_analysis_held", "1 while the last straggler window "
                             "was not analysed because the exporter sampled it badly (power "
                             "samples lost, sweeps skipped): findings are held as they were "
                             "and no window features are exported.",
                             value=1.0 if analysis.held else 0.0)
-    coverage = GaugeMetricFamily("straggler_analysis_coverage_ratio", "How completely the "
+    coverage = GaugeMetricFamily("gpu_node_straggler_analysis_coverage_ratio", "How completely the "
                                  "last straggler window was sampled: the worst GPU's share "
                                  "with power samples, and the share of the expected sweeps.",
                                  labels=["data"])

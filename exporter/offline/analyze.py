@@ -39,16 +39,19 @@ from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
+from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.events import events
-from exporter.offline.report import render_text
+from exporter.offline.report import not_run_note, render_text
 from exporter.offline.swings import (
     MIN_STEP_SAMPLES,
     Grid,
     cycle_swings,
     drop_beats,
     folded_swing,
+    merge_step,
+    segment_swings,
     step_swings,
     thresholds,
 )
@@ -62,7 +65,7 @@ from exporter.options import (
 )
 from exporter.traces.checks import MAX_GPU_INDEX
 from exporter.traces.load import load_trace
-from exporter.traces.trace import Trace, TraceError
+from exporter.traces.trace import Trace, TraceError, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
 
@@ -113,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared["--min-amplitude-ratio"].add_to(parser, ANALYZE)
     shared["--min-band-energy"].add_to(parser, ANALYZE)
     shared["--min-synchrony"].add_to(parser, ANALYZE)
+    shared["--segment-window"].add_to(parser, ANALYZE)
     shared["--hold"].add_to(parser, ANALYZE)
     shared["--cycle-window"].add_to(parser, ANALYZE)
     parser.add_argument("--cycle-min-ratio", type=ratio, default=0.05, metavar="R",
@@ -145,17 +149,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
-    notes: list[str] = []
-    usable = []
-    for g in trace.gpus:
-        s = trace.series[g]
-        ok = np.isfinite(s.fields["power_watts"])
-        if ok.sum() >= 2:
-            usable.append(g)
-        else:
-            notes.append(f"GPU {g} has no power readings and is left out")
-    if not usable:
-        raise TraceError(f"{trace.source}: no GPU has at least two power readings")
+    usable, notes = power_gpus(trace)
     t0 = max(float(trace.series[g].t[0]) for g in usable)
     t1 = min(float(trace.series[g].t[-1]) for g in usable)
     dts = [np.median(np.diff(trace.series[g].t)) for g in usable if trace.series[g].t.size > 1]
@@ -239,14 +233,13 @@ def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
 
 
 def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
-                notes: list[str]) -> ScanResult:
+                notes: list[str]) -> tuple[ScanResult, bool]:
+    """The straggler scan, and whether the trace had utilization (stalls need it)."""
     # scan's keyword arguments, by name
     series: dict[str, Any] = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
-    if series["utilization"] is None:
-        notes.append("no utilization: stalls (busy-waiting peers) cannot be detected")
     series["compute"] = _compute_grid(trace, g)
     if series["compute"] is None:
         notes.append("no profiling (GPM) columns: the compute share is not compared")
@@ -255,9 +248,17 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                step_seconds=args.outlier_step, thresholds=th,
                stall_window_seconds=args.stall_window,
                stall_context_seconds=args.stall_context, **series)
-    if not res.peer_statistics and res.reason:
-        notes.append(f"no peer statistics: {res.reason}; no GPU is compared or flagged")
-    return res
+    return res, series["utilization"] is not None
+
+
+def _straggler_not_run(strag: ScanResult, utilization: bool) -> dict[str, str]:
+    """Straggler detectors the trace's columns or GPUs cannot feed -> why."""
+    out = {}
+    if not strag.peer_statistics and strag.reason:
+        out["outliers"] = f"no peer statistics: {strag.reason}; no GPU is compared or flagged"
+    if not utilization:
+        out["stalls"] = "the trace has no utilization, so busy-waiting peers cannot be seen"
+    return out
 
 
 def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
@@ -285,6 +286,11 @@ def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
         out["outliers"] = (f"outliers must hold for {args.persistence:g} s (--persistence), "
                            f"longer than the trace ({span:.3g} s)")
     return out
+
+
+def span_ok(g: Grid, args: argparse.Namespace) -> bool:
+    """Is the trace long enough for one segment window (--segment-window)?"""
+    return float(g.t[-1] - g.t[0]) >= min(args.segment_window, 60.0)
 
 
 def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list[str]:
@@ -332,6 +338,8 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     t_start = float(g.t[0])
     short = _too_short(g, args)
     step, n_windows = step_swings(g, args, band, t_start) if "step" not in short else ([], 0)
+    if "step" not in short and span_ok(g, args):
+        step = merge_step(step, segment_swings(g, args, band, t_start))
     folded = folded_swing(g, args, band, t_start) if "step" in short else None
     if folded is not None:
         step = [folded]
@@ -344,13 +352,15 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     if g.node_tdp is None:
         notes.append("power limit unknown (pass --tdp WATTS): amplitude ratios are null and "
                      "thresholds compare with the observed peak or range instead")
-    strag = _stragglers(trace, g, args, t_start, notes)
+    strag, has_util = _stragglers(trace, g, args, t_start, notes)
+    for name, why in _straggler_not_run(strag, has_util).items():
+        short.setdefault(name, why)
     ramps, dips = events(g, args, step, strag.stalls, t_start)
     if "dips" in short:
         ramps, dips = [r for r in ramps if r["dip"] is None], []
     if "ramps" in short:
         ramps = [r for r in ramps if r["dip"] is not None]
-    notes += [f"{name}: not run, {why}" for name, why in short.items()]
+    notes += [not_run_note(name, why) for name, why in short.items()]
     notes += _input_notes(trace)
     return {
         "source": trace.source,
@@ -430,8 +440,7 @@ def main(args: argparse.Namespace) -> int:
         trace = load_trace(args.file, gpus=args.gpus)
         rep = analyse_trace(trace, args)
     except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail("analyze", str(exc))
     if args.format == "json":
         print(json.dumps(rep, indent=2))
     else:

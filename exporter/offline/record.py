@@ -5,7 +5,9 @@ sample), the catalogue's traced values once a sweep, the energy counter at its i
 and the GPM profiling ratios once a profiling interval (stamped with the interval's end),
 through exporter.traces.trace.TraceWriter (format: docs/trace-format.md).
 Progress is printed every `--progress` seconds; Ctrl-C or SIGTERM stop the recording
-early and still write a complete trace and its summary.
+early and still write a complete trace and its summary. A write that fails (disk full,
+file size limit) stops the recording in one line with exit code 3, the trace cut back
+to its last whole row.
 """
 
 from __future__ import annotations
@@ -14,15 +16,16 @@ import argparse
 import dataclasses
 import signal
 import socket
-import sys
 import threading
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
 from exporter.collectors.profiling.reading import ProfilingCollector
 from exporter.collectors.profiling.spec import SPEC as PROFILING
 from exporter.config import Config, all_options
+from exporter.errors import EXIT_FAILURE, fail
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
@@ -36,37 +39,69 @@ from exporter.yamlfile import ConfigError
 FIELDS = ("power_watts", *catalogue.TRACE_KEYS, *gpm.KEYS)
 
 
-class TraceRecorder:
-    """Receives the sampler's readings (from two threads) and writes them in order."""
+EXIT_WRITE_FAILED = 3  # the trace could not be written on (disk full, file size limit)
 
-    def __init__(self, writer: TraceWriter):
+
+class TraceRecorder:
+    """Receives the sampler's readings (from several threads) and writes them in order.
+
+    A failed write (ENOSPC, EFBIG, EIO) is kept in `failure`, every later reading is
+    dropped and `stop` is set: the recording ends there, in one line, not in a traceback
+    from every loop that hands it a reading."""
+
+    def __init__(self, writer: TraceWriter, stop: threading.Event | None = None):
         self.writer = writer
+        self.stop = stop
+        self.failure: OSError | None = None
         self.rows = 0
         self.samples = 0
         self._lock = threading.Lock()
 
+    def _write(self, rows: list[tuple[float, int, Mapping[str, float]]]) -> bool:
+        """Write rows (the caller holds the lock); False once writing has failed."""
+        if self.failure is not None:
+            return False
+        try:
+            for t, gpu, values in rows:
+                self.writer.write(t, gpu, values)
+        except OSError as exc:
+            self.failure = exc
+            if self.stop is not None:
+                self.stop.set()
+            return False
+        self.rows += len(rows)
+        return True
+
     def power(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
         with self._lock:
-            for t, w in zip(times.tolist(), watts.tolist(), strict=True):
-                self.writer.write(t, gpu, {"power_watts": w})
-            self.rows += len(times)
-            self.samples += len(times)
+            if self._write([(t, gpu, {"power_watts": w})
+                            for t, w in zip(times.tolist(), watts.tolist(), strict=True)]):
+                self.samples += len(times)
 
     def profiling(self, gpu: int, reading: gpm.GpmReading) -> None:
         """One GPU's GPM interval: averages over (start, end], in a row at its end."""
         if not reading.values:
             return
         with self._lock:
-            self.writer.write(reading.end, gpu, reading.values)
-            self.rows += 1
+            self._write([(reading.end, gpu, reading.values)])
 
     def sweep(self, gpu: int, state: GpuState) -> None:
         values = {k: state.values[k] for k in catalogue.TRACE_KEYS if k in state.values}
         if not values:
             return
         with self._lock:
-            self.writer.write(state.time, gpu, values)
-            self.rows += 1
+            self._write([(state.time, gpu, values)])
+
+    def close(self) -> None:
+        """Close the trace; a failure to flush its last rows counts as a failed write."""
+        with self._lock:
+            if self.failure is None:
+                try:
+                    self.writer.close()
+                    return
+                except OSError as exc:
+                    self.failure = exc
+            self.writer.abandon()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,12 +124,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = Config.of(**resolve(args, RECORD, all_options()))
     except ConfigError as exc:
-        print(f"record: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("record", str(exc))
     if not 0 < args.duration <= 7 * 86400:
-        print(f"record: error: --duration {args.duration:g}: expected 0 < SECONDS <= 604800",
-              file=sys.stderr)
-        return 2
+        return fail("record", f"--duration {args.duration:g}: expected 0 < SECONDS <= 604800")
     lib = None
     if config.backend.fake:
         lib = fake.FakeNvmlLibrary(load_scenario(config.backend.scenario),
@@ -121,8 +153,7 @@ def _record(args: argparse.Namespace, config: Config) -> int:
     try:
         gpus = sampler.open()
     except NvmlUnavailable as exc:
-        print(f"record: {exc}; to record the simulated node, add --fake", file=sys.stderr)
-        return 1
+        return fail("record", f"{exc}; to record the simulated node, add --fake", EXIT_FAILURE)
     tdp = {i.index: i.default_power_limit_watts for i in sampler.gpus.identities
            if i is not None and i.default_power_limit_watts}
     # the exporter records instantaneous power (power_averaging_seconds null); the GPU
@@ -134,15 +165,16 @@ def _record(args: argparse.Namespace, config: Config) -> int:
                              gpu_names=names)
     except OSError as exc:
         sampler.backend.close()
-        print(f"record: error: cannot write {args.out}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
-    recorder = TraceRecorder(writer)
+        return fail("record", f"cannot write {args.out}: {exc.strerror or exc}")
+    stop = threading.Event()
+    recorder = TraceRecorder(writer, stop)
     sampler.power.recorder = recorder.power
     sampler.sweep.recorder = recorder.sweep
-    stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    # past a file size limit (ulimit -f) a write fails with EFBIG, instead of the signal
+    # killing us with the trace cut mid-row
+    previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     t0 = time.monotonic()
     try:
         sampler.start()
@@ -151,10 +183,16 @@ def _record(args: argparse.Namespace, config: Config) -> int:
         sampler.stop(close=False)
         sampler.drain_power()  # the samples since the last drain: nothing lost at the end
         sampler.backend.close()
-        writer.close()
+        recorder.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     elapsed = time.monotonic() - t0
+    if recorder.failure is not None:
+        failure = recorder.failure
+        return fail("record", f"cannot write {args.out}: {failure.strerror or failure}; "
+                    f"stopped after "
+                    f"{elapsed:.0f} s, the trace is readable to its last whole row (exit code "
+                    f"{EXIT_WRITE_FAILED})", EXIT_WRITE_FAILED)
     early = " (stopped early)" if stop.is_set() else ""
     print(f"recorded {elapsed:.0f} s of {gpus} GPUs{early}: {recorder.samples} power samples "
           f"({recorder.samples / max(elapsed, 1e-9) / max(gpus, 1):.0f}/s per GPU), "

@@ -6,6 +6,11 @@
 - **step, unresolved**: runs of windows whose dominant periodicity lies at or
   above the observable band's top (or whose spectrum and edges disagree):
   reported as "above N Hz, unresolved", never as a lesser, slower peak;
+- **step, in the compute plateaus** (analysis.step_segments.find_step_swing):
+  windows of ``--segment-window`` seconds, each split into compute plateaus and
+  pauses; every clear, coherent, periodic swing is reported, with
+  ``grid_relevant`` saying whether it passes ``--min-amplitude-ratio`` and the
+  band (the thresholds decide what matters, not what is seen);
 - **cycle** (analysis.cycles.analyse_cycles): slow periodic patterns.
 """
 
@@ -13,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,9 +33,11 @@ from exporter.analysis.power_swing import (
     analyse_window,
 )
 from exporter.analysis.spectrum import EDGE_RATIO, frequency_consistent
+from exporter.analysis.step_segments import StepSwing, find_step_swing, grid_relevant
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
+W = TypeVar("W")  # what a window found: a step swing or a cycle
 MIN_STEP_SAMPLES = 16  # fewer samples per step window cannot show a swing's shape
 UNRESOLVED_MIN_CONCENTRATION = 0.5  # a real periodic component, not noise
 SPARSE_SAMPLES_PER_PERIOD = 10  # fewer: p95 - p5 can miss a swing's peaks
@@ -61,6 +68,24 @@ Window = tuple[float, float, NodeSwing]
 def _med(values: Sequence[float | None]) -> float | None:
     v = [x for x in values if x is not None]
     return float(np.median(v)) if v else None
+
+
+def _pattern_runs(windows: Iterable[tuple[float, float, W | None]],
+                  scale: Callable[[W], float]) -> list[list[tuple[float, float, W]]]:
+    """Consecutive windows that found a pattern at one scale (frequency or period, within
+    FREQ_TOLERANCE): a window without one, or at another scale, ends a run."""
+    runs: list[list[tuple[float, float, W]]] = []
+    cur: list[tuple[float, float, W]] = []
+    for a, b, found in windows:
+        if cur and (found is None or abs(scale(found) - scale(cur[-1][2]))
+                    > FREQ_TOLERANCE * scale(found)):
+            runs.append(cur)
+            cur = []
+        if found is not None:
+            cur.append((a, b, found))
+    if cur:
+        runs.append(cur)
+    return runs
 
 
 def thresholds(args: argparse.Namespace) -> SwingThresholds:
@@ -267,7 +292,9 @@ def drop_beats(cycles: list[dict[str, Any]], steps: list[dict[str, Any]]
     step swing seen through the sampling (a beat), not a pattern of their own."""
     kept, notes = [], []
     for c in cycles:
-        beat = next((s for s in steps if s.get("period_seconds") and s["start"] < c["end"]
+        # a swing found inside the compute plateaus is no beat of the samples with a pause
+        beat = next((s for s in steps if s.get("period_seconds")
+                     and s.get("method") != "segments" and s["start"] < c["end"]
                      and s["end"] > c["start"] and _multiple(c["period_seconds"],
                                                              s["period_seconds"])), None)
         if beat is None:
@@ -282,6 +309,85 @@ def drop_beats(cycles: list[dict[str, Any]], steps: list[dict[str, Any]]
 def _multiple(long: float, short: float) -> bool:
     k = round(long / short)
     return k >= 1 and abs(long / short - k) <= 0.03 * k
+
+
+# --------------------------------------------------------------------------- step, segments
+
+
+def segment_windows(g: Grid, args: argparse.Namespace, band: BandDecision
+                    ) -> list[tuple[float, float, StepSwing | None]]:
+    """find_step_swing over windows of --segment-window seconds, every half window (the
+    last one ends with the trace, as the live monitor's last window does)."""
+    n_win = max(8, int(round(args.segment_window / g.dt)))
+    n_step = max(1, n_win // 2)
+    m = g.t.size
+    starts = list(range(0, max(1, m - n_win + 1), n_step))
+    if starts[-1] + n_win < m:
+        starts.append(m - n_win)
+    tdp = g.tdp if np.isfinite(g.tdp).all() else None
+    out = []
+    for a in starts:
+        b = min(m, a + n_win)
+        if b - a < 8:
+            continue
+        res = find_step_swing(g.t[a:b], g.power[:, a:b], tdp, observable_hz=band.observable_hz,
+                              min_hz=args.band[0])
+        out.append((float(g.t[a]), float(g.t[b - 1]), res.swing))
+    return out
+
+
+def segment_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
+                   ) -> list[dict[str, Any]]:
+    """Runs of windows whose plateaus show a step swing at one frequency (within 10 %),
+    joined into one entry each (medians over the run)."""
+    out = []
+    for run in _pattern_runs(segment_windows(g, args, band), lambda sw: sw.frequency_hz):
+        sws = [w[2] for w in run]
+        f = _med([s.frequency_hz for s in sws])
+        assert f is not None
+        best = max(sws, key=lambda s: s.confidence)
+        entry: dict[str, Any] = {
+            "scale": "step", "resolved": True, "method": "segments",
+            "frequency_hz": f, "period_seconds": 1.0 / f,
+            "node_amplitude_watts": _med([s.amplitude_watts for s in sws]),
+            "amplitude_ratio": _med([s.amplitude_ratio for s in sws]),
+            "mean_watts": _med([s.mean_watts for s in sws]),
+            "synchrony": _med([s.synchrony for s in sws]),
+            "significance": _med([s.significance for s in sws]),
+            "confidence": best.confidence,
+            "duty": _med([s.duty for s in sws]),
+            "plateaus": sum(s.plateaus for s in sws),
+            "windows": len(run),
+            "start": run[0][0] - t_start,
+            "end": run[-1][1] - t_start,
+        }
+        joined = StepSwing(f, entry["node_amplitude_watts"], entry["amplitude_ratio"],
+                           entry["mean_watts"], entry["synchrony"], entry["significance"],
+                           best.confidence, entry["duty"], 0.0, 0.0, 0, 0.0, None)
+        entry["grid_relevant"] = grid_relevant(joined, args.min_amplitude_ratio, args.band)
+        out.append(entry)
+    return out
+
+
+def merge_step(windowed: list[dict[str, Any]], segments: list[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    """The windowed step swings (grid-relevant: they passed the thresholds) and the
+    segment-aware ones; a segment swing that a windowed one already reports (overlapping,
+    same frequency within 10 %) adds its significance and duty to it instead."""
+    out = [dict(s, grid_relevant=True) if s.get("resolved") else dict(s) for s in windowed]
+    for seg in segments:
+        same = next((s for s in out if s.get("resolved") and s["scale"] == "step"
+                     and s.get("method") != "segments" and s["start"] < seg["end"]
+                     and s["end"] > seg["start"]
+                     and abs(s["frequency_hz"] - seg["frequency_hz"])
+                     <= FREQ_TOLERANCE * seg["frequency_hz"]), None)
+        if same is None:
+            out.append(seg)
+        else:
+            for key in ("significance", "confidence", "duty", "plateaus"):
+                same[key] = seg[key]
+    out.sort(key=lambda s: s["start"])
+    return out
 
 
 # --------------------------------------------------------------------------- cycle scale
@@ -314,19 +420,8 @@ def _cycle_windows(g: Grid, args: argparse.Namespace
 
 
 def cycle_swings(g: Grid, args: argparse.Namespace, t_start: float) -> list[dict[str, Any]]:
-    runs: list[list[tuple[float, float, CycleFeatures]]] = []
-    cur: list[tuple[float, float, CycleFeatures]] = []
-    for a, b, c in _cycle_windows(g, args):
-        if cur and (c is None or abs(c.period_seconds - cur[-1][2].period_seconds)
-                    > FREQ_TOLERANCE * c.period_seconds):
-            runs.append(cur)
-            cur = []
-        if c is not None:
-            cur.append((a, b, c))
-    if cur:
-        runs.append(cur)
     out = []
-    for run in runs:
+    for run in _pattern_runs(_cycle_windows(g, args), lambda c: c.period_seconds):
         period = _med([w[2].period_seconds for w in run])
         assert period is not None and period > 0 and math.isfinite(period)
         out.append({

@@ -72,8 +72,7 @@ class Analyses:
         if monitor is None or buffer is None:
             return
         now, s = self.clock.time(), monitor.settings
-        grid, watts = buffer.grid(max(s.window_seconds, s.ramp_window_seconds),
-                                  self._grid_step())
+        grid, watts = buffer.grid(monitor.short_seconds(now), self._grid_step())
         cycle = None
         if monitor.cycle_due(now):
             c_grid, c_watts = buffer.grid(s.cycle_window_seconds, CYCLE_GRID_SECONDS)

@@ -74,6 +74,7 @@ class Sampler:
         self.sweep = SweepSampler(self.gpus, clock, s.sweep_interval_seconds,
                                   s.gpu_health_interval_seconds, s.energy_interval_seconds)
         self.sweep.on_recovered = self.power.reset
+        self.sweep.nvlink_reads = s.nvlink_reads
         self._collector_specs = list(collectors or [])
         self.collectors: list[CollectorRunner] = []
         self.analyses: Analyses | None = None

@@ -3,10 +3,11 @@ so `run`, `simulate` and `record` take them from here and cannot disagree."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.analysis.live_power import PowerSettings
 from exporter.analysis.live_stragglers import StragglerSettings
+from exporter.gpu.health import NvlinkReads
 from exporter.options import ALL, section, setting
 
 
@@ -51,3 +52,4 @@ class SamplerSettings:
     # start() waits this long (or two sweep intervals, if longer) for the first values
     startup_wait_seconds: float = 2.0
     xid_events: bool = True
+    nvlink_reads: NvlinkReads = field(default_factory=NvlinkReads)  # what the selection needs

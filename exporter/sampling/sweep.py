@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from exporter.gpu import catalogue
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth, read_health
+from exporter.gpu.health import GpuHealth, NvlinkReads, read_health
 from exporter.gpu.state import GpuState, read_identity, read_state
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
@@ -34,6 +34,8 @@ class SweepSampler:
         self.buffer: SweepBuffer | None = None
         self.recorder: Callable[[int, GpuState], None] | None = None
         self.on_recovered: Callable[[int], None] | None = None
+        # the NVLink fields the metric selection needs; swapped whole on a reload
+        self.nvlink_reads = NvlinkReads()
 
     def _due(self, gpu: int, now: float) -> list[str]:
         """The cadences due for this GPU now (a little early rather than a sweep late)."""
@@ -58,7 +60,7 @@ class SweepSampler:
             ident = self.gpus.identities[gpu]
             if catalogue.HEALTH in due:
                 health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
-                                     now)
+                                     now, self.nvlink_reads)
                 if health is not None:
                     self.health[gpu] = health
             if self.recorder is not None and state is not None:

@@ -2,8 +2,8 @@
 the fake predict the hardware.
 
 Source: measured on an NVIDIA H200 (driver 580.159, nvidia-ml-py 13.610, 2026-11-30),
-idle and under a bf16 matmul load: /work/shared/REFERENCE.md ("NVML power and energy")
-and issue 11. Figures are per Python-level pynvml call (wall, CPU), taking the middle of
+idle and under a bf16 matmul load; docs/nvml-costs.md lists them and says how they
+were measured. Figures are per Python-level pynvml call (wall, CPU), taking the middle of
 the idle and loaded figures; `scripts/device_check.py` re-measures them on a GPU. Where a
 call costs more CPU than wall time (the energy counter: the driver works on more than
 one thread), the fake burns the CPU figure on the calling thread, so its wall time is

@@ -29,6 +29,9 @@ class DeviceSymbols(FakeCore):
     def _nvmlDeviceGetIndex(self, handle, index) -> int:
         return self.device_call(handle, index, lambda g: g.index)
 
+    def _nvmlDeviceGetMinorNumber(self, handle, minor) -> int:
+        return self.device_call(handle, minor, lambda g: g.minor)
+
     def _device_string(self, handle, buffer, size, text) -> int:
         gpu = self.gpu(handle)
         if gpu is None:
@@ -42,7 +45,9 @@ class DeviceSymbols(FakeCore):
         return self._device_string(handle, buffer, size, lambda g: g.uuid)
 
     def _nvmlDeviceGetName(self, handle, buffer, size) -> int:
-        return self._device_string(handle, buffer, size, lambda g: self.scenario.device.name)
+        # a replayed GPU has the name its trace recorded; the fake's share the scenario's
+        return self._device_string(handle, buffer, size,
+                                   lambda g: getattr(g, "name", self.scenario.device.name))
 
     def _nvmlDeviceGetSerial(self, handle, buffer, size) -> int:
         return self._device_string(handle, buffer, size, lambda g: g.serial)

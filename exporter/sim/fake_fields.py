@@ -14,6 +14,7 @@ import pynvml
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
+from exporter.gpu.health import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
@@ -125,6 +126,11 @@ class FieldSymbols(FakeCore):
             return None if answer is None else (_ULL, answer)
         if gpu.replays and not gpu.provides("health"):
             return None
+        if field_id in (fi.NVLINK_TX, fi.NVLINK_RX) and scope == ALL_LINKS:
+            # the driver's sum over every link; the cost model charges it as one field
+            links = range(self.scenario.device.nvlinks)
+            return _ULL, sum(self._nvlink_field(gpu, field_id, link, t - self.start)[1]
+                             for link in links)
         if field_id in _NVLINK_FIELDS:
             link = _CRC_DATA_LINK.get(field_id, scope)
             if not 0 <= link < self.scenario.device.nvlinks:

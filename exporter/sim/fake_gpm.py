@@ -30,7 +30,7 @@ SAMPLE_BASE = 0x7E59_0000  # fake sample buffers are this plus a serial number
 
 # Each metric's level (percent) in each phase of a GPU's time, by NVML_GPM_METRIC_* id.
 # Compute: a bf16 transformer step (an H200 under a bf16 matmul load measured graphics 57 %,
-# SM 48 %, occupancy 7 %, tensor 47 %, DRAM 12 % at a 0.6 duty cycle: REFERENCE.md).
+# SM 48 %, occupancy 7 %, tensor 47 %, DRAM 12 % at a 0.6 duty cycle: docs/nvml-costs.md).
 # A collective runs NCCL kernels on a few SMs: the engine is busy, the tensor pipes idle.
 _LEVELS: dict[str, dict[int, float]] = {
     "compute": {1: 97.0, 2: 86.0, 3: 24.0, 4: 9.0, 5: 74.0, 7: 74.0, 10: 38.0, 11: 0.0,

@@ -109,6 +109,10 @@ class FakeGpu:
         self.uuid = gpu_uuid(scenario.seed, index)
         self.serial = f"16522210{index:05d}"
         self.bus = _PCI_BUSES[index % len(_PCI_BUSES)] + (index // len(_PCI_BUSES))
+        # /dev/nvidiaN's N (the driver's minor number) follows the driver's probe order,
+        # not NVML's PCI order: swapped in pairs here, so code that takes one for the
+        # other fails on the fake as it would on such a node
+        self.minor = index ^ 1
         # A replay (sim/replay.py) answers from its trace and lacks some keys; a GPU that
         # is all model lets the fake skip asking on every call.
         self.replays = (type(self).provides is not FakeGpu.provides

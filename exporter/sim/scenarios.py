@@ -100,7 +100,7 @@ class DeviceSpec:
     has_fan: bool = False
     # The instant-power field changes every ~100 ms on an H200; the driver buffers a
     # power sample every ~20 ms (jittered), 119 of them (0: no buffer, as on drivers
-    # without nvmlDeviceGetSamples power samples). REFERENCE.md.
+    # without nvmlDeviceGetSamples power samples). docs/nvml-costs.md.
     power_update_period_seconds: float = 0.1
     power_sample_interval_seconds: float = 0.02
     power_sample_buffer: int = 119

@@ -16,6 +16,7 @@ counted in ``Trace.rejected``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,6 +28,7 @@ from typing import IO
 
 import numpy as np
 
+from exporter.regularfile import read_regular
 from exporter.traces.checks import gpu_index_problem, screen, time_bounds
 
 CANONICAL_FIELDS: tuple[str, ...] = (
@@ -87,15 +89,37 @@ class Trace:
     meta: dict[str, object] = field(default_factory=dict)  # the cte header, as read
 
 
+# --------------------------------------------------------------------------- usable power
+
+
+def power_gpus(trace: Trace) -> tuple[list[int], list[str]]:
+    """The GPUs with at least two power readings, and a note for each one left out.
+
+    `analyze` and `run --replay` both start from this: a trace in which no GPU has two
+    plausible power readings (all missing, all implausible, one timestamp) raises
+    TraceError, so neither analyses nor serves a power figure the trace does not hold.
+    """
+    usable: list[int] = []
+    notes: list[str] = []
+    for g in trace.gpus:
+        if np.isfinite(trace.series[g].fields["power_watts"]).sum() >= 2:
+            usable.append(g)
+        else:
+            notes.append(f"GPU {g} has no power readings and is left out")
+    if not usable:
+        raise TraceError(f"{trace.source}: no GPU has at least two power readings")
+    return usable, notes
+
+
 # --------------------------------------------------------------------------- reading
 
 
 def read_lines(path: str) -> list[str]:
     try:
-        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-            return fh.read().splitlines()
+        raw = read_regular(path)  # a FIFO or device is refused, not waited on
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return raw.decode("utf-8-sig", errors="replace").splitlines()
 
 
 @dataclass
@@ -326,8 +350,31 @@ class TraceWriter:
         if not self._fh.closed:
             self._fh.close()
 
+    def abandon(self) -> None:
+        """After a failed write (disk full, file size limit): close without raising and
+        cut a regular file back to its last whole line, so it reads to its last whole row."""
+        with contextlib.suppress(OSError):
+            self._fh.close()  # flushes what fits; the rest is lost either way
+        _cut_to_last_line(self.path)
+
     def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_to_last_line(path: str) -> None:
+    """Truncate a regular file after its last newline (a partial last line is dropped)."""
+    if not os.path.isfile(path):  # /dev/full, a pipe: nothing to cut
+        return
+    try:
+        with open(path, "rb+") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            start = max(0, end - (1 << 20))  # rows are short: the last newline is near
+            fh.seek(start)
+            tail = fh.read()
+            cut = tail.rfind(b"\n")
+            fh.truncate(start + cut + 1 if cut >= 0 else start)
+    except OSError:
+        pass  # nothing more can be done: the reader skips a partial last line

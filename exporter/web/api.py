@@ -190,7 +190,22 @@ def summary(snapshot: Snapshot, readiness: Readiness, node: str) -> dict[str, An
             "health": {"status": readiness.status, "problems": list(readiness.problems)},
             "sample_interval_seconds": number(_interval(snapshot), 6),
             "observable_band_hz": [number(f, 4) for f in snapshot.observable_band_hz],
-            "gpus": gpus}
+            "step": _step(snapshot), "gpus": gpus}
+
+
+def _step(snapshot: Snapshot) -> dict[str, Any] | None:
+    """The step period read from the node's power (analysis.step_segments), or None while
+    no clear step swing shows in its compute plateaus."""
+    analysis = snapshot.power_analysis
+    swing = analysis.step_swing if analysis is not None else None
+    if analysis is None or swing is None:
+        return None
+    return {"period_seconds": number(swing.period_seconds, 6),
+            "frequency_hz": number(swing.frequency_hz, 6),
+            "confidence": number(swing.confidence, 6),
+            "amplitude_watts": number(swing.amplitude_watts, 1),
+            "synchrony": number(swing.synchrony), "duty": number(swing.duty),
+            "grid_relevant": bool(analysis.step_grid_relevant)}
 
 
 def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:

@@ -19,8 +19,8 @@ Why idle first: an idle connection has had its answer, and a client that reuses
 connections (Prometheus) retries a GET on a closed idle connection, so evicting
 one costs no request. A connection in ``head`` may be a scraper whose request is on
 its way; a flood of clients that make one request and then sit idle must not be
-able to push it out (issue 17: 15 of 145 fresh scrapes failed at 200 conn/s when
-``head`` went first). Slowloris clients, which never finish a head, still evict
+able to push it out (15 of 145 fresh scrapes failed at 200 new connections a second
+when ``head`` went first). Slowloris clients, which never finish a head, still evict
 each other, oldest first. Only when every connection is busy is a new one refused.
 """
 

@@ -5,7 +5,8 @@ time, since, message, details). /api/v1/findings serves them and the live page l
 them; the metrics say the same things for Prometheus. The most urgent come first
 (critical, warning, info), then by kind and GPU.
 
-Power (from snapshot.power_analysis): a held swing, a slow cycle, the last ramp.
+Power (from snapshot.power_analysis): a held swing, the step period read from the compute
+plateaus, a slow cycle, the last ramp.
 Stragglers and stalls (snapshot.straggler_analysis): one finding per straggler GPU and
 per stall culprit. Hardware (XIDs, memory, NVLink, lost or hung GPUs, clock events):
 exporter/web/findings_hardware.py.
@@ -34,7 +35,7 @@ from exporter.web.wording import (
 # Kinds in the order a person should read them, at equal severity.
 KINDS = ("stall", "gpu_hung", "gpu_lost", "gpus_missing", "straggler", "xid", "ecc",
          "row_remap", "retired_pages", "recovery_action", "nvlink", "clock_event",
-         "power_swing", "power_cycle", "ramp")
+         "power_swing", "step_period", "power_cycle", "ramp")
 
 # A ramp is news for a few minutes; after that it is history (counted in the metrics).
 RAMP_RECENT_SECONDS = 600.0
@@ -75,6 +76,24 @@ def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
             amplitude_ratio=number(node.amplitude_ratio), synchrony=number(swing.synchrony),
             duty_cycle=number(node.duty_cycle), mean_watts=number(node.mean_watts, 1),
             window_seconds=number(swing.duration_seconds, 1)))
+    step = analysis.step_swing
+    if step is not None:
+        # seen whatever its size; a warning only when it matters to the grid and the window
+        # swing above does not already say so
+        severe = analysis.step_grid_relevant and not analysis.swinging
+        share = (f" ({percent(step.amplitude_ratio)} of the power limits)"
+                 if step.amplitude_ratio is not None else "")
+        out.append(finding(
+            "step_period", WARNING if severe else INFO,
+            f"Step period {1000 * step.period_seconds:.0f} ms ({step.frequency_hz:.2f} Hz) "
+            f"from the compute phases' power: a {watts(step.amplitude_watts)} swing{share}, "
+            f"{_synchrony(step.synchrony)}, in {percent(step.duty)} of compute",
+            analysis.time, period_seconds=number(step.period_seconds, 6),
+            frequency_hz=number(step.frequency_hz, 6), confidence=number(step.confidence, 6),
+            significance=number(step.significance, 1),
+            amplitude_watts=number(step.amplitude_watts, 1),
+            amplitude_ratio=number(step.amplitude_ratio), synchrony=number(step.synchrony),
+            duty=number(step.duty), grid_relevant=analysis.step_grid_relevant))
     cycle = analysis.cycle
     if cycle is not None:
         deep = cycle.amplitude_ratio is not None and cycle.amplitude_ratio >= CYCLE_WARNING_RATIO

@@ -1,6 +1,7 @@
 """What /healthz (liveness) and /readyz (readiness and detail) say.
 
-Two questions, kept apart on purpose (issue 17, finding 3):
+Two questions, kept apart on purpose (a probe that restarts the exporter for a stuck
+GPU helps no one):
 
 - **Liveness** (`/healthz`): is the exporter itself working? It is while its publisher
   builds fresh snapshots and the server answers. What the GPUs do does not enter into
@@ -76,6 +77,9 @@ class Probes:
         for name, result in sorted(snap.collectors.items()):
             if not result.success:
                 out.append(f"collector {name} failing: {result.error[:200] or 'read failed'}")
+            elif problem := getattr(result.reading, "problem", ""):
+                # a source that was asked for but cannot work (no grpcio, no socket, ...)
+                out.append(f"collector {name} cannot work: {problem[:300]}")
         return out
 
     def _stale_loop(self, name: str, loop: LoopStats, now: float) -> str | None:

@@ -28,11 +28,12 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
-from exporter.web import api, static
+from exporter.web import api, clientsans, static
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
 from exporter.web.page import PAGE_HEADERS, landing_page
 from exporter.web.probes import Probes
+from exporter.web.ratelimit import TokenBucket
 from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
 
@@ -47,6 +48,7 @@ class _Security:
 
     web: WebConfig
     auth: BasicAuth | None
+    limiter: TokenBucket | None = None  # the web config's rate_limit
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,9 @@ class ExporterHTTPServer(ThreadingHTTPServer):
 
 
 def _security(web: WebConfig) -> _Security:
-    return _Security(web, BasicAuth(web.users) if web.auth else None)
+    limit = web.rate_limit
+    return _Security(web, BasicAuth(web.users) if web.auth else None,
+                     TokenBucket(*limit) if limit else None)
 
 
 _RAW_503 = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
@@ -301,6 +305,12 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             tls.close()
             raise _Closed("handshake") from None
+        allowed = self.server.security.web.allowed_sans
+        if allowed and not clientsans.admitted(tls.getpeercert(), allowed):
+            log.debug("client certificate of %s has no SAN in client_allowed_sans",
+                      self.client_address[0])
+            tls.close()  # as Go ends the handshake: no request is read
+            raise _Closed("handshake")
         return tls
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
@@ -339,6 +349,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 "request bodies are not accepted")
                 return
+            if not self._within_rate_limit():
+                return  # 429 was sent
             self.authorized = self._authorize()
             if self.authorized is None:
                 return  # 401 or 429 was sent
@@ -363,12 +375,24 @@ class _Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.connection.settimeout(limits.io_timeout_seconds)
 
+    def _within_rate_limit(self) -> bool:
+        """The web config's rate_limit, before any other work (probes are not counted)."""
+        limiter = self.server.security.limiter
+        if limiter is None or self.path.split("?", 1)[0] in _PROBES or limiter.allow():
+            return True
+        self._send(429, "text/plain; charset=utf-8", b"Too Many Requests\n",
+                   self.command == "HEAD", {"Retry-After": "1"})
+        return False
+
     def _authorize(self) -> bool | None:
         """True if authenticated, False if auth is off for this path, None if refused."""
         auth = self.server.security.auth
         if auth is None:
             return True
-        if self.path.split("?", 1)[0] in _PROBES:
+        path = self.path.split("?", 1)[0]
+        if path in self.server.security.web.auth_excluded_paths:
+            return False
+        if path in _PROBES:
             verdict = auth.check(self.headers.get("Authorization")) if (
                 "Authorization" in self.headers) else Verdict.DENIED
             return verdict is Verdict.OK  # probes need no password; they get no details

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import ssl
 import stat
 import time
 
@@ -23,37 +22,54 @@ EXPIRY_WARNING_SECONDS = 14 * 86400
 def certificate_dates(path: str) -> tuple[float, float] | None:
     """(notBefore, notAfter) of the first certificate in a PEM file, as epoch seconds.
 
-    The stdlib decodes certificates only through this private helper (no new
-    dependency for it); None if it is missing or cannot read the file."""
-    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
-    if decode is None:
+    Read with the `cryptography` package (the `tls` extra); without it, or if the file
+    cannot be read, None: the expiry is then neither warned about nor exported."""
+    try:
+        from cryptography import x509
+    except ImportError:
         return None
     try:
-        fields = decode(path)
-        return (ssl.cert_time_to_seconds(fields["notBefore"]),
-                ssl.cert_time_to_seconds(fields["notAfter"]))
-    except (ssl.SSLError, OSError, KeyError, ValueError):
+        with open(path, "rb") as file:
+            cert = x509.load_pem_x509_certificate(file.read())
+    except (OSError, ValueError):
         return None
+    return (cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp())
 
 
-def check_certificate(path: str, now: float | None = None) -> float | None:
-    """Warn about a certificate not valid now or soon to expire; its notAfter (or None)."""
+def can_read_dates() -> bool:
+    try:
+        import cryptography.x509  # noqa: F401 - only whether it is there
+    except ImportError:
+        return False
+    return True
+
+
+def check_certificate(path: str, now: float | None = None,
+                      label: str | None = None) -> float | None:
+    """Warn about a certificate not valid now or soon to expire; its notAfter (or None).
+    `label` names it in the warnings (an inline certificate has no file of its own)."""
     dates = certificate_dates(path)
+    name = label or path
     if dates is None:
+        if not can_read_dates():
+            log.warning("%s: the TLS certificate's expiry is not checked or exported "
+                        "(cte_tls_certificate_expiry_timestamp_seconds) without the "
+                        "cryptography package: pip install 'cluster-telemetry-exporter[tls]'",
+                        name)
         return None
     now = time.time() if now is None else now
     not_before, not_after = dates
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(not_after))
     if not_after <= now:
         log.warning("%s: the TLS certificate expired on %s; clients that verify it will "
-                    "refuse every scrape: renew it and reload (SIGHUP)", path, when)
+                    "refuse every scrape: renew it and reload (SIGHUP)", name, when)
     elif not_before > now:
         log.warning("%s: the TLS certificate is not valid before %s; clients that verify it "
-                    "will refuse it until then", path,
+                    "will refuse it until then", name,
                     time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(not_before)))
     elif not_after - now < EXPIRY_WARNING_SECONDS:
         log.warning("%s: the TLS certificate expires in %.1f days (%s): renew it and reload "
-                    "(SIGHUP)", path, (not_after - now) / 86400, when)
+                    "(SIGHUP)", name, (not_after - now) / 86400, when)
     return not_after
 
 

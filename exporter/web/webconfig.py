@@ -5,29 +5,46 @@ exporter-toolkit format, so one file serves node_exporter and this exporter alik
       cert_file: server.crt            # relative paths are relative to this file
       key_file: server.key
       client_auth_type: RequireAndVerifyClientCert   # optional
-      client_ca_file: clients-ca.crt                 # needed by the verifying types
-      min_version: TLS12                             # TLS10..TLS13, default TLS12
+      client_ca_file: clients-ca.crt                 # else the system's CAs, as in Go
+      client_allowed_sans: [prometheus.example.net]  # a client certificate SAN must match
+      min_version: TLS12                             # TLS12 or TLS13, default TLS12
       max_version: TLS13
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]  # Go names, TLS 1.2 and older
+      curve_preferences: [X25519]
+      prefer_server_cipher_suites: true
     http_server_config:
+      http2: true                      # accepted; served as HTTP/1.1
       headers: {Strict-Transport-Security: max-age=31536000}
     basic_auth_users:
       prometheus: $2y$10$...           # bcrypt hashes only (htpasswd -nBC 10 "")
+    basic_auth_excluded_paths: [/healthz]
+    rate_limit: {interval: 100ms, burst: 10}     # exporter/web/ratelimit.py
 
 The file is read at start and again on SIGHUP (exporter/service.py). Every mistake
-is a ConfigError naming the file, line and key. Keys of the format that Python's TLS
-cannot honour (Go cipher suite names, curve preferences, unverified client
-certificates) are refused with a clear line instead of being silently ignored. A
-loose private key or a certificate not valid now is accepted with a warning
+is a ConfigError naming the file, line and key. Keys Python's TLS cannot honour
+(unverified client certificates, TLS 1.0 and 1.1, several curves on a Python without
+SSLContext.set_groups) are refused with a clear line instead of being silently
+ignored. Inline PEM (cert, key, client_ca) reaches OpenSSL through
+exporter/web/pemsource.py; Go names are translated in exporter/web/gotls.py. A loose
+private key or a certificate not valid now is accepted with a warning
 (exporter/web/tlsfiles.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from exporter.regularfile import read_regular
+from exporter.web import gotls
+from exporter.web.clientsans import normalized_sans
+from exporter.web.pemsource import Pem, inline_pem
+from exporter.web.ratelimit import parse_go_duration
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
 
@@ -38,7 +55,9 @@ TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 
-# client_auth_type -> (verify mode, needs client_ca_file)
+_LEGACY_TLS = ("TLS10", "TLS11")  # names of the format that no handshake here can use
+
+# client_auth_type -> (verify mode, whether it verifies: needs a CA, client_ca_file or the system's)
 CLIENT_AUTH_TYPES = {
     "NoClientCert": (ssl.CERT_NONE, False),
     "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
@@ -46,24 +65,20 @@ CLIENT_AUTH_TYPES = {
 }
 _UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
 
-# The only response headers exporter-toolkit lets a web config set.
-ALLOWED_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
-                   "X-XSS-Protection", "Strict-Transport-Security")
+# The only response headers exporter-toolkit lets a web config set, with the values it
+# allows where it checks them (web/handler.go, extraHTTPHeaders).
+ALLOWED_HEADERS = {"Content-Security-Policy": (), "X-Frame-Options": ("deny", "sameorigin"),
+                   "X-Content-Type-Options": ("nosniff",), "X-XSS-Protection": (),
+                   "Strict-Transport-Security": ()}
 
-_TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
-_TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
-             "max_version"}
-_TLS_UNSUPPORTED = {
-    "cipher_suites": "Go cipher suite names; Python uses OpenSSL's defaults",
-    "curve_preferences": "Go curve names; Python uses OpenSSL's defaults",
-    "prefer_server_cipher_suites": "Go-only setting",
-    "client_allowed_sans": "not implemented; use a dedicated client CA instead",
-    "cert": "inline certificates are not implemented; use cert_file",
-    "key": "inline keys are not implemented; use key_file",
-    "client_ca": "inline CAs are not implemented; use client_ca_file",
-}
+_TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users",
+             "basic_auth_excluded_paths", "rate_limit"}
+_TLS_KEYS = {"cert_file", "key_file", "cert", "key", "client_auth_type", "client_ca_file",
+             "client_ca", "min_version", "max_version", "cipher_suites", "curve_preferences",
+             "prefer_server_cipher_suites", "client_allowed_sans"}
 _HTTP_KEYS = {"headers", "http2"}
-_HTTP_UNSUPPORTED = {"rate_limit": "not implemented; connection and request limits are built in"}
+
+log = logging.getLogger(__name__)
 
 # $2a$, $2b$, $2y$ (htpasswd) and $2x$, cost 04-31, 22 salt + 31 hash characters.
 BCRYPT_HASH = re.compile(r"^\$2[abxy]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
@@ -78,6 +93,9 @@ class WebConfig:
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     certificate_not_after: float | None = None  # epoch; None without TLS or if unreadable
+    allowed_sans: frozenset[str] = frozenset()  # empty: any verified client certificate
+    auth_excluded_paths: frozenset[str] = frozenset()  # paths served without basic auth
+    rate_limit: tuple[float, int] | None = None  # (interval seconds, burst); None: no limit
 
     @property
     def tls(self) -> bool:
@@ -96,10 +114,18 @@ def load_web_config(path: str | Path | None) -> WebConfig:
     where = Where(str(path), data)
     top = expect_mapping(data, where, _TOP_KEYS)
     base = Path(path).resolve().parent
-    context, not_after = _tls_context(_section(top, "tls_server_config", where), base)
+    tls = _section(top, "tls_server_config", where)
+    context, not_after = _tls_context(tls, base)
     users = _users(_section(top, "basic_auth_users", where))
     headers = _headers(_section(top, "http_server_config", where))
-    return WebConfig(str(path), context, users, headers, not_after)
+    excluded = _strings_list(top, where, "basic_auth_excluded_paths")
+    for excluded_path in excluded:
+        if not excluded_path.startswith("/"):
+            raise where.error("basic_auth_excluded_paths", f"{excluded_path!r}: expected a path "
+                              "starting with /")
+    return WebConfig(str(path), context, users, headers, not_after,
+                     normalized_sans(_strings_list(*tls, "client_allowed_sans")),
+                     frozenset(excluded), _rate_limit(_section(top, "rate_limit", where)))
 
 
 def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
@@ -111,11 +137,45 @@ def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
     return value, where.child(key, value)
 
 
-def _strings(mapping: dict, where: Where, keys: set[str], unsupported: dict[str, str]) -> None:
-    for key, why in unsupported.items():
-        if key in mapping:
-            raise where.error(key, f"not supported by cluster-telemetry-exporter ({why})")
-    expect_mapping(mapping, where, keys)
+def _rate_limit(section: tuple[dict, Where]) -> tuple[float, int] | None:
+    """rate_limit: {interval: <Go duration>, burst: <int>}; None when off (interval 0)."""
+    mapping, where = section
+    expect_mapping(mapping, where, {"interval", "burst"})
+    interval: Any = mapping.get("interval", 0)
+    burst: Any = mapping.get("burst", 0)
+    if not isinstance(burst, int) or isinstance(burst, bool) or burst < 0:
+        raise where.error("burst", f"expected a whole number, 0 or more, got {excerpt(burst)}")
+    if interval == 0:
+        return None
+    try:
+        seconds = parse_go_duration(interval) if isinstance(interval, str) else -1.0
+    except ValueError as exc:
+        raise where.error("interval", str(exc)) from None
+    if seconds < 0:
+        raise where.error("interval", f"expected a duration like 1s, got {excerpt(interval)}")
+    if seconds == 0:
+        return None
+    if burst == 0:  # as Go's limiter: no token is ever there to take
+        log.warning("%s: rate_limit with burst 0 answers every request but /healthz and "
+                    "/readyz with 429", where.source)
+    return seconds, burst
+
+
+def _strings_list(mapping: dict, where: Where, key: str) -> list[str]:
+    """A list of strings (absent or empty: [])."""
+    value = mapping.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise where.error(key, f"expected a list of strings, got {excerpt(value)}")
+    return value
+
+
+def _bool(mapping: dict, key: str, where: Where, default: bool) -> bool:
+    value: Any = mapping.get(key, default)
+    if not isinstance(value, bool):
+        raise where.error(key, f"expected true or false, got {excerpt(value)}")
+    return value
 
 
 def _text(mapping: dict, key: str, where: Where) -> str:
@@ -131,7 +191,7 @@ def _readable_pem(mapping: dict, key: str, where: Where, base: Path) -> str:
     name = _text(mapping, key, where)
     path = Path(name) if Path(name).is_absolute() else base / name
     try:
-        data = path.read_bytes()
+        data = read_regular(path)  # OpenSSL opens it again by name: a FIFO would hang it
     except OSError as exc:
         raise where.error(key, f"cannot read {path}: {exc.strerror or exc}") from None
     if b"-----BEGIN " not in data:
@@ -143,20 +203,46 @@ def _tls_context(section: tuple[dict, Where],
                  base: Path) -> tuple[ssl.SSLContext | None, float | None]:
     """The server's TLS context (None: plain HTTP) and its certificate's notAfter."""
     mapping, where = section
-    _strings(mapping, where, _TLS_KEYS, _TLS_UNSUPPORTED)
-    cert, key = _text(mapping, "cert_file", where), _text(mapping, "key_file", where)
-    if not cert and not key:
-        for other in ("client_auth_type", "client_ca_file", "min_version", "max_version"):
-            if _text(mapping, other, where):
-                raise where.error(other, "needs cert_file and key_file (TLS is off without them)")
-        return None, None  # exporter-toolkit too serves plain HTTP without a certificate
-    if not cert:
-        raise where.error("key_file", "key_file is set but cert_file is missing")
-    if not key:
-        raise where.error("cert_file", "cert_file is set but key_file is missing")
-    cert_path = _readable_pem(mapping, "cert_file", where, base)
-    key_path = _readable_pem(mapping, "key_file", where, base)
+    expect_mapping(mapping, where, _TLS_KEYS)
+    with contextlib.ExitStack() as inline_files:
+        cert = _pem(mapping, where, base, "cert", inline_files)
+        key = _pem(mapping, where, base, "key", inline_files)
+        if cert is None and key is None:
+            for other in sorted(_TLS_KEYS - {"cert_file", "key_file", "cert", "key"}):
+                if mapping.get(other) not in (None, "", []):
+                    raise where.error(other, "needs cert_file and key_file (TLS is off "
+                                      "without them)")
+            return None, None  # exporter-toolkit too serves plain HTTP without a certificate
+        if cert is None:
+            assert key is not None  # not both None: returned above
+            raise where.error(key.key, f"{key.key} is set but cert_file (or cert) is missing")
+        if key is None:
+            raise where.error(cert.key, f"{cert.key} is set but key_file (or key) is missing")
+        context = _context(mapping, where, base, cert, key)
+        if not key.inline:
+            check_key_permissions(key.path)
+        return context, check_certificate(cert.path, label=cert.label)
 
+
+def _pem(mapping: dict, where: Where, base: Path, name: str,
+         inline_files: contextlib.ExitStack) -> Pem | None:
+    """The PEM of `name`_file or inline `name` (cert, key, client_ca); None if neither."""
+    file_key = f"{name}_file"
+    path, text = _text(mapping, file_key, where), _text(mapping, name, where)
+    if path and text:
+        raise where.error(name, f"set {file_key} or {name}, not both")
+    if path:
+        path = _readable_pem(mapping, file_key, where, base)
+        return Pem(path, file_key, path)
+    if not text:
+        return None
+    if "-----BEGIN " not in text:
+        raise where.error(name, "is not PEM text (-----BEGIN ...)")
+    return inline_files.enter_context(inline_pem(text, name, f"{where.source}: "
+                                                 f"{where.path}.{name}"))
+
+
+def _context(mapping: dict, where: Where, base: Path, cert: Pem, key: Pem) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.set_alpn_protocols(["http/1.1"])
     low = _version(mapping, "min_version", where, "TLS12")
@@ -167,38 +253,89 @@ def _tls_context(section: tuple[dict, Where],
         context.minimum_version, context.maximum_version = low, high
     except (ValueError, ssl.SSLError) as exc:
         raise where.error("min_version", f"not available in this OpenSSL: {exc}") from None
+    _ciphers(context, mapping, where, high)
     try:
-        context.load_cert_chain(cert_path, key_path)
+        if mapping.get("curve_preferences"):
+            gotls.set_curves(context, _strings_list(mapping, where, "curve_preferences"))
+    except gotls.Refused as exc:
+        raise where.error("curve_preferences", str(exc)) from None
+    try:
+        context.load_cert_chain(cert.path, key.path)
     except ssl.SSLError as exc:
-        raise where.error("key_file", f"{cert_path} and {key_path} are not a matching certificate "
-                          f"and private key ({exc.reason or exc})") from None
+        raise where.error(key.key, f"{cert.label} and {key.label} are not a matching "
+                          f"certificate and private key ({exc.reason or exc})") from None
+    _client_auth(context, mapping, where, base)
+    return context
 
+
+def _ciphers(context: ssl.SSLContext, mapping: dict, where: Where,
+             high: ssl.TLSVersion) -> None:
+    """cipher_suites (TLS 1.2 and older) and who picks among them."""
+    if _bool(mapping, "prefer_server_cipher_suites", where, True):
+        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    names = _strings_list(mapping, where, "cipher_suites")
+    if not names:
+        return
+    try:
+        ciphers = gotls.cipher_string(names)
+    except gotls.Refused as exc:
+        raise where.error("cipher_suites", str(exc)) from None
+    if ciphers is None:  # TLS 1.3 suites only: not configurable, in Go neither
+        if high < ssl.TLSVersion.TLSv1_3:
+            raise where.error("cipher_suites", "lists only TLS 1.3 suites, but max_version "
+                              "is below TLS13: no suite would be left")
+        return
+    try:
+        context.set_ciphers(ciphers)
+    except ssl.SSLError:
+        raise where.error("cipher_suites", f"none of {ciphers} is available in "
+                          f"{ssl.OPENSSL_VERSION}") from None
+
+
+def _client_auth(context: ssl.SSLContext, mapping: dict, where: Where, base: Path) -> None:
     auth_type = _text(mapping, "client_auth_type", where) or "NoClientCert"
     if auth_type in _UNVERIFIED_CLIENT_AUTH:
         raise where.error("client_auth_type", f"{auth_type} (unverified client certificates) "
-                          "is not supported; use VerifyClientCertIfGiven or "
-                          "RequireAndVerifyClientCert")
+                          "is not supported: Python's ssl verifies every certificate it "
+                          "asks for; use VerifyClientCertIfGiven or RequireAndVerifyClientCert")
     if auth_type not in CLIENT_AUTH_TYPES:
         raise where.error("client_auth_type", "expected one of " + ", ".join(CLIENT_AUTH_TYPES))
-    mode, needs_ca = CLIENT_AUTH_TYPES[auth_type]
-    if _text(mapping, "client_ca_file", where):
-        ca_path = _readable_pem(mapping, "client_ca_file", where, base)
-        try:
-            context.load_verify_locations(cafile=ca_path)
-        except ssl.SSLError as exc:
-            raise where.error("client_ca_file", f"{ca_path}: not a CA certificate "
-                              f"({exc.reason or exc})") from None
-    elif needs_ca:
-        raise where.error("client_auth_type", f"{auth_type} needs client_ca_file")
+    mode, verifies = CLIENT_AUTH_TYPES[auth_type]
+    with contextlib.ExitStack() as inline_files:
+        ca = _pem(mapping, where, base, "client_ca", inline_files)
+        if ca is not None and not verifies:  # as exporter-toolkit: a CA without a policy
+            raise where.error(ca.key, "is set but client_auth_type is NoClientCert; "
+                              "set RequireAndVerifyClientCert")
+        if ca is not None:
+            try:
+                context.load_verify_locations(cafile=ca.path)
+            except ssl.SSLError as exc:
+                raise where.error(ca.key, f"{ca.label}: not a CA certificate "
+                                  f"({exc.reason or exc})") from None
+    if ca is None and verifies:  # Go verifies against the system's CAs then; so do we, and say so
+        context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        log.warning("%s: %s without client_ca_file trusts client certificates from every CA "
+                    "this system trusts; set client_ca_file to your own CA",
+                    where.source, auth_type)
+    if mapping.get("client_allowed_sans") and auth_type != "RequireAndVerifyClientCert":
+        raise where.error("client_allowed_sans", "needs client_auth_type "
+                          "RequireAndVerifyClientCert (other types let a client connect "
+                          "without a certificate, leaving no SAN to match)")
     context.verify_mode = mode
-    check_key_permissions(key_path)
-    return context, check_certificate(cert_path)
 
 
 def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVersion:
     name = _text(mapping, key, where) or default
     if name not in TLS_VERSIONS:
         raise where.error(key, "expected one of " + ", ".join(TLS_VERSIONS))
+    if name in _LEGACY_TLS:
+        # Accepted, it changed nothing: Python's ssl leaves TLS 1.0 and 1.1 no cipher suite
+        # (its default list at OpenSSL security level 2), so every such client was refused.
+        raise where.error(key, f"{name} cannot be served: Python's ssl ({ssl.OPENSSL_VERSION}) "
+                          "offers TLS 1.0 and 1.1 no cipher suite, so every client asking for "
+                          "them is refused (RFC 8996 deprecates both); use TLS12 or TLS13")
     return TLS_VERSIONS[name]
 
 
@@ -224,7 +361,7 @@ def _users(section: tuple[dict, Where]) -> dict[str, bytes]:
 
 def _headers(section: tuple[dict, Where]) -> dict[str, str]:
     mapping, where = section
-    _strings(mapping, where, _HTTP_KEYS, _HTTP_UNSUPPORTED)
+    expect_mapping(mapping, where, _HTTP_KEYS)
     if "http2" in mapping and not isinstance(mapping["http2"], bool):
         raise where.error("http2", f"expected true or false, got {excerpt(mapping['http2'])}")
     raw = mapping.get("headers") or {}
@@ -236,7 +373,14 @@ def _headers(section: tuple[dict, Where]) -> dict[str, str]:
         if name not in ALLOWED_HEADERS:
             raise hwhere.error(str(name), "not one of the settable headers: "
                                + ", ".join(ALLOWED_HEADERS))
-        if not isinstance(value, str) or "\n" in value or "\r" in value:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise hwhere.error(name, f"expected a one-line string, got {excerpt(value)}")
+        text = str(value)  # YAML reads `X-XSS-Protection: 1` as a number; Go as a string
+        if "\n" in text or "\r" in text:
             raise hwhere.error(name, "expected a one-line string")
-        headers[name] = value
+        allowed = ALLOWED_HEADERS[name]
+        if allowed and text not in allowed:
+            raise hwhere.error(name, f"expected one of {', '.join(allowed)}, got {text!r}")
+        if text:  # blank: unset, as in exporter-toolkit
+            headers[name] = text
     return headers

@@ -61,11 +61,11 @@ def power() -> list[Item]:
               "coherent swing"), unit="watt", w=6,
              description="Peak-to-peak swing the grid sees when nodes swing in phase "
                          "(`cluster:power_swing_coherent_amplitude_watts:estimate`)."),
-        stat("Nodes swinging in step", (f"sum(power_swing_active{{{C}}})", "nodes"), w=6,
+        stat("Nodes swinging in step", (f"sum(gpu_node_power_swing_active{{{C}}})", "nodes"), w=6,
              thresholds=ORANGE_ABOVE_0,
              description="Nodes whose GPUs swing together at >= 20 % of TDP in 0.1-3 Hz."),
         bargauge("Swing amplitude by node (top 10)",
-                 (f"topk(10, power_swing_amplitude_watts{{{N}}})", "{{instance}}"),
+                 (f"topk(10, gpu_node_power_swing_amplitude_watts{{{N}}})", "{{instance}}"),
                  unit="watt", w=6, h=4),
         ts("Total power by cluster",
            ('cluster:gpu_power_watts:sum{cluster=~"$cluster"}', "{{cluster}}"), unit="watt"),
@@ -172,7 +172,8 @@ def stragglers() -> list[Item]:
         row("Stragglers and stalls"),
         stat("Straggler GPUs", (f"sum(gpu_straggler{{{C}}})", "stragglers"),
              thresholds=ORANGE_ABOVE_0, w=6),
-        stat("Nodes in a collective stall", (f"sum(collective_stall_active{{{C}}})", "nodes"),
+        stat("Nodes in a collective stall",
+             (f"sum(gpu_node_collective_stall_active{{{C}}})", "nodes"),
              thresholds=ORANGE_ABOVE_0, w=6),
         table("Straggler findings", (f"gpu_straggler_signal{{{C}}}", ""), w=12, h=8,
               hide=("Time", "__name__", "job", "Value", "uuid"),
@@ -180,7 +181,7 @@ def stragglers() -> list[Item]:
         ts("Stragglers by node", (f"sum by (instance) (gpu_straggler{{{N}}})", "{{instance}}"),
            bars=True),
         ts("Collective stall time by node",
-           (f"rate(collective_stall_seconds_total{{{N}}}[{RI}])", "{{instance}}"),
+           (f"rate(gpu_node_collective_stall_seconds_total{{{N}}}[{RI}])", "{{instance}}"),
            unit="percentunit", description="Share of time the node's GPUs were stalled."),
     ]
 

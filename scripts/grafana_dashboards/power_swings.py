@@ -61,6 +61,13 @@ def jobs() -> list[Item]:
         ts("Phase coherence by job",
            ('hpc_job:power_swing_phase_coherence:ratio{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
            unit="percentunit", minimum=0, maximum=1),
+        ts("Step period by job (from power)",
+           ('hpc_job:power_swing_step_period_seconds:max{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
+           unit="s", minimum=0,
+           description="The job's step rhythm read from its nodes' power: the slowest "
+                       "node's step swing inside its compute plateaus (with gradient "
+                       "accumulation, the micro-step). A straggler slows the whole job: the "
+                       "period rises on every node of it at once."),
         ts("Ramp rate by job",
            ('hpc_job:power_ramp_watts_per_second:sum{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
            unit="watt", description="W/s."),
@@ -74,34 +81,43 @@ def jobs() -> list[Item]:
 
 
 def nodes() -> list[Item]:
-    phase_now = (f"(power_swing_phase_radians{{{N}}} + 2 * pi() * "
-                 f"power_swing_frequency_hertz{{{N}}} * (time() - "
-                 f"power_swing_phase_reference_timestamp_seconds{{{N}}})) % (2 * pi())")
+    phase_now = (f"(gpu_node_power_swing_phase_radians{{{N}}} + 2 * pi() * "
+                 f"gpu_node_power_swing_frequency_hertz{{{N}}} * (time() - "
+                 f"gpu_node_power_swing_phase_reference_timestamp_seconds{{{N}}})) % (2 * pi())")
     return [
         row("Nodes"),
         ts("Node power", (f"sum by (instance) (gpu_power_watts{{{N}}})", "{{instance}}"),
            unit="watt"),
-        ts("Node swing amplitude", (f"power_swing_amplitude_watts{{{N}}}", "{{instance}}"),
+        ts("Node swing amplitude", (f"gpu_node_power_swing_amplitude_watts{{{N}}}", "{{instance}}"),
            unit="watt", description="p95 - p5 of the node's summed power over 30 s."),
-        ts("Node swing amplitude / TDP", (f"power_swing_amplitude_ratio{{{N}}}", "{{instance}}"),
+        ts("Node swing amplitude / TDP",
+           (f"gpu_node_power_swing_amplitude_ratio{{{N}}}", "{{instance}}"),
            unit="percentunit", minimum=0, thresholds=steps((0.2, "orange"))),
-        ts("Node swing frequency", (f"power_swing_frequency_hertz{{{N}}}", "{{instance}}"),
+        ts("Node swing frequency", (f"gpu_node_power_swing_frequency_hertz{{{N}}}", "{{instance}}"),
            unit="hertz", description="Dominant frequency: 1 / training step time."),
-        ts("Node ramp rate", (f"power_swing_max_ramp_watts_per_second{{{N}}}", "{{instance}}"),
+        ts("Node step period (compute plateaus)",
+           (f"gpu_node_power_swing_step_period_seconds{{{N}}}", "{{instance}}"), unit="s",
+           minimum=0,
+           description="1 / the frequency of the clear, coherent step swing inside the "
+                       "node's compute plateaus (pauses left out), whatever its amplitude; "
+                       "absent while none is clear."),
+        ts("Node ramp rate",
+           (f"gpu_node_power_swing_max_ramp_watts_per_second{{{N}}}", "{{instance}}"),
            unit="watt", description="W/s, largest over the window."),
         ts("Node phase, projected to now", (phase_now, "{{instance}}"), unit="radian",
            minimum=0, maximum=6.2832,
            description="Nodes on one line swing in phase: their swings add on the feeder."),
-        ts("GPU synchrony within the node", (f"power_swing_synchrony_ratio{{{N}}}",
+        ts("GPU synchrony within the node", (f"gpu_node_power_swing_synchrony_ratio{{{N}}}",
                                               "{{instance}}"),
            unit="percentunit", minimum=0, maximum=1),
-        timeline("Swinging in step", (f"power_swing_active{{{N}}}", "{{instance}}"),
+        timeline("Swinging in step", (f"gpu_node_power_swing_active{{{N}}}", "{{instance}}"),
                  mappings=ON_OFF),
         ts("Large ramps (job start, stop, crash)",
-           (f"sum by (instance, direction) (increase(power_ramps_total{{{N}}}[{RI}]))",
+           (f"sum by (instance, direction) (increase(gpu_node_power_ramps_total{{{N}}}[{RI}]))",
             "{{instance}} {{direction}}"), bars=True),
-        ts("Slow cycles (checkpoints)", (f"power_cycle_detected{{{N}}}", "{{instance}} detected"),
-           (f"power_cycle_period_seconds{{{N}}}", "{{instance}} period (s)")),
+        ts("Slow cycles (checkpoints)",
+           (f"gpu_node_power_cycle_detected{{{N}}}", "{{instance}} detected"),
+           (f"gpu_node_power_cycle_period_seconds{{{N}}}", "{{instance}} period (s)")),
     ]
 
 

@@ -4,8 +4,15 @@ pod-resources API: gRPC `v1.PodResourcesLister/List` over its unix socket.
 The device plugin's device ids name the devices: GPU UUIDs (`nvidia.com/gpu`), MIG
 UUIDs (`nvidia.com/mig-<profile>`, or the old `MIG-GPU-<uuid>/<gi>/<ci>` form), with
 a `::N` replica suffix under time-slicing; with the plugin's index strategy, `N` (GPU N)
-and `N:M` (GPU N's M-th MIG device). Any resource named `nvidia.com/...` is taken. Ids
-that match no GPU here are counted (`cte_kubernetes_devices_unmatched`).
+and `N:M` (GPU N's M-th MIG device). GKE's plugin names a GPU by its device file,
+`nvidiaN` for `/dev/nvidiaN` (N is the driver's minor number, which need not be NVML's
+index), a MIG instance `nvidiaN/giM` (GPU instance M), with a `/vgpuK` suffix under GKE's
+time-sharing. Any resource named `nvidia.com/...` is taken. Devices allocated through
+DRA (a ResourceClaim) come as a driver and a device name: NVIDIA's driver
+(`gpu.nvidia.com`, the only DRA driver taken) names a GPU `gpu-N`, N the minor number
+again (a UUID as the device's name is matched too). Ids that match no GPU here are counted
+(`cte_kubernetes_devices_unmatched`), MIG devices from NVIDIA's DRA driver among them
+(their names give a placement, not a GPU instance).
 
 Robustness, because the kubelet restarts (its socket vanishes and comes back, a new
 file) and because whatever answers on that socket is not ours:
@@ -20,8 +27,10 @@ file) and because whatever answers on that socket is not ours:
 - the answer is decoded by hand (:mod:`exporter.collectors.kubernetes.podresources`), bounded to
   16 MiB, and at most :data:`MAX_SERIES` pod-device series are kept (the rest counted).
 
-gRPC is an optional dependency (`pip install 'cluster-telemetry-exporter[kubernetes]'`):
-without it the collector logs one line, counts `no_grpc` and serves nothing.
+gRPC is an optional dependency (the `kubernetes` extra, or `pip install grpcio`): without
+it the collector logs one line, counts `no_grpc` and serves nothing. Whenever the
+collector is on but cannot read the kubelet (no grpcio, no socket, no answer, no
+permission), its reading says why, and `/readyz` lists it as degraded.
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ __all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
 
 log = logging.getLogger(__name__)
 
+NO_GRPC = ("the grpcio package is missing, so gpu_pod_info stays empty (install the "
+           "exporter with its kubernetes extra, or pip install grpcio)")
+
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 #: Why a List failed (the self-metric's `reason` label).
@@ -63,9 +75,13 @@ MAX_MESSAGE_BYTES = 16 << 20
 #: Longest namespace, pod or container name accepted (Kubernetes allows 253).
 MAX_NAME_CHARS = 253
 RESOURCE_PREFIX = "nvidia.com/"
+#: NVIDIA's DRA driver, whose devices are named `gpu-<minor>`.
+DRA_DRIVER = "gpu.nvidia.com"
 
 _OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/([0-9]+)/([0-9]+)\Z")
 _INDEX = re.compile(r"([0-9]{1,4})(?::([0-9]{1,2}))?\Z")
+_GKE = re.compile(r"nvidia([0-9]{1,4})(?:/gi([0-9]{1,3}))?(?:/vgpu[0-9]{1,4})?\Z")
+_DRA_GPU = re.compile(r"gpu-([0-9]{1,4})\Z")
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,7 @@ class KubernetesReading(JobGrouping):
     last_success: float = 0.0  # epoch seconds, 0: never
     unmatched: int = 0  # device ids in the last answer that name no device here
     dropped_total: int = 0  # series left out past MAX_SERIES, over every answer
+    problem: str = ""  # why the last read failed, for /readyz ("" when it worked)
 
     def gpu_groups(self) -> dict[int, str]:
         """GPU -> namespace/pod, for whole GPUs held by exactly one pod (peer groups for
@@ -105,6 +122,14 @@ def import_grpc() -> Any:
     return grpc
 
 
+def _wanted(entry: ContainerDevices) -> bool:
+    """An NVIDIA device plugin's resource or NVIDIA's DRA driver's device (other DRA
+    drivers' devices, NICs and the like, are not ours)."""
+    if entry.dynamic:
+        return entry.resource_name == DRA_DRIVER
+    return entry.resource_name.startswith(RESOURCE_PREFIX)
+
+
 def _usable_name(text: str) -> bool:
     return 0 < len(text) <= MAX_NAME_CHARS and text.isprintable()
 
@@ -117,12 +142,35 @@ class _Devices:
         self.gpus: dict[str, int] = {}
         self.migs: dict[str, tuple[int, int]] = {}
         self.slots: dict[tuple[int, int], int] = {}  # (GPU, MIG device index) -> instance
-        self._mig_read = False
+        self.minors: dict[int, int] = {}  # minor number (/dev/nvidiaN) -> GPU
+        self._mig_read = self._minors_read = False
 
     def refresh(self) -> None:
         ctx = self.context
         self.gpus = {i.uuid: i.index for i in ctx.identities() if i is not None}
-        self._mig_read = False
+        self._mig_read = self._minors_read = False
+
+    def _read_minors(self) -> None:
+        """Each GPU's minor number, read once per answer and only when one is asked for."""
+        if self._minors_read or self.context.backend is None:
+            return
+        self._minors_read = True
+        backend, self.minors = self.context.backend, {}
+        for gpu in range(self.context.gpu_count):
+            handle = backend.handle(gpu) if self.context.readable(gpu) else None
+            minor = None if handle is None else backend.call(
+                "nvmlDeviceGetMinorNumber", handle, gpu=gpu)
+            if minor is not None:
+                self.minors[int(minor)] = gpu
+
+    def _by_minor(self, minor: str, instance: str | None) -> tuple[int, int | None] | None:
+        self._read_minors()
+        gpu = self.minors.get(int(minor))
+        if gpu is None or instance is None:
+            return None if gpu is None else (gpu, None)
+        self._read_migs()
+        found = (gpu, int(instance))
+        return found if found in self.migs.values() else None
 
     def _read_migs(self) -> None:
         """MIG devices, read once per answer and only when one is asked for."""
@@ -146,6 +194,8 @@ class _Devices:
             if device_id not in self.migs:
                 self._read_migs()
             return self.migs.get(device_id)
+        if (gke := _GKE.match(device_id)) is not None:
+            return self._by_minor(gke.group(1), gke.group(2))
         if (index := _INDEX.match(device_id)) is not None:
             gpu = int(index.group(1))
             if gpu >= self.context.gpu_count:
@@ -155,6 +205,14 @@ class _Devices:
             self._read_migs()
             slot = self.slots.get((gpu, int(index.group(2))))
             return None if slot is None else (gpu, slot)
+        return None
+
+    def find_dynamic(self, device: str) -> tuple[int, int | None] | None:
+        """A device NVIDIA's DRA driver allocated: `gpu-<minor>`, or a UUID."""
+        if device.startswith(("GPU-", "MIG-")):
+            return self.find(device)
+        if (gpu := _DRA_GPU.match(device)) is not None:
+            return self._by_minor(gpu.group(1), None)
         return None
 
 
@@ -174,10 +232,10 @@ class KubernetesCollector(HoldsResources):
         self._failures = dict.fromkeys(FAILURE_REASONS, 0)
         self._last: tuple[float, tuple[PodDevice, ...], int] | None = None
         self._dropped = 0
+        self._problem = ""
         self._lock = threading.Lock()
         if grpc is None:
-            log.warning("kubernetes collector: the grpcio package is missing, so gpu_pod_info "
-                        "stays empty (pip install 'cluster-telemetry-exporter[kubernetes]')")
+            log.warning("kubernetes collector: %s", NO_GRPC)
 
     def read(self) -> KubernetesReading:
         with self._lock:
@@ -195,7 +253,7 @@ class KubernetesCollector(HoldsResources):
                 devices=last[1] if last else (), up=answer is not None,
                 failures_total=MappingProxyType(dict(self._failures)),
                 last_success=last[0] if last else 0.0, unmatched=last[2] if last else 0,
-                dropped_total=self._dropped)
+                dropped_total=self._dropped, problem="" if answer is not None else self._problem)
 
     def close(self) -> None:
         with self._lock:
@@ -204,18 +262,24 @@ class KubernetesCollector(HoldsResources):
     # -- the call ------------------------------------------------------------------------
     def _list(self) -> tuple[list[ContainerDevices] | None, str]:
         """The kubelet's answer, or None and why not."""
+        path = self.socket_path
         if self.grpc is None:
+            self._problem = NO_GRPC
             return None, "no_grpc"
         try:
-            st = os.stat(self.socket_path)
+            st = os.stat(path)
         except FileNotFoundError:
             self._drop_channel()
+            self._problem = (f"the kubelet's pod-resources socket {path} does not exist "
+                             "(is its directory mounted?)")
             return None, "absent"
-        except OSError:
+        except OSError as exc:
             self._drop_channel()
+            self._problem = f"the kubelet's pod-resources socket {path}: {exc.strerror}"
             return None, "error"
         if not stat.S_ISSOCK(st.st_mode):
             self._drop_channel()
+            self._problem = f"{path} is not a socket"
             return None, "not_a_socket"
         if self._call is None or self._inode != (st.st_dev, st.st_ino):
             self._connect((st.st_dev, st.st_ino))
@@ -224,13 +288,17 @@ class KubernetesCollector(HoldsResources):
         except self.grpc.RpcError as exc:
             self._drop_channel()  # a fresh channel next time: no reconnect backoff
             code = exc.code() if hasattr(exc, "code") else None
-            if code == self.grpc.StatusCode.DEADLINE_EXCEEDED:
-                return None, "timeout"
-            return None, "unavailable" if code == self.grpc.StatusCode.UNAVAILABLE else "error"
+            reason = ("timeout" if code == self.grpc.StatusCode.DEADLINE_EXCEEDED else
+                      "unavailable" if code == self.grpc.StatusCode.UNAVAILABLE else "error")
+            self._problem = f"the kubelet did not answer on {path} ({reason})"
+            if not os.access(path, os.W_OK):
+                self._problem += ": no permission to connect (the socket admits root only)"
+            return None, reason
         try:
-            return parse_list_response(raw, RESOURCE_PREFIX.encode()), ""
+            return parse_list_response(raw, b"nvidia.com"), ""
         except BadMessage as exc:
             log.debug("kubelet answer refused: %s", exc)
+            self._problem = f"the kubelet's answer could not be decoded: {exc}"
             return None, "bad_response"
 
     def _connect(self, inode: tuple[int, int]) -> None:
@@ -257,13 +325,14 @@ class KubernetesCollector(HoldsResources):
         found: set[PodDevice] = set()
         unmatched = 0
         for entry in answer:
-            if not entry.resource_name.startswith(RESOURCE_PREFIX):
+            if not _wanted(entry):
                 continue
             if not all(map(_usable_name, (entry.namespace, entry.pod, entry.container))):
                 unmatched += len(entry.device_ids)
                 continue
             for device_id in entry.device_ids:
-                where = self._devices.find(device_id)
+                where = (self._devices.find_dynamic(device_id) if entry.dynamic
+                         else self._devices.find(device_id))
                 if where is None or where[0] not in uuids:
                     unmatched += 1
                     continue

@@ -210,6 +210,9 @@
         s.health.problems.join("; ") : "")],
       ["sampling", s.sample_interval_seconds ? "every " +
         (s.sample_interval_seconds * 1000).toFixed(0) + " ms" : "-"],
+      ["step period", s.step ? (s.step.period_seconds * 1000).toFixed(0) + " ms (" +
+        s.step.frequency_hz.toFixed(2) + " Hz), from the power of the compute phases" :
+        "no clear step swing"],
       ["version", s.version + ", up " + age(now, s.started_at).replace(" ago", "")],
       ["updated", clock(now)],
     ];

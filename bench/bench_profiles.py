@@ -1,0 +1,185 @@
+"""Metric profiles side by side, in one run on the 8-GPU fake node (H200 call costs on):
+series, render time of a snapshot, the NVLink part of the health read, and the
+exporter's CPU while it samples and is scraped. Each figure is printed with its ratio
+to `full` (today's output) measured in the same run; not a pass/fail test.
+
+    python bench/bench_profiles.py [--seconds 8] [--renders 50] [--reads 40]
+
+"nvlink-per-gpu.yml" is `full` with a selection file that sums the NVLink families
+over the links (and leaves the per-link state out): what it saves in the health read
+is what dropping the per-link series saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from exporter.app import Exporter
+from exporter.config import Config
+from exporter.gpu.backend import NvmlBackend
+from exporter.gpu.health import read_health
+from exporter.gpu.state import read_identity
+from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
+from exporter.metrics.selection import Selection, load_selection
+from exporter.sampling.clock import ManualClock
+from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sim import costs, fake
+from exporter.sim.scenarios import load_scenario
+
+PER_GPU_FILE = """\
+exclude: [gpu_nvlink_link_up]
+aggregate:
+  - families: "gpu_nvlink_*_total"
+    without: [link]
+"""
+
+
+def selections(folder: Path) -> dict[str, Selection]:
+    path = folder / "nvlink-per-gpu.yml"
+    path.write_text(PER_GPU_FILE)
+    return {"minimal": Selection("minimal"), "standard": Selection("standard"),
+            "full": Selection("full"), "full + nvlink-per-gpu.yml": load_selection("full",
+                                                                                  str(path))}
+
+
+def snapshot_of(selection: Selection):
+    """The node after 40 s of its scenario, read as the selection reads it."""
+    clock = ManualClock(1_790_000_000.0)
+    settings = SamplerSettings(backend="fake", scenario="training",
+                               nvlink_reads=selection.nvlink_reads())
+    with fake.installed(load_scenario("training"), clock, costs=None):
+        sampler = Sampler(NvmlBackend(), settings, clock=clock)
+        sampler.start(threads=False)
+        try:
+            sampler.advance(40)
+            return sampler.build_snapshot()
+        finally:
+            sampler.stop()
+
+
+def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, tuple]:
+    """(series, median render seconds) per selection, taken in turns so that a busy
+    machine slows each alike. Each render is of a new snapshot with the same values, as
+    a scrape finds between health reads: the NVLink state and error text is reused
+    (each selection keeps its own cache of it), the rest is rendered anew."""
+    snapshots = {name: snapshot_of(selection) for name, selection in chosen.items()}
+    sources = {name: [CachedFamilies(s.families, s.key) if isinstance(s, CachedFamilies)
+                      else s for s in FAMILY_FUNCTIONS] for name in chosen}
+    times: dict[str, list[float]] = {name: [] for name in chosen}
+    lines = {}
+    for i in range(renders + 1):
+        for name, selection in chosen.items():
+            fresh = dataclasses.replace(snapshots[name], time=snapshots[name].time + i)
+            t = time.perf_counter()
+            body = render(fresh, sources[name], selection=selection)
+            if i:
+                times[name].append(time.perf_counter() - t)
+            else:  # the first fills the cache
+                lines[name] = sum(1 for line in body.splitlines()
+                                  if line and not line.startswith(b"#"))
+    return {name: (lines[name], float(np.median(times[name]))) for name in chosen}
+
+
+def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
+    """(median wall, median CPU) of one health read of all 8 GPUs, per selection, taken
+    in turns."""
+    plans = {name: selection.nvlink_reads() for name, selection in chosen.items()}
+    walls: dict[str, list[float]] = {name: [] for name in chosen}
+    cpus: dict[str, list[float]] = {name: [] for name in chosen}
+    clock = ManualClock(1_790_000_000.0)
+    with fake.installed(load_scenario("training"), clock, costs=costs.H200):
+        backend = NvmlBackend()
+        gpus = range(backend.open())
+        links = [ident.nvlinks if (ident := read_identity(backend, g)) else 0 for g in gpus]
+        for i in range(reads + 1):
+            clock.advance(5)
+            for name, plan in plans.items():
+                w, c = time.perf_counter(), time.thread_time()
+                for gpu in gpus:
+                    read_health(backend, gpu, links[gpu], clock.time(), plan)
+                if i:  # the first read of a plan finds out which fields are supported
+                    walls[name].append(time.perf_counter() - w)
+                    cpus[name].append(time.thread_time() - c)
+        backend.close()
+    return {name: (float(np.median(walls[name])), float(np.median(cpus[name])))
+            for name in chosen}
+
+
+def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
+    """CPU seconds per second of a running exporter (fake, H200 costs), scraped each
+    second so that every snapshot is rendered."""
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=True,
+                          collector_infiniband=False, metrics_profile=profile,
+                          metrics_file=selection_file))
+    exp.start()
+    try:
+        url = f"http://127.0.0.1:{exp.port}/metrics"
+        time.sleep(3)  # past start-up
+        start, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            urllib.request.urlopen(url, timeout=10).read()
+            time.sleep(1)
+        return (time.process_time() - cpu) / (time.perf_counter() - start)
+    finally:
+        exp.stop()
+
+
+def exporters_cpu(chosen: dict[str, Selection], seconds: float) -> dict[str, float]:
+    """exporter_cpu of every selection, each in a child process, all at once (a busy
+    machine then slows each alike)."""
+    children = {name: subprocess.Popen(
+        [sys.executable, __file__, "--child", selection.profile, "--file", selection.source,
+         "--seconds", str(seconds)], stdout=subprocess.PIPE, text=True)
+        for name, selection in chosen.items()}
+    out = {}
+    for name, child in children.items():
+        stdout, _ = child.communicate(timeout=seconds + 120)
+        if child.returncode != 0:
+            raise SystemExit(f"{name}: child exited {child.returncode}")
+        out[name] = json.loads(stdout.strip().splitlines()[-1])["cpu"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="exporter run per profile")
+    parser.add_argument("--renders", type=int, default=50)
+    parser.add_argument("--reads", type=int, default=40)
+    parser.add_argument("--child", metavar="PROFILE", help=argparse.SUPPRESS)
+    parser.add_argument("--file", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps({"cpu": exporter_cpu(args.child, args.file, args.seconds)}))
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        chosen = selections(Path(folder))
+        rendered = series_and_render(chosen, args.renders)
+        health = health_reads(chosen, args.reads)
+        cpu = exporters_cpu(chosen, args.seconds)
+    ref_lines, ref_render = rendered["full"][:2]
+    ref_wall, ref_cpu = health["full"]
+    print(f"{'selection':28} {'series':>7} {'render ms':>10} {'health read ms (wall/CPU)':>27}"
+          f" {'exporter CPU %':>15}")
+    for name in chosen:
+        lines, render_s = rendered[name]
+        wall, read_cpu = health[name]
+        share = cpu[name]
+        print(f"{name:28} {lines:7d} {render_s * 1e3:6.2f} x{render_s / ref_render:4.2f}"
+              f" {wall * 1e3:7.2f}/{read_cpu * 1e3:5.2f} x{wall / ref_wall:4.2f}/"
+              f"x{read_cpu / ref_cpu:4.2f}"
+              f" {share * 100:6.2f} x{share / cpu['full']:4.2f}")
+    print(f"(ratios against full in this run; full serves {ref_lines} series)")
+
+
+if __name__ == "__main__":
+    main()
