@@ -224,7 +224,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
                                   if loop.thread is not None}
         assert exp.current is not None
         result["render_cpu_seconds"] = render_cost(exp.current.snapshot)
-        result["power_sources"] = sorted({s.kind for s in sampler.power.stats().values()})
+        result["power_sampling"] = sorted({s.kind for s in sampler.power.stats().values()})
         result["missing"] = sorted(lib.missing)
         result["rss_bytes"] = proc.memory_info().rss
     finally:
@@ -456,7 +456,7 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
             samples = [v for k, v in rates.items() if k.startswith("samples/")]
             lost = sum(v for k, v in rates.items() if k.startswith("lost/"))
             print(f"  power: {statistics.mean(samples):.1f} samples/s per GPU "
-                  f"({', '.join(res['power_sources'])}), lost {lost:.2f}/s, observable "
+                  f"({', '.join(res['power_sampling'])}), lost {lost:.2f}/s, observable "
                   f"band 0-{res['band_max_hz']:.1f} Hz")
 
 

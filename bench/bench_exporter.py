@@ -39,7 +39,7 @@ def serve_generate_latest(port: int) -> None:
 
     from exporter.app import Exporter
     from exporter.config import build_config
-    from exporter.metrics.render import FAMILY_SOURCES
+    from exporter.metrics.render import FAMILY_FUNCTIONS
 
     exp = Exporter(build_config(None, {"listen_address": "127.0.0.1:0", "fake": True,
                                        "collector_infiniband": False}))
@@ -49,7 +49,7 @@ def serve_generate_latest(port: int) -> None:
         def collect(self) -> Iterator[Any]:
             assert exp.current is not None
             snapshot = exp.current.snapshot
-            for source in FAMILY_SOURCES:
+            for source in FAMILY_FUNCTIONS:
                 yield from source(snapshot)
 
     registry = CollectorRegistry()

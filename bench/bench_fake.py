@@ -29,8 +29,8 @@ from exporter.sampling.sampler import Sampler, SamplerSettings
 from exporter.sim import costs, fake
 from exporter.sim.scenarios import load_scenario
 
-SWEEP_FIELDS = [e.source.id for e in catalogue.of_cadence(catalogue.SWEEP)
-                if isinstance(e.source, Field)]
+SWEEP_FIELDS = [e.nvml.id for e in catalogue.of_cadence(catalogue.SWEEP)
+                if isinstance(e.nvml, Field)]
 
 
 def _fields(ids):

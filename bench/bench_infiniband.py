@@ -3,7 +3,7 @@
 Builds an 8-HCA sysfs tree in a temporary directory (one port each, ~30 counters in
 counters/ + counters_ext/ and ~40 in hw_counters/, as on a ConnectX-7), then times:
 
-- ``InfinibandSource.read()`` (list + read + parse everything),
+- ``InfinibandCollector.read()`` (list + read + parse everything),
 - reference A: a plain ``open(f).read()`` of the same files (no listing, no parsing),
 - reference B: ``os.open``/``os.read``/``os.close`` of the same files (the syscall floor),
 - rendering: ``infiniband_families`` + ``generate_latest`` of one reading,
@@ -33,8 +33,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.infiniband import InfinibandSource
-from exporter.collectors.infiniband_families import infiniband_families
+from exporter.collectors.infiniband.families import infiniband_families
+from exporter.collectors.infiniband.reading import InfinibandCollector
 from exporter.sim import ib_tree
 
 
@@ -111,7 +111,7 @@ def main() -> None:
         tree = Path(tmp)
         ib_tree.bench_tree(tree, args.hcas)
         files = ib_tree.files_under(tree)
-        source = InfinibandSource(tree)
+        source = InfinibandCollector(tree)
         reading = source.read()
         ports = [p for d in reading.devices for p in d.ports]
         values = sum(len(p.counters) + len(p.counters_ext) + len(p.hw_counters) for p in ports)
@@ -145,7 +145,7 @@ def main() -> None:
         f"tree: {args.hcas} HCAs, {len(ports)} ports, {len(files)} files, {values} counter values"
     )
     print(f"python {sys.version.split()[0]}, {args.reads} reads each; median / p99")
-    print(f"InfinibandSource.read()        {ours[0] * ms:7.3f} ms / {ours[1] * ms:7.3f} ms")
+    print(f"InfinibandCollector.read()        {ours[0] * ms:7.3f} ms / {ours[1] * ms:7.3f} ms")
     print(
         f"ref A: open().read() per file  {ref_a[0] * ms:7.3f} ms / {ref_a[1] * ms:7.3f} ms"
         f"   ratio ours/A = {ours[0] / ref_a[0]:.2f}"

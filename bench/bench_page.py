@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=1, help="pages open at once")
     args = parser.parse_args()
     tune_interpreter()  # as `run` does
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_infiniband=False))
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_infiniband=False))
     exp.start()
     try:
         time.sleep(15)  # buffers fill, the first analyses run

@@ -29,7 +29,7 @@ from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.health import read_health
 from exporter.gpu.state import read_identity
-from exporter.metrics.render import FAMILY_SOURCES, CachedFamilies, render
+from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
@@ -74,7 +74,7 @@ def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, t
     (each selection keeps its own cache of it), the rest is rendered anew."""
     snapshots = {name: snapshot_of(selection) for name, selection in chosen.items()}
     sources = {name: [CachedFamilies(s.families, s.key) if isinstance(s, CachedFamilies)
-                      else s for s in FAMILY_SOURCES] for name in chosen}
+                      else s for s in FAMILY_FUNCTIONS] for name in chosen}
     times: dict[str, list[float]] = {name: [] for name in chosen}
     lines = {}
     for i in range(renders + 1):
@@ -118,7 +118,7 @@ def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
 def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
     """CPU seconds per second of a running exporter (fake, H200 costs), scraped each
     second so that every snapshot is rendered."""
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_host=True,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=True,
                           collector_infiniband=False, metrics_profile=profile,
                           metrics_file=selection_file))
     exp.start()

@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import pynvml
 
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors import registry
+from exporter.collectors.registry import CollectorSpec, S
+from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import RenderedSnapshot
 from exporter.metrics.selection import Selection, load_selection
-from exporter.metrics.web import http_families, reload_families, tls_families
-from exporter.offline.trace import load_trace
 from exporter.sampling.clock import SYSTEM, Clock
+from exporter.sampling.collector_api import Collector
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sim import costs, fake
 from exporter.sim.replay import replay_library
 from exporter.sim.scenarios import load_scenario
-from exporter.web.health import HealthCheck
+from exporter.traces.load import load_trace
+from exporter.web.families import http_families, reload_families, tls_families
+from exporter.web.probes import Probes
 from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
 from exporter.web.stats import ReloadStatus
 from exporter.web.webconfig import WebConfig, load_web_config
@@ -30,39 +32,35 @@ from exporter.web.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 
 
-def collector_makers(config: Any, selection: Selection | None = None) -> list[CollectorMaker]:
+def collector_makers(config: Config, selection: Selection | None = None) -> list[CollectorMaker]:
     """The collectors the config enables (node_exporter-style --collector.NAME), less
     those whose families the metric selection all leaves out."""
-    selection = selection or load_selection(config.metrics_profile, config.metrics_file)
-    return [CollectorMaker(spec.name, spec.interval(config),
-                           lambda context, spec=spec: spec.factory(config, context))
-            for spec in registry.enabled(config) if selection.needs_collector(spec.name)]
+    selection = selection or load_selection(config.metrics.profile, config.metrics.file)
+    return [_maker(spec, config) for spec in registry.enabled(config.collectors)
+            if selection.needs_collector(spec.name)]
 
 
-def sampler_settings(config: Any, selection: Selection | None = None) -> SamplerSettings:
-    c = config
-    selection = selection or load_selection(c.metrics_profile, c.metrics_file)
-    return SamplerSettings(
-        power_sample_rate_hz=c.power_sample_rate_hz,
-        power_drain_interval_seconds=c.power_drain_interval_seconds,
-        energy_interval_seconds=c.energy_interval_seconds,
-        sweep_interval_seconds=c.sweep_interval_seconds,
-        gpu_health_interval_seconds=c.gpu_health_interval_seconds,
-        sources_interval_seconds=c.sources_interval_seconds,
-        backend="replay" if c.replay else "fake" if c.fake else "nvml",
-        scenario=c.replay if c.replay else c.scenario if c.fake else "",
-        expected_gpus=c.expected_gpus,
-        hang_timeout_seconds=c.hang_timeout_seconds,
-        gpu_recovery_interval_seconds=c.gpu_recovery_interval_seconds,
-        stragglers=StragglerSettings(persistence_seconds=c.straggler_persistence_seconds),
-        nvlink_reads=selection.nvlink_reads(),
-    )
+def _maker(spec: CollectorSpec[S], config: Config) -> CollectorMaker:
+    settings = spec.settings_in(config.collectors)
+    return CollectorMaker(
+        spec.name, spec.interval_in(config.collectors, config.sampler.sources_interval_seconds),
+        lambda context: spec.factory(settings, context))
+
+
+def sampler_settings(config: Config, selection: Selection | None = None) -> SamplerSettings:
+    """The config's sampler settings, told what stands in for NVML and which NVLink
+    fields the metric selection needs."""
+    selection = selection or load_selection(config.metrics.profile, config.metrics.file)
+    return dataclasses.replace(config.sampler, backend=config.backend.name,
+                               scenario=config.backend.scenario_name,
+                               nvlink_reads=selection.nvlink_reads())
 
 
 class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
-    def __init__(self, config: Any, collectors: list | None = None,
+    def __init__(self, config: Config,
+                 collectors: list[Collector | CollectorMaker] | None = None,
                  fake_clock: Callable[[], float] | None = None,
                  limits: ServerLimits | None = None, nvml: ModuleType = pynvml,
                  fake_lib: fake.FakeNvmlLibrary | None = None, clock: Clock = SYSTEM):
@@ -76,14 +74,16 @@ class Exporter:
         self.fake_clock = fake_clock  # the fake node's clock (tests run scenarios faster)
         self.clock = clock
         self.nvml = nvml
-        self.web: WebConfig = load_web_config(config.web_config_file)
-        self.selection: Selection = load_selection(config.metrics_profile, config.metrics_file)
+        self.web: WebConfig = load_web_config(config.serving.web_config_file)
+        self.selection: Selection = load_selection(config.metrics.profile,
+                                                   config.metrics.file)
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
         self.fake_lib = fake_lib
-        self.collectors = (collectors if collectors is not None
-                           else collector_makers(config, self.selection))
+        self.collectors: list[Collector | CollectorMaker] = (
+            collectors if collectors is not None
+            else list(collector_makers(config, self.selection)))
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
 
@@ -121,15 +121,15 @@ class Exporter:
         return server is not None and not server.health.liveness(self.current)
 
     def _install_fake(self) -> None:
-        c = self.config
-        model = costs.H200 if c.fake_costs else None
-        clock = self.fake_clock or self.clock
+        b = self.config.backend
+        model = costs.H200 if b.fake_costs else None
+        clock = self.fake_clock or self.clock.time
         if self.fake_lib is not None:
             pass  # built by the caller (the fleet simulator)
-        elif c.replay:
-            self.fake_lib = replay_library(load_trace(c.replay), c.replay_speed, clock, model)
-        elif c.fake:
-            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(c.scenario), clock, model)
+        elif b.replay:
+            self.fake_lib = replay_library(load_trace(b.replay), b.replay_speed, clock, model)
+        elif b.fake:
+            self.fake_lib = fake.FakeNvmlLibrary(load_scenario(b.scenario), clock, model)
         if self.fake_lib is not None:
             fake.install(self.fake_lib, self.nvml)
 
@@ -143,7 +143,7 @@ class Exporter:
                                    self._publish, self.clock)
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
-                                             HealthCheck(c.stale_after_seconds,
+                                             Probes(c.serving.stale_after_seconds,
                                                          self.clock.time), self.web,
                                              self.limits)
         except BaseException:

@@ -16,9 +16,9 @@ from exporter.config import all_options, build_config, load_config_file
 from exporter.errors import EXIT_FAILURE, EXIT_USAGE, PROG, fail
 from exporter.gpu.backend import NvmlUnavailable
 from exporter.metrics.selection import load_selection
-from exporter.offline.trace import TraceError
 from exporter.options import RUN, SIMULATE, add_flags, resolve
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
@@ -52,7 +52,7 @@ def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from exporter.sim.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
+    from exporter.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
 
     if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
         raise ConfigError(f"--nodes: expected 1-{MAX_NODES}, got {args.nodes}")
@@ -63,7 +63,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.base_port < 1 or args.base_port + scenario.nodes - 1 > 65535:
         raise ConfigError(f"--base-port: ports {args.base_port}-"
                           f"{args.base_port + scenario.nodes - 1} are out of range")
-    logging.basicConfig(level=options["log_level"].upper(), stream=sys.stderr,
+    logging.basicConfig(level=str(options["log_level"]).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fleet = Fleet(scenario, FleetSettings(base_port=args.base_port,
                                           listen_host=args.listen_host, options=options))
@@ -125,9 +125,10 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {o.key: getattr(args, o.key) for o in all_options()
                  if o.flag is not None and RUN in o.commands}
     config = build_config(args.config, overrides)
-    if config.fake:
-        load_scenario(config.scenario)  # an unknown scenario is a usage error, before anything
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+    if config.backend.fake:
+        # an unknown scenario is a usage error, before anything
+        load_scenario(config.backend.scenario)
+    logging.basicConfig(level=config.log.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tune_interpreter()
     signals = Signals()  # before start: a SIGHUP then must not kill us (its default)
@@ -138,12 +139,28 @@ def _run(args: argparse.Namespace) -> int:
         return fail("run", f"{exc}. This machine has no usable NVIDIA driver. To try the "
                     f"exporter on a simulated node, run: {PROG} run --fake", EXIT_FAILURE)
     except OSError as exc:
-        return fail("run", f"cannot listen on {config.listen_address}: "
+        return fail("run", f"cannot listen on {config.serving.listen_address}: "
                     f"{exc.strerror or exc}", EXIT_FAILURE)
     freeze_startup_objects()
     serve(exporter, signals, args.config, overrides)  # until SIGINT/SIGTERM; SIGHUP reloads
     exporter.stop()
     signals.close()
+    return 0
+
+
+def _check_config(path: str) -> int:
+    config = load_config_file(path)
+    web = load_web_config(config.serving.web_config_file)
+    security = ("TLS" if web.tls else "plain HTTP") + (
+        f", basic auth for {len(web.users)} user(s)" if web.auth else "")
+    selection = load_selection(config.metrics.profile, config.metrics.file)
+    collectors = ", ".join(s.name for s in registry.enabled(config.collectors)) or "none"
+    s = config.sampler
+    print(f"{path}: ok (listen {config.serving.listen_address}, {security}; "
+          f"power buffer drained every {s.power_drain_interval_seconds:g} s, "
+          f"polled at {s.power_sample_rate_hz:g} Hz where there is none; "
+          f"sweep {s.sweep_interval_seconds:g} s; collectors: {collectors}; "
+          f"metrics: {selection.describe()})")
     return 0
 
 
@@ -166,18 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return analyze.main(args)
         if args.command == "check-config":
-            config = load_config_file(args.file)
-            web = load_web_config(config.web_config_file)
-            selection = load_selection(config.metrics_profile, config.metrics_file)
-            security = ("TLS" if web.tls else "plain HTTP") + (
-                f", basic auth for {len(web.users)} user(s)" if web.auth else "")
-            collectors = ", ".join(spec.name for spec in registry.enabled(config)) or "none"
-            print(f"{args.file}: ok (listen {config.listen_address}, {security}; "
-                  f"power buffer drained every {config.power_drain_interval_seconds:g} s, "
-                  f"polled at {config.power_sample_rate_hz:g} Hz where there is none; "
-                  f"sweep {config.sweep_interval_seconds:g} s; collectors: {collectors}; "
-                  f"metrics: {selection.describe()})")
-            return 0
+            return _check_config(args.file)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (ConfigError, TraceError) as exc:

@@ -1,83 +1,152 @@
 """One validated, frozen Config from a YAML file plus command-line flags (flags win).
 
-Config's fields are the options of exporter/options.py and of every collector
-(exporter/collectors/registry.py): one definition each, so a key can never be known to
-the file but not to the flags, or the reverse.
+Config is composed of each area's settings (the serving side's, the sampler's, what
+stands in for NVML, logging, and every collector's): each setting is declared once, as
+a field of its area's settings dataclass (exporter/options.py), so a key can never be
+known to the file but not to the flags, or the reverse. The file's keys stay flat.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from exporter.collectors import registry
-from exporter.options import CORE, DEFAULT_PORT, Option, unique
-from exporter.yamlfile import ConfigError, Where, excerpt, expect_mapping, load_yaml_file
+from exporter.collectors.registry import CollectorsConfig
+from exporter.metrics.settings import MetricsSettings
+from exporter.options import (
+    ALL,
+    LOG_LEVELS,
+    RECORD,
+    RUN,
+    SIMULATE,
+    Option,
+    build,
+    not_blank,
+    options_of,
+    parse_listen_address,
+    section,
+    setting,
+    unique,
+    value_of,
+)
+from exporter.sampling.settings import SamplerSettings
+from exporter.web.settings import ServingSettings
+from exporter.yamlfile import ConfigError, Where, expect_mapping, load_yaml_file
 
-__all__ = ["DEFAULT_PORT", "Config", "all_options", "build_config", "load_config_file",
-           "parse_listen_address", "validate"]
+__all__ = ["BackendSettings", "Config", "LogSettings", "all_options", "build_config",
+           "load_config_file", "parse_listen_address", "validate"]
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """What the exporter reads: NVML, the built-in fake node, or a replayed trace."""
+
+    fake: bool = setting(False, "run on the built-in simulated node instead of real NVML",
+                         flag="--fake", commands=(RUN, RECORD))
+    scenario: str = setting(
+        "training", "fake scenario: a built-in name or a YAML file (docs/scenarios.md)",
+        flag="--scenario", metavar="NAME|FILE", commands=(RUN, RECORD))
+    fake_costs: bool = setting(
+        True, "charge every fake NVML call the wall time and CPU a real H200 takes",
+        flag="--fake.costs", commands=ALL, command_defaults={SIMULATE: False})
+    replay: str | None = setting(
+        None, "serve a recorded trace (ours or an nvidia-smi CSV log) as if live, looping "
+        "at its end", flag="--replay", metavar="FILE", optional=True, check=not_blank)
+    replay_speed: float = setting(
+        1.0, "replay speed; a speed that would deliver more than 640 power samples a second "
+        "per GPU is refused (above 12.8 for a recording at the driver's ~50 a second)",
+        flag="--speed", low=0.01, high=1000.0, metavar="X")
+
+    @property
+    def name(self) -> str:
+        """As the snapshot says it: "replay", "fake" or "nvml"."""
+        return "replay" if self.replay else "fake" if self.fake else "nvml"
+
+    @property
+    def scenario_name(self) -> str:
+        """The replayed file or the fake's scenario; "" on NVML."""
+        return self.replay if self.replay else self.scenario if self.fake else ""
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    log_level: str = setting("info", "log level", flag="--log.level", choices=LOG_LEVELS,
+                             metavar="LEVEL", commands=(RUN, SIMULATE))
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting; build with Config.of(), build_config() or load_config_file()."""
+
+    serving: ServingSettings = section(ServingSettings)
+    metrics: MetricsSettings = section(MetricsSettings)
+    backend: BackendSettings = section(BackendSettings)
+    sampler: SamplerSettings = section(SamplerSettings)
+    log: LogSettings = section(LogSettings)
+    collectors: CollectorsConfig = field(default_factory=lambda: CollectorsConfig.of({}))
+
+    @classmethod
+    def of(cls, **values: object) -> Config:
+        """From flat config keys (the file's); the others keep their defaults. Raises
+        TypeError for a key that is no setting."""
+        collector_keys = {o.key for o in registry.options()}
+        unknown = sorted(set(values) - {o.key for o in all_options()})
+        if unknown:
+            raise TypeError(f"unknown setting {unknown[0]!r}")
+        own = {k: v for k, v in values.items() if k not in collector_keys}
+        return dataclasses.replace(
+            build(cls, own),
+            collectors=CollectorsConfig.of({k: v for k, v in values.items()
+                                            if k in collector_keys}))
+
+    def values(self) -> dict[str, object]:
+        """Config key -> value, every setting."""
+        return {**{o.key: value_of(self, o) for o in _own_options()},
+                **self.collectors.values()}
+
+    def replace(self, **values: object) -> Config:
+        """A copy with these config keys changed."""
+        return Config.of(**{**self.values(), **values})
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return self.serving.host_port
+
+
+def _own_options() -> list[Option]:
+    """Config's settings less the collectors' (analyze-only thresholds are no key)."""
+    return [o for o in options_of(Config) if set(o.commands) & set(ALL)]
 
 
 @cache
 def all_options() -> tuple[Option, ...]:
-    return tuple(unique([*CORE, *registry.options()]))
-
-
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """'host:port', ':port' or '[v6]:port' -> (host, port); host '' means every address."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listen address {excerpt(text)}: expected HOST:PORT with PORT "
-                          "0-65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ConfigError(f"listen address {excerpt(text)}: write IPv6 hosts in brackets, "
-                          "[::1]:9955")
-    return host, int(port)
-
-
-def _make_config_class() -> type:
-    fields = []
-    for option in all_options():
-        default = option.default
-        if isinstance(default, dict | list):
-            default = dataclasses.field(default_factory=lambda d=default: type(d)(d))
-        fields.append((option.key, Any, default))
-    namespace = {
-        "__doc__": "Every setting; build with build_config() or load_config_file().",
-        "host_port": property(lambda self: parse_listen_address(self.listen_address)),
-    }
-    cls = dataclasses.make_dataclass("Config", fields, frozen=True, namespace=namespace)
-    cls.__module__ = __name__
-    return cls
-
-
-Config = _make_config_class()
+    """The settings of run, simulate and record: Config's and every collector's."""
+    return tuple(unique([*_own_options(), *registry.options()]))
 
 
 def _option(key: str) -> Option:
     return next(o for o in all_options() if o.key == key)
 
 
-def _cross_checks(config: Any) -> list[tuple[str, str]]:
+def _cross_checks(config: Config) -> list[tuple[str, str]]:
     """(key, problem) for rules that span keys."""
     problems = []
-    if config.replay is not None and config.fake:
+    if config.backend.replay is not None and config.backend.fake:
         problems.append(("replay", "--replay and --fake both replace NVML: choose one"))
-    if config.stale_after_seconds <= config.sweep_interval_seconds:
+    if config.serving.stale_after_seconds <= config.sampler.sweep_interval_seconds:
         problems.append(("stale_after_seconds", "must be longer than sweep_interval_seconds"))
     for spec in registry.specs():
-        if getattr(config, spec.key) and spec.requirement is not None:
-            missing = spec.requirement(config)
+        if config.collectors.enabled.get(spec.name):
+            missing = spec.missing(config.collectors)
             if missing:
                 problems.append((spec.key, missing))
     return problems
 
 
-def validate(config: Any, where: Where | None = None) -> Any:
+def validate(config: Config, where: Where | None = None) -> Config:
     """Check every value and the rules across keys; raise ConfigError naming the key
     (with file and line when `where` is the file's)."""
 
@@ -88,8 +157,9 @@ def validate(config: Any, where: Where | None = None) -> Any:
         return ConfigError(f"{flag} (config key {key}): {message}" if flag else
                            f"{key}: {message}")
 
+    values = config.values()
     for option in all_options():
-        problem = option.problem(getattr(config, option.key))
+        problem = option.problem(values[option.key])
         if problem:
             raise fail(option.key, problem)
     for key, problem in _cross_checks(config):
@@ -97,7 +167,7 @@ def validate(config: Any, where: Where | None = None) -> Any:
     return config
 
 
-def load_config_file(path: str | Path) -> Any:
+def load_config_file(path: str | Path) -> Config:
     data = load_yaml_file(path)
     where = Where(str(path), data)
     in_file = {o.key for o in all_options() if o.in_file}
@@ -117,14 +187,14 @@ def load_config_file(path: str | Path) -> Any:
                 value = int(value)
         values[key] = value
     try:
-        config = Config(**values)
+        config = Config.of(**values)
     except TypeError as exc:  # cannot happen for known keys; keep one line if it does
         raise where.error(None, str(exc)) from None
     return validate(config, where)
 
 
-def build_config(path: str | None, overrides: dict[str, Any]) -> Any:
+def build_config(path: str | None, overrides: dict[str, object]) -> Config:
     """The file's values (or defaults), then every flag that was given."""
     config = load_config_file(path) if path else Config()
     given = {k: v for k, v in overrides.items() if v is not None}
-    return validate(dataclasses.replace(config, **given))
+    return validate(config.replace(**given))

@@ -18,7 +18,6 @@ import os
 import select
 import signal
 import time
-from dataclasses import fields, replace
 from typing import Any, Protocol
 
 from exporter import sdnotify
@@ -48,24 +47,23 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
     """Load the config and web config files again; apply them only if both are good."""
     try:
         config = build_config(config_path, overrides)
-        web = load_web_config(config.web_config_file)
-        selection = load_selection(config.metrics_profile, config.metrics_file)
+        web = load_web_config(config.serving.web_config_file)
+        selection = load_selection(config.metrics.profile, config.metrics.file)
     except Exception as exc:  # noqa: BLE001 - whatever is wrong, the old config stays
         log.error("reload refused, keeping the running config: %s", exc)
         exporter.record_reload(False)
         return False
-    running = exporter.config
-    restart = [f.name for f in fields(Config)
-               if f.name not in LIVE_KEYS and getattr(running, f.name) != getattr(config, f.name)]
+    running, new = exporter.config.values(), config.values()
+    restart = [key for key in running if key not in LIVE_KEYS and running[key] != new[key]]
     exporter.apply_web_config(web)
     exporter.apply_selection(selection)
-    logging.getLogger().setLevel(config.log_level.upper())
-    exporter.config = replace(running, **{key: getattr(config, key) for key in LIVE_KEYS})
+    logging.getLogger().setLevel(config.log.log_level.upper())
+    exporter.config = exporter.config.replace(**{key: new[key] for key in LIVE_KEYS})
     log.info("reloaded %s: web config %s (%s%s), log level %s, metrics %s",
-             config_path or "flags", config.web_config_file or "none",
+             config_path or "flags", config.serving.web_config_file or "none",
              "TLS" if web.tls else "plain HTTP",
-             f", basic auth for {len(web.users)} user(s)" if web.auth else "", config.log_level,
-             selection.describe())
+             f", basic auth for {len(web.users)} user(s)" if web.auth else "",
+             config.log.log_level, selection.describe())
     if restart:
         log.warning("reload: %s changed but need%s a restart; running with the old "
                     "value%s until then", ", ".join(restart), "s" if len(restart) == 1 else "",

@@ -21,7 +21,7 @@ import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
@@ -106,10 +106,13 @@ def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
         first[key] = line
 
 
-_LineLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    lambda loader, node: loader.construct_mapping(node, deep=True),
-)
+
+def _mapping(loader: _LineLoader, node: yaml.Node) -> LineDict:
+    assert isinstance(node, yaml.MappingNode)  # registered for the mapping tag only
+    return loader.construct_mapping(node, deep=True)
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -201,6 +204,20 @@ def get_number(
     if not low <= value <= high:
         raise where.error(key, f"{excerpt(value)} is out of range [{low:g}, {high:g}]")
     return int(value) if integer else float(value)
+
+
+def get_int(mapping: dict, key: str, where: Where, default: int, *, low: float,
+            high: float) -> int:
+    """A whole number (get_number with integer=True, typed as one)."""
+    return int(get_number(mapping, key, where, default, low=low, high=high, integer=True))
+
+
+@overload
+def get_string(mapping: dict, key: str, where: Where, default: str) -> str: ...
+
+
+@overload
+def get_string(mapping: dict, key: str, where: Where, default: str | None) -> str | None: ...
 
 
 def get_string(mapping: dict, key: str, where: Where, default: str | None) -> str | None:

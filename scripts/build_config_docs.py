@@ -1,5 +1,6 @@
-"""Write docs/configuration.md from the option definitions (exporter/options.py and each
-collector's spec), so the flags table can never drift from the code.
+"""Write docs/configuration.md from the settings declarations (each area's settings
+dataclass, exporter/options.py, and each collector's spec), so the flags table can never
+drift from the code.
 
     .venv/bin/python scripts/build_config_docs.py        # rewrite the file
     .venv/bin/python scripts/build_config_docs.py --check  # exit 1 if it is out of date
@@ -25,7 +26,8 @@ HEAD = """# Configuration
 or flag stops the start with one line naming the file, line and key, and exit code 2.
 An example file is `deploy/config.yaml`.
 
-This page is generated from the option definitions (`exporter/options.py` and each
+This page is generated from the settings declarations (each area's settings dataclass:
+`Config` in `exporter/config.py` and the sections it is composed of, and each
 collector's spec in `exporter/collectors/`) by `.venv/bin/python scripts/build_config_docs.py`;
 a test keeps it current.
 """

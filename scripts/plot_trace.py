@@ -17,7 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from exporter.offline import analyze  # noqa: E402
-from exporter.offline.trace import TraceError, load_trace  # noqa: E402
+from exporter.traces.load import load_trace  # noqa: E402
+from exporter.traces.trace import TraceError  # noqa: E402
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.offline.trace import TraceWriter
+from exporter.traces.trace import TraceWriter
 
 FINE_HZ = 200.0  # the true power's grid: 5 ms, the noise's correlation time
 T0 = 1_758_000_000.0

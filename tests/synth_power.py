@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.offline.trace import TraceWriter
+from exporter.traces.trace import TraceWriter
 
 FINE_HZ = 1000.0
 T0 = 1_758_000_000.0

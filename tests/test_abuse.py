@@ -185,7 +185,7 @@ def test_tls_handshake_stalls_and_wrong_password_floods_do_not_stop_scrapes(tmp_
     web.write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
                    f"  key_file: {certs.server_key}\nbasic_auth_users:\n"
                    f"  p: '{bcrypt.hashpw(b'pw', bcrypt.gensalt(8)).decode()}'\n")
-    exp = start(Config(listen_address="127.0.0.1:0", fake=True, web_config_file=str(web)))
+    exp = start(Config.of(listen_address="127.0.0.1:0", fake=True, web_config_file=str(web)))
     context = ssl.create_default_context(cafile=str(certs.ca))
     good = {"Authorization": "Basic " + base64.b64encode(b"p:pw").decode()}
     bad = {"Authorization": "Basic " + base64.b64encode(b"p:guess").decode()}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from exporter.web.health import HealthCheck
+from exporter.web.probes import Probes
 from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
 from tests.tools import wake_ups
 
@@ -24,7 +24,7 @@ CUT_OFF_MARGIN = 2.0
 
 @pytest.fixture
 def server():
-    server = ExporterHTTPServer(("127.0.0.1", 0), lambda: None, HealthCheck(60.0),
+    server = ExporterHTTPServer(("127.0.0.1", 0), lambda: None, Probes(60.0),
                                 limits=LIMITS)
     thread = serve_in_thread(server)
     yield server, thread

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from exporter.offline import analyze
-from exporter.offline.trace import TraceWriter
+from exporter.traces.trace import TraceWriter
 from tests.tools import REAL_TRACE
 
 REAL = REAL_TRACE
@@ -407,7 +407,7 @@ def test_real_trace_band_and_dips(capsys: pytest.CaptureFixture[str]) -> None:
 def test_live_monitor_agrees_with_analyze(tmp_path: Path) -> None:
     """The same recorded samples through PowerMonitor and through analyze: one answer."""
     from exporter.analysis.live_power import PowerMonitor, PowerSettings
-    from exporter.offline.trace import load_trace
+    from exporter.traces.load import load_trace
 
     rng = np.random.default_rng(5)
     t = T0 + np.arange(0, 120, 0.05) + rng.uniform(-0.002, 0.002, 2400)

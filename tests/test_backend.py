@@ -108,7 +108,7 @@ def test_errors_are_counted_by_call_and_name_and_hide_nothing_else(clock):
             assert states[gpu].get("temperature_celsius") is not None
             assert states[gpu].get("memory_used_bytes") is not None
         assert 2 in backend.lost  # GpuIsLost marks the GPU lost
-        errors = backend.errors.snapshot()
+        errors = backend.errors.totals()
         assert errors[("nvmlDeviceGetTemperature", "Unknown")] == 1
         assert errors[("nvmlDeviceGetMemoryInfo", "NoPermission")] == 1
         assert errors[("nvmlDeviceGetFieldValues", "GpuIsLost")] == 1
@@ -124,7 +124,7 @@ def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
     backend.open()
     readings = backend.fields(0, [fi.POWER_INSTANT, 123456])
     assert set(readings) == {fi.POWER_INSTANT}
-    assert backend.errors.snapshot() == {("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
+    assert backend.errors.totals() == {("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
 
 
 def test_open_without_nvml_raises_a_clear_error():
@@ -139,7 +139,7 @@ def test_a_call_the_gpu_does_not_support_is_counted_once_and_not_repeated(fake_n
         state = read_state(backend, 0, clock(), ALL)
         assert state.get("fan_speed_ratio") is None
     assert fake_nvml.calls["nvmlDeviceGetFanSpeed"] == 1
-    assert backend.errors.snapshot() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
+    assert backend.errors.totals() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
     assert state.get("temperature_celsius") is not None
 
 
@@ -151,7 +151,7 @@ def test_a_field_the_gpu_does_not_support_is_asked_once(fake_nvml):
     for _ in range(4):
         got = backend.fields(0, [fi.RETIRED_SBE, fi.RETIRED_DBE, fi.MEMORY_TEMP])
         assert set(got) == {fi.MEMORY_TEMP}
-    errors = backend.errors.snapshot()
+    errors = backend.errors.totals()
     assert errors == {("nvmlDeviceGetFieldValues(RETIRED_SBE)", "NotSupported"): 1,
                       ("nvmlDeviceGetFieldValues(RETIRED_DBE)", "NotSupported"): 1}
 
@@ -169,7 +169,7 @@ def test_power_samples_come_from_the_driver_buffer_in_order(fake_nvml, clock):
     clock.advance(0.5)
     newer, _ = backend.samples(0, fi.TOTAL_POWER_SAMPLES, int(stamps[-1]))
     assert len(newer) and newer[0] > stamps[-1]
-    assert backend.errors.snapshot() == {}  # "nothing new" is not an error
+    assert backend.errors.totals() == {}  # "nothing new" is not an error
 
 
 def test_batched_reads_agree_with_pynvml_wrappers(fake_nvml, clock):

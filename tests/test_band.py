@@ -9,7 +9,7 @@ import pytest
 from exporter.offline import analyze
 from exporter.offline.band import decide_band
 from exporter.offline.gpu_models import gpu_model
-from exporter.offline.trace import load_trace
+from exporter.traces.load import load_trace
 from tests.synth_power import H100, Case, write_trace
 
 

@@ -27,18 +27,19 @@ def write(tmp_path, text: str):
 
 
 def test_defaults():
-    config = Config()
+    config = Config.of()
     assert config.host_port == ("", 9955)
-    assert config.power_sample_rate_hz == 20 and config.sweep_interval_seconds == 1
+    assert config.sampler.power_sample_rate_hz == 20
+    assert config.sampler.sweep_interval_seconds == 1
 
 
 def test_file_values_and_flags_win(tmp_path):
     path = write(tmp_path, "power_sample_rate_hz: 50\nlisten_address: '127.0.0.1:9999'\n")
     config = build_config(str(path), {"power_sample_rate_hz": 10.0, "fake": None})
-    assert config.power_sample_rate_hz == 10.0  # the flag wins
-    assert config.listen_address == "127.0.0.1:9999"  # the file's value stays
+    assert config.sampler.power_sample_rate_hz == 10.0  # the flag wins
+    assert config.serving.listen_address == "127.0.0.1:9999"  # the file's value stays
     with pytest.raises(AttributeError):
-        config.fake = True  # frozen
+        config.backend.fake = True  # type: ignore[misc]  # frozen
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -75,7 +76,7 @@ def test_bad_config_names_file_line_and_key(tmp_path, text, expected):
 
 
 def test_empty_config_file_is_all_defaults(tmp_path):
-    assert load_config_file(write(tmp_path, "")) == Config()
+    assert load_config_file(write(tmp_path, "")) == Config.of()
 
 
 def test_missing_and_binary_config_files(tmp_path):
@@ -172,16 +173,18 @@ def test_host_and_jobs_collectors(tmp_path):
     from exporter.collectors.registry import enabled
 
     def names(config) -> list[str]:
-        return [spec.name for spec in enabled(config)]
+        return [spec.name for spec in enabled(config.collectors)]
 
-    assert names(Config()) == ["host", "infiniband", "mig", "profiling"]
+    assert names(Config.of()) == ["host", "infiniband", "mig", "profiling"]
     path = write(tmp_path, "collector_host: false\nhpc_job_mapping_dir: /run/x\n")
     config = load_config_file(path)
-    assert not config.collector_host and config.hpc_job_mapping_dir == "/run/x"
+    values = config.values()
+    assert not values["collector_host"] and values["hpc_job_mapping_dir"] == "/run/x"
     assert names(config) == ["infiniband", "jobs", "mig", "profiling"]
     config = build_config(str(path), {"collector_host": True, "hpc_job_mapping_dir": None,
                                       "host_network_exclude": "^lo$"})
-    assert config.collector_host and config.hpc_job_mapping_dir == "/run/x"
+    values = config.values()
+    assert values["collector_host"] and values["hpc_job_mapping_dir"] == "/run/x"
     assert names(config) == ["host", "infiniband", "jobs", "mig", "profiling"]
     with pytest.raises(ConfigError, match="collector_jobs: needs --hpc-job-mapping-dir"):
         load_config_file(write(tmp_path, "collector_jobs: true\n"))
@@ -242,7 +245,7 @@ def test_aliases_are_refused_everywhere_yaml_is_read(tmp_path):
 
 
 def test_an_anchor_without_alias_is_fine(tmp_path):
-    assert load_config_file(write(tmp_path, "log_level: &l debug\n")).log_level == "debug"
+    assert load_config_file(write(tmp_path, "log_level: &l debug\n")).log.log_level == "debug"
 
 
 def test_config_reads_are_bounded(tmp_path):

@@ -38,8 +38,8 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     ib_tree.roce_hca(sysfs)
     jobs = tmp_path_factory.mktemp("hpc-jobs")
     (jobs / "0").write_text("4242\n")
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
-                          metrics_profile="full",
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
+                             metrics_profile="full",
                           hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5))
     exp.start()
     try:

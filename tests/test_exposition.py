@@ -72,11 +72,11 @@ def test_every_family_type_is_written_as_generate_latest_writes_it():
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_a_rendered_snapshot_is_what_generate_latest_writes(profile):
-    from exporter.metrics.render import FAMILY_SOURCES
+    from exporter.metrics.render import FAMILY_FUNCTIONS
 
     snapshot = make_snapshot()
     selection = Selection(profile)
-    families = list(selection.apply(f for source in FAMILY_SOURCES for f in source(snapshot)))
+    families = list(selection.apply(f for source in FAMILY_FUNCTIONS for f in source(snapshot)))
     assert render(snapshot, selection=selection) == generate_latest(_Registry(families))
 
 

@@ -67,7 +67,7 @@ def test_every_symbol_the_exporter_uses_is_served(fake_nvml, clock):
         assert len(backend.samples(gpu, fi.TOTAL_POWER_SAMPLES, 0)[0]) > 0
         assert backend.fields(gpu, [fi.POWER_INSTANT])
     assert fake_nvml.missing == set()
-    errors = {call for call, _ in backend.errors.snapshot()}
+    errors = {call for call, _ in backend.errors.totals()}
     # H100 SXM has no fan, and Hopper retired pages for row remapping: those are the
     # values the training scenario does not support.
     assert errors == {"nvmlDeviceGetFanSpeed", "nvmlDeviceGetFieldValues(RETIRED_SBE)",

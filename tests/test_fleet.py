@@ -7,8 +7,8 @@ import urllib.request
 import pytest
 
 from exporter.cli import main
-from exporter.collectors.infiniband import InfinibandSource
-from exporter.sim.fleet import (
+from exporter.collectors.infiniband.reading import InfinibandCollector
+from exporter.fleet import (
     Fleet,
     FleetSettings,
     IbFault,
@@ -93,7 +93,7 @@ def test_generated_sysfs_reads_clean_and_advances(tmp_path):
     faults = [IbFault("ib_down", 0, 0, 10.0, 20.0),
               IbFault("ib_errors", 0, 1, 0.0, None, {"symbol_error_per_second": 5.0})]
     fabric = NodeFabric(tmp_path, 0, InfinibandSpec(hcas=2), faults, training=True)
-    source = InfinibandSource(tmp_path)
+    source = InfinibandCollector(tmp_path)
 
     def ports():
         reading = source.read()

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.host import (
+from exporter.collectors.host.families import host_families
+from exporter.collectors.host.reading import (
     DEFAULT_NETWORK_EXCLUDE,
     CpuTimes,
-    HostSource,
+    HostCollector,
     cpu_busy_ratio,
     keep_interface,
 )
-from exporter.collectors.host_families import host_families
 
 # psutil's Linux field sets
 CpuT = namedtuple("CpuT", "user nice system idle iowait irq softirq steal guest guest_nice")
@@ -27,7 +27,7 @@ Nic = namedtuple("Nic", "bytes_sent bytes_recv packets_sent packets_recv errin e
 
 
 class FakePsutil:
-    """Answers the calls HostSource makes with values a test sets."""
+    """Answers the calls HostCollector makes with values a test sets."""
 
     def __init__(self):
         self.times = CpuT(100.0, 0.0, 50.0, 800.0, 50.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -108,7 +108,7 @@ def test_default_network_exclude(name, kept):
 
 def test_reading_with_chosen_values():
     ps = FakePsutil()
-    source = HostSource(ps=ps)
+    source = HostCollector(ps=ps)
     first = source.read()
     assert first.cpu_utilization_ratio is None  # the first read is the baseline
     ps.times = ps.times._replace(user=130.0, system=60.0, idle=850.0, iowait=60.0)  # +40 busy
@@ -136,14 +136,14 @@ def test_reading_with_chosen_values():
 def test_custom_exclude_and_interface_cap():
     ps = FakePsutil()
     ps.nics = {f"eth{i}": Nic(i, i, 0, 0, 0, 0, 0, 0) for i in range(10)}
-    reading = HostSource(network_exclude=r"^eth[0-2]$", ps=ps, max_interfaces=4).read()
+    reading = HostCollector(network_exclude=r"^eth[0-2]$", ps=ps, max_interfaces=4).read()
     assert list(reading.network) == ["eth3", "eth4", "eth5", "eth6"]
 
 
 def test_failing_calls_leave_out_only_their_part_and_are_counted():
     ps = FakePsutil()
     ps.failing = {"getloadavg", "net_io_counters"}
-    source = HostSource(ps=ps)
+    source = HostCollector(ps=ps)
     source.read()
     reading = source.read()
     assert reading.load is None and dict(reading.network) == {}
@@ -157,7 +157,7 @@ def test_failing_calls_leave_out_only_their_part_and_are_counted():
 
 def test_missing_cpu_times_means_no_utilization():
     ps = FakePsutil()
-    source = HostSource(ps=ps)
+    source = HostCollector(ps=ps)
     source.read()
     ps.failing = {"cpu_times"}
     assert source.read().cpu_utilization_ratio is None
@@ -168,12 +168,12 @@ def test_missing_cpu_times_means_no_utilization():
 def test_psutil_without_a_function_is_handled():
     ps = SimpleNamespace(**{n: getattr(FakePsutil(), n) for n in
                             ("cpu_times", "cpu_count", "virtual_memory", "net_io_counters")})
-    reading = HostSource(ps=ps).read()  # no getloadavg on this platform
+    reading = HostCollector(ps=ps).read()  # no getloadavg on this platform
     assert reading.load is None and reading.errors_total["getloadavg"] == 1
 
 
 def test_real_psutil_values_are_sane():
-    source = HostSource()
+    source = HostCollector()
     source.read()
     deadline = time.monotonic() + 0.1
     while time.monotonic() < deadline:  # let CPU time pass, at least a few ticks

@@ -12,19 +12,19 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors import infiniband as ibs
-from exporter.collectors import infiniband_families as ibm
-from exporter.collectors.infiniband import (
+from exporter.collectors.infiniband import families as ibm
+from exporter.collectors.infiniband import reading as ibs
+from exporter.collectors.infiniband.families import FAMILIES, infiniband_families
+from exporter.collectors.infiniband.reading import (
     MAX_READ_BYTES,
     SKIP_REASONS,
     BadValue,
+    InfinibandCollector,
     InfinibandReading,
-    InfinibandSource,
     parse_counter,
     parse_rate,
     parse_state,
 )
-from exporter.collectors.infiniband_families import FAMILIES, infiniband_families
 from exporter.sim import ib_tree
 from tests.tools import require_binary
 
@@ -106,17 +106,17 @@ def _no_skips(reading: InfinibandReading) -> bool:
 
 def test_missing_class_dir_means_no_devices(tmp_path: Path) -> None:
     (tmp_path / "class").mkdir()
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert reading.devices == ()
     assert set(reading.skipped_total) == set(SKIP_REASONS)
     assert _no_skips(reading)
     # and the sysfs root itself missing is the same
-    assert InfinibandSource(tmp_path / "nope").read().devices == ()
+    assert InfinibandCollector(tmp_path / "nope").read().devices == ()
 
 
 def test_ndr_hca(tmp_path: Path) -> None:
     ib_tree.ndr_hca(tmp_path)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert _no_skips(reading)
     (dev,) = reading.devices
     assert (dev.name, dev.fw_ver, dev.board_id, dev.hca_type, dev.node_guid) == (
@@ -155,7 +155,7 @@ def test_roce_port_hw_counters_and_lifespan(tmp_path: Path) -> None:
     ib_tree.roce_hca(tmp_path)
     ibs_path = tmp_path / "class/infiniband/mlx5_4/ports/1/hw_counters/lifespan"
     ibs_path.write_text("1500\n")
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert _no_skips(reading)
     port = _port(reading, "mlx5_4")
     assert port.link_layer == "Ethernet"
@@ -168,7 +168,7 @@ def test_roce_port_hw_counters_and_lifespan(tmp_path: Path) -> None:
 
 def test_down_port(tmp_path: Path) -> None:
     ib_tree.down_hca(tmp_path)
-    port = _port(InfinibandSource(tmp_path).read(), "mlx5_7")
+    port = _port(InfinibandCollector(tmp_path).read(), "mlx5_7")
     assert (port.state_id, port.state, port.phys_state_id, port.phys_state) == (
         1,
         "DOWN",
@@ -183,7 +183,7 @@ def test_devices_and_ports_sorted_and_multi_port(tmp_path: Path) -> None:
     for n in (2, 10, 1):
         ib_tree.add_port(dev, n, counters={"symbol_error": n})
     ib_tree.add_device(tmp_path, "mlx5_0")
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert [d.name for d in reading.devices] == ["mlx5_0", "mlx5_1"]
     assert reading.devices[0].ports == ()
     assert [p.port for p in reading.devices[1].ports] == [1, 2, 10]
@@ -192,7 +192,7 @@ def test_devices_and_ports_sorted_and_multi_port(tmp_path: Path) -> None:
 
 def test_optional_identity_files_absent_not_counted(tmp_path: Path) -> None:
     ib_tree.add_device(tmp_path, "irdma0", board_id=None, hca_type=None)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert (reading.devices[0].board_id, reading.devices[0].hca_type) == ("", "")
     assert _no_skips(reading)
 
@@ -218,7 +218,7 @@ def test_bad_value_skipped_alone_and_counted(
     good = {"symbol_error": 5, "port_xmit_data": 10}
     ib_tree.add_port(dev, 1, **{subdir: good | {"bad_one": content}})
     ib_tree.add_port(dev, 2, counters={"link_downed": 1})
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     port = _port(reading, "mlx5_0")
     values = getattr(port, subdir)
     assert "bad_one" not in values
@@ -233,7 +233,7 @@ def test_bad_value_skipped_alone_and_counted(
 def test_u64_max_accepted_u64_overflow_rejected(tmp_path: Path) -> None:
     dev = ib_tree.add_device(tmp_path, "mlx5_0")
     ib_tree.add_port(dev, 1, counters={"symbol_error": U64_MAX, "link_downed": 2**64})
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     port = _port(reading, "mlx5_0")
     assert port.counters == {"symbol_error": float(U64_MAX)}
     assert reading.skipped_total["overflow"] == 1
@@ -245,7 +245,7 @@ def test_bad_state_rate_link_layer_skip_only_themselves(tmp_path: Path) -> None:
         dev, 1, state="ACTIVE", phys_state="", rate="lots", counters={"symbol_error": 1}
     )
     (p / "link_layer").write_bytes(b"Infini\x00Band\n")
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     port = _port(reading, "mlx5_0")
     assert (port.state_id, port.state, port.phys_state_id, port.rate_bytes_per_second) == (
         None,
@@ -265,7 +265,7 @@ def test_counter_that_is_a_directory_is_not_a_file(tmp_path: Path) -> None:
     (p / "counters" / "link_downed").mkdir()
     (p / "rate").unlink()
     (p / "rate").mkdir()
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     port = _port(reading, "mlx5_0")
     assert port.counters == {"symbol_error": 1}
     assert port.rate_bytes_per_second is None
@@ -295,7 +295,7 @@ def test_read_errno_skips_that_file(
 
     monkeypatch.setattr(ibs.os, "open", fake_open)
     monkeypatch.setattr(ibs.os, "read", fake_read)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert _port(reading, "mlx5_0").counters == {"symbol_error": 1}
     assert reading.skipped_total["read_error"] == 1
     assert sum(reading.skipped_total.values()) == 1
@@ -312,7 +312,7 @@ def test_open_eacces_skips_that_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
         return real_open(path, flags, *args, **kw)
 
     monkeypatch.setattr(ibs.os, "open", fake_open)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert _port(reading, "mlx5_0").hw_counters == {"rnr_nak_retry_err": 1}
     assert reading.skipped_total["read_error"] == 1
 
@@ -321,7 +321,7 @@ def test_dangling_counter_is_vanished(tmp_path: Path) -> None:
     dev = ib_tree.add_device(tmp_path, "mlx5_0")
     p = ib_tree.add_port(dev, 1, counters={"symbol_error": 1})
     (p / "counters" / "link_downed").symlink_to(tmp_path / "gone")
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert _port(reading, "mlx5_0").counters == {"symbol_error": 1}
     assert reading.skipped_total["vanished"] == 1
 
@@ -340,7 +340,7 @@ def test_file_vanishing_between_listing_and_reading(
         return names
 
     monkeypatch.setattr(ibs, "_list_dir", list_then_remove)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert _port(reading, "mlx5_0").counters == {"symbol_error": 1}
     assert reading.skipped_total["vanished"] == 1
 
@@ -359,7 +359,7 @@ def test_whole_device_vanishing_mid_read(tmp_path: Path, monkeypatch: pytest.Mon
         return names
 
     monkeypatch.setattr(ibs, "_list_dir", list_then_unplug)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert [d.name for d in reading.devices] == ["mlx5_1"]
     assert len(reading.devices[0].ports[0].counters) == len(ib_tree.IB_COUNTERS)
     assert reading.skipped_total["vanished"] == 1
@@ -369,7 +369,7 @@ def test_bad_port_and_counter_names(tmp_path: Path) -> None:
     dev = ib_tree.add_device(tmp_path, "mlx5_0")
     p = ib_tree.add_port(dev, 1, counters={"symbol_error": 1, "we ird": 3})
     (dev / "ports" / "x1").mkdir()
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert [pt.port for pt in reading.devices[0].ports] == [1]
     assert _port(reading, "mlx5_0").counters == {"symbol_error": 1}
     assert reading.skipped_total["bad_name"] == 2
@@ -391,7 +391,7 @@ def test_bad_device_name_and_unlistable_dir(
         return real_list(path)
 
     monkeypatch.setattr(ibs, "_list_dir", deny)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert [d.name for d in reading.devices] == ["mlx5_0", "mlx5_1"]
     port = _port(reading, "mlx5_1")
     assert (port.counters, port.hw_counters) == ({"symbol_error": 1}, {})
@@ -412,7 +412,7 @@ def test_each_file_read_with_one_bounded_read(
         return real_read(fd, n)
 
     monkeypatch.setattr(ibs.os, "read", spy)
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     files = len(ib_tree.files_under(tmp_path))
     assert len(sizes) == files  # one read per file, no read loop
     assert max(sizes) == MAX_READ_BYTES
@@ -422,13 +422,13 @@ def test_each_file_read_with_one_bounded_read(
 def test_skipped_total_is_cumulative(tmp_path: Path) -> None:
     dev = ib_tree.add_device(tmp_path, "mlx5_0")
     ib_tree.add_port(dev, 1, counters={"symbol_error": "N/A (no PMA)", "link_downed": "-1"})
-    source = InfinibandSource(tmp_path)
+    source = InfinibandCollector(tmp_path)
     first = source.read().skipped_total
     second = source.read().skipped_total
     assert (first["not_available"], first["negative"]) == (1, 1)
     assert (second["not_available"], second["negative"]) == (2, 2)
     assert first["not_available"] == 1  # an earlier reading is not changed afterwards
-    assert InfinibandSource(tmp_path).read().skipped_total["not_available"] == 1
+    assert InfinibandCollector(tmp_path).read().skipped_total["not_available"] == 1
 
 
 # ---------------------------------------------------------------- metric families
@@ -466,7 +466,7 @@ def _key(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
 def test_families_values(tmp_path: Path) -> None:
     _full_tree(tmp_path)
     (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/symbol_error").write_text("N/A\n")
-    samples = _samples(_render(InfinibandSource(tmp_path).read()))
+    samples = _samples(_render(InfinibandCollector(tmp_path).read()))
     ib0 = {"device": "mlx5_0", "port": "1"}
     roce = {"device": "mlx5_4", "port": "1"}
     c = ib_tree.IB_COUNTERS
@@ -537,7 +537,7 @@ def test_families_values(tmp_path: Path) -> None:
 
 def test_every_port_series_has_device_and_port(tmp_path: Path) -> None:
     _full_tree(tmp_path)
-    text = _render(InfinibandSource(tmp_path).read())
+    text = _render(InfinibandCollector(tmp_path).read())
     specs = {s.name: s for s in FAMILIES}
     seen = set()
     for fam in text_string_to_metric_families(text.decode()):
@@ -550,7 +550,7 @@ def test_every_port_series_has_device_and_port(tmp_path: Path) -> None:
 
 
 def test_no_devices_renders_only_self_metric(tmp_path: Path) -> None:
-    text = _render(InfinibandSource(tmp_path).read())
+    text = _render(InfinibandCollector(tmp_path).read())
     names = {s.name for f in text_string_to_metric_families(text.decode()) for s in f.samples}
     assert names == {"cte_infiniband_skipped_values_total"}
 
@@ -559,7 +559,7 @@ def test_promtool_check_metrics_is_silent(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
     _full_tree(tmp_path)
     (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/symbol_error").write_text("-1\n")
-    text = _render(InfinibandSource(tmp_path).read())
+    text = _render(InfinibandCollector(tmp_path).read())
     assert b"infiniband_port_transmit_bytes_total" in text
     proc = subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, timeout=30
@@ -602,7 +602,7 @@ def test_a_file_where_a_port_or_device_should_be_is_skipped(tmp_path: Path) -> N
     ib_tree.add_port(dev, 1, counters={"symbol_error": 1})
     (dev / "ports" / "2").write_text("not a port\n")
     (tmp_path / "class" / "infiniband" / "mlx5_9").write_text("not a device\n")
-    reading = InfinibandSource(tmp_path).read()
+    reading = InfinibandCollector(tmp_path).read()
     assert [d.name for d in reading.devices] == ["mlx5_0"]
     assert [p.port for p in reading.devices[0].ports] == [1]
     assert reading.skipped_total["not_a_directory"] == 2
@@ -616,7 +616,7 @@ def test_a_fifo_among_the_counters_is_skipped_without_blocking(tmp_path):
     counters = tmp_path / "class/infiniband/mlx5_0/ports/1/counters"
     (counters / "port_rcv_errors").unlink()
     os.mkfifo(counters / "port_rcv_errors")
-    source = ibs.InfinibandSource(tmp_path)
+    source = ibs.InfinibandCollector(tmp_path)
     first = source.read()  # returns at once: the FIFO is not opened for a blocking read
     port = first.devices[0].ports[0]
     assert "port_rcv_errors" not in port.counters

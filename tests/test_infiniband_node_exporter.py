@@ -20,8 +20,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.infiniband import InfinibandSource
-from exporter.collectors.infiniband_families import infiniband_families
+from exporter.collectors.infiniband.families import infiniband_families
+from exporter.collectors.infiniband.reading import InfinibandCollector
 from exporter.sim import ib_tree
 from tests.tools import require_binary
 
@@ -129,7 +129,7 @@ def _parse(text: str) -> Samples:
 
 
 def _ours(tree: Path) -> Samples:
-    reading = InfinibandSource(tree).read()
+    reading = InfinibandCollector(tree).read()
 
     class Collector:
         def collect(self):  # type: ignore[no-untyped-def]

@@ -8,19 +8,19 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.jobs import (
+from exporter.collectors.jobs.families import jobs_families
+from exporter.collectors.jobs.reading import (
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_JOBS_PER_GPU,
     MAX_JOBS_PER_NODE,
     BadFile,
+    JobsCollector,
     JobsReading,
-    JobsSource,
     parse_gpu_index,
     parse_job_file,
     parse_mapping_name,
 )
-from exporter.collectors.jobs_families import jobs_families
 from exporter.gpu.state import GpuIdentity
 from exporter.metrics.render import render
 from exporter.sampling.snapshot import CollectorResult, Snapshot
@@ -104,13 +104,13 @@ def test_reads_the_mapping(tmp_path):
     (tmp_path / "1").write_text("101\n102\n")
     (tmp_path / "10").write_text("103\n")
     (tmp_path / ".1.tmp.123").write_text("junk")  # the scripts' temporaries: ignored
-    reading = JobsSource(tmp_path, gpu_count=16).read()
+    reading = JobsCollector(tmp_path, gpu_count=16).read()
     assert list(reading.jobs.items()) == [(0, ("101",)), (1, ("101", "102")), (10, ("103",))]
     assert skipped(reading) == {}
 
 
 def test_missing_directory_means_no_jobs(tmp_path):
-    reading = JobsSource(tmp_path / "absent").read()
+    reading = JobsCollector(tmp_path / "absent").read()
     assert dict(reading.jobs) == {} and skipped(reading) == {}
 
 
@@ -118,7 +118,7 @@ def test_a_mapping_path_that_is_a_file_is_a_failure(tmp_path):
     """Reporting success (no jobs) would hide the mistake."""
     (tmp_path / "file").write_text("0\n")
     with pytest.raises(NotADirectoryError, match="not a directory"):
-        JobsSource(tmp_path / "file").read()
+        JobsCollector(tmp_path / "file").read()
 
 
 def test_a_mapping_dir_that_is_a_file_shows_as_a_failing_source(tmp_path, running_exporter):
@@ -139,7 +139,7 @@ def test_symbolic_links_are_never_followed(tmp_path):
     (mapping / "real").write_text("101\n")
     (mapping / "1").symlink_to(mapping / "real")  # even inside the directory
     (mapping / "2").write_text("102\n")
-    source = JobsSource(mapping, gpu_count=4)
+    source = JobsCollector(mapping, gpu_count=4)
     reading = source.read()
     assert dict(reading.jobs) == {2: ("102",)}
     assert skipped(reading) == {"symlink": 2, "bad_name": 1}
@@ -156,19 +156,19 @@ def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, monkeypatch
     # lstat sees a plain file (the race: swapped for a link right after)
     monkeypatch.setattr(os, "lstat", lambda p: real_lstat(secret) if str(p).endswith("/0")
                         else real_lstat(p))
-    reading = JobsSource(mapping, gpu_count=1).read()
+    reading = JobsCollector(mapping, gpu_count=1).read()
     assert dict(reading.jobs) == {} and skipped(reading) == {"symlink": 1}
 
 
 def test_job_ids_are_capped_per_gpu_and_per_node(tmp_path):
     """One 4 KB file must not yield a thousand series."""
     (tmp_path / "0").write_text("".join(f"{i}\n" for i in range(1000)))  # under 4 KiB
-    reading = JobsSource(tmp_path, gpu_count=32).read()
+    reading = JobsCollector(tmp_path, gpu_count=32).read()
     assert reading.jobs[0] == tuple(str(i) for i in range(MAX_JOBS_PER_GPU))  # first ones
     assert dict(reading.dropped_total) == {"per_gpu": 1000 - MAX_JOBS_PER_GPU, "per_node": 0}
     for gpu in range(1, 32):
         (tmp_path / str(gpu)).write_text("".join(f"{gpu}-{i}\n" for i in range(20)))
-    source = JobsSource(tmp_path, gpu_count=32)
+    source = JobsCollector(tmp_path, gpu_count=32)
     reading = source.read()
     assert sum(len(jobs) for jobs in reading.jobs.values()) == MAX_JOBS_PER_NODE
     kept_gpus = sorted(reading.jobs)
@@ -204,16 +204,16 @@ def test_which_gpus_are_mapped_does_not_depend_on_listing_order(tmp_path, monkey
                                                                gpu_count):
     """Past the entries read, which GPUs are mapped must not be the file system's pick:
     junk listed first must not hide a GPU's file."""
-    monkeypatch.setattr("exporter.collectors.jobs.MAX_ENTRIES", 10)
+    monkeypatch.setattr("exporter.collectors.jobs.reading.MAX_ENTRIES", 10)
     for gpu in range(4):
         (tmp_path / str(gpu)).write_text(f"{100 + gpu}\n")
     junk = [f"junk{i}" for i in range(30)]
     for name in junk:
         (tmp_path / name).write_text("x\n")
     for order in (junk + ["3", "2", "1", "0"], ["0", "1", "2", "3"] + junk):
-        monkeypatch.setattr("exporter.collectors.jobs.os.scandir",
+        monkeypatch.setattr("exporter.collectors.jobs.reading.os.scandir",
                             lambda _path, order=order: _Listing(order))
-        reading = JobsSource(tmp_path, gpu_count=gpu_count).read()
+        reading = JobsCollector(tmp_path, gpu_count=gpu_count).read()
         assert dict(reading.jobs) == {g: (str(100 + g),) for g in range(4)}, order
         assert reading.skipped_total["too_many_files"] == 1
 
@@ -221,7 +221,7 @@ def test_which_gpus_are_mapped_does_not_depend_on_listing_order(tmp_path, monkey
 def test_reads_a_file_again_only_when_it_changes(tmp_path, monkeypatch):
     path = tmp_path / "0"
     path.write_text("101\n")
-    source = JobsSource(tmp_path, gpu_count=8)
+    source = JobsCollector(tmp_path, gpu_count=8)
     opened = []
     real_open = os.open
 
@@ -259,7 +259,7 @@ def test_bad_files_are_skipped_and_counted_on_every_pass(tmp_path):
     (tmp_path / "gpu0").write_text("102\n")
     (tmp_path / "-1").write_text("102\n")
     (tmp_path / "00").write_text("102\n")
-    source = JobsSource(tmp_path, gpu_count=8)
+    source = JobsCollector(tmp_path, gpu_count=8)
     reading = source.read()
     assert dict(reading.jobs) == {0: ("101",)}
     expected = {"empty": 1, "garbage": 1, "line_too_long": 1, "too_large": 1,
@@ -271,7 +271,7 @@ def test_bad_files_are_skipped_and_counted_on_every_pass(tmp_path):
 
 def test_unreadable_file_is_a_read_error_and_retried(tmp_path, monkeypatch):
     (tmp_path / "0").write_text("101\n")
-    source = JobsSource(tmp_path, gpu_count=8)
+    source = JobsCollector(tmp_path, gpu_count=8)
     real_open = os.open
 
     def denied(*args, **kwargs):
@@ -292,7 +292,7 @@ def test_jobs_are_peer_groups_where_a_gpu_runs_one_job():
 
 def test_gpu_count_comes_from_the_sampler(tmp_path):
     (tmp_path / "3").write_text("101\n")
-    source = JobsSource(tmp_path)
+    source = JobsCollector(tmp_path)
     assert dict(source.read().jobs) == {3: ("101",)}
     source.set_gpu_count(2)
     reading = source.read()
@@ -300,10 +300,10 @@ def test_gpu_count_comes_from_the_sampler(tmp_path):
 
 
 def test_file_count_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr("exporter.collectors.jobs.MAX_FILES", 3)
+    monkeypatch.setattr("exporter.collectors.jobs.reading.MAX_FILES", 3)
     for gpu in range(5):
         (tmp_path / str(gpu)).write_text(f"{gpu}\n")
-    reading = JobsSource(tmp_path).read()
+    reading = JobsCollector(tmp_path).read()
     assert sorted(reading.jobs) == [0, 1, 2]  # the lowest indices
     assert skipped(reading) == {"too_many_files": 2}
     assert MAX_FILES >= 64
@@ -325,7 +325,7 @@ def test_join_metric_one_series_per_job(tmp_path):
     (tmp_path / "0").write_text("101\n")
     (tmp_path / "1").write_text("101\n102\n")
     (tmp_path / "x").write_text("")
-    snap = snapshot(JobsSource(tmp_path, gpu_count=2).read())
+    snap = snapshot(JobsCollector(tmp_path, gpu_count=2).read())
     text = render(snap).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     info = fams["gpu_hpc_job_info"]  # the text format has no info type: a gauge
@@ -354,7 +354,7 @@ def test_promtool_accepts_the_jobs_output(tmp_path):
     promtool = require_binary("promtool")
     (tmp_path / "0").write_text('101\n"quoted"\\n\n')
     (tmp_path / "1").write_text("101\n102\n")
-    body = render(snapshot(JobsSource(tmp_path, gpu_count=2).read()))
+    body = render(snapshot(JobsCollector(tmp_path, gpu_count=2).read()))
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
                             timeout=30)
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
@@ -366,7 +366,7 @@ def test_mig_instance_files_map_jobs_to_instances(tmp_path):
     (tmp_path / "1.13").write_text("202\n203\n")
     (tmp_path / "1.02").write_text("204\n")  # not canonical
     (tmp_path / "9.1").write_text("205\n")  # no such GPU
-    reading = JobsSource(tmp_path, gpu_count=2).read()
+    reading = JobsCollector(tmp_path, gpu_count=2).read()
     assert dict(reading.jobs) == {0: ("101",)}
     assert dict(reading.instance_jobs) == {(1, 1): ("201",), (1, 13): ("202", "203")}
     assert skipped(reading) == {"bad_name": 1, "out_of_range": 1}
@@ -378,13 +378,13 @@ def test_mig_instance_files_map_jobs_to_instances(tmp_path):
 
 
 def test_the_per_node_cap_spans_gpus_and_instances(tmp_path, monkeypatch):
-    import exporter.collectors.jobs as jobs
+    import exporter.collectors.jobs.reading as jobs
 
     monkeypatch.setattr(jobs, "MAX_JOBS_PER_NODE", 3)
     (tmp_path / "0").write_text("a\nb\n")
     (tmp_path / "0.1").write_text("c\nd\n")
     (tmp_path / "1").write_text("e\n")
-    reading = JobsSource(tmp_path, gpu_count=2).read()
+    reading = JobsCollector(tmp_path, gpu_count=2).read()
     assert dict(reading.jobs) == {0: ("a", "b")}  # the whole GPU's file first, then its
     assert dict(reading.instance_jobs) == {(0, 1): ("c",)}  # instances', then GPU 1
     assert reading.dropped_total["per_node"] == 2

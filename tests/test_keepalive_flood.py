@@ -125,7 +125,7 @@ def assert_scrapes_survived(results: list, flood: IdleFlood, exp: Exporter) -> N
 
 
 def test_idle_keepalive_flood_leaves_fresh_scrapes_alone():
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_host=False,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=False,
                           collector_infiniband=False), limits=LIMITS)
     exp.start()
     try:
@@ -147,7 +147,7 @@ def test_idle_keepalive_flood_over_tls_leaves_fresh_scrapes_alone(certs, tmp_pat
     web = tmp_path / "web.yml"
     web.write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
                    f"  key_file: {certs.server_key}\n")
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_host=False,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=False,
                           collector_infiniband=False, web_config_file=str(web)), limits=LIMITS)
     exp.start()
     context = ssl.create_default_context(cafile=str(certs.ca))

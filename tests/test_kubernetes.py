@@ -13,11 +13,12 @@ import threading
 
 import pytest
 
-from exporter.collectors import kubernetes as k8s
-from exporter.collectors.kubernetes import KubernetesReading, KubernetesSource, PodDevice
-from exporter.collectors.podresources import BadMessage, parse_list_response
-from exporter.collectors.registry import CollectorContext
+from exporter.collectors.kubernetes import reading as k8s
+from exporter.collectors.kubernetes import spec as k8s_spec
+from exporter.collectors.kubernetes.podresources import BadMessage, parse_list_response
+from exporter.collectors.kubernetes.reading import KubernetesCollector, KubernetesReading, PodDevice
 from exporter.config import Config
+from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.physics import gpu_uuid
 from exporter.sim.scenarios import load_scenario
 from exporter.sim.tenants import mig_uuid
@@ -190,7 +191,7 @@ def test_readyz_says_why_attribution_cannot_work(running_exporter, tmp_path):
 
 
 def test_readyz_degraded_without_grpc(running_exporter, tmp_path, monkeypatch):
-    monkeypatch.setattr(k8s, "_import_grpc", lambda: None)
+    monkeypatch.setattr(k8s_spec, "import_grpc", lambda: None)
     exp = running_exporter.start(manual=True,
                                  kubernetes_pod_resources_socket=str(tmp_path / "k.sock"))
     exp.sampler.advance(5)
@@ -204,7 +205,7 @@ def test_a_socket_without_permission_says_so(tmp_path, monkeypatch):
     listener.bind(str(path))
     listener.close()  # a socket file nobody listens on: refused, as without permission
     monkeypatch.setattr(k8s.os, "access", lambda p, mode: False)
-    source = KubernetesSource(str(path), context(), timeout=1.0, grpc=grpc)
+    source = KubernetesCollector(str(path), context(), timeout=1.0, grpc=grpc)
     try:
         reading = source.read()
     finally:
@@ -291,7 +292,7 @@ def test_a_socket_that_never_answers_times_out(tmp_path):
 
     thread = threading.Thread(target=accept_and_hold, daemon=True)
     thread.start()
-    source = KubernetesSource(path, context(), timeout=0.3, grpc=grpc)
+    source = KubernetesCollector(path, context(), timeout=0.3, grpc=grpc)
     try:
         reading = source.read()
         assert not reading.up and reading.failures_total["timeout"] == 1
@@ -306,7 +307,7 @@ def test_a_socket_that_never_answers_times_out(tmp_path):
 
 def test_without_grpc_one_line_and_a_figure(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        source = KubernetesSource(str(tmp_path / "k.sock"), context(), grpc=None)
+        source = KubernetesCollector(str(tmp_path / "k.sock"), context(), grpc=None)
         first, second = source.read(), source.read()
     assert [r.getMessage() for r in caplog.records if "grpcio" in r.getMessage()] != []
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
@@ -319,7 +320,7 @@ def test_series_are_capped(tmp_path, monkeypatch):
     path = str(tmp_path / "k.sock")
     kubelet = FakeKubelet(path, [Holding("n", f"p{i}", "c", "nvidia.com/gpu", (UUIDS[i],))
                                  for i in range(5)]).start()
-    source = KubernetesSource(path, context(), grpc=grpc)
+    source = KubernetesCollector(path, context(), grpc=grpc)
     try:
         reading = source.read()
         assert [d.gpu for d in reading.devices] == [0, 1] and reading.dropped_total == 3
@@ -337,15 +338,15 @@ def test_peer_groups_are_whole_gpus_held_by_one_pod():
 
 
 def test_on_by_default_only_with_a_socket(tmp_path, monkeypatch):
-    spec = k8s.SPEC
-    assert not spec.enabled(Config())  # no kubelet socket on this machine
-    assert spec.enabled(Config(kubernetes_pod_resources_socket="/run/later.sock"))
-    assert not spec.enabled(Config(kubernetes_pod_resources_socket="/x",
-                                   collector_kubernetes=False))
+    spec = k8s_spec.SPEC
+    assert not spec.enabled(Config.of().collectors)  # no kubelet socket on this machine
+    assert spec.enabled(Config.of(kubernetes_pod_resources_socket="/run/later.sock").collectors)
+    assert not spec.enabled(Config.of(kubernetes_pod_resources_socket="/x",
+                                      collector_kubernetes=False).collectors)
     present = tmp_path / "kubelet.sock"
     present.write_text("")
-    monkeypatch.setattr(k8s, "DEFAULT_SOCKET", str(present))
-    assert spec.enabled(Config())
+    monkeypatch.setattr(k8s_spec, "DEFAULT_SOCKET", str(present))
+    assert spec.enabled(Config.of().collectors)
     assert os.path.exists(present)
 
 

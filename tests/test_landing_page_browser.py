@@ -12,7 +12,7 @@ from tests.tools import require_binary
 
 def test_landing_page_in_headless_chromium(tmp_path):
     chromium = require_binary("chromium")
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_host=False,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=False,
                           collector_infiniband=False))
     exp.start()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.collectors.mig import profile_name
+from exporter.collectors.mig.reading import profile_name
 from tests.tools import http_get, samples, scenario_from_yaml
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from exporter.metrics.render import RenderedSnapshot
-from exporter.sampling.buffers import PowerBuffer
-from exporter.sampling.snapshot import PowerSourceStats
+from exporter.sampling.buffers import PowerBuffer, PowerHistory
+from exporter.sampling.snapshot import PowerSamplingStats
 from exporter.web import api, static
-from exporter.web.health import Readiness
 from exporter.web.jsonarrays import json_array
+from exporter.web.probes import Readiness
 from tests.tools import http_get, make_snapshot
 
 T0 = 1_700_000_000.0
@@ -46,9 +46,9 @@ def _snapshot(gpus: int = 2, seconds: float = 100.0, rate: float = 50.0, **field
         t = T0 + g * 0.003 + np.arange(n) / rate
         watts = np.where((t % 1.0) < 0.5, 700.0, 200.0) + g
         buffer.append(g, t, watts)
-    sources = {g: PowerSourceStats("buffer", 1 / rate, n, 0, 0.0, 0.0) for g in range(gpus)}
-    values = {"time": T0 + seconds, "power_history": buffer, "power_sources": sources,
-              "observable_band_hz": (0.0, rate / 2), **fields}
+    sources = {g: PowerSamplingStats("buffer", 1 / rate, n, 0, 0.0, 0.0) for g in range(gpus)}
+    values = {"time": T0 + seconds, "power_history": PowerHistory(buffer),
+              "power_sampling": sources, "observable_band_hz": (0.0, rate / 2), **fields}
     return make_snapshot(gpus, **values)
 
 
@@ -129,7 +129,7 @@ def test_a_snapshot_without_samples_answers_empty_series():
 
 
 def test_findings_body_has_the_node_summary():
-    from exporter.collectors.jobs import JobsReading
+    from exporter.collectors.jobs.reading import JobsReading
     from exporter.sampling.snapshot import CollectorResult
 
     jobs = CollectorResult(JobsReading({0: ("job-7",), 1: ("job-7", "job-8")}, {}), 0.0, True, 0)

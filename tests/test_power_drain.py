@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.gpu.power import BufferDrain
+from exporter.gpu.power_reader import BufferDrain
 
 
 class _Driver:
@@ -59,7 +59,7 @@ def test_a_late_drain_counts_what_the_buffer_dropped():
 
 def test_the_median_interval_is_of_the_latest_intervals_across_the_ring():
     """The ring of recent intervals wraps: its median is always that of the last `keep`."""
-    from exporter.gpu.power import _Intervals
+    from exporter.gpu.power_reader import _Intervals
 
     rng = np.random.default_rng(7)
     intervals = _Intervals(keep=16, every=1)

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from exporter.analysis.live_stragglers import StragglerSettings
-from exporter.collectors.profiling import ProfilingSource
+from exporter.collectors.profiling.reading import ProfilingCollector
 from exporter.gpu import gpm
 from exporter.gpu.backend import NvmlBackend
 from exporter.offline import analyze
-from exporter.offline.trace import TraceWriter
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import fake
 from exporter.sim.fake_gpm import GpmSymbols
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.trace import TraceWriter
 from tests.tools import http_get, samples, scenario_from_yaml
 
 FIVE = ("gpu_graphics_engine_active_ratio", "gpu_sm_active_ratio", "gpu_sm_occupancy_ratio",
@@ -233,7 +233,7 @@ FAST = StragglerSettings(window_seconds=20, update_seconds=2, persistence_second
 
 def test_live_straggler_analysis_takes_the_compute_share():
     clock = ManualClock()
-    maker = CollectorMaker("profiling", 2.0, lambda context: ProfilingSource(context))
+    maker = CollectorMaker("profiling", 2.0, lambda context: ProfilingCollector(context))
     with fake.installed(load_scenario("straggler"), clock, costs=None) as lib:
         sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, power=None,
                                                          xid_events=False),
@@ -289,5 +289,5 @@ def test_bindings_without_gpm_count_as_a_driver_without_it(fake_nvml, monkeypatc
     reader = gpm.GpmReader(backend, 0)
     assert reader.read(1.0) is None and reader.status == gpm.UNSUPPORTED_DRIVER
     assert reader.read(2.0) is None
-    assert backend.errors.snapshot() == {("nvmlGpmQueryDeviceSupport", "FunctionNotFound"): 1}
+    assert backend.errors.totals() == {("nvmlGpmQueryDeviceSupport", "FunctionNotFound"): 1}
     backend.close()

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from exporter.metrics.render import render
-from exporter.offline.trace import TraceError, load_trace
 from exporter.sim.replay import MAX_REPLAY_SAMPLE_RATE, max_speed, replay_library
+from exporter.traces.load import load_trace
+from exporter.traces.trace import TraceError
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE
@@ -167,7 +168,7 @@ def test_run_replay_serves_the_trace_through_the_real_pipeline(recorded, running
     watts = [s.watts for s in snap.power.values()]
     assert all(150 < w < 720 for w in watts)
     assert all(p.kind == "buffer" and p.samples_total >= 3 * 45
-               for p in snap.power_sources.values())  # the recorded samples, all of them
+               for p in snap.power_sampling.values())  # the recorded samples, all of them
     body = render(snap).decode()
     assert 'cte_backend_info{backend="replay"' in body
     assert "gpu_temperature_celsius{" in body and "gpu_energy_joules_total{" in body
@@ -283,7 +284,7 @@ def test_a_trace_recorded_before_the_sample_buffer_still_replays(running_exporte
     snap = exp.sampler.snapshot
     assert snap.backend == "replay" and snap.gpu_count == 8
     assert all(150 < p.watts < 720 for p in snap.power.values())
-    assert all(p.samples_total >= 2 * 18 for p in snap.power_sources.values())
+    assert all(p.samples_total >= 2 * 18 for p in snap.power_sampling.values())
     body = render(snap).decode()
     assert "gpu_energy_joules_total{" in body and "gpu_sm_clock_hertz{" in body
 
@@ -297,7 +298,7 @@ def test_replay_at_the_highest_accepted_speed_loses_no_samples(recorded, running
     start = exp.sampler.clock.time()
     exp.sampler.advance(12)  # past the 4 s trace's end: it loops, at ~12x
     end = exp.sampler.clock.time()
-    for gpu, stats in exp.sampler.snapshot.power_sources.items():
+    for gpu, stats in exp.sampler.snapshot.power_sampling.items():
         delivered = len(exp.fake_lib.gpus[gpu].samples_between(start - 1, end))
         assert stats.lost_total == 0, gpu
         assert stats.samples_total >= delivered - 2 * MAX_REPLAY_SAMPLE_RATE, gpu  # one drain
@@ -319,9 +320,9 @@ def test_replay_refuses_a_speed_it_cannot_keep_up_with(recorded):
     assert lines[0].startswith("cluster-telemetry-exporter: run: ")
     # a 1 Hz nvidia-smi log can be replayed far faster than a recording at the driver's rate
     assert 1 / 0.02 * top == pytest.approx(MAX_REPLAY_SAMPLE_RATE, rel=0.2)
-    from exporter.options import CORE
+    from exporter.config import all_options
 
-    speed = next(o for o in CORE if o.key == "replay_speed")
+    speed = next(o for o in all_options() if o.key == "replay_speed")
     assert f"more than {MAX_REPLAY_SAMPLE_RATE} power samples" in speed.help  # the docs' figure
 
 

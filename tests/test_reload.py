@@ -200,7 +200,7 @@ def test_signals_delivered_to_any_thread_are_handled(tmp_path):
 
 @pytest.fixture
 def exporter():
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, collector_host=False,
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=False,
                           collector_infiniband=False, log_level="info"))
     exp.start()
     try:
@@ -218,8 +218,8 @@ def test_reload_applies_log_level_and_names_keys_that_need_a_restart(exporter, t
     with caplog.at_level(logging.INFO):
         assert reload(exporter, str(config), {})
         assert logging.getLogger().level == logging.DEBUG
-    assert exporter.config.log_level == "debug"
-    assert exporter.config.power_sample_rate_hz == 20  # not applied live ...
+    assert exporter.config.log.log_level == "debug"
+    assert exporter.config.sampler.power_sample_rate_hz == 20  # not applied live ...
     restart = [r.getMessage() for r in caplog.records if "need" in r.getMessage()]
     assert len(restart) == 1 and "power_sample_rate_hz" in restart[0]  # ... but named
 

@@ -16,7 +16,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
 from exporter.gpu.health import GpuHealth, NvLink
-from exporter.metrics.health import (
+from exporter.metrics.gpu_health import (
     link_memory_families,
     link_memory_key,
     nvlink_traffic_families,
@@ -24,7 +24,7 @@ from exporter.metrics.health import (
 from exporter.metrics.profiles import FULL
 from exporter.metrics.render import CachedFamilies, render
 from exporter.metrics.selection import Selection
-from exporter.web.health import HealthCheck
+from exporter.web.probes import Probes
 from exporter.web.server import accepts_gzip
 from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
 
@@ -157,7 +157,7 @@ def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
 
 
 def test_liveness_and_readiness_when_sampling_stalls(exporter):
-    health = HealthCheck(stale_after_seconds=5)
+    health = Probes(stale_after_seconds=5)
     rendered = exporter.current
     assert health.liveness(rendered) == []
     assert health.readiness(rendered).status == "ok"
@@ -186,7 +186,7 @@ def test_a_hung_gpu_keeps_healthz_200_and_readyz_names_it(tmp_path):
     # A private pynvml: the module's exporter must not be the one that meets the hang.
     # Declared hung after 1.2 s (not 2 s), sweeps every 0.5 s: the GPU is named sooner,
     # and it has been stuck over 1 s by the time it is.
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=True, scenario=str(path),
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, scenario=str(path),
                           hang_timeout_seconds=1.2, sweep_interval_seconds=0.5),
                    nvml=private_nvml_module("hang_test"))
     exp.start()

@@ -4,6 +4,7 @@ manual clock); the hang tests use real threads, since that is what they test."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from contextlib import contextmanager
@@ -94,7 +95,7 @@ def test_power_comes_from_the_driver_buffer_at_its_native_rate():
         sampler.advance(10)
         snap = sampler.snapshot
         assert snap.gpu_count == 8 and sorted(snap.power) == list(range(8))
-        for stats in snap.power_sources.values():
+        for stats in snap.power_sampling.values():
             assert stats.kind == "buffer" and stats.lost_total == 0
             assert stats.sample_interval_seconds == pytest.approx(0.02, rel=0.1)
             assert stats.samples_total >= 10 * 45  # >= 40 samples/s per GPU
@@ -102,7 +103,28 @@ def test_power_comes_from_the_driver_buffer_at_its_native_rate():
         times, watts = snap.power_history.window(3, 5.0)
         assert np.all(np.diff(times) > 0)  # in order, no duplicates
         assert watts.max() > 600 and watts.min() < 260  # the step swing, sample by sample
+        # the snapshot's view ends where the snapshot was taken: later drains never show
+        history = snap.power_history
+        assert history is not None and history.end is not None and history.end >= times[-1]
+        before = history.window(3, 5.0)[0]
+        sampler.advance(2)
+        assert sampler.snapshot.power_history.end > history.end
+        assert np.array_equal(history.window(3, 5.0)[0], before)
         assert sampler.loop("power").period == 1.0  # one drain a second
+
+
+def test_a_snapshot_cannot_be_changed_by_whoever_reads_it():
+    with simulated(load_scenario("training")) as (sampler, _, clock):
+        sampler.advance(3)
+        snap = sampler.snapshot
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            snap.time = 0.0  # type: ignore[misc]
+        for name in ("states", "power", "power_sampling", "loops", "health", "collectors"):
+            with pytest.raises(TypeError):
+                getattr(snap, name)[0] = None  # a read-only view, not the dict itself
+        states = dict(snap.states)
+        sampler.advance(2)  # the sampler goes on; what the snapshot holds does not
+        assert dict(snap.states) == states and sampler.snapshot is not snap
 
 
 def test_a_late_drain_counts_the_samples_it_lost():
@@ -110,7 +132,7 @@ def test_a_late_drain_counts_the_samples_it_lost():
         sampler.advance(3)
         clock.advance(5)  # the exporter was starved for 5 s: the buffer holds 2.4 s
         sampler.advance(2)
-        stats = sampler.snapshot.power_sources[0]
+        stats = sampler.snapshot.power_sampling[0]
         assert stats.lost_total == pytest.approx(130, abs=30)  # ~2.6 s at 50/s
         assert stats.gap_seconds_total == pytest.approx(2.6, abs=0.5)
 
@@ -125,9 +147,9 @@ def test_without_a_buffer_the_instant_field_is_polled():
     with simulated(scenario_from_yaml(NO_BUFFER), power_sample_rate_hz=20) as (sampler, lib, _):
         sampler.advance(5)
         snap = sampler.snapshot
-        assert {s.kind for s in snap.power_sources.values()} == {"poll"}
+        assert {s.kind for s in snap.power_sampling.values()} == {"poll"}
         assert sampler.loop("power").period == pytest.approx(0.05)
-        assert snap.power_sources[0].samples_total >= 5 * 19
+        assert snap.power_sampling[0].samples_total >= 5 * 19
         assert snap.observable_band_hz[1] == pytest.approx(10)  # half of 20 Hz
         # asked once whether there is a buffer; NotSupported is not asked again
         assert lib.calls["nvmlDeviceGetSamples"] == 2
@@ -136,13 +158,13 @@ def test_without_a_buffer_the_instant_field_is_polled():
 def test_energy_is_read_at_its_own_slow_interval():
     with simulated(load_scenario("training"), energy_interval_seconds=30) as (sampler, _, _):
         first = sampler.snapshot.states[0].get("energy_joules")
-        sampled_first = sampler.snapshot.power_sources[0].sampled_energy_joules
+        sampled_first = sampler.snapshot.power_sampling[0].sampled_energy_joules
         sampler.advance(20)
         assert sampler.snapshot.states[0].get("energy_joules") == first  # not due yet
         sampler.advance(10)
         snap = sampler.snapshot
         driver = snap.states[0].get("energy_joules") - first
-        sampled = snap.power_sources[0].sampled_energy_joules - sampled_first
+        sampled = snap.power_sampling[0].sampled_energy_joules - sampled_first
         assert driver > 30 * 150
         # the driver's counter and the integral of the samples agree over the 30 s
         assert sampled == pytest.approx(driver, rel=0.02)
@@ -230,7 +252,7 @@ def test_threads_publish_snapshots_with_all_gpus():
         wait_for(lambda: len(snapshots) >= 3, timeout=10)
     snap = snapshots[-1]
     assert sorted(snap.states) == list(range(8)) and sorted(snap.power) == list(range(8))
-    assert snap.power_sources[0].samples_total >= 50
+    assert snap.power_sampling[0].samples_total >= 50
 
 
 @pytest.mark.parametrize("base", [1.0, 0.5])
@@ -355,8 +377,8 @@ def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
             wait_for(lambda: snapshots[-1].states[2].time > before, timeout=5)  # others flow
             snap = snapshots[-1]
             assert time.time() - snap.hung[1] >= settings.hang_timeout_seconds
-            samples = snap.power_sources[0].samples_total
-            wait_for(lambda: snapshots[-1].power_sources[0].samples_total > samples + 40,
+            samples = snap.power_sampling[0].samples_total
+            wait_for(lambda: snapshots[-1].power_sampling[0].samples_total > samples + 40,
                      timeout=5)  # power sampling is unaffected
             lib.release_hangs()  # the stuck call returns: GPU 1 is read again
             wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].states,

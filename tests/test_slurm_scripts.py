@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.jobs import JobsSource
+from exporter.collectors.jobs.reading import JobsCollector
 from tests.tools import REPO
 
 SLURM = REPO / "deploy" / "slurm"
@@ -144,7 +144,7 @@ def test_unusable_directory_is_reported_not_fatal(shell, tmp_path):
 def test_the_exporter_reads_what_the_scripts_write(shell, mapping):
     prolog(shell, mapping, "101", SLURM_JOB_GPUS="0,1")
     prolog(shell, mapping, "102_3", SLURM_JOB_GPUS="1")
-    reading = JobsSource(mapping, gpu_count=8).read()
+    reading = JobsCollector(mapping, gpu_count=8).read()
     assert dict(reading.jobs) == {0: ("101",), 1: ("101", "102_3")}
     assert sum(reading.skipped_total.values()) == 0  # the lock file is not counted
 

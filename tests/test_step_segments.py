@@ -187,7 +187,7 @@ def test_live_and_offline_agree_on_a_replayed_trace(tmp_path, running_exporter):
     path = write_trace(case, tmp_path / "replayed.cte")
     args = build_parser().parse_args([str(path)])
     from exporter.offline.analyze import analyse_trace
-    from exporter.offline.trace import load_trace
+    from exporter.traces.load import load_trace
 
     offline = [s for s in analyse_trace(load_trace(path), args)["power_swings"]
                if s.get("method") == "segments"]

@@ -15,9 +15,10 @@ from exporter.gpu import catalogue
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.state import read_values
 from exporter.offline import analyze
-from exporter.offline.trace import TraceWriter, load_trace
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.load import load_trace
+from exporter.traces.trace import TraceWriter
 from tests.tools import ManualClock
 
 MINUTES = 30

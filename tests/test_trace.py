@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.offline.trace import TraceError, TraceWriter, load_trace
+from exporter.traces.load import load_trace
+from exporter.traces.trace import TraceError, TraceWriter
 from tests.tools import REAL_TRACE
 
 REAL = REAL_TRACE

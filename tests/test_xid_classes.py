@@ -13,7 +13,7 @@ import pytest
 
 from exporter.gpu import xid
 from exporter.gpu.xid import xid_class
-from exporter.metrics.health import health_families
+from exporter.metrics.gpu_health import health_families
 from exporter.sampling.snapshot import XidRecord
 from exporter.web.findings import findings
 from tests.tools import REPO, make_snapshot

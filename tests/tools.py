@@ -132,7 +132,7 @@ class ExporterFactory:
         kwargs = {"nvml": private_nvml_module(f"test{len(self.exporters)}_{id(self)}")}
         if clock is not None:
             kwargs["clock"] = clock
-        exporter = Exporter(Config(**values), collectors=collectors, fake_clock=fake_clock,
+        exporter = Exporter(Config.of(**values), collectors=collectors, fake_clock=fake_clock,
                             limits=limits, **kwargs)
         exporter.start(threads=not manual)
         self.exporters.append(exporter)
@@ -238,7 +238,7 @@ def make_snapshot(gpus: int = 2, **fields):
     values = {"time": 1.0, "started_at": 0.0, "backend": "fake", "scenario": "test",
               "driver_version": "1", "nvml_version": "1", "bindings_version": "1",
               "gpu_count": gpus, "expected_gpus": gpus, "identities": identities,
-              "states": {}, "power": {}, "power_sources": {}, "loops": {},
+              "states": {}, "power": {}, "power_sampling": {}, "loops": {},
               "nvml_errors": {}, **fields}
     return Snapshot(**values)
 

@@ -104,7 +104,7 @@ def _transitions(t: np.ndarray, x: np.ndarray) -> list[tuple[float, bool, float]
     tol = max(5 * sigma, 0.02 * span)
     big = max(0.25 * span, 10 * sigma)
     runs = [r for r in _runs(x, tol) if r[1] - r[0] >= 1]
-    out = []
+    out: list[tuple[float, bool, float]] = []
     for (_, e1), (s2, _) in zip(runs, runs[1:], strict=False):
         if len(out) >= _MAX_EDGES:
             break

@@ -32,22 +32,36 @@ from exporter.analysis.step_segments import (
     find_step_swing,
     grid_relevant,
 )
+from exporter.options import analyze_setting, band, positive, ratio, whole_at_least_one
 
 
 @dataclass(frozen=True)
 class PowerSettings:
-    window_seconds: float = 30.0
+    """The live power analysis; `analyze` takes the thresholds it shares as flags."""
+
+    window_seconds: float = analyze_setting(
+        30.0, "step-scale window", "--window", positive, "SECONDS")
     update_seconds: float = 5.0
-    band_hz: tuple[float, float] = (0.1, 3.0)
-    min_amplitude_ratio: float = 0.20
-    min_band_energy_ratio: float = 0.20
-    min_synchrony: float = 0.5
-    hold_updates: int = 3
-    cycle_window_seconds: float = 600.0
+    band_hz: tuple[float, float] = analyze_setting(
+        (0.1, 3.0), "critical band in Hz", "--band", band, "LOW-HIGH")
+    min_amplitude_ratio: float = analyze_setting(
+        0.20, "step swing: node amplitude / node TDP for a swing to count as grid-relevant; "
+        "every clear swing is reported", "--min-amplitude-ratio", ratio, "R")
+    min_band_energy_ratio: float = analyze_setting(
+        0.20, "step swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
+    min_synchrony: float = analyze_setting(
+        0.5, "step swing: GPU synchrony", "--min-synchrony", ratio, "R")
+    hold_updates: int = analyze_setting(
+        3, "step swing: consecutive windows required", "--hold", whole_at_least_one, "N")
+    cycle_window_seconds: float = analyze_setting(
+        600.0, "cycle-scale window", "--cycle-window", positive, "SECONDS")
     cycle_every_seconds: float = 60.0
     ramp_window_seconds: float = 60.0
-    ramp_min_ratio: float = 0.30
-    segment_window_seconds: float = 120.0  # the step swing inside the compute plateaus
+    ramp_min_ratio: float = analyze_setting(
+        0.30, "ramp: change / node TDP, or / observed range", "--ramp-ratio", ratio, "R")
+    segment_window_seconds: float = analyze_setting(
+        120.0, "step swing in the compute plateaus: window split into plateaus and pauses",
+        "--segment-window", positive, "SECONDS")
     # The step swing over a 2-minute window moves slowly: analysed every 15 s (a scrape
     # interval), not every update, it costs a third as much (~6 ms on 8 GPUs).
     step_every_seconds: float = 15.0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from exporter.analysis.straggler import (
     WindowFeatures,
     window_features,
 )
+from exporter.options import ANALYZE, RUN, SIMULATE, non_negative, setting
 
 # The least share of a window that must be sampled for it to be analysed.
 MIN_POWER_COVERAGE = 0.9
@@ -56,7 +58,11 @@ STALL_SWEEP = "utilization_gpu_ratio"
 class StragglerSettings:
     window_seconds: float = 60.0
     update_seconds: float = 10.0
-    persistence_seconds: float = 300.0
+    persistence_seconds: float = setting(
+        300.0, "how long a GPU must deviate from its peers to be a straggler",
+        key="straggler_persistence_seconds", flag="--straggler.persistence", low=0.0,
+        high=86400.0, metavar="SECONDS", commands=(RUN, SIMULATE, ANALYZE),
+        command_flags={ANALYZE: "--persistence"}, parse=non_negative)
     stall_window_seconds: float = 2.0
     stall_context_seconds: float = 120.0
     sweep_interval_seconds: float = 1.0  # what the sweep coverage is measured against
@@ -166,7 +172,7 @@ class StragglerMonitor:
                      or self.coverage["sweep"] < MIN_SWEEP_COVERAGE)
         if self.held:
             return  # findings stay as they were; no features from a badly sampled window
-        series = {}
+        series: dict[str, Any] = {}  # window_features' keyword arguments, by name
         if sweep_t.size:
             sweep_row = np.nanmax(sweep_t, axis=0)
             for name, key in FEATURE_SWEEPS:
@@ -196,6 +202,7 @@ class StragglerMonitor:
         mean_power = nan_row_means(power)  # NaN for a GPU with no sample in 2 s (lost)
         mean_util = nan_row_means(util[:, short_sweep])
         gpus = list(range(power.shape[0]))
+        assert self._level is not None  # only checked once the level is known
         stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)
         elapsed = 0.0 if self._last_stall_check is None else min(now - self._last_stall_check,
                                                                    5.0)

@@ -167,7 +167,7 @@ def _throttle(reasons_rows: np.ndarray | None, counters: Mapping[str, np.ndarray
     else of the sweeps (bits)."""
     # the counters do not say whether their reasons held at the same time: their sum (and
     # the bits of the others added to it) is an upper bound, capped at the whole window
-    counted = (sum(counters[r] for r in COUNTED_REASONS)
+    counted = (np.asarray(sum(counters[r] for r in COUNTED_REASONS))
                if all(r in counters for r in COUNTED_REASONS) else np.full(n, np.nan))
     thr = counted.copy()
     per_reason: list[dict[str, float]] = [{} for _ in range(n)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,9 +92,9 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     for w, a in enumerate(starts):
         b = min(m, a + n_win)
         sl = slice(a, b)
-        feats = window_features(
-            t[sl], power[:, sl], gpus=ids,
-            **{k: (v[:, sl] if v is not None else None) for k, v in others.items()})
+        windowed: dict[str, Any] = {  # window_features' keyword arguments, by name
+            k: (v[:, sl] if v is not None else None) for k, v in others.items()}
+        feats = window_features(t[sl], power[:, sl], gpus=ids, **windowed)
         rep = det.update(feats, groups=groups)
         bounds.append((float(t[a]), float(t[b - 1])))
         any_stats = any_stats or rep.peer_statistics

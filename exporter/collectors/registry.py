@@ -1,10 +1,11 @@
 """The collector registry: one spec per collector, from which everything else follows.
 
-A collector is a module in this package with a module-level `SPEC`. From the specs come
-the `--[no-]collector.NAME` flags and `collector_NAME` config keys, each collector's own
-options (flags and keys), `check-config`'s summary, the flags table in the docs and the
-render list. Adding a collector is adding one module (plus its test and doc lines), as
-node_exporter's `registerCollector` does.
+A collector is a package in this one (`collectors/NAME/`: `reading.py` reads,
+`families.py` turns a reading into metric families, `spec.py` holds its `SPEC`). From
+the specs come the `--[no-]collector.NAME` flags and `collector_NAME` config keys, each
+collector's own options (flags and keys), `check-config`'s summary, the flags table in
+the docs and the render list. Adding a collector is adding one package (plus its test
+and doc lines), as node_exporter's `registerCollector` does.
 
 At run time each enabled collector reads on its own thread at its own interval (a stuck
 read stalls only that collector); its last reading goes into the snapshot, and its
@@ -15,52 +16,44 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.options import RUN, Option
-
-
-class Collector(Protocol):
-    """A running collector: `read()` returns a plain reading, or raises on failure."""
-
-    name: str
-
-    def read(self) -> Any: ...
+from exporter.options import RUN, Option, build, flatten, options_of
+from exporter.sampling.collector_api import Collector, CollectorContext
+from exporter.sampling.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
-class CollectorContext:
-    """What a collector may use besides its config: the node's GPUs and their NVML
-    backend (None on a node without NVML), for collectors that read per GPU."""
+class NoSettings:
+    """A collector with no settings of its own."""
 
-    gpu_count: int = 0
-    backend: Any = None
-    identities: Callable[[], list] = list  # GPU index -> GpuIdentity | None
-    readable: Callable[[int], bool] = lambda gpu: True  # not lost, not hung
-    energy_joules: Callable[[int], float | None] = lambda gpu: None  # sampled, per GPU
-    clock: Callable[[], float] = time.time  # the sampler's clock (simulated in tests)
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
-class CollectorSpec:
+class CollectorSpec(Generic[S]):
+    """A collector, and its settings: a frozen dataclass of `setting(...)` fields."""
+
     name: str
     help: str
-    # on by default, or a rule on the config (e.g. jobs: on when a mapping dir is set)
-    default: bool | Callable[[Any], bool]
-    factory: Callable[[Any, CollectorContext], Collector]
-    families: Callable[[Any, Any], Iterable[Metric]]  # (reading, snapshot)
-    options: tuple[Option, ...] = ()
-    # seconds between reads, from the config (default: sources_interval_seconds)
-    interval: Callable[[Any], float] = field(default=lambda c: c.sources_interval_seconds)
+    # on by default, or a rule on its settings (e.g. jobs: on when a mapping dir is set)
+    default: bool | Callable[[S], bool]
+    factory: Callable[[S, CollectorContext], Collector]
+    # (reading, snapshot); Any: each collector's reading is its own type
+    families: Callable[[Any, Snapshot], Iterable[Metric]]
+    settings: type[S]
+    # seconds between reads, from its settings (None: sources_interval_seconds)
+    interval: Callable[[S], float] | None = None
     commands: tuple[str, ...] = (RUN,)
-    requirement: Callable[[Any], str | None] | None = None  # why it cannot run when forced
+    requirement: Callable[[S], str | None] | None = None  # why it cannot run when forced
 
     @property
     def key(self) -> str:
@@ -72,21 +65,43 @@ class CollectorSpec:
         return Option(self.key, f"--collector.{self.name}", bool, shown, self.help,
                       optional=True, commands=self.commands)
 
-    def enabled(self, config: Any) -> bool:
-        chosen = getattr(config, self.key)
+    @property
+    def options(self) -> tuple[Option, ...]:
+        return options_of(self.settings)
+
+    def settings_in(self, config: CollectorsConfig) -> S:
+        chosen = config.settings.get(self.name)
+        assert isinstance(chosen, self.settings), (self.name, chosen)
+        return chosen
+
+    def enabled(self, config: CollectorsConfig) -> bool:
+        chosen = config.enabled.get(self.name)
         if chosen is not None:
             return chosen
-        return self.default if isinstance(self.default, bool) else self.default(config)
+        if isinstance(self.default, bool):
+            return self.default
+        return self.default(self.settings_in(config))
+
+    def interval_in(self, config: CollectorsConfig, otherwise: float) -> float:
+        return otherwise if self.interval is None else self.interval(self.settings_in(config))
+
+    def missing(self, config: CollectorsConfig) -> str | None:
+        """Why this collector cannot run (when it is turned on), or None."""
+        if self.requirement is None:
+            return None
+        return self.requirement(self.settings_in(config))
 
 
 @cache
-def specs() -> tuple[CollectorSpec, ...]:
-    """Every collector module's SPEC, by name."""
+def specs() -> tuple[CollectorSpec[Any], ...]:
+    """Every collector package's SPEC (in its spec.py), by name."""
     import exporter.collectors as package
 
     found = []
     for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}.spec")
         spec = getattr(module, "SPEC", None)
         if isinstance(spec, CollectorSpec):
             found.append(spec)
@@ -98,7 +113,37 @@ def options() -> list[Option]:
     return [option for spec in specs() for option in (spec.toggle, *spec.options)]
 
 
-def enabled(config: Any) -> list[CollectorSpec]:
+@dataclass(frozen=True)
+class CollectorsConfig:
+    """Which collectors are on (None: their default rule) and each one's settings."""
+
+    enabled: Mapping[str, bool | None] = field(default_factory=dict)
+    settings: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, values: Mapping[str, object]) -> CollectorsConfig:
+        """From flat config keys (`collector_NAME` and each collector's own)."""
+        enabled: dict[str, bool | None] = {}
+        settings: dict[str, object] = {}
+        for spec in specs():
+            toggle = values.get(spec.key)
+            assert toggle is None or isinstance(toggle, bool), (spec.key, toggle)
+            enabled[spec.name] = toggle
+            own = {o.key for o in spec.options}
+            settings[spec.name] = build(spec.settings, {k: v for k, v in values.items()
+                                                        if k in own})
+        return cls(MappingProxyType(enabled), MappingProxyType(settings))
+
+    def values(self) -> dict[str, object]:
+        """Flat config keys -> values, as `of` takes them."""
+        out: dict[str, object] = {}
+        for spec in specs():
+            out[spec.key] = self.enabled.get(spec.name)
+            out |= flatten(spec.settings_in(self))
+        return out
+
+
+def enabled(config: CollectorsConfig) -> list[CollectorSpec[Any]]:
     return [spec for spec in specs() if spec.enabled(config)]
 
 

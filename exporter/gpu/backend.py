@@ -42,7 +42,8 @@ class NvmlUnavailable(RuntimeError):
 def error_name(exc: BaseException) -> str:
     """`NotSupported` for pynvml.NVMLError_NotSupported; the class name otherwise."""
     name = type(exc).__name__
-    return name.removeprefix("NVMLError_") if name != "NVMLError" else f"Code{exc.value}"
+    return name.removeprefix("NVMLError_") if name != "NVMLError" else (
+        f"Code{getattr(exc, 'value', None)}")
 
 
 class ErrorCounts:
@@ -56,7 +57,8 @@ class ErrorCounts:
         with self._lock:
             self._counts[(call, error)] += 1
 
-    def snapshot(self) -> dict[tuple[str, str], int]:
+    def totals(self) -> dict[tuple[str, str], int]:
+        """A copy of the failure counts, by (call, error)."""
         with self._lock:
             return dict(self._counts)
 
@@ -74,6 +76,7 @@ def private_nvml_module(name: str) -> ModuleType:
     its own library under its own pynvml) run in one process."""
     module_name = f"_cte_pynvml_{name}"
     spec = importlib.util.spec_from_file_location(module_name, pynvml.__file__)
+    assert spec is not None and spec.loader is not None, pynvml.__file__
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # pynvml looks itself up there while loading
     spec.loader.exec_module(module)
@@ -138,6 +141,7 @@ class NvmlBackend:
                 expected: tuple[str, ...] = ()) -> tuple[Any, str | None]:
         """As call(), with the name of the error (None on success), for callers whose next
         step depends on why a call failed (NoPermission is not NotSupported)."""
+        key: tuple[object, ...] | None
         if gpu is None:
             key = None
         elif len(args) <= 1:  # the handle alone (most calls): no arguments to key by

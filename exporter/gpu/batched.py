@@ -31,10 +31,11 @@ _DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
 def layout_ok(nvml: ModuleType) -> bool:
     """Whether pynvml's structs are laid out as the numpy views assume."""
     field, sample = nvml.c_nvmlFieldValue_t, nvml.c_nvmlSample_t
+    offsets, names = FIELD_DTYPE.fields, FIELD_DTYPE.names
+    assert offsets is not None and names is not None  # a structured dtype
     return (ctypes.sizeof(field) == FIELD_DTYPE.itemsize
             and ctypes.sizeof(sample) == SAMPLE_DTYPE.itemsize
-            and all(getattr(field, name).offset == FIELD_DTYPE.fields[name][1]
-                    for name in FIELD_DTYPE.names)
+            and all(getattr(field, name).offset == offsets[name][1] for name in names)
             and sample.timeStamp.offset == 0 and sample.sampleValue.offset == 8)
 
 

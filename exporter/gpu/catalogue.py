@@ -52,7 +52,7 @@ class Call:
 @dataclass(frozen=True)
 class GpuValue:
     key: str  # base-unit name: the state's key and the trace column
-    source: Field | Call
+    nvml: Field | Call  # the NVML field or call that reads it
     scale: float  # NVML's unit -> base unit
     cadence: str
     metric: str | None  # None: read but rendered elsewhere (clock-event bits)
@@ -150,7 +150,7 @@ CATALOGUE: tuple[GpuValue, ...] = (
 )
 
 BY_KEY = {value.key: value for value in CATALOGUE}
-BY_FIELD = {value.source.id: value for value in CATALOGUE if isinstance(value.source, Field)}
+BY_FIELD = {value.nvml.id: value for value in CATALOGUE if isinstance(value.nvml, Field)}
 TRACE_KEYS = tuple(value.key for value in CATALOGUE if value.trace)
 
 

@@ -77,13 +77,13 @@ def _plan(entries: tuple[GpuValue, ...]) -> _Plan:
 
 
 def _make_plan(entries: tuple[GpuValue, ...]) -> _Plan:
-    fields = tuple((e.key, e.source.id, e.scale) for e in entries
-                   if isinstance(e.source, Field))
+    fields = tuple((e.key, e.nvml.id, e.scale) for e in entries
+                   if isinstance(e.nvml, Field))
     calls: dict[tuple, tuple[Call, list]] = {}
     for e in entries:
-        if isinstance(e.source, Call):
-            served = calls.setdefault((e.source.name, e.source.args), (e.source, []))[1]
-            served.append((e.key, e.source.member, e.scale))
+        if isinstance(e.nvml, Call):
+            served = calls.setdefault((e.nvml.name, e.nvml.args), (e.nvml, []))[1]
+            served.append((e.key, e.nvml.member, e.scale))
     return _Plan(tuple(f[1] for f in fields), fields,
                  tuple((call, tuple(served)) for call, served in calls.values()))
 

@@ -68,7 +68,7 @@ class Rows(Metric):
     def add(self, labelvalues: tuple[str, ...], value: float) -> None:
         self.rows.append((labelvalues, value))
 
-    @property  # type: ignore[override]
+    @property
     def samples(self) -> list[Sample]:
         return [Sample(self.sample_name, dict(zip(self.labelnames, values, strict=True)), value)
                 for values, value in self.rows]

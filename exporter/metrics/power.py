@@ -111,7 +111,7 @@ def power_source_families(snapshot: Snapshot) -> Iterator[Metric]:
                                  "integrated over time since the exporter started (fresh at "
                                  "every snapshot; the driver's counter is gpu_energy_joules).",
                                  labels=GPU_LABELS)
-    for gpu, stats in sorted(snapshot.power_sources.items()):
+    for gpu, stats in sorted(snapshot.power_sampling.items()):
         if gpu not in labels or not snapshot.up(gpu):
             continue
         source.add_metric([*labels[gpu]], {"source": stats.kind})

@@ -12,7 +12,7 @@ from prometheus_client.metrics_core import Metric
 from exporter.collectors import registry
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
-from exporter.metrics.health import (
+from exporter.metrics.gpu_health import (
     health_families,
     link_memory_families,
     link_memory_key,
@@ -24,7 +24,7 @@ from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
 from exporter.sampling.snapshot import Snapshot
 
-FamilySource = Callable[[Snapshot], Iterable[Metric]]
+FamilyFunction = Callable[[Snapshot], Iterable[Metric]]
 
 DEFAULT = Selection()  # the default profile, no selection file
 
@@ -45,7 +45,7 @@ class CachedFamilies:
     """Families whose rendering is reused while `key(snapshot)` stays the same (those
     whose values seldom change: the key is what they show)."""
 
-    def __init__(self, families: FamilySource, key: Callable[[Snapshot], Any]):
+    def __init__(self, families: FamilyFunction, key: Callable[[Snapshot], Any]):
         self.families, self.key = families, key
         self.__name__ = families.__name__
         self._last: tuple[Any, bytes] | None = None
@@ -66,18 +66,18 @@ class CachedFamilies:
 
 
 # Each area adds its families here; the order is the order of the output.
-FAMILY_SOURCES: list[FamilySource] = [
+FAMILY_FUNCTIONS: list[FamilyFunction] = [
     gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
     nvlink_traffic_families, power_families, straggler_families, collector_families, self_families]
 
 
-def _collect(snapshot: Snapshot, sources: list[FamilySource],
+def _collect(snapshot: Snapshot, sources: list[FamilyFunction],
              selection: Selection) -> Iterator[Metric]:
     for source in sources:
         yield from selection.apply(source(snapshot))
 
 
-def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
+def render(snapshot: Snapshot, sources: list[FamilyFunction] | None = None,
            extra: Sequence[Metric] = (), selection: Selection = DEFAULT) -> bytes:
     """The exposition of the families `selection` wants; cached parts are reused, the
     rest rendered anew.
@@ -86,8 +86,8 @@ def render(snapshot: Snapshot, sources: list[FamilySource] | None = None,
     the app when it publishes), written last. Each family is written whole by one
     write, so joining the parts is a valid exposition."""
     parts: list[bytes] = []
-    plain: list[FamilySource] = []
-    for source in sources or FAMILY_SOURCES:
+    plain: list[FamilyFunction] = []
+    for source in sources or FAMILY_FUNCTIONS:
         if isinstance(source, CachedFamilies):
             if plain:
                 parts.append(WRITER.write(_collect(snapshot, plain, selection)))

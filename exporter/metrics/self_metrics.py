@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterator
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter import __version__
 from exporter.sampling.snapshot import Snapshot
+
+# the families a loop's figures go into, one sample per loop
+LabelledFamily = TypeVar("LabelledFamily", GaugeMetricFamily, CounterMetricFamily)
 
 # Loops whose staleness and rate are exported (every loop's CPU is)
 SAMPLING_LOOPS = ("power", "sweep")
@@ -54,7 +58,7 @@ def _identity_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _loop_families(snapshot: Snapshot) -> Iterator[Metric]:
-    def family(cls, name: str, doc: str) -> Metric:
+    def family(cls: type[LabelledFamily], name: str, doc: str) -> LabelledFamily:
         return cls(name, doc, labels=["loop"])
 
     target = family(GaugeMetricFamily, "cte_loop_target_hertz",

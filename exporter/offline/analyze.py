@@ -1,6 +1,6 @@
 """`cluster-telemetry-exporter analyze FILE`: offline power and straggler analysis of a trace.
 
-Reads an nvidia-smi CSV log or a cte recording (exporter.offline.trace), then:
+Reads an nvidia-smi CSV log or a cte recording (exporter.traces.trace), then:
 
 - slides the step window (default 30 s, every 10 s) over the node's power and
   keeps runs of at least ``--hold`` consecutive windows that meet the swing
@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.live_power import PowerSettings
+from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
 from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
-from exporter.offline.checks import MAX_GPU_INDEX
 from exporter.offline.events import events
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.swings import (
@@ -54,47 +55,19 @@ from exporter.offline.swings import (
     step_swings,
     thresholds,
 )
-from exporter.offline.trace import Trace, TraceError, load_trace, power_gpus
+from exporter.options import (
+    ANALYZE,
+    Option,
+    options_of,
+    positive,
+    ratio,
+    whole_at_least_one,
+)
+from exporter.traces.checks import MAX_GPU_INDEX
+from exporter.traces.load import load_trace
+from exporter.traces.trace import Trace, TraceError, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
-
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return v
-
-
-def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be zero or a positive number: {text!r}")
-    return v
-
-
-def _ratio(text: str) -> float:
-    v = _positive(text) if text.strip() not in ("0", "0.0") else 0.0
-    if v > 1:
-        raise argparse.ArgumentTypeError(f"must be a ratio between 0 and 1: {text!r}")
-    return v
-
-
-def _band(text: str) -> tuple[float, float]:
-    try:
-        lo_s, hi_s = text.split("-", 1) if "-" in text else text.split(",", 1)
-        lo, hi = float(lo_s), float(hi_s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"band must read LOW-HIGH in Hz: {text!r}") from None
-    if not (0 <= lo < hi):
-        raise argparse.ArgumentTypeError(f"band must have 0 <= LOW < HIGH: {text!r}")
-    return lo, hi
 
 
 def _averaging(text: str) -> float | None:
@@ -105,63 +78,51 @@ def _averaging(text: str) -> float | None:
     if t in ("none", "0", "instant", "instantaneous"):
         return 0.0
     try:
-        return _positive(t)
+        return positive(t)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"expected SECONDS (> 0), none or auto: {text!r}") from None
 
 
-def _gpus(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return v
-
-
 def _gpu_count(text: str) -> int:
-    v = _gpus(text)
+    v = whole_at_least_one(text)
     if v > MAX_GPU_INDEX + 1:
         raise argparse.ArgumentTypeError(f"at most {MAX_GPU_INDEX + 1} GPUs: {text!r}")
     return v
 
 
+def shared_options() -> dict[str, Option]:
+    """The flags whose setting the live analyses share (one declaration, one default),
+    by flag."""
+    options = [*options_of(PowerSettings), *options_of(StragglerSettings)]
+    return {flag: o for o in options
+            if ANALYZE in o.commands and (flag := o.flag_for(ANALYZE)) is not None}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    shared = shared_options()
     parser.add_argument("file", metavar="FILE",
                         help="trace: nvidia-smi --query-gpu CSV log, or a cte recording")
     parser.add_argument("--gpus", type=_gpu_count, metavar="N",
                         help="GPUs per poll, for nvidia-smi logs without an index column")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="report format (default: text)")
-    parser.add_argument("--tdp", type=_positive, metavar="WATTS",
+    parser.add_argument("--tdp", type=positive, metavar="WATTS",
                         help="power limit per GPU when the trace does not record one")
-    parser.add_argument("--window", type=_positive, default=30.0, metavar="SECONDS",
-                        help="step-scale window (default: 30)")
-    parser.add_argument("--step", type=_positive, metavar="SECONDS",
+    shared["--window"].add_to(parser, ANALYZE)
+    parser.add_argument("--step", type=positive, metavar="SECONDS",
                         help="step-scale window advance (default: window / 3)")
-    parser.add_argument("--band", type=_band, default=(0.1, 3.0), metavar="LOW-HIGH",
-                        help="critical band in Hz (default: 0.1-3)")
-    parser.add_argument("--min-amplitude-ratio", type=_ratio, default=0.20, metavar="R",
-                        help="step swing: node amplitude / node TDP for a swing to count as "
-                        "grid-relevant; every clear swing is reported (default: 0.2)")
-    parser.add_argument("--min-band-energy", type=_ratio, default=0.20, metavar="R",
-                        help="step swing: share of AC energy in the band (default: 0.2)")
-    parser.add_argument("--min-synchrony", type=_ratio, default=0.5, metavar="R",
-                        help="step swing: GPU synchrony (default: 0.5)")
-    parser.add_argument("--segment-window", type=_positive, default=120.0, metavar="SECONDS",
-                        help="step swing in the compute plateaus: window split into plateaus "
-                        "and pauses (default: 120)")
-    parser.add_argument("--hold", type=_gpus, default=3, metavar="N",
-                        help="step swing: consecutive windows required (default: 3)")
-    parser.add_argument("--cycle-window", type=_positive, default=600.0, metavar="SECONDS",
-                        help="cycle-scale window (default: 600)")
-    parser.add_argument("--cycle-min-ratio", type=_ratio, default=0.05, metavar="R",
+    shared["--band"].add_to(parser, ANALYZE)
+    shared["--min-amplitude-ratio"].add_to(parser, ANALYZE)
+    shared["--min-band-energy"].add_to(parser, ANALYZE)
+    shared["--min-synchrony"].add_to(parser, ANALYZE)
+    shared["--segment-window"].add_to(parser, ANALYZE)
+    shared["--hold"].add_to(parser, ANALYZE)
+    shared["--cycle-window"].add_to(parser, ANALYZE)
+    parser.add_argument("--cycle-min-ratio", type=ratio, default=0.05, metavar="R",
                         help="cycle: amplitude of the mean cycle / node TDP (default: 0.05)")
-    parser.add_argument("--ramp-ratio", type=_ratio, default=0.30, metavar="R",
-                        help="ramp: change / node TDP, or / observed range (default: 0.3)")
-    parser.add_argument("--max-hz", type=_positive, metavar="HZ",
+    shared["--ramp-ratio"].add_to(parser, ANALYZE)
+    parser.add_argument("--max-hz", type=positive, metavar="HZ",
                         help="cap the observable band at HZ (default: decided from the "
                         "evidence, see --power-averaging)")
     parser.add_argument("--power-averaging", type=_averaging, default=None,
@@ -169,19 +130,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how the power readings were made: averaged over SECONDS, none "
                         "(instantaneous), or auto (default): decided from the column, the GPU "
                         "name, the trace's header and the data, in that order")
-    parser.add_argument("--dip-ratio", type=_ratio, default=0.30, metavar="R",
+    parser.add_argument("--dip-ratio", type=ratio, default=0.30, metavar="R",
                         help="dip (pause): fall / the node's power before it (default: 0.3)")
-    parser.add_argument("--outlier-window", type=_positive, default=60.0, metavar="SECONDS",
+    parser.add_argument("--outlier-window", type=positive, default=60.0, metavar="SECONDS",
                         help="stragglers: window over which each GPU is compared with its "
                         "peers (default: 60)")
-    parser.add_argument("--outlier-step", type=_positive, default=10.0, metavar="SECONDS",
+    parser.add_argument("--outlier-step", type=positive, default=10.0, metavar="SECONDS",
                         help="stragglers: window advance (default: 10)")
-    parser.add_argument("--persistence", type=_non_negative, default=300.0, metavar="SECONDS",
-                        help="stragglers: how long a deviation must hold to be reported "
-                        "(default: 300)")
-    parser.add_argument("--stall-window", type=_positive, default=2.0, metavar="SECONDS",
+    shared["--persistence"].add_to(parser, ANALYZE)
+    parser.add_argument("--stall-window", type=positive, default=2.0, metavar="SECONDS",
                         help="stalls: short window for the busy-wait signature (default: 2)")
-    parser.add_argument("--stall-context", type=_positive, default=120.0, metavar="SECONDS",
+    parser.add_argument("--stall-context", type=positive, default=120.0, metavar="SECONDS",
                         help="stalls: span over which each GPU's compute power level is "
                         "taken (default: 120)")
 
@@ -276,7 +235,8 @@ def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
 def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                 notes: list[str]) -> tuple[ScanResult, bool]:
     """The straggler scan, and whether the trace had utilization (stalls need it)."""
-    series = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
+    # scan's keyword arguments, by name
+    series: dict[str, Any] = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")

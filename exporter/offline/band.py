@@ -37,7 +37,7 @@ from exporter.analysis.averaging import (
     sensor_update_seconds,
 )
 from exporter.offline.gpu_models import gpu_model
-from exporter.offline.trace import Trace
+from exporter.traces.trace import Trace
 
 UNKNOWN = "unknown"
 

@@ -3,7 +3,7 @@
 Power goes in at the sensor's native rate with the driver's own timestamps (one row per
 sample), the catalogue's traced values once a sweep, the energy counter at its interval
 and the GPM profiling ratios once a profiling interval (stamped with the interval's end),
-through exporter.offline.trace.TraceWriter (format: docs/trace-format.md).
+through exporter.traces.trace.TraceWriter (format: docs/trace-format.md).
 Progress is printed every `--progress` seconds; Ctrl-C or SIGTERM stop the recording
 early and still write a complete trace and its summary. A write that fails (disk full,
 file size limit) stops the recording in one line with exit code 3, the trace cut back
@@ -13,24 +13,27 @@ to its last whole row.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import socket
 import threading
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
-from exporter.collectors.profiling import ProfilingSource
-from exporter.config import all_options
+from exporter.collectors.profiling.reading import ProfilingCollector
+from exporter.collectors.profiling.spec import SPEC as PROFILING
+from exporter.config import Config, all_options
 from exporter.errors import EXIT_FAILURE, fail
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
-from exporter.offline.trace import TraceWriter
 from exporter.options import RECORD, add_flags, resolve
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import costs, fake
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.trace import TraceWriter
 from exporter.yamlfile import ConfigError
 
 FIELDS = ("power_watts", *catalogue.TRACE_KEYS, *gpm.KEYS)
@@ -54,7 +57,7 @@ class TraceRecorder:
         self.samples = 0
         self._lock = threading.Lock()
 
-    def _write(self, rows: list[tuple[float, int, dict[str, float]]]) -> bool:
+    def _write(self, rows: list[tuple[float, int, Mapping[str, float]]]) -> bool:
         """Write rows (the caller holds the lock); False once writing has failed."""
         if self.failure is not None:
             return False
@@ -110,46 +113,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, RECORD, all_options())
 
 
-def _settings(options: dict) -> SamplerSettings:
-    return SamplerSettings(
-        power_sample_rate_hz=options["power_sample_rate_hz"],
-        power_drain_interval_seconds=options["power_drain_interval_seconds"],
-        energy_interval_seconds=options["energy_interval_seconds"],
-        sweep_interval_seconds=options["sweep_interval_seconds"],
-        gpu_health_interval_seconds=options["gpu_health_interval_seconds"],
-        power=None, stragglers=None, xid_events=False,
-        backend="fake" if options["fake"] else "nvml")
+def sampler_settings(config: Config) -> SamplerSettings:
+    """The config's sampler settings as `run` takes them, less the live analyses and XID
+    events (a recording keeps samples, not conclusions)."""
+    return dataclasses.replace(config.sampler, power=None, stragglers=None, xid_events=False,
+                               backend=config.backend.name)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        options = resolve(args, RECORD, all_options())
+        config = Config.of(**resolve(args, RECORD, all_options()))
     except ConfigError as exc:
         return fail("record", str(exc))
     if not 0 < args.duration <= 7 * 86400:
         return fail("record", f"--duration {args.duration:g}: expected 0 < SECONDS <= 604800")
     lib = None
-    if options["fake"]:
-        lib = fake.FakeNvmlLibrary(load_scenario(options["scenario"]),
-                                   costs=costs.H200 if options["fake_costs"] else None)
+    if config.backend.fake:
+        lib = fake.FakeNvmlLibrary(load_scenario(config.backend.scenario),
+                                   costs=costs.H200 if config.backend.fake_costs else None)
         fake.install(lib)
     try:
-        return _record(args, options)
+        return _record(args, config)
     finally:
         if lib is not None:
             fake.uninstall()
 
 
-def _record(args: argparse.Namespace, options: dict) -> int:
+def _record(args: argparse.Namespace, config: Config) -> int:
     recorder: TraceRecorder | None = None  # built once the GPUs are known
 
     def profiling(gpu: int, reading: gpm.GpmReading) -> None:
         if recorder is not None:
             recorder.profiling(gpu, reading)
 
-    maker = CollectorMaker("profiling", options["profiling_interval_seconds"],
-                           lambda context: ProfilingSource(context, on_reading=profiling))
-    sampler = Sampler(NvmlBackend(), _settings(options), [maker])
+    interval = PROFILING.settings_in(config.collectors).interval_seconds
+    maker = CollectorMaker("profiling", interval,
+                           lambda context: ProfilingCollector(context, on_reading=profiling))
+    sampler = Sampler(NvmlBackend(), sampler_settings(config), [maker])
     try:
         gpus = sampler.open()
     except NvmlUnavailable as exc:
@@ -188,8 +188,9 @@ def _record(args: argparse.Namespace, options: dict) -> int:
             signal.signal(sig, handler)
     elapsed = time.monotonic() - t0
     if recorder.failure is not None:
-        exc = recorder.failure
-        return fail("record", f"cannot write {args.out}: {exc.strerror or exc}; stopped after "
+        failure = recorder.failure
+        return fail("record", f"cannot write {args.out}: {failure.strerror or failure}; "
+                    f"stopped after "
                     f"{elapsed:.0f} s, the trace is readable to its last whole row (exit code "
                     f"{EXIT_WRITE_FAILED})", EXIT_WRITE_FAILED)
     early = " (stopped early)" if stop.is_set() else ""

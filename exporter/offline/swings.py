@@ -175,6 +175,7 @@ def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: 
         avg = band.seconds if band.kind == AVERAGED and band.seconds else 0.0
         if avg or f * g.dt > 1 / SPARSE_SAMPLES_PER_PERIOD:
             rt, rx = (g.raw_t, g.raw_node) if g.raw_t is not None else (g.t, node)
+            assert rx is not None  # the raw node series comes with the raw times
             keep = (rt >= start) & (rt <= end)
             found = source_swing(rt[keep], rx[keep], f, avg)
             if found is not None:
@@ -345,7 +346,7 @@ def segment_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_star
         f = _med([s.frequency_hz for s in sws])
         assert f is not None
         best = max(sws, key=lambda s: s.confidence)
-        entry = {
+        entry: dict[str, Any] = {
             "scale": "step", "resolved": True, "method": "segments",
             "frequency_hz": f, "period_seconds": 1.0 / f,
             "node_amplitude_watts": _med([s.amplitude_watts for s in sws]),

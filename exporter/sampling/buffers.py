@@ -156,6 +156,30 @@ class PowerBuffer:
         return grid, out
 
 
+class PowerHistory:
+    """The power ring as one snapshot sees it: read-only, and ending at the newest sample
+    when the snapshot was taken, so samples drained later never show in it. Each read
+    copies what it returns under the ring's lock (PowerBuffer.window, .grid)."""
+
+    def __init__(self, buffer: PowerBuffer):
+        self._buffer = buffer
+        self.end = buffer.latest_time()  # None: no sample yet
+        self.history_seconds = buffer.history_seconds
+        self.gpus = buffer.gpus
+
+    def window(self, gpu: int, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+        """One GPU's samples in (end - seconds, end], oldest first."""
+        if self.end is None:
+            return np.zeros(0), np.zeros(0)
+        return self._buffer.window(gpu, seconds, self.end)
+
+    def grid(self, seconds: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """Every GPU on one time grid over (end - seconds, end] (PowerBuffer.grid)."""
+        if self.end is None:
+            return np.zeros(0), np.zeros((self.gpus, 0))
+        return self._buffer.grid(seconds, dt, self.end)
+
+
 class SweepBuffer:
     """The sweep's values per GPU, one row a sweep, for window analyses (stragglers)."""
 

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any
 
-from exporter.collectors.registry import Collector
 from exporter.sampling.clock import Clock
+from exporter.sampling.collector_api import Collector
 from exporter.sampling.loops import Loop
 from exporter.sampling.snapshot import CollectorResult
 

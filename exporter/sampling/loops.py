@@ -49,6 +49,12 @@ class Loop:
         self.thread: threading.Thread | None = None
 
     @property
+    def due(self) -> float:
+        """When the next tick is due (monotonic); the loop must have started."""
+        assert self.next_tick is not None, f"loop {self.name} has not started"
+        return self.next_tick
+
+    @property
     def hertz(self) -> float:
         return 1.0 / self.period
 
@@ -89,7 +95,7 @@ class Loop:
     def _run(self, generation: int) -> None:
         self._local.generation = generation
         while not self.stop.is_set() and generation == self.generation:
-            wait = self.next_tick - self.clock.monotonic()
+            wait = self.due - self.clock.monotonic()
             if wait > 0 and self.stop.wait(wait):
                 return
             if not self.tick():
@@ -164,8 +170,8 @@ def start_together(loops: list[Loop], name: str) -> threading.Thread:
 def _run_together(loops: list[Loop]) -> None:
     stop, clock = loops[0].stop, loops[0].clock
     while not stop.is_set():
-        loop = min(loops, key=lambda lp: lp.next_tick)  # the first of those due together
-        wait = loop.next_tick - clock.monotonic()
+        loop = min(loops, key=lambda lp: lp.due)  # the first of those due together
+        wait = loop.due - clock.monotonic()
         if wait > 0 and stop.wait(wait):
             return
         loop.tick()
@@ -178,9 +184,9 @@ def run_due(loops: list[Loop], clock, until: float) -> None:
         if loop.next_tick is None:
             loop.next_tick = clock.monotonic() + loop.first_delay
     while True:
-        loop = min(loops, key=lambda lp: lp.next_tick)
-        if loop.next_tick > until:
+        loop = min(loops, key=lambda lp: lp.due)
+        if loop.due > until:
             break
-        clock.set(loop.next_tick)
+        clock.set(loop.due)
         loop.tick()
     clock.set(until)

@@ -14,45 +14,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from exporter.analysis.live_power import PowerSettings
-from exporter.analysis.live_stragglers import StragglerSettings
-from exporter.collectors.registry import Collector, CollectorContext
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.health import NvlinkReads
-from exporter.sampling.analyses import Analyses
+from exporter.sampling.buffers import PowerHistory
 from exporter.sampling.clock import SYSTEM, Clock
+from exporter.sampling.collector_api import (
+    Collector,
+    CollectorContext,
+    ComputeHistory,
+    HoldsResources,
+    JobGrouping,
+)
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
+from exporter.sampling.live_analyses import Analyses
 from exporter.sampling.loops import Loop, run_due, start_together
-from exporter.sampling.power import PowerSampler
+from exporter.sampling.power_loop import PowerSampler
+from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
 from exporter.sampling.xids import WAIT_MS, XidWatcher
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    power_sample_rate_hz: float = 20.0  # polled GPUs only (no sample buffer)
-    power_drain_interval_seconds: float = 1.0
-    energy_interval_seconds: float = 30.0
-    sweep_interval_seconds: float = 1.0
-    gpu_health_interval_seconds: float = 5.0
-    sources_interval_seconds: float = 5.0  # collectors that do not say otherwise
-    power_history_seconds: float = 660.0
-    backend: str = "nvml"
-    scenario: str = ""
-    expected_gpus: int | None = None  # None: the count NVML reports at start
-    hang_timeout_seconds: float = 2.0
-    # start() waits this long (or two sweep intervals, if longer) for the first values
-    startup_wait_seconds: float = 2.0
-    gpu_recovery_interval_seconds: float = 10.0
-    xid_events: bool = True
-    power: PowerSettings | None = field(default_factory=PowerSettings)  # None: no analysis
-    stragglers: StragglerSettings | None = field(default_factory=StragglerSettings)
-    nvlink_reads: NvlinkReads = field(default_factory=NvlinkReads)  # what the selection needs
 
 
 @dataclass(frozen=True)
@@ -150,7 +132,7 @@ class Sampler:
         for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
-        start_together([loop for name in ANALYSES if (loop := self.loop(name)) is not None],
+        start_together([found for name in ANALYSES if (found := self.loop(name)) is not None],
                        "analyses")
 
     def _runner(self, item: Collector | CollectorMaker) -> CollectorRunner:
@@ -166,10 +148,13 @@ class Sampler:
         return CollectorContext(
             gpu_count=self.gpus.count, backend=self.gpus.backend,
             identities=lambda: list(self.gpus.identities), readable=self.gpus.readable,
-            energy_joules=lambda gpu: self.power.energy.get(gpu), clock=self.clock.time)
+            energy_joules=lambda gpu: self.power.energy.get(gpu), clock=self.clock.time,
+            simulated=self.settings.backend != "nvml")
 
     def _make_loops(self, manual: bool) -> list[Loop]:
         s, stop, clock = self.settings, self._stop, self.clock
+        analyses = self.analyses
+        assert analyses is not None  # start() made them
         # in threads, each loop keeps its slot (PHASES); simulated time runs one tick
         # after another and keeps the whole seconds
         t0 = clock.monotonic()
@@ -180,11 +165,11 @@ class Sampler:
                  Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
                       stop, clock, slot=slot(PHASES["sweep"]))]
         if s.power is not None:
-            loops.append(Loop("analysis", s.power.update_seconds, self.analyses.power_tick,
+            loops.append(Loop("analysis", s.power.update_seconds, analyses.power_tick,
                               stop, clock, first_delay=s.power.update_seconds,
                               slot=slot(PHASES["analysis"])))
         if s.stragglers is not None:
-            loops.append(Loop("stragglers", 1.0, self.analyses.straggler_tick, stop, clock,
+            loops.append(Loop("stragglers", 1.0, analyses.straggler_tick, stop, clock,
                               first_delay=2.0, slot=slot(PHASES["stragglers"])))
         lo, hi = COLLECTOR_PHASES
         for i, runner in enumerate(self.collectors):
@@ -217,21 +202,21 @@ class Sampler:
             if thread.is_alive():
                 thread.join(wait)
         for runner in self.collectors:  # free what they hold in NVML, unless still reading
-            release = getattr(runner.collector, "close", None)
-            thread = runner.loop.thread
-            if release is not None and (thread is None or not thread.is_alive()):
-                release()
+            reading = runner.loop.thread
+            if isinstance(runner.collector, HoldsResources) and (
+                    reading is None or not reading.is_alive()):
+                runner.collector.close()
         if close:
             self.gpus.backend.close()
 
     # -- publishing -------------------------------------------------------------------
     def job_groups(self) -> dict[int, str] | None:
         """GPU -> the job (or pod) holding it, from collectors whose readings say so
-        (`gpu_groups()`); None when none does."""
+        (`JobGrouping`); None when none does."""
         groups: dict[int, str] = {}
         for runner in self.collectors:
-            reading: Any = runner.result.reading
-            if hasattr(reading, "gpu_groups"):
+            reading = runner.result.reading
+            if isinstance(reading, JobGrouping):
                 groups.update(reading.gpu_groups())
         if not groups:
             return None
@@ -241,10 +226,10 @@ class Sampler:
 
     def compute_history(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
         """GPU -> its recent (time, compute share), from the collector whose reading has
-        them (`compute_history()`: the profiling collector); None without one."""
+        them (`ComputeHistory`: the profiling collector); None without one."""
         for runner in self.collectors:
-            reading: Any = runner.result.reading
-            if hasattr(reading, "compute_history"):
+            reading = runner.result.reading
+            if isinstance(reading, ComputeHistory):
                 return dict(reading.compute_history())
         return None
 
@@ -273,20 +258,21 @@ class Sampler:
             bindings_version=gpus.backend.bindings_version, gpu_count=gpus.count,
             expected_gpus=s.expected_gpus if s.expected_gpus is not None else gpus.count,
             identities=tuple(gpus.identities), states=fresh(self.sweep.states),
-            power=fresh(self.power.latest), power_sources=self.power.stats(),
+            power=fresh(self.power.latest), power_sampling=self.power.stats(),
             loops={loop.name: loop.stats() for loop in self.loops},
-            nvml_errors=gpus.backend.errors.snapshot(),
+            nvml_errors=gpus.backend.errors.totals(),
             collectors={r.name: r.current() for r in self.collectors},
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
             health=fresh(self.sweep.health),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
-            xids=self.xids.snapshot(), xid_events_registered=self.xids.registered,
+            xids=self.xids.seen(), xid_events_registered=self.xids.registered,
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),
             recoveries=dict(gpus.recoveries), hangs=hangs,
             power_analysis=analyses.power_analysis if analyses else None,
             straggler_analysis=analyses.straggler_analysis if analyses else None,
             power_update_periods=dict(self.power.update_periods),
-            observable_band_hz=self.power.band(), power_history=buffer)
+            observable_band_hz=self.power.band(),
+            power_history=PowerHistory(buffer) if buffer is not None else None)
 
     @property
     def snapshot(self) -> Snapshot | None:

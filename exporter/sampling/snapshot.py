@@ -6,11 +6,15 @@ see threads, NVML or buffers being written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 
+from exporter.analysis.live_power import PowerAnalysis
+from exporter.analysis.live_stragglers import StragglerAnalysis
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuIdentity, GpuState
+from exporter.sampling.buffers import PowerHistory
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class LoopStats:
 
 @dataclass(frozen=True)
 class CollectorResult:
-    reading: Any  # the last successful reading (None if never)
+    reading: object  # the last successful reading (None if never); the collector's type
     duration_seconds: float
     success: bool
     errors_total: int
@@ -53,7 +57,7 @@ class PowerReading:
 
 
 @dataclass(frozen=True)
-class PowerSourceStats:
+class PowerSamplingStats:
     """Where a GPU's power samples come from and how well they arrive."""
 
     kind: str  # "buffer": the driver's sample buffer; "poll": the instant-power field
@@ -76,27 +80,35 @@ class Snapshot:
     gpu_count: int
     expected_gpus: int
     identities: tuple[GpuIdentity | None, ...]
-    states: dict[int, GpuState]
-    power: dict[int, PowerReading]  # the latest sample of each GPU
-    power_sources: dict[int, PowerSourceStats]
-    loops: dict[str, LoopStats]
-    nvml_errors: dict[tuple[str, str], int]
-    collectors: dict[str, CollectorResult] = field(default_factory=dict)
+    states: Mapping[int, GpuState]
+    power: Mapping[int, PowerReading]  # the latest sample of each GPU
+    power_sampling: Mapping[int, PowerSamplingStats]
+    loops: Mapping[str, LoopStats]
+    nvml_errors: Mapping[tuple[str, str], int]
+    collectors: Mapping[str, CollectorResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
-    health: dict[int, GpuHealth] = field(default_factory=dict)
-    clock_event_seconds: dict[tuple[int, str], float] = field(default_factory=dict)
-    xids: dict[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
+    health: Mapping[int, GpuHealth] = field(default_factory=dict)
+    clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)
+    xids: Mapping[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
     xid_events_registered: int = 0
     lost: frozenset[int] = frozenset()  # GPUs NVML reports lost (GpuIsLost)
-    hung: dict[int, float] = field(default_factory=dict)  # GPU stuck in a call -> since
-    recovery_attempts: dict[int, int] = field(default_factory=dict)
-    recoveries: dict[int, int] = field(default_factory=dict)
-    hangs: dict[int, int] = field(default_factory=dict)
-    power_analysis: Any = None  # analysis.live_power.PowerAnalysis
-    straggler_analysis: Any = None  # analysis.live_stragglers.StragglerAnalysis
-    power_update_periods: dict[int, float] = field(default_factory=dict)  # polled sensors
+    hung: Mapping[int, float] = field(default_factory=dict)  # GPU stuck in a call -> since
+    recovery_attempts: Mapping[int, int] = field(default_factory=dict)
+    recoveries: Mapping[int, int] = field(default_factory=dict)
+    hangs: Mapping[int, int] = field(default_factory=dict)
+    power_analysis: PowerAnalysis | None = None
+    straggler_analysis: StragglerAnalysis | None = None
+    power_update_periods: Mapping[int, float] = field(default_factory=dict)  # polled sensors
     observable_band_hz: tuple[float, float] = (0.0, 0.0)
-    power_history: Any = None  # sampling.buffers.PowerBuffer: windows of native samples
+    # the native samples, read-only and as of this snapshot (the live page's windows)
+    power_history: PowerHistory | None = None
+
+    def __post_init__(self) -> None:
+        # read-only views: whoever renders or serves a snapshot cannot change it
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict):
+                object.__setattr__(self, f.name, MappingProxyType(value))
 
     def up(self, gpu: int) -> bool:
         return (gpu not in self.lost and gpu not in self.hung

@@ -75,6 +75,7 @@ class XidWatcher:
             self.records[(gpu, code)] = XidRecord((previous.count if previous else 0) + 1,
                                                   self.clock.time())
 
-    def snapshot(self) -> dict[tuple[int, int], XidRecord]:
+    def seen(self) -> dict[tuple[int, int], XidRecord]:
+        """A copy of every XID seen, by (GPU, code)."""
         with self._lock:
             return dict(self.records)

@@ -38,7 +38,7 @@ class HandleAddresses:
     def __init__(self):
         self._entries: dict[int, tuple[object, type, int]] = {}
 
-    def address(self, handle, kind: type) -> int | None:
+    def address(self, handle: object, kind: type[ctypes._Pointer]) -> int | None:
         """The handle's pointer value; None if it is not a `kind`."""
         entry = self._entries.get(id(handle))
         if entry is not None and entry[0] is handle and entry[1] is kind:

@@ -187,6 +187,7 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
                 if first:
                     self._released.wait(event.seconds)
             elif event.kind == "error" and (event.gpu is None or gpu == event.gpu):
+                assert event.error is not None  # an error fault names its error
                 return ERROR_CODES[event.error]
         return None
 
@@ -306,9 +307,9 @@ def install(lib: FakeNvmlLibrary, nvml: ModuleType = pynvml) -> None:
         if current is not None and not isinstance(current, FakeNvmlLibrary):
             raise RuntimeError("a real NVML library is already loaded; not replacing it")
         lib.nvml = nvml
-        nvml.nvmlLib = lib
+        nvml.nvmlLib = lib  # type: ignore[attr-defined]  # (set before its first use)
         nvml._nvmlGetFunctionPointer_cache.clear()
-        nvml._nvmlLib_refcount = 0
+        nvml._nvmlLib_refcount = 0  # type: ignore[attr-defined]
 
 
 def uninstall(nvml: ModuleType = pynvml) -> None:
@@ -317,9 +318,9 @@ def uninstall(nvml: ModuleType = pynvml) -> None:
         lib = nvml.nvmlLib
         if isinstance(lib, FakeNvmlLibrary):
             lib.release_hangs()
-            nvml.nvmlLib = None
+            nvml.nvmlLib = None  # type: ignore[attr-defined]
         nvml._nvmlGetFunctionPointer_cache.clear()
-        nvml._nvmlLib_refcount = 0
+        nvml._nvmlLib_refcount = 0  # type: ignore[attr-defined]
 
 
 @contextmanager

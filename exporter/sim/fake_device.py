@@ -11,6 +11,7 @@ import pynvml
 from exporter.gpu import fields as fi
 from exporter.gpu.batched import SAMPLE_DTYPE
 from exporter.sim.cstructs import target, value_of
+from exporter.sim.fake_core import FakeCore
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 ERROR_NOT_FOUND = 6
@@ -21,7 +22,7 @@ _CLOCK_KEYS = {pynvml.NVML_CLOCK_SM: "sm_clock_hertz", pynvml.NVML_CLOCK_GRAPHIC
                "sm_clock_hertz", pynvml.NVML_CLOCK_MEM: "memory_clock_hertz"}
 
 
-class DeviceSymbols:
+class DeviceSymbols(FakeCore):
     """Mixin of FakeNvmlLibrary."""
 
     # -- identity -----------------------------------------------------------
@@ -169,10 +170,9 @@ class DeviceSymbols:
         if out.version != pynvml.nvmlMemory_v2:
             return ERROR_ARGUMENT_VERSION_MISMATCH
         keys = ("memory_total_bytes", "memory_reserved_bytes", "memory_free_bytes")
-        values = [self.nvml_units(gpu, k) for k in keys]
-        if None in values:
+        total, reserved, free = (self.nvml_units(gpu, k) for k in keys)
+        if total is None or reserved is None or free is None:
             return ERROR_NOT_SUPPORTED
-        total, reserved, free = values
         out.total, out.reserved, out.free = total, reserved, free
         out.used = max(0, total - reserved - free)
         return SUCCESS

@@ -16,6 +16,7 @@ from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.health import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
+from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
 
@@ -67,7 +68,7 @@ def _fixed(gpu: FakeGpu, field_id: int, fault_kinds: frozenset[str]) -> bool:
     return _FAULT_KIND_OF.get(field_id) not in fault_kinds
 
 
-class FieldSymbols:
+class FieldSymbols(FakeCore):
     """Mixin of FakeNvmlLibrary."""
 
     def _nvmlDeviceGetFieldValues(self, handle, count, values) -> int:

@@ -21,6 +21,7 @@ import pynvml
 
 from exporter.gpu import gpm
 from exporter.sim.cstructs import target, write_pointer
+from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import FakeGpu
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
@@ -49,7 +50,7 @@ class _Sample:
     time: float = 0.0
 
 
-class GpmSymbols:
+class GpmSymbols(FakeCore):
     """Mixin of FakeNvmlLibrary."""
 
     def init_gpm(self) -> None:

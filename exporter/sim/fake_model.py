@@ -12,11 +12,12 @@ import math
 from collections.abc import Callable
 
 from exporter.gpu import catalogue
+from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import CLOCK_EVENT_BITS
 
 
-class ModelValues:
+class ModelValues(FakeCore):
     """Mixin of FakeNvmlLibrary (which provides scenario, clock, now(), start, faults())."""
 
     def init_model(self) -> None:
@@ -32,6 +33,12 @@ class ModelValues:
                 return replayed
         method = self._model_methods.get(key) or self.model_method(key)
         return None if method is None else method(gpu, t)
+
+    def modelled(self, gpu: FakeGpu, key: str, t: float) -> float:
+        """A value the model always has for this GPU (one another value derives from)."""
+        value = self.model(gpu, key, t)
+        assert value is not None, key
+        return value
 
     def model_method(self, key: str) -> Callable[[FakeGpu, float], float | None] | None:
         """The bound `_model_<key>` (None: the model has no such value), looked up once."""
@@ -102,7 +109,7 @@ class ModelValues:
         return 28.0 + 0.056 * load + gpu.temperature_offset + self.clock_events(gpu, t)[2]
 
     def _model_memory_temperature_celsius(self, gpu: FakeGpu, t: float) -> float:
-        return self.model(gpu, "temperature_celsius", t) + 6
+        return self.modelled(gpu, "temperature_celsius", t) + 6
 
     def _model_sm_clock_hertz(self, gpu: FakeGpu, t: float) -> float:
         dev = self.scenario.device
@@ -129,8 +136,8 @@ class ModelValues:
         return round(self.scenario.device.memory_total_bytes * 0.0066 / 2**20) * 2**20
 
     def _model_memory_free_bytes(self, gpu: FakeGpu, t: float) -> float:
-        used = max(self.model(gpu, "memory_used_bytes", t),
-                   self.model(gpu, "memory_reserved_bytes", t))
+        used = max(self.modelled(gpu, "memory_used_bytes", t),
+                   self.modelled(gpu, "memory_reserved_bytes", t))
         return self.scenario.device.memory_total_bytes - used
 
     def _model_encoder_utilization_ratio(self, gpu: FakeGpu, t: float) -> float:

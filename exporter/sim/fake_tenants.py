@@ -16,6 +16,7 @@ As on the hardware:
 from __future__ import annotations
 
 from exporter.sim.cstructs import target, value_of
+from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.tenants import MigInstanceSpec, mig_uuid, processes_at
 
@@ -29,7 +30,7 @@ MIB = 1024 * 1024
 INSTANCE_BASE_MEMORY = 512 * MIB  # a MIG instance's context memory with no process
 
 
-class TenantSymbols:
+class TenantSymbols(FakeCore):
     """Mixin of FakeNvmlLibrary (which provides scenario, gpus, gpu(), now(), elapsed())."""
 
     # -- MIG layout ---------------------------------------------------------------------
@@ -171,9 +172,10 @@ class TenantSymbols:
             listed = [p for p in self.running(gpu.index)
                       if p.gpu_instance == instance.gpu_instance]
         else:
-            gpu = self.gpu(handle)
-            if gpu is None:
+            whole = self.gpu(handle)
+            if whole is None:
                 return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
+            gpu = whole
             listed = self.running(gpu.index)
         size = target(count)
         if procs is None or size.value < len(listed):

@@ -31,11 +31,11 @@ from collections.abc import Callable
 import numpy as np
 
 from exporter.gpu import catalogue, gpm
-from exporter.offline.trace import Trace, TraceError, power_gpus
-from exporter.sampling.power import SAMPLES_PER_SECOND_KEPT
+from exporter.sampling.power_loop import SAMPLES_PER_SECOND_KEPT
 from exporter.sim.fake import FakeNvmlLibrary
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import DeviceSpec, Scenario, Workload
+from exporter.traces.trace import Trace, TraceError, power_gpus
 
 UNNAMED = "replayed GPU"  # a GPU whose name the trace did not record
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from exporter.yamlfile import (
     Where,
     expect_mapping,
     get_bool,
+    get_int,
     get_number,
     get_string,
     load_yaml,
@@ -233,7 +234,7 @@ def _spec(cls, mapping: dict, where: Where, *, strings=(), ints=(), bools=(), bo
     defaults = cls()
     names = {f for f in cls.__dataclass_fields__}
     expect_mapping(mapping, where, names)
-    values = {}
+    values: dict[str, object] = {}
     for name in names:
         default = getattr(defaults, name)
         if name in strings:
@@ -254,7 +255,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
     where = Where(source, data)
     top = expect_mapping(data, where, {"description", "gpus", "seed", "device", "workload",
                                        "gpu_overrides", "events", "processes", "mig"})
-    gpus = get_number(top, "gpus", where, 8, low=1, high=64, integer=True)
+    gpus = get_int(top, "gpus", where, 8, low=1, high=64)
     device = _spec(DeviceSpec, top.get("device") or {}, where.child("device", top.get("device")),
                    strings=("name", "driver_version", "nvml_version"),
                    ints=("memory_total_bytes", "pcie_generation", "pcie_width", "nvlinks",
@@ -280,7 +281,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
     for item in raw_overrides:
         item_where = where.child("gpu_overrides", item)
         expect_mapping(item, item_where, set(GpuOverride.__dataclass_fields__) | {"gpu"})
-        gpu = get_number(item, "gpu", item_where, -1, low=0, high=gpus - 1, integer=True)
+        gpu = get_int(item, "gpu", item_where, -1, low=0, high=gpus - 1)
         rest = {k: v for k, v in item.items() if k != "gpu"}
         overrides[gpu] = _spec(GpuOverride, rest, item_where,
                                bounds={"temperature_offset_celsius": (-50, 100),
@@ -300,7 +301,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
         name=name,
         description=get_string(top, "description", where, "") or "",
         gpus=gpus,
-        seed=get_number(top, "seed", where, 1, low=0, high=2**31, integer=True),
+        seed=get_int(top, "seed", where, 1, low=0, high=2**31),
         device=device,
         workload=workload,
         overrides=overrides,
@@ -313,8 +314,9 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
 def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
     kind = item.get("kind") if isinstance(item, dict) else None
     if kind not in FAULT_PARAMS:
-        expect_mapping(item, where, {"kind"} | set(item or {}))
+        expect_mapping(item, where, {"kind"} | (set(item) if isinstance(item, dict) else set()))
         raise where.error("kind", f"expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
+    assert isinstance(item, dict)  # it has a kind
     spec = FAULT_PARAMS[kind]
     mapping = expect_mapping(item, where, {"kind", "at", "until", "gpu"} | set(spec))
     at = get_number(mapping, "at", where, 0, low=0, high=1e9)
@@ -323,15 +325,16 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
         until = get_number(mapping, "until", where, 0, low=at, high=1e9)
     gpu = mapping.get("gpu")
     if gpu is not None:
-        gpu = get_number(mapping, "gpu", where, 0, low=0, high=gpus - 1, integer=True)
+        gpu = get_int(mapping, "gpu", where, 0, low=0, high=gpus - 1)
     params: dict = {}
     for name, (kind_of, default, required) in spec.items():
         if required and name not in mapping:
             raise where.error(name, f"required for kind {kind}")
         if kind_of == _STR:
-            params[name] = get_string(mapping, name, where, default)
+            params[name] = get_string(mapping, name, where,
+                                      default if isinstance(default, str) else None)
         elif kind_of == _BOOL:
-            params[name] = get_bool(mapping, name, where, default)
+            params[name] = get_bool(mapping, name, where, bool(default))
         elif kind_of == _LIST:
             value = mapping.get(name, default)
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -340,7 +343,8 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
         elif default is None and name not in mapping:
             params[name] = None
         else:
-            params[name] = get_number(mapping, name, where, default or 0, low=0, high=1e12,
+            number = default if isinstance(default, int | float) else 0
+            params[name] = get_number(mapping, name, where, number, low=0, high=1e12,
                                       integer=kind_of == _INT)
     if kind == "error" and params["error"] not in ERROR_CODES:
         raise where.error("error", f"expected one of {', '.join(ERROR_CODES)}, "

@@ -15,7 +15,7 @@ import math
 import uuid as uuidlib
 from dataclasses import dataclass
 
-from exporter.yamlfile import Where, expect_mapping, get_number, get_string
+from exporter.yamlfile import Where, expect_mapping, get_int, get_number, get_string
 
 __all__ = ["DEFAULT_TRAINER_PID", "FakeProcess", "MigInstanceSpec", "MigSpec", "ProcessSpec",
            "mig_uuid", "parse_mig", "parse_processes", "processes_at"]
@@ -130,15 +130,14 @@ def _parse_process(item: object, where: Where, gpus: int) -> ProcessSpec:
                 for k in ("duration", "every") if k in mapping}
     spec = ProcessSpec(
         gpus=_gpu_list(mapping["gpu"], where, "gpu", gpus),
-        pid=get_number(mapping, "pid", where, 0, low=1, high=4_000_000, integer=True),
+        pid=get_int(mapping, "pid", where, 0, low=1, high=4_000_000),
         name=name, container=container,
-        memory_bytes=get_number(mapping, "memory_bytes", where, 0, low=0, high=2**50,
-                                integer=True),
+        memory_bytes=get_int(mapping, "memory_bytes", where, 0, low=0, high=2**50),
         sm_util=get_number(mapping, "sm_util", where, 0.0, low=0, high=1),
         start=get_number(mapping, "start", where, 0.0, low=0, high=1e9),
         duration=optional.get("duration"), every=optional.get("every"),
-        gpu_instance=(get_number(mapping, "gpu_instance", where, 0, low=0, high=63,
-                                 integer=True) if "gpu_instance" in mapping else None))
+        gpu_instance=(get_int(mapping, "gpu_instance", where, 0, low=0, high=63)
+                      if "gpu_instance" in mapping else None))
     if spec.every is not None and (spec.duration is None or spec.duration > spec.every):
         raise where.error("every", "a repeating process needs a duration of at most `every`")
     return spec
@@ -208,15 +207,14 @@ def _parse_instance(item: object, where: Where) -> MigInstanceSpec:
     for required in ("gpu_instance", "slices", "memory_mib"):
         if required not in mapping:
             raise where.error(required, "required for a MIG instance")
-    slices = get_number(mapping, "slices", where, 1, low=1, high=8, integer=True)
-    compute = (get_number(mapping, "compute_slices", where, 1, low=1, high=slices, integer=True)
+    slices = get_int(mapping, "slices", where, 1, low=1, high=8)
+    compute = (get_int(mapping, "compute_slices", where, 1, low=1, high=slices)
                if "compute_slices" in mapping else None)
     return MigInstanceSpec(
-        gpu_instance=get_number(mapping, "gpu_instance", where, 0, low=0, high=63, integer=True),
+        gpu_instance=get_int(mapping, "gpu_instance", where, 0, low=0, high=63),
         slices=slices,
-        memory_mib=get_number(mapping, "memory_mib", where, 1, low=1, high=2**24, integer=True),
-        compute_instance=get_number(mapping, "compute_instance", where, 0, low=0, high=63,
-                                    integer=True),
+        memory_mib=get_int(mapping, "memory_mib", where, 1, low=1, high=2**24),
+        compute_instance=get_int(mapping, "compute_instance", where, 0, low=0, high=63),
         compute_slices=compute)
 
 
@@ -226,7 +224,8 @@ def parse_mig(raw: object, where: Where, gpus: int) -> tuple[MigSpec, ...]:
         return ()
     if not isinstance(raw, list):
         raise where.error("mig", "expected a list")
-    out, seen = [], set()
+    out: list[MigSpec] = []
+    seen: set[int] = set()
     for item in raw:
         item_where = where.child("mig", item)
         mapping = expect_mapping(item, item_where, {"gpu", "instances"})

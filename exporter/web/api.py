@@ -23,10 +23,11 @@ import numpy as np
 
 from exporter import __version__
 from exporter.metrics.render import RenderedSnapshot
+from exporter.sampling.collector_api import JobHolders
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings import findings
-from exporter.web.health import Readiness
 from exporter.web.jsonarrays import json_array
+from exporter.web.probes import Readiness
 from exporter.web.wording import number
 
 POWER, FINDINGS = "/api/v1/power", "/api/v1/findings"
@@ -75,8 +76,8 @@ class PowerQuery:
 
 def history_seconds(snapshot: Snapshot) -> int:
     """The longest window /api/v1/power serves: what the ring buffer is sized for."""
-    buffer = snapshot.power_history
-    return max(1, int(getattr(buffer, "history_seconds", 0) or 660))
+    history = snapshot.power_history
+    return max(1, int(history.history_seconds if history is not None else 0) or 660)
 
 
 def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
@@ -97,19 +98,18 @@ def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
 def power_body(snapshot: Snapshot, query: PowerQuery) -> bytes:
     """{"gpus": {"0": series, ...}, "node": series, "sample_interval_seconds",
     "observable_band_hz", ...}; series = {"timestamps", "watts", "decimated"}."""
-    buffer = snapshot.power_history
+    history = snapshot.power_history
     interval = _interval(snapshot)
-    end = buffer.latest_time() if buffer is not None else None
     gpus = range(snapshot.gpu_count) if query.gpu is None else (query.gpu,)
     parts = []
     for gpu in gpus:
-        if end is None:
+        if history is None:
             times, watts = np.zeros(0), np.zeros(0)
         else:
-            times, watts = buffer.window(gpu, query.seconds, end)
+            times, watts = history.window(gpu, query.seconds)
         parts.append(b'"%d":' % gpu + _series(times, watts))
-    if end is not None and interval:
-        grid, per_gpu = buffer.grid(query.seconds, interval, end)
+    if history is not None and history.end is not None and interval:
+        grid, per_gpu = history.grid(query.seconds, interval)
         node = _node_sum(per_gpu)
     else:
         grid, node = np.zeros(0), np.zeros(0)
@@ -123,7 +123,7 @@ def power_body(snapshot: Snapshot, query: PowerQuery) -> bytes:
 
 def _interval(snapshot: Snapshot) -> float | None:
     """The node's native interval: the median of its GPUs' sample intervals."""
-    values = [s.sample_interval_seconds for s in snapshot.power_sources.values()
+    values = [s.sample_interval_seconds for s in snapshot.power_sampling.values()
               if s.sample_interval_seconds]
     return max(float(np.median(values)), 0.001) if values else None
 
@@ -198,7 +198,7 @@ def _step(snapshot: Snapshot) -> dict[str, Any] | None:
     no clear step swing shows in its compute plateaus."""
     analysis = snapshot.power_analysis
     swing = analysis.step_swing if analysis is not None else None
-    if swing is None:
+    if analysis is None or swing is None:
         return None
     return {"period_seconds": number(swing.period_seconds, 6),
             "frequency_hz": number(swing.frequency_hz, 6),
@@ -210,12 +210,11 @@ def _step(snapshot: Snapshot) -> dict[str, Any] | None:
 
 def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
     """GPU -> the jobs (or pods) holding it, from any collector whose reading maps them
-    (the jobs collector's JobsReading.jobs)."""
+    (`JobHolders`: the jobs collector's reading)."""
     out: dict[int, tuple[str, ...]] = {}
     for result in snapshot.collectors.values():
-        mapping = getattr(result.reading, "jobs", None)
-        if hasattr(mapping, "items"):
-            for gpu, ids in mapping.items():
+        if isinstance(result.reading, JobHolders):
+            for gpu, ids in result.reading.jobs_by_gpu().items():
                 out[int(gpu)] = out.get(int(gpu), ()) + tuple(str(i) for i in ids)
     return out
 

@@ -63,6 +63,7 @@ def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
     swing = analysis.swing
     if analysis.swinging and swing is not None and swing.node.frequency_hz:
         node = swing.node
+        assert node.frequency_hz  # as just checked
         share = (f" ({percent(node.amplitude_ratio)} of the power limits)"
                  if node.amplitude_ratio is not None else "")
         out.append(finding(
@@ -138,19 +139,20 @@ def straggler_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
         return []
     out = []
     report = analysis.report
+    report_time = report.time if report is not None else snapshot.time
     for gpu, g in sorted(report.gpus.items()) if report is not None else ():
         if not g.straggler or not g.signals:
             continue
         phrases = [_signal_phrase(sig, g.scores[sig]) for sig in g.signals]
         peers = f"its peers in job {g.group}" if g.group and g.group != "unassigned" else (
             "its peers")
-        since = g.since if g.since is not None else report.time
+        since = g.since if g.since is not None else report_time
         also = f" (also: {', '.join(p.replace('its peers', 'peers') for p in phrases[1:])})" \
             if len(phrases) > 1 else ""
         message = (f"GPU {gpu} is a straggler: {phrases[0].replace('its peers', peers)} "
                    f"for {duration(snapshot.time - since)}{also}")
         out.append(finding(
-            "straggler", WARNING, message, report.time, gpu=gpu, since=since,
+            "straggler", WARNING, message, report_time, gpu=gpu, since=since,
             group=g.group, signals={sig: _score_details(g.scores[sig]) for sig in g.signals}))
     stall = analysis.stall
     if stall is not None and stall.stalled:

@@ -9,7 +9,7 @@ reload swaps them for new connections and requests (set_web_config). What a clie
 make the server hold is bounded (ServerLimits): connections (one thread each; idle
 and slow ones evicted first, see exporter/web/connections.py), requests answered at
 once, time and bytes for a request head, and no request bodies. /healthz and /readyz
-mean what exporter/web/health.py says.
+mean what exporter/web/probes.py says.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
 from exporter.web import api, clientsans, static
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
-from exporter.web.health import HealthCheck
 from exporter.web.page import PAGE_HEADERS, landing_page
+from exporter.web.probes import Probes
 from exporter.web.ratelimit import TokenBucket
 from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
@@ -72,7 +72,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], current: Callable[[], RenderedSnapshot | None],
-                 health: HealthCheck, web: WebConfig | None = None,
+                 health: Probes, web: WebConfig | None = None,
                  limits: ServerLimits | None = None):
         self.current = current
         self.health = health
@@ -117,7 +117,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         return HttpStats(self.limits.max_connections, c.by_state(), dict(c.evicted_by_state),
                          c.refused, c.timed_out, self.busy_refusals)
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
+    def process_request(self, request, client_address) -> None:
         conn = self.connections.admit(request)
         if conn is None:  # every connection is answering a request: refuse, quickly
             if not self.web.tls:
@@ -133,7 +133,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         except RuntimeError:  # cannot start a thread
             self.shutdown_request(request)
 
-    def shutdown_request(self, request) -> None:  # type: ignore[override]
+    def shutdown_request(self, request) -> None:
         with self._conn_lock:
             conn = self._conn_of.pop(request, None)
         if conn is not None:
@@ -160,7 +160,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
                         break
                     for key, _ in ready:
                         if key.fileobj is self:
-                            self._handle_request_noblock()
+                            # socketserver's own step (private, so not in its stubs)
+                            self._handle_request_noblock()  # type: ignore[attr-defined]
                         else:
                             os.read(self._wake_r, 512)
                     self.connections.reap()
@@ -177,7 +178,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         with contextlib.suppress(OSError):  # full (a wake-up is pending), or closed
             os.write(self._wake_w, b"\0")
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+    def handle_error(self, request, client_address) -> None:
         log.debug("connection from %s ended with an error", client_address, exc_info=True)
 
     def server_close(self) -> None:
@@ -280,7 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Closed("evicted")
         self.conn = conn
         limits = self.server.limits
-        self.timeout = limits.io_timeout_seconds
+        # per connection: StreamRequestHandler reads it from the instance
+        self.timeout = limits.io_timeout_seconds  # type: ignore[misc]
         self.request.settimeout(limits.io_timeout_seconds)
         context = self.server.security.web.ssl_context
         if context is not None:

@@ -1,7 +1,7 @@
 """Figures about serving that the Snapshot does not carry (it is the sampler's).
 
 The server and the reloader fill these; the app hands them to the renderer with each
-snapshot (exporter/metrics/web.py turns them into families), so they are as fresh as
+snapshot (exporter/web/families.py turns them into families), so they are as fresh as
 the snapshot they are served with and cost a scrape nothing.
 """
 

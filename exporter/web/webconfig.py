@@ -214,6 +214,7 @@ def _tls_context(section: tuple[dict, Where],
                                       "without them)")
             return None, None  # exporter-toolkit too serves plain HTTP without a certificate
         if cert is None:
+            assert key is not None  # not both None: returned above
             raise where.error(key.key, f"{key.key} is set but cert_file (or cert) is missing")
         if key is None:
             raise where.error(cert.key, f"{cert.key} is set but key_file (or key) is missing")

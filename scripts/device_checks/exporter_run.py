@@ -92,9 +92,9 @@ def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str],
     """Run the exporter for ~`seconds`; failures, warnings and a summary with its CPU."""
     # profiling every 2 s (10 s by default) so that its ratios are in the second scrape;
     # every family (profile full), so that each is checked on the hardware
-    exp = Exporter(Config(listen_address="127.0.0.1:0", fake=use_fake, energy_interval_seconds=2,
-                          collector_infiniband=False, profiling_interval_seconds=2,
-                          metrics_profile="full"))
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=use_fake, energy_interval_seconds=2,
+                             collector_infiniband=False, profiling_interval_seconds=2,
+                             metrics_profile="full"))
     exp.start()
     try:
         time.sleep(3)
@@ -115,7 +115,7 @@ def check_metrics(use_fake: bool, seconds: float) -> tuple[list[str], list[str],
     summary = {
         "gpus": gpus, "power_source": sorted(sources),
         "power_samples_per_second_per_gpu": round(
-            sum(p.samples_total for p in snap.power_sources.values()) / max(gpus, 1)
+            sum(p.samples_total for p in snap.power_sampling.values()) / max(gpus, 1)
             / max(time.time() - snap.started_at, 1e-9), 1),
         "observable_band_hz": round(snap.observable_band_hz[1], 2),
         "process_cpu_percent": round(cpu * 100, 2),

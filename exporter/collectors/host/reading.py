@@ -1,7 +1,7 @@
 """A few host figures through psutil: CPU, memory, load, per-interface network counters.
 
 Only what the dashboards next to training use (node_exporter covers the rest). The
-arithmetic is pure (:func:`cpu_busy_ratio`, :func:`keep_interface`); :class:`HostSource`
+arithmetic is pure (:func:`cpu_busy_ratio`, :func:`keep_interface`); :class:`HostCollector`
 does the psutil calls, each on its own: one call that fails (a platform without load
 average, a ``/proc`` file that cannot be read) leaves that part out and is counted by
 call name, the rest of the reading still stands.
@@ -23,16 +23,13 @@ from typing import Any
 
 import psutil
 
-from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
-
 __all__ = [
     "CALLS",
     "DEFAULT_NETWORK_EXCLUDE",
     "MAX_INTERFACES",
     "CpuTimes",
     "HostReading",
-    "HostSource",
+    "HostCollector",
     "InterfaceCounters",
     "cpu_busy_ratio",
     "keep_interface",
@@ -105,7 +102,7 @@ class HostReading:
     errors_total: Mapping[str, int] = field(default_factory=dict)
 
 
-class HostSource:
+class HostCollector:
     """Reads the host figures through ``ps`` (the psutil module; tests hand in a stand-in)."""
 
     name = "host"
@@ -178,30 +175,3 @@ class HostSource:
             for n in names
             for c in (nics[n],)
         }
-
-
-def _network_exclude_problem(text: str) -> str | None:
-    try:
-        re.compile(text)
-    except re.error as exc:
-        return f"invalid regular expression: {exc}"
-    return None
-
-
-def _families(reading: HostReading, snapshot: object):
-    from exporter.collectors.host_families import host_families
-
-    return host_families(reading)
-
-
-SPEC = CollectorSpec(
-    name="host",
-    help="CPU, memory, load and per-interface network figures through psutil",
-    default=True,
-    factory=lambda config, context: HostSource(config.host_network_exclude),
-    families=_families,
-    options=(Option("host_network_exclude", "--collector.host.network-exclude", str,
-                    DEFAULT_NETWORK_EXCLUDE, "network interfaces to leave out, a regex (loopback "
-                    "and container/VM interfaces)", metavar="REGEX",
-                    check=_network_exclude_problem),),
-)

@@ -29,9 +29,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.collectors.registry import CollectorContext, CollectorSpec
+from exporter.sampling.collector_api import CollectorContext
 
-__all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigSource", "profile_name",
+__all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigCollector", "profile_name",
            "read_mig_devices"]
 
 #: MIG device handles asked per GPU at most (7 on A100/H100/H200).
@@ -115,7 +115,7 @@ def read_mig_devices(backend: Any, gpu: int) -> tuple[bool | None, list[MigDevic
     return True, devices
 
 
-class MigSource:
+class MigCollector:
     """Reads every readable GPU's MIG mode and devices."""
 
     name = "mig"
@@ -137,22 +137,3 @@ class MigSource:
                     modes[gpu] = mode
                 devices += found
         return MigReading(tuple(devices), modes)
-
-
-def _families(reading: MigReading, snapshot: object):
-    from exporter.collectors.mig_families import mig_families
-
-    return mig_families(reading, snapshot)
-
-
-def _make(config: Any, context: CollectorContext) -> MigSource:
-    return MigSource(context)
-
-
-SPEC = CollectorSpec(
-    name="mig",
-    help="MIG mode of each GPU, and each MIG instance's identity, profile and memory",
-    default=True,
-    factory=_make,
-    families=_families,
-)

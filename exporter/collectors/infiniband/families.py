@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.infiniband import (
+from exporter.collectors.infiniband.reading import (
     SKIP_REASONS,
     InfinibandPort,
     InfinibandReading,
@@ -339,13 +339,20 @@ FAMILIES: tuple[FamilySpec, ...] = (
 )
 
 
-def _new(spec: FamilySpec, labels: tuple[str, ...] | None = None) -> Metric:
-    labels = list(spec.labels if labels is None else labels)
+Family = CounterMetricFamily | GaugeMetricFamily  # one number per sample
+
+
+def _new(spec: FamilySpec) -> Family:
     if spec.type == "counter":
-        return CounterMetricFamily(spec.name, spec.help, labels=labels)
-    if spec.type == "gauge":
-        return GaugeMetricFamily(spec.name, spec.help, labels=labels)
-    return InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=labels)
+        return CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+    assert spec.type == "gauge", spec.name
+    return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+
+
+def _new_info(spec: FamilySpec) -> InfoMetricFamily:
+    """An info family whose samples carry every label themselves."""
+    assert spec.type == "info", spec.name
+    return InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=[])
 
 
 def _port_counters(
@@ -354,7 +361,7 @@ def _port_counters(
     known: Mapping[str, FamilySpec],
     generic: dict[tuple[str, str, str], float],
 ) -> Iterator[Metric]:
-    families: dict[str, Metric] = {}
+    families: dict[str, Family] = {}
     for p in ports:
         labels = [p.device, str(p.port)]
         for name, value in getattr(p, field).items():
@@ -376,7 +383,7 @@ def infiniband_families(reading: InfinibandReading) -> Iterator[Metric]:
     ports = [p for d in reading.devices for p in d.ports]
 
     if reading.devices:
-        info = _new(DEVICE_INFO, ())
+        info = _new_info(DEVICE_INFO)
         for d in reading.devices:
             info.add_metric(
                 [],
@@ -391,7 +398,7 @@ def infiniband_families(reading: InfinibandReading) -> Iterator[Metric]:
         yield info
 
     if ports:
-        pinfo = _new(PORT_INFO, ())
+        pinfo = _new_info(PORT_INFO)
         state, phys, rate = _new(STATE_ID), _new(PHYS_STATE_ID), _new(RATE)
         for p in ports:
             labels = [p.device, str(p.port)]

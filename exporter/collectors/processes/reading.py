@@ -34,14 +34,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
-from exporter.collectors.procfs import ProcLabels, ProcReader
-from exporter.collectors.registry import CollectorContext, CollectorSpec
-from exporter.options import Option
+from exporter.collectors.processes.procfs import ProcLabels, ProcReader
+from exporter.sampling.collector_api import CollectorContext
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX", "GpuProcess", "ProcessesReading",
-           "ProcessesSource", "split_energy"]
+           "ProcessesCollector", "split_energy"]
 
 DEFAULT_INTERVAL = 15.0
 DEFAULT_MAX = 256
@@ -108,7 +106,7 @@ def _utilization_shares(samples: list) -> tuple[dict[int, float], int]:
     return {pid: sum(v) / len(v) / 100.0 for pid, v in sums.items()}, newest
 
 
-class ProcessesSource:
+class ProcessesCollector:
     name = "processes"
 
     def __init__(self, context: CollectorContext, max_processes: int = DEFAULT_MAX,
@@ -188,9 +186,9 @@ class ProcessesSource:
         state.per_pid = {pid: state.per_pid.get(pid, 0.0) for pid in pids}
         out = []
         for pid in pids:
-            share = None if seen.shares is None else seen.shares.get(pid, 0.0)
-            joules = None if seen.shares is None else state.per_pid[pid]
-            out.append(GpuProcess(gpu, pid, seen.memory.get(pid), share, joules,
+            pid_share = None if seen.shares is None else seen.shares.get(pid, 0.0)
+            pid_joules = None if seen.shares is None else state.per_pid[pid]
+            out.append(GpuProcess(gpu, pid, seen.memory.get(pid), pid_share, pid_joules,
                                   seen.instance.get(pid), self._proc_labels(pid)))
         return out
 
@@ -220,41 +218,3 @@ class ProcessesSource:
         """A PID that left may be reused by another process: read it afresh then."""
         for pid in [p for p in self._labels if p not in pids]:
             del self._labels[pid]
-
-
-def _families(reading: ProcessesReading, snapshot: object):
-    from exporter.collectors.processes_families import processes_families
-
-    return processes_families(reading, snapshot)
-
-
-def _make(config: Any, context: CollectorContext) -> ProcessesSource:
-    # a fake or replayed node's PIDs are made up: /proc would name this host's processes
-    real = not (config.fake or config.replay) or config.path_procfs != "/proc"
-    procfs = config.path_procfs if config.processes_proc_labels and real else None
-    return ProcessesSource(context, config.processes_max, procfs)
-
-
-SPEC = CollectorSpec(
-    name="processes",
-    help="per GPU and process: memory, SM utilization and the GPU's energy split by it "
-    "(nvmlDeviceGetProcessUtilization, ~2 ms of CPU per GPU a read)",
-    default=False,
-    factory=_make,
-    families=_families,
-    interval=lambda config: config.processes_interval_seconds,
-    options=(
-        Option("processes_interval_seconds", "--collector.processes.interval", float,
-               DEFAULT_INTERVAL, "how often processes and their utilization are read (8 GPUs "
-               "cost ~16 ms of CPU a read)", 1.0, 3600.0, metavar="SECONDS"),
-        Option("processes_max", "--collector.processes.max", int, DEFAULT_MAX,
-               "most processes exported per node; the rest are counted as dropped", 1,
-               100000, metavar="N"),
-        Option("processes_proc_labels", "--collector.processes.proc-labels", bool, True,
-               "read each new process's command name and container id from --path.procfs "
-               "(gpu_process_info)"),
-        Option("path_procfs", "--path.procfs", str, "/proc", "procfs mount point (as "
-               "node_exporter's flag); the host's, for the PIDs NVML reports",
-               metavar="DIR"),
-    ),
-)

@@ -2,7 +2,7 @@
 
 Reading and parsing are kept apart: the ``parse_*`` functions are pure (bytes in,
 values out, :class:`BadValue` with a reason for anything unusable); the
-:class:`InfinibandSource` walks the tree, reads every file with one bounded
+:class:`InfinibandCollector` walks the tree, reads every file with one bounded
 ``os.read`` and hands the bytes to the parsers.
 
 One bad file (``N/A (no PMA)``, empty, garbage, negative, past 2^64-1, or a read
@@ -23,9 +23,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
-from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
-
 __all__ = [
     "DATA_COUNTERS",
     "MAX_READ_BYTES",
@@ -34,7 +31,7 @@ __all__ = [
     "InfinibandDevice",
     "InfinibandPort",
     "InfinibandReading",
-    "InfinibandSource",
+    "InfinibandCollector",
     "parse_counter",
     "parse_rate",
     "parse_state",
@@ -256,7 +253,7 @@ def _is_dir(walk: _Walk, path: str) -> bool:
     return True
 
 
-class InfinibandSource:
+class InfinibandCollector:
     """Reads every InfiniBand/RoCE device under ``<sysfs_root>/class/infiniband``."""
 
     name = "infiniband"
@@ -394,20 +391,3 @@ class InfinibandSource:
         except BadValue as exc:
             walk.skip(exc.reason)
             return None
-
-
-def _families(reading: InfinibandReading, snapshot: object):
-    from exporter.collectors.infiniband_families import infiniband_families
-
-    return infiniband_families(reading)
-
-
-SPEC = CollectorSpec(
-    name="infiniband",
-    help="InfiniBand/RoCE port counters and state from sysfs",
-    default=True,
-    factory=lambda config, context: InfinibandSource(config.path_sysfs),
-    families=_families,
-    options=(Option("path_sysfs", "--path.sysfs", str, "/sys",
-                    "sysfs mount point (as node_exporter's flag)", metavar="DIR"),),
-)

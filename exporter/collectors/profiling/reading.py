@@ -21,19 +21,19 @@ math pipe), which the live straggler analysis takes as its `compute` signal.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-
-from exporter.collectors.registry import CollectorContext, CollectorSpec
 from exporter.gpu import gpm
-from exporter.options import RECORD, RUN, Option
+from exporter.sampling.collector_api import (
+    CollectorContext,
+    ComputeHistory,
+    ComputeShares,
+    HoldsResources,
+)
 
-__all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "ProfilingSource"]
+__all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "ProfilingCollector"]
 
 #: Seconds between GPM samples (see the module's docstring for the CPU it costs).
 DEFAULT_INTERVAL_SECONDS = 10.0
@@ -49,18 +49,18 @@ class GpuProfile:
 
 
 @dataclass(frozen=True)
-class ProfilingReading:
+class ProfilingReading(ComputeHistory):
     time: float
     gpus: Mapping[int, GpuProfile]
     # gpu -> ((end of interval, compute share), ...), oldest first, over HISTORY_SECONDS
     history: Mapping[int, tuple[tuple[float, float], ...]]
 
-    def compute_history(self) -> Mapping[int, tuple[tuple[float, float], ...]]:
+    def compute_history(self) -> ComputeShares:
         """Each GPU's recent compute shares (the sampler hands them to the analyses)."""
         return self.history
 
 
-class ProfilingSource:
+class ProfilingCollector(HoldsResources):
     """Reads GPM on every readable GPU of the node, one sample per GPU and read."""
 
     name = "profiling"
@@ -111,48 +111,3 @@ class ProfilingSource:
         """Free the GPM sample buffers (the sampler calls it once this stopped reading)."""
         for reader in self.readers:
             reader.close()
-
-
-def _families(reading: ProfilingReading, snapshot: Any) -> Iterator[Metric]:
-    labels = {i.index: [str(i.index), i.uuid] for i in snapshot.identities if i is not None}
-    supported = GaugeMetricFamily(
-        "gpu_profiling_supported", "1 where the GPU gives GPM profiling metrics; 0 with the "
-        "reason where not (unsupported_device: before Hopper; unsupported_driver; "
-        "no_permission: e.g. MIG mode; error).", labels=["gpu", "uuid", "reason"])
-    window = GaugeMetricFamily(
-        "gpu_profiling_window_seconds", "Time the profiling ratios are averaged over (between "
-        "the two GPM samples).", labels=["gpu", "uuid"])
-    ratios = {m.key: GaugeMetricFamily(m.metric, m.help, labels=["gpu", "uuid"])
-              for m in gpm.METRICS}
-    for gpu, profile in sorted(reading.gpus.items()):
-        if gpu not in labels or not snapshot.up(gpu):  # lost or hung: no stale series
-            continue
-        supported.add_metric([*labels[gpu], profile.status],
-                             1.0 if profile.status == gpm.SUPPORTED else 0.0)
-        interval = profile.reading
-        if interval is None:
-            continue
-        window.add_metric(labels[gpu], interval.end - interval.start)
-        for key, value in interval.values.items():
-            ratios[key].add_metric(labels[gpu], value)
-    yield supported
-    yield window
-    yield from ratios.values()
-
-
-INTERVAL = Option(
-    "profiling_interval_seconds", "--collector.profiling.interval", float,
-    DEFAULT_INTERVAL_SECONDS, "seconds between GPM samples; the profiling ratios average "
-    "over it (each read costs ~1.6 ms of CPU per GPU)", 1.0, 3600.0, metavar="SECONDS",
-    commands=(RUN, RECORD))
-
-SPEC = CollectorSpec(
-    name="profiling",
-    help="profiling metrics from NVML GPM (Hopper and later): SM, tensor, FP and DRAM "
-         "activity, the share of time the GPU computes rather than waits",
-    default=True,
-    factory=lambda config, context: ProfilingSource(context),
-    families=_families,
-    options=(INTERVAL,),
-    interval=lambda config: config.profiling_interval_seconds,
-)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.host import CALLS, HostReading
+from exporter.collectors.host.reading import CALLS, HostReading
 from exporter.collectors.registry import counts_by
 
 __all__ = ["host_families"]

@@ -18,7 +18,7 @@ from exporter.analysis.live_stragglers import (
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.power import PowerSampler
+from exporter.sampling.power_loop import PowerSampler
 
 # Finest and coarsest grids the analyses resample the native samples onto.
 FINEST_GRID_SECONDS = 0.02

@@ -3,14 +3,14 @@
 Two formats are read, sniffed from the first non-blank line:
 
 - ``nvidia-smi``: the CSV that ``nvidia-smi --query-gpu=... --format=csv`` prints
-  (read by exporter.offline.nvsmi);
+  (read by exporter.traces.nvsmi);
 - ``cte``: the exporter's own recording (see ``docs/trace-format.md``), written by
   :class:`TraceWriter`.
 
 Fatal problems raise :class:`TraceError` with a message ``FILE:LINE: message``.
 Malformed data lines are skipped: their count is ``Trace.skipped_lines`` and their
 line numbers (with the reason) are in ``Trace.skipped``.  Implausible values (not
-finite, outside what a GPU can report; exporter.offline.checks) are dropped and
+finite, outside what a GPU can report; exporter.traces.checks) are dropped and
 counted in ``Trace.rejected``.
 """
 
@@ -28,8 +28,8 @@ from typing import IO
 
 import numpy as np
 
-from exporter.offline.checks import gpu_index_problem, screen, time_bounds
 from exporter.regularfile import read_regular
+from exporter.traces.checks import gpu_index_problem, screen, time_bounds
 
 CANONICAL_FIELDS: tuple[str, ...] = (
     "power_watts",
@@ -112,26 +112,6 @@ def power_gpus(trace: Trace) -> tuple[list[int], list[str]]:
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def load_trace(path: str | os.PathLike[str], gpus: int | None = None) -> Trace:
-    """Read a trace file, sniffing its format.
-
-    ``gpus`` assigns rows to GPUs in order (row i -> GPU i % gpus) for nvidia-smi
-    logs without an ``index`` column; it is ignored when the file says which GPU.
-    """
-    p = os.fspath(path)
-    if gpus is not None and gpus < 1:
-        raise TraceError(f"{p}: --gpus must be at least 1, got {gpus}")
-    lines = read_lines(p)
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is None:
-        raise TraceError(f"{p}:1: empty file: no header line")
-    if lines[first].startswith(CTE_MAGIC):
-        return _load_cte(p, lines, first)
-    from exporter.offline.nvsmi import load_nvidia_smi  # it builds on this module's types
-
-    return load_nvidia_smi(p, lines, first, gpus)
 
 
 def read_lines(path: str) -> list[str]:
@@ -236,7 +216,7 @@ def _cte_header(path: str, line: str) -> dict[str, object]:
     return meta
 
 
-def _load_cte(path: str, lines: list[str], hline: int) -> Trace:
+def load_cte(path: str, lines: list[str], hline: int) -> Trace:
     meta = _cte_header(path, lines[hline])
     col_line = next((i for i in range(hline + 1, len(lines)) if lines[i].strip()
                      and not lines[i].startswith("#")), None)
@@ -338,7 +318,7 @@ class TraceWriter:
                 raise ValueError(f"{self.path}: cannot append: not a cte trace with these fields")
             self._fh: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
             return
-        meta = {
+        meta: dict[str, object] = {
             "gpus": self.gpus,
             "tdp_watts": {str(k): float(v) for k, v in (tdp_watts or {}).items()},
             "fields": self.fields,

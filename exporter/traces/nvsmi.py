@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.offline.checks import screen
-from exporter.offline.trace import BadLine, Rows, Trace, TraceError, assemble, gpu_index
+from exporter.traces.checks import screen
+from exporter.traces.trace import BadLine, Rows, Trace, TraceError, assemble, gpu_index
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from prometheus_client.core import InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.jobs import DROP_REASONS, SKIP_REASONS, JobsReading
+from exporter.collectors.jobs.reading import DROP_REASONS, SKIP_REASONS, JobsReading
 from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 

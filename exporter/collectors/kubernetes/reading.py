@@ -24,7 +24,7 @@ file) and because whatever answers on that socket is not ours:
 - failures are counted by reason (`cte_kubernetes_pod_resources_failures_total`) and the
   last answer is served for :data:`KEEP_SECONDS` more (pods outlive a kubelet restart),
   then dropped;
-- the answer is decoded by hand (:mod:`exporter.collectors.podresources`), bounded to
+- the answer is decoded by hand (:mod:`exporter.collectors.kubernetes.podresources`), bounded to
   16 MiB, and at most :data:`MAX_SERIES` pod-device series are kept (the rest counted).
 
 gRPC is an optional dependency (the `kubernetes` extra, or `pip install grpcio`): without
@@ -45,13 +45,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from exporter.collectors.mig import read_mig_devices
-from exporter.collectors.podresources import BadMessage, ContainerDevices, parse_list_response
-from exporter.collectors.registry import CollectorContext, CollectorSpec
-from exporter.options import Option
+from exporter.collectors.kubernetes.podresources import (
+    BadMessage,
+    ContainerDevices,
+    parse_list_response,
+)
+from exporter.collectors.mig.reading import read_mig_devices
+from exporter.sampling.collector_api import CollectorContext, HoldsResources, JobGrouping
 
 __all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
-           "KubernetesReading", "KubernetesSource", "PodDevice"]
+           "KubernetesReading", "KubernetesCollector", "PodDevice"]
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class PodDevice:
 
 
 @dataclass(frozen=True)
-class KubernetesReading:
+class KubernetesReading(JobGrouping):
     devices: tuple[PodDevice, ...]  # the last answer's (kept KEEP_SECONDS after it)
     up: bool  # the last List succeeded
     failures_total: Mapping[str, int] = field(default_factory=dict)
@@ -111,7 +114,7 @@ class KubernetesReading:
         return {gpu: next(iter(names)) for gpu, names in pods.items() if len(names) == 1}
 
 
-def _import_grpc() -> Any:
+def import_grpc() -> Any:
     try:
         import grpc
     except ImportError:
@@ -213,7 +216,7 @@ class _Devices:
         return None
 
 
-class KubernetesSource:
+class KubernetesCollector(HoldsResources):
     name = "kubernetes"
 
     def __init__(self, socket_path: str, context: CollectorContext, timeout: float = 2.0,
@@ -340,46 +343,3 @@ class KubernetesSource:
                                                d.container))
         self._dropped += max(0, len(ordered) - MAX_SERIES)
         return tuple(ordered[:MAX_SERIES]), unmatched
-
-
-def _default(config: Any) -> bool:
-    """On when a socket is configured, or when the kubelet's is there at start."""
-    return config.kubernetes_pod_resources_socket is not None or os.path.exists(DEFAULT_SOCKET)
-
-
-def _families(reading: KubernetesReading, snapshot: object):
-    from exporter.collectors.kubernetes_families import kubernetes_families
-
-    return kubernetes_families(reading, snapshot)
-
-
-def _make(config: Any, context: CollectorContext) -> KubernetesSource:
-    path = config.kubernetes_pod_resources_socket or DEFAULT_SOCKET
-    return KubernetesSource(path, context, config.kubernetes_timeout_seconds, _import_grpc())
-
-
-def _path_problem(text: str) -> str | None:
-    return None if text.strip() else "expected a socket path"
-
-
-SPEC = CollectorSpec(
-    name="kubernetes",
-    help="which pod and container holds which GPU or MIG device, from the kubelet's "
-    "pod-resources API (default: on when --kubernetes.pod-resources-socket is given or "
-    f"{DEFAULT_SOCKET} exists at start)",
-    default=_default,
-    factory=_make,
-    families=_families,
-    interval=lambda config: config.kubernetes_refresh_interval_seconds,
-    options=(
-        Option("kubernetes_pod_resources_socket", "--kubernetes.pod-resources-socket", str,
-               None, f"the kubelet's pod-resources socket (unset: {DEFAULT_SOCKET}, used "
-               "when it exists at start; given: used even if it appears only later)",
-               metavar="PATH", optional=True, check=_path_problem),
-        Option("kubernetes_refresh_interval_seconds", "--kubernetes.refresh-interval", float,
-               5.0, "how often the kubelet is asked which pod holds which GPU", 0.5, 600.0,
-               metavar="SECONDS"),
-        Option("kubernetes_timeout_seconds", "--kubernetes.timeout", float, 2.0,
-               "deadline of one call to the kubelet", 0.1, 60.0, metavar="SECONDS"),
-    ),
-)

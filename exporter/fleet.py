@@ -27,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
+from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import private_nvml_module
 from exporter.sim import costs
@@ -45,6 +46,7 @@ from exporter.yamlfile import (
     LineDict,
     Where,
     expect_mapping,
+    get_int,
     get_number,
     get_string,
     load_yaml,
@@ -202,9 +204,8 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
     where = Where(source, data)
     top = expect_mapping(data, where, {"description", "nodes", "gpus_per_node", "seed",
                                        "infiniband", "jobs", "faults"})
-    n = nodes or get_number(top, "nodes", where, 8, low=1, high=MAX_NODES, integer=True)
-    g = gpus_per_node or get_number(top, "gpus_per_node", where, 8, low=1, high=64,
-                                    integer=True)
+    n = nodes or get_int(top, "nodes", where, 8, low=1, high=MAX_NODES)
+    g = gpus_per_node or get_int(top, "gpus_per_node", where, 8, low=1, high=64)
     ib = _parse_infiniband(top.get("infiniband") or {}, where)
     jobs = _parse_jobs(_list(top, "jobs", where), where, n, clip=nodes is not None)
     faults = _Faults(where, n, g, ib, clip=nodes is not None)
@@ -212,8 +213,7 @@ def parse_fleet_scenario(data: object, source: str, name: str, nodes: int | None
         faults.add(item)
     return FleetScenario(
         name=name, description=get_string(top, "description", where, "") or "", nodes=n,
-        gpus_per_node=g, seed=get_number(top, "seed", where, 1, low=0, high=2**20,
-                                         integer=True),
+        gpus_per_node=g, seed=get_int(top, "seed", where, 1, low=0, high=2**20),
         infiniband=ib, jobs=tuple(jobs), gpu_faults=tuple(faults.gpu),
         stragglers=tuple(faults.stragglers), ib_faults=tuple(faults.ib))
 
@@ -227,10 +227,10 @@ def _list(top: dict, key: str, where: Where) -> list:
 
 def _parse_infiniband(raw: object, where: Where) -> InfinibandSpec:
     ib_where = where.child("infiniband", raw)
-    expect_mapping(raw, ib_where, {f.name for f in dataclasses.fields(InfinibandSpec)})
+    raw = expect_mapping(raw, ib_where, {f.name for f in dataclasses.fields(InfinibandSpec)})
     defaults = InfinibandSpec()
     ib = InfinibandSpec(
-        hcas=get_number(raw, "hcas", ib_where, defaults.hcas, low=0, high=16, integer=True),
+        hcas=get_int(raw, "hcas", ib_where, defaults.hcas, low=0, high=16),
         rate=get_string(raw, "rate", ib_where, defaults.rate),
         link_layer=get_string(raw, "link_layer", ib_where, defaults.link_layer),
         bytes_per_second=get_number(raw, "bytes_per_second", ib_where,
@@ -284,15 +284,16 @@ class _Faults:
         kind = item.get("kind") if isinstance(item, dict) else None
         known = (*GPU_FAULTS, "straggler", *IB_FAULTS)
         if kind not in known:
-            expect_mapping(item, fw, set(item or {}))
+            expect_mapping(item, fw, set(item) if isinstance(item, dict) else set())
             raise fw.error("kind", f"expected one of {', '.join(known)}, got {kind!r}")
+        assert isinstance(item, dict)  # it has a kind
         if "node" not in item:
             raise fw.error("node", "required: the node index (0-based)")
         if self.clip and isinstance(item["node"], int) and item["node"] >= self.nodes:
             log.info("fault %s on node %s left out: the fleet has %d nodes", kind,
                      item["node"], self.nodes)
             return
-        node = get_number(item, "node", fw, -1, low=0, high=self.nodes - 1, integer=True)
+        node = get_int(item, "node", fw, -1, low=0, high=self.nodes - 1)
         if kind in GPU_FAULTS:
             self.gpu.append((node, _parse_event(_without(item, "node"), fw, self.gpus)))
         elif kind == "straggler":
@@ -304,7 +305,7 @@ class _Faults:
         expect_mapping(item, fw, {"kind", "node", "gpu", *STRAGGLER_PARAMS})
         if "gpu" not in item:
             raise fw.error("gpu", "required for kind straggler")
-        gpu = get_number(item, "gpu", fw, -1, low=0, high=self.gpus - 1, integer=True)
+        gpu = get_int(item, "gpu", fw, -1, low=0, high=self.gpus - 1)
         self.stragglers.append((node, gpu, GpuOverride(
             clock_scale=get_number(item, "clock_scale", fw, 0.8, low=0.05, high=1),
             temperature_offset_celsius=get_number(
@@ -317,10 +318,10 @@ class _Faults:
         until = item.get("until")
         if until is not None:
             until = get_number(item, "until", fw, 0, low=at, high=1e9)
-        hca = get_number(item, "hca", fw, 0, low=0, high=max(0, hcas - 1), integer=True)
+        hca = get_int(item, "hca", fw, 0, low=0, high=max(0, hcas - 1))
         if hcas == 0:
             raise fw.error("kind", "the fleet has no InfiniBand HCAs (infiniband.hcas: 0)")
-        params = {}
+        params: dict[str, float | str] = {}
         for key, default in spec.items():
             if isinstance(default, str):
                 params[key] = get_string(item, key, fw, default)
@@ -456,7 +457,6 @@ class Fleet:
         return [e.port for e in self.exporters]
 
     def start(self) -> None:
-        from exporter.app import Exporter  # the sampler stack, only when a fleet runs
 
         sc, st = self.scenario, self.settings
         self.workdir = Path(tempfile.mkdtemp(prefix="cte-fleet-"))
@@ -491,7 +491,7 @@ class Fleet:
                             [f for f in sc.ib_faults if f.node == node], job is not None)
         self.fabrics.append(fabric)
         options = {"fake_costs": False, **st.options}
-        config = Config(
+        config = Config.of(
             **options,
             listen_address=f"{st.listen_host}:{st.base_port + node}" if ":" not in
             st.listen_host else f"[{st.listen_host}]:{st.base_port + node}",
@@ -503,7 +503,8 @@ class Fleet:
     def _start_node(self, exporter_class, node: int, config: Config, nvml: ModuleType) -> None:
         # The node's fault times count from the fleet's start: its fake starts then too.
         lib = FakeNvmlLibrary(self.scenario.node_scenario(node), self.clock,
-                              costs.H200 if config.fake_costs else None, start=self.start_time)
+                              costs.H200 if config.backend.fake_costs else None,
+                              start=self.start_time)
         exporter = exporter_class(config, fake_clock=self.clock, fake_lib=lib, nvml=nvml)
         exporter.start()
         self.exporters.append(exporter)

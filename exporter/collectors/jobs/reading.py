@@ -9,7 +9,7 @@ the instance in :attr:`JobsReading.instance_jobs`. The Slurm prolog and epilog i
 scripts' temporary and lock files).
 
 Reading and parsing are apart: :func:`parse_mapping_name` and :func:`parse_job_file` are
-pure. :class:`JobsSource` lists the directory, and reads a file again only when its
+pure. :class:`JobsCollector` lists the directory, and reads a file again only when its
 ``(mtime_ns, size, inode)`` changed; anything unusable (a name that is not a GPU
 index, an index past the GPU count, a symbolic link, an empty, oversized, binary or
 unreadable file, a FIFO, an overlong line) is skipped alone and counted by reason on
@@ -31,7 +31,7 @@ without bound:
   GPU's file is looked up by name instead.
 
 A mapping path that is not a directory (a regular file, say) or cannot be listed makes
-:meth:`JobsSource.read` raise, so the source reports failure; a missing directory is
+:meth:`JobsCollector.read` raise, so the source reports failure; a missing directory is
 no jobs yet (the prolog creates it).
 """
 
@@ -46,8 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.collectors.registry import CollectorSpec
-from exporter.options import Option
+from exporter.sampling.collector_api import JobGrouping, JobHolders
 
 __all__ = [
     "DROP_REASONS",
@@ -59,7 +58,7 @@ __all__ = [
     "SKIP_REASONS",
     "BadFile",
     "JobsReading",
-    "JobsSource",
+    "JobsCollector",
     "parse_gpu_index",
     "parse_mapping_name",
     "parse_job_file",
@@ -175,7 +174,7 @@ def parse_job_file(raw: bytes) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class JobsReading:
+class JobsReading(JobGrouping, JobHolders):
     #: GPU index -> job ids holding it (only GPUs with a usable file).
     jobs: Mapping[int, tuple[str, ...]]
     #: Cumulative skipped files by reason (counted on every pass a bad file is there).
@@ -185,6 +184,9 @@ class JobsReading:
     #: (GPU index, GPU instance id) -> job ids, from MIG instances' ``GPU.INSTANCE`` files.
     instance_jobs: Mapping[tuple[int, int], tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({}))
+
+    def jobs_by_gpu(self) -> Mapping[int, tuple[str, ...]]:
+        return self.jobs
 
     def gpu_groups(self) -> dict[int, str]:
         """GPU -> its job, for the whole GPUs that run exactly one (peer groups for the
@@ -276,7 +278,7 @@ def _accumulate(totals: dict[str, int], counts: dict[str, int]) -> None:
         totals[reason] = totals.get(reason, 0) + count
 
 
-class JobsSource:
+class JobsCollector:
     """Reads the GPU -> job mapping files in ``directory``."""
 
     name = "jobs"
@@ -379,31 +381,3 @@ class JobsSource:
             return "read_error"  # not cached: permissions may be fixed without a write
         seen[name] = (key, result)
         return result
-
-
-def _mapping_dir_problem(text: str) -> str | None:
-    return None if text.strip() else ("expected a directory path (leave unset to turn the "
-                                      "jobs collector off)")
-
-
-def _families(reading: JobsReading, snapshot: object):
-    from exporter.collectors.jobs_families import jobs_families
-
-    return jobs_families(reading, snapshot)
-
-
-SPEC = CollectorSpec(
-    name="jobs",
-    help="which job holds which GPU, from dcgm-exporter-style mapping files "
-    "(default: on when --hpc-job-mapping-dir is set)",
-    default=lambda config: config.hpc_job_mapping_dir is not None,
-    factory=lambda config, context: JobsSource(config.hpc_job_mapping_dir, context.gpu_count),
-    families=_families,
-    options=(Option("hpc_job_mapping_dir", "--hpc-job-mapping-dir", str, None,
-                    "directory of GPU-to-job files as dcgm-exporter reads them (one file per "
-                    "GPU index, or GPU.INSTANCE for a MIG instance, one job id per line); "
-                    "unset: off", metavar="DIR",
-                    optional=True, check=_mapping_dir_problem),),
-    requirement=lambda config: None if config.hpc_job_mapping_dir else (
-        "needs --hpc-job-mapping-dir"),
-)

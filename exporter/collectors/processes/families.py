@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.processes import ProcessesReading
-from exporter.collectors.procfs import PROC_ERRORS
+from exporter.collectors.processes.procfs import PROC_ERRORS
+from exporter.collectors.processes.reading import ProcessesReading
 from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 

@@ -14,12 +14,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from exporter.gpu.power import POLL, BufferDrain, FieldPoll, detect_update_period, power_reader
+from exporter.gpu.power_reader import (
+    POLL,
+    BufferDrain,
+    FieldPoll,
+    detect_update_period,
+    power_reader,
+)
 from exporter.sampling.buffers import PowerBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
 from exporter.sampling.loops import Loop
-from exporter.sampling.snapshot import PowerReading, PowerSourceStats
+from exporter.sampling.snapshot import PowerReading, PowerSamplingStats
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +115,7 @@ class PowerSampler:
         intervals = [i for g in self.readers if (i := self.interval(g))]
         return (0.0, 0.5 / max(intervals)) if intervals else (0.0, 0.0)
 
-    def stats(self) -> dict[int, PowerSourceStats]:
-        return {gpu: PowerSourceStats(
+    def stats(self) -> dict[int, PowerSamplingStats]:
+        return {gpu: PowerSamplingStats(
             r.kind, self.interval(gpu), r.samples_total, r.lost_total, r.gap_seconds_total,
             self.energy.get(gpu, 0.0)) for gpu, r in self.readers.items()}

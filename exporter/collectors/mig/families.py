@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.mig import MigReading
+from exporter.collectors.mig.reading import MigReading
 from exporter.sampling.snapshot import Snapshot
 
 __all__ = ["mig_families"]
@@ -41,16 +41,16 @@ def mig_families(reading: MigReading, snapshot: Snapshot) -> Iterator[Metric]:
         uuid = uuids.get(device.gpu)
         if uuid is None:
             continue
-        gpu, gi = str(device.gpu), str(device.gpu_instance)
-        info.add_metric([gpu, uuid, device.mig_uuid, gi, str(device.compute_instance),
+        gpu_label, gi = str(device.gpu), str(device.gpu_instance)
+        info.add_metric([gpu_label, uuid, device.mig_uuid, gi, str(device.compute_instance),
                          device.profile], {})
         if (device.gpu, device.gpu_instance) in seen:
             continue  # a second compute instance of the same GPU instance
         seen.add((device.gpu, device.gpu_instance))
         if device.memory_used_bytes is not None:
-            used.add_metric([gpu, uuid, gi], device.memory_used_bytes)
+            used.add_metric([gpu_label, uuid, gi], device.memory_used_bytes)
         if device.memory_total_bytes is not None:
-            total.add_metric([gpu, uuid, gi], device.memory_total_bytes)
+            total.add_metric([gpu_label, uuid, gi], device.memory_total_bytes)
     for family in (info, used, total):
         if family.samples:
             yield family

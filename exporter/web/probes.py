@@ -36,7 +36,7 @@ class Readiness:
         return "degraded" if self.problems else "ok"
 
 
-class HealthCheck:
+class Probes:
     """Decides liveness and readiness from the snapshot being served."""
 
     def __init__(self, stale_after_seconds: float, clock=time.time):

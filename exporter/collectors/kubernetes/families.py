@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.kubernetes import FAILURE_REASONS, KubernetesReading
+from exporter.collectors.kubernetes.reading import FAILURE_REASONS, KubernetesReading
 from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 

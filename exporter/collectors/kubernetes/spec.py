@@ -1,0 +1,59 @@
+"""The Kubernetes collector's spec: its flag, settings, factory and families."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from exporter.collectors.kubernetes.families import kubernetes_families
+from exporter.collectors.kubernetes.reading import (
+    DEFAULT_SOCKET,
+    KubernetesCollector,
+    import_grpc,
+)
+from exporter.collectors.registry import CollectorSpec
+from exporter.options import setting
+from exporter.sampling.collector_api import CollectorContext
+
+
+def _path_problem(text: str) -> str | None:
+    return None if text.strip() else "expected a socket path"
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    pod_resources_socket: str | None = setting(
+        None, f"the kubelet's pod-resources socket (unset: {DEFAULT_SOCKET}, used when it "
+        "exists at start; given: used even if it appears only later)",
+        key="kubernetes_pod_resources_socket", flag="--kubernetes.pod-resources-socket",
+        metavar="PATH", optional=True, check=_path_problem)
+    refresh_interval_seconds: float = setting(
+        5.0, "how often the kubelet is asked which pod holds which GPU",
+        key="kubernetes_refresh_interval_seconds", flag="--kubernetes.refresh-interval",
+        low=0.5, high=600.0, metavar="SECONDS")
+    timeout_seconds: float = setting(
+        2.0, "deadline of one call to the kubelet", key="kubernetes_timeout_seconds",
+        flag="--kubernetes.timeout", low=0.1, high=60.0, metavar="SECONDS")
+
+
+def _default(settings: KubernetesSettings) -> bool:
+    """On when a socket is configured, or when the kubelet's is there at start."""
+    return settings.pod_resources_socket is not None or os.path.exists(DEFAULT_SOCKET)
+
+
+def _make(settings: KubernetesSettings, context: CollectorContext) -> KubernetesCollector:
+    path = settings.pod_resources_socket or DEFAULT_SOCKET
+    return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc())
+
+
+SPEC = CollectorSpec(
+    name="kubernetes",
+    help="which pod and container holds which GPU or MIG device, from the kubelet's "
+    "pod-resources API (default: on when --kubernetes.pod-resources-socket is given or "
+    f"{DEFAULT_SOCKET} exists at start)",
+    default=_default,
+    factory=_make,
+    families=kubernetes_families,
+    settings=KubernetesSettings,
+    interval=lambda settings: settings.refresh_interval_seconds,
+)
