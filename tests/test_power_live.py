@@ -166,3 +166,40 @@ def test_the_step_swing_is_analysed_every_step_interval_and_held_between(monkeyp
     assert reads == [120.0 if i % 3 == 0 else 60.0 for i in range(10)]
     assert all(s is not None and s.frequency_hz == pytest.approx(0.5, rel=0.02) for s in steps)
     assert steps[1] is steps[0] and steps[3] is not steps[0]
+
+
+def test_the_live_grid_threshold_is_a_setting_of_run_and_analyze(tmp_path):
+    """`--power.min-amplitude-ratio` (config key `power_min_amplitude_ratio`) is the live
+    twin of analyze's `--min-amplitude-ratio`: it decides whether a swing matters to the
+    grid (held swing, step grid relevance), never whether the swing is seen."""
+    from exporter.config import Config, load_config_file
+
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text("power_min_amplitude_ratio: 0.9\n")
+    config = load_config_file(config_file)
+    assert config.sampler.power.min_amplitude_ratio == 0.9
+    assert Config.of().sampler.power.min_amplitude_ratio == 0.20
+    config_file.write_text("power_min_amplitude_ratio: 1.5\n")
+    with pytest.raises(Exception, match="power_min_amplitude_ratio"):
+        load_config_file(config_file)
+
+    def analysed(threshold: float):
+        clock = ManualClock(1_790_000_000.0)
+        power = PowerSettings(window_seconds=10, update_seconds=1, hold_updates=3,
+                              min_amplitude_ratio=threshold, segment_window_seconds=30,
+                              step_every_seconds=1)
+        with fake.installed(load_scenario("training"), clock, costs=None):
+            sampler = Sampler(NvmlBackend(), SamplerSettings(power=power, xid_events=False),
+                              clock=clock)
+            sampler.start(threads=False)
+            try:
+                sampler.advance(40)
+                return sampler.build_snapshot().power_analysis
+            finally:
+                sampler.stop()
+
+    # the training node swings by ~70 % of its TDP: grid-relevant at 0.2, not at 0.9
+    low, high = analysed(0.2), analysed(0.9)
+    assert low.swinging and low.step_grid_relevant
+    assert not high.swinging and not high.step_grid_relevant
+    assert high.swing is not None and high.step_swing is not None  # seen all the same

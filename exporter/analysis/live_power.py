@@ -32,7 +32,17 @@ from exporter.analysis.step_segments import (
     find_step_swing,
     grid_relevant,
 )
-from exporter.options import analyze_setting, band, positive, ratio, whole_at_least_one
+from exporter.options import (
+    ANALYZE,
+    RUN,
+    SIMULATE,
+    analyze_setting,
+    band,
+    positive,
+    ratio,
+    setting,
+    whole_at_least_one,
+)
 
 
 @dataclass(frozen=True)
@@ -44,9 +54,12 @@ class PowerSettings:
     update_seconds: float = 5.0
     band_hz: tuple[float, float] = analyze_setting(
         (0.1, 3.0), "critical band in Hz", "--band", band, "LOW-HIGH")
-    min_amplitude_ratio: float = analyze_setting(
-        0.20, "step swing: node amplitude / node TDP for a swing to count as grid-relevant; "
-        "every clear swing is reported", "--min-amplitude-ratio", ratio, "R")
+    min_amplitude_ratio: float = setting(
+        0.20, "node swing amplitude / node TDP from which a swing matters to the grid (the "
+        "swing alert and the findings' severity); every clear swing is reported whatever "
+        "its size", key="power_min_amplitude_ratio", flag="--power.min-amplitude-ratio",
+        low=0.0, high=1.0, metavar="R", commands=(RUN, SIMULATE, ANALYZE),
+        command_flags={ANALYZE: "--min-amplitude-ratio"}, parse=ratio)
     min_band_energy_ratio: float = analyze_setting(
         0.20, "step swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
     min_synchrony: float = analyze_setting(
