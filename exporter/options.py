@@ -295,32 +295,33 @@ def not_blank(text: str) -> str | None:
     return None if text.strip() else "expected a path"
 
 
-def positive(text: str) -> float:
-    """A flag's number > 0 (argparse type)."""
+def _finite(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
+    return v
+
+
+def positive(text: str) -> float:
+    """A flag's number > 0 (argparse type)."""
+    if (v := _finite(text)) <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
     return v
 
 
 def non_negative(text: str) -> float:
     """A flag's number >= 0 (argparse type)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
+    if (v := _finite(text)) < 0:
         raise argparse.ArgumentTypeError(f"must be zero or a positive number: {text!r}")
     return v
 
 
 def ratio(text: str) -> float:
     """A flag's ratio in [0, 1] (argparse type)."""
-    v = positive(text) if text.strip() not in ("0", "0.0") else 0.0
-    if v > 1:
+    if not 0 <= (v := _finite(text)) <= 1:
         raise argparse.ArgumentTypeError(f"must be a ratio between 0 and 1: {text!r}")
     return v
 

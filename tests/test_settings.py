@@ -134,3 +134,17 @@ def test_a_new_setting_is_one_field():
     assert rate.problem(5.0) == "5.0 is out of range [1, 4]"
     assert rate.problem("fast") == "expected a number, got 'fast'"
     assert build(Example, {"example_label": "x"}) == Example(label="x")
+
+
+def test_number_flags_read_every_spelling_of_a_number():
+    """A ratio of 0 may be written 0.00 (it was refused as 'not positive'); NaN and
+    infinity are refused by every number flag."""
+    import argparse
+
+    from exporter.options import non_negative, positive, ratio
+
+    assert ratio("0.00") == 0.0 and ratio("1") == 1.0 and non_negative("0e0") == 0.0
+    for parse, text in ((ratio, "-0.1"), (ratio, "1.01"), (ratio, "nan"), (positive, "0"),
+                        (positive, "inf"), (non_negative, "-1")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
