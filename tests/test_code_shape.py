@@ -105,13 +105,16 @@ def test_the_cycle_finder_sees_imports_inside_functions(tmp_path):
 # Layers, lowest first: a module imports only from its own layer or the ones below
 # (docs/architecture.md draws them). Within a layer the cycle test keeps order.
 LAYERS = (
-    ("exporter.yamlfile", "exporter.sdnotify", "exporter.errors", "exporter.regularfile"),
+    ("exporter.yamlfile", "exporter.sdnotify", "exporter.errors", "exporter.regularfile",
+     "exporter.events"),
     ("exporter.options",),
     ("exporter.gpu",),
     ("exporter.analysis",),
     ("exporter.traces",),
     ("exporter.sampling",),
     ("exporter.collectors",),
+    ("exporter.health",),  # per-GPU checks and verdicts, from what the sampler read
+    ("exporter.history",),  # the state directory: episodes that survive restarts
     ("exporter.metrics",),
     ("exporter.web",),
     ("exporter.config",),
