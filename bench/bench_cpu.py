@@ -147,7 +147,7 @@ def measure(port: int, opts: argparse.Namespace, counters: Callable[[], dict[str
     if in_process:  # the scraper's thread is not the target's
         rates["scraper"] = pair.cpu_seconds / wall
     lat = sorted(pair.latencies)
-    return {"wall_seconds": wall, "rates": rates,
+    return {"wall_seconds": wall, "rates": rates, "totals": after,
             "scrapes": {"count": len(lat), "errors": pair.errors, "bytes": pair.bytes,
                         "p50_ms": statistics.median(lat) * 1000 if lat else None,
                         "max_ms": lat[-1] * 1000 if lat else None}}
@@ -210,8 +210,10 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
     def counters() -> dict[str, float]:
         out = {"process": process_cpu(proc), **fake_counters(lib), **gc_time.counters(),
                "wakeups": wakeups(proc)}
-        out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
+        # The loops' own figures before the threads': a tick that ends between the two
+        # reads then adds to the thread's CPU, never to the loop's alone.
         out.update({f"loop/{loop.name}": loop.cpu_seconds for loop in sampler.loops})
+        out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         for gpu, stats in sampler.power.stats().items():
             out[f"samples/{gpu}"] = float(stats.samples_total)
             out[f"lost/{gpu}"] = float(stats.lost_total)
