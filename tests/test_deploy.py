@@ -1,4 +1,4 @@
-"""deploy/: the systemd unit's hardening, the example config, Prometheus and Kubernetes files
+"""deploy/: every systemd unit's hardening, the example config, Prometheus and Kubernetes files
 (the plain manifests, rendered from the Helm chart; the chart itself: test_helm_chart.py)."""
 
 from __future__ import annotations
