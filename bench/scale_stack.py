@@ -3,7 +3,8 @@
 Used by bench/fleet_scale.py and by tests/test_e2e_scale.py (which is how the unit files
 are tested for real).
 
-Each component runs the ExecStart line of its unit file, with the settings of scale.env
+Each component runs the ExecStart line of its unit file, under the unit's own hardening as
+far as it applies without systemd (bench/unit_sandbox.py), with the settings of scale.env
 overridden where a test needs its own (ports picked free, a temporary directory, short
 intervals); the scrape config is deploy/scale/scrape.yml with the caller's interval and
 targets. Alertmanager (Debian's prometheus-alertmanager) runs with an empty route.
@@ -23,6 +24,8 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+
+from bench.unit_sandbox import sandboxed
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE = REPO / "deploy" / "scale"
@@ -66,6 +69,11 @@ def read_env(path: Path) -> dict[str, str]:
             raise ValueError(f"{path.name}:{number}: not KEY=VALUE: {line!r}")
         env[key] = value
     return env
+
+
+def hardened_start(unit: Path, env: dict[str, str], instance: str = "") -> list[str]:
+    """exec_start run under the unit's hardening; its state directory is ${DATA_DIR}."""
+    return sandboxed(unit, exec_start(unit, env, instance), Path(env["DATA_DIR"]))
 
 
 def exec_start(unit: Path, env: dict[str, str], instance: str = "") -> list[str]:
@@ -143,17 +151,17 @@ class ScaleStack:
             self.env["LATENCY_OFFSET"] = latency_offset
         try:
             self._alertmanager(ports["am"])
-            self._start("victoria-metrics", exec_start(SCALE / "victoria-metrics.service",
-                                                       self.env), self.vm)
+            self._start("victoria-metrics", hardened_start(SCALE / "victoria-metrics.service",
+                                                           self.env), self.vm)
             for shard, port in enumerate(self.vmagent_ports):
                 env = self.env | {"VMAGENT_LISTEN": f"127.0.0.1:{port}"}
-                self._start(f"vmagent-{shard}", exec_start(SCALE / "vmagent@.service", env,
-                                                           str(shard)),
+                self._start(f"vmagent-{shard}", hardened_start(SCALE / "vmagent@.service", env,
+                                                               str(shard)),
                             f"http://127.0.0.1:{port}")
-            self._start("vmalert-node", exec_start(SCALE / "vmalert-node.service", self.env),
-                        self.vmalert_node)
-            self._start("vmalert-global", exec_start(SCALE / "vmalert-global.service",
-                                                     self.env), self.vmalert_global)
+            self._start("vmalert-node", hardened_start(SCALE / "vmalert-node.service",
+                                                       self.env), self.vmalert_node)
+            self._start("vmalert-global", hardened_start(SCALE / "vmalert-global.service",
+                                                         self.env), self.vmalert_global)
         except BaseException:
             self.stop()
             raise

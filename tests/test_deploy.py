@@ -1,4 +1,4 @@
-"""deploy/: the systemd unit's hardening, the example config, Prometheus and Kubernetes files
+"""deploy/: every systemd unit's hardening, the example config, Prometheus and Kubernetes files
 (the plain manifests, rendered from the Helm chart; the chart itself: test_helm_chart.py)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.tools import REPO, require_binary
@@ -17,9 +18,20 @@ UNIT = DEPLOY / "systemd" / "cluster-telemetry-exporter.service"
 PORT = 9955
 
 
-def test_systemd_unit_exposure_is_at_most_2():
+UNITS = sorted(DEPLOY.rglob("*.service"))
+
+
+def test_every_systemd_unit_is_found():
+    names = {unit.relative_to(DEPLOY).as_posix() for unit in UNITS}
+    assert {"systemd/cluster-telemetry-exporter.service", "scale/victoria-metrics.service",
+            "scale/vmagent@.service", "scale/vmalert-global.service",
+            "scale/vmalert-node.service"} <= names
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda unit: unit.name)
+def test_systemd_unit_exposure_is_at_most_2(unit):
     analyze = require_binary("systemd-analyze")
-    result = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(UNIT)],
+    result = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(unit)],
                             capture_output=True, text=True, timeout=60)
     output = result.stdout + result.stderr
     found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", output)

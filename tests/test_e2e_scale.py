@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import yaml
@@ -159,6 +160,27 @@ def _key(metric: dict) -> tuple:
 
 def _values(base: str, expr: str, **params) -> dict[tuple, float]:
     return {_key(r["metric"]): float(r["value"][1]) for r in query(base, expr, **params)}
+
+
+@pytest.mark.e2e
+def test_every_service_runs_under_its_units_hardening(world):
+    """The store, the shards and the rulers serve (the tests below) with no privileges left
+    and the file system read-only, but for the store's and the shards' state directory."""
+    data = str(world.stack.workdir / "data")
+    for name, pid in world.stack.pids.items():
+        if name == "alertmanager":  # not one of our units
+            continue
+        status = dict(line.split(":\t", 1) for line in
+                      Path(f"/proc/{pid}/status").read_text().splitlines())
+        assert (status["NoNewPrivs"], status["CapBnd"], status["CapEff"], status["Umask"]) == (
+            "1", "0000000000000000", "0000000000000000", "0077"), name
+        mounts = {fields[4]: fields[5].split(",") for fields in (
+            line.split() for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines())}
+        assert "ro" in mounts["/"], name
+        if name.startswith("vmalert"):
+            assert data not in mounts, name  # nothing writable
+        else:
+            assert "rw" in mounts[data], name
 
 
 @pytest.mark.e2e

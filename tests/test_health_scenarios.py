@@ -262,3 +262,23 @@ def test_nvml_hang_scrapes_stay_fast_and_health_names_the_gpu(running):
     wait_for(lambda: value(run.metrics()["gpu_up"], gpu="1") == 1, timeout=5)
     assert run.get("/healthz")[0] == 200
     wait_for(lambda: run.get("/readyz") == (200, "ok\n"), timeout=15)
+
+
+def test_a_lost_gpu_back_under_another_uuid_is_not_taken_for_the_same_gpu(running, tmp_path):
+    """A hot swap, or another board in the slot: the index answers again, with a new UUID.
+    It is not the lost GPU recovered; it stays lost (a restart takes the new board in)."""
+    path = tmp_path / "swap.yaml"
+    path.write_text("gpus: 2\nevents:\n  - {kind: error, at: 2, until: 12, gpu: 1, "
+                    "error: GpuIsLost}\n")
+    run = running(str(path), gpu_recovery_interval_seconds=0.3)
+    m = run.run_until(6)
+    old_uuid = value_uuid(m, "1")
+    assert value(m["gpu_up"], gpu="1") == 0
+    run.exporter.fake_lib.gpus[1].uuid = "GPU-00000000-0000-0000-0000-0000000000aa"
+    m = run.run_until(20)
+    assert value(m["gpu_up"], gpu="1", uuid=old_uuid) == 0
+    assert "cte_gpu_recoveries_total" not in m
+    assert value(m["cte_gpu_recovery_attempts_total"], gpu="1") > 10
+    assert gpus_with(m["gpu_power_watts"]) == {"0"}
+    assert all(s.labels["uuid"] != "GPU-00000000-0000-0000-0000-0000000000aa"
+               for s in m["gpu_info"])

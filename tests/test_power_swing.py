@@ -114,6 +114,22 @@ def test_synchrony_of_independent_gpus_is_one_over_n(n: int) -> None:
     assert analyse_window(t, 400 + 50 * rows, None).synchrony == pytest.approx(1 / n, rel=1e-3)
 
 
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_a_shared_ramp_does_not_make_independent_swings_synchronous(n: int) -> None:
+    """Every GPU warms up along the same line (a load ramping up, a fan curve) while each
+    swings on its own: the line is not a swing, so the figure stays at 1/N. Without the
+    detrending the common ramp, far larger than the swings, would read as near 1."""
+    rows = orthogonal_rows(n, 600)
+    ramp = np.linspace(0.0, 120.0, 600)  # 120 W over the window; the swings' rms is 10 W
+    power = 400 + 10 * rows + ramp
+    assert synchrony(power) == pytest.approx(1 / n, rel=1e-6)
+    # each GPU on its own line (slopes and levels of its own) changes nothing either
+    slopes = np.linspace(0.5, 2.0, n)[:, None]
+    assert synchrony(power + slopes * ramp) == pytest.approx(1 / n, rel=1e-6)
+    t = grid(30.0)
+    assert analyse_window(t, power, None).synchrony == pytest.approx(1 / n, rel=1e-3)
+
+
 def test_synchrony_of_known_mixtures() -> None:
     t = grid()
     x = np.sin(2 * np.pi * 0.5 * (t - T0))

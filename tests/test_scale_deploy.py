@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from bench.scale_stack import SCALE, exec_start, read_env
+from bench.unit_sandbox import DEVICES, sandboxed, service_settings, unknown_options
 from tests.tools import REPO, require_binary
 
 ENV = read_env(SCALE / "scale.env")
@@ -83,3 +84,44 @@ def test_a_bad_env_line_or_unknown_setting_is_an_error(tmp_path):
     del env["VM_URL"]
     with pytest.raises(KeyError, match="VM_URL"):
         exec_start(SCALE / "vmagent@.service", env, "0")
+
+
+def test_the_end_to_end_test_places_every_hardening_option_of_every_unit():
+    for unit in UNITS:
+        assert unknown_options(unit) == [], unit.name
+        settings = service_settings(unit)
+        assert settings["ProtectSystem"] == ["strict"] and settings["NoNewPrivileges"] == ["yes"]
+
+
+def test_a_new_hardening_option_stops_the_start(tmp_path):
+    unit = tmp_path / "x.service"
+    unit.write_text((SCALE / "vmalert-node.service").read_text().replace(
+        "[Service]\n", "[Service]\nPrivateNetwork=yes\n"))
+    with pytest.raises(ValueError, match=r"x.service: .* cannot place: \['PrivateNetwork'\]"):
+        sandboxed(unit, ["true"], None)
+
+
+PROBE = ("touch {outside}/file 2>/dev/null || echo outside-read-only; "
+         "touch {state}/file 2>/dev/null && echo state-written; echo devices: $(ls /dev); "
+         "grep -E '^(CapEff|CapBnd|NoNewPrivs|Umask):' /proc/self/status")
+
+
+@pytest.mark.parametrize("name", ["victoria-metrics.service", "vmagent@.service",
+                                  "vmalert-node.service"])
+def test_a_unit_runs_read_only_but_for_its_state_without_privileges(tmp_path, name):
+    outside, state = tmp_path / "outside", tmp_path / "data"
+    outside.mkdir()
+    script = PROBE.format(outside=outside, state=state)
+    result = subprocess.run(sandboxed(SCALE / name, ["sh", "-c", script], state),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "outside-read-only" in lines and not (outside / "file").exists(), result.stdout
+    # only the store and the shards have a state directory; the rulers write nothing
+    writes_state = "StateDirectory" in service_settings(SCALE / name)
+    assert ("state-written" in lines) == writes_state == (state / "file").exists(), lines
+    # the six basic devices and nothing else (no disks, no kmsg, no pts)
+    assert f"devices: {' '.join(sorted(DEVICES))}" in lines
+    status = dict(line.split(":\t") for line in lines if ":\t" in line)
+    assert status == {"CapEff": "0000000000000000", "CapBnd": "0000000000000000",
+                      "NoNewPrivs": "1", "Umask": "0077"}

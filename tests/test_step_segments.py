@@ -221,3 +221,41 @@ def test_the_running_extremes_match_the_sliding_window():
             x = rng.normal(size=n)
             assert np.array_equal(_running(x, w, np.maximum), _rolling(x, w, "max"))
             assert np.array_equal(_running(x, w, np.minimum), _rolling(x, w, "min"))
+
+
+def _some_flat(gpus: int, flat: range) -> tuple[np.ndarray, np.ndarray]:
+    """held_out_like on `gpus` GPUs, those in `flat` at the same work and pauses, no swing."""
+    case = dataclasses.replace(held_out_like(), gpus=gpus)
+    t, p = readings(case)
+    quiet = readings(dataclasses.replace(case, amplitude=0.0))[1]
+    p = p.copy()
+    p[list(flat)] = quiet[list(flat)]
+    return t, p
+
+
+def test_a_partly_coherent_node_is_not_a_node_swing():
+    # 2 of 4 GPUs swing in phase, 2 stay flat: var(sum) / (N sum var) = 4v / (4 * 2v) = 0.5,
+    # past the 1.5/N floor (0.375) but short of the 0.7 a node swing needs
+    t, p = _some_flat(4, range(2, 4))
+    res = find_step_swing(t, p, observable_hz=5.0)
+    assert res.swing is None and res.reason == "the GPUs swing independently (synchrony 0.50)"
+    # all four in phase: a swing
+    whole = find_step_swing(*readings(dataclasses.replace(held_out_like(), gpus=4)),
+                            observable_hz=5.0).swing
+    assert whole is not None and whole.synchrony > 0.9
+
+
+def test_min_synchrony_moves_the_gate_but_never_below_the_floor_of_independent_gpus():
+    t, p = _some_flat(4, range(2, 4))
+    lowered = find_step_swing(t, p, observable_hz=5.0, min_synchrony=0.4).swing
+    assert lowered is not None and lowered.synchrony == pytest.approx(0.5, abs=0.05)
+    assert lowered.frequency_hz == pytest.approx(2.4, rel=0.02)
+    # raised past what a fully coherent node reaches: nothing is a swing
+    t4, p4 = readings(dataclasses.replace(held_out_like(), gpus=4))
+    raised = find_step_swing(t4, p4, observable_hz=5.0, min_synchrony=0.99)
+    assert raised.swing is None and "independently (synchrony 0.9" in (raised.reason or "")
+    # one of two GPUs swinging alone reads 0.5, which is what two independent GPUs give:
+    # 1.5/N = 0.75 holds even when min_synchrony is set lower
+    t2, p2 = _some_flat(2, range(1, 2))
+    alone = find_step_swing(t2, p2, observable_hz=5.0, min_synchrony=0.3)
+    assert alone.swing is None and "independently (synchrony 0.5" in (alone.reason or "")

@@ -434,3 +434,33 @@ def test_detect_stall_tiny_and_nan() -> None:
     assert not r.stalled  # nothing known about the third: no culprit
     lv = compute_level(np.array([[100.0] * 19 + [700.0], [np.nan] * 20]))
     assert lv[0] == pytest.approx(100 + 0.05 * 600) and math.isnan(lv[1])
+
+
+def test_a_flip_from_hot_to_cold_restarts_persistence() -> None:
+    """GPU 4 is 15 degC hot for 3 minutes, then 15 degC cold for 6: the hot spell is never a
+    finding, the cold one is held as low from its own start and is one after 5 minutes."""
+    det = StragglerDetector()  # 5 minutes
+    rng = np.random.default_rng(2)
+    t = np.arange(60.0)
+    history = []
+    for step in range(72):  # one update every 10 s, 12 minutes
+        now = 60.0 + 10 * step
+        temp = 60 + rng.normal(0, 0.3, (N, t.size))
+        if 120 <= now < 300:
+            temp[4] += 15
+        elif 300 <= now < 660:
+            temp[4] -= 15
+        f = window_features(now - 60 + t, np.full((N, t.size), 400.0), temperature=temp)
+        history.append((now, det.update(f, t=now)))
+    for now, rep in history:
+        g4 = rep.gpus[4].scores["temperature"]
+        if 120 <= now < 300:
+            assert (g4.deviating, g4.direction, g4.since) == (True, "high", 120), now
+        elif 300 <= now < 660:
+            assert (g4.deviating, g4.direction, g4.since) == (True, "low", 300), now
+        if 300 + 300 <= now < 660:
+            assert rep.gpus[4].straggler and g4.finding, now
+            (finding,) = rep.findings
+            assert (finding.gpu, finding.direction, finding.since) == (4, "low", 300)
+        else:
+            assert not rep.gpus[4].straggler and rep.findings == (), now

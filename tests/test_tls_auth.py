@@ -158,3 +158,18 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(exporter, certs, tmp_path):
         assert "400" in errors["plain-http"]
     finally:
         prom.stop()
+
+
+def test_a_password_of_exactly_72_bytes_needs_every_byte_and_nothing_more():
+    """bcrypt reads 72 bytes; a longer password is refused, never cut to the 72 it matches."""
+    bcrypt = require_module("bcrypt")
+    from exporter.web.auth import BasicAuth, Verdict
+
+    password = "é" * 30 + "x" * 12  # 72 bytes in UTF-8, 42 characters
+    assert len(password.encode()) == 72
+    auth = BasicAuth({USER: bcrypt.hashpw(password.encode(), bcrypt.gensalt(4))})
+    assert auth.check(basic(USER, password)["Authorization"]) is Verdict.OK
+    for other in (password + "x", password + "any suffix at all", password[:-1],
+                  password[:-1] + "y"):
+        assert auth.check(basic(USER, other)["Authorization"]) is Verdict.DENIED, other
+    assert auth.check(basic(USER, password)["Authorization"]) is Verdict.OK  # still cached
