@@ -99,17 +99,17 @@ class Prior:
         return self.mean + self.var * (n - self.mean * exposure) / (self.mean + self.var * exposure)
 
 
-def fit_prior(members: Iterable[tuple[float, float]], quiet: int = 0,
-              quiet_exposure: float = 0.0) -> Prior:
-    """Moments fit of the gamma prior to (n, E) of each member with episodes, plus `quiet`
-    members with none, each watched quiet_exposure. The spread is what the rates vary
-    beyond Poisson noise: var = (S - (N - 1) mu) / (sum E - sum E^2 / sum E), S = sum
-    n^2 / E - mu sum n, floored at 0."""
+def fit_prior(members: Iterable[tuple[float, float]],
+              quiet: Sequence[float] = ()) -> Prior:
+    """Moments fit of the gamma prior to (n, E) of each member with episodes, plus quiet
+    members (no episode) watched for the exposures given. The spread is what the rates
+    vary beyond Poisson noise: var = (S - (N - 1) mu) / (sum E - sum E^2 / sum E), with
+    S = sum n^2 / E - mu sum n, floored at 0."""
     pairs = list(members)
-    count = len(pairs) + quiet
+    count = len(pairs) + len(quiet)
     sum_n = sum(n for n, _ in pairs)
-    sum_e = sum(e for _, e in pairs) + quiet * quiet_exposure
-    sum_e2 = sum(e * e for _, e in pairs) + quiet * quiet_exposure ** 2
+    sum_e = sum(e for _, e in pairs) + sum(quiet)
+    sum_e2 = sum(e * e for _, e in pairs) + sum(e * e for e in quiet)
     if count < 2 or sum_e <= 0.0 or sum_n <= 0.0:
         return Prior(sum_n / sum_e if sum_e > 0 else 0.0, 0.0)
     mean = sum_n / sum_e
@@ -137,15 +137,13 @@ def group_counts(model: Model, member: Member) -> dict[str, float]:
     return out
 
 
-def fit_fleet(model: Model, members: Sequence[Member], fleet_size: int,
-              quiet_exposure_days: float) -> dict[str, Prior]:
-    """One prior per group over the fleet: the members given, and fleet_size - len(members)
-    quiet ones watched quiet_exposure_days."""
-    quiet = max(fleet_size - len(members), 0)
-    e_quiet = model.decayed_exposure(quiet_exposure_days)
+def fit_fleet(model: Model, members: Sequence[Member],
+              quiet_exposures_days: Sequence[float]) -> dict[str, Prior]:
+    """One prior per group over the fleet: the members given, and quiet ones (no episode)
+    watched for the given exposures."""
+    e_quiet = [model.decayed_exposure(e) for e in quiet_exposures_days]
     pairs = [(group_counts(model, m), model.decayed_exposure(m.exposure_days)) for m in members]
-    return {g: fit_prior([(c.get(g, 0.0), e) for c, e in pairs], quiet, e_quiet)
-            for g in GROUPS}
+    return {g: fit_prior([(c.get(g, 0.0), e) for c, e in pairs], e_quiet) for g in GROUPS}
 
 
 def score(model: Model, priors: Mapping[str, Prior], member: Member) -> float:
@@ -198,10 +196,11 @@ def _reasons(model: Model, priors: Mapping[str, Prior], member: Member) -> tuple
     return tuple(out)
 
 
-def score_fleet(model: Model, members: Sequence[Member], fleet_size: int,
-                quiet_exposure_days: float) -> list[Scored]:
-    """Every member with a score above 0, by descending score (then key)."""
-    priors = fit_fleet(model, members, fleet_size, quiet_exposure_days)
+def score_fleet(model: Model, members: Sequence[Member],
+                quiet_exposures_days: Sequence[float]) -> list[Scored]:
+    """Every member with a score above 0, by descending score (then key); the quiet
+    members (no episode in the windows) count in the fleet by their exposures."""
+    priors = fit_fleet(model, members, quiet_exposures_days)
     out = [Scored(m.key, s, _reasons(model, priors, m)) for m in members
            if (s := score(model, priors, m)) > 0]
     return sorted(out, key=lambda x: (-x.score, x.key))

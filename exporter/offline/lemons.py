@@ -15,7 +15,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -63,18 +63,20 @@ def read_events(path: str) -> list[Event]:
     return events
 
 
-def _members(events: Sequence[Event], at: float, since: float, key) -> list[Member]:
+def _members(events: Sequence[Event], at: float, since: float, key,
+             starts: Mapping[str, float]) -> list[Member]:
     ages: dict[str, dict[str, list[float]]] = {}
+    node: dict[str, str] = {}
     for e in events:
         k = key(e)
         if e.time < at and k is not None:
             ages.setdefault(k, {}).setdefault(e.kind, []).append((at - e.time) / DAY)
-    exposure = max(at - since, 0.0) / DAY
+            node[k] = e.node
     out = []
     for k, kinds in ages.items():
         counts = {kind: c for kind, a in kinds.items() if (c := window_counts(a))}
         if counts:
-            out.append(Member(k, counts, exposure))
+            out.append(Member(k, counts, max(at - starts.get(node[k], since), 0.0) / DAY))
     return out
 
 
@@ -86,17 +88,36 @@ class Ranking:
 
 
 def rank(events: Sequence[Event], at: float, since: float, fleet_nodes: int,
-         gpus_per_node: int = GPUS_PER_NODE, model: Model | None = None) -> Ranking:
+         gpus_per_node: int = GPUS_PER_NODE, model: Model | None = None,
+         starts: Mapping[str, float] | None = None) -> Ranking:
     """Nodes (fleet_nodes in all, the quiet ones watched since `since` too) and GPUs by
-    descending score at `at`, from the events before it."""
+    descending score at `at`, from the events before it. `starts` gives a node's own
+    history start where it is not `since`."""
     model = model or Model()
-    exposure = max(at - since, 0.0) / DAY
-    nodes = score_fleet(model, _members(events, at, since, lambda e: e.node), fleet_nodes,
-                        exposure)
+    starts = starts or {}
+
+    def exposure(node: str | None) -> float:
+        return max(at - starts.get(node, since), 0.0) / DAY  # type: ignore[arg-type]
+
+    node_members = _members(events, at, since, lambda e: e.node, starts)
+    named = {m.key for m in node_members}
+    quiet_named = [exposure(n) for n in starts if n not in named]
+    quiet_nodes = quiet_named + [exposure(None)] * max(
+        fleet_nodes - len(named) - len(quiet_named), 0)
+    nodes = score_fleet(model, node_members, quiet_nodes)
     gpu_members = _members(events, at, since,
-                           lambda e: None if e.gpu is None else f"{e.node}\0{e.gpu}")
+                           lambda e: None if e.gpu is None else f"{e.node}\0{e.gpu}", starts)
+    # each node's quiet GPUs are watched since that node's start
+    per_node: dict[str, int] = {}
+    for m in gpu_members:
+        node = m.key.split("\0", 1)[0]
+        per_node[node] = per_node.get(node, 0) + 1
+    quiet_gpus = [exposure(n) for n in {*per_node, *starts}
+                  for _ in range(max(gpus_per_node - per_node.get(n, 0), 0))]
+    rest = fleet_nodes * gpus_per_node - len(gpu_members) - len(quiet_gpus)
+    quiet_gpus += [exposure(None)] * max(rest, 0)
     gpus: dict[str, list[tuple[str, Scored]]] = {}
-    for s in score_fleet(model, gpu_members, fleet_nodes * gpus_per_node, exposure):
+    for s in score_fleet(model, gpu_members, quiet_gpus):
         node, gpu = s.key.split("\0", 1)
         gpus.setdefault(node, []).append((gpu, s))
     return Ranking(at, nodes, gpus)
