@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E501  (the PromQL it writes reads better unbroken)
 """Write the lemon score's rules from exporter/analysis/lemons.py, so PromQL and the
 `lemons` command compute one score: alerts/lemons.yml (node-local: each node's decayed
 counts and exposure), alerts/global-lemons.yml (the fleet's prior, the scores, the alerts)
@@ -237,10 +238,6 @@ def _series(fleet, young) -> list[dict]:
     return out
 
 
-def _micro(x: float) -> float:
-    return float(int(x * 1e6 + 0.5))
-
-
 def _reasons(fleet, n: int, gpu: str | None) -> str:
     kinds = {}
     for age, kind, g in fleet.get(n, []):
@@ -255,11 +252,16 @@ def tests_file(model: Model) -> dict:
     # the young node keeps its own history start, as its gpu_node_history_start says
     ranking = rank(events, T, start, NODES, GPUS, model, starts={
         INSTANCE.format(n): T - d * DAY for n, d in YOUNG.items()})
-    node_samples = [{"labels": f'{{instance="{s.key}", job="gpu"}}', "value": _micro(s.score)}
-                    for s in ranking.nodes]
-    gpu_samples = [{"labels": f'{{instance="{node}", job="gpu", gpu="{g}", uuid="GPU-'
-                    f'{int(node[5:7])}-{g}"}}', "value": _micro(s.score)}
-                   for node, gs in ranking.gpus.items() for g, s in gs]
+    # the command's scores travel as input series; the rules' must match each within
+    # 0.1 % (promtool evaluates the groups in no fixed order, so a rule may read its
+    # input from one evaluation earlier: the young node's exposure moves 1 minute)
+    node_labels = [(f'instance="{s.key}", job="gpu"', s.score) for s in ranking.nodes]
+    gpu_labels = [(f'instance="{node}", job="gpu", gpu="{g}", uuid="GPU-{int(node[5:7])}-{g}"',
+                   s.score) for node, gs in ranking.gpus.items() for g, s in gs]
+    expected = [{"series": f"lemons_command_node_score{{{lab}}}", "values": f"{v!r}x40"}
+                for lab, v in node_labels]
+    expected += [{"series": f"lemons_command_gpu_score{{{lab}}}", "values": f"{v!r}x40"}
+                 for lab, v in gpu_labels]
     top = ranking.nodes[0]
     top_n = int(top.key[5:7])
     best_gpu = max(((node, g, s) for node, gs in ranking.gpus.items() for g, s in gs),
@@ -276,12 +278,18 @@ def tests_file(model: Model) -> dict:
         "evaluation_interval": "1m",
         "tests": [
             {"interval": "1m", "name": "lemon scores: the rules rank as the lemons command",
-             "input_series": series,
+             "input_series": series + expected,
              "promql_expr_test": [
-                 {"expr": "round(instance:gpu_node_lemon_score:ratio * 1e6)", "eval_time": "30m",
-                  "exp_samples": node_samples},
-                 {"expr": "round(instance_gpu:gpu_lemon_score:ratio * 1e6)", "eval_time": "30m",
-                  "exp_samples": gpu_samples}],
+                 {"expr": "abs(instance:gpu_node_lemon_score:ratio / on (instance, job) "
+                          "lemons_command_node_score - 1) < bool 0.001", "eval_time": "30m",
+                  "exp_samples": [{"labels": f"{{{lab}}}", "value": 1} for lab, _ in node_labels]},
+                 {"expr": "count(instance:gpu_node_lemon_score:ratio)", "eval_time": "30m",
+                  "exp_samples": [{"labels": "{}", "value": len(node_labels)}]},
+                 {"expr": "abs(instance_gpu:gpu_lemon_score:ratio / on (instance, job, gpu, uuid) "
+                          "lemons_command_gpu_score - 1) < bool 0.001", "eval_time": "30m",
+                  "exp_samples": [{"labels": f"{{{lab}}}", "value": 1} for lab, _ in gpu_labels]},
+                 {"expr": "count(instance_gpu:gpu_lemon_score:ratio)", "eval_time": "30m",
+                  "exp_samples": [{"labels": "{}", "value": len(gpu_labels)}]}],
              "alert_rule_test": [
                  {"eval_time": "30m", "alertname": "GpuNodeLemon", "exp_alerts": [{
                      "exp_labels": {"instance": top.key, "job": "gpu", "severity": "warning"},
