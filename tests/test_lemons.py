@@ -216,3 +216,8 @@ def test_the_rules_are_what_the_score_writes():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "build_lemon_rules.py"),
                              "--check"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_iso_time_without_a_zone_is_utc(tmp_path, capsys):
+    assert main(["lemons", _fleet(tmp_path), "--at", "1972-09-27T00:00:00"]) == 0
+    assert capsys.readouterr().out.startswith("at 86400000 (1972-09-27T00:00:00+00:00)")

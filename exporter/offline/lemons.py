@@ -17,7 +17,7 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from exporter.analysis.lemons import (
     DAY,
@@ -144,7 +144,7 @@ def to_json(rankings: Sequence[Ranking]) -> dict:
 def to_text(rankings: Sequence[Ranking]) -> str:
     lines = []
     for r in rankings:
-        lines.append(f"at {r.at:g} ({datetime.fromtimestamp(r.at).astimezone().isoformat()}): "
+        lines.append(f"at {r.at:.0f} ({datetime.fromtimestamp(r.at, UTC).isoformat()}): "
                      f"{len(r.nodes)} node(s) above 0")
         for s in r.nodes:
             lines.append(f"  {s.score:8.2f}  {s.key}: " + "; ".join(s.reasons))
@@ -164,7 +164,7 @@ def parse_time(text: str) -> float:
             raise argparse.ArgumentTypeError(
                 f"{text!r} is neither unix seconds nor an ISO 8601 date-time") from None
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=datetime.now().astimezone().tzinfo)
+            parsed = parsed.replace(tzinfo=UTC)
         return parsed.timestamp()
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite time")
