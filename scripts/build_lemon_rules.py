@@ -123,13 +123,18 @@ def _posterior(level: str, by: str, counts: str, exposure: str, group: str) -> d
             "labels": {"group": group}}
 
 
+def _weighted(series: str, model: Model) -> str:
+    """series per scored group times the group's weight, as one vector (group label kept)."""
+    return "\n  or ".join(f'{_f(model.weight(g))} * {series}{{group="{g}"}}' for g in model.groups)
+
+
 def _score(level: str, by: str, counts: str, model: Model) -> dict:
     groups = "|".join(model.groups)
     name = "instance" if level == "gpu_node" else "instance_gpu"
     return {"record": f"{name}:{level}_lemon_score:ratio",
-            "expr": f"sum by ({by}) ({name}_group:{level}_lemon_rate:posterior{{group=~\"{groups}\"}})\n"
+            "expr": f"sum by ({by}) (\n  {_weighted(f'{name}_group:{level}_lemon_rate:posterior', model)}\n)\n"
                     f"/ on (cluster) group_left ()\n"
-                    f"sum by (cluster) (cluster_group:{level}_lemon_rate:mean{{group=~\"{groups}\"}})\n"
+                    f"sum by (cluster) (\n  {_weighted(f'cluster_group:{level}_lemon_rate:mean', model)}\n)\n"
                     f"and on ({by})\n"
                     f"sum by ({by}) ({counts}{{group=~\"{groups}\"}}) > 0"}
 
@@ -157,7 +162,7 @@ def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str)
             "summary": f"{what} is a lemon: it fails {{{{ $value | printf \"%.1f\" }}}}x as "
                        "often as its fleet",
             "description": f"{what} fails {{{{ $value | printf \"%.1f\" }}}} times as often as "
-                           "the cluster's average (the lemon score: episodes weighed by age "
+                           "the cluster's average (the lemon score: its episodes of the last 28 days "
                            "against the fleet's rate per kind group, among the top 1 % of the "
                            f"cluster). Episodes: {reasons}",
             "runbook_url": RUNBOOK + name.lower(),
@@ -191,7 +196,8 @@ GPUS = 2
 INSTANCE = "node-{:02d}:9955"
 # node -> (age in days, kind, gpu); a young node (history 3 days) and zero-valued windows too
 FLEET: dict[int, list[tuple[float, str, str | None]]] = {
-    3: [(0.5, "ecc_dbe", "1"), (3.0, "ecc_dbe", "1"), (10.0, "xid", "1"), (12.0, "xid", "0")],
+    3: [(0.5, "ecc_dbe", "1"), (3.0, "ecc_dbe", "1"), (8.0, "ecc_dbe", "1"), (10.0, "xid", "1"),
+        (12.0, "xid", "0")],
     7: [(2.0, "ib_link_down", None)],
     11: [(20.0, "unknown", None)],
     15: [(5.0, "thermal", None), (6.0, "thermal", None)],
@@ -271,7 +277,7 @@ def tests_file(model: Model) -> dict:
     old = {3: [(29.0, "ecc_dbe", "1")]}  # only an episode past every window
     node_url = RUNBOOK + "gpunodelemon"
     gpu_url = RUNBOOK + "gpulemon"
-    what = "the cluster's average (the lemon score: episodes weighed by age against the " \
+    what = "the cluster's average (the lemon score: its episodes of the last 28 days against the " \
            "fleet's rate per kind group, among the top 1 % of the cluster). Episodes: "
     return {
         "rule_files": ["../lemons.yml", "../global-lemons.yml"],

@@ -22,28 +22,45 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.analysis.lemons import SCORED_GROUPS, TAU_DAYS, Model  # noqa: E402
+import numpy as np  # noqa: E402
+
+from exporter.analysis.lemons import (  # noqa: E402
+    GROUPS,
+    Member,
+    Model,
+    fit_fleet,
+    group_counts,
+    group_rates,
+)
 from exporter.offline.infinitehbd import DAY, EPOCH, Fault, load_faults, to_events  # noqa: E402
-from exporter.offline.lemons import rank  # noqa: E402
+from exporter.offline.lemons import members_at, rank  # noqa: E402
 
 SERVERS = 400  # the trace's README: 400 servers sampled
 HORIZON = 7.0
 KS = (2, 5, 10)
 HARDWARE = "Hardware Failure"
+TAUS = (1.0, 3.0, 7.0, 14.0, 28.0, math.inf)
+HORIZON_DAYS = 7  # days left out between fitting and validation (the labels' 7 days)
+SHIPPED = "lemon score (shipped)"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Day:
     day: int
     eligible: list[str]
     hw: set[str]  # positives, hardware target
     gpu: set[str]  # positives, GPU-class target
     scores: dict[str, dict[str, float]]  # method -> node -> score (absent = 0)
+    # per tau: each eligible node's posterior rate per group (GROUPS' order), the fleet's
+    # mean rates, and which groups the node has episodes in
+    rates: dict[float, dict[str, np.ndarray]] = field(default_factory=dict)
+    means: dict[float, np.ndarray] = field(default_factory=dict)
+    has: dict[float, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def _in_fault(faults: Sequence[Fault], t: float) -> set[str]:
@@ -83,7 +100,7 @@ def baselines(faults: Sequence[Fault], t: float) -> dict[str, dict[str, float]]:
     return out
 
 
-def build_days(faults: Sequence[Fault], models: dict[str, Model]) -> list[Day]:
+def build_days(faults: Sequence[Fault]) -> list[Day]:
     events = to_events(faults)
     last_day = int((max(f.time for f in faults) - EPOCH) / DAY) + 1  # the trace's length
     days = []
@@ -95,12 +112,59 @@ def build_days(faults: Sequence[Fault], models: dict[str, Model]) -> list[Day]:
         eligible += [f"quiet-{i}" for i in range(SERVERS - len(nodes))]
         soon = [f for f in faults if f.start and t <= f.time < t + HORIZON * DAY]
         scores = baselines(faults, t)
-        for name, model in models.items():
-            r = rank(events, t, EPOCH, SERVERS, model=model)
-            scores[name] = {s.key: s.score for s in r.nodes}
-        days.append(Day(d, eligible, {f.node for f in soon if f.level == HARDWARE},
-                        {f.node for f in soon if f.cls == "GPU"}, scores))
+        scores[SHIPPED] = {s.key: s.score for s in rank(events, t, EPOCH, SERVERS).nodes}
+        day = Day(d, eligible, {f.node for f in soon if f.level == HARDWARE},
+                  {f.node for f in soon if f.cls == "GPU"}, scores)
+        for tau in TAUS:
+            _rates(day, events, t, tau)
+        days.append(day)
     return days
+
+
+def _rates(day: Day, events, t: float, tau: float) -> None:
+    """The per-group posterior rates the candidates are built from (as `rank` computes
+    them: the same members, fleet and prior)."""
+    model = Model(tau)
+    members = members_at(events, t, EPOCH, lambda e: e.node, {})
+    exposure = (t - EPOCH) / DAY
+    priors = fit_fleet(model, members, [exposure] * (SERVERS - len(members)))
+    quiet = Member("", {}, exposure)
+    zero = np.array(list(group_rates(model, priors, quiet).values()))
+    by_node = {m.key: m for m in members}
+    day.means[tau] = np.array([priors[g].mean for g in GROUPS])
+    day.rates[tau], day.has[tau] = {}, {}
+    for n in day.eligible:
+        m = by_node.get(n)
+        if m is None:
+            day.rates[tau][n], day.has[tau][n] = zero, np.zeros(len(GROUPS), bool)
+        else:
+            counts = group_counts(model, m)
+            day.rates[tau][n] = np.array(list(group_rates(model, priors, m).values()))
+            day.has[tau][n] = np.array([counts.get(g, 0.0) > 0 for g in GROUPS])
+
+
+def candidate_scores(day: Day, tau: float, weights: np.ndarray) -> dict[str, float]:
+    """The lemon score of every node for these weights (exporter.analysis.lemons.score)."""
+    fleet = float(weights @ day.means[tau])
+    if fleet <= 0:
+        return {}
+    return {n: float(weights @ r) / fleet for n, r in day.rates[tau].items()
+            if (day.has[tau][n] & (weights > 0)).any()}
+
+
+def fit_weights(days: Sequence[Day], tau: float, iterations: int = 2000) -> np.ndarray:
+    """Each group's weight in a Poisson model of the hardware faults to come,
+    rate = sum_g w_g x_g (x: the node's posterior rate per group), by maximum likelihood
+    with w >= 0 (EM updates, Vardi-Shepp-Kaufman); scaled to a largest weight of 1."""
+    x = np.array([day.rates[tau][n] for day in days for n in day.eligible])
+    y = np.array([n in day.hw for day in days for n in day.eligible], float)
+    w = np.ones(x.shape[1])
+    column = x.sum(axis=0)
+    for _ in range(iterations):
+        rate = x @ w
+        w = w * ((x * (y / np.maximum(rate, 1e-300))[:, None]).sum(axis=0)
+                 / np.maximum(column, 1e-300))
+    return w / w.max()
 
 
 def _top(scores: dict[str, float], eligible: list[str], positive: set[str],
@@ -149,20 +213,6 @@ def base_rate(days: Sequence[Day], target: Callable[[Day], set[str]]) -> float:
     return pos / sum(len(d.eligible) for d in days)
 
 
-def candidates() -> dict[str, Model]:
-    out = {}
-    for tau in (1.0, 3.0, 7.0, 14.0, 28.0, math.inf):
-        for label, groups in (("all groups", ("gpu", "network", "node", "other")),
-                              ("hardware groups", ("gpu", "network", "node"))):
-            out[f"lemon tau={tau:g} d, {label}"] = Model(tau, groups)
-    return out
-
-
-def chosen_name() -> str:
-    label = "all groups" if len(SCORED_GROUPS) == 4 else "hardware groups"
-    return f"lemon tau={TAU_DAYS:g} d, {label}"
-
-
 def table(days: Sequence[Day], methods: Sequence[str], markdown: bool) -> str:
     lines = []
     for title, target in (("Hardware Failure", lambda d: d.hw), ("GPU class", lambda d: d.gpu)):
@@ -186,37 +236,64 @@ def table(days: Sequence[Day], methods: Sequence[str], markdown: bool) -> str:
     return "\n".join(lines)
 
 
+def _precision(days: Sequence[Day], method: str) -> float:
+    return sum(evaluate(days, method, lambda d: d.hw).precision(k) for k in (2, 5))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", help="fault_trace.json of InfiniteHBD-Trace")
     parser.add_argument("--markdown", action="store_true", help="tables in Markdown")
-    parser.add_argument("--all-candidates", action="store_true",
-                        help="also show every candidate on the held-out and whole days")
+    parser.add_argument("--tuning-only", action="store_true",
+                        help="stop after the tuning days (choose without the held-out ones)")
     args = parser.parse_args(argv)
     faults = load_faults(args.trace)
-    models = candidates()
-    days = build_days(faults, models)
+    days = build_days(faults)
     length = days[-1].day + HORIZON
     split = length * 2.0 / 3.0
     tuning = [d for d in days if d.day + HORIZON <= split]
     held = [d for d in days if d.day >= split]
-    names = list(models)
-    # choose on the tuning days only: mean precision at 2 and 5 for the hardware target
-    best = max(names, key=lambda m: (
-        sum(evaluate(tuning, m, lambda d: d.hw).precision(k) for k in (2, 5)), m == chosen_name()))
-    base = [m for m in days[0].scores if m not in models]
+    # the candidates: fitted weights come from the first half of the tuning days and are
+    # judged, with the others, on the second half (validation); the winner's weights are
+    # then fitted again on every tuning day
+    half = len(tuning) // 2
+    fit_part, validation = tuning[:half], tuning[half + HORIZON_DAYS:]
+    options: dict[str, tuple[float, np.ndarray]] = {}
+    for tau in TAUS:
+        options[f"lemon tau={tau:g} d, equal weights"] = (tau, np.ones(len(GROUPS)))
+        options[f"lemon tau={tau:g} d, hardware groups"] = (tau, np.array([1.0, 1, 1, 0]))
+        options[f"lemon tau={tau:g} d, fitted weights"] = (tau, fit_weights(fit_part, tau))
+    for name, (tau, w) in options.items():
+        for day in days:
+            day.scores[name] = candidate_scores(day, tau, w)
+    names = list(options)
+    best = max(names, key=lambda m: _precision(validation, m))
+    tau, weights = options[best]
+    if "fitted" in best:
+        weights = fit_weights(tuning, tau)
+    chosen = ", ".join(f"{g} {w:.3g}" for g, w in zip(GROUPS, weights, strict=True))
+    shipped = Model()
     print(f"{SERVERS} servers, {len({f.node for f in faults})} named by the trace; "
           f"{sum(f.start for f in faults)} fault starts, "
           f"{sum(f.start and f.level == HARDWARE for f in faults)} of them hardware")
-    print(f"tuning days 1-{tuning[-1].day} (labels end by day {split:.1f}); held-out days "
-          f"{held[0].day}-{held[-1].day}; best on tuning: {best}; shipped: {chosen_name()}")
-    print("\n## Tuning days: every candidate")
-    print(table(tuning, names + base, args.markdown))
-    shown = names if args.all_candidates else [chosen_name()]
+    print(f"tuning days 1-{tuning[-1].day} (labels end by day {split:.1f}); weights fitted on "
+          f"days 1-{fit_part[-1].day}, candidates judged on days {validation[0].day}-"
+          f"{validation[-1].day}; held-out days {held[0].day}-{held[-1].day}")
+    print(f"best on validation: {best}; tau {tau:g} d, weights ({chosen}) "
+          f"on every tuning day")
+    print(f"shipped (exporter/analysis/lemons.py): tau {shipped.tau_days:g} d, weights "
+          + ", ".join(f"{g} {w:.3g}" for g, w in zip(GROUPS, shipped.weights, strict=True)))
+    base = [m for m in days[0].scores if m not in options and m != SHIPPED]
+    print("\n## Validation days (second half of the tuning days): every candidate")
+    print(table(validation, names + base, args.markdown))
+    print("\n## Tuning days: the shipped score and the baselines")
+    print(table(tuning, [SHIPPED] + base, args.markdown))
+    if args.tuning_only:
+        return 0
     print("\n## Held-out days (the last third)")
-    print(table(held, shown + base, args.markdown))
+    print(table(held, [SHIPPED] + base, args.markdown))
     print("\n## All days (tuning and held-out together)")
-    print(table(days, shown + base, args.markdown))
+    print(table(days, [SHIPPED] + base, args.markdown))
     return 0
 
 

@@ -118,7 +118,7 @@ def test_recent_repeats_score_higher_and_quiet_members_not_at_all():
     members = [Member("recent", {"ecc_dbe": {"1d": 2, "7d": 2, "28d": 2}}, 40),
                Member("old", {"ecc_dbe": {"28d": 2}}, 40),
                Member("once", {"ecc_dbe": {"7d": 1, "28d": 1}}, 40)]
-    ranked = score_fleet(Model(), members, [40.0] * 97)
+    ranked = score_fleet(Model(tau_days=7.0), members, [40.0] * 97)
     scores = {s.key: s.score for s in ranked}
     assert ranked[0].key == "recent" and len(ranked) == 3  # the 97 quiet ones: left out
     assert scores["recent"] > scores["old"] > 0  # the same two episodes, older

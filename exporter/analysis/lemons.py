@@ -12,10 +12,10 @@ ones too): mean rate mu = sum n / sum E, spread var from the excess of the nodes
 over Poisson noise. A node's rate is then the gamma-Poisson posterior mean
     rate = mu + var (n - mu E) / (mu + var E)
 (shrunk to mu where it was watched little or the fleet shows no spread), and its score is
-the sum of its rates over the scored groups divided by the fleet's: 3 reads "three times
+the weighted sum of its rates over the groups divided by the fleet's: 3 reads "three times
 the fleet's rate". A node with no episode in the windows scores 0.
 
-tau and the scored groups were chosen on the first two thirds of InfiniteHBD-Trace's
+tau and the groups' weights were chosen on the first two thirds of InfiniteHBD-Trace's
 days (scripts/eval_lemons.py; docs/health.md, "Lemon score").
 """
 
@@ -40,10 +40,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 GROUP_OF: dict[str, str] = {kind: g for g, kinds in GROUPS.items() for kind in kinds}
 
-# Chosen on the tuning days (scripts/eval_lemons.py): the decay's time constant and the
-# groups whose rates make the score.
-TAU_DAYS = 14.0
-SCORED_GROUPS: tuple[str, ...] = ("gpu", "network", "node", "other")
+# Chosen on the tuning days (scripts/eval_lemons.py): the decay's time constant, and each
+# group's weight in the score (in GROUPS' order; 0 leaves a group out).
+TAU_DAYS = math.inf  # no decay within the 28 days
+WEIGHTS: tuple[float, ...] = (1.0, 0.393, 0.163, 0.0336)
 # A node watched for less than an hour counts an hour (its rate is not divided by ~0).
 MIN_EXPOSURE_DAYS = 1.0 / 24.0
 
@@ -51,7 +51,15 @@ MIN_EXPOSURE_DAYS = 1.0 / 24.0
 @dataclass(frozen=True, slots=True)
 class Model:
     tau_days: float = TAU_DAYS
-    groups: tuple[str, ...] = SCORED_GROUPS
+    weights: tuple[float, ...] = WEIGHTS
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The groups the score sums (weight above 0)."""
+        return tuple(g for g, w in zip(GROUPS, self.weights, strict=True) if w > 0)
+
+    def weight(self, group: str) -> float:
+        return self.weights[list(GROUPS).index(group)]
 
     def segment_weights(self) -> tuple[float, ...]:
         """Mean of exp(-age/tau) over each window segment (0-1, 1-7, 7-28 days)."""
@@ -152,11 +160,19 @@ def score(model: Model, priors: Mapping[str, Prior], member: Member) -> float:
     counts = group_counts(model, member)
     if not any(counts.get(g, 0.0) > 0 for g in model.groups):
         return 0.0
-    fleet = sum(priors[g].mean for g in model.groups)
+    fleet = sum(model.weight(g) * priors[g].mean for g in model.groups)
     if fleet <= 0.0:
         return 0.0
     e = model.decayed_exposure(member.exposure_days)
-    return sum(priors[g].rate(counts.get(g, 0.0), e) for g in model.groups) / fleet
+    return sum(model.weight(g) * priors[g].rate(counts.get(g, 0.0), e)
+               for g in model.groups) / fleet
+
+
+def group_rates(model: Model, priors: Mapping[str, Prior], member: Member) -> dict[str, float]:
+    """The member's posterior rate per group (per day)."""
+    counts = group_counts(model, member)
+    e = model.decayed_exposure(member.exposure_days)
+    return {g: priors[g].rate(counts.get(g, 0.0), e) for g in GROUPS}
 
 
 def window_counts(ages_days: Iterable[float]) -> dict[str, float]:

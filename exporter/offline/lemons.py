@@ -63,8 +63,10 @@ def read_events(path: str) -> list[Event]:
     return events
 
 
-def _members(events: Sequence[Event], at: float, since: float, key,
-             starts: Mapping[str, float]) -> list[Member]:
+def members_at(events: Sequence[Event], at: float, since: float, key,
+               starts: Mapping[str, float]) -> list[Member]:
+    """The members (key(event): a node, or a node's GPU; None: not one) with episodes in
+    the windows at `at`, watched since their node's start (`since` unless in starts)."""
     ages: dict[str, dict[str, list[float]]] = {}
     node: dict[str, str] = {}
     for e in events:
@@ -99,13 +101,13 @@ def rank(events: Sequence[Event], at: float, since: float, fleet_nodes: int,
     def exposure(node: str | None) -> float:
         return max(at - starts.get(node, since), 0.0) / DAY  # type: ignore[arg-type]
 
-    node_members = _members(events, at, since, lambda e: e.node, starts)
+    node_members = members_at(events, at, since, lambda e: e.node, starts)
     named = {m.key for m in node_members}
     quiet_named = [exposure(n) for n in starts if n not in named]
     quiet_nodes = quiet_named + [exposure(None)] * max(
         fleet_nodes - len(named) - len(quiet_named), 0)
     nodes = score_fleet(model, node_members, quiet_nodes)
-    gpu_members = _members(events, at, since,
+    gpu_members = members_at(events, at, since,
                            lambda e: None if e.gpu is None else f"{e.node}\0{e.gpu}", starts)
     # each node's quiet GPUs are watched since that node's start
     per_node: dict[str, int] = {}
