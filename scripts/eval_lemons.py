@@ -12,8 +12,11 @@ the expectation under a random tie-break). Precision = true alerts / alerts; rec
 alerts / positive node-days.
 
 Days whose 7-day window would run past the trace are not scored. The lemon score's
-options were chosen on the tuning days (the first two thirds: d + 7 <= 2/3 of the days);
-the held-out days are d >= 2/3 of the days, never used to choose.
+options were chosen on the tuning days (the first two thirds: d + 7 <= 2/3 of the days):
+group weights fitted on their first half, every candidate judged on their second half, the
+winner's weights fitted again on all of them. The held-out days are d >= 2/3 of the days,
+never used to choose; `--tuning-only` stops before them. The shipped score's rows go
+through `lemons`' own code (exporter.offline.lemons.rank).
 """
 
 from __future__ import annotations
