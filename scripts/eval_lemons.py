@@ -67,6 +67,7 @@ class Day:
 
 
 def _in_fault(faults: Sequence[Fault], t: float) -> set[str]:
+    """The nodes in a fault at t (faults in time order, as load_faults gives them)."""
     state: dict[str, bool] = {}
     for f in faults:
         if f.time >= t:
