@@ -95,12 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE")
     _add_simulate_flags(commands.add_parser(
         "simulate", help="run a fleet of simulated nodes in one process, one port each"))
-    from exporter.offline import analyze, record
+    from exporter.offline import analyze, lemons, record
 
     record.add_arguments(commands.add_parser(
         "record", help="record GPU samples (power at full rate) to a trace file"))
     analyze.add_arguments(commands.add_parser(
         "analyze", help="analyse a trace (ours or an nvidia-smi CSV log) offline"))
+    lemons.add_arguments(commands.add_parser(
+        "lemons", help="rank nodes and GPUs by how likely they fail again (fault events)"))
     return parser
 
 
@@ -182,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.offline import analyze
 
             return analyze.main(args)
+        if args.command == "lemons":
+            from exporter.offline import lemons
+
+            return lemons.main(args)
         if args.command == "check-config":
             return _check_config(args.file)
         parser.print_help(sys.stderr)

@@ -1,0 +1,218 @@
+"""`cluster-telemetry-exporter lemons EVENTS.jsonl --at T [--at T ...] [--format json]`.
+
+Ranks the nodes (and the GPUs the events name) by the lemon score
+(exporter.analysis.lemons) at each time T, from the events before T only. It reads the
+JSON Lines that `history --format jsonl` prints, one node's or many nodes' concatenated.
+Input it refuses, in one line naming file:line, with exit status 2: a line that is not an
+event (not JSON, a missing field, an unknown kind), a node's event earlier than that node's
+previous one (a file cut or merged wrongly; nodes may follow each other in any order),
+and a file with no events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from exporter.analysis.lemons import (
+    DAY,
+    Member,
+    Model,
+    Scored,
+    score_fleet,
+    window_counts,
+)
+from exporter.errors import fail
+from exporter.events import Event, EventError, parse_lines
+
+COMMAND = "lemons"
+GPUS_PER_NODE = 8
+
+
+class InputError(ValueError):
+    """Input lemons refuses: the message starts with file:line where there is one."""
+
+
+def read_events(path: str) -> list[Event]:
+    """Every event of the file, or InputError for the first line it refuses."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
+            from None
+    events: list[Event] = []
+    last: dict[str, tuple[float, int]] = {}
+    for number, got in parse_lines(lines):
+        if isinstance(got, EventError):
+            raise InputError(f"{path}:{number}: {got}")
+        before = last.get(got.node)
+        if before is not None and got.time < before[0]:
+            raise InputError(f"{path}:{number}: time {got.time:g} of node {got.node!r} is "
+                             f"before its previous event's ({before[0]:g}, line {before[1]}): "
+                             "each node's events must be in time order")
+        last[got.node] = (got.time, number)
+        events.append(got)
+    if not events:
+        raise InputError(f"{path}: no events (an empty file ranks nothing)")
+    return events
+
+
+def members_at(events: Sequence[Event], at: float, since: float, key,
+               starts: Mapping[str, float]) -> list[Member]:
+    """The members (key(event): a node, or a node's GPU; None: not one) with episodes in
+    the windows at `at`, watched since their node's start (`since` unless in starts)."""
+    ages: dict[str, dict[str, list[float]]] = {}
+    node: dict[str, str] = {}
+    for e in events:
+        k = key(e)
+        if e.time < at and k is not None:
+            ages.setdefault(k, {}).setdefault(e.kind, []).append((at - e.time) / DAY)
+            node[k] = e.node
+    out = []
+    for k, kinds in ages.items():
+        counts = {kind: c for kind, a in kinds.items() if (c := window_counts(a))}
+        if counts:
+            out.append(Member(k, counts, max(at - starts.get(node[k], since), 0.0) / DAY))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    at: float
+    nodes: list[Scored]
+    gpus: dict[str, list[tuple[str, Scored]]]  # node -> (gpu, its score), by score
+
+
+def rank(events: Sequence[Event], at: float, since: float, fleet_nodes: int,
+         gpus_per_node: int = GPUS_PER_NODE, model: Model | None = None,
+         starts: Mapping[str, float] | None = None) -> Ranking:
+    """Nodes (fleet_nodes in all, the quiet ones watched since `since` too) and GPUs by
+    descending score at `at`, from the events before it. `starts` gives a node's own
+    history start where it is not `since`."""
+    model = model or Model()
+    starts = starts or {}
+
+    def exposure(node: str | None) -> float:
+        return max(at - starts.get(node, since), 0.0) / DAY  # type: ignore[arg-type]
+
+    node_members = members_at(events, at, since, lambda e: e.node, starts)
+    named = {m.key for m in node_members}
+    quiet_named = [exposure(n) for n in starts if n not in named]
+    quiet_nodes = quiet_named + [exposure(None)] * max(
+        fleet_nodes - len(named) - len(quiet_named), 0)
+    nodes = score_fleet(model, node_members, quiet_nodes)
+    gpu_members = members_at(events, at, since,
+                           lambda e: None if e.gpu is None else f"{e.node}\0{e.gpu}", starts)
+    # each node's quiet GPUs are watched since that node's start
+    per_node: dict[str, int] = {}
+    for m in gpu_members:
+        node = m.key.split("\0", 1)[0]
+        per_node[node] = per_node.get(node, 0) + 1
+    quiet_gpus = [exposure(n) for n in {*per_node, *starts}
+                  for _ in range(max(gpus_per_node - per_node.get(n, 0), 0))]
+    rest = fleet_nodes * gpus_per_node - len(gpu_members) - len(quiet_gpus)
+    quiet_gpus += [exposure(None)] * max(rest, 0)
+    gpus: dict[str, list[tuple[str, Scored]]] = {}
+    for s in score_fleet(model, gpu_members, quiet_gpus):
+        node, gpu = s.key.split("\0", 1)
+        gpus.setdefault(node, []).append((gpu, s))
+    return Ranking(at, nodes, gpus)
+
+
+def _number(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def to_json(rankings: Sequence[Ranking]) -> dict:
+    out = []
+    for r in rankings:
+        nodes = []
+        for s in r.nodes:
+            entry: dict = {"node": s.key, "score": _number(s.score), "reasons": list(s.reasons)}
+            if r.gpus.get(s.key):
+                entry["gpus"] = [{"gpu": gpu, "score": _number(g.score),
+                                  "reasons": list(g.reasons)} for gpu, g in r.gpus[s.key]]
+            nodes.append(entry)
+        out.append({"at": r.at, "nodes": nodes})
+    return {"rankings": out}
+
+
+def to_text(rankings: Sequence[Ranking]) -> str:
+    lines = []
+    for r in rankings:
+        lines.append(f"at {r.at:.0f} ({datetime.fromtimestamp(r.at, UTC).isoformat()}): "
+                     f"{len(r.nodes)} node(s) above 0")
+        for s in r.nodes:
+            lines.append(f"  {s.score:8.2f}  {s.key}: " + "; ".join(s.reasons))
+            for gpu, g in r.gpus.get(s.key, []):
+                lines.append(f"  {g.score:8.2f}    GPU {gpu}: " + "; ".join(g.reasons))
+    return "\n".join(lines) + "\n"
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds, or an ISO 8601 date-time (UTC unless it says otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither unix seconds nor an ISO 8601 date-time") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.timestamp()
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite time")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not at least 1")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("events", metavar="EVENTS.jsonl",
+                        help="fault events, one JSON object a line (history --format jsonl)")
+    parser.add_argument("--at", action="append", required=True, type=parse_time, metavar="T",
+                        help="rank at this time (unix seconds or ISO 8601) from the events "
+                        "before it; repeat for more rankings")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--fleet-nodes", type=_positive, metavar="N",
+                        help="nodes in the fleet, quiet ones included (default: the nodes "
+                        "the events name)")
+    parser.add_argument("--gpus-per-node", type=_positive, default=GPUS_PER_NODE, metavar="G",
+                        help=f"GPUs per node, for the GPUs' fleet (default {GPUS_PER_NODE})")
+    parser.add_argument("--since", type=parse_time, metavar="T",
+                        help="when every node's history began (default: the first event)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        events = read_events(args.events)
+    except InputError as err:
+        return fail(COMMAND, str(err))
+    named = len({e.node for e in events})
+    fleet = args.fleet_nodes if args.fleet_nodes is not None else named
+    if fleet < named:
+        return fail(COMMAND, f"--fleet-nodes {fleet}: the events name {named} nodes")
+    since = args.since if args.since is not None else min(e.time for e in events)
+    rankings = [rank(events, at, since, fleet, args.gpus_per_node) for at in args.at]
+    if args.format == "json":
+        json.dump(to_json(rankings), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(to_text(rankings))
+    return 0

@@ -1,0 +1,224 @@
+"""The lemon score: InfiniteHBD's Desc table, the score's pieces, the `lemons` command and
+its bad input, and the rules generated from the same code."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, Prior, fit_prior, score_fleet
+from exporter.cli import main
+from exporter.events import KINDS, Event, parse_lines
+from exporter.offline.infinitehbd import DAY, DESC_KINDS, EPOCH, load_faults, to_events
+from exporter.offline.lemons import rank
+from tests.tools import REPO
+
+_SHARED = (REPO.parent / "shared", REPO.parent.parent / "shared")
+_TRACE = "data/ew/InfiniteHBD-Trace/fault_trace.json"
+FAULT_TRACE = next((s / _TRACE for s in _SHARED if (s / _TRACE).exists()), _SHARED[0] / _TRACE)
+needs_trace = pytest.mark.skipif(not FAULT_TRACE.exists(),
+                                 reason="shared/data is not beside the checkout")
+
+
+# -- InfiniteHBD's Desc values -----------------------------------------------------------
+
+@needs_trace
+def test_the_table_accounts_for_every_desc_of_the_shared_trace():
+    records = json.loads(FAULT_TRACE.read_text())
+    pairs = {(r["fault_type"]["Class"], r["fault_type"]["Desc"]) for r in records}
+    assert pairs <= set(DESC_KINDS), pairs - set(DESC_KINDS)
+    descs = {r["fault_type"]["Desc"] for r in records}
+    assert descs == {d for _, d in DESC_KINDS}  # no Desc left out, none invented
+    faults = load_faults(FAULT_TRACE)
+    events = to_events(faults)
+    starts = [r for r in records if r["event_type"] == "fault_start"]
+    assert len(events) == len(starts) == 372
+    assert {e.node for e in events} == {r["node_id"] for r in starts}
+    first = min(starts, key=lambda r: r["event_time"])
+    assert events[0].time == pytest.approx(EPOCH + first["event_time"] * DAY)
+    assert all(e.kind in KINDS for e in events)
+
+
+@needs_trace
+def test_the_converter_script_writes_events_lemons_reads(tmp_path, capsys):
+    out = tmp_path / "events.jsonl"
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
+                             str(FAULT_TRACE), "-o", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "372 events from 181 nodes" in result.stderr
+    parsed = [e for _, e in parse_lines(out.read_text().splitlines())]
+    assert all(isinstance(e, Event) for e in parsed) and len(parsed) == 372
+    at = EPOCH + 100 * DAY
+    assert main(["lemons", str(out), "--at", str(at), "--fleet-nodes", "400",
+                 "--since", str(EPOCH), "--format", "json"]) == 0
+    nodes = json.loads(capsys.readouterr().out)["rankings"][0]["nodes"]
+    assert nodes and all(n["score"] > 0 for n in nodes)
+
+
+def test_the_converter_refuses_a_desc_it_does_not_know(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([{"node_id": "n", "event_time": 1.0, "event_type": "fault_start",
+                                  "fault_type": {"Level": "Hardware Failure", "Class": "GPU",
+                                                 "Desc": "GPU on fire"}}]))
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
+                             str(trace)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "record 0: no kind for Class 'GPU', Desc 'GPU on fire'" in result.stderr
+
+
+def test_the_docs_table_is_the_code_table():
+    text = (REPO / "docs" / "health.md").read_text()
+    section = text[text.index("## Lemon score"):]
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \| `([a-z_]+)` \|", section, re.M)
+    assert {(c, d): k for c, d, k in rows} == {key: kind for key, (kind, _) in DESC_KINDS.items()}
+    for group, kinds in GROUPS.items():
+        assert f"| `{group}` | " + ", ".join(f"`{k}`" for k in kinds) + " |" in section
+
+
+def test_every_kind_is_in_one_group():
+    assert set(GROUP_OF) == set(KINDS)
+    assert sum(len(k) for k in GROUPS.values()) == len(KINDS)
+
+
+# -- the score's pieces ------------------------------------------------------------------
+
+def test_the_window_coefficients_weigh_each_episode_by_its_segment():
+    model = Model(tau_days=7.0)
+    w1, w7, w28 = model.segment_weights()
+    assert 1 > w1 > w7 > w28 > 0
+    # one episode 3 days old is in the 7 d and 28 d windows: it weighs w7
+    assert model.decayed_count({"7d": 1, "28d": 1}) == pytest.approx(w7)
+    assert model.decayed_count({"1d": 1, "7d": 1, "28d": 1}) == pytest.approx(w1)
+    assert Model(tau_days=math.inf).segment_weights() == (1.0, 1.0, 1.0)
+    assert model.decayed_exposure(40) == pytest.approx(w1 + 6 * w7 + 21 * w28)
+    assert model.decayed_exposure(3) == pytest.approx(w1 + 2 * w7)
+
+
+def test_the_prior_is_fitted_by_moments_and_shrinks_little_evidence():
+    # no spread beyond Poisson noise: every member gets the fleet's rate
+    flat = fit_prior([(1.0, 10.0)] * 10, [10.0] * 0)
+    assert flat == Prior(0.1, 0.0) and flat.rate(1.0, 10.0) == pytest.approx(0.1)
+    # one member with many: a real spread; it is shrunk, but stays far above the fleet
+    prior = fit_prior([(20.0, 10.0)], [10.0] * 99)
+    assert prior.mean == pytest.approx(20 / 1000)
+    assert prior.var > 0
+    assert prior.mean < prior.rate(20.0, 10.0) < 2.0
+    assert prior.rate(0.0, 10.0) < prior.mean  # a quiet member is below the fleet
+    # less exposure, the same count: less shrinkage toward the fleet
+    assert prior.rate(2.0, 1.0) > prior.rate(20.0, 10.0) / 10
+
+
+def test_recent_repeats_score_higher_and_quiet_members_not_at_all():
+    members = [Member("recent", {"ecc_dbe": {"1d": 2, "7d": 2, "28d": 2}}, 40),
+               Member("old", {"ecc_dbe": {"28d": 2}}, 40),
+               Member("once", {"ecc_dbe": {"7d": 1, "28d": 1}}, 40)]
+    ranked = score_fleet(Model(tau_days=7.0), members, [40.0] * 97)
+    scores = {s.key: s.score for s in ranked}
+    assert ranked[0].key == "recent" and len(ranked) == 3  # the 97 quiet ones: left out
+    assert scores["recent"] > scores["old"] > 0  # the same two episodes, older
+    assert scores["once"] > 0
+    assert "gpu faults at" in ranked[0].reasons[0] and "ecc_dbe 2 in 1d" in ranked[0].reasons[0]
+
+
+# -- the command -------------------------------------------------------------------------
+
+def _write(path, events):
+    path.write_text("".join(e.to_json() + "\n" for e in events))
+    return str(path)
+
+
+T = 1_000 * DAY
+
+
+def _fleet(tmp_path):
+    events = [Event(T - 0.5 * DAY, "bad", "ecc_dbe", gpu="3"),
+              Event(T - 2 * DAY, "bad", "ecc_dbe", gpu="3"),
+              Event(T - 4 * DAY, "bad", "ib_link_down"),
+              Event(T - 20 * DAY, "meh", "unknown"),
+              Event(T - 60 * DAY, "gone", "thermal"),  # older than every window
+              Event(T + DAY, "later", "gpu_lost", gpu="0")]  # after T: not seen
+    return _write(tmp_path / "events.jsonl", sorted(events, key=lambda e: e.time))
+
+
+def test_lemons_ranks_nodes_with_gpus_beside_them_from_the_events_before_t(tmp_path, capsys):
+    path = _fleet(tmp_path)
+    assert main(["lemons", path, "--at", str(T), "--at", str(T + 2 * DAY), "--fleet-nodes", "50",
+                 "--since", str(T - 100 * DAY), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    first, second = out["rankings"]
+    assert first["at"] == T and second["at"] == T + 2 * DAY
+    assert [n["node"] for n in first["nodes"]] == ["bad", "meh"]  # zero scores left out
+    bad = first["nodes"][0]
+    assert bad["score"] > first["nodes"][1]["score"] > 0
+    assert [g["gpu"] for g in bad["gpus"]] == ["3"] and bad["gpus"][0]["score"] > 1
+    assert any("ecc_dbe" in r for r in bad["reasons"])
+    assert "gpus" not in first["nodes"][1]
+    assert "later" in [n["node"] for n in second["nodes"]]
+
+
+def test_lemons_prints_text_by_default(tmp_path, capsys):
+    assert main(["lemons", _fleet(tmp_path), "--at", str(T)]) == 0
+    text = capsys.readouterr().out
+    assert "2 node(s) above 0" in text and "GPU 3:" in text
+
+
+def test_the_rankings_do_not_depend_on_how_nodes_are_interleaved(tmp_path):
+    events = [Event(T - d * DAY, f"n{d % 3}", "xid", xid=79) for d in range(10, 0, -1)]
+    by_time = rank(events, T, T - 40 * DAY, 10)
+    by_node = rank(sorted(events, key=lambda e: e.node), T, T - 40 * DAY, 10)
+    assert by_time.nodes == by_node.nodes
+
+
+@pytest.mark.parametrize("lines, says", [
+    (['{"time": 1, "node": "a", "kind": "xid"}', "{oops"], "events.jsonl:2: not JSON"),
+    (['{"time": 1, "node": "a", "kind": "meltdown"}'], "events.jsonl:1: unknown kind 'meltdown'"),
+    (['{"time": 5, "node": "a", "kind": "xid"}', '{"time": 9, "node": "b", "kind": "xid"}',
+      '{"time": 4, "node": "a", "kind": "xid"}'],
+     "events.jsonl:3: time 4 of node 'a' is before its previous event's (5, line 1)"),
+    ([], "events.jsonl: no events"),
+    (["", "  "], "events.jsonl: no events"),
+])
+def test_bad_input_is_one_line_with_file_and_line_and_exit_2(tmp_path, capsys, lines, says):
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    assert main(["lemons", str(path), "--at", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert err[0].startswith("cluster-telemetry-exporter: lemons: ")
+
+
+def test_a_missing_file_and_bad_flags_are_one_line(tmp_path, capsys):
+    assert main(["lemons", str(tmp_path / "none.jsonl"), "--at", "10"]) == 2
+    assert "none.jsonl: cannot read" in capsys.readouterr().err
+    path = _fleet(tmp_path)
+    assert main(["lemons", path, "--at", str(T), "--fleet-nodes", "2"]) == 2
+    assert "--fleet-nodes 2: the events name 4 nodes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["lemons", path, "--at", "yesterday"])
+    assert stop.value.code == 2
+    assert "neither unix seconds nor an ISO 8601" in capsys.readouterr().err
+
+
+def test_an_iso_time_is_the_same_as_its_unix_seconds(tmp_path, capsys):
+    path = _fleet(tmp_path)
+    assert main(["lemons", path, "--at", "1972-09-27T00:00:00Z", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rankings"][0]["at"] == T
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+def test_the_rules_are_what_the_score_writes():
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "build_lemon_rules.py"),
+                             "--check"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_iso_time_without_a_zone_is_utc(tmp_path, capsys):
+    assert main(["lemons", _fleet(tmp_path), "--at", "1972-09-27T00:00:00"]) == 0
+    assert capsys.readouterr().out.startswith("at 86400000 (1972-09-27T00:00:00+00:00)")
