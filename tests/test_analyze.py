@@ -279,9 +279,28 @@ def test_absurd_values_are_dropped_and_counted(tmp_path: Path,
                                       "power_watts above 5000 W": 1,
                                       "power_watts below 0 W": 1}
     notes = " ".join(rep["notes"])
-    assert "GPU index N out of range (N-N) (1)" in notes
+    assert "GPU index 1000000000 out of range (0-4095) (1)" in notes
     assert "4 implausible value(s) dropped" in notes
     assert rep["node_mean_watts"] < 2 * 450 + 1  # nothing absurd got into the analysis
+
+
+def test_skipped_lines_are_counted_with_their_real_counts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The notes quote each kind of skipped line as it was: cell counts, not placeholders."""
+    p = tmp_path / "cells.cte"
+    with TraceWriter(p, range(2), None, ["power_watts", "temperature_celsius"]) as w:
+        for i in range(1200):
+            for g in (0, 1):
+                w.write(T0 + i * 0.05, g, {"power_watts": 400.0})
+    with open(p, "a") as fh:
+        fh.writelines(f"{T0 + 60 + i},0,400.0\n" for i in range(3))  # 3 cells of 4
+        fh.write(f"{T0 + 64},0,400.0,50,7,8\n")  # 6 cells
+        fh.write(f"{T0 + 65},0,4x0.0,50\n")
+    rep = run_json(capsys, str(p))
+    assert rep["skipped_lines"] == 5
+    note = next(n for n in rep["notes"] if "line(s) skipped" in n)
+    assert note == ("5 line(s) skipped, first at line 2403: 3 cells, column line has 4 "
+                    "(3; 1 more like it), unparsable number (1)"), note
 
 
 def test_absurd_values_in_nvidia_smi_logs(tmp_path: Path,

@@ -68,6 +68,8 @@ from exporter.traces.load import load_trace
 from exporter.traces.trace import Trace, TraceError, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 def _averaging(text: str) -> float | None:
@@ -316,13 +318,30 @@ def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list
     return notes
 
 
+def _skip_reasons(skipped: list[tuple[int, str]], top: int = 4) -> str:
+    """The commonest reasons lines were skipped, as written (real counts and values).
+
+    Reasons that differ only in their numbers or quoted cells ("3 cells, column line has
+    5" and "4 cells, column line has 5") are one kind, so one kind cannot crowd out the
+    others; each kind shows its commonest wording and how many lines read otherwise.
+    """
+    kinds: dict[str, Counter[str]] = {}
+    for _, why in skipped:
+        kind = _NUMBER.sub("N", _QUOTED.sub("Q", why))
+        kinds.setdefault(kind, Counter())[why] += 1
+    parts = []
+    for wordings in sorted(kinds.values(), key=lambda c: -c.total())[:top]:
+        why, n = wordings.most_common(1)[0]
+        others = wordings.total() - n
+        parts.append(f"{why} ({n}; {others} more like it)" if others else f"{why} ({n})")
+    return ", ".join(parts)
+
+
 def _input_notes(trace: Trace) -> list[str]:
     notes = []
     if trace.skipped_lines:
-        kinds = Counter(re.sub(r"\b\d+(?:\.\d+)?\b", "N", why) for _, why in trace.skipped)
-        top = ", ".join(f"{why} ({n})" for why, n in kinds.most_common(4))
         notes.append(f"{trace.skipped_lines} line(s) skipped, first at line "
-                     f"{trace.skipped[0][0]}: {top}")
+                     f"{trace.skipped[0][0]}: {_skip_reasons(trace.skipped)}")
     if trace.rejected:
         notes.append(f"{sum(trace.rejected.values())} implausible value(s) dropped: "
                      + ", ".join(f"{why} ({n})" for why, n in sorted(trace.rejected.items())))
