@@ -14,7 +14,7 @@ import pytest
 from exporter.metrics.render import render
 from exporter.sim.replay import MAX_REPLAY_SAMPLE_RATE, max_speed, replay_library
 from exporter.traces.load import load_trace
-from exporter.traces.trace import TraceError
+from exporter.traces.trace import TraceError, TraceWriter
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE
@@ -61,6 +61,35 @@ def test_record_writes_the_profiling_ratios_once_an_interval(recorded):
     assert 2 <= np.isfinite(tensor).sum() <= 4  # every 1 s, from the second sample on
     assert ((tensor[np.isfinite(tensor)] > 0.2) & (tensor[np.isfinite(tensor)] < 0.98)).all()
     assert np.isfinite(s.fields["sm_occupancy_ratio"]).sum() == np.isfinite(tensor).sum()
+
+
+def test_record_refuses_to_overwrite_a_trace_without_force(recorded, tmp_path):
+    out = tmp_path / "kept.cte"
+    out.write_bytes(recorded.read_bytes())
+    before = out.read_bytes()
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "1", "--out", str(out),
+                             "--progress", "0"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2  # as every other usage error
+    assert result.stderr == (f"cluster-telemetry-exporter: record: --out {out}: the file "
+                             "exists; pass --force to overwrite it\n")
+    assert result.stdout == "" and out.read_bytes() == before
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "1", "--out", str(out),
+                             "--progress", "0", "--force"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() != before and load_trace(out).gpus == list(range(8))
+    help_text = subprocess.run([*CLI, "record", "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+    assert "--force" in help_text and "overwrite" in help_text
+
+
+def test_a_trace_writer_never_replaces_a_file_when_exclusive(tmp_path):
+    """What record relies on where a file appears between its check and its open."""
+    out = tmp_path / "raced.cte"
+    out.write_text("precious\n")
+    with pytest.raises(FileExistsError):
+        TraceWriter(out, [0], None, ["power_watts"], exclusive=True)
+    assert out.read_text() == "precious\n"
 
 
 def test_record_stops_cleanly_on_sigterm(tmp_path):

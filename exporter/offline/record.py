@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import socket
 import threading
@@ -107,7 +108,10 @@ class TraceRecorder:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, required=True, metavar="SECONDS",
                         help="how long to record")
-    parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write")
+    parser.add_argument("--out", required=True, metavar="FILE",
+                        help="trace file to write; an existing file is refused unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite --out if it exists (default: refuse, keep the file)")
     parser.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
                         help="print progress this often (0: never; default 10)")
     add_flags(parser, RECORD, all_options())
@@ -127,6 +131,8 @@ def main(args: argparse.Namespace) -> int:
         return fail("record", str(exc))
     if not 0 < args.duration <= 7 * 86400:
         return fail("record", f"--duration {args.duration:g}: expected 0 < SECONDS <= 604800")
+    if not args.force and os.path.isfile(args.out):  # before NVML starts: fail fast
+        return fail("record", _exists(args.out))
     lib = None
     if config.backend.fake:
         lib = fake.FakeNvmlLibrary(load_scenario(config.backend.scenario),
@@ -137,6 +143,16 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if lib is not None:
             fake.uninstall()
+
+
+def _exists(path: str) -> str:
+    return f"--out {path}: the file exists; pass --force to overwrite it"
+
+
+def _special(path: str) -> bool:
+    """Whether the path exists and is no regular file (a device, a pipe): nothing in it
+    to lose, and it cannot be created anew."""
+    return os.path.exists(path) and not os.path.isfile(path)
 
 
 def _record(args: argparse.Namespace, config: Config) -> int:
@@ -160,9 +176,15 @@ def _record(args: argparse.Namespace, config: Config) -> int:
     # names tell a reader the generation all the same
     names = {i.index: i.name for i in sampler.gpus.identities if i is not None and i.name}
     try:
+        # created, never replaced, unless --force: a file that appeared since the check
+        # above is refused too (a device or pipe such as /dev/stdout is written to)
+        exclusive = not args.force and not _special(args.out)
         writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
                              started_at=time.time(), power_averaging_seconds=None,
-                             gpu_names=names)
+                             gpu_names=names, exclusive=exclusive)
+    except FileExistsError:
+        sampler.backend.close()
+        return fail("record", _exists(args.out))
     except OSError as exc:
         sampler.backend.close()
         return fail("record", f"cannot write {args.out}: {exc.strerror or exc}")

@@ -293,14 +293,15 @@ class TraceWriter:
 
     Rows may carry only some fields (power at ~20 Hz, the rest at ~1 Hz): the
     others are left empty.  With ``append=True`` an existing file with the same
-    columns is extended; a fresh file gets the header.
+    columns is extended; a fresh file gets the header.  With ``exclusive=True`` an
+    existing file is never replaced (FileExistsError).
     """
 
     def __init__(self, path: str | os.PathLike[str], gpus: Iterable[int],
                  tdp_watts: Mapping[int, float] | None, fields: Iterable[str], *,
                  host: str | None = None, started_at: float | None = None,
                  append: bool = False, power_averaging_seconds: float | None = None,
-                 gpu_names: Mapping[int, str] | None = None) -> None:
+                 gpu_names: Mapping[int, str] | None = None, exclusive: bool = False) -> None:
         self.path = os.fspath(path)
         self.gpus = sorted(int(g) for g in gpus)
         self.fields = list(fields)
@@ -328,7 +329,8 @@ class TraceWriter:
         }
         if gpu_names:  # optional: tells a reader the GPU generation (how it reports power)
             meta["gpu_names"] = {str(k): str(v) for k, v in gpu_names.items()}
-        self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        # exclusive: FileExistsError rather than replace a file that exists
+        self._fh = open(self.path, "x" if exclusive else "w", encoding="utf-8")  # noqa: SIM115
         self._fh.write(f"{CTE_MAGIC} {json.dumps(meta, separators=(',', ':'))}\n")
         self._fh.write(",".join(["t", "gpu", *self.fields]) + "\n")
 
