@@ -30,6 +30,7 @@ def recorded(tmp_path_factory):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "recorded 4 s of 8 GPUs" in result.stdout
+    (out.parent / "stdout").write_text(result.stdout)
     # progress while it runs (which second a line names depends on scheduling)
     assert re.search(r"^record: [1-3]/4 s, \d+ power samples from 8 GPUs$", result.stdout,
                      re.MULTILINE)
@@ -61,6 +62,23 @@ def test_record_writes_the_profiling_ratios_once_an_interval(recorded):
     assert 2 <= np.isfinite(tensor).sum() <= 4  # every 1 s, from the second sample on
     assert ((tensor[np.isfinite(tensor)] > 0.2) & (tensor[np.isfinite(tensor)] < 0.98)).all()
     assert np.isfinite(s.fields["sm_occupancy_ratio"]).sum() == np.isfinite(tensor).sum()
+
+
+def test_record_states_the_rate_over_the_span_its_trace_covers(recorded):
+    """The driver hands over the seconds buffered before the start too: the rate is the
+    samples over the span their stamps cover, not over the seconds the command ran."""
+    summary = (recorded.parent / "stdout").read_text().splitlines()[-1]
+    m = re.search(r": (\d+) power samples over ([\d.]+) s \((\d+)/s per GPU\)", summary)
+    assert m, summary
+    trace = load_trace(recorded)
+    stamps = [s.t[np.isfinite(s.fields["power_watts"])] for s in trace.series.values()]
+    assert int(m.group(1)) == sum(x.size for x in stamps)
+    first, last = min(x[0] for x in stamps), max(x[-1] for x in stamps)
+    assert float(m.group(2)) == pytest.approx(last - first, abs=0.06)
+    assert last - first > 4.5  # the buffered seconds are in the trace (so wall time is wrong)
+    in_trace = np.mean([(x.size - 1) / (x[-1] - x[0]) for x in stamps])
+    assert int(m.group(3)) == pytest.approx(in_trace, rel=0.05)
+    assert int(m.group(3)) == pytest.approx(50, rel=0.1)  # the driver's rate
 
 
 def test_record_refuses_to_overwrite_a_trace_without_force(recorded, tmp_path):

@@ -56,6 +56,10 @@ class TraceRecorder:
         self.failure: OSError | None = None
         self.rows = 0
         self.samples = 0
+        # the span the power samples cover, by their own stamps: the driver's buffer hands
+        # over the seconds before the start too, so the wall time would overstate the rate
+        self.first: float | None = None
+        self.last: float | None = None
         self._lock = threading.Lock()
 
     def _write(self, rows: list[tuple[float, int, Mapping[str, float]]]) -> bool:
@@ -78,6 +82,14 @@ class TraceRecorder:
             if self._write([(t, gpu, {"power_watts": w})
                             for t, w in zip(times.tolist(), watts.tolist(), strict=True)]):
                 self.samples += len(times)
+                if len(times):
+                    lo, hi = float(times.min()), float(times.max())
+                    self.first = lo if self.first is None else min(self.first, lo)
+                    self.last = hi if self.last is None else max(self.last, hi)
+
+    def span(self) -> float:
+        """Seconds from the first power sample to the last (0 with fewer than two)."""
+        return 0.0 if self.first is None or self.last is None else self.last - self.first
 
     def profiling(self, gpu: int, reading: gpm.GpmReading) -> None:
         """One GPU's GPM interval: averages over (start, end], in a row at its end."""
@@ -217,9 +229,18 @@ def _record(args: argparse.Namespace, config: Config) -> int:
                     f"{EXIT_WRITE_FAILED})", EXIT_WRITE_FAILED)
     early = " (stopped early)" if stop.is_set() else ""
     print(f"recorded {elapsed:.0f} s of {gpus} GPUs{early}: {recorder.samples} power samples "
-          f"({recorder.samples / max(elapsed, 1e-9) / max(gpus, 1):.0f}/s per GPU), "
-          f"{recorder.rows} rows in {args.out}", flush=True)
+          f"{_rate(recorder, gpus)}, {recorder.rows} rows in {args.out}", flush=True)
     return 0
+
+
+def _rate(recorder: TraceRecorder, gpus: int) -> str:
+    """The samples' span and rate per GPU, over the span the trace's samples cover."""
+    span = recorder.span()
+    if span <= 0 or gpus < 1:
+        return "(too few to give a rate)"
+    # a sample at each end of the span: n samples cover n - 1 intervals per GPU
+    per_gpu = max(0.0, recorder.samples / gpus - 1) / span
+    return f"over {span:.1f} s ({per_gpu:.0f}/s per GPU)"
 
 
 def _wait(stop: threading.Event, t0: float, args: argparse.Namespace,
