@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import subprocess
 import sys
@@ -485,3 +486,112 @@ def test_detectors_that_ran_and_found_nothing_say_none_found(
                 if ln.startswith("power swings:"))
     assert line.startswith("power swings: none found; step not run: the trace ("), line
     assert "shorter than the 200 s step window" in line
+
+
+# --------------------------------------------------------------------------- gaps in a trace
+
+# `record --fake --duration 60` (the training scenario; host renamed), gzip-compressed
+RECORDED_60S = ROOT / "tests" / "data" / "record-fake-60s.cte.gz"
+
+
+def _recorded_lines() -> list[str]:
+    return gzip.decompress(RECORDED_60S.read_bytes()).decode().splitlines(keepends=True)
+
+
+def _overlaps(item: dict, gap: dict) -> bool:
+    return item["start"] < gap["end"] and item["end"] > gap["start"]
+
+
+def test_a_gap_cut_from_a_recording_is_found_reported_and_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """3,000 lines deleted from the middle of a 60 s recording: one gap of all GPUs,
+    in the notes and the JSON, and nothing concluded from the interpolated stretch."""
+    lines = _recorded_lines()
+    whole, cut = tmp_path / "whole.cte", tmp_path / "cut.cte"
+    whole.write_text("".join(lines))
+    mid = len(lines) // 2
+    cut.write_text("".join(lines[:mid - 1500] + lines[mid + 1500:]))
+    full = run_json(capsys, str(whole))
+    assert full["gaps"] == [] and not any("gap" in n for n in full["notes"])
+    swing = next(s for s in full["power_swings"] if s["scale"] == "step")
+    assert swing["duty_cycle"] == pytest.approx(0.65, abs=0.03) and swing["synchrony"] > 0.98
+
+    rep = run_json(capsys, str(cut))
+    assert len(rep["gaps"]) == 1
+    gap = rep["gaps"][0]
+    assert gap["gpus"] == list(range(8))
+    assert 7 < gap["duration_seconds"] < 10  # ~3,000 rows / (8 GPUs x 50 samples/s)
+    assert 20 < gap["start"] < gap["end"] < 40
+    note = next(n for n in rep["notes"] if "gap(s)" in n)
+    assert note.startswith("1 gap(s) in the power samples (longer than 10x a GPU's typical "
+                           f"interval): {gap['start']:.1f}-{gap['end']:.1f} s")
+    assert "all GPUs" in note and "left out" in note
+    # no window holds 30 s without the gap: the step detector says so, it finds no swing
+    # with the duty and synchrony the interpolation made up
+    assert "gap" in rep["not_run"]["step"]
+    for found in (*rep["power_swings"], *rep["dips"], *rep["stalls"], *rep["outliers"]):
+        assert not _overlaps(found, gap), found
+    assert rep["stalls"] == []
+    assert analyze.main(parse(str(cut))) == 0
+    text = capsys.readouterr().out
+    assert "notes:" in text and note in text
+
+
+def _gap_at_different_places(path: Path) -> Path:
+    """8 GPUs in a synchronous 0.5 Hz swing at 50 Hz (utilization at 1 Hz): GPUs 0 and 1
+    lose 29-37 s, between two high readings; GPUs 2-7 lose 29.6-37.6 s, between two low
+    ones. Interpolated, 0 and 1 look busy at 650 W while the others sit at 200 W with
+    full utilization: a stall's signature, made up."""
+    rng = np.random.default_rng(5)
+    rel = np.round(np.arange(0, 90, 0.02), 2)
+    comp = (rel % 2.0) < 1.4
+    with TraceWriter(path, range(8), {g: 700.0 for g in range(8)},
+                     ["power_watts", "utilization_gpu_ratio"]) as w:
+        for g in range(8):
+            lo, hi = (29.0, 37.0) if g < 2 else (29.6, 37.6)
+            pw = np.where(comp, 650.0, 200.0) + rng.normal(0, 5, rel.size)
+            for r, p in zip(rel.tolist(), pw.tolist(), strict=True):
+                if lo < r < hi:
+                    continue
+                values = {"power_watts": p}
+                if r == round(r):
+                    values["utilization_gpu_ratio"] = 1.0
+                w.write(T0 + r, g, values)
+    return path
+
+
+def test_a_gap_makes_no_stall_and_no_dip(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(_gap_at_different_places(tmp_path / "gap.cte")))
+    assert rep["gaps"] == [{"start": pytest.approx(29.0), "end": pytest.approx(37.6),
+                            "duration_seconds": pytest.approx(8.6), "gpus": list(range(8))}]
+    assert rep["stalls"] == [] and rep["dips"] == []  # were: a stall with culprits 0, 1
+    assert all(r["time"] < 29 or r["time"] > 37.6 for r in rep["ramps"])
+    steps = [s for s in rep["power_swings"] if s["scale"] == "step"]
+    assert steps and all(s["start"] >= 37.6 for s in steps)
+    assert steps[0]["synchrony"] > 0.98
+
+
+def test_gaps_are_told_from_jitter() -> None:
+    from exporter.offline.gaps import Gap, find_gaps, gpu_gaps
+
+    t = np.cumsum(np.full(200, 0.3))
+    t[100:] += 1.5 - 0.3  # one interval 5x the typical: a slow poll, no gap
+    assert gpu_gaps(t) == []
+    t[150:] += 3.3 - 0.3  # 11x: a gap
+    assert gpu_gaps(t) == [(pytest.approx(t[149]), pytest.approx(t[150]))]
+    a = np.arange(0, 100, 0.02)
+    b = a[(a < 30) | (a > 38)]
+    c = a[(a < 31) | (a > 39)]
+    d = a[(a < 60) | (a > 61)]
+    assert find_gaps({0: b, 1: c, 2: d, 3: a}) == [
+        Gap(pytest.approx(29.98), pytest.approx(39.02), (0, 1)),
+        Gap(pytest.approx(59.98), pytest.approx(61.02), (2,))]
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="real trace not available")
+def test_real_trace_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    """A poll loop around nvidia-smi every ~0.3 s, its slowest poll 1.57 s apart: jitter,
+    not a gap."""
+    rep = run_json(capsys, str(REAL))
+    assert rep["gaps"] == [] and not any("gap" in n for n in rep["notes"])

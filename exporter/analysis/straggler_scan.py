@@ -73,9 +73,19 @@ def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def _bad_windows(valid: np.ndarray | None, m: int, k: int) -> np.ndarray:
+    """Per window start j (covering samples j .. j+k-1): whether it holds a sample that is
+    not valid (interpolated across a gap in the trace)."""
+    n = max(0, m - k + 1)
+    if valid is None:
+        return np.zeros(n, dtype=bool)
+    bad = np.concatenate([[0], np.cumsum(~valid)])
+    return (bad[k:k + n] - bad[:n]) > 0
+
+
 def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarray | None],
                    ids: list[int], groups: Mapping[int, str] | None, window: float,
-                   step: float, th: StragglerThresholds
+                   step: float, th: StragglerThresholds, valid: np.ndarray | None
                    ) -> tuple[list[Outlier], int, bool, str | None, dict[int, dict[str, float]]]:
     dt = float(np.median(np.diff(t)))
     m = t.size
@@ -89,14 +99,22 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     any_stats = False
     reason: str | None = None
     all_scores: dict[tuple[int, str], list[float]] = {}
+    analysed = 0
     for w, a in enumerate(starts):
         b = min(m, a + n_win)
         sl = slice(a, b)
+        bounds.append((float(t[a]), float(t[b - 1])))
+        if valid is not None and not valid[sl].all():
+            # straddles a gap: left out; what deviated before it must hold anew after it
+            closed += [(g, sig, run) for (g, sig), run in runs.items()]
+            runs.clear()
+            det.reset()
+            continue
+        analysed += 1
         windowed: dict[str, Any] = {  # window_features' keyword arguments, by name
             k: (v[:, sl] if v is not None else None) for k, v in others.items()}
         feats = window_features(t[sl], power[:, sl], gpus=ids, **windowed)
         rep = det.update(feats, groups=groups)
-        bounds.append((float(t[a]), float(t[b - 1])))
         any_stats = any_stats or rep.peer_statistics
         reason = reason or rep.reason
         for g, gs in rep.gpus.items():
@@ -134,12 +152,12 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     typical: dict[int, dict[str, float]] = {}
     for (g, sig), v in sorted(all_scores.items()):
         typical.setdefault(g, {})[sig] = float(np.median(v))
-    return out, len(starts), any_stats, reason, typical
+    return out, analysed, any_stats, reason, typical
 
 
 def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
                  groups: Mapping[int, str] | None, window: float, context: float,
-                 th: StallThresholds) -> list[Stall]:
+                 th: StallThresholds, valid: np.ndarray | None) -> list[Stall]:
     dt = float(np.median(np.diff(t)))
     m = t.size
     k = max(1, int(round(window / dt)))
@@ -158,6 +176,7 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     lv = lv_at[:, np.minimum(mid // hop, centres.size - 1)]
     gi = group_index(ids, groups)
     stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
+    stalled = stalled & ~_bad_windows(valid, m, k)  # none across a gap
     out: list[Stall] = []
     j = 0
     nwin = stalled.size
@@ -197,6 +216,7 @@ def scan(
     stall_window_seconds: float = 2.0,
     stall_context_seconds: float = 120.0,
     stall_thresholds: StallThresholds | None = None,
+    valid: np.ndarray | None = None,
 ) -> ScanResult:
     """Slide the straggler window and the stall window over whole series.
 
@@ -204,7 +224,9 @@ def scan(
     deviating windows of one GPU and signal become one :class:`Outlier` when
     they held for the persistence; consecutive stalled short windows become one
     :class:`Stall` (its culprits and waiters: the union over its windows).
-    Stalls need ``utilization``.
+    Stalls need ``utilization``.  ``valid`` (M,) marks the samples measured, False where
+    the grid was interpolated across a gap in the trace: a window that holds one is left
+    out of both scans (and an outlier must hold anew after it).
     """
     t = np.asarray(t, dtype=np.float64)
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))
@@ -216,12 +238,17 @@ def scan(
               "compute": compute}
     others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
               for k, v in others.items()}
+    if valid is not None:
+        valid = np.asarray(valid, dtype=bool)
+        if valid.shape != t.shape:
+            raise ValueError("valid must have one entry per sample time")
     th = thresholds or StragglerThresholds()
     outliers, n, stats, reason, typical = _scan_outliers(
-        t, p, others, ids, groups, window_seconds, step_seconds, th)
+        t, p, others, ids, groups, window_seconds, step_seconds, th, valid)
     stalls: list[Stall] = []
     util = others["utilization"]
     if util is not None and np.isfinite(util).any():
         stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
-                              stall_context_seconds, stall_thresholds or StallThresholds())
+                              stall_context_seconds, stall_thresholds or StallThresholds(),
+                              valid)
     return ScanResult(outliers, stalls, n, stats, reason, typical)

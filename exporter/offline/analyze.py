@@ -18,6 +18,8 @@ First it decides how much of the trace it can see (exporter.offline.band): is
 the power a ~1 s average, and up to which frequency do the samples resolve a
 swing; the report says which evidence decided and how sure it is.  Detectors
 the trace is too short for say so; implausible values are counted, not used.
+Gaps in the samples (exporter.offline.gaps) are named in the notes, and every
+window that straddles one is left out of every analysis.
 
 Also runnable as ``python -m exporter.offline.analyze FILE``.
 """
@@ -43,6 +45,7 @@ from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.events import events
+from exporter.offline.gaps import find_gaps, gaps_json, gaps_note, overlaps, valid_mask
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.swings import (
     MIN_STEP_SAMPLES,
@@ -180,7 +183,11 @@ def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
         s = trace.series[g]
         ok = np.isfinite(s.fields["power_watts"])
         raw_node += np.interp(raw_t, s.t[ok], s.fields["power_watts"][ok])
-    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node), notes
+    times = {g: trace.series[g].t[np.isfinite(trace.series[g].fields["power_watts"])]
+             for g in usable}
+    gaps = [gap for gap in find_gaps(times) if gap.end > t0 and gap.start < t1]
+    valid = valid_mask(t0 + rel, gaps) if gaps else None
+    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node, gaps, valid), notes
 
 
 # canonical trace field -> scan() keyword
@@ -249,7 +256,7 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
     res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=args.outlier_window,
                step_seconds=args.outlier_step, thresholds=th,
                stall_window_seconds=args.stall_window,
-               stall_context_seconds=args.stall_context, **series)
+               stall_context_seconds=args.stall_context, valid=g.valid, **series)
     return res, series["utilization"] is not None
 
 
@@ -266,33 +273,37 @@ def _straggler_not_run(strag: ScanResult, utilization: bool) -> dict[str, str]:
 def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
     """Detector -> why the trace cannot feed it (absent: it runs)."""
     span = float(g.t[-1] - g.t[0])
+    # with gaps, a window must fit between them: the longest stretch without one
+    clean = g.clean_seconds()
+    have = (f"the trace ({span:.3g} s)" if clean >= span else
+            f"the longest stretch without a gap ({clean:.3g} s of {span:.3g} s)")
     out = {}
     per_window = int(round(args.window / g.dt))
-    if span < args.window:
-        out["step"] = (f"the trace ({span:.3g} s) is shorter than the {args.window:g} s step "
-                       "window (--window)")
+    if clean < args.window:
+        out["step"] = f"{have} is shorter than the {args.window:g} s step window (--window)"
     elif per_window < MIN_STEP_SAMPLES:
         out["step"] = (f"a {args.window:g} s step window holds {per_window} samples (one every "
                        f"{g.dt:.3g} s); the step detector needs at least {MIN_STEP_SAMPLES}: "
                        "sample faster or lengthen --window")
-    if span < 40.0:
-        out["cycle"] = (f"the trace ({span:.3g} s) is shorter than the 40 s the cycle detector "
-                        "needs (four periods of its shortest, 10 s)")
-    if span < 55.0:
-        out["ramps"] = (f"the trace ({span:.3g} s) is shorter than the 55 s a ramp needs "
-                        "(25 s of steady power either side)")
-    if span < args.outlier_window:
-        out["outliers"] = (f"the trace ({span:.3g} s) is shorter than the {args.outlier_window:g}"
-                           " s straggler window (--outlier-window)")
-    elif span < args.persistence:
+    if clean < 40.0:
+        out["cycle"] = (f"{have} is shorter than the 40 s the cycle detector needs (four "
+                        "periods of its shortest, 10 s)")
+    if clean < 55.0:
+        out["ramps"] = (f"{have} is shorter than the 55 s a ramp needs (25 s of steady power "
+                        "either side)")
+    if clean < args.outlier_window:
+        out["outliers"] = (f"{have} is shorter than the {args.outlier_window:g} s straggler "
+                           "window (--outlier-window)")
+    elif clean < args.persistence:
         out["outliers"] = (f"outliers must hold for {args.persistence:g} s (--persistence), "
-                           f"longer than the trace ({span:.3g} s)")
+                           f"longer than {have}")
     return out
 
 
 def span_ok(g: Grid, args: argparse.Namespace) -> bool:
-    """Is the trace long enough for one segment window (--segment-window)?"""
-    return float(g.t[-1] - g.t[0]) >= min(args.segment_window, 60.0)
+    """Is the trace (between its gaps) long enough for one segment window
+    (--segment-window)?"""
+    return g.clean_seconds() >= min(args.segment_window, 60.0)
 
 
 def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list[str]:
@@ -375,11 +386,15 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     for name, why in _straggler_not_run(strag, has_util).items():
         short.setdefault(name, why)
     ramps, dips = events(g, args, step, strag.stalls, t_start)
+    if g.gaps:  # an edge or pause that reaches into a gap was drawn by interpolation
+        ramps, dips = _clear_of_gaps(g, ramps, dips, t_start)
     if "dips" in short:
         ramps, dips = [r for r in ramps if r["dip"] is None], []
     if "ramps" in short:
         ramps = [r for r in ramps if r["dip"] is not None]
     notes += [not_run_note(name, why) for name, why in short.items()]
+    if g.gaps:
+        notes.append(gaps_note(g.gaps, t_start, g.gpus))
     notes += _input_notes(trace)
     return {
         "source": trace.source,
@@ -397,6 +412,7 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         "step_windows_analysed": n_windows,
         "skipped_lines": trace.skipped_lines,
         "rejected_values": dict(trace.rejected),
+        "gaps": gaps_json(g.gaps, t_start),
         "not_run": short,
         "power_swings": step + cycles,
         "ramps": ramps,
@@ -404,6 +420,31 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         **_straggler_json(strag, args),
         "notes": notes,
     }
+
+
+def _clear_of_gaps(g: Grid, ramps: list[dict[str, Any]], dips: list[dict[str, Any]],
+                   t_start: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ramps and dips that do not reach into a gap (one grid step of slack), the
+    ramps' dip numbers renumbered."""
+    def clear(a: float, b: float) -> bool:
+        return not overlaps(g.gaps, t_start + a - g.dt, t_start + b + g.dt)
+
+    kept = [i for i, d in enumerate(dips) if clear(d["start"], d["end"])]
+    number = {old: new for new, old in enumerate(kept)}
+    out_ramps = []
+    for r in ramps:
+        half = r["duration_seconds"] / 2
+        if r["dip"] is not None and r["dip"] not in number:
+            continue
+        if not clear(r["time"] - half, r["time"] + half):
+            continue
+        out_ramps.append(dict(r, dip=number.get(r["dip"])) if r["dip"] is not None else r)
+    out_dips = []
+    for i in kept:
+        d = dips[i]
+        n = number[i]
+        out_dips.append(dict(d, fall=dict(d["fall"], dip=n), rise=dict(d["rise"], dip=n)))
+    return out_ramps, out_dips
 
 
 def _straggler_json(strag: ScanResult, args: argparse.Namespace) -> dict[str, Any]:
