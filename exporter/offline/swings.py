@@ -357,7 +357,7 @@ def segment_windows(g: Grid, args: argparse.Namespace, band: BandDecision
     if starts[-1] + n_win < m:
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    out = []
+    out: list[tuple[float, float, StepSwing | None]] = []
     for a in starts:
         b = min(m, a + n_win)
         if b - a < 8:
