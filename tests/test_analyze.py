@@ -595,3 +595,10 @@ def test_real_trace_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
     not a gap."""
     rep = run_json(capsys, str(REAL))
     assert rep["gaps"] == [] and not any("gap" in n for n in rep["notes"])
+
+
+def test_analyze_reads_a_gzip_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(RECORDED_60S))
+    assert rep["format"] == "cte" and rep["gpus"] == list(range(8))
+    assert rep["duration_seconds"] == pytest.approx(61.8, abs=0.5)
+    assert any(s["scale"] == "step" for s in rep["power_swings"])

@@ -380,3 +380,24 @@ def test_replayed_gpus_carry_the_names_their_trace_recorded(recorded, running_ex
     idents = exp.sampler.snapshot.identities
     assert {g: idents[g].name for g in names} == names
     assert "replayed GPU" not in render(exp.sampler.snapshot).decode()
+
+
+RECORDED_GZ = Path(__file__).parent / "data" / "record-fake-60s.cte.gz"
+
+
+def test_run_replay_serves_a_gzip_trace(running_exporter):
+    exp = running_exporter.start(manual=True, fake=False, replay=str(RECORDED_GZ))
+    exp.sampler.advance(2)
+    snap = exp.sampler.snapshot
+    assert snap.backend == "replay" and snap.gpu_count == 8
+    assert all(150 < s.watts < 720 for s in snap.power.values())
+
+
+def test_run_replay_refuses_binary_in_one_line(tmp_path):
+    junk = tmp_path / "trace.cte"
+    junk.write_bytes(bytes(range(256)) * 4)
+    result = subprocess.run([*CLI, "run", "--replay", str(junk), "--web.listen-address",
+                             "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "binary data, not a trace" in result.stderr
+    assert result.stderr.isascii() and result.stderr.strip().isprintable()

@@ -107,7 +107,8 @@ def shared_options() -> dict[str, Option]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared = shared_options()
     parser.add_argument("file", metavar="FILE",
-                        help="trace: nvidia-smi --query-gpu CSV log, or a cte recording")
+                        help="trace: nvidia-smi --query-gpu CSV log, or a cte recording (plain or "
+                        "gzip-compressed)")
     parser.add_argument("--gpus", type=_gpu_count, metavar="N",
                         help="GPUs per poll, for nvidia-smi logs without an index column")
     parser.add_argument("--format", choices=("text", "json"), default="text",
