@@ -525,7 +525,7 @@ def test_a_gap_cut_from_a_recording_is_found_reported_and_left_out(
     note = next(n for n in rep["notes"] if "gap(s)" in n)
     assert note.startswith("1 gap(s) in the power samples (longer than 10x a GPU's typical "
                            f"interval): {gap['start']:.1f}-{gap['end']:.1f} s")
-    assert "all GPUs" in note and "left out" in note
+    assert "all GPUs" in note and "no analysis window straddles a gap" in note
     # no window holds 30 s without the gap: the step detector says so, it finds no swing
     # with the duty and synchrony the interpolation made up
     assert "gap" in rep["not_run"]["step"]
@@ -587,6 +587,17 @@ def test_gaps_are_told_from_jitter() -> None:
     assert find_gaps({0: b, 1: c, 2: d, 3: a}) == [
         Gap(pytest.approx(29.98), pytest.approx(39.02), (0, 1)),
         Gap(pytest.approx(59.98), pytest.approx(61.02), (2,))]
+
+
+def test_windows_are_laid_between_gaps() -> None:
+    from exporter.analysis.signal import stretch_starts
+
+    valid = np.ones(100, dtype=bool)
+    valid[40:45] = False  # a gap: stretches 0-39 and 45-99
+    assert stretch_starts(valid, 20, 10, tail=False) == [0, 10, 20, None, 45, 55, 65, 75]
+    assert stretch_starts(valid, 20, 10, tail=True) == [0, 10, 20, None, 45, 55, 65, 75, 80]
+    assert stretch_starts(valid, 50, 10, tail=True) == [45, 50]  # the first is too short
+    assert stretch_starts(np.zeros(10, dtype=bool), 2, 1, tail=True) == []
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="real trace not available")

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.signal import stretch_starts
 from exporter.analysis.stalls import StallThresholds, compute_level, stall_matrix
 from exporter.analysis.straggler import (
     StragglerDetector,
@@ -92,7 +93,9 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     n_win = max(2, int(round(window / dt)))
     n_step = max(1, int(round(step / dt)))
     det = StragglerDetector(th)
-    starts = _window_starts(m, n_win, n_step)
+    # with gaps, windows are laid between them (None at a gap): none straddles one
+    starts: list[int | None] = list(_window_starts(m, n_win, n_step)) if valid is None \
+        else stretch_starts(valid, n_win, n_step, tail=True)
     runs: dict[tuple[int, str], list[tuple[int, float, str]]] = {}  # open runs
     closed: list[tuple[int, str, list[tuple[int, float, str]]]] = []
     bounds: list[tuple[float, float]] = []
@@ -101,15 +104,15 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     all_scores: dict[tuple[int, str], list[float]] = {}
     analysed = 0
     for w, a in enumerate(starts):
-        b = min(m, a + n_win)
-        sl = slice(a, b)
-        bounds.append((float(t[a]), float(t[b - 1])))
-        if valid is not None and not valid[sl].all():
-            # straddles a gap: left out; what deviated before it must hold anew after it
+        if a is None:  # a gap: what deviated before it must hold anew after it
+            bounds.append((math.nan, math.nan))
             closed += [(g, sig, run) for (g, sig), run in runs.items()]
             runs.clear()
             det.reset()
             continue
+        b = min(m, a + n_win)
+        sl = slice(a, b)
+        bounds.append((float(t[a]), float(t[b - 1])))
         analysed += 1
         windowed: dict[str, Any] = {  # window_features' keyword arguments, by name
             k: (v[:, sl] if v is not None else None) for k, v in others.items()}
@@ -144,8 +147,9 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
             continue
         # the deviation began about mid-way into its first window (the window's
         # mean crosses the gate when about half of it deviates), except at the edges
-        start = bounds[w0][0] if w0 == 0 else sum(bounds[w0]) / 2
-        end = bounds[w1][1] if w1 == last else sum(bounds[w1]) / 2
+        # (of the trace, or of a gap)
+        start = bounds[w0][0] if w0 == 0 or starts[w0 - 1] is None else sum(bounds[w0]) / 2
+        end = bounds[w1][1] if w1 == last or starts[w1 + 1] is None else sum(bounds[w1]) / 2
         out.append(Outlier(g, sig, run[0][2], float(np.median([s for _, s, _ in run])),
                            start, end))
     out.sort(key=lambda o: (o.start, o.gpu, o.signal))
@@ -225,8 +229,9 @@ def scan(
     they held for the persistence; consecutive stalled short windows become one
     :class:`Stall` (its culprits and waiters: the union over its windows).
     Stalls need ``utilization``.  ``valid`` (M,) marks the samples measured, False where
-    the grid was interpolated across a gap in the trace: a window that holds one is left
-    out of both scans (and an outlier must hold anew after it).
+    the grid was interpolated across a gap in the trace: no window of either scan holds
+    one (the straggler windows are laid between the gaps, and an outlier must hold anew
+    after one).
     """
     t = np.asarray(t, dtype=np.float64)
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))

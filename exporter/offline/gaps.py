@@ -11,8 +11,9 @@ whatever was lost.  docs/trace-format.md says the same to users.
 
 The GPUs' gaps are joined where they overlap (in a `record`, rows come in per-GPU
 batches, so cut lines leave each GPU a gap at a slightly different place); the grid
-points inside any of them are interpolated, not measured, and every analysis window
-that holds one is left out (:func:`valid_mask`).
+points inside any of them are interpolated, not measured (:func:`valid_mask`), and no
+analysis window holds one: windows are laid within the stretches between gaps
+(analysis.signal.stretch_starts).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def gaps_note(gaps: list[Gap], t_start: float, every: list[int], shown: int = 5)
                        f"{_gpu_list(g.gpus, every)})" for g in gaps[:shown])
     more = f"; and {len(gaps) - shown} more" if len(gaps) > shown else ""
     return (f"{len(gaps)} gap(s) in the power samples (longer than {GAP_FACTOR:g}x a GPU's "
-            f"typical interval): {listed}{more}; every analysis window that straddles a gap "
-            "is left out (swings, cycles, ramps, dips, stragglers, stalls)")
+            f"typical interval): {listed}{more}; no analysis window straddles a gap "
+            "(swings, cycles, ramps, dips, stragglers, stalls)")
 
 
 def gaps_json(gaps: list[Gap], t_start: float) -> list[dict[str, object]]:

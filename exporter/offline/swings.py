@@ -32,6 +32,7 @@ from exporter.analysis.power_swing import (
     analyse_cycles,
     analyse_window,
 )
+from exporter.analysis.signal import stretch_starts
 from exporter.analysis.spectrum import EDGE_RATIO, frequency_consistent
 from exporter.analysis.step_segments import StepSwing, find_step_swing, grid_relevant
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
@@ -76,10 +77,14 @@ class Grid:
             return 0.0
         return float((self.t[ends] - self.t[starts]).max())
 
-    def clean(self, a: int, b: int) -> bool:
-        """Whether grid points a..b-1 hold no gap (a window that straddles one is left
-        out of every analysis)."""
-        return self.valid is None or bool(self.valid[a:b].all())
+    def window_starts(self, starts: list[int], n_win: int, n_step: int, *, tail: bool
+                      ) -> list[int | None]:
+        """``starts`` as they are without gaps; with gaps, windows laid within each
+        stretch between them instead (analysis.signal.stretch_starts), None at a gap: no
+        window straddles one."""
+        if self.valid is None:
+            return list(starts)
+        return stretch_starts(self.valid, n_win, n_step, tail=tail)
 
 
 Window = tuple[float, float, NodeSwing]
@@ -122,12 +127,15 @@ def step_windows(g: Grid, args: argparse.Namespace, band: BandDecision
     th = thresholds(args)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
     m = g.t.size
-    out = []
-    for a in range(0, max(1, m - n_win + 1), n_step):
+    out: list[tuple[float, float, NodeSwing | None]] = []
+    for a in g.window_starts(list(range(0, max(1, m - n_win + 1), n_step)), n_win, n_step,
+                             tail=False):
+        if a is None:  # a gap between two stretches: ends a run
+            out.append((math.nan, math.nan, None))
+            continue
         b = min(m, a + n_win)
         ns = analyse_window(g.t[a:b], g.power[:, a:b], tdp, args.band, gpus=g.gpus,
-                            max_observable_hz=band.observable_hz, thresholds=th) \
-            if g.clean(a, b) else None
+                            max_observable_hz=band.observable_hz, thresholds=th)
         out.append((float(g.t[a]), float(g.t[b - 1]), ns))
     return out
 
@@ -358,12 +366,12 @@ def segment_windows(g: Grid, args: argparse.Namespace, band: BandDecision
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
     out: list[tuple[float, float, StepSwing | None]] = []
-    for a in starts:
+    for a in g.window_starts(starts, n_win, n_step, tail=True):
+        if a is None:  # a gap between two stretches: ends a run
+            out.append((math.nan, math.nan, None))
+            continue
         b = min(m, a + n_win)
         if b - a < 8:
-            continue
-        if not g.clean(a, b):  # straddles a gap: left out, and it ends a run
-            out.append((float(g.t[a]), float(g.t[b - 1]), None))
             continue
         res = find_step_swing(g.t[a:b], g.power[:, a:b], tdp, observable_hz=band.observable_hz,
                               min_hz=args.band[0])
@@ -439,10 +447,13 @@ def _cycle_windows(g: Grid, args: argparse.Namespace
     if starts[-1] + n_win < m:
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    out = []
-    for a in starts:
+    out: list[tuple[float, float, CycleFeatures | None]] = []
+    for a in g.window_starts(starts, n_win, n_step, tail=True):
+        if a is None:  # a gap between two stretches: ends a run
+            out.append((math.nan, math.nan, None))
+            continue
         b = min(m, a + n_win)
-        c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp) if g.clean(a, b) else None
+        c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp)
         if c is not None:
             ratio = c.amplitude_ratio
             if ratio is None:  # no TDP: compare with the window's peak node power
