@@ -589,6 +589,32 @@ def test_gaps_are_told_from_jitter() -> None:
         Gap(pytest.approx(59.98), pytest.approx(61.02), (2,))]
 
 
+def test_a_gap_in_the_sweep_alone_is_read_as_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sweep hung on GPU 2 for 25 s while its power went on: its utilization is
+    missing there, not a straight line from the last reading to the next."""
+    p = tmp_path / "sweep.cte"
+    with TraceWriter(p, range(4), None, ["power_watts", "utilization_gpu_ratio"]) as w:
+        for g in range(4):
+            for i in range(90 * 20):
+                r = i / 20
+                values = {"power_watts": 400.0 + 20 * (i % 7)}
+                if i % 20 == 0 and not (g == 2 and 20 < r < 45):
+                    values["utilization_gpu_ratio"] = 0.9 if r <= 20 else 0.1
+                w.write(T0 + r, g, values)
+    rep = run_json(capsys, str(p))
+    assert rep["gaps"] == []  # power has none
+    assert ("utilization_gpu_ratio: 1 gap(s) in its readings (GPU(s) 2, 25.0 s in all), "
+            "read as missing there, not interpolated") in rep["notes"]
+    trace = analyze.load_trace(str(p))
+    g, _ = analyze._grid(trace, None)
+    util = analyze._field_grid(trace, g, "utilization_gpu_ratio")
+    assert util is not None
+    rel = g.t - g.t[0]
+    inside = (rel > 20.5) & (rel < 44.5)
+    assert np.isnan(util[2, inside]).all() and np.isfinite(util[1, inside]).all()
+
+
 def test_windows_are_laid_between_gaps() -> None:
     from exporter.analysis.signal import stretch_starts
 

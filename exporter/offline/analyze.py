@@ -45,7 +45,14 @@ from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.events import events
-from exporter.offline.gaps import find_gaps, gaps_json, gaps_note, overlaps, valid_mask
+from exporter.offline.gaps import (
+    find_gaps,
+    gaps_json,
+    gaps_note,
+    gpu_gaps,
+    overlaps,
+    valid_mask,
+)
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.swings import (
     MIN_STEP_SAMPLES,
@@ -200,11 +207,15 @@ _STRAGGLER_FIELDS = {
 }
 
 
-def _field_grid(trace: Trace, g: Grid, name: str) -> np.ndarray | None:
+def _field_grid(trace: Trace, g: Grid, name: str,
+                field_gaps: dict[str, list[tuple[int, float]]] | None = None
+                ) -> np.ndarray | None:
     """One canonical field of every GPU on the power grid (None: no GPU has it).
 
     Continuous fields are interpolated linearly; the clock-event bitmask holds
-    its last reading.  Outside a GPU's readings the value is NaN.
+    its last reading.  Outside a GPU's readings the value is NaN, and inside a gap
+    in them (exporter.offline.gaps: the sweep hung while power went on), each
+    (GPU, seconds) then added to ``field_gaps[name]``.
     """
     t0 = float(g.t[0])
     rel = g.t - t0
@@ -226,7 +237,20 @@ def _field_grid(trace: Trace, g: Grid, name: str) -> np.ndarray | None:
             out[i, rel > ts[-1] + 5 * g.dt + 5.0] = np.nan
         else:
             out[i] = np.interp(rel, ts, xs, left=np.nan, right=np.nan)
+        for a, b in gpu_gaps(ts):
+            out[i, (rel > a) & (rel < b)] = np.nan
+            # one inside the grid and not where the power has its gap (said already)
+            if field_gaps is not None and b > 0 and a < rel[-1] \
+                    and not overlaps(g.gaps, t0 + a, t0 + b):
+                field_gaps.setdefault(name, []).append((gpu, b - a))
     return out if found else None
+
+
+def _field_gaps_notes(field_gaps: dict[str, list[tuple[int, float]]]) -> list[str]:
+    return [f"{name}: {len(found)} gap(s) in its readings (GPU(s) "
+            f"{', '.join(map(str, sorted({gpu for gpu, _ in found})))}, "
+            f"{sum(s for _, s in found):.1f} s in all), read as missing there, "
+            "not interpolated" for name, found in sorted(field_gaps.items())]
 
 
 def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
@@ -246,7 +270,10 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                 notes: list[str]) -> tuple[ScanResult, bool]:
     """The straggler scan, and whether the trace had utilization (stalls need it)."""
     # scan's keyword arguments, by name
-    series: dict[str, Any] = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
+    field_gaps: dict[str, list[tuple[int, float]]] = {}
+    series: dict[str, Any] = {kw: _field_grid(trace, g, f, field_gaps)
+                              for f, kw in _STRAGGLER_FIELDS.items()}
+    notes += _field_gaps_notes(field_gaps)
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
