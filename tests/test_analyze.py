@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import subprocess
 import sys
@@ -279,9 +280,28 @@ def test_absurd_values_are_dropped_and_counted(tmp_path: Path,
                                       "power_watts above 5000 W": 1,
                                       "power_watts below 0 W": 1}
     notes = " ".join(rep["notes"])
-    assert "GPU index N out of range (N-N) (1)" in notes
+    assert "GPU index 1000000000 out of range (0-4095) (1)" in notes
     assert "4 implausible value(s) dropped" in notes
     assert rep["node_mean_watts"] < 2 * 450 + 1  # nothing absurd got into the analysis
+
+
+def test_skipped_lines_are_counted_with_their_real_counts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The notes quote each kind of skipped line as it was: cell counts, not placeholders."""
+    p = tmp_path / "cells.cte"
+    with TraceWriter(p, range(2), None, ["power_watts", "temperature_celsius"]) as w:
+        for i in range(1200):
+            for g in (0, 1):
+                w.write(T0 + i * 0.05, g, {"power_watts": 400.0})
+    with open(p, "a") as fh:
+        fh.writelines(f"{T0 + 60 + i},0,400.0\n" for i in range(3))  # 3 cells of 4
+        fh.write(f"{T0 + 64},0,400.0,50,7,8\n")  # 6 cells
+        fh.write(f"{T0 + 65},0,4x0.0,50\n")
+    rep = run_json(capsys, str(p))
+    assert rep["skipped_lines"] == 5
+    note = next(n for n in rep["notes"] if "line(s) skipped" in n)
+    assert note == ("5 line(s) skipped, first at line 2403: 3 cells, column line has 4 "
+                    "(3; 1 more like it), unparsable number (1)"), note
 
 
 def test_absurd_values_in_nvidia_smi_logs(tmp_path: Path,
@@ -466,3 +486,156 @@ def test_detectors_that_ran_and_found_nothing_say_none_found(
                 if ln.startswith("power swings:"))
     assert line.startswith("power swings: none found; step not run: the trace ("), line
     assert "shorter than the 200 s step window" in line
+
+
+# --------------------------------------------------------------------------- gaps in a trace
+
+# `record --fake --duration 60` (the training scenario; host renamed), gzip-compressed
+RECORDED_60S = ROOT / "tests" / "data" / "record-fake-60s.cte.gz"
+
+
+def _recorded_lines() -> list[str]:
+    return gzip.decompress(RECORDED_60S.read_bytes()).decode().splitlines(keepends=True)
+
+
+def _overlaps(item: dict, gap: dict) -> bool:
+    return item["start"] < gap["end"] and item["end"] > gap["start"]
+
+
+def test_a_gap_cut_from_a_recording_is_found_reported_and_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """3,000 lines deleted from the middle of a 60 s recording: one gap of all GPUs,
+    in the notes and the JSON, and nothing concluded from the interpolated stretch."""
+    lines = _recorded_lines()
+    whole, cut = tmp_path / "whole.cte", tmp_path / "cut.cte"
+    whole.write_text("".join(lines))
+    mid = len(lines) // 2
+    cut.write_text("".join(lines[:mid - 1500] + lines[mid + 1500:]))
+    full = run_json(capsys, str(whole))
+    assert full["gaps"] == [] and not any("gap" in n for n in full["notes"])
+    swing = next(s for s in full["power_swings"] if s["scale"] == "step")
+    assert swing["duty_cycle"] == pytest.approx(0.65, abs=0.03) and swing["synchrony"] > 0.98
+
+    rep = run_json(capsys, str(cut))
+    assert len(rep["gaps"]) == 1
+    gap = rep["gaps"][0]
+    assert gap["gpus"] == list(range(8))
+    assert 7 < gap["duration_seconds"] < 10  # ~3,000 rows / (8 GPUs x 50 samples/s)
+    assert 20 < gap["start"] < gap["end"] < 40
+    note = next(n for n in rep["notes"] if "gap(s)" in n)
+    assert note.startswith("1 gap(s) in the power samples (longer than 10x a GPU's typical "
+                           f"interval): {gap['start']:.1f}-{gap['end']:.1f} s")
+    assert "all GPUs" in note and "no analysis window straddles a gap" in note
+    # no window holds 30 s without the gap: the step detector says so, it finds no swing
+    # with the duty and synchrony the interpolation made up
+    assert "gap" in rep["not_run"]["step"]
+    for found in (*rep["power_swings"], *rep["dips"], *rep["stalls"], *rep["outliers"]):
+        assert not _overlaps(found, gap), found
+    assert rep["stalls"] == []
+    assert analyze.main(parse(str(cut))) == 0
+    text = capsys.readouterr().out
+    assert "notes:" in text and note in text
+
+
+def _gap_at_different_places(path: Path) -> Path:
+    """8 GPUs in a synchronous 0.5 Hz swing at 50 Hz (utilization at 1 Hz): GPUs 0 and 1
+    lose 29-37 s, between two high readings; GPUs 2-7 lose 29.6-37.6 s, between two low
+    ones. Interpolated, 0 and 1 look busy at 650 W while the others sit at 200 W with
+    full utilization: a stall's signature, made up."""
+    rng = np.random.default_rng(5)
+    rel = np.round(np.arange(0, 90, 0.02), 2)
+    comp = (rel % 2.0) < 1.4
+    with TraceWriter(path, range(8), {g: 700.0 for g in range(8)},
+                     ["power_watts", "utilization_gpu_ratio"]) as w:
+        for g in range(8):
+            lo, hi = (29.0, 37.0) if g < 2 else (29.6, 37.6)
+            pw = np.where(comp, 650.0, 200.0) + rng.normal(0, 5, rel.size)
+            for r, p in zip(rel.tolist(), pw.tolist(), strict=True):
+                if lo < r < hi:
+                    continue
+                values = {"power_watts": p}
+                if r == round(r):
+                    values["utilization_gpu_ratio"] = 1.0
+                w.write(T0 + r, g, values)
+    return path
+
+
+def test_a_gap_makes_no_stall_and_no_dip(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(_gap_at_different_places(tmp_path / "gap.cte")))
+    assert rep["gaps"] == [{"start": pytest.approx(29.0), "end": pytest.approx(37.6),
+                            "duration_seconds": pytest.approx(8.6), "gpus": list(range(8))}]
+    assert rep["stalls"] == [] and rep["dips"] == []  # were: a stall with culprits 0, 1
+    assert all(r["time"] < 29 or r["time"] > 37.6 for r in rep["ramps"])
+    steps = [s for s in rep["power_swings"] if s["scale"] == "step"]
+    assert steps and all(s["start"] >= 37.6 for s in steps)
+    assert steps[0]["synchrony"] > 0.98
+
+
+def test_gaps_are_told_from_jitter() -> None:
+    from exporter.offline.gaps import Gap, find_gaps, gpu_gaps
+
+    t = np.cumsum(np.full(200, 0.3))
+    t[100:] += 1.5 - 0.3  # one interval 5x the typical: a slow poll, no gap
+    assert gpu_gaps(t) == []
+    t[150:] += 3.3 - 0.3  # 11x: a gap
+    assert gpu_gaps(t) == [(pytest.approx(t[149]), pytest.approx(t[150]))]
+    a = np.arange(0, 100, 0.02)
+    b = a[(a < 30) | (a > 38)]
+    c = a[(a < 31) | (a > 39)]
+    d = a[(a < 60) | (a > 61)]
+    assert find_gaps({0: b, 1: c, 2: d, 3: a}) == [
+        Gap(pytest.approx(29.98), pytest.approx(39.02), (0, 1)),
+        Gap(pytest.approx(59.98), pytest.approx(61.02), (2,))]
+
+
+def test_a_gap_in_the_sweep_alone_is_read_as_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sweep hung on GPU 2 for 25 s while its power went on: its utilization is
+    missing there, not a straight line from the last reading to the next."""
+    p = tmp_path / "sweep.cte"
+    with TraceWriter(p, range(4), None, ["power_watts", "utilization_gpu_ratio"]) as w:
+        for g in range(4):
+            for i in range(90 * 20):
+                r = i / 20
+                values = {"power_watts": 400.0 + 20 * (i % 7)}
+                if i % 20 == 0 and not (g == 2 and 20 < r < 45):
+                    values["utilization_gpu_ratio"] = 0.9 if r <= 20 else 0.1
+                w.write(T0 + r, g, values)
+    rep = run_json(capsys, str(p))
+    assert rep["gaps"] == []  # power has none
+    assert ("utilization_gpu_ratio: 1 gap(s) in its readings (GPU(s) 2, 25.0 s in all), "
+            "read as missing there, not interpolated") in rep["notes"]
+    trace = analyze.load_trace(str(p))
+    g, _ = analyze._grid(trace, None)
+    util = analyze._field_grid(trace, g, "utilization_gpu_ratio")
+    assert util is not None
+    rel = g.t - g.t[0]
+    inside = (rel > 20.5) & (rel < 44.5)
+    assert np.isnan(util[2, inside]).all() and np.isfinite(util[1, inside]).all()
+
+
+def test_windows_are_laid_between_gaps() -> None:
+    from exporter.analysis.signal import stretch_starts
+
+    valid = np.ones(100, dtype=bool)
+    valid[40:45] = False  # a gap: stretches 0-39 and 45-99
+    assert stretch_starts(valid, 20, 10, tail=False) == [0, 10, 20, None, 45, 55, 65, 75]
+    assert stretch_starts(valid, 20, 10, tail=True) == [0, 10, 20, None, 45, 55, 65, 75, 80]
+    assert stretch_starts(valid, 50, 10, tail=True) == [45, 50]  # the first is too short
+    assert stretch_starts(np.zeros(10, dtype=bool), 2, 1, tail=True) == []
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="real trace not available")
+def test_real_trace_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    """A poll loop around nvidia-smi every ~0.3 s, its slowest poll 1.57 s apart: jitter,
+    not a gap."""
+    rep = run_json(capsys, str(REAL))
+    assert rep["gaps"] == [] and not any("gap" in n for n in rep["notes"])
+
+
+def test_analyze_reads_a_gzip_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    rep = run_json(capsys, str(RECORDED_60S))
+    assert rep["format"] == "cte" and rep["gpus"] == list(range(8))
+    assert rep["duration_seconds"] == pytest.approx(61.8, abs=0.5)
+    assert any(s["scale"] == "step" for s in rep["power_swings"])

@@ -14,7 +14,7 @@ import pytest
 from exporter.metrics.render import render
 from exporter.sim.replay import MAX_REPLAY_SAMPLE_RATE, max_speed, replay_library
 from exporter.traces.load import load_trace
-from exporter.traces.trace import TraceError
+from exporter.traces.trace import TraceError, TraceWriter
 from tests.tools import REAL_TRACE, wait_for
 
 REAL = REAL_TRACE
@@ -30,6 +30,7 @@ def recorded(tmp_path_factory):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "recorded 4 s of 8 GPUs" in result.stdout
+    (out.parent / "stdout").write_text(result.stdout)
     # progress while it runs (which second a line names depends on scheduling)
     assert re.search(r"^record: [1-3]/4 s, \d+ power samples from 8 GPUs$", result.stdout,
                      re.MULTILINE)
@@ -61,6 +62,52 @@ def test_record_writes_the_profiling_ratios_once_an_interval(recorded):
     assert 2 <= np.isfinite(tensor).sum() <= 4  # every 1 s, from the second sample on
     assert ((tensor[np.isfinite(tensor)] > 0.2) & (tensor[np.isfinite(tensor)] < 0.98)).all()
     assert np.isfinite(s.fields["sm_occupancy_ratio"]).sum() == np.isfinite(tensor).sum()
+
+
+def test_record_states_the_rate_over_the_span_its_trace_covers(recorded):
+    """The driver hands over the seconds buffered before the start too: the rate is the
+    samples over the span their stamps cover, not over the seconds the command ran."""
+    summary = (recorded.parent / "stdout").read_text().splitlines()[-1]
+    m = re.search(r": (\d+) power samples over ([\d.]+) s \((\d+)/s per GPU\)", summary)
+    assert m, summary
+    trace = load_trace(recorded)
+    stamps = [s.t[np.isfinite(s.fields["power_watts"])] for s in trace.series.values()]
+    assert int(m.group(1)) == sum(x.size for x in stamps)
+    first, last = min(x[0] for x in stamps), max(x[-1] for x in stamps)
+    assert float(m.group(2)) == pytest.approx(last - first, abs=0.06)
+    assert last - first > 4.5  # the buffered seconds are in the trace (so wall time is wrong)
+    in_trace = np.mean([(x.size - 1) / (x[-1] - x[0]) for x in stamps])
+    assert int(m.group(3)) == pytest.approx(in_trace, rel=0.05)
+    assert int(m.group(3)) == pytest.approx(50, rel=0.1)  # the driver's rate
+
+
+def test_record_refuses_to_overwrite_a_trace_without_force(recorded, tmp_path):
+    out = tmp_path / "kept.cte"
+    out.write_bytes(recorded.read_bytes())
+    before = out.read_bytes()
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "1", "--out", str(out),
+                             "--progress", "0"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2  # as every other usage error
+    assert result.stderr == (f"cluster-telemetry-exporter: record: --out {out}: the file "
+                             "exists; pass --force to overwrite it\n")
+    assert result.stdout == "" and out.read_bytes() == before
+    result = subprocess.run([*CLI, "record", "--fake", "--duration", "1", "--out", str(out),
+                             "--progress", "0", "--force"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() != before and load_trace(out).gpus == list(range(8))
+    help_text = subprocess.run([*CLI, "record", "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+    assert "--force" in help_text and "overwrite" in help_text
+
+
+def test_a_trace_writer_never_replaces_a_file_when_exclusive(tmp_path):
+    """What record relies on where a file appears between its check and its open."""
+    out = tmp_path / "raced.cte"
+    out.write_text("precious\n")
+    with pytest.raises(FileExistsError):
+        TraceWriter(out, [0], None, ["power_watts"], exclusive=True)
+    assert out.read_text() == "precious\n"
 
 
 def test_record_stops_cleanly_on_sigterm(tmp_path):
@@ -333,3 +380,24 @@ def test_replayed_gpus_carry_the_names_their_trace_recorded(recorded, running_ex
     idents = exp.sampler.snapshot.identities
     assert {g: idents[g].name for g in names} == names
     assert "replayed GPU" not in render(exp.sampler.snapshot).decode()
+
+
+RECORDED_GZ = Path(__file__).parent / "data" / "record-fake-60s.cte.gz"
+
+
+def test_run_replay_serves_a_gzip_trace(running_exporter):
+    exp = running_exporter.start(manual=True, fake=False, replay=str(RECORDED_GZ))
+    exp.sampler.advance(2)
+    snap = exp.sampler.snapshot
+    assert snap.backend == "replay" and snap.gpu_count == 8
+    assert all(150 < s.watts < 720 for s in snap.power.values())
+
+
+def test_run_replay_refuses_binary_in_one_line(tmp_path):
+    junk = tmp_path / "trace.cte"
+    junk.write_bytes(bytes(range(256)) * 4)
+    result = subprocess.run([*CLI, "run", "--replay", str(junk), "--web.listen-address",
+                             "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "binary data, not a trace" in result.stderr
+    assert result.stderr.isascii() and result.stderr.strip().isprintable()

@@ -234,11 +234,45 @@ aggregate:
     ("aggregate:\n  - families: gpu_upp\n    without: gpu\n",
      r"metrics.yml:2: aggregate\[1\].families: item 1: 'gpu_upp': unknown family"),
     ("aggregate: {families: gpu_up}\n", r"aggregate: expected a list"),
+    # an aggregation that would do nothing: the family has no such label
+    ("aggregate:\n  - families: gpu_power_watts\n    without: [link]\n",
+     r"metrics.yml:3: aggregate\[1\].without: 'link' is not a label of gpu_power_watts "
+     r"\(its labels: gpu, uuid\)$"),
+    ("\naggregate:\n  - families: [gpu_nvlink_errors_total, gpu_up]\n"
+     "    without: link\n",
+     r"metrics.yml:4: aggregate\[1\].without: 'link' is not a label of gpu_up"),
+    ("aggregate:\n  - families: 'host_*'\n    without: [gpu, cpu]\n",
+     r"metrics.yml:3: aggregate\[1\].without: 'gpu' is a label of none of the \d+ families "
+     r"'host_\*' matches"),
+    ("aggregate:\n  - families: gpu_nvlink_errors_total\n    without: [link, lnk]\n",
+     r"aggregate\[1\].without: 'lnk' is not a label of gpu_nvlink_errors_total"),
     ("include: [gpu_up\n", r"metrics.yml:2: invalid YAML"),
 ])
 def test_a_bad_selection_file_is_refused_with_file_line_and_reason(tmp_path, text, error):
     with pytest.raises(ConfigError, match=error):
         load_selection(STANDARD, _file(tmp_path, text))
+
+
+def test_a_glob_may_sum_away_a_label_some_of_its_families_have(tmp_path):
+    """gpu_nvlink_* matches gpu_nvlink_links_active (no link label) and the per-link
+    counters: fine, as `sum without (link)` over them would be."""
+    selection = load_selection(FULL, _file(
+        tmp_path, "aggregate:\n  - families: 'gpu_nvlink_*'\n    without: [link]\n"))
+    assert selection.without("gpu_nvlink_errors_total") == ("link",)
+    assert selection.without("gpu_nvlink_links_active") == ("link",)  # a no-op there
+
+
+def test_the_label_table_is_the_documented_one():
+    """What the check reads (exporter.metrics.labels) and docs/metrics.md's label column
+    (which tests/test_docs_metrics.py holds to what is served): after adding a family, add
+    its labels to exporter/metrics/labels.py."""
+    from exporter.metrics.labels import LABELS
+
+    docs = documented()
+    assert set(LABELS) == set(FAMILIES) == set(docs)
+    wrong = {name: (LABELS[name], docs[name][1]) for name in docs
+             if set(LABELS[name]) != docs[name][1]}
+    assert not wrong, wrong
 
 
 def test_an_unknown_profile_is_refused():
@@ -256,6 +290,12 @@ def test_check_config_validates_the_selection_file(tmp_path, capsys):
     (tmp_path / "metrics.yml").write_text("exclude: [gpu_power_watts]\n")
     assert main(["check-config", str(config)]) == 0
     assert "metrics: profile minimal with" in capsys.readouterr().out
+    (tmp_path / "metrics.yml").write_text(
+        "aggregate:\n  - families: gpu_power_watts\n    without: [link]\n")
+    assert main(["check-config", str(config)]) == 2  # was "ok (1 aggregation(s))"
+    assert capsys.readouterr().err.strip().endswith(
+        "metrics.yml:3: aggregate[1].without: 'link' is not a label of gpu_power_watts "
+        "(its labels: gpu, uuid)")
     config.write_text("metrics_profile: most\n")
     assert main(["check-config", str(config)]) != 0
     assert "config.yml:1: metrics_profile: expected one of minimal, standard, full" in (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 from pathlib import Path
 
@@ -229,3 +230,80 @@ def test_cte_bad_header(tmp_path: Path) -> None:
     p = write(tmp_path, "# cte-trace v1 {}\nt,gpu,temperature_celsius\n1,0,3\n", "r.cte")
     with pytest.raises(TraceError, match=r"r\.cte:2: cte trace has no power_watts"):
         load_trace(p)
+
+
+# --------------------------------------------------------------------------- gzip and binary
+
+RECORDED_GZ = Path(__file__).parent / "data" / "record-fake-60s.cte.gz"
+
+
+def test_gzip_traces_are_read_as_they_are(tmp_path: Path) -> None:
+    """Sniffed by the magic bytes, not the name: a cte recording and an nvidia-smi log, in
+    one gzip member or several (gzip -c a >> b)."""
+    plain = tmp_path / "plain.cte"
+    plain.write_bytes(gzip.decompress(RECORDED_GZ.read_bytes()))
+    packed = tmp_path / "named-anything"
+    packed.write_bytes(RECORDED_GZ.read_bytes())
+    a, b = load_trace(plain), load_trace(packed)
+    assert b.format == "cte" and b.gpus == a.gpus == list(range(8))
+    assert b.skipped_lines == a.skipped_lines == 0
+    for g in a.gpus:
+        assert np.array_equal(a.series[g].t, b.series[g].t)
+        assert np.array_equal(a.series[g].fields["power_watts"],
+                              b.series[g].fields["power_watts"], equal_nan=True)
+    header = "timestamp, index, power.draw [W]\n"
+    rows = [f"2025/09/24 03:17:{s:02d}.000, {g}, {300 + s}.00 W\n" for s in range(20)
+            for g in range(2)]
+    log = tmp_path / "smi.csv.gz"
+    log.write_bytes(gzip.compress((header + "".join(rows[:20])).encode())
+                    + gzip.compress("".join(rows[20:]).encode()))
+    trace = load_trace(log)
+    assert trace.format == "nvidia-smi" and trace.gpus == [0, 1]
+    assert trace.series[1].fields["power_watts"].tolist() == [300.0 + s for s in range(20)]
+
+
+def test_a_utf16_nvidia_smi_log_is_read(tmp_path: Path) -> None:
+    """What `nvidia-smi ... > log.csv` writes in Windows PowerShell: UTF-16 with a BOM."""
+    text = "timestamp, index, power.draw [W]\n" + "".join(
+        f"2025/09/24 03:17:{s:02d}.000, 0, 300.00 W\n" for s in range(10))
+    p = tmp_path / "ps.csv"
+    p.write_bytes(text.encode("utf-16"))
+    assert load_trace(p).series[0].t.size == 10
+
+
+def _truncated_gzip() -> bytes:
+    return RECORDED_GZ.read_bytes()[:40_000]
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (bytes(np.random.default_rng(1).integers(0, 256, 3000, dtype=np.uint8)),
+     "binary data, not a trace"),
+    (b"\x28\xb5\x2f\xfd" + bytes(range(256)) * 4, "zstd-compressed: decompress it first"),
+    (b"\xfd7zXZ\x00" + bytes(range(256)), "xz-compressed: decompress it first"),
+    (b"BZh91AY&SY" + bytes(range(256)), "bzip2-compressed: decompress it first"),
+    (b"\x1f\x8b\x08\x00" + bytes(range(256)) * 2, "damaged gzip data"),
+    (_truncated_gzip(), "gzip data cut short"),
+    (gzip.compress(bytes(range(256)) * 8), "binary data, not a trace"),
+    (b"timestamp, index, power.draw [W]\n\x00\x00\x00\x01\x02", "binary data"),
+])
+def test_binary_is_refused_in_one_line_that_quotes_none_of_it(
+        tmp_path: Path, data: bytes, says: str) -> None:
+    p = tmp_path / "t.bin"
+    p.write_bytes(data)
+    with pytest.raises(TraceError) as exc:
+        load_trace(p)
+    message = str(exc.value)
+    assert message.startswith(f"{p}: ") and says in message
+    assert message.isascii() and message.isprintable() and len(message) < 200, message
+
+
+def test_text_in_another_8_bit_encoding_is_not_binary(tmp_path: Path) -> None:
+    """A Latin-1 degree sign on every line is text with one odd byte a line."""
+    text = "timestamp, index, power.draw [W], temperature.gpu [\xb0C]\n" + "".join(
+        f"2025/09/24 03:17:{s:02d}.000, 0, 300.00 W, 50 \xb0C\n" for s in range(30))
+    p = tmp_path / "latin1.csv"
+    p.write_bytes(text.encode("latin-1"))
+    with pytest.raises(TraceError) as exc:
+        load_trace(p)
+    # read as text: what it says is about its header's unit, not binary data
+    assert "binary" not in str(exc.value) and "unknown unit" in str(exc.value)

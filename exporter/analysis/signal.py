@@ -17,6 +17,27 @@ def sample_interval(t: np.ndarray) -> float:
     return float(np.median(d))
 
 
+def stretch_starts(valid: np.ndarray, n_win: int, n_step: int, *, tail: bool
+                   ) -> list[int | None]:
+    """Starts of windows of ``n_win`` samples laid within each stretch of ``valid`` samples
+    (a trace's grid between its gaps), every ``n_step`` from the stretch's start, and
+    with ``tail`` one more that ends with the stretch; None between two stretches (a
+    pattern must not run across a gap). A stretch shorter than a window holds none."""
+    edges = np.diff(np.concatenate([[0], np.asarray(valid, dtype=np.int8), [0]]))
+    out: list[int | None] = []
+    for lo, hi in zip(np.flatnonzero(edges == 1).tolist(),
+                      np.flatnonzero(edges == -1).tolist(), strict=True):
+        if hi - lo < n_win:
+            continue
+        starts = list(range(lo, hi - n_win + 1, n_step))
+        if tail and starts[-1] + n_win < hi:
+            starts.append(hi - n_win)
+        if out:
+            out.append(None)
+        out += starts
+    return out
+
+
 def resample(t: np.ndarray, power: np.ndarray, dt: float | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
     """Linear interpolation of (N, M) power sampled at t onto a uniform grid.

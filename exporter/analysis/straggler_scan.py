@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.signal import stretch_starts
 from exporter.analysis.stalls import StallThresholds, compute_level, stall_matrix
 from exporter.analysis.straggler import (
     StragglerDetector,
@@ -73,30 +74,50 @@ def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def _bad_windows(valid: np.ndarray | None, m: int, k: int) -> np.ndarray:
+    """Per window start j (covering samples j .. j+k-1): whether it holds a sample that is
+    not valid (interpolated across a gap in the trace)."""
+    n = max(0, m - k + 1)
+    if valid is None:
+        return np.zeros(n, dtype=bool)
+    bad = np.concatenate([[0], np.cumsum(~valid)])
+    return (bad[k:k + n] - bad[:n]) > 0
+
+
 def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarray | None],
                    ids: list[int], groups: Mapping[int, str] | None, window: float,
-                   step: float, th: StragglerThresholds
+                   step: float, th: StragglerThresholds, valid: np.ndarray | None
                    ) -> tuple[list[Outlier], int, bool, str | None, dict[int, dict[str, float]]]:
     dt = float(np.median(np.diff(t)))
     m = t.size
     n_win = max(2, int(round(window / dt)))
     n_step = max(1, int(round(step / dt)))
     det = StragglerDetector(th)
-    starts = _window_starts(m, n_win, n_step)
+    # with gaps, windows are laid between them (None at a gap): none straddles one
+    starts: list[int | None] = list(_window_starts(m, n_win, n_step)) if valid is None \
+        else stretch_starts(valid, n_win, n_step, tail=True)
     runs: dict[tuple[int, str], list[tuple[int, float, str]]] = {}  # open runs
     closed: list[tuple[int, str, list[tuple[int, float, str]]]] = []
     bounds: list[tuple[float, float]] = []
     any_stats = False
     reason: str | None = None
     all_scores: dict[tuple[int, str], list[float]] = {}
+    analysed = 0
     for w, a in enumerate(starts):
+        if a is None:  # a gap: what deviated before it must hold anew after it
+            bounds.append((math.nan, math.nan))
+            closed += [(g, sig, run) for (g, sig), run in runs.items()]
+            runs.clear()
+            det.reset()
+            continue
         b = min(m, a + n_win)
         sl = slice(a, b)
+        bounds.append((float(t[a]), float(t[b - 1])))
+        analysed += 1
         windowed: dict[str, Any] = {  # window_features' keyword arguments, by name
             k: (v[:, sl] if v is not None else None) for k, v in others.items()}
         feats = window_features(t[sl], power[:, sl], gpus=ids, **windowed)
         rep = det.update(feats, groups=groups)
-        bounds.append((float(t[a]), float(t[b - 1])))
         any_stats = any_stats or rep.peer_statistics
         reason = reason or rep.reason
         for g, gs in rep.gpus.items():
@@ -126,20 +147,21 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
             continue
         # the deviation began about mid-way into its first window (the window's
         # mean crosses the gate when about half of it deviates), except at the edges
-        start = bounds[w0][0] if w0 == 0 else sum(bounds[w0]) / 2
-        end = bounds[w1][1] if w1 == last else sum(bounds[w1]) / 2
+        # (of the trace, or of a gap)
+        start = bounds[w0][0] if w0 == 0 or starts[w0 - 1] is None else sum(bounds[w0]) / 2
+        end = bounds[w1][1] if w1 == last or starts[w1 + 1] is None else sum(bounds[w1]) / 2
         out.append(Outlier(g, sig, run[0][2], float(np.median([s for _, s, _ in run])),
                            start, end))
     out.sort(key=lambda o: (o.start, o.gpu, o.signal))
     typical: dict[int, dict[str, float]] = {}
     for (g, sig), v in sorted(all_scores.items()):
         typical.setdefault(g, {})[sig] = float(np.median(v))
-    return out, len(starts), any_stats, reason, typical
+    return out, analysed, any_stats, reason, typical
 
 
 def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
                  groups: Mapping[int, str] | None, window: float, context: float,
-                 th: StallThresholds) -> list[Stall]:
+                 th: StallThresholds, valid: np.ndarray | None) -> list[Stall]:
     dt = float(np.median(np.diff(t)))
     m = t.size
     k = max(1, int(round(window / dt)))
@@ -158,6 +180,7 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     lv = lv_at[:, np.minimum(mid // hop, centres.size - 1)]
     gi = group_index(ids, groups)
     stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
+    stalled = stalled & ~_bad_windows(valid, m, k)  # none across a gap
     out: list[Stall] = []
     j = 0
     nwin = stalled.size
@@ -197,6 +220,7 @@ def scan(
     stall_window_seconds: float = 2.0,
     stall_context_seconds: float = 120.0,
     stall_thresholds: StallThresholds | None = None,
+    valid: np.ndarray | None = None,
 ) -> ScanResult:
     """Slide the straggler window and the stall window over whole series.
 
@@ -204,7 +228,10 @@ def scan(
     deviating windows of one GPU and signal become one :class:`Outlier` when
     they held for the persistence; consecutive stalled short windows become one
     :class:`Stall` (its culprits and waiters: the union over its windows).
-    Stalls need ``utilization``.
+    Stalls need ``utilization``.  ``valid`` (M,) marks the samples measured, False where
+    the grid was interpolated across a gap in the trace: no window of either scan holds
+    one (the straggler windows are laid between the gaps, and an outlier must hold anew
+    after one).
     """
     t = np.asarray(t, dtype=np.float64)
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))
@@ -216,12 +243,17 @@ def scan(
               "compute": compute}
     others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
               for k, v in others.items()}
+    if valid is not None:
+        valid = np.asarray(valid, dtype=bool)
+        if valid.shape != t.shape:
+            raise ValueError("valid must have one entry per sample time")
     th = thresholds or StragglerThresholds()
     outliers, n, stats, reason, typical = _scan_outliers(
-        t, p, others, ids, groups, window_seconds, step_seconds, th)
+        t, p, others, ids, groups, window_seconds, step_seconds, th, valid)
     stalls: list[Stall] = []
     util = others["utilization"]
     if util is not None and np.isfinite(util).any():
         stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
-                              stall_context_seconds, stall_thresholds or StallThresholds())
+                              stall_context_seconds, stall_thresholds or StallThresholds(),
+                              valid)
     return ScanResult(outliers, stalls, n, stats, reason, typical)

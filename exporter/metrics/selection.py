@@ -12,6 +12,9 @@ A selection file (``--metrics.file``)::
     aggregate:                               # sum a label away, as `sum without (...)`
       - families: "gpu_nvlink_*_bytes_total"
         without: [link]
+
+An aggregation that would do nothing is refused with file and line: a label the family
+does not have (exporter.metrics.labels), or for a glob, that none of its families has.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.gpu.health import NvlinkReads
 from exporter.metrics.exposition import Rows
+from exporter.metrics.labels import LABELS
 from exporter.metrics.profiles import (
     AGGREGATIONS,
     COLLECTOR_FAMILIES,
@@ -195,8 +199,29 @@ def _aggregations(mapping: dict, where: Where) -> tuple[tuple[str, tuple[str, ..
                 isinstance(x, str) and _LABEL.fullmatch(x) for x in labels):
             raise here.error("without", f"expected one or more label names, got "
                                         f"{excerpt(entry['without'])}")
+        for pattern in families:
+            if problem := _labels_problem(pattern, labels):
+                raise here.error("without", problem)
         out += [(pattern, tuple(labels)) for pattern in families]
     return tuple(out)
+
+
+def _labels_problem(pattern: str, labels: list[str]) -> str | None:
+    """Why summing `labels` away from the families `pattern` names would do nothing, or
+    None. A glob may match families without the label: it needs one that has it."""
+    matched = [name for name in FAMILIES if fnmatch.fnmatchcase(name, pattern)]
+    known = [LABELS[name] for name in matched if name in LABELS]
+    if len(known) < len(matched):
+        return None  # a family whose labels are not in the table: cannot tell
+    for label in labels:
+        if any(label in have for have in known):
+            continue
+        if not _GLOB.search(pattern):
+            have = ", ".join(known[0]) or "none"
+            return f"{excerpt(label)} is not a label of {pattern} (its labels: {have})"
+        return (f"{excerpt(label)} is a label of none of the {len(matched)} families "
+                f"{excerpt(pattern)} matches")
+    return None
 
 
 def load_selection(profile: str = DEFAULT_PROFILE, path: str = "") -> Selection:

@@ -18,6 +18,8 @@ First it decides how much of the trace it can see (exporter.offline.band): is
 the power a ~1 s average, and up to which frequency do the samples resolve a
 swing; the report says which evidence decided and how sure it is.  Detectors
 the trace is too short for say so; implausible values are counted, not used.
+Gaps in the samples (exporter.offline.gaps) are named in the notes, and every
+window that straddles one is left out of every analysis.
 
 Also runnable as ``python -m exporter.offline.analyze FILE``.
 """
@@ -43,6 +45,14 @@ from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.events import events
+from exporter.offline.gaps import (
+    find_gaps,
+    gaps_json,
+    gaps_note,
+    gpu_gaps,
+    overlaps,
+    valid_mask,
+)
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.swings import (
     MIN_STEP_SAMPLES,
@@ -68,6 +78,8 @@ from exporter.traces.load import load_trace
 from exporter.traces.trace import Trace, TraceError, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 def _averaging(text: str) -> float | None:
@@ -102,7 +114,8 @@ def shared_options() -> dict[str, Option]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared = shared_options()
     parser.add_argument("file", metavar="FILE",
-                        help="trace: nvidia-smi --query-gpu CSV log, or a cte recording")
+                        help="trace: nvidia-smi --query-gpu CSV log, or a cte recording (plain or "
+                        "gzip-compressed)")
     parser.add_argument("--gpus", type=_gpu_count, metavar="N",
                         help="GPUs per poll, for nvidia-smi logs without an index column")
     parser.add_argument("--format", choices=("text", "json"), default="text",
@@ -178,7 +191,11 @@ def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
         s = trace.series[g]
         ok = np.isfinite(s.fields["power_watts"])
         raw_node += np.interp(raw_t, s.t[ok], s.fields["power_watts"][ok])
-    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node), notes
+    times = {g: trace.series[g].t[np.isfinite(trace.series[g].fields["power_watts"])]
+             for g in usable}
+    gaps = [gap for gap in find_gaps(times) if gap.end > t0 and gap.start < t1]
+    valid = valid_mask(t0 + rel, gaps) if gaps else None
+    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node, gaps, valid), notes
 
 
 # canonical trace field -> scan() keyword
@@ -190,11 +207,15 @@ _STRAGGLER_FIELDS = {
 }
 
 
-def _field_grid(trace: Trace, g: Grid, name: str) -> np.ndarray | None:
+def _field_grid(trace: Trace, g: Grid, name: str,
+                field_gaps: dict[str, list[tuple[int, float]]] | None = None
+                ) -> np.ndarray | None:
     """One canonical field of every GPU on the power grid (None: no GPU has it).
 
     Continuous fields are interpolated linearly; the clock-event bitmask holds
-    its last reading.  Outside a GPU's readings the value is NaN.
+    its last reading.  Outside a GPU's readings the value is NaN, and inside a gap
+    in them (exporter.offline.gaps: the sweep hung while power went on), each
+    (GPU, seconds) then added to ``field_gaps[name]``.
     """
     t0 = float(g.t[0])
     rel = g.t - t0
@@ -216,7 +237,20 @@ def _field_grid(trace: Trace, g: Grid, name: str) -> np.ndarray | None:
             out[i, rel > ts[-1] + 5 * g.dt + 5.0] = np.nan
         else:
             out[i] = np.interp(rel, ts, xs, left=np.nan, right=np.nan)
+        for a, b in gpu_gaps(ts):
+            out[i, (rel > a) & (rel < b)] = np.nan
+            # one inside the grid and not where the power has its gap (said already)
+            if field_gaps is not None and b > 0 and a < rel[-1] \
+                    and not overlaps(g.gaps, t0 + a, t0 + b):
+                field_gaps.setdefault(name, []).append((gpu, b - a))
     return out if found else None
+
+
+def _field_gaps_notes(field_gaps: dict[str, list[tuple[int, float]]]) -> list[str]:
+    return [f"{name}: {len(found)} gap(s) in its readings (GPU(s) "
+            f"{', '.join(map(str, sorted({gpu for gpu, _ in found})))}, "
+            f"{sum(s for _, s in found):.1f} s in all), read as missing there, "
+            "not interpolated" for name, found in sorted(field_gaps.items())]
 
 
 def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
@@ -236,7 +270,10 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
                 notes: list[str]) -> tuple[ScanResult, bool]:
     """The straggler scan, and whether the trace had utilization (stalls need it)."""
     # scan's keyword arguments, by name
-    series: dict[str, Any] = {kw: _field_grid(trace, g, f) for f, kw in _STRAGGLER_FIELDS.items()}
+    field_gaps: dict[str, list[tuple[int, float]]] = {}
+    series: dict[str, Any] = {kw: _field_grid(trace, g, f, field_gaps)
+                              for f, kw in _STRAGGLER_FIELDS.items()}
+    notes += _field_gaps_notes(field_gaps)
     missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
@@ -247,7 +284,7 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
     res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=args.outlier_window,
                step_seconds=args.outlier_step, thresholds=th,
                stall_window_seconds=args.stall_window,
-               stall_context_seconds=args.stall_context, **series)
+               stall_context_seconds=args.stall_context, valid=g.valid, **series)
     return res, series["utilization"] is not None
 
 
@@ -264,33 +301,37 @@ def _straggler_not_run(strag: ScanResult, utilization: bool) -> dict[str, str]:
 def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
     """Detector -> why the trace cannot feed it (absent: it runs)."""
     span = float(g.t[-1] - g.t[0])
+    # with gaps, a window must fit between them: the longest stretch without one
+    clean = g.clean_seconds()
+    have = (f"the trace ({span:.3g} s)" if clean >= span else
+            f"the longest stretch without a gap ({clean:.3g} s of {span:.3g} s)")
     out = {}
     per_window = int(round(args.window / g.dt))
-    if span < args.window:
-        out["step"] = (f"the trace ({span:.3g} s) is shorter than the {args.window:g} s step "
-                       "window (--window)")
+    if clean < args.window:
+        out["step"] = f"{have} is shorter than the {args.window:g} s step window (--window)"
     elif per_window < MIN_STEP_SAMPLES:
         out["step"] = (f"a {args.window:g} s step window holds {per_window} samples (one every "
                        f"{g.dt:.3g} s); the step detector needs at least {MIN_STEP_SAMPLES}: "
                        "sample faster or lengthen --window")
-    if span < 40.0:
-        out["cycle"] = (f"the trace ({span:.3g} s) is shorter than the 40 s the cycle detector "
-                        "needs (four periods of its shortest, 10 s)")
-    if span < 55.0:
-        out["ramps"] = (f"the trace ({span:.3g} s) is shorter than the 55 s a ramp needs "
-                        "(25 s of steady power either side)")
-    if span < args.outlier_window:
-        out["outliers"] = (f"the trace ({span:.3g} s) is shorter than the {args.outlier_window:g}"
-                           " s straggler window (--outlier-window)")
-    elif span < args.persistence:
+    if clean < 40.0:
+        out["cycle"] = (f"{have} is shorter than the 40 s the cycle detector needs (four "
+                        "periods of its shortest, 10 s)")
+    if clean < 55.0:
+        out["ramps"] = (f"{have} is shorter than the 55 s a ramp needs (25 s of steady power "
+                        "either side)")
+    if clean < args.outlier_window:
+        out["outliers"] = (f"{have} is shorter than the {args.outlier_window:g} s straggler "
+                           "window (--outlier-window)")
+    elif clean < args.persistence:
         out["outliers"] = (f"outliers must hold for {args.persistence:g} s (--persistence), "
-                           f"longer than the trace ({span:.3g} s)")
+                           f"longer than {have}")
     return out
 
 
 def span_ok(g: Grid, args: argparse.Namespace) -> bool:
-    """Is the trace long enough for one segment window (--segment-window)?"""
-    return float(g.t[-1] - g.t[0]) >= min(args.segment_window, 60.0)
+    """Is the trace (between its gaps) long enough for one segment window
+    (--segment-window)?"""
+    return g.clean_seconds() >= min(args.segment_window, 60.0)
 
 
 def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list[str]:
@@ -316,13 +357,30 @@ def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list
     return notes
 
 
+def _skip_reasons(skipped: list[tuple[int, str]], top: int = 4) -> str:
+    """The commonest reasons lines were skipped, as written (real counts and values).
+
+    Reasons that differ only in their numbers or quoted cells ("3 cells, column line has
+    5" and "4 cells, column line has 5") are one kind, so one kind cannot crowd out the
+    others; each kind shows its commonest wording and how many lines read otherwise.
+    """
+    kinds: dict[str, Counter[str]] = {}
+    for _, why in skipped:
+        kind = _NUMBER.sub("N", _QUOTED.sub("Q", why))
+        kinds.setdefault(kind, Counter())[why] += 1
+    parts = []
+    for wordings in sorted(kinds.values(), key=lambda c: -c.total())[:top]:
+        why, n = wordings.most_common(1)[0]
+        others = wordings.total() - n
+        parts.append(f"{why} ({n}; {others} more like it)" if others else f"{why} ({n})")
+    return ", ".join(parts)
+
+
 def _input_notes(trace: Trace) -> list[str]:
     notes = []
     if trace.skipped_lines:
-        kinds = Counter(re.sub(r"\b\d+(?:\.\d+)?\b", "N", why) for _, why in trace.skipped)
-        top = ", ".join(f"{why} ({n})" for why, n in kinds.most_common(4))
         notes.append(f"{trace.skipped_lines} line(s) skipped, first at line "
-                     f"{trace.skipped[0][0]}: {top}")
+                     f"{trace.skipped[0][0]}: {_skip_reasons(trace.skipped)}")
     if trace.rejected:
         notes.append(f"{sum(trace.rejected.values())} implausible value(s) dropped: "
                      + ", ".join(f"{why} ({n})" for why, n in sorted(trace.rejected.items())))
@@ -356,11 +414,15 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     for name, why in _straggler_not_run(strag, has_util).items():
         short.setdefault(name, why)
     ramps, dips = events(g, args, step, strag.stalls, t_start)
+    if g.gaps:  # an edge or pause that reaches into a gap was drawn by interpolation
+        ramps, dips = _clear_of_gaps(g, ramps, dips, t_start)
     if "dips" in short:
         ramps, dips = [r for r in ramps if r["dip"] is None], []
     if "ramps" in short:
         ramps = [r for r in ramps if r["dip"] is not None]
     notes += [not_run_note(name, why) for name, why in short.items()]
+    if g.gaps:
+        notes.append(gaps_note(g.gaps, t_start, g.gpus))
     notes += _input_notes(trace)
     return {
         "source": trace.source,
@@ -378,6 +440,7 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         "step_windows_analysed": n_windows,
         "skipped_lines": trace.skipped_lines,
         "rejected_values": dict(trace.rejected),
+        "gaps": gaps_json(g.gaps, t_start),
         "not_run": short,
         "power_swings": step + cycles,
         "ramps": ramps,
@@ -385,6 +448,31 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         **_straggler_json(strag, args),
         "notes": notes,
     }
+
+
+def _clear_of_gaps(g: Grid, ramps: list[dict[str, Any]], dips: list[dict[str, Any]],
+                   t_start: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ramps and dips that do not reach into a gap (one grid step of slack), the
+    ramps' dip numbers renumbered."""
+    def clear(a: float, b: float) -> bool:
+        return not overlaps(g.gaps, t_start + a - g.dt, t_start + b + g.dt)
+
+    kept = [i for i, d in enumerate(dips) if clear(d["start"], d["end"])]
+    number = {old: new for new, old in enumerate(kept)}
+    out_ramps = []
+    for r in ramps:
+        half = r["duration_seconds"] / 2
+        if r["dip"] is not None and r["dip"] not in number:
+            continue
+        if not clear(r["time"] - half, r["time"] + half):
+            continue
+        out_ramps.append(dict(r, dip=number.get(r["dip"])) if r["dip"] is not None else r)
+    out_dips = []
+    for i in kept:
+        d = dips[i]
+        n = number[i]
+        out_dips.append(dict(d, fall=dict(d["fall"], dip=n), rise=dict(d["rise"], dip=n)))
+    return out_ramps, out_dips
 
 
 def _straggler_json(strag: ScanResult, args: argparse.Namespace) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import socket
 import threading
@@ -55,6 +56,10 @@ class TraceRecorder:
         self.failure: OSError | None = None
         self.rows = 0
         self.samples = 0
+        # the span the power samples cover, by their own stamps: the driver's buffer hands
+        # over the seconds before the start too, so the wall time would overstate the rate
+        self.first: float | None = None
+        self.last: float | None = None
         self._lock = threading.Lock()
 
     def _write(self, rows: list[tuple[float, int, Mapping[str, float]]]) -> bool:
@@ -77,6 +82,14 @@ class TraceRecorder:
             if self._write([(t, gpu, {"power_watts": w})
                             for t, w in zip(times.tolist(), watts.tolist(), strict=True)]):
                 self.samples += len(times)
+                if len(times):
+                    lo, hi = float(times.min()), float(times.max())
+                    self.first = lo if self.first is None else min(self.first, lo)
+                    self.last = hi if self.last is None else max(self.last, hi)
+
+    def span(self) -> float:
+        """Seconds from the first power sample to the last (0 with fewer than two)."""
+        return 0.0 if self.first is None or self.last is None else self.last - self.first
 
     def profiling(self, gpu: int, reading: gpm.GpmReading) -> None:
         """One GPU's GPM interval: averages over (start, end], in a row at its end."""
@@ -107,7 +120,10 @@ class TraceRecorder:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, required=True, metavar="SECONDS",
                         help="how long to record")
-    parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write")
+    parser.add_argument("--out", required=True, metavar="FILE",
+                        help="trace file to write; an existing file is refused unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite --out if it exists (default: refuse, keep the file)")
     parser.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
                         help="print progress this often (0: never; default 10)")
     add_flags(parser, RECORD, all_options())
@@ -127,6 +143,8 @@ def main(args: argparse.Namespace) -> int:
         return fail("record", str(exc))
     if not 0 < args.duration <= 7 * 86400:
         return fail("record", f"--duration {args.duration:g}: expected 0 < SECONDS <= 604800")
+    if not args.force and os.path.isfile(args.out):  # before NVML starts: fail fast
+        return fail("record", _exists(args.out))
     lib = None
     if config.backend.fake:
         lib = fake.FakeNvmlLibrary(load_scenario(config.backend.scenario),
@@ -137,6 +155,16 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if lib is not None:
             fake.uninstall()
+
+
+def _exists(path: str) -> str:
+    return f"--out {path}: the file exists; pass --force to overwrite it"
+
+
+def _special(path: str) -> bool:
+    """Whether the path exists and is no regular file (a device, a pipe): nothing in it
+    to lose, and it cannot be created anew."""
+    return os.path.exists(path) and not os.path.isfile(path)
 
 
 def _record(args: argparse.Namespace, config: Config) -> int:
@@ -160,9 +188,15 @@ def _record(args: argparse.Namespace, config: Config) -> int:
     # names tell a reader the generation all the same
     names = {i.index: i.name for i in sampler.gpus.identities if i is not None and i.name}
     try:
+        # created, never replaced, unless --force: a file that appeared since the check
+        # above is refused too (a device or pipe such as /dev/stdout is written to)
+        exclusive = not args.force and not _special(args.out)
         writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
                              started_at=time.time(), power_averaging_seconds=None,
-                             gpu_names=names)
+                             gpu_names=names, exclusive=exclusive)
+    except FileExistsError:
+        sampler.backend.close()
+        return fail("record", _exists(args.out))
     except OSError as exc:
         sampler.backend.close()
         return fail("record", f"cannot write {args.out}: {exc.strerror or exc}")
@@ -195,9 +229,18 @@ def _record(args: argparse.Namespace, config: Config) -> int:
                     f"{EXIT_WRITE_FAILED})", EXIT_WRITE_FAILED)
     early = " (stopped early)" if stop.is_set() else ""
     print(f"recorded {elapsed:.0f} s of {gpus} GPUs{early}: {recorder.samples} power samples "
-          f"({recorder.samples / max(elapsed, 1e-9) / max(gpus, 1):.0f}/s per GPU), "
-          f"{recorder.rows} rows in {args.out}", flush=True)
+          f"{_rate(recorder, gpus)}, {recorder.rows} rows in {args.out}", flush=True)
     return 0
+
+
+def _rate(recorder: TraceRecorder, gpus: int) -> str:
+    """The samples' span and rate per GPU, over the span the trace's samples cover."""
+    span = recorder.span()
+    if span <= 0 or gpus < 1:
+        return "(too few to give a rate)"
+    # a sample at each end of the span: n samples cover n - 1 intervals per GPU
+    per_gpu = max(0.0, recorder.samples / gpus - 1) / span
+    return f"over {span:.1f} s ({per_gpu:.0f}/s per GPU)"
 
 
 def _wait(stop: threading.Event, t0: float, args: argparse.Namespace,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,9 +32,11 @@ from exporter.analysis.power_swing import (
     analyse_cycles,
     analyse_window,
 )
+from exporter.analysis.signal import stretch_starts
 from exporter.analysis.spectrum import EDGE_RATIO, frequency_consistent
 from exporter.analysis.step_segments import StepSwing, find_step_swing, grid_relevant
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
+from exporter.offline.gaps import Gap
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
 W = TypeVar("W")  # what a window found: a step swing or a cycle
@@ -56,10 +58,33 @@ class Grid:
     # whose GPUs share each poll's time): interpolating onto the grid blurs sharp edges
     raw_t: np.ndarray | None = None
     raw_node: np.ndarray | None = None
+    # the gaps in the samples (exporter.offline.gaps) and, per grid point, whether it is
+    # measured (False: interpolated across a gap); None: no gaps
+    gaps: list[Gap] = field(default_factory=list)
+    valid: np.ndarray | None = None
 
     @property
     def node_tdp(self) -> float | None:
         return float(self.tdp.sum()) if np.isfinite(self.tdp).all() else None
+
+    def clean_seconds(self) -> float:
+        """The longest stretch of the grid without a gap (the whole span without gaps)."""
+        if self.valid is None or self.valid.all():
+            return float(self.t[-1] - self.t[0])
+        edges = np.diff(np.concatenate([[0], self.valid.astype(np.int8), [0]]))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+        if starts.size == 0:
+            return 0.0
+        return float((self.t[ends] - self.t[starts]).max())
+
+    def window_starts(self, starts: list[int], n_win: int, n_step: int, *, tail: bool
+                      ) -> list[int | None]:
+        """``starts`` as they are without gaps; with gaps, windows laid within each
+        stretch between them instead (analysis.signal.stretch_starts), None at a gap: no
+        window straddles one."""
+        if self.valid is None:
+            return list(starts)
+        return stretch_starts(self.valid, n_win, n_step, tail=tail)
 
 
 Window = tuple[float, float, NodeSwing]
@@ -93,15 +118,21 @@ def thresholds(args: argparse.Namespace) -> SwingThresholds:
                            args.min_synchrony)
 
 
-def step_windows(g: Grid, args: argparse.Namespace, band: BandDecision) -> list[Window]:
-    """analyse_window over windows of --window seconds every --step seconds."""
+def step_windows(g: Grid, args: argparse.Namespace, band: BandDecision
+                 ) -> list[tuple[float, float, NodeSwing | None]]:
+    """analyse_window over windows of --window seconds every --step seconds (None for a
+    window that straddles a gap: left out, and it ends a run)."""
     n_win = max(4, int(round(args.window / g.dt)))
     n_step = max(1, int(round((args.step or args.window / 3) / g.dt)))
     th = thresholds(args)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
     m = g.t.size
-    out = []
-    for a in range(0, max(1, m - n_win + 1), n_step):
+    out: list[tuple[float, float, NodeSwing | None]] = []
+    for a in g.window_starts(list(range(0, max(1, m - n_win + 1), n_step)), n_win, n_step,
+                             tail=False):
+        if a is None:  # a gap between two stretches: ends a run
+            out.append((math.nan, math.nan, None))
+            continue
         b = min(m, a + n_win)
         ns = analyse_window(g.t[a:b], g.power[:, a:b], tdp, args.band, gpus=g.gpus,
                             max_observable_hz=band.observable_hz, thresholds=th)
@@ -117,8 +148,11 @@ def _amplitude_ratio(ns: NodeSwing) -> float:
     return n.amplitude_watts / peak if peak > 0 else 0.0
 
 
-def classify(ns: NodeSwing, th: SwingThresholds) -> str | None:
-    """"step" (a resolved swing), "unresolved", or None (no swing in this window)."""
+def classify(ns: NodeSwing | None, th: SwingThresholds) -> str | None:
+    """"step" (a resolved swing), "unresolved", or None (no swing in this window, or a
+    window left out)."""
+    if ns is None:
+        return None
     n = ns.node
     if ns.candidate and n.frequency_hz is not None:
         return "step" if frequency_consistent(n.frequency_hz, n.edge_frequency_hz) \
@@ -131,19 +165,20 @@ def classify(ns: NodeSwing, th: SwingThresholds) -> str | None:
     return "unresolved" if strong and n.unresolved else None
 
 
-def _runs(windows: list[Window], kinds: list[str | None], want: str, hold: int
-          ) -> list[list[Window]]:
+def _runs(windows: list[tuple[float, float, NodeSwing | None]], kinds: list[str | None],
+          want: str, hold: int) -> list[list[Window]]:
     """Runs of >= hold consecutive windows of kind ``want``; a resolved run also
     breaks where the frequency moves by more than 10 %."""
     runs: list[list[Window]] = []
     cur: list[Window] = []
-    for w, kind in zip(windows, kinds, strict=True):
-        f = w[2].node.frequency_hz
-        if kind != want:
+    for (a, b, ns), kind in zip(windows, kinds, strict=True):
+        if kind != want or ns is None:
             if len(cur) >= hold:
                 runs.append(cur)
             cur = []
             continue
+        w = (a, b, ns)
+        f = ns.node.frequency_hz
         if cur and want == "step":
             f_ref = float(np.median([c[2].node.frequency_hz for c in cur]))
             assert f is not None
@@ -159,7 +194,8 @@ def _runs(windows: list[Window], kinds: list[str | None], want: str, hold: int
 
 def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
                 ) -> tuple[list[dict[str, Any]], int]:
-    """Resolved and unresolved step swings, and the number of windows analysed."""
+    """Resolved and unresolved step swings, and the number of windows analysed (those
+    that straddle a gap are not)."""
     windows = step_windows(g, args, band)
     th = thresholds(args)
     kinds = [classify(w[2], th) for w in windows]
@@ -184,7 +220,7 @@ def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: 
     for run in _runs(windows, kinds, "unresolved", args.hold):
         out.append(_unresolved_entry(run, band, run[0][0] - t_start, run[-1][1] - t_start))
     out.sort(key=lambda s: s["start"])
-    return out, len(windows)
+    return out, sum(1 for w in windows if w[2] is not None)
 
 
 def _common(run: list[Window], start: float, end: float) -> dict[str, Any]:
@@ -263,7 +299,11 @@ def folded_swing(g: Grid, args: argparse.Namespace, band: BandDecision, t_start:
     near 0).  Reported as an unresolved step swing, never as a frequency.
     """
     node = g.power.sum(axis=0)
-    if node.size < 8:
+    # steps from one reading to the next, none across a gap
+    steps = np.diff(node) if g.valid is None else np.diff(node)[g.valid[1:] & g.valid[:-1]]
+    if g.valid is not None:
+        node = node[g.valid]
+    if node.size < 8 or steps.size < 7:
         return None
     var = float(node.var())
     p5, p95 = np.percentile(node, [5, 95])
@@ -271,7 +311,7 @@ def folded_swing(g: Grid, args: argparse.Namespace, band: BandDecision, t_start:
     ref = g.node_tdp or float(p95)
     if var <= 0 or ref <= 0 or amp / ref < args.min_amplitude_ratio:
         return None
-    roughness = float(np.mean(np.diff(node) ** 2)) / (2 * var)
+    roughness = float(np.mean(steps ** 2)) / (2 * var)
     if roughness < 0.5:
         return None
     above = 0.5 / g.dt
@@ -325,8 +365,11 @@ def segment_windows(g: Grid, args: argparse.Namespace, band: BandDecision
     if starts[-1] + n_win < m:
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    out = []
-    for a in starts:
+    out: list[tuple[float, float, StepSwing | None]] = []
+    for a in g.window_starts(starts, n_win, n_step, tail=True):
+        if a is None:  # a gap between two stretches: ends a run
+            out.append((math.nan, math.nan, None))
+            continue
         b = min(m, a + n_win)
         if b - a < 8:
             continue
@@ -395,7 +438,7 @@ def merge_step(windowed: list[dict[str, Any]], segments: list[dict[str, Any]]
 
 def _cycle_windows(g: Grid, args: argparse.Namespace
                    ) -> list[tuple[float, float, CycleFeatures | None]]:
-    span = float(g.t[-1] - g.t[0])
+    span = g.clean_seconds()  # a window as long as the trace would straddle its gaps
     win = min(args.cycle_window, span)
     n_win = int(round(win / g.dt))
     n_step = max(1, int(round(win / 4 / g.dt)))
@@ -404,8 +447,11 @@ def _cycle_windows(g: Grid, args: argparse.Namespace
     if starts[-1] + n_win < m:
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    out = []
-    for a in starts:
+    out: list[tuple[float, float, CycleFeatures | None]] = []
+    for a in g.window_starts(starts, n_win, n_step, tail=True):
+        if a is None:  # a gap between two stretches: ends a run
+            out.append((math.nan, math.nan, None))
+            continue
         b = min(m, a + n_win)
         c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp)
         if c is not None:

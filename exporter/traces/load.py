@@ -1,5 +1,5 @@
 """Reading a trace file of either format (ours or nvidia-smi CSV), sniffed from its
-first non-blank line."""
+first non-blank line, plain or gzip-compressed (sniffed from its magic bytes)."""
 
 from __future__ import annotations
 

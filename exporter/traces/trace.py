@@ -7,6 +7,9 @@ Two formats are read, sniffed from the first non-blank line:
 - ``cte``: the exporter's own recording (see ``docs/trace-format.md``), written by
   :class:`TraceWriter`.
 
+Either may be gzip-compressed (told by its magic bytes); other binary data is refused
+without quoting it.
+
 Fatal problems raise :class:`TraceError` with a message ``FILE:LINE: message``.
 Malformed data lines are skipped: their count is ``Trace.skipped_lines`` and their
 line numbers (with the reason) are in ``Trace.skipped``.  Implausible values (not
@@ -17,10 +20,13 @@ counted in ``Trace.rejected``.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import json
 import math
 import os
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -114,12 +120,64 @@ def power_gpus(trace: Trace) -> tuple[list[int], list[str]]:
 # --------------------------------------------------------------------------- reading
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+MAX_GUNZIPPED_BYTES = 2 << 30  # ~30 hours of 8 GPUs at the driver's rate; a bomb stops here
+# compressed formats read only once decompressed (magic bytes -> name)
+_COMPRESSED = ((b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+               (b"\x04\x22\x4d\x18", "lz4"), (b"PK\x03\x04", "zip"))
+_BOMS_UTF16 = (b"\xff\xfe", b"\xfe\xff")  # nvidia-smi > file in Windows PowerShell writes UTF-16
+_CONTROL = bytes(c for c in range(32) if chr(c) not in "\t\n\r\f\v") + b"\x7f"
+_SNIFF_BYTES = 1 << 16
+
+
 def read_lines(path: str) -> list[str]:
+    """The file's lines: plain text or gzip (sniffed by their magic bytes, not by the
+    name); other compressed or binary data is refused in one line that quotes none of it."""
     try:
         raw = read_regular(path)  # a FIFO or device is refused, not waited on
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return raw.decode("utf-8-sig", errors="replace").splitlines()
+    if raw.startswith(GZIP_MAGIC):
+        raw = _gunzip(path, raw)
+    return _text(path, raw).splitlines()
+
+
+def _gunzip(path: str, raw: bytes) -> bytes:
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+            data = fh.read(MAX_GUNZIPPED_BYTES + 1)
+    except EOFError:
+        raise TraceError(f"{path}: gzip data cut short (an incomplete copy?): cannot read "
+                         "it to its end") from None
+    except (OSError, zlib.error):  # gzip.BadGzipFile is an OSError
+        raise TraceError(f"{path}: damaged gzip data: cannot decompress it") from None
+    if len(data) > MAX_GUNZIPPED_BYTES:
+        raise TraceError(f"{path}: more than {MAX_GUNZIPPED_BYTES >> 30} GiB once "
+                         "decompressed: cut the trace")
+    return data
+
+
+def _text(path: str, data: bytes) -> str:
+    if data.startswith(_BOMS_UTF16):
+        return data.decode("utf-16", errors="replace")
+    packed = next((name for magic, name in _COMPRESSED if data.startswith(magic)), None)
+    if packed:
+        raise TraceError(f"{path}: {packed}-compressed: decompress it first (gzip is read "
+                         "as it is)")
+    if _binary(data[:_SNIFF_BYTES]):
+        raise TraceError(f"{path}: binary data, not a trace: expected a cte trace or an "
+                         "nvidia-smi CSV log, as text or gzip-compressed")
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _binary(head: bytes) -> bool:
+    """A NUL byte, or more than 10 % control bytes and invalid UTF-8 (text in another
+    8-bit encoding, such as a Latin-1 degree sign per line, stays well below)."""
+    if b"\0" in head:
+        return True
+    bad = len(head) - len(head.translate(None, _CONTROL))
+    bad += head.decode("utf-8", errors="replace").count("\ufffd")
+    return bad > max(8, len(head) // 10)
 
 
 @dataclass
@@ -293,14 +351,15 @@ class TraceWriter:
 
     Rows may carry only some fields (power at ~20 Hz, the rest at ~1 Hz): the
     others are left empty.  With ``append=True`` an existing file with the same
-    columns is extended; a fresh file gets the header.
+    columns is extended; a fresh file gets the header.  With ``exclusive=True`` an
+    existing file is never replaced (FileExistsError).
     """
 
     def __init__(self, path: str | os.PathLike[str], gpus: Iterable[int],
                  tdp_watts: Mapping[int, float] | None, fields: Iterable[str], *,
                  host: str | None = None, started_at: float | None = None,
                  append: bool = False, power_averaging_seconds: float | None = None,
-                 gpu_names: Mapping[int, str] | None = None) -> None:
+                 gpu_names: Mapping[int, str] | None = None, exclusive: bool = False) -> None:
         self.path = os.fspath(path)
         self.gpus = sorted(int(g) for g in gpus)
         self.fields = list(fields)
@@ -328,7 +387,8 @@ class TraceWriter:
         }
         if gpu_names:  # optional: tells a reader the GPU generation (how it reports power)
             meta["gpu_names"] = {str(k): str(v) for k, v in gpu_names.items()}
-        self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        # exclusive: FileExistsError rather than replace a file that exists
+        self._fh = open(self.path, "x" if exclusive else "w", encoding="utf-8")  # noqa: SIM115
         self._fh.write(f"{CTE_MAGIC} {json.dumps(meta, separators=(',', ':'))}\n")
         self._fh.write(",".join(["t", "gpu", *self.fields]) + "\n")
 

@@ -1,0 +1,97 @@
+"""Gaps in a trace: stretches where a GPU's power samples stopped (lines lost or cut, a
+drain that came after the driver's buffer had wrapped, a logging loop that stalled).
+
+Found from the trace's own timestamps: a gap is an interval between two consecutive
+power samples of one GPU longer than :data:`GAP_FACTOR` times that GPU's typical
+(median) interval.  Why 10: a sensor's own jitter stays well below it (the H200
+driver's buffer: samples 7-46 ms apart around a median of 20 ms, at most 2.3x; a real
+8x H100 nvidia-smi poll loop over 22.5 minutes: at most 1.57 s around a median of
+0.297 s, 5.3x, and 3x at the 99.9th percentile), while a lost stretch is as long as
+whatever was lost.  docs/trace-format.md says the same to users.
+
+The GPUs' gaps are joined where they overlap (in a `record`, rows come in per-GPU
+batches, so cut lines leave each GPU a gap at a slightly different place); the grid
+points inside any of them are interpolated, not measured (:func:`valid_mask`), and no
+analysis window holds one: windows are laid within the stretches between gaps
+(analysis.signal.stretch_starts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+GAP_FACTOR = 10.0  # x the typical interval between one GPU's samples
+MIN_SAMPLES = 8  # fewer intervals give no typical one to compare with
+
+
+@dataclass(frozen=True)
+class Gap:
+    start: float  # Unix seconds: the last sample before it (the first GPU to stop)
+    end: float  # the first sample after it (the last GPU to resume)
+    gpus: tuple[int, ...]  # the GPUs without samples in (some of) it
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def gpu_gaps(t: np.ndarray, factor: float = GAP_FACTOR) -> list[tuple[float, float]]:
+    """(last sample before, first sample after) of each gap in one GPU's sorted times."""
+    if t.size < MIN_SAMPLES:
+        return []
+    d = np.diff(t)
+    typical = float(np.median(d))
+    if not typical > 0:
+        return []
+    return [(float(t[i]), float(t[i + 1])) for i in np.flatnonzero(d > factor * typical)]
+
+
+def find_gaps(times: Mapping[int, np.ndarray], factor: float = GAP_FACTOR) -> list[Gap]:
+    """The node's gaps: every GPU's (times of its power samples, by GPU), overlapping
+    ones joined, in time order."""
+    spans = sorted((a, b, gpu) for gpu, t in times.items() for a, b in gpu_gaps(t, factor))
+    out: list[Gap] = []
+    for a, b, gpu in spans:
+        if out and a < out[-1].end:
+            last = out[-1]
+            out[-1] = Gap(last.start, max(last.end, b), tuple(sorted({*last.gpus, gpu})))
+        else:
+            out.append(Gap(a, b, (gpu,)))
+    return out
+
+
+def valid_mask(t: np.ndarray, gaps: list[Gap]) -> np.ndarray:
+    """True where a grid time is measured, False strictly inside a gap."""
+    ok = np.ones(t.size, dtype=bool)
+    for g in gaps:
+        ok[(t > g.start) & (t < g.end)] = False
+    return ok
+
+
+def overlaps(gaps: list[Gap], start: float, end: float) -> bool:
+    """Whether [start, end] (Unix seconds) reaches into a gap."""
+    return any(start < g.end and end > g.start for g in gaps)
+
+
+def _gpu_list(gpus: tuple[int, ...], every: list[int]) -> str:
+    if list(gpus) == every:
+        return "all GPUs"
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + ", ".join(map(str, gpus))
+
+
+def gaps_note(gaps: list[Gap], t_start: float, every: list[int], shown: int = 5) -> str:
+    """The notes' sentence for the gaps found (times from the trace's start)."""
+    listed = "; ".join(f"{g.start - t_start:.1f}-{g.end - t_start:.1f} s ({g.seconds:.1f} s, "
+                       f"{_gpu_list(g.gpus, every)})" for g in gaps[:shown])
+    more = f"; and {len(gaps) - shown} more" if len(gaps) > shown else ""
+    return (f"{len(gaps)} gap(s) in the power samples (longer than {GAP_FACTOR:g}x a GPU's "
+            f"typical interval): {listed}{more}; no analysis window straddles a gap "
+            "(swings, cycles, ramps, dips, stragglers, stalls)")
+
+
+def gaps_json(gaps: list[Gap], t_start: float) -> list[dict[str, object]]:
+    return [{"start": g.start - t_start, "end": g.end - t_start,
+             "duration_seconds": g.seconds, "gpus": list(g.gpus)} for g in gaps]
