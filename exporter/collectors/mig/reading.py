@@ -31,11 +31,13 @@ from typing import Any
 
 from exporter.sampling.collector_api import CollectorContext
 
-__all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigCollector", "profile_name",
-           "read_mig_devices"]
+__all__ = ["MAX_MIG_DEVICES", "MIG_SLICES", "MigDevice", "MigReading", "MigCollector",
+           "profile_name", "read_mig_devices"]
 
 #: MIG device handles asked per GPU at most (7 on A100/H100/H200).
 MAX_MIG_DEVICES = 16
+#: Compute slices of a whole GPU in MIG mode (A100, H100, H200, B200: 7g is the whole).
+MIG_SLICES = 7
 _NA = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)
 
 
@@ -49,6 +51,7 @@ class MigDevice:
     profile: str  # "" when NVML gave no attributes
     memory_total_bytes: float | None = None
     memory_used_bytes: float | None = None
+    slices: int = 0  # GPU instance slices (of MIG_SLICES); 0 when NVML gave no attributes
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,11 @@ def _mig_device(backend: Any, gpu: int, index: int, handle: Any) -> MigDevice | 
     profile = "" if attributes is None else profile_name(
         attributes.gpuInstanceSliceCount, attributes.computeInstanceSliceCount,
         attributes.memorySizeMB)
+    slices = 0 if attributes is None else int(attributes.gpuInstanceSliceCount)
     memory = backend.call("nvmlDeviceGetMemoryInfo", handle)
     total = _value(memory.total) if memory is not None else None
     used = _value(memory.used) if memory is not None else None
-    return MigDevice(gpu, index, mig_uuid, int(gi), int(ci), profile, total, used)
+    return MigDevice(gpu, index, mig_uuid, int(gi), int(ci), profile, total, used, slices)
 
 
 def read_mig_devices(backend: Any, gpu: int) -> tuple[bool | None, list[MigDevice]]:

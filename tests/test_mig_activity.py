@@ -1,0 +1,115 @@
+"""Per MIG GPU instance: GPM activity (nvmlGpmMigSampleGet) and the GPU's energy split
+between its instances, on the fake's `mig` scenario at the default profile."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter.collectors.profiling.mig import split_by_activity
+from exporter.gpu import gpm
+from exporter.gpu.backend import NvmlBackend
+from exporter.sampling.clock import ManualClock
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
+from tests.tools import http_get, samples
+
+RATIOS = ("gpu_mig_graphics_engine_active_ratio", "gpu_mig_sm_active_ratio",
+          "gpu_mig_sm_occupancy_ratio", "gpu_mig_tensor_active_ratio",
+          "gpu_mig_dram_active_ratio")
+
+
+def by_instance(found: dict, name: str) -> dict[tuple[str, str], float]:
+    return {(s.labels["gpu"], s.labels["gpu_instance"]): s.value for s in found.get(name, [])}
+
+
+def scrape(exp) -> dict:
+    response, body = http_get(exp.port)
+    assert response.status == 200
+    return samples(body)
+
+
+def test_split_by_activity_weighs_slices_and_keeps_the_rest_idle():
+    parts, idle = split_by_activity(700.0, {1: (3, 1.0), 5: (2, 0.5), 14: (1, 0.0)})
+    assert parts == pytest.approx({1: 300.0, 5: 100.0, 14: 0.0})
+    assert idle == pytest.approx(300.0)
+    # bad data: NaN and negative activity count as 0, weights past 1 are scaled to 1
+    parts, idle = split_by_activity(70.0, {1: (7, 1.0), 2: (7, 1.0), 3: (1, math.nan),
+                                           4: (1, -1.0)})
+    assert parts == pytest.approx({1: 35.0, 2: 35.0, 3: 0.0, 4: 0.0}) and idle == 0.0
+    assert split_by_activity(0.0, {}) == ({}, 0.0)
+
+
+def test_each_instance_has_its_own_activity_and_the_notebook_comes_and_goes(
+        running_exporter):
+    exp = running_exporter.start(manual=True, scenario="mig")
+    exp.sampler.advance(20)  # profiling reads at 0, 10, 20: the notebook ran all of (10, 20]
+    during = scrape(exp)
+    exp.sampler.advance(20)  # (30, 40]: the notebook runs 5-25 s of every minute
+    after = scrape(exp)
+    for name in RATIOS:
+        assert sorted(by_instance(during, name)) == [
+            ("0", "1"), ("0", "13"), ("0", "14"), ("0", "5"), ("1", "1"), ("1", "2")], name
+    sm = by_instance(during, "gpu_mig_sm_active_ratio")
+    # python (sm_util 0.8) > vllm (0.4) > the notebook (0.2) > an instance with nothing
+    assert sm[("0", "1")] > sm[("0", "5")] > sm[("0", "13")] > 0.0
+    assert sm[("0", "14")] == 0.0
+    assert by_instance(after, "gpu_mig_sm_active_ratio")[("0", "13")] == 0.0
+    assert by_instance(after, "gpu_mig_tensor_active_ratio")[("0", "1")] > 0.5
+    # the MIG GPUs have no whole-GPU ratios (device-level GPM needs root in MIG mode),
+    # and their profiling support says so by the instances' answer
+    whole = {s.labels["gpu"] for s in during["gpu_sm_active_ratio"]}
+    assert whole == {str(g) for g in range(2, 8)}
+    supported = {s.labels["gpu"]: s.labels["reason"] for s in during["gpu_profiling_supported"]}
+    assert supported["0"] == supported["1"] == "supported"
+
+
+def test_the_energy_parts_add_up_to_the_gpus_energy(running_exporter):
+    exp = running_exporter.start(manual=True, scenario="mig")
+    exp.sampler.advance(20)
+    first = scrape(exp)
+    exp.sampler.advance(40)
+    second = scrape(exp)
+    gpu_energy = {s.labels["gpu"]: s.value
+                  for s in second["gpu_power_sampled_energy_joules_total"]}
+    gpu_before = {s.labels["gpu"]: s.value
+                  for s in first["gpu_power_sampled_energy_joules_total"]}
+    parts, parts_before = (by_instance(f, "gpu_mig_energy_joules_total")
+                           for f in (second, first))
+    assert {gpu for gpu, _ in parts} == {"0", "1"}  # only MIG GPUs are split
+    for gpu in ("0", "1"):
+        added = sum(v - parts_before.get(k, 0.0) for k, v in parts.items() if k[0] == gpu)
+        measured = gpu_energy[gpu] - gpu_before[gpu]
+        assert measured > 0
+        assert added == pytest.approx(measured, rel=0.01)
+    assert parts[("0", "14")] == 0.0  # no process, no activity, no energy
+    assert parts[("0", "1")] > parts[("0", "5")] > parts[("0", "13")] > 0.0
+    assert parts[("0", "idle")] > 0.0
+    # the two equal instances of GPU 1 get equal shares
+    assert parts[("1", "1")] == pytest.approx(parts[("1", "2")])
+
+
+def test_a_destroyed_instance_frees_its_buffers_and_a_missing_one_is_not_found():
+    clock = ManualClock()
+    with fake.installed(load_scenario("mig"), clock, costs=None) as lib:
+        backend = NvmlBackend()
+        backend.open()
+        try:
+            reader = gpm.GpmMigReader(backend, 0, 13)
+            assert reader.read(clock.now) is None  # the first sample starts the interval
+            clock.now += 10
+            reading = reader.read(clock.now)
+            assert reading is not None and set(reading.values) == set(gpm.MIG_KEYS)
+            missing = gpm.GpmMigReader(backend, 0, 9)  # no such GPU instance
+            assert missing.read(clock.now) is None
+            errors = set(backend.errors.totals())
+            assert ("nvmlGpmMigSampleGet", "NotFound") in errors
+            whole = gpm.GpmReader(backend, 0)
+            assert whole.read(clock.now) is None and whole.status == gpm.NO_PERMISSION
+            held = len(lib._gpm_samples)
+            reader.close()
+            missing.close()
+            assert len(lib._gpm_samples) == held - 4
+        finally:
+            backend.close()
