@@ -10,9 +10,18 @@ index), a MIG instance `nvidiaN/giM` (GPU instance M), with a `/vgpuK` suffix un
 time-sharing. Any resource named `nvidia.com/...` is taken. Devices allocated through
 DRA (a ResourceClaim) come as a driver and a device name: NVIDIA's driver
 (`gpu.nvidia.com`, the only DRA driver taken) names a GPU `gpu-N`, N the minor number
-again (a UUID as the device's name is matched too). Ids that match no GPU here are counted
-(`cte_kubernetes_devices_unmatched`), MIG devices from NVIDIA's DRA driver among them
-(their names give a placement, not a GPU instance).
+again (a UUID as the device's name is matched too), and a MIG device by its parent's minor
+number and its placement, in one of the forms its releases have used
+(k8s-dra-driver-gpu, `MigDeviceInfo.CanonicalName`):
+
+- `gpu-N-mig-PROFILEID-START-SIZE` (`gpu-0-mig-9-0-4`: profile id 9, memory slices 0-3);
+- `gpu-N-mig-PROFILE-START` or `gpu-N-mig-PROFILE-START-END` (dynamic MIG: the profile
+  name without its dot, `gpu-0-mig-1g18gb-6`, `gpu-0-mig-3g71gb-0-3`);
+- `gpu-N-mig-PROFILE-PROFILEID-START` (`gpu-0-mig-3g71gb-9-0`).
+
+Each GPU instance's profile id and placement come from NVML (`nvmlGpuInstanceGetInfo`,
+read only when such a name is to be matched); a name that fits exactly one instance names
+it. Ids that match no GPU or instance here are counted (`cte_kubernetes_devices_unmatched`).
 
 Robustness, because the kubelet restarts (its socket vanishes and comes back, a new
 file) and because whatever answers on that socket is not ours:
@@ -50,7 +59,7 @@ from exporter.collectors.kubernetes.podresources import (
     ContainerDevices,
     parse_list_response,
 )
-from exporter.collectors.mig.reading import read_mig_devices
+from exporter.collectors.mig.reading import Placement, read_mig_devices, read_placements
 from exporter.sampling.collector_api import CollectorContext, HoldsResources, JobGrouping
 
 __all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
@@ -82,6 +91,7 @@ _OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/([0-9]+)/([0-9]+)\Z")
 _INDEX = re.compile(r"([0-9]{1,4})(?::([0-9]{1,2}))?\Z")
 _GKE = re.compile(r"nvidia([0-9]{1,4})(?:/gi([0-9]{1,3}))?(?:/vgpu[0-9]{1,4})?\Z")
 _DRA_GPU = re.compile(r"gpu-([0-9]{1,4})\Z")
+_DRA_MIG = re.compile(r"gpu-([0-9]{1,4})-mig-([a-z0-9]{1,32}(?:-[0-9]{1,3}){1,3})\Z")
 
 
 @dataclass(frozen=True)
@@ -143,11 +153,13 @@ class _Devices:
         self.migs: dict[str, tuple[int, int]] = {}
         self.slots: dict[tuple[int, int], int] = {}  # (GPU, MIG device index) -> instance
         self.minors: dict[int, int] = {}  # minor number (/dev/nvidiaN) -> GPU
+        self.placements: dict[int, dict[int, Placement]] = {}  # GPU -> instance -> placement
         self._mig_read = self._minors_read = False
 
     def refresh(self) -> None:
         ctx = self.context
         self.gpus = {i.uuid: i.index for i in ctx.identities() if i is not None}
+        self.placements = {}
         self._mig_read = self._minors_read = False
 
     def _read_minors(self) -> None:
@@ -213,7 +225,29 @@ class _Devices:
             return self.find(device)
         if (gpu := _DRA_GPU.match(device)) is not None:
             return self._by_minor(gpu.group(1), None)
+        if (mig := _DRA_MIG.match(device)) is not None:
+            return self._dra_mig(int(mig.group(1)), mig.group(2).split("-"))
         return None
+
+    def _dra_mig(self, minor: int, parts: list[str]) -> tuple[int, int | None] | None:
+        """The GPU instance a DRA MIG name's placement fits, when exactly one fits."""
+        self._read_minors()
+        gpu = self.minors.get(minor)
+        if gpu is None or self.context.backend is None:
+            return None
+        if gpu not in self.placements:
+            self._read_migs()
+            instances = sorted({gi for g, gi in self.migs.values() if g == gpu})
+            self.placements[gpu] = read_placements(self.context.backend, gpu, instances)
+        numbers = [int(p) for p in parts if p.isdigit()]
+        named = not parts[0].isdigit()  # a profile name first (dynamic MIG forms)
+        fits = set()
+        for gi, p in self.placements[gpu].items():
+            forms = ([[p.start], [p.start, p.start + p.size - 1], [p.profile_id, p.start]]
+                     if named else [[p.profile_id, p.start, p.size]])
+            if numbers in forms:
+                fits.add(gi)
+        return (gpu, fits.pop()) if len(fits) == 1 else None
 
 
 class KubernetesCollector(HoldsResources):

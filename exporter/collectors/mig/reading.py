@@ -32,7 +32,7 @@ from typing import Any
 from exporter.sampling.collector_api import CollectorContext
 
 __all__ = ["MAX_MIG_DEVICES", "MIG_SLICES", "MigDevice", "MigReading", "MigCollector",
-           "profile_name", "read_mig_devices"]
+           "Placement", "profile_name", "read_mig_devices", "read_placements"]
 
 #: MIG device handles asked per GPU at most (7 on A100/H100/H200).
 MAX_MIG_DEVICES = 16
@@ -117,6 +117,31 @@ def read_mig_devices(backend: Any, gpu: int) -> tuple[bool | None, list[MigDevic
         if device is not None:
             devices.append(device)
     return True, devices
+
+
+@dataclass(frozen=True)
+class Placement:
+    profile_id: int  # the GPU instance profile (NVML_GPU_INSTANCE_PROFILE_*'s id)
+    start: int  # first memory slice
+    size: int  # memory slices
+
+
+def read_placements(backend: Any, gpu: int, gpu_instances: list[int]) -> dict[int, Placement]:
+    """GPU instance -> its profile id and placement (`nvmlDeviceGetGpuInstanceById`,
+    `nvmlGpuInstanceGetInfo`): what NVIDIA's DRA driver names its MIG devices by. Asked
+    only when a DRA MIG device is to be matched; an instance NVML will not describe
+    (NoPermission without the MIG capability) is left out and the failure counted."""
+    handle = backend.handle(gpu)
+    if handle is None:
+        return {}
+    out = {}
+    for gi in gpu_instances:
+        instance = backend.call("nvmlDeviceGetGpuInstanceById", handle, gi)
+        info = None if instance is None else backend.call("nvmlGpuInstanceGetInfo", instance)
+        if info is not None:
+            out[gi] = Placement(int(info.profileId), int(info.placement.start),
+                                int(info.placement.size))
+    return out
 
 
 class MigCollector:
