@@ -113,3 +113,15 @@ def test_a_destroyed_instance_frees_its_buffers_and_a_missing_one_is_not_found()
             assert len(lib._gpm_samples) == held - 4
         finally:
             backend.close()
+
+
+def test_the_mig_node_stays_within_the_standard_series_targets(running_exporter):
+    """The targets of tests/test_selection.py (100 series per GPU plus 200 for the node,
+    1,000 in all), on the MIG node with its instances' activity and energy served."""
+    exp = running_exporter.start(manual=True, scenario="mig")
+    exp.sampler.advance(40)
+    body = http_get(exp.port)[1].decode()
+    series = [line for line in body.splitlines() if line and not line.startswith("#")]
+    per_gpu = sum(1 for line in series if '{gpu="' in line or ',gpu="' in line)
+    assert any(line.startswith("gpu_mig_energy_joules_total") for line in series)
+    assert per_gpu <= 100 * 8 and len(series) - per_gpu <= 200 and len(series) <= 1000

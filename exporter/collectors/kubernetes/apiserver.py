@@ -102,7 +102,8 @@ def _pod(item: Any) -> tuple[tuple[str, str], PodMeta] | None:
     if not isinstance(meta, dict):
         return None
     name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
-    if not all(isinstance(v, str) and v for v in (name, namespace, uid)):
+    if not (isinstance(name, str) and isinstance(namespace, str) and isinstance(uid, str)
+            and name and namespace and uid):
         return None
     raw = meta.get("labels") or {}
     labels = ({k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
