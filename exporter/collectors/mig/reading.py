@@ -12,14 +12,13 @@ the attributes needs no privilege, unlike the GPU-instance profile calls.
 Cost: one ~5 us call per GPU when MIG is off; on a MIG GPU about five more per
 instance, every collector interval (5 s).
 
-What MIG cannot give: power and energy are per GPU, not per instance, and NVML has no
-per-process utilization in MIG mode, so neither is split here (docs/metrics.md, MIG).
-
-Per-instance profiling (GPM): `nvmlGpmMigSampleGet(parent handle, gpu_instance, sample)`
-takes one GPM sample per GPU instance. The profiling collector (GPM) can take the
-instances to sample from :meth:`MigReading.gpu_instances` (or :func:`read_mig_devices`
-per GPU), and label its per-instance series ``gpu, uuid, gpu_instance`` as
-``gpu_mig_memory_*`` are, so they join ``gpu_mig_instance_info``.
+What MIG does not give: power and energy are per GPU, not per instance, and NVML has no
+per-process utilization in MIG mode. The profiling collector samples each GPU instance
+(`nvmlGpmMigSampleGet`, taking the instances from :func:`read_mig_devices`) and splits
+the GPU's energy between them by activity (exporter/collectors/profiling/mig.py); its
+per-instance series carry ``gpu, uuid, gpu_instance`` as ``gpu_mig_memory_*`` do, so
+they join ``gpu_mig_instance_info``. :func:`read_placements` gives each instance's
+profile id and placement, by which NVIDIA's DRA driver names MIG devices.
 """
 
 from __future__ import annotations

@@ -108,6 +108,8 @@ class ProfilingCollector(HoldsResources):
             if instances is not None:
                 self._last.pop(gpu, None)
                 status, found, energy[gpu] = self.mig.read(gpu, instances, now)
+                if not instances:  # MIG mode without instances yet: the GPU's own answer
+                    status = reader.support()
                 self._forget_instances(gpu)
                 self._instances.update({(gpu, gi): r for gi, r in found.items()})
                 gpus[gpu] = GpuProfile(status, None)
