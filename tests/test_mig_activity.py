@@ -125,3 +125,38 @@ def test_the_mig_node_stays_within_the_standard_series_targets(running_exporter)
     per_gpu = sum(1 for line in series if '{gpu="' in line or ',gpu="' in line)
     assert any(line.startswith("gpu_mig_energy_joules_total") for line in series)
     assert per_gpu <= 100 * 8 and len(series) - per_gpu <= 200 and len(series) <= 1000
+
+
+def test_the_split_keeps_the_sum_through_a_destroyed_instance_and_an_energy_reset():
+    """MigProfiler's split over reads, with the GPU's sampled energy set by the test."""
+    from exporter.collectors.profiling.mig import MigProfiler
+    from exporter.sampling.collector_api import CollectorContext
+
+    state = {"energy": 1000.0}
+    profiler = MigProfiler(CollectorContext(gpu_count=1,
+                                            energy_joules=lambda gpu: state["energy"]))
+
+    def reading(sm: float) -> gpm.GpmReading:
+        return gpm.GpmReading(0.0, 10.0, {"sm_active_ratio": sm})
+
+    first = profiler._split(0, {1: 3, 2: 4}, {})
+    assert dict(first.instances) == {1: 0.0, 2: 0.0} and first.idle == 0.0  # the baseline
+    state["energy"] = 1700.0
+    second = profiler._split(0, {1: 3, 2: 4}, {1: reading(1.0), 2: reading(0.5)})
+    assert second.instances[1] == pytest.approx(300.0)  # 700 x 3/7 x 1.0
+    assert second.instances[2] == pytest.approx(200.0)  # 700 x 4/7 x 0.5
+    assert second.idle == pytest.approx(200.0)
+    state["energy"] = 2400.0  # instance 2 destroyed; 1 alone, a new 14 without a reading
+    third = profiler._split(0, {1: 3, 14: 1}, {1: reading(1.0)})
+    assert dict(third.instances) == pytest.approx({1: 600.0, 14: 0.0})
+    assert third.idle == pytest.approx(200.0 + 400.0)
+    state["energy"] = 50.0  # the GPU came back: its sampled energy restarted, a new baseline
+    fourth = profiler._split(0, {1: 3, 14: 1}, {1: reading(1.0)})
+    assert fourth.instances[1] == pytest.approx(600.0) and fourth.idle == pytest.approx(600.0)
+    state["energy"] = 750.0
+    fifth = profiler._split(0, {1: 3, 14: 1}, {1: reading(1.0), 14: reading(1.0)})
+    assert dict(fifth.instances) == pytest.approx({1: 900.0, 14: 100.0})
+    # every joule since the baseline is in a part; instance 2's 200 J went with its series
+    # (its counter stops, so increase() over any window still adds up)
+    assert fifth.instances[1] + fifth.instances[14] + fifth.idle + 200.0 == pytest.approx(
+        700.0 + 700.0 + 700.0)
