@@ -305,3 +305,24 @@ def test_without_pod_labels_nothing_is_asked_and_pod_uid_is_empty(running_export
         assert "gpu_pod_labels_info" not in found and "cte_kubernetes_api_up" not in found
     finally:
         kubelet.stop()
+
+
+def test_only_whole_matching_names_are_copied_and_at_most_32():
+    from types import MappingProxyType
+
+    from exporter.collectors.kubernetes.apiserver import PodMeta
+    from exporter.collectors.kubernetes.reading import KubernetesCollector, PodDevice
+    from exporter.sampling.collector_api import CollectorContext
+
+    labels = {f"team-{i:02d}": str(i) for i in range(40)}
+    labels |= {"xteam": "no", "team": "yes", "a.b/team": "yes", "a-b/team": "clash"}
+    known = {("ns", "p"): PodMeta("u1", MappingProxyType(labels))}
+    collector = KubernetesCollector("/nonexistent", CollectorContext(),
+                                    pod_labels=re.compile(r"team(-\d+)?|a[.-]b/team"))
+    got = collector._labels((PodDevice(0, "GPU-x", None, "ns", "p", "c"),
+                             PodDevice(1, "GPU-y", None, "ns", "gone", "c")), known)
+    assert len(got) == 1 and (got[0].namespace, got[0].pod, got[0].pod_uid) == ("ns", "p", "u1")
+    names = dict(got[0].labels)
+    assert len(names) == 32 and "label_xteam" not in names
+    # two names that write the same label: the first in name order is kept
+    assert names["label_a_b_team"] == "clash"
