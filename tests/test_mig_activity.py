@@ -160,3 +160,42 @@ def test_the_split_keeps_the_sum_through_a_destroyed_instance_and_an_energy_rese
     # (its counter stops, so increase() over any window still adds up)
     assert fifth.instances[1] + fifth.instances[14] + fifth.idle + 200.0 == pytest.approx(
         700.0 + 700.0 + 700.0)
+
+
+def test_the_device_check_times_the_mig_calls_where_a_gpu_is_in_mig_mode():
+    """scripts/device_check.py measures the per-instance costs on a node already in MIG
+    mode (here the fake's, charging its estimates) and says so where none is."""
+    import sys
+
+    from exporter.sim import costs
+    from tests.tools import REPO
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from device_checks.gpm import mig_costs
+    finally:
+        sys.path.pop(0)
+
+    def timed(fn, *args, repeat=1):
+        import time as clock
+        fn(*args)
+        start = clock.thread_time()
+        for _ in range(repeat):
+            fn(*args)
+        return {"p50_us": (clock.thread_time() - start) / repeat * 1e6}
+
+    for scenario, expect_mig in (("mig", True), ("training", False)):
+        with fake.installed(load_scenario(scenario), costs=costs.H200):  # real time
+            backend = NvmlBackend()
+            backend.open()
+            try:
+                found = mig_costs(backend, timed)
+            finally:
+                backend.close()
+        if expect_mig:
+            assert (found["gpu"], found["gpu_instance"]) == (0, 1)
+            assert found["nvmlGpmMigSampleGet"]["p50_us"] >= 40  # the estimate charged
+            assert found["nvmlGpmMetricsGet(5 metrics, MIG)"]["p50_us"] >= 1000
+        else:
+            assert found == {"status": "no GPU in MIG mode: the per-instance costs stay "
+                                       "estimates"}
