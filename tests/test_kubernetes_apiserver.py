@@ -142,7 +142,8 @@ def test_a_quiet_watch_outlives_the_request_timeout(api, account):
 
 
 def test_a_pod_replaced_under_the_same_name_gets_its_new_uid(api, watch):
-    """A StatefulSet's pod, restarted: deleted, then created again with its name."""
+    """A StatefulSet's pod, restarted: deleted, then created again with its name; and a
+    UID that shows under a new name."""
     api.put("ml", "trainer-0", "uid-old", {"job": "a"})
     watcher = watch()
     eventually(lambda: watcher.synced, "the first list")
@@ -155,6 +156,10 @@ def test_a_pod_replaced_under_the_same_name_gets_its_new_uid(api, watch):
     watcher._event(b'{"type": "DELETED", "object": {"metadata": {"name": "trainer-0", '
                    b'"namespace": "ml", "uid": "uid-old"}}}\n')
     assert uids(watcher)[("ml", "trainer-0")] == "uid-new"
+    # the same UID under another name (a renamed pod): the old name is forgotten
+    watcher._event(b'{"type": "MODIFIED", "object": {"metadata": {"name": "trainer-renamed", '
+                   b'"namespace": "ml", "uid": "uid-new", "labels": {"job": "c"}}}}\n')
+    assert uids(watcher) == {("ml", "trainer-renamed"): "uid-new"}
 
 
 def test_a_reset_watch_is_resumed_from_the_last_version(api, watch):

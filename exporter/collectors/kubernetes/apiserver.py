@@ -302,6 +302,10 @@ class PodWatcher:
                     if self._pods.get(found[0], found[1]).uid == found[1].uid:
                         self._pods.pop(found[0], None)
                 elif found[0] in self._pods or len(self._pods) < MAX_PODS:
+                    # one UID is one pod: under a new name, the old name is gone
+                    for key in [k for k, m in self._pods.items()
+                                if m.uid == found[1].uid and k != found[0]]:
+                        del self._pods[key]
                     self._pods[found[0]] = found[1]
         if isinstance(version, str) and version:
             self._version = version
