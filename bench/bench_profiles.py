@@ -4,6 +4,12 @@ exporter's CPU while it samples and is scraped. Each figure is printed with its 
 to `full` (today's output) measured in the same run; not a pass/fail test.
 
     python bench/bench_profiles.py [--seconds 8] [--renders 50] [--reads 40]
+                                   [--scenario training]
+
+Series are also split into those with a `gpu` label and the node's, against the targets
+tests/test_selection.py holds (`standard`: 100 per GPU plus 200 for the node, 1,000 in
+all; `minimal`: 30 per GPU); `--scenario mig` shows them with MIG instances' activity
+and energy.
 
 "nvlink-per-gpu.yml" is `full` with a selection file that sums the NVLink families
 over the links (and leaves the per-link state out): what it saves in the health read
@@ -52,12 +58,17 @@ def selections(folder: Path) -> dict[str, Selection]:
                                                                                   str(path))}
 
 
+SCENARIO = ["training"]  # --scenario
+TARGETS = {"minimal": (30, None, None), "standard": (100, 200, 1000)}  # per GPU, node, all
+GPUS = 8
+
+
 def snapshot_of(selection: Selection):
     """The node after 40 s of its scenario, read as the selection reads it."""
     clock = ManualClock(1_790_000_000.0)
-    settings = SamplerSettings(backend="fake", scenario="training",
+    settings = SamplerSettings(backend="fake", scenario=SCENARIO[0],
                                nvlink_reads=selection.nvlink_reads())
-    with fake.installed(load_scenario("training"), clock, costs=None):
+    with fake.installed(load_scenario(SCENARIO[0]), clock, costs=None):
         sampler = Sampler(NvmlBackend(), settings, clock=clock)
         sampler.start(threads=False)
         try:
@@ -85,9 +96,11 @@ def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, t
             if i:
                 times[name].append(time.perf_counter() - t)
             else:  # the first fills the cache
-                lines[name] = sum(1 for line in body.splitlines()
-                                  if line and not line.startswith(b"#"))
-    return {name: (lines[name], float(np.median(times[name]))) for name in chosen}
+                series = [line for line in body.splitlines()
+                          if line and not line.startswith(b"#")]
+                per_gpu = sum(1 for line in series if b'{gpu="' in line or b',gpu="' in line)
+                lines[name] = (len(series), per_gpu)
+    return {name: (*lines[name], float(np.median(times[name]))) for name in chosen}
 
 
 def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
@@ -97,7 +110,7 @@ def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
     walls: dict[str, list[float]] = {name: [] for name in chosen}
     cpus: dict[str, list[float]] = {name: [] for name in chosen}
     clock = ManualClock(1_790_000_000.0)
-    with fake.installed(load_scenario("training"), clock, costs=costs.H200):
+    with fake.installed(load_scenario(SCENARIO[0]), clock, costs=costs.H200):
         backend = NvmlBackend()
         gpus = range(backend.open())
         links = [ident.nvlinks if (ident := read_identity(backend, g)) else 0 for g in gpus]
@@ -120,7 +133,7 @@ def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
     second so that every snapshot is rendered."""
     exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=True,
                           collector_infiniband=False, metrics_profile=profile,
-                          metrics_file=selection_file))
+                          metrics_file=selection_file, scenario=SCENARIO[0]))
     exp.start()
     try:
         url = f"http://127.0.0.1:{exp.port}/metrics"
@@ -139,7 +152,8 @@ def exporters_cpu(chosen: dict[str, Selection], seconds: float) -> dict[str, flo
     machine then slows each alike)."""
     children = {name: subprocess.Popen(
         [sys.executable, __file__, "--child", selection.profile, "--file", selection.source,
-         "--seconds", str(seconds)], stdout=subprocess.PIPE, text=True)
+         "--seconds", str(seconds), "--scenario", SCENARIO[0]], stdout=subprocess.PIPE,
+        text=True)
         for name, selection in chosen.items()}
     out = {}
     for name, child in children.items():
@@ -157,7 +171,9 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=40)
     parser.add_argument("--child", metavar="PROFILE", help=argparse.SUPPRESS)
     parser.add_argument("--file", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--scenario", default="training", help="the fake node's scenario")
     args = parser.parse_args()
+    SCENARIO[0] = args.scenario
     if args.child:
         print(json.dumps({"cpu": exporter_cpu(args.child, args.file, args.seconds)}))
         return
@@ -166,19 +182,28 @@ def main() -> None:
         rendered = series_and_render(chosen, args.renders)
         health = health_reads(chosen, args.reads)
         cpu = exporters_cpu(chosen, args.seconds)
-    ref_lines, ref_render = rendered["full"][:2]
+    ref_lines, _, ref_render = rendered["full"]
     ref_wall, ref_cpu = health["full"]
     print(f"{'selection':28} {'series':>7} {'render ms':>10} {'health read ms (wall/CPU)':>27}"
           f" {'exporter CPU %':>15}")
     for name in chosen:
-        lines, render_s = rendered[name]
+        lines, _, render_s = rendered[name]
         wall, read_cpu = health[name]
         share = cpu[name]
         print(f"{name:28} {lines:7d} {render_s * 1e3:6.2f} x{render_s / ref_render:4.2f}"
               f" {wall * 1e3:7.2f}/{read_cpu * 1e3:5.2f} x{wall / ref_wall:4.2f}/"
               f"x{read_cpu / ref_cpu:4.2f}"
               f" {share * 100:6.2f} x{share / cpu['full']:4.2f}")
-    print(f"(ratios against full in this run; full serves {ref_lines} series)")
+    print(f"(ratios against full in this run; full serves {ref_lines} series; scenario "
+          f"{SCENARIO[0]})")
+    print(f"{'profile':28} {'per GPU':>8} {'node':>6} {'total':>6}  target (per GPU, node, all)")
+    for name, (per_gpu_limit, node_limit, total_limit) in TARGETS.items():
+        lines, per_gpu, _ = rendered[name]
+        node = lines - per_gpu
+        within = (per_gpu <= per_gpu_limit * GPUS and (node_limit is None or node <= node_limit)
+                  and (total_limit is None or lines <= total_limit))
+        print(f"{name:28} {per_gpu / GPUS:8.1f} {node:6d} {lines:6d}  ({per_gpu_limit}, "
+              f"{node_limit or '-'}, {total_limit or '-'}): {'within' if within else 'PAST'}")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,9 @@ def test_file_values_and_flags_win(tmp_path):
     ("host_network_exclude: 5\n", r"config.yaml:1: host_network_exclude: expected a string"),
     ("hpc_job_mapping_dir: 7\n", r"config.yaml:1: hpc_job_mapping_dir: expected a string"),
     ("hpc_job_mapping_dir: ''\n", r"config.yaml:1: hpc_job_mapping_dir: expected a directory"),
+    ("\nkubernetes_pod_labels: 'team|('\n",
+     r"config.yaml:2: kubernetes_pod_labels: not a regular expression"),
+    ("kubernetes_pod_labels: ''\n", r"config.yaml:1: kubernetes_pod_labels: expected a regular"),
 ])
 def test_bad_config_names_file_line_and_key(tmp_path, text, expected):
     with pytest.raises(ConfigError, match=expected):

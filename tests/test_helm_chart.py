@@ -27,7 +27,7 @@ CHART = REPO / "deploy" / "helm" / "cluster-telemetry-exporter"
 KUBERNETES_VERSION = "1.30.0"
 RELEASE, NAMESPACE = "gpu-telemetry", "monitoring"
 
-# The four values sets the chart must lint and render cleanly with.
+# The values sets the chart must lint and render cleanly with.
 VALUES_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     # a PodMonitor instead of the ServiceMonitor, served over TLS with basic auth from a
@@ -54,6 +54,8 @@ VALUES_SETS: dict[str, dict[str, Any]] = {
         "image": {"repository": "registry.internal/gpu/cte", "digest": "sha256:" + "a" * 64},
         "extraArgs": ["--power.drain-interval=2"],
     },
+    # pod UIDs and labels from the API server: the chart adds the RBAC for it
+    "pod-labels": {"kubernetes": {"copyPodLabels": r"team|queue|batch\.kubernetes\.io/job-name"}},
     # the DaemonSet alone: no Operator, no Grafana, no kubelet socket
     "plain": {
         "service": {"enabled": False}, "serviceMonitor": {"enabled": False},
@@ -154,6 +156,7 @@ def test_the_validators_catch_a_misspelt_field(helm):
     {"port": "9955"}, {"image": {"tag": "latest"}}, {"serviceMonitor": {"interval": "15"}},
     {"extraArgs": ["run"]}, {"kubernetes": {"podResourcesDir": "relative"}},
     {"colectors": {"processes": True}}, {"image": {"digest": "sha256:abc"}},
+    {"kubernetes": {"copyPodLabels": "team\nqueue"}}, {"kubernetes": {"copyPodLabels": 3}},
 ])
 def test_values_schema_refuses_bad_values(helm, bad):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
@@ -275,6 +278,35 @@ def test_privileges_follow_what_is_asked_for(helm):
     sc = container(plain)["securityContext"]
     assert sc["runAsUser"] == 65534 and sc["runAsNonRoot"] is True
     assert [d["kind"] for d in plain] == ["DaemonSet"]
+
+
+def test_rbac_for_pod_labels_only_when_asked_for(helm):
+    docs = objects(helm, VALUES_SETS["pod-labels"])
+    role = only(docs, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                              "verbs": ["get", "list", "watch"]}]
+    account = only(docs, "ServiceAccount")
+    binding = only(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": NAMESPACE,
+                                    "name": account["metadata"]["name"]}]
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is True
+    c = container(docs)
+    assert r"--kubernetes.pod-labels=team|queue|batch\.kubernetes\.io/job-name" in c["args"]
+    node = next(e for e in c["env"] if e["name"] == "NODE_NAME")
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    for name in ("defaults", "plain", "privileged-processes"):
+        plain = objects(helm, VALUES_SETS[name])
+        kinds = {d["kind"] for d in plain}
+        assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}, name
+        spec = only(plain, "DaemonSet")["spec"]["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        assert not any(a.startswith("--kubernetes.pod-labels") for a in container(plain)["args"])
+    # no kubelet socket, no kubernetes collector: no RBAC either
+    off = objects(helm, {"kubernetes": {"podResources": False, "copyPodLabels": "team"}})
+    assert "ClusterRole" not in {d["kind"] for d in off}
 
 
 def test_chart_app_version_is_the_package_version():

@@ -242,6 +242,40 @@ def test_mig_devices_and_device_id_forms(running_exporter, tmp_path):
         kubelet.stop()
 
 
+def test_dra_mig_devices_are_matched_by_their_placement(running_exporter, tmp_path):
+    """NVIDIA's DRA driver names a MIG device by its parent's minor number and the GPU
+    instance's placement, in the forms its releases used. On the fake, /dev/nvidia1 is
+    GPU 0 and /dev/nvidia0 GPU 1; GPU 0's instances 1, 5, 13, 14 (3g, 2g, 1g, 1g) sit at
+    memory slices 0-3, 4-5, 6 and 7 (profile ids 9, 14, 19, 19), GPU 1's two 3g at 0-3
+    and 4-7."""
+    path = str(tmp_path / "k.sock")
+    dra = "gpu.nvidia.com"
+    kubelet = FakeKubelet(path, [
+        Holding("ml", "classic", "main", dra, ("gpu-1-mig-9-0-4",), dra=True),
+        Holding("ml", "range", "main", dra, ("gpu-1-mig-2g35gb-4-5",), dra=True),
+        Holding("ml", "single", "main", dra, ("gpu-1-mig-1g18gb-6",), dra=True),
+        Holding("ml", "by-id", "main", dra, ("gpu-0-mig-3g71gb-9-4",), dra=True),
+        Holding("ml", "whole", "main", dra, ("gpu-3",), dra=True),
+        # no instance at slice 3 of GPU 0; no GPU with minor 9; a classic name short of
+        # its size; a malformed name
+        Holding("ml", "ghost", "main", dra, ("gpu-1-mig-19-3-1", "gpu-9-mig-9-0-4",
+                                             "gpu-1-mig-9-0", "gpu-1-mig-"), dra=True),
+    ]).start()
+    try:
+        exp = running_exporter.start(manual=True, scenario="mig",
+                                     kubernetes_pod_resources_socket=path)
+        exp.sampler.advance(5)
+        assert pods(exp) == {
+            ("0", UUIDS[0], "ml", "classic", "main", "1"),
+            ("0", UUIDS[0], "ml", "range", "main", "5"),
+            ("0", UUIDS[0], "ml", "single", "main", "13"),
+            ("1", UUIDS[1], "ml", "by-id", "main", "2"),
+            ("2", UUIDS[2], "ml", "whole", "main", "")}
+        assert figures(exp)["unmatched"] == 4
+    finally:
+        kubelet.stop()
+
+
 def test_a_socket_that_is_a_regular_file_is_never_dialled(running_exporter, tmp_path):
     path = tmp_path / "kubelet.sock"
     path.write_text("not a socket")

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.jobs.reading import JobsCollector
-from tests.tools import REPO
+from exporter.collectors.jobs.attributes import JobAttributesReader, parse_attributes
+from exporter.collectors.jobs.reading import BadFile, JobAttributes, JobsCollector
+from tests.tools import REPO, http_get, samples
 
 SLURM = REPO / "deploy" / "slurm"
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
@@ -157,3 +158,82 @@ def shared_part(text: str) -> str:
 def test_prolog_and_epilog_share_the_same_common_part():
     assert shared_part((SLURM / "prolog.sh").read_text()) == shared_part(
         (SLURM / "epilog.sh").read_text())
+
+
+SLURM_WHO = {"SLURM_JOB_USER": "alice", "SLURM_JOB_ACCOUNT": "physics",
+             "SLURM_JOB_PARTITION": "gpu-h200"}
+
+
+def test_prolog_records_user_account_and_partition_beside_the_job(shell, mapping):
+    prolog(shell, mapping, "101", SLURM_JOB_GPUS="0,1", **SLURM_WHO)
+    prolog(shell, mapping, "102", SLURM_JOB_GPUS="1")  # a job without them
+    # the GPU files are dcgm-exporter's format, unchanged
+    assert contents(mapping) == {"0": "101\n", "1": "101\n102\n"}
+    assert (mapping / ".jobs" / "101").read_text() == (
+        "user=alice\naccount=physics\npartition=gpu-h200\n")
+    assert not (mapping / ".jobs" / "102").exists()
+    assert [p.name for p in (mapping / ".jobs").iterdir() if ".tmp." in p.name] == []
+    reading = JobsCollector(mapping, gpu_count=8,
+                            attributes=JobAttributesReader(mapping)).read()
+    assert dict(reading.jobs) == {0: ("101",), 1: ("101", "102")}
+    assert dict(reading.attributes) == {"101": JobAttributes("alice", "physics", "gpu-h200")}
+    assert sum(reading.skipped_total.values()) == 0
+    epilog(shell, mapping, "101", SLURM_JOB_GPUS="0,1")
+    assert not (mapping / ".jobs" / "101").exists()
+    assert contents(mapping) == {"1": "102\n"}
+
+
+def test_odd_attribute_values_are_left_out_and_the_rest_kept(shell, mapping):
+    result = prolog(shell, mapping, "7", SLURM_JOB_GPUS="0", SLURM_JOB_USER="eve;rm -rf",
+                    SLURM_JOB_ACCOUNT="a" * 129, SLURM_JOB_PARTITION="debug")
+    assert (mapping / ".jobs" / "7").read_text() == "partition=debug\n"
+    assert "SLURM_JOB_USER" in result.stderr and "SLURM_JOB_ACCOUNT" in result.stderr
+    assert contents(mapping) == {"0": "7\n"}
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b"user=bob\n", JobAttributes(user="bob")),
+    (b"partition=p1\nfuture=x y\n\n", JobAttributes(partition="p1")),  # unknown keys
+])
+def test_attribute_files_parse(raw, expected):
+    assert parse_attributes(raw) == expected
+
+
+@pytest.mark.parametrize("raw", [b"user=a b\n", b"\xff", b"user\n", b"user=\x00",
+                                 b"account=" + b"x" * 200])
+def test_bad_attribute_files_are_refused(raw):
+    with pytest.raises(BadFile):
+        parse_attributes(raw)
+
+
+def test_a_linked_or_bad_attribute_file_is_counted_and_the_job_still_served(tmp_path):
+    (tmp_path / "0").write_text("5\n6\n7\n")
+    jobs = tmp_path / ".jobs"
+    jobs.mkdir()
+    (jobs / "5").symlink_to("/etc/passwd")
+    (jobs / "6").write_bytes(b"user=\xff\n")
+    (jobs / "7").write_text("user=carol\n")
+    collector = JobsCollector(tmp_path, 8, JobAttributesReader(tmp_path))
+    for _ in range(2):  # the second pass from the cache counts the same
+        reading = collector.read()
+        assert reading.jobs[0] == ("5", "6", "7")
+        assert dict(reading.attributes) == {"7": JobAttributes(user="carol")}
+    assert reading.skipped_total["symlink"] == 2 and reading.skipped_total["garbage"] == 2
+
+
+def test_gpu_hpc_job_info_carries_them_and_a_plain_file_is_as_before(running_exporter,
+                                                                     mapping):
+    prolog("sh", mapping, "101", SLURM_JOB_GPUS="0", **SLURM_WHO)
+    (mapping / "1").write_text("202\n")  # written by something else, dcgm-style
+    (mapping / "0.1").write_text("303\n")
+    exp = running_exporter.start(manual=True, scenario="mig",
+                                 hpc_job_mapping_dir=str(mapping))
+    exp.sampler.advance(6)
+    found = samples(http_get(exp.port)[1])["gpu_hpc_job_info"]
+    # empty labels are no labels to Prometheus: a plain file's series is as it was
+    got = {s.labels["hpc_job"]: {k: v for k, v in s.labels.items()
+                                 if k.startswith("hpc_") and k != "hpc_job" and v}
+           for s in found}
+    assert got == {"101": {"hpc_user": "alice", "hpc_account": "physics",
+                           "hpc_partition": "gpu-h200"},
+                   "202": {}, "303": {}}

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Slurm epilog: removes the job's line from the GPU-to-job files prolog.sh wrote, and
-# deletes a file once no job is left on that GPU. Other jobs' lines stay.
+# deletes a file once no job is left on that GPU. Other jobs' lines stay. It also removes
+# the job's .jobs/<job id> file (its user, account and partition).
 # Install and configure: deploy/slurm/README.md.
 # ---- shared part: identical in prolog.sh and epilog.sh (a test checks) ----
 # Environment:
@@ -107,4 +108,6 @@ cte_update_file() {
 }
 
 cte_main
+cte_job=$(cte_job_id 2>/dev/null)
+[ -z "$cte_job" ] || rm -f "$CTE_DIR/.jobs/$cte_job"
 exit 0

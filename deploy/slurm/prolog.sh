@@ -2,7 +2,10 @@
 # Slurm prolog: records which job holds which GPU for cluster-telemetry-exporter
 # (--hpc-job-mapping-dir; dcgm-exporter reads the same format). For each of the job's
 # GPUs it adds the job id as a line of the file named after the GPU index; a GPU shared
-# by several jobs has one line per job. Install and configure: deploy/slurm/README.md.
+# by several jobs has one line per job. Beside them, in .jobs/<job id> (a hidden
+# directory, which dcgm-exporter and the GPU files' format never see), it writes the
+# job's user, account and partition from SLURM_JOB_USER, SLURM_JOB_ACCOUNT and
+# SLURM_JOB_PARTITION. Install and configure: deploy/slurm/README.md.
 # ---- shared part: identical in prolog.sh and epilog.sh (a test checks) ----
 # Environment:
 #   SLURM_JOB_ID            the job (required; anything but [A-Za-z0-9_.+-] is refused)
@@ -106,5 +109,38 @@ cte_update_file() {
     { if [ -f "$1" ]; then grep -vxF -e "$2" "$1"; fi; printf '%s\n' "$2"; } | cte_replace "$1"
 }
 
+# Prints "key=value" for variable $2's value under key $1, when it is set and usable
+# (1-128 characters of [A-Za-z0-9_.@+-]; anything else is skipped with a message).
+cte_attribute() {
+    cte_value=$(printenv "$2" 2>/dev/null || true)
+    case $cte_value in
+        "") ;;
+        *[!A-Za-z0-9_.@+-]*) cte_log "$2 has unexpected characters; not recorded" ;;
+        *) if [ ${#cte_value} -le 128 ]; then
+               printf '%s=%s\n' "$1" "$cte_value"
+           else
+               cte_log "$2 is longer than 128 characters; not recorded"
+           fi ;;
+    esac
+}
+
+# Writes the job's user, account and partition to $CTE_DIR/.jobs/<job id> (still under
+# the directory's lock, taken by cte_main), when the job got GPUs here.
+cte_job_attributes() {
+    cte_job=$(cte_job_id 2>/dev/null)
+    [ -n "$cte_job" ] && [ -d "$CTE_DIR" ] || return 0
+    [ -n "$(cte_gpu_indices 2>/dev/null)" ] || return 0
+    if [ ! -d "$CTE_DIR/.jobs" ] && ! mkdir -p -m 0755 "$CTE_DIR/.jobs"; then
+        cte_log "cannot create $CTE_DIR/.jobs"
+        return 0
+    fi
+    { cte_attribute user SLURM_JOB_USER
+      cte_attribute account SLURM_JOB_ACCOUNT
+      cte_attribute partition SLURM_JOB_PARTITION
+    } | CTE_DIR="$CTE_DIR/.jobs" cte_replace "$CTE_DIR/.jobs/$cte_job" ||
+        cte_log "could not write $CTE_DIR/.jobs/$cte_job"
+}
+
 cte_main
+cte_job_attributes
 exit 0

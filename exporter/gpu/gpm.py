@@ -10,6 +10,10 @@ reading.
 
 Support is asked once per GPU (`nvmlGpmQueryDeviceSupport`); where GPM is unsupported the
 reader says why (`status`), and nothing else is asked.
+
+On a GPU in MIG mode, `GpmMigReader` samples one GPU instance
+(`nvmlGpmMigSampleGet(parent, gpu_instance, sample)`) and asks the :data:`MIG_METRICS`;
+its ratios are shares of that instance's own SMs and memory bandwidth.
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ METRICS: tuple[GpmMetric, ...] = (
        "(0-1)."),
 )
 KEYS = tuple(m.key for m in METRICS)
+#: What is read per MIG GPU instance (the activity the energy split and dashboards use).
+MIG_KEYS = ("graphics_engine_active_ratio", "sm_active_ratio", "sm_occupancy_ratio",
+            "tensor_active_ratio", "dram_active_ratio")
+MIG_METRICS: tuple[GpmMetric, ...] = tuple(m for m in METRICS if m.key in MIG_KEYS)
 # The math pipes: a GPU "computes" while one of them is busy. A GPU spinning in a NCCL
 # collective keeps its SMs (and the graphics engine) active but its math pipes nearly idle.
 COMPUTE_KEYS = ("tensor_active_ratio", "fp64_active_ratio", "fp32_active_ratio",
@@ -91,6 +99,8 @@ class GpmReading:
 class GpmReader:
     """GPM on one GPU: support asked once, two sample buffers used in turn."""
 
+    metrics = METRICS
+
     def __init__(self, backend: NvmlBackend, gpu: int):
         self.backend, self.gpu = backend, gpu
         self.status: str | None = None  # a REASONS entry; None until asked
@@ -122,7 +132,7 @@ class GpmReader:
             self._previous = None
             return None
         buffer = self._buffers[self._next]
-        _, error = self.backend.attempt("nvmlGpmSampleGet", handle, buffer, gpu=self.gpu)
+        _, error = self._sample(handle, buffer)
         if error is not None:
             self._previous = None  # the next sample starts a new interval
             if error in _BY_ERROR:
@@ -133,6 +143,9 @@ class GpmReader:
         if previous is None:
             return None
         return GpmReading(previous[1], now, self._metrics(previous[0], buffer))
+
+    def _sample(self, handle: Any, buffer: Any) -> tuple[Any, str | None]:
+        return self.backend.attempt("nvmlGpmSampleGet", handle, buffer, gpu=self.gpu)
 
     def restart(self) -> None:
         """Forget the last sample: the next read starts a new interval (after a GPU was
@@ -153,15 +166,15 @@ class GpmReader:
         nvml = self.backend.nvml  # its own struct types: the fleet runs private pynvml copies
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(METRICS)
+        request.numMetrics = len(self.metrics)
         request.sample1, request.sample2 = first, second
-        for i, metric in enumerate(METRICS):
+        for i, metric in enumerate(self.metrics):
             request.metrics[i].metricId = metric.id
         answer = self.backend.call("nvmlGpmMetricsGet", request, gpu=self.gpu)
         if answer is None:
             return {}
         out: dict[str, float] = {}
-        for i, metric in enumerate(METRICS):
+        for i, metric in enumerate(self.metrics):
             entry = answer.metrics[i]
             if entry.nvmlReturn != 0:
                 self.backend.errors.add(f"nvmlGpmMetricsGet({metric.key})",
@@ -176,6 +189,21 @@ class GpmReader:
         for buffer in self._buffers:
             self.backend.call("nvmlGpmSampleFree", buffer)
         self._buffers, self._previous = [], None
+
+
+class GpmMigReader(GpmReader):
+    """GPM on one MIG GPU instance of a GPU: `nvmlGpmMigSampleGet` on the parent's handle.
+    Support is the parent's answer; the errors of its calls are not keyed by GPU (one
+    instance's NotFound, when it was destroyed, must not stop the parent's other reads)."""
+
+    metrics = MIG_METRICS
+
+    def __init__(self, backend: NvmlBackend, gpu: int, gpu_instance: int):
+        super().__init__(backend, gpu)
+        self.gpu_instance = gpu_instance
+
+    def _sample(self, handle: Any, buffer: Any) -> tuple[Any, str | None]:
+        return self.backend.attempt("nvmlGpmMigSampleGet", handle, self.gpu_instance, buffer)
 
 
 def _error_name(nvml: Any, code: int) -> str:

@@ -74,6 +74,7 @@ H200 = CostModel(
         "nvmlDeviceGetEncoderUtilization": _c(2 * US),
         "nvmlDeviceGetDecoderUtilization": _c(2 * US),
         "nvmlGpmSampleGet": _c(52 * US),
+        # an estimate: nvmlGpmSampleGet's figure (no GPU in MIG mode was measured yet)
         "nvmlGpmMigSampleGet": _c(52 * US),
         # MIG identity (unverified: no MIG-mode GPU was measured; taken as simple getters)
         "nvmlDeviceGetMigMode": _c(5 * US),
@@ -82,6 +83,8 @@ H200 = CostModel(
         "nvmlDeviceGetGpuInstanceId": _c(5 * US),
         "nvmlDeviceGetComputeInstanceId": _c(5 * US),
         "nvmlDeviceGetAttributes_v2": _c(8 * US),
+        "nvmlDeviceGetGpuInstanceById": _c(5 * US),  # estimates, as simple getters
+        "nvmlGpuInstanceGetInfo": _c(5 * US),
         "nvmlGpmMetricsGet": _c(1.5 * MS),  # 8 metrics (1.0-1.9 ms); 5 ms the first time
     },
     fields={

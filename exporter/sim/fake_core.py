@@ -72,3 +72,6 @@ class FakeCore:
 
     def mig_memory(self, handle: object) -> tuple[int, int] | None:
         raise NotImplementedError
+
+    def running(self, gpu: int, t0: float | None = None, t1: float | None = None) -> list:
+        raise NotImplementedError

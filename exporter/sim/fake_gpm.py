@@ -9,6 +9,13 @@ activity, a collective keeps the SMs busy without tensor activity, idle is all z
 a straggler computes while its peers wait. A replayed trace that carries the metrics
 answers them from the trace. `gpm: false` in a scenario's device (before Hopper) makes
 nvmlGpmQueryDeviceSupport say no and every other call NotSupported.
+
+On a GPU in MIG mode, as for an unprivileged process on the hardware, the whole-GPU
+`nvmlGpmSampleGet` answers NoPermission, and `nvmlGpmMigSampleGet(parent, gpu_instance)`
+samples one GPU instance: its metrics are the compute levels scaled by the SM utilization
+of the scenario's processes on that instance over the interval (their `sm_util` times the
+share of the interval each ran), so an instance without a process reads zeros and the
+notebook of the `mig` scenario shows as it comes and goes.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ from dataclasses import dataclass
 import pynvml
 
 from exporter.gpu import gpm
-from exporter.sim.cstructs import target, write_pointer
+from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import FakeGpu
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
+ERROR_NO_PERMISSION, ERROR_NOT_FOUND = 4, 6
 ERROR_ARGUMENT_VERSION_MISMATCH = 25
 SAMPLE_BASE = 0x7E59_0000  # fake sample buffers are this plus a serial number
 
@@ -48,6 +56,7 @@ _KEY_OF = {m.id: m.key for m in gpm.METRICS}
 class _Sample:
     gpu: int | None = None  # None until nvmlGpmSampleGet fills it
     time: float = 0.0
+    gpu_instance: int | None = None  # set by nvmlGpmMigSampleGet
 
 
 class GpmSymbols(FakeCore):
@@ -98,10 +107,27 @@ class GpmSymbols(FakeCore):
             return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
         if not self.gpm_supported(gpu):
             return ERROR_NOT_SUPPORTED
+        if self.mig_instances(gpu.index):
+            return ERROR_NO_PERMISSION  # device-level GPM in MIG mode needs root
         record = self._gpm_sample(sample)
         if record is None:
             return ERROR_INVALID_ARGUMENT
-        record.gpu, record.time = gpu.index, self.now()
+        record.gpu, record.time, record.gpu_instance = gpu.index, self.now(), None
+        return SUCCESS
+
+    def _nvmlGpmMigSampleGet(self, handle, gpu_instance, sample) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
+        if not self.gpm_supported(gpu) or not self.mig_instances(gpu.index):
+            return ERROR_NOT_SUPPORTED
+        gi = value_of(gpu_instance)
+        if gi not in {i.gpu_instance for i in self.mig_instances(gpu.index)}:
+            return ERROR_NOT_FOUND
+        record = self._gpm_sample(sample)
+        if record is None:
+            return ERROR_INVALID_ARGUMENT
+        record.gpu, record.time, record.gpu_instance = gpu.index, self.now(), gi
         return SUCCESS
 
     def _nvmlGpmMetricsGet(self, metrics_get) -> int:
@@ -112,11 +138,17 @@ class GpmSymbols(FakeCore):
             return ERROR_ARGUMENT_VERSION_MISMATCH
         first, second = self._gpm_sample(request.sample1), self._gpm_sample(request.sample2)
         if (first is None or second is None or first.gpu is None or first.gpu != second.gpu
+                or first.gpu_instance != second.gpu_instance
                 or second.time <= first.time or request.numMetrics > len(request.metrics)):
             return ERROR_INVALID_ARGUMENT
         gpu = self.gpus[first.gpu]
-        shares = {phase: seconds / (second.time - first.time)
-                  for phase, seconds in gpu.phase_seconds(first.time, second.time).items()}
+        if first.gpu_instance is not None:
+            shares = {"compute": self._instance_activity(gpu.index, first.gpu_instance,
+                                                         first.time, second.time)}
+        else:
+            shares = {phase: seconds / (second.time - first.time)
+                      for phase, seconds in gpu.phase_seconds(first.time,
+                                                              second.time).items()}
         for i in range(request.numMetrics):
             entry = request.metrics[i]
             value = self._gpm_percent(gpu, entry.metricId, shares, second.time)
@@ -126,6 +158,13 @@ class GpmSymbols(FakeCore):
         if self.costs is not None and self._gpm_metrics_calls == 1:
             self.pending_cost = self.costs.gpm_metrics_first
         return SUCCESS
+
+    def _instance_activity(self, gpu: int, gpu_instance: int, t0: float, t1: float) -> float:
+        """The GPU instance's SM utilization over (t0, t1] (epoch seconds), 0-1."""
+        a, b = t0 - self.start, t1 - self.start
+        busy = sum(p.sm_util * p.overlap(a, b) for p in self.running(gpu, t0, t1)
+                   if p.gpu_instance == gpu_instance)
+        return min(1.0, busy / (b - a))
 
     def _gpm_percent(self, gpu: FakeGpu, metric: int, shares: dict[str, float],
                      t: float) -> float | None:

@@ -10,7 +10,11 @@ As on the hardware:
   now; NotFound when none ran; NotSupported in MIG mode (as NVML answers there);
 - MIG device handles answer their own UUID (`MIG-...`), GPU and compute instance ids,
   attributes (slices, memory: the device plugin's profile name comes from them) and
-  memory; the parent's utilization rates are NotSupported in MIG mode.
+  memory; the parent's utilization rates are NotSupported in MIG mode;
+- `nvmlDeviceGetGpuInstanceById` and `nvmlGpuInstanceGetInfo` give each GPU instance's
+  profile id and placement (H100/H200 profile ids; instances placed in the order the
+  scenario lists them, each at the next start aligned to its size), which NVIDIA's DRA
+  driver names its MIG devices by.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1
 ERROR_NOT_FOUND, ERROR_INSUFFICIENT_SIZE = 6, 7
 MIG_HANDLE_BASE = 0x7E59_0000  # MIG device handles: this + 8 * GPU index + MIG device index
 MIG_SLOTS = 8
+GI_HANDLE_BASE = 0x7E5B_0000  # GPU instance handles: this + 64 * GPU index + GPU instance id
+# H100/H200 GPU instance profile ids and placement sizes (memory slices), by compute slices
+PROFILE_IDS = {1: 19, 2: 14, 3: 9, 4: 5, 7: 0}
+PLACEMENT_SIZES = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
 NO_INSTANCE = 0xFFFFFFFF  # the instance ids of a process on a GPU not in MIG mode
 SMS_PER_SLICE = 16  # H100/H200: 132 SMs, 16 per compute slice
 MIB = 1024 * 1024
@@ -136,6 +144,43 @@ class TenantSymbols(FakeCore):
         out.sharedEncoderCount = out.sharedJpegCount = out.sharedOfaCount = 0
         out.gpuInstanceSliceCount, out.computeInstanceSliceCount = slices, compute
         out.memorySizeMB = memory
+        return SUCCESS
+
+    def mig_placements(self, gpu: int) -> dict[int, tuple[int, int, int]]:
+        """GPU instance -> (profile id, placement start, placement size)."""
+        out, start = {}, 0
+        for instance in self.mig_instances(gpu):
+            size = PLACEMENT_SIZES.get(instance.slices, instance.slices)
+            start = -(-start // size) * size  # aligned to its size, as NVML places them
+            out[instance.gpu_instance] = (PROFILE_IDS.get(instance.slices, 0), start, size)
+            start += size
+        return out
+
+    def _nvmlDeviceGetGpuInstanceById(self, handle, gpu_instance, out) -> int:
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
+        if not self.mig_instances(gpu.index):
+            return ERROR_NOT_SUPPORTED
+        gi = value_of(gpu_instance)
+        if gi not in self.mig_placements(gpu.index):
+            return ERROR_NOT_FOUND
+        self.handles.write(out, GI_HANDLE_BASE + 64 * gpu.index + gi)
+        return SUCCESS
+
+    def _nvmlGpuInstanceGetInfo(self, gpu_instance, info) -> int:
+        if self.initialized <= 0:
+            return ERROR_UNINITIALIZED
+        address = self.handles.address(gpu_instance, self.nvml.c_nvmlGpuInstance_t)
+        if address is None or address < GI_HANDLE_BASE:
+            return ERROR_INVALID_ARGUMENT
+        gpu, gi = divmod(address - GI_HANDLE_BASE, 64)
+        placements = self.mig_placements(gpu) if gpu < len(self.gpus) else {}
+        if gi not in placements:
+            return ERROR_INVALID_ARGUMENT
+        out = target(info)
+        out.id = gi
+        out.profileId, out.placement.start, out.placement.size = placements[gi]
         return SUCCESS
 
     def mig_uuid_of(self, handle) -> str | None:

@@ -10,6 +10,11 @@ over GPU series never counts a GPU twice, and a shared GPU simply has one info s
 per job. The label is ``hpc_job`` (as dcgm-exporter names it), never ``job``, which
 Prometheus sets to the scrape job.
 
+A job's Slurm user, account and partition (the prolog's ``.jobs/<id>`` file) are on the
+same series as ``hpc_user``, ``hpc_account`` and ``hpc_partition``, empty (so absent in
+Prometheus) where not recorded: a dcgm-style file alone gives the series it always did.
+They are per job, so they add no series, and chargeback rules group by them directly.
+
 The GPU's uuid comes from the snapshot's identities, so the families take the snapshot
 beside the reading.
 """
@@ -21,7 +26,12 @@ from collections.abc import Iterator
 from prometheus_client.core import InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.jobs.reading import DROP_REASONS, SKIP_REASONS, JobsReading
+from exporter.collectors.jobs.reading import (
+    DROP_REASONS,
+    SKIP_REASONS,
+    JobAttributes,
+    JobsReading,
+)
 from exporter.collectors.registry import counts_by
 from exporter.sampling.snapshot import Snapshot
 
@@ -32,8 +42,13 @@ def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
     info = InfoMetricFamily("gpu_hpc_job", "Job holding the GPU (one series per job on a "
                             "shared GPU), or a MIG instance of it (gpu_instance, empty for "
-                            "the whole GPU); value 1. Join it into GPU series on gpu and "
-                            "uuid.", labels=["gpu", "uuid", "hpc_job", "gpu_instance"])
+                            "the whole GPU), with its Slurm user, account and partition where "
+                            "the prolog recorded them; value 1. Join it into GPU series on "
+                            "gpu and uuid.", labels=["gpu", "uuid", "hpc_job", "gpu_instance",
+                                                     "hpc_user", "hpc_account",
+                                                     "hpc_partition"])
+    attributes = getattr(reading, "attributes", {})
+    none = JobAttributes()
     rows = [((gpu, -1), jobs) for gpu, jobs in reading.jobs.items()]
     rows += list(getattr(reading, "instance_jobs", {}).items())
     for (gpu, instance), jobs in sorted(rows):
@@ -44,7 +59,9 @@ def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
         # whole-GPU series (and every join on gpu, uuid) are as before MIG files existed
         label = "" if instance < 0 else str(instance)
         for job in jobs:
-            info.add_metric([str(gpu), uuid, job, label], {})
+            who = attributes.get(job, none)
+            info.add_metric([str(gpu), uuid, job, label, who.user, who.account,
+                             who.partition], {})
     if info.samples:
         yield info
 

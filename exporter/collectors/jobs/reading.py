@@ -30,6 +30,11 @@ without bound:
   taken by GPU index, lowest first, and when the listing stops at the entry cap each
   GPU's file is looked up by name instead.
 
+Beside the GPU files, ``.jobs/<job id>`` (written by the Slurm prolog; the hidden
+directory is never listed as a GPU file) gives a job's user, account and partition
+(:mod:`exporter.collectors.jobs.attributes`); a job without one has them empty, so
+mapping files written by anything else keep working unchanged.
+
 A mapping path that is not a directory (a regular file, say) or cannot be listed makes
 :meth:`JobsCollector.read` raise, so the source reports failure; a missing directory is
 no jobs yet (the prolog creates it).
@@ -42,7 +47,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -57,6 +62,7 @@ __all__ = [
     "MAX_JOB_ID_CHARS",
     "SKIP_REASONS",
     "BadFile",
+    "JobAttributes",
     "JobsReading",
     "JobsCollector",
     "parse_gpu_index",
@@ -174,6 +180,15 @@ def parse_job_file(raw: bytes) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class JobAttributes:
+    """Who runs a job, as Slurm names them ("" where not recorded)."""
+
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+
+
+@dataclass(frozen=True)
 class JobsReading(JobGrouping, JobHolders):
     #: GPU index -> job ids holding it (only GPUs with a usable file).
     jobs: Mapping[int, tuple[str, ...]]
@@ -183,6 +198,9 @@ class JobsReading(JobGrouping, JobHolders):
     dropped_total: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     #: (GPU index, GPU instance id) -> job ids, from MIG instances' ``GPU.INSTANCE`` files.
     instance_jobs: Mapping[tuple[int, int], tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    #: Job id -> its user, account and partition, for the jobs that have them.
+    attributes: Mapping[str, JobAttributes] = field(
         default_factory=lambda: MappingProxyType({}))
 
     def jobs_by_gpu(self) -> Mapping[int, tuple[str, ...]]:
@@ -283,9 +301,14 @@ class JobsCollector:
 
     name = "jobs"
 
-    def __init__(self, directory: str | os.PathLike[str], gpu_count: int | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str], gpu_count: int | None = None,
+                 attributes: Callable[[list[str], dict[str, int]],
+                                      dict[str, JobAttributes]] | None = None) -> None:
+        """`attributes(job ids, skipped)`: their user, account and partition (counting
+        unusable files into `skipped` by reason); None: none are read."""
         self.directory = os.fspath(directory)
         self.gpu_count = gpu_count
+        self.attributes = attributes
         self._cache: dict[str, tuple[_Key, tuple[str, ...] | str]] = {}
         self._skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
         self._dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
@@ -317,6 +340,11 @@ class JobsCollector:
                 elif result:
                     pass_.add(key, result)
             self._cache = seen
+            jobs = list(dict.fromkeys(job for ids in (*pass_.jobs.values(),
+                                                      *pass_.instance_jobs.values())
+                                      for job in ids))
+            attributes = ({} if self.attributes is None
+                          else self.attributes(jobs, pass_.skipped))
             _accumulate(self._skipped, pass_.skipped)
             _accumulate(self._dropped, pass_.dropped)
             skipped = MappingProxyType(dict(self._skipped))
@@ -324,7 +352,8 @@ class JobsCollector:
         return JobsReading(jobs=MappingProxyType(dict(sorted(pass_.jobs.items()))),
                            skipped_total=skipped, dropped_total=dropped,
                            instance_jobs=MappingProxyType(dict(sorted(
-                               pass_.instance_jobs.items()))))
+                               pass_.instance_jobs.items()))),
+                           attributes=MappingProxyType(attributes))
 
     def _names(self, pass_: _Pass) -> tuple[list[_Name], bool]:
         """(GPU, instance) named in the directory, lowest GPU first (its whole-GPU file

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.collectors.jobs.attributes import JobAttributesReader
 from exporter.collectors.jobs.families import jobs_families
 from exporter.collectors.jobs.reading import JobsCollector
 from exporter.collectors.registry import CollectorSpec
@@ -27,7 +28,8 @@ class JobsSettings:
 
 def _make(settings: JobsSettings, context: CollectorContext) -> JobsCollector:
     assert settings.mapping_dir is not None  # the requirement
-    return JobsCollector(settings.mapping_dir, context.gpu_count)
+    return JobsCollector(settings.mapping_dir, context.gpu_count,
+                         JobAttributesReader(settings.mapping_dir))
 
 
 SPEC = CollectorSpec(

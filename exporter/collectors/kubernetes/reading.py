@@ -10,9 +10,18 @@ index), a MIG instance `nvidiaN/giM` (GPU instance M), with a `/vgpuK` suffix un
 time-sharing. Any resource named `nvidia.com/...` is taken. Devices allocated through
 DRA (a ResourceClaim) come as a driver and a device name: NVIDIA's driver
 (`gpu.nvidia.com`, the only DRA driver taken) names a GPU `gpu-N`, N the minor number
-again (a UUID as the device's name is matched too). Ids that match no GPU here are counted
-(`cte_kubernetes_devices_unmatched`), MIG devices from NVIDIA's DRA driver among them
-(their names give a placement, not a GPU instance).
+again (a UUID as the device's name is matched too), and a MIG device by its parent's minor
+number and its placement, in one of the forms its releases have used
+(k8s-dra-driver-gpu, `MigDeviceInfo.CanonicalName`):
+
+- `gpu-N-mig-PROFILEID-START-SIZE` (`gpu-0-mig-9-0-4`: profile id 9, memory slices 0-3);
+- `gpu-N-mig-PROFILE-START` or `gpu-N-mig-PROFILE-START-END` (dynamic MIG: the profile
+  name without its dot, `gpu-0-mig-1g18gb-6`, `gpu-0-mig-3g71gb-0-3`);
+- `gpu-N-mig-PROFILE-PROFILEID-START` (`gpu-0-mig-3g71gb-9-0`).
+
+Each GPU instance's profile id and placement come from NVML (`nvmlGpuInstanceGetInfo`,
+read only when such a name is to be matched); a name that fits exactly one instance names
+it. Ids that match no GPU or instance here are counted (`cte_kubernetes_devices_unmatched`).
 
 Robustness, because the kubelet restarts (its socket vanishes and comes back, a new
 file) and because whatever answers on that socket is not ours:
@@ -26,6 +35,12 @@ file) and because whatever answers on that socket is not ours:
   then dropped;
 - the answer is decoded by hand (:mod:`exporter.collectors.kubernetes.podresources`), bounded to
   16 MiB, and at most :data:`MAX_SERIES` pod-device series are kept (the rest counted).
+
+With ``--kubernetes.pod-labels REGEX``, the pods of this node are also read from the API
+server (:mod:`exporter.collectors.kubernetes.apiserver`): each device's pod gets its UID
+(``pod_uid``), and the labels whose names match REGEX (the whole name) are kept for
+``gpu_pod_labels_info``. The API server failing never stops the kubelet's attribution:
+``pod_uid`` is then empty for pods not yet seen, and the reading's problem says why.
 
 gRPC is an optional dependency (the `kubernetes` extra, or `pip install grpcio`): without
 it the collector logs one line, counts `no_grpc` and serves nothing. Whenever the
@@ -41,20 +56,22 @@ import re
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from exporter.collectors.kubernetes.apiserver import PodMeta, PodWatcher
 from exporter.collectors.kubernetes.podresources import (
     BadMessage,
     ContainerDevices,
     parse_list_response,
 )
-from exporter.collectors.mig.reading import read_mig_devices
+from exporter.collectors.mig.reading import Placement, read_mig_devices, read_placements
 from exporter.sampling.collector_api import CollectorContext, HoldsResources, JobGrouping
 
 __all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
-           "KubernetesReading", "KubernetesCollector", "PodDevice"]
+           "KubernetesReading", "KubernetesCollector", "PodDevice", "PodLabels",
+           "label_name"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +98,11 @@ DRA_DRIVER = "gpu.nvidia.com"
 _OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/([0-9]+)/([0-9]+)\Z")
 _INDEX = re.compile(r"([0-9]{1,4})(?::([0-9]{1,2}))?\Z")
 _GKE = re.compile(r"nvidia([0-9]{1,4})(?:/gi([0-9]{1,3}))?(?:/vgpu[0-9]{1,4})?\Z")
+#: Pod labels copied per pod at most.
+MAX_POD_LABELS = 32
+_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 _DRA_GPU = re.compile(r"gpu-([0-9]{1,4})\Z")
+_DRA_MIG = re.compile(r"gpu-([0-9]{1,4})-mig-([a-z0-9]{1,32}(?:-[0-9]{1,3}){1,3})\Z")
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,21 @@ class PodDevice:
     namespace: str
     pod: str
     container: str
+    pod_uid: str = ""  # from the API server; "" while the pod is not known there
+
+
+@dataclass(frozen=True)
+class PodLabels:
+    namespace: str
+    pod: str
+    pod_uid: str
+    labels: tuple[tuple[str, str], ...]  # (Prometheus label name, value), sorted
+
+
+def label_name(name: str) -> str:
+    """A pod label's name as a Prometheus label, as kube-state-metrics writes it:
+    `app.kubernetes.io/team` -> `label_app_kubernetes_io_team`."""
+    return "label_" + _LABEL_CHARS.sub("_", name)
 
 
 @dataclass(frozen=True)
@@ -103,6 +139,9 @@ class KubernetesReading(JobGrouping):
     unmatched: int = 0  # device ids in the last answer that name no device here
     dropped_total: int = 0  # series left out past MAX_SERIES, over every answer
     problem: str = ""  # why the last read failed, for /readyz ("" when it worked)
+    pod_labels: tuple[PodLabels, ...] = ()  # pods holding devices here, with --pod-labels
+    api_up: bool | None = None  # the API server's last call worked; None: not asked
+    api_failures_total: Mapping[str, int] = field(default_factory=dict)
 
     def gpu_groups(self) -> dict[int, str]:
         """GPU -> namespace/pod, for whole GPUs held by exactly one pod (peer groups for
@@ -143,11 +182,13 @@ class _Devices:
         self.migs: dict[str, tuple[int, int]] = {}
         self.slots: dict[tuple[int, int], int] = {}  # (GPU, MIG device index) -> instance
         self.minors: dict[int, int] = {}  # minor number (/dev/nvidiaN) -> GPU
+        self.placements: dict[int, dict[int, Placement]] = {}  # GPU -> instance -> placement
         self._mig_read = self._minors_read = False
 
     def refresh(self) -> None:
         ctx = self.context
         self.gpus = {i.uuid: i.index for i in ctx.identities() if i is not None}
+        self.placements = {}
         self._mig_read = self._minors_read = False
 
     def _read_minors(self) -> None:
@@ -213,15 +254,45 @@ class _Devices:
             return self.find(device)
         if (gpu := _DRA_GPU.match(device)) is not None:
             return self._by_minor(gpu.group(1), None)
+        if (mig := _DRA_MIG.match(device)) is not None:
+            return self._dra_mig(int(mig.group(1)), mig.group(2).split("-"))
         return None
+
+    def _dra_mig(self, minor: int, parts: list[str]) -> tuple[int, int | None] | None:
+        """The GPU instance a DRA MIG name's placement fits, when exactly one fits."""
+        self._read_minors()
+        gpu = self.minors.get(minor)
+        if gpu is None or self.context.backend is None:
+            return None
+        if gpu not in self.placements:
+            self._read_migs()
+            instances = sorted({gi for g, gi in self.migs.values() if g == gpu})
+            self.placements[gpu] = read_placements(self.context.backend, gpu, instances)
+        numbers = [int(p) for p in parts if p.isdigit()]
+        named = not parts[0].isdigit()  # a profile name first (dynamic MIG forms)
+        fits = set()
+        for gi, p in self.placements[gpu].items():
+            forms = ([[p.start], [p.start, p.start + p.size - 1], [p.profile_id, p.start]]
+                     if named else [[p.profile_id, p.start, p.size]])
+            if numbers in forms:
+                fits.add(gi)
+        return (gpu, fits.pop()) if len(fits) == 1 else None
+
+
+_NO_META = PodMeta("")
 
 
 class KubernetesCollector(HoldsResources):
     name = "kubernetes"
 
     def __init__(self, socket_path: str, context: CollectorContext, timeout: float = 2.0,
-                 grpc: Any = None) -> None:
+                 grpc: Any = None, pods: PodWatcher | None = None,
+                 pod_labels: re.Pattern[str] | None = None) -> None:
+        """`pods`: the API server's pods (started), with `pod_labels` the label names to
+        copy; None: the kubelet alone."""
         self.socket_path = os.path.abspath(socket_path)
+        self.pods = pods
+        self.pod_labels = pod_labels
         self.context = context
         self.timeout = timeout
         self.grpc = grpc
@@ -249,13 +320,45 @@ class KubernetesCollector(HoldsResources):
                 if self._last is not None and now - self._last[0] > KEEP_SECONDS:
                     self._last = None  # too old to trust: the pods may be gone
             last = self._last
+            devices = last[1] if last else ()
+            problem = "" if answer is not None else self._problem
+            labels: tuple[PodLabels, ...] = ()
+            api_up, api_failures = None, {}
+            if self.pods is not None:
+                known = self.pods.pods()
+                devices = tuple(replace(d, pod_uid=known.get((d.namespace, d.pod),
+                                                             _NO_META).uid)
+                                for d in devices)
+                labels = self._labels(devices, known)
+                api_up, api_failures = self.pods.up, dict(self.pods.failures)
+                if self.pods.problem:
+                    api = f"pod UIDs and labels from the API server: {self.pods.problem}"
+                    problem = f"{problem}; {api}" if problem else api
             return KubernetesReading(
-                devices=last[1] if last else (), up=answer is not None,
+                devices=devices, up=answer is not None,
                 failures_total=MappingProxyType(dict(self._failures)),
                 last_success=last[0] if last else 0.0, unmatched=last[2] if last else 0,
-                dropped_total=self._dropped, problem="" if answer is not None else self._problem)
+                dropped_total=self._dropped, problem=problem, pod_labels=labels,
+                api_up=api_up, api_failures_total=MappingProxyType(api_failures))
+
+    def _labels(self, devices: tuple[PodDevice, ...],
+                known: Mapping[tuple[str, str], PodMeta]) -> tuple[PodLabels, ...]:
+        """The copied labels of each known pod that holds a device here."""
+        out = []
+        for key in sorted({(d.namespace, d.pod) for d in devices}):
+            meta = known.get(key)
+            if meta is None or self.pod_labels is None:
+                continue
+            chosen: dict[str, str] = {}
+            for name in sorted(meta.labels):
+                if self.pod_labels.fullmatch(name) and len(chosen) < MAX_POD_LABELS:
+                    chosen.setdefault(label_name(name), meta.labels[name])
+            out.append(PodLabels(key[0], key[1], meta.uid, tuple(sorted(chosen.items()))))
+        return tuple(out)
 
     def close(self) -> None:
+        if self.pods is not None:
+            self.pods.stop()
         with self._lock:
             self._drop_channel()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
+from exporter.collectors.kubernetes.apiserver import PodWatcher, in_cluster
 from exporter.collectors.kubernetes.families import kubernetes_families
 from exporter.collectors.kubernetes.reading import (
     DEFAULT_SOCKET,
@@ -18,6 +20,16 @@ from exporter.sampling.collector_api import CollectorContext
 
 def _path_problem(text: str) -> str | None:
     return None if text.strip() else "expected a socket path"
+
+
+def _regex_problem(text: str) -> str | None:
+    if not text:
+        return "expected a regular expression of pod label names (leave unset for none)"
+    try:
+        re.compile(text)
+    except re.error as exc:
+        return f"not a regular expression: {exc}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,13 @@ class KubernetesSettings:
     timeout_seconds: float = setting(
         2.0, "deadline of one call to the kubelet", key="kubernetes_timeout_seconds",
         flag="--kubernetes.timeout", low=0.1, high=60.0, metavar="SECONDS")
+    pod_labels: str | None = setting(
+        None, "pod labels whose names match REGEX (the whole name) are copied onto "
+        "gpu_pod_labels_info, and gpu_pod_info gets each pod's pod_uid; the pods of this "
+        "node are then read from the API server (in-cluster service account, NODE_NAME); "
+        "unset: the kubelet alone", key="kubernetes_pod_labels",
+        flag="--kubernetes.pod-labels", metavar="REGEX", optional=True,
+        check=_regex_problem)
 
 
 def _default(settings: KubernetesSettings) -> bool:
@@ -43,7 +62,11 @@ def _default(settings: KubernetesSettings) -> bool:
 
 def _make(settings: KubernetesSettings, context: CollectorContext) -> KubernetesCollector:
     path = settings.pod_resources_socket or DEFAULT_SOCKET
-    return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc())
+    if settings.pod_labels is None:
+        return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc())
+    pods = PodWatcher(in_cluster()).start()
+    return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc(),
+                               pods, re.compile(settings.pod_labels))
 
 
 SPEC = CollectorSpec(

@@ -12,14 +12,13 @@ the attributes needs no privilege, unlike the GPU-instance profile calls.
 Cost: one ~5 us call per GPU when MIG is off; on a MIG GPU about five more per
 instance, every collector interval (5 s).
 
-What MIG cannot give: power and energy are per GPU, not per instance, and NVML has no
-per-process utilization in MIG mode, so neither is split here (docs/metrics.md, MIG).
-
-Per-instance profiling (GPM): `nvmlGpmMigSampleGet(parent handle, gpu_instance, sample)`
-takes one GPM sample per GPU instance. The profiling collector (GPM) can take the
-instances to sample from :meth:`MigReading.gpu_instances` (or :func:`read_mig_devices`
-per GPU), and label its per-instance series ``gpu, uuid, gpu_instance`` as
-``gpu_mig_memory_*`` are, so they join ``gpu_mig_instance_info``.
+What MIG does not give: power and energy are per GPU, not per instance, and NVML has no
+per-process utilization in MIG mode. The profiling collector samples each GPU instance
+(`nvmlGpmMigSampleGet`, taking the instances from :func:`read_mig_devices`) and splits
+the GPU's energy between them by activity (exporter/collectors/profiling/mig.py); its
+per-instance series carry ``gpu, uuid, gpu_instance`` as ``gpu_mig_memory_*`` do, so
+they join ``gpu_mig_instance_info``. :func:`read_placements` gives each instance's
+profile id and placement, by which NVIDIA's DRA driver names MIG devices.
 """
 
 from __future__ import annotations
@@ -31,11 +30,13 @@ from typing import Any
 
 from exporter.sampling.collector_api import CollectorContext
 
-__all__ = ["MAX_MIG_DEVICES", "MigDevice", "MigReading", "MigCollector", "profile_name",
-           "read_mig_devices"]
+__all__ = ["MAX_MIG_DEVICES", "MIG_SLICES", "MigDevice", "MigReading", "MigCollector",
+           "Placement", "profile_name", "read_mig_devices", "read_placements"]
 
 #: MIG device handles asked per GPU at most (7 on A100/H100/H200).
 MAX_MIG_DEVICES = 16
+#: Compute slices of a whole GPU in MIG mode (A100, H100, H200, B200: 7g is the whole).
+MIG_SLICES = 7
 _NA = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)
 
 
@@ -49,6 +50,7 @@ class MigDevice:
     profile: str  # "" when NVML gave no attributes
     memory_total_bytes: float | None = None
     memory_used_bytes: float | None = None
+    slices: int = 0  # GPU instance slices (of MIG_SLICES); 0 when NVML gave no attributes
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,11 @@ def _mig_device(backend: Any, gpu: int, index: int, handle: Any) -> MigDevice | 
     profile = "" if attributes is None else profile_name(
         attributes.gpuInstanceSliceCount, attributes.computeInstanceSliceCount,
         attributes.memorySizeMB)
+    slices = 0 if attributes is None else int(attributes.gpuInstanceSliceCount)
     memory = backend.call("nvmlDeviceGetMemoryInfo", handle)
     total = _value(memory.total) if memory is not None else None
     used = _value(memory.used) if memory is not None else None
-    return MigDevice(gpu, index, mig_uuid, int(gi), int(ci), profile, total, used)
+    return MigDevice(gpu, index, mig_uuid, int(gi), int(ci), profile, total, used, slices)
 
 
 def read_mig_devices(backend: Any, gpu: int) -> tuple[bool | None, list[MigDevice]]:
@@ -113,6 +116,31 @@ def read_mig_devices(backend: Any, gpu: int) -> tuple[bool | None, list[MigDevic
         if device is not None:
             devices.append(device)
     return True, devices
+
+
+@dataclass(frozen=True)
+class Placement:
+    profile_id: int  # the GPU instance profile (NVML_GPU_INSTANCE_PROFILE_*'s id)
+    start: int  # first memory slice
+    size: int  # memory slices
+
+
+def read_placements(backend: Any, gpu: int, gpu_instances: list[int]) -> dict[int, Placement]:
+    """GPU instance -> its profile id and placement (`nvmlDeviceGetGpuInstanceById`,
+    `nvmlGpuInstanceGetInfo`): what NVIDIA's DRA driver names its MIG devices by. Asked
+    only when a DRA MIG device is to be matched; an instance NVML will not describe
+    (NoPermission without the MIG capability) is left out and the failure counted."""
+    handle = backend.handle(gpu)
+    if handle is None:
+        return {}
+    out = {}
+    for gi in gpu_instances:
+        instance = backend.call("nvmlDeviceGetGpuInstanceById", handle, gi)
+        info = None if instance is None else backend.call("nvmlGpuInstanceGetInfo", instance)
+        if info is not None:
+            out[gi] = Placement(int(info.profileId), int(info.placement.start),
+                                int(info.placement.size))
+    return out
 
 
 class MigCollector:
