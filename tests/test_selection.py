@@ -264,8 +264,8 @@ def test_a_glob_may_sum_away_a_label_some_of_its_families_have(tmp_path):
 
 def test_the_label_table_is_the_documented_one():
     """What the check reads (exporter.metrics.labels) and docs/metrics.md's label column
-    (which tests/test_docs_metrics.py holds to what is served): after adding a family, add
-    its labels to exporter/metrics/labels.py."""
+    (which tests/test_docs_metrics.py holds to what is served): after adding a family or a
+    label, `.venv/bin/python scripts/build_label_table.py` writes the table again."""
     from exporter.metrics.labels import LABELS
 
     docs = documented()

@@ -1,9 +1,9 @@
 """The label names of every metric family (by its exposed name), as the `full` profile
 serves it: what a selection file's aggregation may sum away (exporter.metrics.selection).
 
-The same as the label column of docs/metrics.md, which tests/test_docs_metrics.py checks
-against what the exporter serves; tests/test_selection.py keeps this table and that column
-in step, and this table's families and profiles.FAMILIES.
+Written by scripts/build_label_table.py from the label column of docs/metrics.md, which
+tests/test_docs_metrics.py checks against what the exporter serves; tests/test_selection.py
+keeps this table and that column in step, and this table's families and profiles.FAMILIES.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "cte_http_max_connections": (),
     "cte_http_request_head_timeouts_total": (),
     "cte_infiniband_skipped_values_total": ("reason",),
+    "cte_kubernetes_api_failures_total": ("reason",),
+    "cte_kubernetes_api_up": (),
     "cte_kubernetes_devices_unmatched": (),
     "cte_kubernetes_pod_devices_dropped_total": (),
     "cte_kubernetes_pod_resources_failures_total": ("reason",),
@@ -74,7 +76,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "gpu_fp32_active_ratio": ("gpu", "uuid"),
     "gpu_fp64_active_ratio": ("gpu", "uuid"),
     "gpu_graphics_engine_active_ratio": ("gpu", "uuid"),
-    "gpu_hpc_job_info": ("gpu", "uuid", "hpc_job", "gpu_instance"),
+    "gpu_hpc_job_info": (
+        "gpu", "uuid", "hpc_job", "gpu_instance", "hpc_user", "hpc_account", "hpc_partition"),
     "gpu_info": ("gpu", "uuid", "name", "pci_bus_id", "serial", "driver_version", "nvml_version"),
     "gpu_memory_clock_hertz": ("gpu", "uuid"),
     "gpu_memory_free_bytes": ("gpu", "uuid"),
@@ -83,11 +86,17 @@ LABELS: dict[str, tuple[str, ...]] = {
     "gpu_memory_total_bytes": ("gpu", "uuid"),
     "gpu_memory_used_bytes": ("gpu", "uuid"),
     "gpu_memory_utilization_ratio": ("gpu", "uuid"),
+    "gpu_mig_dram_active_ratio": ("gpu", "uuid", "gpu_instance"),
     "gpu_mig_enabled": ("gpu", "uuid"),
+    "gpu_mig_energy_joules_total": ("gpu", "uuid", "gpu_instance"),
+    "gpu_mig_graphics_engine_active_ratio": ("gpu", "uuid", "gpu_instance"),
     "gpu_mig_instance_info": (
         "gpu", "uuid", "mig_uuid", "gpu_instance", "compute_instance", "profile"),
     "gpu_mig_memory_total_bytes": ("gpu", "uuid", "gpu_instance"),
     "gpu_mig_memory_used_bytes": ("gpu", "uuid", "gpu_instance"),
+    "gpu_mig_sm_active_ratio": ("gpu", "uuid", "gpu_instance"),
+    "gpu_mig_sm_occupancy_ratio": ("gpu", "uuid", "gpu_instance"),
+    "gpu_mig_tensor_active_ratio": ("gpu", "uuid", "gpu_instance"),
     "gpu_node_collective_stall_active": (),
     "gpu_node_collective_stall_seconds_total": (),
     "gpu_node_collective_stalls_total": (),
@@ -143,7 +152,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "gpu_pcie_replays_total": ("gpu", "uuid"),
     "gpu_pcie_transmit_bytes_total": ("gpu", "uuid"),
     "gpu_performance_state": ("gpu", "uuid"),
-    "gpu_pod_info": ("gpu", "uuid", "namespace", "pod", "container", "gpu_instance"),
+    "gpu_pod_info": ("gpu", "uuid", "namespace", "pod", "container", "gpu_instance", "pod_uid"),
+    "gpu_pod_labels_info": ("namespace", "pod", "pod_uid"),
     "gpu_power_average_watts": ("gpu", "uuid"),
     "gpu_power_default_limit_watts": ("gpu", "uuid"),
     "gpu_power_limit_watts": ("gpu", "uuid"),
