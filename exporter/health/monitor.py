@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from exporter.health import checks_gpu, checks_memory, checks_node
+from exporter.health import checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
 from exporter.health.counters import CounterHistory
 from exporter.health.model import UNKNOWN, CheckResult, NodeHealth, Outcome, combine, verdict
@@ -23,7 +23,8 @@ from exporter.sampling.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
-GPU_CHECKS: tuple[Check, ...] = (*checks_gpu.CHECKS, *checks_memory.CHECKS)
+GPU_CHECKS: tuple[Check, ...] = (*checks_gpu.CHECKS, *checks_memory.CHECKS,
+                                  *checks_links.CHECKS)
 NODE_CHECKS: tuple[Check, ...] = checks_node.CHECKS
 RE_JUDGE_SECONDS = 60.0  # judged again at least this often (XIDs age out of the hold)
 
