@@ -4,10 +4,12 @@ action and its reasons, judged once per snapshot, and /api/v1/health's shape."""
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
 
 import pytest
 
 from exporter.gpu.health import GpuHealth
+from exporter.gpu.state import GpuState
 from exporter.health.context import Check
 from exporter.health.model import FAILED, OK, Outcome
 from exporter.health.monitor import GPU_CHECKS, HealthMonitor
@@ -24,8 +26,15 @@ def health(time: float = 1.0, **fields) -> GpuHealth:
     return GpuHealth(**{**values, **fields})
 
 
+LINK = MappingProxyType({"pcie_max_generation": 5.0, "pcie_max_width": 16.0,
+                         "pcie_generation": 5.0, "pcie_width": 16.0,
+                         "utilization_gpu_ratio": 0.9})
+
+
 def snap(time: float = 10.0, gpus: int = 2, **fields):
+    """A snapshot of `gpus` healthy GPUs (no counters: the rate checks do not apply)."""
     fields.setdefault("health", {g: health(time) for g in range(gpus)})
+    fields.setdefault("states", {g: GpuState(time, LINK) for g in range(gpus)})
     return make_snapshot(gpus, time=time, **fields)
 
 
