@@ -303,3 +303,22 @@ def test_the_fabric_that_degrades_fails_at_the_next_board_read(running):
     gpu2 = json.loads(run.get("/api/v1/health")[1])["gpus"]["2"]
     fabric = next(c for c in gpu2["checks"] if c["name"] == "nvlink_fabric")
     assert (fabric["state"], fabric["value"]) == ("failed", "degraded_bandwidth")
+
+
+def test_nvlink_error_findings_take_the_health_checks_severity(running, tmp_path):
+    """18,000 CRC errors a second are critical on the page, as DCGM's 100/s makes them,
+    and rank above a power swing; a slow trickle warns; none stays information."""
+    path = tmp_path / "crc.yaml"
+    path.write_text("gpus: 3\nevents:\n"
+                    "  - {kind: nvlink, at: 2, gpu: 1, link: 3, crc_flit_per_second: 18000}\n"
+                    "  - {kind: nvlink, at: 2, gpu: 2, link: 3, crc_flit_per_second: 0.1}\n")
+    run = running(str(path))
+    run.run_until(30)
+    found = json.loads(run.get("/api/v1/findings")[1])["findings"]
+    nvlink = {f["gpu"]: f for f in found if f["kind"] == "nvlink"}
+    assert nvlink[1]["severity"] == "critical"
+    assert "NVLink CRC errors at the failure rate" in nvlink[1]["message"]
+    assert nvlink[2]["severity"] == "warning"
+    assert 0 not in nvlink
+    severities = [f["severity"] for f in found]
+    assert severities.index("critical") == 0
