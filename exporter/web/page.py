@@ -2,9 +2,9 @@
 
 The HTML is a shell written here with the status known now (so it says something useful
 without JavaScript: GPU count, backend, health, the links); exporter/web/static/page.js
-fills it from /api/v1/power, /api/v1/findings and /api/v1/health about once a second, drawing with the
-vendored uPlot. Every request the page makes goes to this exporter (same origin, so the
-browser resends basic-auth credentials and TLS covers it); PAGE_HEADERS' content
+fills it from /api/v1/power, /api/v1/findings and /api/v1/health about once a second,
+drawing with the vendored uPlot. Every request the page makes goes to this exporter (same
+origin, so the browser resends basic-auth credentials and TLS covers it); PAGE_HEADERS' content
 security policy makes the browser refuse anything else.
 """
 
