@@ -57,7 +57,7 @@ def pcie_link(c: GpuInputs) -> Outcome:
     gen, width = s.get("pcie_generation"), s.get("pcie_width")
     top_gen, top_width = c.value("pcie_max_generation"), c.value("pcie_max_width")
     busy = s.get("utilization_gpu_ratio")
-    if None in (gen, width, top_gen, top_width):
+    if gen is None or width is None or top_gen is None or top_width is None:
         return Outcome(NOT_APPLICABLE)
     value = f"gen{int(gen)} x{int(width)}"
     threshold = f"gen{int(top_gen)} x{int(top_width)}"
