@@ -78,17 +78,35 @@ class HealthMonitor:
         with self._lock:
             if self._last is not None and self._last[0] is snapshot:
                 return self._last[1]
-            key = inputs_key(snapshot)
-            if self._last is not None and key == self._key:
+            try:
+                key: tuple | None = inputs_key(snapshot)
+            except Exception:  # noqa: BLE001 - judged anew, and safely, below
+                key = None
+            if self._last is not None and key is not None and key == self._key:
                 result = self._last[1]
             else:
                 started = time.thread_time()
-                result = self._judge(snapshot)
+                result = self._judge_safely(snapshot)
                 self._key = key
                 self.judgements += 1
                 self.cpu_seconds += time.thread_time() - started
             self._last = (snapshot, result)
             return result
+
+    def _judge_safely(self, snapshot: Snapshot) -> NodeHealth:
+        """The verdict, or, should judging itself fail (not one check: those are caught
+        each), an unknown one: publishing the snapshot must go on."""
+        try:
+            return self._judge(snapshot)
+        except Exception:  # noqa: BLE001 - the sampler's publishing must never stop here
+            count = self._errors.get("verdict", 0) + 1
+            self._errors["verdict"] = count
+            if count == 1:
+                log.exception("health verdict failed; it reads unknown until it works")
+            unknown = Verdict(UNKNOWN, "none", "health verdict failed", ())
+            return NodeHealth(snapshot.time, unknown,
+                              {gpu: unknown for gpu in range(snapshot.gpu_count)},
+                              tuple(sorted(self._errors.items())))
 
     def _judge(self, snapshot: Snapshot) -> NodeHealth:
         gpus = {}
