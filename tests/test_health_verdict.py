@@ -219,6 +219,8 @@ def test_api_health_and_metrics_share_the_verdict_on_a_running_exporter():
                   and 'state="failed"' in line]
         assert metric and metric[0].endswith(" 1.0")
         assert exporter.current.health is exporter.health.assess(exporter.current.snapshot)
+        response, raw = http_get(exporter.port, "/api/v1/health?gpu=1")
+        assert response.status == 400 and "unknown parameter 'gpu'" in json.loads(raw)["error"]
     finally:
         factory.stop_all()
 
