@@ -214,6 +214,9 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
         # reads then adds to the thread's CPU, never to the loop's alone.
         out.update({f"loop/{loop.name}": loop.cpu_seconds for loop in sampler.loops})
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
+        # the health checks (inside the publish loop's figure) and how often they judged
+        out["health"], out["health_judgements"] = (exp.health.cpu_seconds,
+                                                   float(exp.health.judgements))
         for gpu, stats in sampler.power.stats().items():
             out[f"samples/{gpu}"] = float(stats.samples_total)
             out[f"lost/{gpu}"] = float(stats.lost_total)
@@ -440,6 +443,16 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
               f"{rates.get('gc_collections', 0.0):.1f} collections/s; thread wake-ups "
               f"(voluntary context switches of the live threads): "
               f"{rates.get('wakeups', 0.0):.0f}/s")
+        if "health" in rates:
+            # the board reads come once a minute per GPU, maybe not inside the window:
+            # their steady share from the H200 model (estimated costs), 8 GPUs
+            board = 8 * sum(cost_model.H200.of_call(c).cpu for c in (
+                "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceValidateInforom")) / 60.0
+            print(f"  health checks (inside the publish loop): {rates['health'] * 100:.4f} % "
+                  f"in {rates['health_judgements']:.2f} judgements/s; their board reads "
+                  f"(fabric, InfoROM once a minute per GPU; H200 model, estimated) "
+                  f"{board * 100:.4f} %; together {(rates['health'] + board) * 100:.4f} % of "
+                  f"a core (budget 0.05 %)")
         if "render_cpu_seconds" in res:
             renders = res["scrapes"]["count"] / res["wall_seconds"]
             print(f"  render + gzip of one snapshot (first scrape of it, in its connection's "

@@ -13,6 +13,7 @@ from exporter.collectors import registry
 from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
+from exporter.health.monitor import HealthMonitor
 from exporter.metrics.render import RenderedSnapshot
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import SYSTEM, Clock
@@ -80,6 +81,7 @@ class Exporter:
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
+        self.health = HealthMonitor(config.health)
         self.fake_lib = fake_lib
         self.collectors: list[Collector | CollectorMaker] = (
             collectors if collectors is not None
@@ -88,8 +90,10 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
 
     def _publish(self, snapshot: Snapshot) -> None:
-        # rendered by its first scrape, with the serving side's own figures as of then
-        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection)
+        # rendered by its first scrape, with the serving side's own figures as of then;
+        # judged now, once: the metrics, the API and the page share the verdict
+        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection,
+                                        self.health.assess(snapshot))
 
     def _serving_families(self) -> list:
         server = self.server

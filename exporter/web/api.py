@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from exporter import __version__
+from exporter.health.model import NodeHealth, Verdict
 from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.collector_api import JobHolders
 from exporter.sampling.snapshot import Snapshot
@@ -30,8 +31,8 @@ from exporter.web.jsonarrays import json_array
 from exporter.web.probes import Readiness
 from exporter.web.wording import number
 
-POWER, FINDINGS = "/api/v1/power", "/api/v1/findings"
-PATHS = (POWER, FINDINGS)
+POWER, FINDINGS, HEALTH = "/api/v1/power", "/api/v1/findings", "/api/v1/health"
+PATHS = (POWER, FINDINGS, HEALTH)
 JSON_TYPE = "application/json"
 DEFAULT_SECONDS = 60
 # 120 s at 50 samples a second (the page's longest window) goes out undecimated; longer
@@ -164,10 +165,11 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 
 # -- /api/v1/findings ------------------------------------------------------------------------
 
-def findings_body(snapshot: Snapshot, readiness: Readiness, node: str) -> bytes:
+def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
+                  health: NodeHealth | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
     node at a glance (GPUs up, who holds them, the exporter's own health)."""
-    body = {"time": number(snapshot.time), "findings": findings(snapshot),
+    body = {"time": number(snapshot.time), "findings": findings(snapshot, health),
             "summary": summary(snapshot, readiness, node)}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
@@ -219,6 +221,36 @@ def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
     return out
 
 
+# -- /api/v1/health --------------------------------------------------------------------------
+
+def health_body(health: NodeHealth | None) -> bytes:
+    """{"node": verdict, "gpus": {"0": verdict, ...}}; verdict = {"state", "action",
+    "reasons", "checks": [{"name", "state", "value", "threshold", "source", "since"}]}.
+    Without a verdict yet (the exporter not started): unknown."""
+    if health is None:
+        body: dict[str, Any] = {"node": {"state": "unknown", "action": "none",
+                                         "reasons": "no verdict yet", "checks": []},
+                                "gpus": {}}
+    else:
+        body = {"node": _verdict(health.node),
+                "gpus": {str(gpu): _verdict(v) for gpu, v in sorted(health.gpus.items())}}
+    return json.dumps(body, ensure_ascii=False).encode() + b"\n"
+
+
+def _verdict(v: Verdict) -> dict[str, Any]:
+    return {"state": v.state, "action": v.action, "reasons": v.reasons,
+            "checks": [{"name": c.name, "state": c.state, "value": _json_value(c.value),
+                        "threshold": _json_value(c.threshold), "source": c.source,
+                        "since": number(c.since)} for c in v.checks]}
+
+
+def _json_value(value: float | str | None) -> float | str | None:
+    if isinstance(value, float):
+        whole = value.is_integer() and abs(value) < 2**53
+        return int(value) if whole else number(value, 6)
+    return value
+
+
 # -- answers, once per snapshot ------------------------------------------------------------------
 
 class Answer:
@@ -256,10 +288,15 @@ class Api:
             q = power_query(query, snap)
             key: tuple = (POWER, q.seconds, q.gpu)
             build = lambda: power_body(snap, q)  # noqa: E731
+        elif path == HEALTH:
+            parse_query(query, ())
+            key = (HEALTH,)
+            build = lambda: health_body(rendered.health)  # noqa: E731
         else:
             parse_query(query, ())
             key = (FINDINGS,)
-            build = lambda: findings_body(snap, self.readiness(rendered), self.node)  # noqa: E731
+            build = lambda: findings_body(snap, self.readiness(rendered), self.node,  # noqa: E731
+                                          rendered.health)
         # One build at a time, under the lock: concurrent viewers of a new snapshot wait
         # for the first one's build instead of each making their own, and the API never
         # takes more than one core from sampling and scrapes.
