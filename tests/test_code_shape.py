@@ -119,7 +119,7 @@ LAYERS = (
     ("exporter.web",),
     ("exporter.config",),
     ("exporter.sim",),
-    ("exporter.offline",),
+    ("exporter.offline", "exporter.tell"),
     ("exporter.app",),
     ("exporter.service", "exporter.fleet"),
     ("exporter.cli", "exporter.__main__"),
