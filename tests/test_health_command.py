@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -307,3 +309,45 @@ def test_no_scontrol_is_a_failed_drain(exporters, capsys, tmp_path):
     code, out = health(capsys, exporters["lost"].port, "--slurm-drain",
                        "--slurm.scontrol", str(tmp_path / "missing"), "--slurm.node-name", "n1")
     assert code == 1 and "not found" in out
+
+
+def test_slurm_drain_on_a_wrong_config_does_nothing_and_exits_0(slurm, capsys, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("listen_adress: ':9955'\n")
+    code, out = health(capsys, None, "--config", str(config), "--slurm-drain")
+    assert code == 0 and slurm.calls() == []
+    assert out.startswith("unknown: ") and "listen_adress" in out
+
+
+# -- deploy/slurm/health-check.sh: the HealthCheckProgram ------------------------------------
+
+HEALTH_CHECK = Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "health-check.sh"
+ENTRY_POINT = str(Path(sys.executable).parent / "cluster-telemetry-exporter")
+
+
+def run_health_check(env: dict[str, str]) -> subprocess.CompletedProcess:
+    # as slurmd runs it: no arguments, and a short time (it kills it after 60 s)
+    return subprocess.run([str(HEALTH_CHECK)], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_health_check_program_drains_through_the_config_file(exporters, slurm, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"listen_address: '127.0.0.1:{exporters['lost'].port}'\n")
+    slurm.state("ALLOCATED")
+    result = run_health_check({"CTE_BIN": ENTRY_POINT, "CTE_CONFIG": str(config)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert slurm.updates() == [["update", "NodeName=gpu-a17", "State=DRAIN", LOST_REASON]]
+    assert "slurm: drained gpu-a17" in result.stdout
+
+
+def test_the_health_check_program_never_holds_slurmd_back(slurm, tmp_path):
+    # the exporter not installed, or not running: exit 0, nothing drained
+    result = run_health_check({"CTE_BIN": str(tmp_path / "missing")})
+    assert result.returncode == 0 and "not installed" in result.stdout
+    config = tmp_path / "config.yaml"
+    config.write_text("listen_address: '127.0.0.1:1'\n")
+    result = run_health_check({"CTE_BIN": ENTRY_POINT, "CTE_CONFIG": str(config),
+                               "CTE_HEALTH_ARGS": "--timeout 2"})
+    assert result.returncode == 0 and result.stdout.startswith("unknown: cannot reach")
+    assert slurm.calls() == []

@@ -8,10 +8,10 @@
 
 Without --slurm-drain it exits 0 (OK), 1 (a problem) or 2 (unknown: the exporter cannot
 be reached, is not ready, or the config is wrong), node-problem-detector's convention.
-With --slurm-drain it exits 0 once it did what the verdict needs, and 1 only when a
-drain was needed and scontrol failed: some Slurm versions run HealthCheckProgram at
-slurmd's start until it exits 0 and hold the node's registration until then, which a
-stopped exporter or a warning must not do.
+With --slurm-drain it exits 0 once it did what the verdict needs (a stopped exporter and
+a wrong config included: nothing is drained then), and 1 only when a drain was needed
+and scontrol failed: some Slurm versions run HealthCheckProgram at slurmd's start until
+it exits 0 and hold the node's registration until then.
 """
 
 from __future__ import annotations
@@ -101,7 +101,14 @@ def _ask(target: client.Target) -> tuple[Verdict | None, str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    target = _target(args)
+    try:
+        target = _target(args)
+    except ConfigError as exc:
+        if not args.slurm_drain:
+            raise  # one line on stderr, exit 2: unknown
+        # HealthCheckProgram: a wrong config must not hold slurmd's registration back
+        print(cut(f"unknown: {exc}; slurm: nothing done"), flush=True)
+        return EXIT_OK
     verdict, line = _ask(target)
     code = verdict.exit_code(args.fail_on) if verdict is not None else EXIT_UNKNOWN
     outcome = None
