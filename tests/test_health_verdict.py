@@ -4,10 +4,13 @@ action and its reasons, judged once per snapshot, and /api/v1/health's shape."""
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
 
 import pytest
 
+from exporter.gpu.board import BoardHealth, FabricInfo
 from exporter.gpu.health import GpuHealth
+from exporter.gpu.state import GpuState
 from exporter.health.context import Check
 from exporter.health.model import FAILED, OK, Outcome
 from exporter.health.monitor import GPU_CHECKS, HealthMonitor
@@ -24,8 +27,25 @@ def health(time: float = 1.0, **fields) -> GpuHealth:
     return GpuHealth(**{**values, **fields})
 
 
+LINK = MappingProxyType({"pcie_max_generation": 5.0, "pcie_max_width": 16.0,
+                         "pcie_generation": 5.0, "pcie_width": 16.0,
+                         "utilization_gpu_ratio": 0.9})
+
+
+FABRIC = FabricInfo("completed", "Success", 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8, 1,
+                    "11111111-2222-3333-4444-555555555555")
+
+
+def board(time: float = 1.0, fabric: FabricInfo | None = FABRIC, error: str | None = None,
+          inforom: bool | None = True) -> BoardHealth:
+    return BoardHealth(time, fabric, error, inforom, None)
+
+
 def snap(time: float = 10.0, gpus: int = 2, **fields):
+    """A snapshot of `gpus` healthy GPUs (no counters: the rate checks do not apply)."""
     fields.setdefault("health", {g: health(time) for g in range(gpus)})
+    fields.setdefault("states", {g: GpuState(time, LINK) for g in range(gpus)})
+    fields.setdefault("board", {g: board(time) for g in range(gpus)})
     return make_snapshot(gpus, time=time, **fields)
 
 

@@ -34,8 +34,8 @@ def pcie_replays(c: GpuInputs) -> Outcome:
     s = c.state
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
-    replays, gen, width = (s.get("pcie_replays"), s.get("pcie_max_generation"),
-                           s.get("pcie_max_width"))
+    replays, gen, width = (s.get("pcie_replays"), c.value("pcie_max_generation"),
+                           c.value("pcie_max_width"))
     if replays is None or gen is None or width is None:
         return Outcome(NOT_APPLICABLE)
     gen = s.get("pcie_generation") or gen
@@ -55,7 +55,7 @@ def pcie_link(c: GpuInputs) -> Outcome:
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
     gen, width = s.get("pcie_generation"), s.get("pcie_width")
-    top_gen, top_width = s.get("pcie_max_generation"), s.get("pcie_max_width")
+    top_gen, top_width = c.value("pcie_max_generation"), c.value("pcie_max_width")
     busy = s.get("utilization_gpu_ratio")
     if None in (gen, width, top_gen, top_width):
         return Outcome(NOT_APPLICABLE)

@@ -29,6 +29,15 @@ class GpuInputs:
     def state(self) -> GpuState | None:
         return self.snapshot.states.get(self.gpu)
 
+    def value(self, key: str) -> float | None:
+        """A catalogue value: the sweep's latest, or the GPU's static one (maxima)."""
+        state = self.state
+        found = state.get(key) if state is not None else None
+        if found is None and self.gpu < len(self.snapshot.identities):
+            ident = self.snapshot.identities[self.gpu]
+            found = ident.values.get(key) if ident is not None else None
+        return found
+
     def increase(self, name: str, time: float, value: float, window: float | None = None,
                  changes_only: bool = False) -> tuple[float, float] | None:
         """Record the counter's value at `time`; its (increase, seconds) over `window`

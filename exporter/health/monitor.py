@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from exporter.health import checks_gpu, checks_links, checks_memory, checks_node
+from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
 from exporter.health.counters import CounterHistory
 from exporter.health.model import UNKNOWN, CheckResult, NodeHealth, Outcome, combine, verdict
@@ -24,7 +24,7 @@ from exporter.sampling.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 GPU_CHECKS: tuple[Check, ...] = (*checks_gpu.CHECKS, *checks_memory.CHECKS,
-                                  *checks_links.CHECKS)
+                                  *checks_links.CHECKS, *checks_board.CHECKS)
 NODE_CHECKS: tuple[Check, ...] = checks_node.CHECKS
 RE_JUDGE_SECONDS = 60.0  # judged again at least this often (XIDs age out of the hold)
 
@@ -34,8 +34,10 @@ def inputs_key(snapshot: Snapshot) -> tuple:
     return (snapshot.gpu_count, snapshot.expected_gpus,
             tuple(ident is None for ident in snapshot.identities),
             tuple((gpu, h.time) for gpu, h in sorted(snapshot.health.items())),
+            tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
             tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
             snapshot.lost, tuple(sorted(snapshot.hung)),
+            tuple(r.last_success for _, r in sorted(snapshot.collectors.items())),
             int(snapshot.time // RE_JUDGE_SECONDS))
 
 
