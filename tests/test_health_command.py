@@ -351,3 +351,47 @@ def test_the_health_check_program_never_holds_slurmd_back(slurm, tmp_path):
                                "CTE_HEALTH_ARGS": "--timeout 2"})
     assert result.returncode == 0 and result.stdout.startswith("unknown: cannot reach")
     assert slurm.calls() == []
+
+
+# -- what scontrol says, parsed ---------------------------------------------------------------
+
+@pytest.mark.parametrize("text, states, reason, jobs, drained", [
+    ("NodeName=a State=MIXED ThreadsPerCore=2", {"MIXED"}, "", True, False),
+    ("NodeName=a State=IDLE+DRAIN Reason=bad fan [root@2026-12-01T10:00:00] Comment=x",
+     {"IDLE", "DRAIN"}, "bad fan", False, True),
+    ("NodeName=a State=ALLOCATED+COMPLETING Reason=(null)",
+     {"ALLOCATED", "COMPLETING"}, "", True, False),
+    ("NodeName=a State=DOWN*+DRAIN Reason=Not responding [slurm@2026-12-01T10:00:00]",
+     {"DOWN", "DRAIN"}, "Not responding", False, True),
+    ("NodeName=a State=DRAINED", {"DRAINED"}, "", False, True),
+    # the multi-line form (without --oneliner)
+    ("NodeName=a Arch=x86_64\n   State=MIXED+DRAIN ThreadsPerCore=2\n"
+     "   Reason=cte: reboot_node: GPU 5: lost [root@2026-12-01T10:00:00]\n   Comment=(null)\n",
+     {"MIXED", "DRAIN"}, "cte: reboot_node: GPU 5: lost", True, True),
+])
+def test_scontrol_show_node_is_read(text, states, reason, jobs, drained):
+    from exporter.tell.slurm import parse_node
+
+    node = parse_node(text)
+    assert node is not None
+    assert (set(node.states), node.reason, node.jobs_run, node.drained) == (
+        states, reason, jobs, drained)
+
+
+def test_no_state_is_no_answer():
+    from exporter.tell.slurm import parse_node
+
+    assert parse_node("slurm_load_node error: Invalid node name specified") is None
+
+
+@pytest.mark.parametrize("listen, host, url", [
+    ("", "127.0.0.1", "http://127.0.0.1:9955/api/v1/health"),
+    ("0.0.0.0", "127.0.0.1", "http://127.0.0.1:9955/api/v1/health"),
+    ("::", "::1", "http://[::1]:9955/api/v1/health"),
+    ("10.1.2.3", "10.1.2.3", "http://10.1.2.3:9955/api/v1/health"),
+])
+def test_every_address_is_asked_on_loopback(listen, host, url):
+    from exporter.tell.client import Target, connect_host
+
+    assert connect_host(listen) == host
+    assert Target(host, 9955).url == url
