@@ -11,8 +11,11 @@ hashes, so the user and a password file are the command's own flags.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
+import logging
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,11 +65,26 @@ def _served_certificate(web_config_file: str) -> tuple[str | None, str | None]:
     return name, inline
 
 
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """The web config's warnings (a loose key, a certificate near its end) are the
+    exporter's to log; here they would repeat on every run of the plugin."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def tls_context(web_config_file: str, client_cert: str | None = None,
                 client_key: str | None = None) -> ssl.SSLContext | None:
     """The client side of the web config: None for plain HTTP. The file is checked as
     `run` checks it (a ConfigError names file, line and key)."""
-    if not web_config_file or not load_web_config(web_config_file).tls:
+    with _quiet("exporter.web"):
+        tls = bool(web_config_file) and load_web_config(web_config_file).tls
+    if not tls:
         if client_cert:
             raise ConfigError("--tls.client-cert: the exporter serves plain HTTP "
                               "(no tls_server_config in its web config)")
