@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
@@ -53,6 +54,9 @@ class HealthMonitor:
         self._last: tuple[Snapshot, NodeHealth] | None = None
         self._key: tuple | None = None
         self._lock = threading.Lock()
+        # what judging costs (bench/bench_cpu.py shows it): CPU-seconds and judgements
+        self.cpu_seconds = 0.0
+        self.judgements = 0
 
     def assess(self, snapshot: Snapshot) -> NodeHealth:
         """The snapshot's verdicts; the same object for the same snapshot, and the last
@@ -64,8 +68,11 @@ class HealthMonitor:
             if self._last is not None and key == self._key:
                 result = self._last[1]
             else:
+                started = time.thread_time()
                 result = self._judge(snapshot)
                 self._key = key
+                self.judgements += 1
+                self.cpu_seconds += time.thread_time() - started
             self._last = (snapshot, result)
             return result
 

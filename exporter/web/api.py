@@ -165,10 +165,11 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 
 # -- /api/v1/findings ------------------------------------------------------------------------
 
-def findings_body(snapshot: Snapshot, readiness: Readiness, node: str) -> bytes:
+def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
+                  health: NodeHealth | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
     node at a glance (GPUs up, who holds them, the exporter's own health)."""
-    body = {"time": number(snapshot.time), "findings": findings(snapshot),
+    body = {"time": number(snapshot.time), "findings": findings(snapshot, health),
             "summary": summary(snapshot, readiness, node)}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
@@ -294,7 +295,8 @@ class Api:
         else:
             parse_query(query, ())
             key = (FINDINGS,)
-            build = lambda: findings_body(snap, self.readiness(rendered), self.node)  # noqa: E731
+            build = lambda: findings_body(snap, self.readiness(rendered), self.node,  # noqa: E731
+                                          rendered.health)
         # One build at a time, under the lock: concurrent viewers of a new snapshot wait
         # for the first one's build instead of each making their own, and the API never
         # takes more than one core from sampling and scrapes.
