@@ -122,7 +122,7 @@ LAYERS = (
     ("exporter.offline", "exporter.tell"),
     ("exporter.app",),
     ("exporter.service", "exporter.fleet"),
-    ("exporter.cli", "exporter.__main__"),
+    ("exporter.cli", "exporter.entry", "exporter.__main__"),
 )
 
 

@@ -401,3 +401,22 @@ def test_every_address_is_asked_on_loopback(listen, host, url):
 
     assert connect_host(listen) == host
     assert Target(host, 9955).url == url
+
+
+def test_the_program_answers_health_without_loading_the_sampler(exporters, capsys):
+    """The installed program runs `health` straight from exporter/entry.py: the same line
+    and exit code as through the full command line, with neither numpy nor the sampler,
+    collectors or config imported."""
+    port = exporters["lost"].port
+    code = ("import runpy, sys; sys.argv = ['cte', 'health', '--web.listen-address="
+            f"127.0.0.1:{port}']\n"
+            "try:\n    runpy.run_module('exporter.entry', run_name='__main__')\n"
+            "except SystemExit as exc:\n"
+            "    loaded = [m for m in ('numpy', 'exporter.sampling', 'exporter.collectors',"
+            " 'exporter.config', 'exporter.cli') if m in sys.modules]\n"
+            "    print(exc.code, loaded)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    line, summary = result.stdout.splitlines()
+    assert summary == "1 []", result.stderr
+    assert (1, line + "\n") == health(capsys, port)

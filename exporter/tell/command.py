@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Sequence
 
-from exporter.config import all_options, build_config
+from exporter.errors import PROG, fail
 from exporter.health.model import FAILED, UNKNOWN
-from exporter.options import HEALTH, add_flags, positive
+from exporter.options import HEALTH, Option, add_flags, build, options_of, positive
 from exporter.tell import client, slurm
 from exporter.tell.verdict import (
     EXIT_OK,
@@ -33,13 +35,19 @@ from exporter.tell.verdict import (
     cut,
     parse,
 )
+from exporter.web.settings import ServingSettings
 from exporter.yamlfile import ConfigError
+
+
+def _options() -> list[Option]:
+    """The settings health shares with run: the listen address and the web config."""
+    return [o for o in options_of(ServingSettings) if HEALTH in o.commands]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="the exporter's YAML config file: "
                         "its listen address and web config (flags win over it)")
-    add_flags(parser, HEALTH, all_options())
+    add_flags(parser, HEALTH, _options())
     parser.add_argument("--format", choices=("line", "json"), default="line",
                         help="one line (default), or one JSON object for scripts")
     parser.add_argument("--fail-on", choices=FAIL_ON, default=FAILED,
@@ -72,10 +80,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "PATH)")
 
 
+def _serving(args: argparse.Namespace) -> ServingSettings:
+    """The listen address and web config: from the config file, checked whole as `run`
+    checks it, with the flags over it; from the flags alone without a file (then
+    nothing but these two settings is loaded: a run costs a quarter of the CPU)."""
+    given = {o.key: getattr(args, o.key) for o in _options()
+             if getattr(args, o.key, None) is not None}
+    if args.config:
+        from exporter.config import build_config  # the whole config, every collector's
+
+        return build_config(args.config, given).serving
+    for option in _options():
+        problem = option.problem(given.get(option.key, option.default))
+        if problem:
+            raise ConfigError(f"{option.flag} (config key {option.key}): {problem}")
+    return build(ServingSettings, given)
+
+
 def _target(args: argparse.Namespace) -> client.Target:
-    overrides = {o.key: getattr(args, o.key) for o in all_options()
-                 if o.flag is not None and HEALTH in o.commands}
-    serving = build_config(args.config, overrides).serving
+    serving = _serving(args)
     host, port = serving.host_port
     if port == 0:
         raise ConfigError(f"--web.listen-address {serving.listen_address}: port 0 is "
@@ -133,4 +156,24 @@ def main(args: argparse.Namespace) -> int:
     return code
 
 
-__all__ = ["EXIT_OK", "EXIT_PROBLEM", "EXIT_UNKNOWN", "add_arguments", "main"]
+class _Parser(argparse.ArgumentParser):
+    """A bad flag: one line and exit 2 (unknown), as every subcommand says it."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.exit(fail("health", f"{message} (see --help)"))
+
+
+def run(argv: Sequence[str]) -> int:
+    """`cluster-telemetry-exporter health ARGS`, straight from exporter/entry.py: the
+    sampler, the collectors and numpy are never imported."""
+    parser = _Parser(prog=f"{PROG} health", description="Ask the local exporter for its "
+                     "verdict: one line, exit 0 OK, 1 problem, 2 unknown.")
+    add_arguments(parser)
+    args = parser.parse_args(list(argv))
+    try:
+        return main(args)
+    except ConfigError as exc:
+        return fail("health", str(exc))
+
+
+__all__ = ["EXIT_OK", "EXIT_PROBLEM", "EXIT_UNKNOWN", "add_arguments", "main", "run"]
