@@ -88,6 +88,10 @@ def test_a_stopped_exporter_exits_2(capsys):
     code, out = health(capsys, port, "--timeout", "2")
     assert code == 2
     assert out.startswith(f"unknown: cannot reach the exporter at http://127.0.0.1:{port}/")
+    code, out = health(capsys, port, "--timeout", "2", "--format", "json")
+    answer = json.loads(out)
+    assert code == answer["exit_code"] == 2 and answer["verdict"] is None
+    assert answer["line"].startswith("unknown: cannot reach")
 
 
 def test_json_for_scripts_carries_the_exporters_answer(exporters, capsys):
@@ -113,8 +117,10 @@ def test_bad_config_is_one_line_and_unknown(capsys, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("listen_address: nowhere\n")
     assert main(["health", "--config", str(config)]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.startswith("cluster-telemetry-exporter: health: ") and err.count("\n") == 1
+    # the condition's message too (node-problem-detector reads stdout)
+    assert out.startswith("unknown: ") and "listen_address" in out and out.count("\n") == 1
     assert main(["health", "--web.listen-address", "127.0.0.1:0"]) == 2
     assert "port 0" in capsys.readouterr().err
 

@@ -127,11 +127,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         target = _target(args)
     except ConfigError as exc:
-        if not args.slurm_drain:
-            raise  # one line on stderr, exit 2: unknown
-        # HealthCheckProgram: a wrong config must not hold slurmd's registration back
-        print(cut(f"unknown: {exc}; slurm: nothing done"), flush=True)
-        return EXIT_OK
+        if args.slurm_drain:
+            # HealthCheckProgram: a wrong config must not hold slurmd's registration back
+            print(cut(f"unknown: {exc}; slurm: nothing done"), flush=True)
+            return EXIT_OK
+        # stdout is node-problem-detector's condition message; stderr the usual line
+        print(cut(f"unknown: {exc}"), flush=True)
+        return fail("health", str(exc), EXIT_UNKNOWN)
     verdict, line = _ask(target)
     code = verdict.exit_code(args.fail_on) if verdict is not None else EXIT_UNKNOWN
     outcome = None
