@@ -15,10 +15,19 @@ import threading
 import time
 from collections.abc import Sequence
 
+from exporter.collectors.infiniband.reading import InfinibandReading
 from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
 from exporter.health.counters import CounterHistory
-from exporter.health.model import UNKNOWN, CheckResult, NodeHealth, Outcome, combine, verdict
+from exporter.health.model import (
+    UNKNOWN,
+    CheckResult,
+    NodeHealth,
+    Outcome,
+    Verdict,
+    combine,
+    verdict,
+)
 from exporter.health.settings import HealthSettings
 from exporter.sampling.snapshot import Snapshot
 
@@ -38,7 +47,9 @@ def inputs_key(snapshot: Snapshot) -> tuple:
             tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
             tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
             snapshot.lost, tuple(sorted(snapshot.hung)),
-            tuple(r.last_success for _, r in sorted(snapshot.collectors.items())),
+            tuple((p.device, p.port, p.state_id) for r in snapshot.collectors.values()
+                  if isinstance(r.reading, InfinibandReading)
+                  for d in r.reading.devices for p in d.ports),
             int(snapshot.time // RE_JUDGE_SECONDS))
 
 
@@ -49,7 +60,10 @@ class HealthMonitor:
         self.settings = settings or HealthSettings()
         self.gpu_checks, self.node_checks = tuple(gpu_checks), tuple(node_checks)
         self.counters = CounterHistory()
-        self._since: dict[tuple[int | None, str], tuple[str, float]] = {}
+        # (gpu, check) -> its last outcome and result: an unchanged outcome keeps its
+        # result (and its `since`), and a GPU whose results all held keeps its verdict
+        self._results: dict[tuple[int | None, str], tuple[Outcome, CheckResult]] = {}
+        self._verdicts: dict[int | None, Verdict] = {}
         self._errors: dict[str, int] = {}
         self._last: tuple[Snapshot, NodeHealth] | None = None
         self._key: tuple | None = None
@@ -82,10 +96,10 @@ class HealthMonitor:
             inputs = GpuInputs(snapshot, gpu, self.settings, self.counters)
             results = tuple(self._run(check, inputs, gpu, snapshot.time)
                             for check in self.gpu_checks)
-            gpus[gpu] = verdict(results, f"GPU {gpu}: ")
+            gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
         node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus)
-        own = verdict(tuple(self._run(check, node_inputs, None, snapshot.time)
-                            for check in self.node_checks), "node: ")
+        own = self._verdict(None, tuple(self._run(check, node_inputs, None, snapshot.time)
+                                        for check in self.node_checks), "node: ")
         return NodeHealth(snapshot.time, combine(own, list(gpus.values())), gpus,
                           tuple(sorted(self._errors.items())))
 
@@ -100,8 +114,20 @@ class HealthMonitor:
                               check.name)
             outcome = Outcome(UNKNOWN, reason=f"{check.name} check failed")
         key = (gpu, check.name)
-        held = self._since.get(key)
-        if held is None or held[0] != outcome.state:
-            held = self._since[key] = (outcome.state, now)
-        return CheckResult(check.name, outcome.state, outcome.value, outcome.threshold,
-                           check.source, held[1], outcome.action, outcome.reason)
+        last = self._results.get(key)
+        if last is not None and last[0] == outcome:
+            return last[1]
+        since = last[1].since if last is not None and last[1].state == outcome.state else now
+        result = CheckResult(check.name, outcome.state, outcome.value, outcome.threshold,
+                             check.source, since, outcome.action, outcome.reason)
+        self._results[key] = (outcome, result)
+        return result
+
+    def _verdict(self, gpu: int | None, results: tuple[CheckResult, ...], prefix: str
+                 ) -> Verdict:
+        last = self._verdicts.get(gpu)
+        if last is not None and len(last.checks) == len(results) and all(
+                a is b for a, b in zip(last.checks, results, strict=True)):
+            return last
+        made = self._verdicts[gpu] = verdict(results, prefix)
+        return made

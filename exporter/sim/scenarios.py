@@ -80,6 +80,9 @@ FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
                     "temperature_offset_celsius": (_FLOAT, 0.0, False)},
     # the recovery action NVML reports (field 230) while active
     "recovery_action": {"action": (_STR, None, True)},
+    # PCIe replays at a rate while active, and the link's generation or width while active
+    "pcie": {"replays_per_minute": (_FLOAT, 0.0, False), "generation": (_INT, None, False),
+             "width": (_INT, None, False)},
     # the NVLink fabric's registration while active (nvmlDeviceGetGpuFabricInfoV): its
     # state (a fabric that never registers: not_started with no `until`), the status of
     # the registration (an NVML error name, or Success) and a degraded health mask
