@@ -362,6 +362,8 @@ def test_the_health_check_program_never_holds_slurmd_back(slurm, tmp_path):
     result = run_health_check({"CTE_BIN": ENTRY_POINT, "CTE_CONFIG": str(config),
                                "CTE_HEALTH_ARGS": "--timeout 2"})
     assert result.returncode == 0 and result.stdout.startswith("unknown: cannot reach")
+    result = run_health_check({"CTE_BIN": ENTRY_POINT, "CTE_HEALTH_ARGS": "--timout 2"})
+    assert result.returncode == 0 and "unrecognized arguments: --timout" in result.stdout
     assert slurm.calls() == []
 
 

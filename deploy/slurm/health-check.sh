@@ -38,4 +38,8 @@ fi
 out=$("$CTE_BIN" "$@" $CTE_HEALTH_ARGS 2>&1)
 code=$?
 cte_say "$out"
+# 2: a flag in CTE_HEALTH_ARGS it does not know; said above, and no reason to hold slurmd
+if [ "$code" -eq 2 ]; then
+    code=0
+fi
 exit "$code"
