@@ -1,5 +1,5 @@
 import sys
 
-from exporter.cli import main
+from exporter.entry import main
 
 sys.exit(main())

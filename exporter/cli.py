@@ -1,4 +1,4 @@
-"""Command line: run, check-config, analyze, simulate."""
+"""Command line: run, check-config, analyze, simulate, record, health."""
 
 from __future__ import annotations
 
@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
         "analyze", help="analyse a trace (ours or an nvidia-smi CSV log) offline"))
     lemons.add_arguments(commands.add_parser(
         "lemons", help="rank nodes and GPUs by how likely they fail again (fault events)"))
+    from exporter.tell import command as health
+
+    health.add_arguments(commands.add_parser(
+        "health", help="ask the local exporter for its verdict: one line, exit 0 OK, 1 "
+        "problem, 2 unknown (node-problem-detector); --slurm-drain drains via scontrol"))
     return parser
 
 
@@ -190,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return lemons.main(args)
         if args.command == "check-config":
             return _check_config(args.file)
+        if args.command == "health":
+            from exporter.tell import command as health
+
+            return health.main(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (ConfigError, TraceError) as exc:

@@ -29,6 +29,7 @@ from exporter.yamlfile import ConfigError, excerpt
 DEFAULT_PORT = 9955  # free of node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835
 LOG_LEVELS = ("debug", "info", "warning", "error")
 RUN, SIMULATE, RECORD, ANALYZE = "run", "simulate", "record", "analyze"
+HEALTH = "health"  # asks a running exporter: its listen address and web config only
 ALL = (RUN, SIMULATE, RECORD)  # the commands that sample GPUs
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.collectors import registry  # noqa: E402
 from exporter.config import all_options  # noqa: E402
-from exporter.options import RECORD, RUN, SIMULATE, Option  # noqa: E402
+from exporter.options import HEALTH, RECORD, RUN, SIMULATE, Option  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -62,7 +62,7 @@ def _range(option: Option) -> str:
 def table(options: list[Option]) -> list[str]:
     lines = ["| Flag | Config key | Default | Commands | Meaning |", "|---|---|---|---|---|"]
     for option in options:
-        commands = ", ".join(c for c in (RUN, SIMULATE, RECORD) if c in option.commands)
+        commands = ", ".join(c for c in (RUN, SIMULATE, RECORD, HEALTH) if c in option.commands)
         lines.append(f"| {_flag(option)} | `{option.key}` | {_default(option)} | {commands} | "
                      f"{option.help}{_range(option)} |")
     return lines

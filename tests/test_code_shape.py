@@ -119,10 +119,10 @@ LAYERS = (
     ("exporter.web",),
     ("exporter.config",),
     ("exporter.sim",),
-    ("exporter.offline",),
+    ("exporter.offline", "exporter.tell"),
     ("exporter.app",),
     ("exporter.service", "exporter.fleet"),
-    ("exporter.cli", "exporter.__main__"),
+    ("exporter.cli", "exporter.entry", "exporter.__main__"),
 )
 
 

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,6 +57,13 @@ VALUES_SETS: dict[str, dict[str, Any]] = {
     },
     # pod UIDs and labels from the API server: the chart adds the RBAC for it
     "pod-labels": {"kubernetes": {"copyPodLabels": r"team|queue|batch\.kubernetes\.io/job-name"}},
+    # failing GPUs as a node condition: node-problem-detector in the pod, its plugin
+    # asking over TLS with basic auth, a warning a problem too
+    "node-problem-detector": {
+        "nodeProblemDetector": {"enabled": True, "failOnWarning": True,
+                                "basicAuth": {"username": "npd", "passwordSecret": "npd"}},
+        "webConfig": {"existingSecret": "web", "tls": True},
+    },
     # the DaemonSet alone: no Operator, no Grafana, no kubelet socket
     "plain": {
         "service": {"enabled": False}, "serviceMonitor": {"enabled": False},
@@ -88,7 +96,9 @@ def only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (c,) = only(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    """The exporter's container (node-problem-detector's may be beside it)."""
+    (c,) = [c for c in only(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "exporter"]
     return c
 
 
@@ -157,6 +167,10 @@ def test_the_validators_catch_a_misspelt_field(helm):
     {"extraArgs": ["run"]}, {"kubernetes": {"podResourcesDir": "relative"}},
     {"colectors": {"processes": True}}, {"image": {"digest": "sha256:abc"}},
     {"kubernetes": {"copyPodLabels": "team\nqueue"}}, {"kubernetes": {"copyPodLabels": 3}},
+    {"nodeProblemDetector": {"basicAuth": {"username": "npd"}}},
+    {"nodeProblemDetector": {"condition": "gpu healthy"}},
+    {"nodeProblemDetector": {"image": {"tag": "latest"}}},
+    {"nodeProblemDetector": {"invokeInterval": "30"}},
 ])
 def test_values_schema_refuses_bad_values(helm, bad):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
@@ -332,3 +346,108 @@ def test_plain_manifests_are_rendered_from_the_chart(helm):
     for path in (REPO / "deploy" / "kubernetes").glob("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
             validate(doc)
+
+
+# -- node-problem-detector ----------------------------------------------------------------
+
+# The keys node-problem-detector's custom plugin monitor reads
+# (pkg/custompluginmonitor/types/config.go): any other is silently ignored by it.
+NPD_KEYS = {"plugin", "pluginConfig", "source", "conditions", "rules", "metricsReporting"}
+NPD_PLUGIN_KEYS = {"invoke_interval", "timeout", "max_output_length", "concurrency",
+                   "enable_message_change_based_condition_update", "skip_initial_status"}
+NPD_RULE_KEYS = {"type", "condition", "reason", "path", "args", "timeout"}
+NPD_CONDITION_KEYS = {"type", "reason", "message"}
+
+
+def npd_config(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the plugin monitor config, the ConfigMap holding it)."""
+    (cm,) = [d for d in by_kind(docs, "ConfigMap")
+             if d["metadata"]["name"].endswith("-node-problem-detector")]
+    return json.loads(cm["data"]["gpu-health.json"]), cm
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    number, unit = duration.rstrip("smh"), duration[len(duration.rstrip("smh")):]
+    return float(number) * units[unit]
+
+
+def test_node_problem_detector_is_off_by_default(helm):
+    docs = objects(helm, {})
+    assert not any(d["metadata"]["name"].endswith("-node-problem-detector") for d in docs)
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["exporter"]
+    assert "serviceAccountName" not in pod and "initContainers" not in pod
+
+
+def test_node_problem_detector_config_is_what_it_reads_and_wired_in_the_pod(helm):
+    docs = objects(helm, VALUES_SETS["node-problem-detector"])
+    config, cm = npd_config(docs)
+    assert set(config) <= NPD_KEYS and set(config["pluginConfig"]) <= NPD_PLUGIN_KEYS
+    assert config["plugin"] == "custom"
+    (condition,) = config["conditions"]
+    assert set(condition) <= NPD_CONDITION_KEYS and condition["type"] == "GpuUnhealthy"
+    (rule,) = config["rules"]
+    assert set(rule) <= NPD_RULE_KEYS
+    assert (rule["type"], rule["condition"]) == ("permanent", "GpuUnhealthy")
+    # node-problem-detector refuses a rule timeout above the global one
+    assert _seconds(rule["timeout"]) <= _seconds(config["pluginConfig"]["timeout"]) < (
+        _seconds(config["pluginConfig"]["invoke_interval"]))
+    assert rule["args"] == [
+        "health", "--web.listen-address=127.0.0.1:9955",
+        "--web.config.file=/etc/cluster-telemetry-exporter/web/web-config.yml",
+        "--fail-on=warning", "--auth.username=npd",
+        "--auth.password-file=/etc/cluster-telemetry-exporter/npd-auth/password"]
+    # the plugin is our image's entry point (the Containerfile's virtual environment)
+    containerfile = (REPO / "deploy" / "container" / "Containerfile").read_text()
+    assert "python3 -m venv /opt/cte" in containerfile
+    assert rule["path"] == "/opt/cte/bin/cluster-telemetry-exporter"
+
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    npd = next(c for c in pod["containers"] if c["name"] == "node-problem-detector")
+    assert npd["image"] == container(docs)["image"]  # the plugin runs from our image
+    (copy,) = pod["initContainers"]
+    assert copy["image"].startswith("registry.k8s.io/node-problem-detector/")
+    assert copy["command"][-1] == npd["command"][0] == "/npd/node-problem-detector"
+    mounts = {m["name"]: m["mountPath"] for m in npd["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    flag = next(a for a in npd["command"] if a.startswith("--config.custom-plugin-monitor="))
+    assert flag.split("=", 1)[1] == mounts["npd-config"] + "/gpu-health.json"
+    assert volumes["npd-config"]["configMap"]["name"] == cm["metadata"]["name"]
+    assert mounts["web-config"] == "/etc/cluster-telemetry-exporter/web"
+    assert mounts["npd-auth"] + "/password" == rule["args"][-1].split("=", 1)[1]
+    assert volumes["npd-auth"]["secret"]["secretName"] == "npd"
+    # the API token only in node-problem-detector's container, its account bound to
+    # Kubernetes' own role for it
+    assert pod["automountServiceAccountToken"] is False
+    assert mounts["npd-token"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert "npd-token" not in {m["name"] for m in container(docs)["volumeMounts"]}
+    binding = only(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "system:node-problem-detector"
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"] == (
+        only(docs, "ServiceAccount")["metadata"]["name"])
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in (
+        npd["env"])
+
+
+def test_node_problem_detector_plugin_command_runs(helm, running_exporter):
+    """The rendered rule's command, run as node-problem-detector runs it (its path is our
+    image's entry point; here the one installed with this checkout), against real
+    exporters: 1 for a lost GPU, 0 for a healthy node, 2 once the exporter is gone, one
+    line within max_output_length each time."""
+    entry_point = str(Path(sys.executable).parent / "cluster-telemetry-exporter")
+    for scenario, expected in (("gpu-lost", 1), ("training", 0)):
+        exporter = running_exporter.start(manual=True, scenario=scenario)
+        exporter.sampler.advance(16)
+        config, _ = npd_config(objects(helm, {"nodeProblemDetector": {"enabled": True},
+                                               "port": exporter.port}))
+        (rule,) = config["rules"]
+        result = subprocess.run([entry_point, *rule["args"]], capture_output=True, text=True,
+                                timeout=_seconds(rule["timeout"]) * 3)
+        assert result.returncode == expected, result.stdout + result.stderr
+        assert result.stdout.count("\n") == 1
+        assert len(result.stdout) <= config["pluginConfig"]["max_output_length"]
+    running_exporter.stop_all()
+    result = subprocess.run([entry_point, *rule["args"]], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2 and result.stdout.startswith("unknown: cannot reach")

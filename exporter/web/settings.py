@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.options import DEFAULT_PORT, listen_address_problem, parse_listen_address, setting
+from exporter.options import (
+    DEFAULT_PORT,
+    HEALTH,
+    RUN,
+    listen_address_problem,
+    parse_listen_address,
+    setting,
+)
 
 
 @dataclass(frozen=True)
 class ServingSettings:
     listen_address: str = setting(
         f":{DEFAULT_PORT}", "address to serve on (host:port, [v6]:port)",
-        flag="--web.listen-address", metavar="ADDR", check=listen_address_problem)
+        flag="--web.listen-address", metavar="ADDR", check=listen_address_problem,
+        commands=(RUN, HEALTH))
     web_config_file: str = setting(
         "", "TLS and basic auth, in the Prometheus exporter-toolkit web config format "
-        "(unset: plain HTTP, no auth)", flag="--web.config.file", metavar="FILE")
+        "(unset: plain HTTP, no auth)", flag="--web.config.file", metavar="FILE",
+        commands=(RUN, HEALTH))
     stale_after_seconds: float = setting(
         10.0, "/healthz and /readyz are 503 once the last snapshot is older than this; "
         "/readyz lists loops stale this long", flag="--health.stale-after", low=1.0,

@@ -82,3 +82,38 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* node-problem-detector's custom plugin: where our command and its config live. */}}
+{{- define "cte.npdName" -}}
+{{- printf "%s-node-problem-detector" (include "cte.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "cte.npdImage" -}}
+{{- $npd := .Values.nodeProblemDetector.image -}}
+{{- if $npd.digest -}}
+{{ $npd.repository }}@{{ $npd.digest }}
+{{- else -}}
+{{ $npd.repository }}:{{ $npd.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* The custom plugin monitor config (JSON): one permanent rule whose plugin is
+`cluster-telemetry-exporter health`, run from this chart's image, asking the exporter in
+the same pod. Exit 0/1/2 set the condition False/True/Unknown; stdout is its message. */}}
+{{- define "cte.npdConfig" -}}
+{{- $npd := .Values.nodeProblemDetector -}}
+{{- $args := list "health" (printf "--web.listen-address=127.0.0.1:%v" .Values.port) -}}
+{{- if include "cte.webConfigOn" . -}}
+{{- $args = append $args "--web.config.file=/etc/cluster-telemetry-exporter/web/web-config.yml" -}}
+{{- end -}}
+{{- if $npd.failOnWarning -}}
+{{- $args = append $args "--fail-on=warning" -}}
+{{- end -}}
+{{- with $npd.basicAuth.username -}}
+{{- $args = concat $args (list (printf "--auth.username=%s" .) "--auth.password-file=/etc/cluster-telemetry-exporter/npd-auth/password") -}}
+{{- end -}}
+{{- $rule := dict "type" "permanent" "condition" $npd.condition "reason" $npd.reason "path" "/opt/cte/bin/cluster-telemetry-exporter" "args" $args "timeout" $npd.timeout -}}
+{{- $plugin := dict "invoke_interval" $npd.invokeInterval "timeout" $npd.timeout "max_output_length" 512 "concurrency" 1 "enable_message_change_based_condition_update" true -}}
+{{- $condition := dict "type" $npd.condition "reason" $npd.healthyReason "message" "every GPU is fit to run jobs" -}}
+{{- dict "plugin" "custom" "pluginConfig" $plugin "source" "cluster-telemetry-exporter" "metricsReporting" true "conditions" (list $condition) "rules" (list $rule) | toPrettyJson -}}
+{{- end -}}

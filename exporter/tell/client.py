@@ -1,0 +1,161 @@
+"""Where the local exporter listens and how to reach it: the address, TLS and basic auth
+of the same config file and web config as `run` (or the same --web.* flags).
+
+TLS: the client trusts exactly the certificate the exporter serves (the web config's
+cert_file or inline cert), as a trust anchor of its own, so a self-signed certificate and
+one from a CA both verify, and the host name (we connect to a loopback address, the
+certificate names the node) is not compared. Basic auth: the web config holds only bcrypt
+hashes, so the user and a password file are the command's own flags.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import logging
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.regularfile import read_regular
+from exporter.web.webconfig import load_web_config
+from exporter.yamlfile import ConfigError, load_yaml_file
+
+PATH = "/api/v1/health"
+MAX_ANSWER_BYTES = 8 << 20  # a verdict of 64 GPUs is well under 1 MiB
+
+
+class Unreachable(Exception):
+    """The exporter could not be asked, or is not ready; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    context: ssl.SSLContext | None = None
+    authorization: str | None = None
+    timeout: float = 5.0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.context else 'http'}://{host}:{self.port}{PATH}"
+
+
+def connect_host(listen_host: str) -> str:
+    """The address to ask an exporter listening on `listen_host` at: every address
+    ('', 0.0.0.0, ::) is asked on loopback."""
+    if listen_host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if listen_host == "::":
+        return "::1"
+    return listen_host
+
+
+def _served_certificate(web_config_file: str) -> tuple[str | None, str | None]:
+    """(cert file path, inline PEM) of the web config's tls_server_config."""
+    data = load_yaml_file(web_config_file)
+    tls = (data or {}).get("tls_server_config") or {}
+    name, inline = tls.get("cert_file") or None, tls.get("cert") or None
+    if name is not None and not Path(name).is_absolute():
+        name = str(Path(web_config_file).resolve().parent / name)
+    return name, inline
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """The web config's warnings (a loose key, a certificate near its end) are the
+    exporter's to log; here they would repeat on every run of the plugin."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def tls_context(web_config_file: str, client_cert: str | None = None,
+                client_key: str | None = None) -> ssl.SSLContext | None:
+    """The client side of the web config: None for plain HTTP. The file is checked as
+    `run` checks it (a ConfigError names file, line and key)."""
+    with _quiet("exporter.web"):
+        tls = bool(web_config_file) and load_web_config(web_config_file).tls
+    if not tls:
+        if client_cert:
+            raise ConfigError("--tls.client-cert: the exporter serves plain HTTP "
+                              "(no tls_server_config in its web config)")
+        return None
+    cert_file, inline = _served_certificate(web_config_file)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # loopback: the certificate itself is the anchor
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    context.load_verify_locations(cafile=cert_file, cadata=inline)
+    if client_cert:
+        try:
+            context.load_cert_chain(client_cert, client_key or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"--tls.client-cert {client_cert}: cannot load it with its "
+                              f"key ({getattr(exc, 'strerror', None) or exc})") from None
+    elif client_key:
+        raise ConfigError("--tls.client-key needs --tls.client-cert")
+    return context
+
+
+def authorization(username: str | None, password_file: str | None) -> str | None:
+    """The Authorization header for basic auth, or None."""
+    if not username and not password_file:
+        return None
+    if not username or not password_file:
+        raise ConfigError("--auth.username and --auth.password-file go together")
+    try:
+        password = read_regular(Path(password_file)).decode().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--auth.password-file {password_file}: cannot read it "
+                          f"({getattr(exc, 'strerror', None) or exc})") from None
+    token = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return f"Basic {token}"
+
+
+def ask(target: Target) -> bytes:
+    """The body of a 200 answer to GET /api/v1/health; Unreachable otherwise."""
+    if target.context is not None:
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            target.host, target.port, timeout=target.timeout, context=target.context)
+    else:
+        conn = http.client.HTTPConnection(target.host, target.port, timeout=target.timeout)
+    headers = {"Accept-Encoding": "identity"}
+    if target.authorization:
+        headers["Authorization"] = target.authorization
+    try:
+        conn.request("GET", PATH, headers=headers)
+        response = conn.getresponse()
+        body = response.read(MAX_ANSWER_BYTES + 1)
+    except (OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise Unreachable(f"cannot reach the exporter at {target.url}: "
+                          f"{reason or type(exc).__name__}") from None
+    finally:
+        conn.close()
+    if response.status == 200 and len(body) <= MAX_ANSWER_BYTES:
+        return body
+    raise Unreachable(_refusal(target, response.status, len(body)))
+
+
+def _refusal(target: Target, status: int, size: int) -> str:
+    if status == 200:
+        return f"{target.url} answered more than {MAX_ANSWER_BYTES} bytes"
+    if status == 503:
+        return f"the exporter at {target.url} is not ready (HTTP 503)"
+    if status == 401:
+        return (f"{target.url} asks for basic auth: give --auth.username and "
+                "--auth.password-file, or list /api/v1/health in the web config's "
+                "basic_auth_excluded_paths" if target.authorization is None else
+                f"{target.url} refused the credentials (HTTP 401)")
+    if status == 404:
+        return f"{target.url}: not found (an exporter without health checks?)"
+    return f"{target.url} answered HTTP {status}"
