@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from exporter.analysis.lemons import (  # noqa: E402
+    GROUP_OF,
     GROUPS,
     MIN_EXPOSURE_DAYS,
     WINDOWS,
@@ -77,9 +78,26 @@ def node_rules(model: Model) -> dict:
     return {"groups": [{"name": "cte-lemon-node", "rules": rules}]}
 
 
-def _fleet(level: str, by: str, counts: str, exposure: str) -> list[dict]:
+def _at_least(raw: str, c: str, model: Model) -> str:
+    """raw, floored at the spread floor x mu^2 (at 0 where the model has no floor)."""
+    if model.spread_floor <= 0:
+        return f"clamp_min(\n  {raw},\n  0\n)"
+    floor = f"{_f(model.spread_floor)} * {c}:mean ^ 2"
+    return f"(\n  {raw}\n  > {floor}\n)\nor {floor}"
+
+
+def _fleet(level: str, by: str, counts: str, exposure: str, model: Model) -> list[dict]:
     """The moments fit of each group's gamma prior over the cluster's members."""
     c = f"cluster_group:{level}_lemon_rate"
+    raw = (f"(\n"
+           f"    cluster_group:{level}_lemon_episodes:sum_squares_per_exposure\n"
+           f"    - {c}:mean * cluster_group:{level}_lemon_episodes:sum\n"
+           f"    - {c}:mean * on (cluster) group_left () (cluster:{level}_lemon_members:count - 1)\n"
+           f"  )\n  / on (cluster) group_left () (\n"
+           f"    cluster:{level}_lemon_exposure_days:sum\n"
+           f"    - cluster:{level}_lemon_exposure_days:sum_squares"
+           f" / cluster:{level}_lemon_exposure_days:sum\n"
+           f"  )")
     return [
         {"record": f"cluster:{level}_lemon_members:count", "expr": f"count by (cluster) ({exposure})"},
         {"record": f"cluster:{level}_lemon_exposure_days:sum", "expr": f"sum by (cluster) ({exposure})"},
@@ -93,17 +111,9 @@ def _fleet(level: str, by: str, counts: str, exposure: str) -> list[dict]:
         {"record": f"{c}:mean",
          "expr": f"cluster_group:{level}_lemon_episodes:sum\n"
                  f"/ on (cluster) group_left () cluster:{level}_lemon_exposure_days:sum"},
-        # var = (S - (N - 1) mu) / (sum E - sum E^2 / sum E), S = sum n^2/E - mu sum n
-        {"record": f"{c}:var",
-         "expr": f"clamp_min(\n  (\n"
-                 f"    cluster_group:{level}_lemon_episodes:sum_squares_per_exposure\n"
-                 f"    - {c}:mean * cluster_group:{level}_lemon_episodes:sum\n"
-                 f"    - {c}:mean * on (cluster) group_left () (cluster:{level}_lemon_members:count - 1)\n"
-                 f"  )\n  / on (cluster) group_left () (\n"
-                 f"    cluster:{level}_lemon_exposure_days:sum\n"
-                 f"    - cluster:{level}_lemon_exposure_days:sum_squares"
-                 f" / cluster:{level}_lemon_exposure_days:sum\n"
-                 f"  ),\n  0\n)"},
+        # var = (S - (N - 1) mu) / (sum E - sum E^2 / sum E), S = sum n^2/E - mu sum n,
+        # at least the spread floor x mu^2
+        {"record": f"{c}:var", "expr": _at_least(raw, c, model)},
     ]
 
 
@@ -146,10 +156,13 @@ def _gate(level: str, by: str, exposure: str) -> dict:
                     f"  {name}:{level}_lemon_score:ratio or on ({by}) 0 * {exposure}\n)"}
 
 
-def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str) -> dict:
+def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
+           model: Model) -> dict:
     score = f"{'instance' if level == 'gpu_node' else 'instance_gpu'}:{level}_lemon_score:ratio"
+    # the episodes of the kinds the score weighs
+    scored = "|".join(k for g in model.groups for k in GROUPS[g])
     reasons = ("{{ range printf `sort_desc(" + episodes + "{" + match +
-               ", window=\"28d\"})` " + ("$labels.instance" if level == "gpu_node"
+               ", window=\"28d\", kind=~\"" + scored + "\"})` " + ("$labels.instance" if level == "gpu_node"
                                           else "$labels.instance $labels.gpu") +
                " | query }}{{ .Labels.kind }} {{ .Value }} in 28 d; {{ end }}")
     return {
@@ -173,15 +186,15 @@ def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str)
 def global_rules(model: Model) -> dict:
     ne, ge = "instance:gpu_node_lemon_exposure_days:decayed", "instance_gpu:gpu_lemon_exposure_days:decayed"
     nc, gc = "instance_group:gpu_node_episodes:decayed", "instance_gpu_group:gpu_episodes:decayed"
-    node = (_fleet("gpu_node", NODE, nc, ne) + [_posterior("gpu_node", NODE, nc, ne, g) for g in GROUPS]
+    node = (_fleet("gpu_node", NODE, nc, ne, model) + [_posterior("gpu_node", NODE, nc, ne, g) for g in GROUPS]
             + [_score("gpu_node", NODE, nc, model), _gate("gpu_node", NODE, ne)])
-    gpu = (_fleet("gpu", GPU, gc, ge) + [_posterior("gpu", GPU, gc, ge, g) for g in GROUPS]
+    gpu = (_fleet("gpu", GPU, gc, ge, model) + [_posterior("gpu", GPU, gc, ge, g) for g in GROUPS]
            + [_score("gpu", GPU, gc, model), _gate("gpu", GPU, ge)])
     alerts = [
         _alert("GpuNodeLemon", "gpu_node", NODE, "Node {{ $labels.instance }}",
-               "gpu_node_episodes", "instance=%q"),
+               "gpu_node_episodes", "instance=%q", model),
         _alert("GpuLemon", "gpu", GPU, "GPU {{ $labels.gpu }} on {{ $labels.instance }}",
-               "gpu_episodes", "instance=%q, gpu=%q"),
+               "gpu_episodes", "instance=%q, gpu=%q", model),
     ]
     return {"groups": [{"name": "cte-lemon-node-fleet", "rules": node},
                        {"name": "cte-lemon-gpu-fleet", "rules": gpu},
@@ -206,6 +219,10 @@ FLEET: dict[int, list[tuple[float, str, str | None]]] = {
 }
 YOUNG = {7: 3.0}
 HISTORY_DAYS = 40.0
+# a fleet whose GPU faults show no spread beyond Poisson noise (40 nodes once, one twice):
+# the moments give the prior no spread, and only its floor keeps the repeat from tying
+FLAT: dict[int, list[tuple[float, str, str | None]]] = {
+    n: [(10.0, "xid", "0")] + ([(12.0, "xid", "0")] if n == 40 else []) for n in range(41)}
 
 
 def fleet_events(fleet=FLEET) -> list[Event]:
@@ -244,20 +261,20 @@ def _series(fleet, young) -> list[dict]:
     return out
 
 
-def _reasons(fleet, n: int, gpu: str | None) -> str:
+def _reasons(fleet, n: int, gpu: str | None, model: Model) -> str:
     kinds = {}
     for age, kind, g in fleet.get(n, []):
-        if age < 28 and (gpu is None or g == gpu):
+        if age < 28 and (gpu is None or g == gpu) and GROUP_OF[kind] in model.groups:
             kinds[kind] = kinds.get(kind, 0) + 1
     return "".join(f"{k} {c} in 28 d; " for k, c in sorted(kinds.items(), key=lambda x: (-x[1], x[0])))
 
 
-def tests_file(model: Model) -> dict:
-    events = fleet_events()
+def _expected(fleet, young, model: Model):
+    """The command's ranking of the fleet, and its scores as input series."""
     start = T - HISTORY_DAYS * DAY
     # the young node keeps its own history start, as its gpu_node_history_start says
-    ranking = rank(events, T, start, NODES, GPUS, model, starts={
-        INSTANCE.format(n): T - d * DAY for n, d in YOUNG.items()})
+    ranking = rank(fleet_events(fleet), T, start, NODES, GPUS, model, starts={
+        INSTANCE.format(n): T - d * DAY for n, d in young.items()})
     # the command's scores travel as input series; the rules' must match each within
     # 0.1 % (promtool evaluates the groups in no fixed order, so a rule may read its
     # input from one evaluation earlier: the young node's exposure moves 1 minute)
@@ -268,43 +285,54 @@ def tests_file(model: Model) -> dict:
                 for lab, v in node_labels]
     expected += [{"series": f"lemons_command_gpu_score{{{lab}}}", "values": f"{v!r}x40"}
                  for lab, v in gpu_labels]
+    return ranking, node_labels, gpu_labels, expected
+
+
+def _agree(node_labels, gpu_labels) -> list[dict]:
+    """Each member's score from the rules within 0.1 % of the command's, none more."""
+    return [{"expr": "abs(instance:gpu_node_lemon_score:ratio / on (instance, job) "
+                     "lemons_command_node_score - 1) < bool 0.001", "eval_time": "30m",
+             "exp_samples": [{"labels": f"{{{lab}}}", "value": 1} for lab, _ in node_labels]},
+            {"expr": "count(instance:gpu_node_lemon_score:ratio)", "eval_time": "30m",
+             "exp_samples": [{"labels": "{}", "value": len(node_labels)}]},
+            {"expr": "abs(instance_gpu:gpu_lemon_score:ratio / on (instance, job, gpu, uuid) "
+                     "lemons_command_gpu_score - 1) < bool 0.001", "eval_time": "30m",
+             "exp_samples": [{"labels": f"{{{lab}}}", "value": 1} for lab, _ in gpu_labels]},
+            {"expr": "count(instance_gpu:gpu_lemon_score:ratio)", "eval_time": "30m",
+             "exp_samples": [{"labels": "{}", "value": len(gpu_labels)}]}]
+
+
+WHAT = ("the cluster's average (the lemon score: its episodes of the last 28 days against the "
+        "fleet's rate per kind group, among the top 1 % of the cluster). Episodes: ")
+
+
+def _node_alert(fleet, top, model: Model) -> dict:
+    return {"eval_time": "30m", "alertname": "GpuNodeLemon", "exp_alerts": [{
+        "exp_labels": {"instance": top.key, "job": "gpu", "severity": "warning"},
+        "exp_annotations": {
+            "summary": f"Node {top.key} is a lemon: it fails {top.score:.1f}x as often as its fleet",
+            "description": f"Node {top.key} fails {top.score:.1f} times as often as "
+                           + WHAT + _reasons(fleet, int(top.key[5:7]), None, model),
+            "runbook_url": RUNBOOK + "gpunodelemon"}}]}
+
+
+def tests_file(model: Model) -> dict:
+    ranking, node_labels, gpu_labels, expected = _expected(FLEET, YOUNG, model)
+    flat, flat_nodes, flat_gpus, flat_expected = _expected(FLAT, {}, model)
     top = ranking.nodes[0]
-    top_n = int(top.key[5:7])
     best_gpu = max(((node, g, s) for node, gs in ranking.gpus.items() for g, s in gs),
                    key=lambda x: x[2].score)
     gn = int(best_gpu[0][5:7])
-    series = _series(FLEET, YOUNG)
     old = {3: [(29.0, "ecc_dbe", "1")]}  # only an episode past every window
-    node_url = RUNBOOK + "gpunodelemon"
-    gpu_url = RUNBOOK + "gpulemon"
-    what = "the cluster's average (the lemon score: its episodes of the last 28 days against the " \
-           "fleet's rate per kind group, among the top 1 % of the cluster). Episodes: "
     return {
         "rule_files": ["../lemons.yml", "../global-lemons.yml"],
         "evaluation_interval": "1m",
         "tests": [
             {"interval": "1m", "name": "lemon scores: the rules rank as the lemons command",
-             "input_series": series + expected,
-             "promql_expr_test": [
-                 {"expr": "abs(instance:gpu_node_lemon_score:ratio / on (instance, job) "
-                          "lemons_command_node_score - 1) < bool 0.001", "eval_time": "30m",
-                  "exp_samples": [{"labels": f"{{{lab}}}", "value": 1} for lab, _ in node_labels]},
-                 {"expr": "count(instance:gpu_node_lemon_score:ratio)", "eval_time": "30m",
-                  "exp_samples": [{"labels": "{}", "value": len(node_labels)}]},
-                 {"expr": "abs(instance_gpu:gpu_lemon_score:ratio / on (instance, job, gpu, uuid) "
-                          "lemons_command_gpu_score - 1) < bool 0.001", "eval_time": "30m",
-                  "exp_samples": [{"labels": f"{{{lab}}}", "value": 1} for lab, _ in gpu_labels]},
-                 {"expr": "count(instance_gpu:gpu_lemon_score:ratio)", "eval_time": "30m",
-                  "exp_samples": [{"labels": "{}", "value": len(gpu_labels)}]}],
+             "input_series": _series(FLEET, YOUNG) + expected,
+             "promql_expr_test": _agree(node_labels, gpu_labels),
              "alert_rule_test": [
-                 {"eval_time": "30m", "alertname": "GpuNodeLemon", "exp_alerts": [{
-                     "exp_labels": {"instance": top.key, "job": "gpu", "severity": "warning"},
-                     "exp_annotations": {
-                         "summary": f"Node {top.key} is a lemon: it fails {top.score:.1f}x as "
-                                    "often as its fleet",
-                         "description": f"Node {top.key} fails {top.score:.1f} times as often as "
-                                        + what + _reasons(FLEET, top_n, None),
-                         "runbook_url": node_url}}]},
+                 _node_alert(FLEET, top, model),
                  {"eval_time": "30m", "alertname": "GpuLemon", "exp_alerts": [{
                      "exp_labels": {"instance": best_gpu[0], "job": "gpu", "gpu": best_gpu[1],
                                     "uuid": f"GPU-{gn}-{best_gpu[1]}", "severity": "warning"},
@@ -313,10 +341,15 @@ def tests_file(model: Model) -> dict:
                                     f"{best_gpu[2].score:.1f}x as often as its fleet",
                          "description": f"GPU {best_gpu[1]} on {best_gpu[0]} fails "
                                         f"{best_gpu[2].score:.1f} times as often as "
-                                        + what + _reasons(FLEET, gn, best_gpu[1]),
-                         "runbook_url": gpu_url}}]},
+                                        + WHAT + _reasons(FLEET, gn, best_gpu[1], model),
+                         "runbook_url": RUNBOOK + "gpulemon"}}]},
                  {"eval_time": "10m", "alertname": "GpuNodeLemon", "exp_alerts": []},
              ]},
+            {"interval": "1m",
+             "name": "lemon scores without a spread: the prior's floor ranks the repeat first",
+             "input_series": _series(FLAT, {}) + flat_expected,
+             "promql_expr_test": _agree(flat_nodes, flat_gpus),
+             "alert_rule_test": [_node_alert(FLAT, flat.nodes[0], model)]},
             {"interval": "1m",
              "name": "lemon near miss: an episode older than every window scores nothing",
              "input_series": _series(old, {}),

@@ -13,10 +13,10 @@ alerts / positive node-days.
 
 Days whose 7-day window would run past the trace are not scored. The lemon score's
 options were chosen on the tuning days (the first two thirds: d + 7 <= 2/3 of the days):
-group weights fitted on their first half, every candidate judged on their second half, the
-winner's weights fitted again on all of them. The held-out days are d >= 2/3 of the days,
-never used to choose; `--tuning-only` stops before them. The shipped score's rows go
-through `lemons`' own code (exporter.offline.lemons.rank).
+segment and group weights fitted on their first half, every candidate judged on their
+second half, the winner's weights fitted again on all of them. The held-out days are
+d >= 2/3 of the days, never used to choose; `--tuning-only` stops before them. The
+shipped score's rows go through `lemons`' own code (exporter.offline.lemons.rank).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from exporter.analysis.lemons import (  # noqa: E402
+    GROUP_OF,
     GROUPS,
+    WINDOWS,
     Member,
     Model,
     fit_fleet,
@@ -48,6 +50,9 @@ HORIZON = 7.0
 KS = (2, 5, 10)
 HARDWARE = "Hardware Failure"
 TAUS = (1.0, 3.0, 7.0, 14.0, 28.0, math.inf)
+FITTED = "fitted"  # the decay option whose segment weights are fitted
+FLOORS = (0.0, 1.0)  # the prior's spread floor, in units of mu^2
+HARDWARE_GROUPS = ("gpu", "network", "node")
 HORIZON_DAYS = 7  # days left out between fitting and validation (the labels' 7 days)
 SHIPPED = "lemon score (shipped)"
 
@@ -59,11 +64,15 @@ class Day:
     hw: set[str]  # positives, hardware target
     gpu: set[str]  # positives, GPU-class target
     scores: dict[str, dict[str, float]]  # method -> node -> score (absent = 0)
-    # per tau: each eligible node's posterior rate per group (GROUPS' order), the fleet's
-    # mean rates, and which groups the node has episodes in
-    rates: dict[float, dict[str, np.ndarray]] = field(default_factory=dict)
-    means: dict[float, np.ndarray] = field(default_factory=dict)
-    has: dict[float, dict[str, np.ndarray]] = field(default_factory=dict)
+    # per decay option (tau or FITTED, spread floor): each eligible node's posterior rate
+    # per group (GROUPS' order), the fleet's mean rates, which groups it has episodes in
+    rates: dict[tuple, dict[str, np.ndarray]] = field(default_factory=dict)
+    means: dict[tuple, np.ndarray] = field(default_factory=dict)
+    has: dict[tuple, dict[str, np.ndarray]] = field(default_factory=dict)
+    # each eligible node's episodes of the hardware groups per window segment (0-1, 1-7,
+    # 7-28 d), which the segment weights are fitted to
+    segments: dict[str, np.ndarray] = field(default_factory=dict)
+    members: list[Member] = field(default_factory=list)  # the nodes with episodes at d
 
 
 def _in_fault(faults: Sequence[Fault], t: float) -> set[str]:
@@ -119,18 +128,55 @@ def build_days(faults: Sequence[Fault]) -> list[Day]:
         scores[SHIPPED] = {s.key: s.score for s in rank(events, t, EPOCH, SERVERS).nodes}
         day = Day(d, eligible, {f.node for f in soon if f.level == HARDWARE},
                   {f.node for f in soon if f.cls == "GPU"}, scores)
-        for tau in TAUS:
-            _rates(day, events, t, tau)
+        day.members = members_at(events, t, EPOCH, lambda e: e.node, {})
+        by_node = {m.key: m for m in day.members}
+        for n in eligible:
+            day.segments[n] = _segments(by_node.get(n))
         days.append(day)
     return days
 
 
-def _rates(day: Day, events, t: float, tau: float) -> None:
+def _segments(member: Member | None) -> np.ndarray:
+    """The member's episodes of the hardware groups in 0-1, 1-7 and 7-28 days."""
+    out = np.zeros(3)
+    for kind, w in (member.counts.items() if member else ()):
+        if GROUP_OF[kind] in HARDWARE_GROUPS:
+            c1, c7, c28 = (w.get(name, 0.0) for name, _ in WINDOWS)
+            out += (c1, c7 - c1, c28 - c7)
+    return out
+
+
+def fit_segments(days: Sequence[Day], iterations: int = 3000) -> tuple[float, float, float]:
+    """An episode's weight per window segment: a Poisson model of the hardware faults to
+    come, rate = b + sum_s c_s x_s (x: the node's hardware-group episodes per segment),
+    by maximum likelihood with b, c >= 0 (EM updates); scaled to a largest weight of 1."""
+    x = np.array([[1.0, *day.segments[n]] for day in days for n in day.eligible])
+    y = np.array([n in day.hw for day in days for n in day.eligible], float)
+    c = np.full(x.shape[1], 0.01)
+    column = x.sum(axis=0)
+    for _ in range(iterations):
+        c = c * ((x * (y / np.maximum(x @ c, 1e-300))[:, None]).sum(axis=0)
+                 / np.maximum(column, 1e-300))
+    seg = c[1:] / c[1:].max()
+    return (float(seg[0]), float(seg[1]), float(seg[2]))
+
+
+def decay_model(decay, floor: float, segments=None) -> Model:
+    if decay == FITTED:
+        return Model(segments=tuple(round(float(s), 3) for s in segments), spread_floor=floor)
+    return Model(decay, segments=None, spread_floor=floor)
+
+
+def add_rates(days: Sequence[Day], key: tuple, model: Model) -> None:
+    for day in days:
+        _rates(day, key, model)
+
+
+def _rates(day: Day, key: tuple, model: Model) -> None:
     """The per-group posterior rates the candidates are built from (as `rank` computes
     them: the same members, fleet and prior)."""
-    model = Model(tau)
-    members = members_at(events, t, EPOCH, lambda e: e.node, {})
-    exposure = (t - EPOCH) / DAY
+    tau, members = key, day.members
+    exposure = float(day.day)
     priors = fit_fleet(model, members, [exposure] * (SERVERS - len(members)))
     quiet = Member("", {}, exposure)
     zero = np.array(list(group_rates(model, priors, quiet).values()))
@@ -147,7 +193,7 @@ def _rates(day: Day, events, t: float, tau: float) -> None:
             day.has[tau][n] = np.array([counts.get(g, 0.0) > 0 for g in GROUPS])
 
 
-def candidate_scores(day: Day, tau: float, weights: np.ndarray) -> dict[str, float]:
+def candidate_scores(day: Day, tau, weights: np.ndarray) -> dict[str, float]:
     """The lemon score of every node for these weights (exporter.analysis.lemons.score)."""
     fleet = float(weights @ day.means[tau])
     if fleet <= 0:
@@ -156,7 +202,7 @@ def candidate_scores(day: Day, tau: float, weights: np.ndarray) -> dict[str, flo
             if (day.has[tau][n] & (weights > 0)).any()}
 
 
-def fit_weights(days: Sequence[Day], tau: float, iterations: int = 2000) -> np.ndarray:
+def fit_weights(days: Sequence[Day], tau, iterations: int = 2000) -> np.ndarray:
     """Each group's weight in a Poisson model of the hardware faults to come,
     rate = sum_g w_g x_g (x: the node's posterior rate per group), by maximum likelihood
     with w >= 0 (EM updates, Vardi-Shepp-Kaufman); scaled to a largest weight of 1."""
@@ -262,19 +308,32 @@ def main(argv: list[str] | None = None) -> int:
     # then fitted again on every tuning day
     half = len(tuning) // 2
     fit_part, validation = tuning[:half], tuning[half + HORIZON_DAYS:]
-    options: dict[str, tuple[float, np.ndarray]] = {}
-    for tau in TAUS:
-        options[f"lemon tau={tau:g} d, equal weights"] = (tau, np.ones(len(GROUPS)))
-        options[f"lemon tau={tau:g} d, hardware groups"] = (tau, np.array([1.0, 1, 1, 0]))
-        options[f"lemon tau={tau:g} d, fitted weights"] = (tau, fit_weights(fit_part, tau))
-    for name, (tau, w) in options.items():
+    segments = fit_segments(fit_part)
+    hardware = np.array([g in HARDWARE_GROUPS for g in GROUPS], float)
+    options: dict[str, tuple[tuple, np.ndarray]] = {}
+    for decay in (*TAUS, FITTED):
+        for floor in FLOORS:
+            key = (decay, floor)
+            add_rates(days, key, decay_model(decay, floor, segments))
+            what = (f"segments {'/'.join(f'{s:.2f}' for s in segments)}" if decay == FITTED
+                    else f"tau={decay:g} d")
+            what = f"lemon {what}{f', floor {floor:g}' if floor else ''}"
+            options[f"{what}, equal weights"] = (key, np.ones(len(GROUPS)))
+            options[f"{what}, hardware groups"] = (key, hardware)
+            options[f"{what}, gpu group"] = (key, np.eye(len(GROUPS))[0])
+            options[f"{what}, fitted weights"] = (key, fit_weights(fit_part, key))
+    for name, (key, w) in options.items():
         for day in days:
-            day.scores[name] = candidate_scores(day, tau, w)
+            day.scores[name] = candidate_scores(day, key, w)
     names = list(options)
     best = max(names, key=lambda m: _precision(validation, m))
-    tau, weights = options[best]
-    if "fitted" in best:
-        weights = fit_weights(tuning, tau)
+    (decay, floor), weights = options[best]
+    if decay == FITTED:
+        segments = fit_segments(tuning)
+    model = decay_model(decay, floor, segments)
+    if "fitted weights" in best:
+        add_rates(tuning, ("refit", floor), model)
+        weights = fit_weights(tuning, ("refit", floor))
     chosen = ", ".join(f"{g} {w:.3g}" for g, w in zip(GROUPS, weights, strict=True))
     shipped = Model()
     print(f"{SERVERS} servers, {len({f.node for f in faults})} named by the trace; "
@@ -283,9 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tuning days 1-{tuning[-1].day} (labels end by day {split:.1f}); weights fitted on "
           f"days 1-{fit_part[-1].day}, candidates judged on days {validation[0].day}-"
           f"{validation[-1].day}; held-out days {held[0].day}-{held[-1].day}")
-    print(f"best on validation: {best}; tau {tau:g} d, weights ({chosen}) "
-          f"on every tuning day")
-    print(f"shipped (exporter/analysis/lemons.py): tau {shipped.tau_days:g} d, weights "
+    print(f"best on validation: {best}; on every tuning day: segment weights "
+          f"{'/'.join(f'{s:.3g}' for s in model.segment_weights())}, spread floor {floor:g}, "
+          f"weights ({chosen})")
+    print("shipped (exporter/analysis/lemons.py): segment weights "
+          f"{'/'.join(f'{s:.3g}' for s in shipped.segment_weights())}, spread floor "
+          f"{shipped.spread_floor:g}, weights "
           + ", ".join(f"{g} {w:.3g}" for g, w in zip(GROUPS, shipped.weights, strict=True)))
     base = [m for m in days[0].scores if m not in options and m != SHIPPED]
     print("\n## Validation days (second half of the tuning days): every candidate")

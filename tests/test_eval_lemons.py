@@ -66,3 +66,24 @@ def test_the_weight_fit_finds_the_group_that_foretells_faults():
         days.append(day)
     w = ev.fit_weights(days, 1.0, iterations=500)
     assert w[0] == 1.0 and w[1] < 0.4 and w[2] < 0.2 and w[3] < 0.2
+
+
+def test_the_segment_fit_finds_that_recent_episodes_foretell_more():
+    rng = np.random.default_rng(11)
+    days = []
+    for d in range(60):
+        nodes = [f"n{i}" for i in range(300)]
+        x = rng.poisson((0.05, 0.3, 1.0), size=(300, 3)).astype(float)  # 0-1, 1-7, 7-28 d
+        rate = 0.002 + 0.2 * x[:, 0] + 0.02 * x[:, 1]  # the older 7-28 d: nothing
+        hw = {n for n, r in zip(nodes, rate, strict=True) if rng.random() < r}
+        day = ev.Day(d, nodes, hw, set(), {})
+        day.segments = dict(zip(nodes, x, strict=True))
+        days.append(day)
+    recent, week, month = ev.fit_segments(days)
+    assert recent == 1.0 and 0.03 < week < 0.3 and month < 0.03
+
+
+def test_a_decay_option_is_a_model_of_the_lemon_score():
+    fitted = ev.decay_model(ev.FITTED, 1.0, (1.0, 0.6634, 0.3721))
+    assert fitted.segment_weights() == (1.0, 0.663, 0.372) and fitted.spread_floor == 1.0
+    assert ev.decay_model(14.0, 0.0).segment_weights()[0] < 1.0

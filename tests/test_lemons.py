@@ -89,13 +89,13 @@ def test_every_kind_is_in_one_group():
 # -- the score's pieces ------------------------------------------------------------------
 
 def test_the_window_coefficients_weigh_each_episode_by_its_segment():
-    model = Model(tau_days=7.0)
+    model = Model(tau_days=7.0, segments=None)
     w1, w7, w28 = model.segment_weights()
     assert 1 > w1 > w7 > w28 > 0
     # one episode 3 days old is in the 7 d and 28 d windows: it weighs w7
     assert model.decayed_count({"7d": 1, "28d": 1}) == pytest.approx(w7)
     assert model.decayed_count({"1d": 1, "7d": 1, "28d": 1}) == pytest.approx(w1)
-    assert Model(tau_days=math.inf).segment_weights() == (1.0, 1.0, 1.0)
+    assert Model(tau_days=math.inf, segments=None).segment_weights() == (1.0, 1.0, 1.0)
     assert model.decayed_exposure(40) == pytest.approx(w1 + 6 * w7 + 21 * w28)
     assert model.decayed_exposure(3) == pytest.approx(w1 + 2 * w7)
 
@@ -114,11 +114,41 @@ def test_the_prior_is_fitted_by_moments_and_shrinks_little_evidence():
     assert prior.rate(2.0, 1.0) > prior.rate(20.0, 10.0) / 10
 
 
+def test_fitted_segment_weights_replace_the_exponential_decay():
+    model = Model(tau_days=7.0, segments=(1.0, 0.5, 0.25))
+    assert model.segment_weights() == (1.0, 0.5, 0.25)
+    # windows nest: 1d counts in 7d and 28d too, so its coefficient is w1 - w7
+    assert model.window_coefficients() == {"1d": 0.5, "7d": 0.25, "28d": 0.25}
+    assert model.decayed_count({"1d": 1, "7d": 2, "28d": 3}) == pytest.approx(1 + 0.5 + 0.25)
+    assert model.decayed_exposure(40) == pytest.approx(1 + 6 * 0.5 + 21 * 0.25)
+
+
+def test_the_spread_floor_keeps_a_fleet_without_spread_from_tying_its_members():
+    # 1 or 2 episodes over 28 days among 400 nodes: the moments find no spread beyond
+    # Poisson noise, so without a floor every member gets the fleet's rate
+    pairs = [(2.0, 28.0)] + [(1.0, 28.0)] * 40
+    flat = fit_prior(pairs, [28.0] * 359)
+    assert flat.var == 0.0 and flat.rate(2.0, 28.0) == flat.rate(1.0, 28.0) == flat.mean
+    floored = fit_prior(pairs, [28.0] * 359, spread_floor=1.0)
+    assert floored.mean == flat.mean and floored.var == pytest.approx(flat.mean ** 2)
+    assert floored.rate(2.0, 28.0) > floored.rate(1.0, 28.0) > floored.mean
+    # a spread the moments do find is kept
+    spread = fit_prior([(20.0, 10.0)], [10.0] * 99)
+    assert fit_prior([(20.0, 10.0)], [10.0] * 99, spread_floor=1.0) == spread
+    assert spread.var > spread.mean ** 2
+    members = [Member("twice", {"ecc_dbe": {"28d": 2}}, 28)] + [
+        Member(f"once-{i}", {"xid": {"28d": 1}}, 28) for i in range(40)]
+    ranked = score_fleet(Model(segments=(1.0, 1.0, 1.0), spread_floor=1.0), members, [28.0] * 359)
+    assert ranked[0].key == "twice" and ranked[0].score > ranked[1].score > 1
+    tied = score_fleet(Model(segments=(1.0, 1.0, 1.0), spread_floor=0.0), members, [28.0] * 359)
+    assert {round(s.score, 12) for s in tied} == {1.0}  # without the floor: all at the fleet's
+
+
 def test_recent_repeats_score_higher_and_quiet_members_not_at_all():
     members = [Member("recent", {"ecc_dbe": {"1d": 2, "7d": 2, "28d": 2}}, 40),
                Member("old", {"ecc_dbe": {"28d": 2}}, 40),
                Member("once", {"ecc_dbe": {"7d": 1, "28d": 1}}, 40)]
-    ranked = score_fleet(Model(tau_days=7.0), members, [40.0] * 97)
+    ranked = score_fleet(Model(tau_days=7.0, segments=None), members, [40.0] * 97)
     scores = {s.key: s.score for s in ranked}
     assert ranked[0].key == "recent" and len(ranked) == 3  # the 97 quiet ones: left out
     assert scores["recent"] > scores["old"] > 0  # the same two episodes, older
@@ -140,7 +170,8 @@ def _fleet(tmp_path):
     events = [Event(T - 0.5 * DAY, "bad", "ecc_dbe", gpu="3"),
               Event(T - 2 * DAY, "bad", "ecc_dbe", gpu="3"),
               Event(T - 4 * DAY, "bad", "ib_link_down"),
-              Event(T - 20 * DAY, "meh", "unknown"),
+              Event(T - 20 * DAY, "meh", "xid"),
+              Event(T - 10 * DAY, "soft", "software"),  # a group the score weighs 0
               Event(T - 60 * DAY, "gone", "thermal"),  # older than every window
               Event(T + DAY, "later", "gpu_lost", gpu="0")]  # after T: not seen
     return _write(tmp_path / "events.jsonl", sorted(events, key=lambda e: e.time))
@@ -153,7 +184,8 @@ def test_lemons_ranks_nodes_with_gpus_beside_them_from_the_events_before_t(tmp_p
     out = json.loads(capsys.readouterr().out)
     first, second = out["rankings"]
     assert first["at"] == T and second["at"] == T + 2 * DAY
-    assert [n["node"] for n in first["nodes"]] == ["bad", "meh"]  # zero scores left out
+    # zero scores left out: "gone" (no episode in 28 days), "soft" (only a group weighed 0)
+    assert [n["node"] for n in first["nodes"]] == ["bad", "meh"]
     bad = first["nodes"][0]
     assert bad["score"] > first["nodes"][1]["score"] > 0
     assert [g["gpu"] for g in bad["gpus"]] == ["3"] and bad["gpus"][0]["score"] > 1
@@ -198,7 +230,7 @@ def test_a_missing_file_and_bad_flags_are_one_line(tmp_path, capsys):
     assert "none.jsonl: cannot read" in capsys.readouterr().err
     path = _fleet(tmp_path)
     assert main(["lemons", path, "--at", str(T), "--fleet-nodes", "2"]) == 2
-    assert "--fleet-nodes 2: the events name 4 nodes" in capsys.readouterr().err
+    assert "--fleet-nodes 2: the events name 5 nodes" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         main(["lemons", path, "--at", "yesterday"])
     assert stop.value.code == 2

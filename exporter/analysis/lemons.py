@@ -5,18 +5,22 @@ each node's exposure (time since its history began) and fleet sums, so the globa
 recording rules (alerts/global-lemons.yml) compute the same number in PromQL.
 
 Per kind group g (`GROUPS`), a node's decayed count is n = sum of its episodes weighted by
-age, with one weight per window segment (0-1 d, 1-7 d, 7-28 d): the mean of exp(-age/tau)
-over the segment. Its decayed exposure E weighs the time it was watched the same way.
+age, with one weight per window segment (0-1 d, 1-7 d, 7-28 d): either fitted to the faults
+that followed (a piecewise decay), or the mean of exp(-age/tau) over the segment. Its
+decayed exposure E weighs the time it was watched the same way.
 The fleet's rates per group follow a gamma prior, fitted by moments to every node (quiet
 ones too): mean rate mu = sum n / sum E, spread var from the excess of the nodes' rates
-over Poisson noise. A node's rate is then the gamma-Poisson posterior mean
+over Poisson noise, at least spread_floor x mu^2 (with too few episodes to show a spread
+the moments give 0, and every node would get the fleet's rate: tied). A node's rate is then
+the gamma-Poisson posterior mean
     rate = mu + var (n - mu E) / (mu + var E)
-(shrunk to mu where it was watched little or the fleet shows no spread), and its score is
+(shrunk to mu where it was watched little), and its score is
 the weighted sum of its rates over the groups divided by the fleet's: 3 reads "three times
 the fleet's rate". A node with no episode in the windows scores 0.
 
-tau and the groups' weights were chosen on the first two thirds of InfiniteHBD-Trace's
-days (scripts/eval_lemons.py; docs/health.md, "Lemon score").
+The segment weights, the spread's floor and the groups' weights were chosen on the first
+two thirds of InfiniteHBD-Trace's days (scripts/eval_lemons.py; docs/health.md, "Lemon
+score").
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 GROUP_OF: dict[str, str] = {kind: g for g, kinds in GROUPS.items() for kind in kinds}
 
-# Chosen on the tuning days (scripts/eval_lemons.py): the decay's time constant, and each
-# group's weight in the score (in GROUPS' order; 0 leaves a group out).
-TAU_DAYS = math.inf  # no decay within the 28 days
-WEIGHTS: tuple[float, ...] = (1.0, 0.393, 0.163, 0.0336)
+# Chosen on the tuning days (scripts/eval_lemons.py): the weight of an episode in each
+# window segment (0-1, 1-7, 7-28 days; fitted there), the prior's spread floor (in units
+# of mu^2), and each group's weight in the score (in GROUPS' order; 0 leaves a group out).
+TAU_DAYS = 28.0  # the segments' weights: the mean of exp(-age / 28 d) over each
+SEGMENTS: tuple[float, float, float] | None = None  # fitted weights instead of tau's
+SPREAD_FLOOR = 1.0
+WEIGHTS: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0)
 # A node watched for less than an hour counts an hour (its rate is not divided by ~0).
 MIN_EXPOSURE_DAYS = 1.0 / 24.0
 
@@ -52,6 +59,8 @@ MIN_EXPOSURE_DAYS = 1.0 / 24.0
 class Model:
     tau_days: float = TAU_DAYS
     weights: tuple[float, ...] = WEIGHTS
+    segments: tuple[float, float, float] | None = SEGMENTS  # given: tau_days is not used
+    spread_floor: float = SPREAD_FLOOR
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -62,7 +71,10 @@ class Model:
         return self.weights[list(GROUPS).index(group)]
 
     def segment_weights(self) -> tuple[float, ...]:
-        """Mean of exp(-age/tau) over each window segment (0-1, 1-7, 7-28 days)."""
+        """An episode's weight in each window segment (0-1, 1-7, 7-28 days): the fitted
+        ones, or the mean of exp(-age/tau) over the segment."""
+        if self.segments is not None:
+            return tuple(self.segments)
         out, lo = [], 0.0
         for _, hi in WINDOWS:
             if math.isinf(self.tau_days):
@@ -108,11 +120,11 @@ class Prior:
 
 
 def fit_prior(members: Iterable[tuple[float, float]],
-              quiet: Sequence[float] = ()) -> Prior:
+              quiet: Sequence[float] = (), spread_floor: float = 0.0) -> Prior:
     """Moments fit of the gamma prior to (n, E) of each member with episodes, plus quiet
     members (no episode) watched for the exposures given. The spread is what the rates
     vary beyond Poisson noise: var = (S - (N - 1) mu) / (sum E - sum E^2 / sum E), with
-    S = sum n^2 / E - mu sum n, floored at 0."""
+    S = sum n^2 / E - mu sum n, floored at spread_floor x mu^2 (and at 0)."""
     pairs = list(members)
     count = len(pairs) + len(quiet)
     sum_n = sum(n for n, _ in pairs)
@@ -124,7 +136,7 @@ def fit_prior(members: Iterable[tuple[float, float]],
     spread = sum(n * n / e for n, e in pairs) - mean * sum_n
     denominator = sum_e - sum_e2 / sum_e
     var = (spread - (count - 1) * mean) / denominator if denominator > 0 else 0.0
-    return Prior(mean, max(var, 0.0))
+    return Prior(mean, max(var, spread_floor * mean * mean, 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +163,8 @@ def fit_fleet(model: Model, members: Sequence[Member],
     watched for the given exposures."""
     e_quiet = [model.decayed_exposure(e) for e in quiet_exposures_days]
     pairs = [(group_counts(model, m), model.decayed_exposure(m.exposure_days)) for m in members]
-    return {g: fit_prior([(c.get(g, 0.0), e) for c, e in pairs], e_quiet) for g in GROUPS}
+    return {g: fit_prior([(c.get(g, 0.0), e) for c, e in pairs], e_quiet, model.spread_floor)
+            for g in GROUPS}
 
 
 def score(model: Model, priors: Mapping[str, Prior], member: Member) -> float:
