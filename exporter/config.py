@@ -15,6 +15,7 @@ from pathlib import Path
 
 from exporter.collectors import registry
 from exporter.collectors.registry import CollectorsConfig
+from exporter.history.settings import HistorySettings
 from exporter.metrics.settings import MetricsSettings
 from exporter.options import (
     ALL,
@@ -86,6 +87,7 @@ class Config:
     backend: BackendSettings = section(BackendSettings)
     sampler: SamplerSettings = section(SamplerSettings)
     log: LogSettings = section(LogSettings)
+    history: HistorySettings = section(HistorySettings)
     collectors: CollectorsConfig = field(default_factory=lambda: CollectorsConfig.of({}))
 
     @classmethod

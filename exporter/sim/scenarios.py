@@ -79,6 +79,8 @@ FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
                     "temperature_offset_celsius": (_FLOAT, 0.0, False)},
     # the recovery action NVML reports (field 230) while active
     "recovery_action": {"action": (_STR, None, True)},
+    # another GPU in the slot from `at` on: a new serial number (and UUID), as after a swap
+    "replace": {"serial": (_STR, None, True)},
 }
 FAULT_KINDS = tuple(FAULT_PARAMS)
 
