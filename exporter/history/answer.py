@@ -74,6 +74,26 @@ def history_body(history: History, since: float | None, until: float | None,
                        "replacements": replacements}).encode()
 
 
+REPLACEMENT_FINDING_SECONDS = 7 * 86_400.0
+
+
+def replacement_findings(history: History, now: float) -> list[dict[str, object]]:
+    """The live page's findings: each GPU replaced in its slot in the past week."""
+    out: list[dict[str, object]] = []
+    for r in history.replacements:
+        if now - r.time > REPLACEMENT_FINDING_SECONDS:
+            continue
+        gpu = history.index_of.get(r.new)
+        out.append({"kind": "gpu_replaced", "severity": "info", "gpu": gpu, "time": r.time,
+                    "since": None,
+                    "message": f"GPU {gpu if gpu is not None else '?'} in slot {r.slot} was "
+                               f"replaced: serial {r.old[0] or '?'} is now {r.new[0] or '?'} "
+                               "(the old GPU's history is kept under its serial)",
+                    "details": {"slot": r.slot, "old_serial": r.old[0], "old_uuid": r.old[1],
+                                "new_serial": r.new[0], "new_uuid": r.new[1]}})
+    return out
+
+
 def jsonl_lines(directory: str, since: float | None = None, until: float | None = None,
                 gpu: str | None = None) -> Iterator[str]:
     """The stored episodes as the fault-event JSON lines (exporter/events.py), one an

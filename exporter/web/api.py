@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from exporter import __version__
-from exporter.history.answer import history_body
+from exporter.history.answer import history_body, replacement_findings
 from exporter.history.recorder import History
 from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.collector_api import JobHolders
@@ -169,10 +169,14 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 
 # -- /api/v1/findings ------------------------------------------------------------------------
 
-def findings_body(snapshot: Snapshot, readiness: Readiness, node: str) -> bytes:
+def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
+                  history: History | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
     node at a glance (GPUs up, who holds them, the exporter's own health)."""
-    body = {"time": number(snapshot.time), "findings": findings(snapshot),
+    found = findings(snapshot)
+    if history is not None:
+        found += replacement_findings(history, snapshot.time)
+    body = {"time": number(snapshot.time), "findings": found,
             "summary": summary(snapshot, readiness, node)}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
@@ -280,7 +284,8 @@ class Api:
         else:
             parse_query(query, ())
             key = (FINDINGS,)
-            build = lambda: findings_body(snap, self.readiness(rendered), self.node)  # noqa: E731
+            build = lambda: findings_body(snap, self.readiness(rendered), self.node,  # noqa: E731
+                                          self.history)
         # One build at a time, under the lock: concurrent viewers of a new snapshot wait
         # for the first one's build instead of each making their own, and the API never
         # takes more than one core from sampling and scrapes.
