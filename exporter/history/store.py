@@ -299,9 +299,9 @@ class Store:
     def _prune(self, db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM episodes WHERE id <= (SELECT id FROM episodes ORDER BY id DESC "
                    "LIMIT 1 OFFSET ?)", (MAX_EPISODES,))
-        db.execute("DELETE FROM gpus WHERE rowid IN (SELECT rowid FROM gpus ORDER BY last_seen "
-                   "DESC LIMIT -1 OFFSET ?)", (MAX_GPUS,))
-        for table in ("counters", "boots"):
+        gone = db.execute("DELETE FROM gpus WHERE rowid IN (SELECT rowid FROM gpus ORDER BY "
+                          "last_seen DESC LIMIT -1 OFFSET ?)", (MAX_GPUS,)).rowcount
+        for table in ("counters", "boots") if gone > 0 else ():  # the GPUs just forgotten
             db.execute(f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM gpus g WHERE "
                        f"g.serial={table}.serial AND g.uuid={table}.uuid) AND serial != ''")
         db.execute("DELETE FROM boots WHERE rowid IN (SELECT rowid FROM boots ORDER BY "

@@ -1,0 +1,239 @@
+"""The store under faults: corrupt, unreadable and future files moved aside; a full disk
+(RLIMIT_FSIZE) that loses nothing stored; kill -9 during writes; the size bound over years
+of events; batched writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from exporter.history.episodes import NODE
+from exporter.history.recorder import History
+from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, Store
+from tests.tools import REPO, make_snapshot, wait_for
+
+GPU = ("1652221000000", "GPU-00000000")
+
+
+def history(directory, now=lambda: 1_790_000_000.0, **kw) -> History:
+    store = Store(directory, now)
+    store.open()
+    h = History(store, "node-a", clock=now, kmsg_path=str(directory) + "-no-kmsg",
+                boot_id_path=str(directory) + "-no-boot", **kw)
+    h.load()
+    return h
+
+
+def add_xid(h: History, at: float, code: int = 13, gpu=GPU) -> None:
+    with h.lock:
+        h._xid(gpu, code, at, "nvml")
+
+
+def stored(directory) -> list[tuple]:
+    db = sqlite3.connect(directory / FILE)
+    try:
+        return db.execute("SELECT kind, xid, start, count FROM episodes ORDER BY start").fetchall()
+    finally:
+        db.close()
+
+
+def test_episodes_and_counts_survive_a_reopen(tmp_path):
+    h = history(tmp_path)
+    for t in (0.0, 10.0, 500.0):
+        add_xid(h, 1_790_000_000.0 - 1000 + t)
+    assert h.flush() and h.transactions == 1
+    h.stop()
+    again = history(tmp_path)
+    assert again.xids[(GPU, 13)][0] == 3
+    assert [(e.count, e.xid) for e in again.recent] == [(2, 13), (1, 13)]
+    again.stop()
+
+
+def test_no_transaction_when_nothing_happened(tmp_path):
+    h = history(tmp_path)
+    assert h.flush() and h.flush()
+    assert h.transactions == 0
+    add_xid(h, 1_790_000_000.0)
+    h.flush()
+    h.flush()
+    assert h.transactions == 1
+    h.stop()
+
+
+@pytest.mark.parametrize("reason", ["corrupt", "unreadable", "future"])
+def test_a_bad_file_is_moved_aside_and_the_store_starts_afresh(tmp_path, reason, caplog):
+    path = tmp_path / FILE
+    if reason == "corrupt":
+        path.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    elif reason == "unreadable":
+        path.mkdir()  # open() fails whoever we are (root reads any mode)
+    else:
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA user_version=99")
+        db.execute("CREATE TABLE t(x)")
+        db.commit()
+        db.close()
+    h = history(tmp_path)
+    assert h.store.resets == {reason: 1}
+    aside = [p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}.{reason}-")]
+    assert len(aside) == 1
+    moved = [r for r in caplog.records if "moved aside" in r.getMessage()]
+    assert len(moved) == 1
+    add_xid(h, 1_790_000_000.0)
+    assert h.flush()
+    from exporter.history.families import history_families
+
+    resets = next(f for f in history_families(h, 1_790_000_000.0)
+                  if f.name == "cte_history_state_resets")
+    assert {s.labels["reason"]: s.value for s in resets.samples}[reason] == 1
+    h.stop()
+
+
+def test_a_store_dated_in_the_future_is_moved_aside(tmp_path):
+    h = history(tmp_path, now=lambda: 1_900_000_000.0)
+    h.stop()
+    back = history(tmp_path, now=lambda: 1_790_000_000.0)  # the clock was far ahead
+    assert back.store.resets == {"future": 1}
+    back.stop()
+
+
+def test_a_second_store_on_one_directory_is_refused(tmp_path):
+    from exporter.history.store import StoreBusy
+
+    first = Store(tmp_path)
+    first.open()
+    with pytest.raises(StoreBusy, match=f"pid {os.getpid()}"):
+        Store(tmp_path).open()
+    first.close()
+    Store(tmp_path).open()
+
+
+FULL_DISK = textwrap.dedent("""
+    import json, os, resource, signal, sys
+    sys.path.insert(0, {repo!r})
+    from tests.test_history_store import history, add_xid, GPU
+    d = sys.argv[1]
+    h = history(__import__("pathlib").Path(d))
+    for i in range(50):
+        add_xid(h, 1_789_990_000.0 + 400 * i)
+    assert h.flush()
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as a full disk's ENOSPC
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+    for i in range(2000):
+        add_xid(h, 1_790_000_000.0 + 400 * i, code=31)
+    ok = h.flush()
+    failures = h.write_failures
+    problems = h.problems()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    later = h.flush()
+    h.stop()
+    print(json.dumps({{"ok": ok, "failures": failures, "later": later, "problems": problems}}))
+""")
+
+
+def test_a_full_disk_keeps_serving_counts_failures_and_loses_nothing_stored(tmp_path):
+    script = tmp_path / "full.py"
+    script.write_text(FULL_DISK.format(repo=str(REPO)))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ok"] is False and got["failures"] >= 1 and got["later"] is True
+    assert any("writes to" in p for p in got["problems"])
+    rows = stored(tmp_path / "state")
+    assert sum(1 for r in rows if r[1] == 13) == 50  # what was stored before: all there
+    assert sum(1 for r in rows if r[1] == 31) == 2000  # what waited in memory: written later
+    db = sqlite3.connect(tmp_path / "state" / FILE)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r})
+    from pathlib import Path
+    from tests.test_history_store import history, add_xid
+    h = history(Path(sys.argv[1]))
+    i = 0
+    while True:
+        for _ in range(20):
+            add_xid(h, 1_780_000_000.0 + 400 * i)
+            i += 1
+        h.flush()
+        print(i, flush=True)  # episodes committed so far
+""")
+
+
+def test_kill_9_during_writes_loses_at_most_the_last_batch_and_stays_readable(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(repo=str(REPO)))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "state")],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    committed = []
+    try:
+        wait_for(lambda: committed.append(int(proc.stdout.readline() or 0)) or
+                 committed[-1] >= 400, timeout=60, interval=0)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    committed += [int(line) for line in proc.stdout.read().split()]  # printed before the kill
+    h = history(tmp_path / "state")  # the lock died with the process
+    assert h.store.resets == {}
+    count = int(h.xids[(GPU, 13)][0])
+    # every batch it said was committed is there; at most the one in flight is not
+    assert committed[-1] <= count <= committed[-1] + 20
+    assert len(stored(tmp_path / "state")) == count
+    h.stop()
+
+
+def test_years_of_events_stay_within_the_bound(tmp_path):
+    """Three years of an XID every 10 minutes on each of 2 GPUs (315,000 occurrences,
+    each its own episode) plus a link flap an hour: the file stays under its bound."""
+    h = history(tmp_path)
+    start = 1_790_000_000.0 - 3 * 365 * 86_400
+    gpus = [(f"16522210{i:05d}", f"GPU-{i}") for i in range(2)]
+    t = start
+    step = 600.0
+    while t < 1_790_000_000.0:
+        with h.lock:
+            for gpu in gpus:
+                h._xid(gpu, 31, t, "nvml")
+            if int(t) % 3600 < step:
+                h._occurred(NODE, "ib_link_down", t, detail="mlx5_0/1")
+        t += step
+        if len(h.batch.episodes) > 20_000:
+            assert h.flush()
+            h.forget_old(t)
+    assert h.flush()
+    h.stop()
+    db = sqlite3.connect(tmp_path / FILE)
+    episodes = db.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    db.close()
+    size = sum(p.stat().st_size for p in tmp_path.iterdir() if p.name.startswith(FILE))
+    assert episodes <= MAX_EPISODES
+    assert size <= BOUND_BYTES, size
+    again = history(tmp_path)
+    assert again.xids[(gpus[0], 31)][0] == pytest.approx(3 * 365 * 144, abs=2)  # counts stay
+    again.stop()
+
+
+def test_the_snapshot_served_carries_the_continued_counts(tmp_path):
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    snap = make_snapshot(2, xids={(1, 48): XidRecord(2, 1_790_000_000.0)})
+    h.observe(snap)
+    h.stop()
+    again = history(tmp_path)
+    served = again.observe(make_snapshot(2, xids={(1, 48): XidRecord(1, 1_790_000_100.0)}))
+    assert served.xids[(1, 48)].count == 3
+    again.stop()
