@@ -237,3 +237,51 @@ def test_the_snapshot_served_carries_the_continued_counts(tmp_path):
     served = again.observe(make_snapshot(2, xids={(1, 48): XidRecord(1, 1_790_000_100.0)}))
     assert served.xids[(1, 48)].count == 3
     again.stop()
+
+
+def test_episode_windows_per_gpu_and_node_only_for_kinds_seen_in_28_days(tmp_path):
+    from exporter.history.families import history_families
+
+    now = 1_790_000_000.0
+    h = history(tmp_path)
+    h.observe(make_snapshot(2))  # GPUs 0 and 1: serial "", UUID GPU-0000000N
+    gpu1 = ("", "GPU-00000001")
+    with h.lock:
+        h._xid(gpu1, 79, now - 2 * 86_400, "nvml")
+        h._xid(gpu1, 79, now - 3600, "nvml")
+        h._occurred(gpu1, "ecc_dbe", now - 30 * 86_400)  # past the longest window
+        h._occurred(NODE, "ib_link_down", now - 60, detail="mlx5_0/1")
+    got = {f.name: f for f in history_families(h, now)}
+    per_gpu = {(s.labels["gpu"], s.labels["kind"], s.labels["window"]): s.value
+               for s in got["gpu_episodes"].samples}
+    assert per_gpu == {("1", "xid", "1d"): 1, ("1", "xid", "7d"): 2, ("1", "xid", "28d"): 2}
+    node = {(s.labels["kind"], s.labels["window"]): s.value
+            for s in got["gpu_node_episodes"].samples}
+    assert node == {("xid", "1d"): 1, ("xid", "7d"): 2, ("xid", "28d"): 2,
+                    ("ib_link_down", "1d"): 1, ("ib_link_down", "7d"): 1,
+                    ("ib_link_down", "28d"): 1}
+    assert got["gpu_node_history_start_timestamp_seconds"].samples[0].value == now
+    h.stop()
+
+
+def test_health_changes_become_episodes_once(tmp_path):
+    from exporter.gpu.health import GpuHealth
+
+    def health(t, dbe, failure):
+        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe}, {}, None, {}, 0.0, failure,
+                         None, ())
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(2, health={0: health(1.0, 0.0, 0.0)}))
+    h.observe(make_snapshot(2, health={0: health(2.0, 2.0, 0.0)}))
+    h.observe(make_snapshot(2, health={0: health(3.0, 2.0, 1.0)}, lost=frozenset({1})))
+    h.observe(make_snapshot(2, health={0: health(4.0, 2.0, 1.0)}, lost=frozenset({1})))
+    h.verdict_changed(0, failed=True, at=1_789_999_005.0)
+    h.verdict_changed(0, failed=False, at=1_789_999_006.0)  # a turn back: no episode
+    assert sorted(e.kind for e in h.recent) == ["ecc_dbe", "gpu_lost", "health_failed",
+                                                "row_remap_failure"]
+    h.stop()
+    again = history(tmp_path)  # the same levels after a restart: nothing new
+    again.observe(make_snapshot(2, health={0: health(9.0, 2.0, 1.0)}))
+    assert len(again.recent) == 4
+    again.stop()
