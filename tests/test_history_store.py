@@ -283,5 +283,5 @@ def test_health_changes_become_episodes_once(tmp_path):
     h.stop()
     again = history(tmp_path)  # the same levels after a restart: nothing new
     again.observe(make_snapshot(2, health={0: health(9.0, 2.0, 1.0)}))
-    assert len(again.recent) == 4
     again.stop()
+    assert len(stored(tmp_path)) == 4
