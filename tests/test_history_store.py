@@ -268,8 +268,8 @@ def test_health_changes_become_episodes_once(tmp_path):
     from exporter.gpu.health import GpuHealth
 
     def health(t, dbe, failure):
-        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe}, {}, None, {}, 0.0, failure,
-                         None, ())
+        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe}, {}, None,
+                         {}, 0.0, failure, None, ())
 
     h = history(tmp_path)
     h.observe(make_snapshot(2, health={0: health(1.0, 0.0, 0.0)}))

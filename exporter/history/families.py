@@ -67,6 +67,8 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
                               "and in the kernel log, counted once.", value=stats.duplicates)
     yield CounterMetricFamily("cte_kmsg_xids", "XID lines read from the kernel log.",
                               value=stats.kmsg_xids)
-    yield GaugeMetricFamily("cte_kmsg_readable", "1 if the kernel log (/dev/kmsg) can be read "
-                            "for XIDs, 0 if not (no CAP_SYSLOG under kernel.dmesg_restrict).",
-                            value=0.0 if stats.kmsg_readable is False else 1.0)
+    if history.reader.path:  # not when the log is turned off
+        yield GaugeMetricFamily("cte_kmsg_readable", "1 if the kernel log (/dev/kmsg) can be read "
+                                "for XIDs, 0 if not (no CAP_SYSLOG under "
+                                "kernel.dmesg_restrict).",
+                                value=0.0 if stats.kmsg_readable is False else 1.0)

@@ -331,7 +331,8 @@ class History:
     # -- the kernel log (the history's thread) --------------------------------------
     def poll_kmsg(self) -> None:
         """Take the log's XIDs not taken yet (once the GPUs are known)."""
-        if not self.identified.is_set() or self.kmsg_readable is False:
+        if (not self.reader.path or not self.identified.is_set()
+                or self.kmsg_readable is False):
             return
         try:
             records = self.reader.read()

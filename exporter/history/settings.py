@@ -19,7 +19,8 @@ class HistorySettings:
         "none on --fake or --replay; empty: keep no history", flag="--storage.path",
         metavar="DIR", commands=(RUN,))
     kmsg_path: str = setting(
-        "/dev/kmsg", "the kernel log read for XIDs (a regular file stands in for tests)",
+        "/dev/kmsg", "the kernel log read for XIDs (a regular file stands in for tests); empty: "
+        "read none",
         flag="--storage.kmsg-path", metavar="FILE", commands=(RUN,))
     boot_id_path: str = setting(
         "/proc/sys/kernel/random/boot_id", "the file that names this boot (the kernel "
