@@ -132,3 +132,37 @@ def test_boot_id_missing_is_empty(tmp_path):
     assert kmsg.read_boot_id(str(tmp_path / "none")) == ""
     (tmp_path / "id").write_text("3b6c1a2e-0000-4000-8000-000000000001\n")
     assert kmsg.read_boot_id(str(tmp_path / "id")) == "3b6c1a2e-0000-4000-8000-000000000001"
+
+
+def test_docs_list_every_kind():
+    from exporter.events import KINDS
+    from tests.tools import REPO
+
+    text = (REPO / "docs" / "history.md").read_text()
+    assert [k for k in KINDS if f"| `{k}` |" not in text] == []
+
+
+@pytest.mark.parametrize("path,backend,env,want", [
+    ("auto", "nvml", {}, "/var/lib/cluster-telemetry-exporter"),
+    ("auto", "nvml", {"STATE_DIRECTORY": "/var/lib/cte:/other"}, "/var/lib/cte"),
+    ("auto", "fake", {"STATE_DIRECTORY": "/var/lib/cte"}, ""),
+    ("auto", "replay", {}, ""),
+    ("/srv/state", "fake", {}, "/srv/state"),
+    ("", "nvml", {}, ""),
+])
+def test_the_state_directory_by_deployment(monkeypatch, path, backend, env, want):
+    from exporter.config import Config
+
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert Config.of(storage_path=path).history.directory(backend) == want
+
+
+def test_storage_path_is_a_flag_and_a_config_key(tmp_path):
+    from exporter.config import build_config, load_config_file
+
+    config = tmp_path / "c.yaml"
+    config.write_text("storage_path: /srv/cte\n")
+    assert load_config_file(config).history.storage_path == "/srv/cte"
+    assert build_config(str(config), {"storage_path": "/x"}).history.storage_path == "/x"
