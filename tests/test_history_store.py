@@ -285,3 +285,23 @@ def test_health_changes_become_episodes_once(tmp_path):
     again.observe(make_snapshot(2, health={0: health(9.0, 2.0, 1.0)}))
     again.stop()
     assert len(stored(tmp_path)) == 4
+
+
+def test_gpus_first_and_last_seen_boots_and_driver_versions(tmp_path):
+    import dataclasses
+
+    now = [1_790_000_000.0]
+    h = history(tmp_path, now=lambda: now[0])
+    snap = make_snapshot(2, time=now[0], driver_version="580.159")
+    h.observe(snap)
+    later = dataclasses.replace(snap, time=now[0] + 7200)
+    h.observe(later)  # same identities, two hours on: last seen written once
+    h.flush()
+    h.stop()
+    db = sqlite3.connect(tmp_path / FILE)
+    gpus = db.execute("SELECT uuid, slot, first_seen, last_seen FROM gpus ORDER BY uuid").fetchall()
+    boots = db.execute("SELECT uuid, driver FROM boots ORDER BY uuid").fetchall()
+    db.close()
+    assert gpus == [("GPU-00000000", "0000:00:00", now[0], now[0] + 7200),
+                    ("GPU-00000001", "0000:01:00", now[0], now[0] + 7200)]
+    assert boots == [("GPU-00000000", "580.159"), ("GPU-00000001", "580.159")]

@@ -26,12 +26,13 @@ from exporter.sampling.snapshot import Snapshot, XidRecord
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
-POLL_SECONDS = 2.0
+POLL_SECONDS = 5.0  # the kernel log: NVML's events tell at once, the log is the fallback
 MATCH_SECONDS = 30.0  # an NVML event and a log line of one XID on one GPU this close: one
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
 MAX_XIDS_PER_OBSERVE = 1_000  # a counter that jumps by more is counted, not each merged
+LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
 
 
 @dataclass
@@ -78,6 +79,9 @@ class History:
         self.index_of: dict[GpuKey, int] = {}
         self.key_of: dict[int, GpuKey] = {}
         self._identities: object = None
+        self._last_seen_written = 0.0
+        self._xid_count = 0  # XIDs counted by this process (the continued counts' cache key)
+        self._continued_cache: tuple | None = None
         self._seen_nvml: dict[tuple[int, int], int] = {}
         self._health: dict[int, object] = {}
         self._lost: frozenset[int] = frozenset()
@@ -182,10 +186,14 @@ class History:
         with self.lock:
             if snapshot.identities is not self._identities:
                 self._identify(snapshot)
+            elif snapshot.time - self._last_seen_written >= LAST_SEEN_SECONDS:
+                self._seen_now(snapshot)
             self._nvml_xids(snapshot)
             self._health_changes(snapshot)
             self._lost_gpus(snapshot)
             self._infiniband(snapshot)
+            if not self.xids:
+                return snapshot  # nothing to continue (a healthy node): serve it as it is
             xids = self._continued(snapshot)
         return dataclasses.replace(snapshot, xids=xids)
 
@@ -211,7 +219,17 @@ class History:
             if stored is None or stored[:2] != key:
                 self.slots[slot] = (*key, now)
                 self.batch.slots[slot] = (*key, now)
+        self._last_seen_written = now
         self.identified.set()
+
+    def _seen_now(self, snapshot: Snapshot) -> None:
+        self._last_seen_written = snapshot.time
+        for identity in snapshot.identities:
+            if identity is not None:
+                key = (identity.serial, identity.uuid)
+                first = self.batch.gpus.get(key, ("", snapshot.time, 0.0))[1]
+                self.batch.gpus[key] = (kmsg.pci_slot(identity.pci_bus_id), first,
+                                        snapshot.time)
 
     def _nvml_xids(self, snapshot: Snapshot) -> None:
         for (gpu, code), record in snapshot.xids.items():
@@ -232,6 +250,7 @@ class History:
                 return
         self._unmatched = [s for s in self._unmatched if at - s.time <= 2 * MATCH_SECONDS]
         self._unmatched.append(_Seen(gpu, code, at, source))
+        self._xid_count += 1
         total = self.xids.setdefault((gpu, code), [0.0, 0.0])
         total[0] += 1
         total[1] = max(total[1], at)
@@ -310,11 +329,16 @@ class History:
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
+        key = (self.version, self._xid_count, self._identities)
+        if self._continued_cache is not None and self._continued_cache[0] == key and (
+                self._continued_cache[1] == snapshot.xids):
+            return self._continued_cache[2]
         out = dict(snapshot.xids)  # a GPU without identity keeps this process's count
         for (key, code), (count, last) in self.xids.items():
             gpu = self.index_of.get(key, -1 if key == NODE else None)
             if gpu is not None:
                 out[(gpu, code)] = XidRecord(int(count), last)
+        self._continued_cache = (key, dict(snapshot.xids), out)
         return out
 
     # -- the health verdict (exporter.health) ---------------------------------------
@@ -347,7 +371,7 @@ class History:
         self.kmsg_readable = True
         boot = self.boot_time()
         with self.lock:
-            newest = self.cursor
+            newest, taken = self.cursor, False
             for record in records:
                 if record.sequence <= self.cursor:
                     continue
@@ -356,10 +380,17 @@ class History:
                 if xid is None:
                     continue
                 self.kmsg_xids += 1
+                taken = True
                 self._xid(self._gpu_in(xid.pci), xid.code, xid.time, "kmsg")
-            if newest > self.cursor and self.boot_id:
-                self.cursor = newest
-                self.batch.cursors[self.boot_id] = (newest, self.clock())
+            self.cursor = newest
+            # written with the XIDs it covers, in their transaction; other records are
+            # only read again after a restart (and skipped), so they cause no write
+            if taken or self.stop_event.is_set():
+                self._store_cursor()
+
+    def _store_cursor(self) -> None:
+        if self.boot_id and self.cursor >= 0:
+            self.batch.cursors[self.boot_id] = (self.cursor, self.clock())
 
     def _gpu_in(self, slot: str) -> GpuKey:
         """The GPU in a PCI slot now, else the one stored for it (a GPU that fell off the
