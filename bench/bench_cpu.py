@@ -220,6 +220,9 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
                "wakeups": wakeups(proc)}
         out.update({f"thread/{k}": v for k, v in thread_cpu(proc).items()})
         out.update({f"loop/{loop.name}": loop.cpu_seconds for loop in sampler.loops})
+        # the health checks (inside the publish loop's figure) and how often they judged
+        out["health"], out["health_judgements"] = (exp.health.cpu_seconds,
+                                                   float(exp.health.judgements))
         for gpu, stats in sampler.power.stats().items():
             out[f"samples/{gpu}"] = float(stats.samples_total)
             out[f"lost/{gpu}"] = float(stats.lost_total)
@@ -466,6 +469,13 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
               f"{rates.get('gc_collections', 0.0):.1f} collections/s; thread wake-ups "
               f"(voluntary context switches of the live threads): "
               f"{rates.get('wakeups', 0.0):.0f}/s")
+        if "health" in rates:
+            board = sum(rates.get(f"calls/{c}", 0.0) * cost_model.H200.of_call(c).cpu
+                        for c in ("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceValidateInforom"))
+            print(f"  health checks (inside the publish loop): {rates['health'] * 100:.4f} % "
+                  f"in {rates['health_judgements']:.2f} judgements/s; their board reads "
+                  f"(fabric, InfoROM: H200 model, estimated) {board * 100:.4f} %; together "
+                  f"{(rates['health'] + board) * 100:.4f} % of a core (budget 0.05 %)")
         if "render_cpu_seconds" in res:
             renders = res["scrapes"]["count"] / res["wall_seconds"]
             print(f"  render + gzip of one snapshot (first scrape of it, in its connection's "

@@ -14,6 +14,7 @@ from exporter.collectors import registry
 from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
+from exporter.health.monitor import HealthMonitor
 from exporter.history.families import history_families
 from exporter.history.recorder import History
 from exporter.history.store import Store, StoreError
@@ -84,6 +85,7 @@ class Exporter:
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
+        self.health = HealthMonitor(config.health)
         self.fake_lib = fake_lib
         self.collectors: list[Collector | CollectorMaker] = (
             collectors if collectors is not None
@@ -97,8 +99,13 @@ class Exporter:
         history = self.history
         if history is not None:  # XID counts that continue across restarts
             snapshot = history.observe(snapshot)
+        # judged now, once: the metrics, the API and the page share the verdict
+        health = self.health.assess(snapshot)
+        if history is not None:  # a verdict that turned failed is an episode
+            history.observe_health(health)
         # rendered by its first scrape, with the serving side's own figures as of then
-        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection)
+        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection,
+                                        health)
 
     def _serving_families(self) -> list:
         server = self.server

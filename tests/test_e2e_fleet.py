@@ -162,6 +162,9 @@ def test_fleet_alerts_through_prometheus(fleets):
         ("GpuJobOutlier", {"instance": f[3], "gpu": "5", "hpc_job": "2001",
                            "signal": "sm_clock"}),
         ("ClusterPowerSwingCoherent", {"cluster": "faults"}),
+        ("GpuHealthFailed", {"instance": f[7], "gpu": "2", "action": "reboot_node"}),
+        ("GpuHealthFailed", {"instance": f[5], "gpu": "1", "action": "reset_gpu"}),
+        ("GpuHealthFailed", {"instance": f[1], "gpu": "4", "action": "reset_gpu"}),
     ]
     # Each expected alert must fire at some poll, not all at the same one: a scrape missed
     # under load resolves an alert for a moment.

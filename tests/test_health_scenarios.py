@@ -7,6 +7,7 @@ moves, and each check scrapes the real HTTP server. The tests about real-time be
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -262,3 +263,62 @@ def test_nvml_hang_scrapes_stay_fast_and_health_names_the_gpu(running):
     wait_for(lambda: value(run.metrics()["gpu_up"], gpu="1") == 1, timeout=5)
     assert run.get("/healthz")[0] == 200
     wait_for(lambda: run.get("/readyz") == (200, "ok\n"), timeout=15)
+
+
+# -- the health verdict: one built-in scenario per action (docs/scenarios.md) ---------------
+
+@pytest.mark.parametrize("scenario, at, gpu, state, action", [
+    ("training", 12, None, "ok", "none"),
+    ("pcie-card", 12, None, "ok", "none"),
+    ("xid-contained", 12, "1", "warning", "restart_application"),
+    ("ecc-dbe", 16, "2", "failed", "reset_gpu"),
+    ("fabric-not-registered", 12, "3", "failed", "reset_gpu"),
+    ("gpu-lost", 15, "5", "failed", "reboot_node"),
+    ("row-remap", 24, "4", "failed", "drain_and_service"),
+    ("inforom-corrupt", 12, "6", "failed", "drain_and_service"),
+])
+def test_each_action_has_a_scenario_that_produces_it(running, scenario, at, gpu, state,
+                                                      action):
+    run = running(scenario)
+    run.run_until(at)
+    status, body = run.get("/api/v1/health")
+    assert status == 200
+    verdict = json.loads(body)
+    assert (verdict["node"]["state"], verdict["node"]["action"]) == (state, action)
+    for index, gpu_verdict in verdict["gpus"].items():
+        want = (state, action) if index == gpu or gpu is None else ("ok", "none")
+        assert (gpu_verdict["state"], gpu_verdict["action"]) == want, index
+    m = run.metrics()
+    if gpu is not None:
+        assert value(m["gpu_health_state"], gpu=gpu, state=state) == 1
+        assert value(m["gpu_health_action"], gpu=gpu, action=action) == 1
+    assert value(m["gpu_node_health_state"], state=state) == 1
+
+
+def test_the_fabric_that_degrades_fails_at_the_next_board_read(running):
+    run = running("fabric-not-registered", gpu_board_interval_seconds=5)
+    run.run_until(12)
+    assert json.loads(run.get("/api/v1/health")[1])["gpus"]["2"]["state"] == "ok"
+    run.run_until(28)
+    gpu2 = json.loads(run.get("/api/v1/health")[1])["gpus"]["2"]
+    fabric = next(c for c in gpu2["checks"] if c["name"] == "nvlink_fabric")
+    assert (fabric["state"], fabric["value"]) == ("failed", "degraded_bandwidth")
+
+
+def test_nvlink_error_findings_take_the_health_checks_severity(running, tmp_path):
+    """18,000 CRC errors a second are critical on the page, as DCGM's 100/s makes them,
+    and rank above a power swing; a slow trickle warns; none stays information."""
+    path = tmp_path / "crc.yaml"
+    path.write_text("gpus: 3\nevents:\n"
+                    "  - {kind: nvlink, at: 2, gpu: 1, link: 3, crc_flit_per_second: 18000}\n"
+                    "  - {kind: nvlink, at: 2, gpu: 2, link: 3, crc_flit_per_second: 0.1}\n")
+    run = running(str(path))
+    run.run_until(30)
+    found = json.loads(run.get("/api/v1/findings")[1])["findings"]
+    nvlink = {f["gpu"]: f for f in found if f["kind"] == "nvlink"}
+    assert nvlink[1]["severity"] == "critical"
+    assert "NVLink CRC errors at the failure rate" in nvlink[1]["message"]
+    assert nvlink[2]["severity"] == "warning"
+    assert 0 not in nvlink
+    severities = [f["severity"] for f in found]
+    assert severities.index("critical") == 0

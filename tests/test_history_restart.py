@@ -227,3 +227,28 @@ def test_a_second_exporter_on_the_same_directory_refuses_to_start(node, tmp_path
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "in use by another exporter" in lines[0], out.stderr
+
+
+FAILING = QUIET + """events:
+  - {kind: row_remap, at: 1, gpu: 0, uncorrectable: 1, failure: true}
+  - {kind: fabric, at: 1, gpu: 1, degraded: true}
+"""
+
+
+def test_a_verdict_that_turns_failed_is_an_episode_once_across_restarts(node):
+    (node[0] / "failing.yaml").write_text(FAILING)
+
+    def kinds(exporter) -> list[tuple[int | None, str]]:
+        _, body = http_get(exporter.port, "/api/v1/history")
+        return sorted((e.get("gpu", -1), e["kind"]) for e in json.loads(body)["episodes"])
+
+    first = start(node, "failing")
+    first.sampler.advance(70.0)  # the fabric is read every 60 s
+    assert first.current.health.gpus[0].state == "failed"
+    got = kinds(first)
+    assert (0, "health_failed") in got and (0, "row_remap_failure") in got
+    assert (1, "fabric_degraded") in got
+    stop(node, first)
+    second = start(node, "failing")
+    second.sampler.advance(70.0)
+    assert kinds(second) == got  # the same verdict after a restart: nothing new

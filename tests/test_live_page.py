@@ -126,3 +126,37 @@ def test_live_page_behind_tls_and_basic_auth(running_exporter, tmp_path, tls_aut
     updates = re.search(r'<body[^>]* data-updates="(\d+)"', dom)
     assert updates and int(updates.group(1)) >= 2, dom[-3000:]
     assert 'data-series="8"' in dom
+
+
+def test_live_page_health_panel_names_the_failed_gpu_and_its_action(running_exporter,
+                                                                     tmp_path):
+    """The page's health panel shows /api/v1/health: the node's verdict, and the lost GPU
+    failed with the reboot it needs and its reasons; healthy GPUs are not listed."""
+    require_binary("chromium")
+    exp = running_exporter.start(manual=True, scenario="gpu-lost",
+                                 gpu_recovery_interval_seconds=0.5)
+    exp.sampler.advance(16)
+    result = chromium(tmp_path, f"http://127.0.0.1:{exp.port}/", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    verdict = re.search(r'<span id="health-verdict" class="verdict" data-state="(\w+)">'
+                        r'([^<]*)</span>', dom)
+    assert verdict and verdict.groups() == ("failed", "failed: reboot node"), dom[-3000:]
+    items = re.findall(r'<li class="verdict-item verdict-(\w+)" data-state="\w+" '
+                       r'data-action="(\w+)" data-gpu="(\d+)"[^>]*>(.*?)</li>', dom)
+    assert [(state, action, gpu) for state, action, gpu, _ in items] == [
+        ("failed", "reboot_node", "5")], items
+    assert "GPU lost (fell off the bus)" in items[0][3]
+    assert "XID 79" in items[0][3]
+
+
+def test_live_page_health_panel_on_a_healthy_node(running_exporter, tmp_path):
+    require_binary("chromium")
+    exp = running_exporter.start(manual=True, scenario="training")
+    exp.sampler.advance(12)
+    result = chromium(tmp_path, f"http://127.0.0.1:{exp.port}/", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r'<span id="health-verdict" class="verdict" data-state="ok">ok</span>',
+                     result.stdout), result.stdout[-3000:]
+    assert '<ul id="health-list"><li class="muted">every check passes</li></ul>' in (
+        result.stdout)

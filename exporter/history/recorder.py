@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.health.model import FAILED, WARNING, NodeHealth, Verdict
 from exporter.history import kmsg
 from exporter.history.episodes import NODE, Episode, GpuKey, Merger
 from exporter.history.store import Batch, Loaded, Replacement, Store
@@ -32,6 +33,11 @@ WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
 MAX_XIDS_PER_OBSERVE = 1_000  # a counter that jumps by more is counted, not each merged
+# Health checks whose turn to warning or failed is an episode of a kind (exporter/health);
+# the others' kinds come from the values themselves (XIDs, ECC, remaps, NVLink errors).
+CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
+               "nvlink_fabric": "fabric_degraded", "thermal_violation": "thermal",
+               "power_violation": "thermal", "gpu_answering": "gpu_unresponsive"}
 LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
 
 
@@ -82,6 +88,7 @@ class History:
         self._last_seen_written = 0.0
         self._xid_count = 0  # XIDs counted by this process (the continued counts' cache key)
         self._continued_cache: tuple | None = None
+        self._last_health: NodeHealth | None = None
         self._seen_nvml: dict[tuple[int, int], int] = {}
         self._health: dict[int, object] = {}
         self._lost: frozenset[int] = frozenset()
@@ -342,6 +349,31 @@ class History:
         return out
 
     # -- the health verdict (exporter.health) ---------------------------------------
+    def observe_health(self, health: NodeHealth) -> None:
+        """The snapshot's verdicts: a GPU's (or the node's own checks') turn to failed is a
+        `health_failed` episode, a check of CHECK_KINDS turning warning or failed one of
+        its kind. Stored as levels, so a restart that finds the same verdict adds none."""
+        if health is self._last_health:
+            return  # the monitor returns the same object while nothing changed
+        self._last_health = health
+        with self.lock:
+            for gpu, verdict in health.gpus.items():
+                key = self.key_of.get(gpu)
+                if key is not None:
+                    self._judged(key, verdict, health.time,
+                                 any(c.state == FAILED for c in verdict.checks))
+            self._judged(NODE, health.node, health.time,
+                         any(c.state == FAILED for c in health.node.checks))
+
+    def _judged(self, key: GpuKey, verdict: Verdict, at: float, failed: bool) -> None:
+        if self._level(key, "verdict_failed", float(failed), at):
+            self._occurred(key, "health_failed", at)
+        for check in verdict.checks:
+            kind = CHECK_KINDS.get(check.name)
+            if kind is not None and self._level(key, f"check {check.name}", float(
+                    check.state in (WARNING, FAILED)), at):
+                self._occurred(key, kind, at)
+
     def verdict_changed(self, gpu: int | None, failed: bool, at: float | None = None) -> None:
         """A GPU's (or, gpu None, the node's) health verdict changed: a turn to failed
         is a `health_failed` episode."""

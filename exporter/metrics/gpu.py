@@ -28,11 +28,14 @@ def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
     labels = gpu_labels(snapshot)
 
     info = InfoMetricFamily("gpu", "GPU identity; value 1.", labels=[
-        *GPU_LABELS, "name", "pci_bus_id", "serial", "driver_version", "nvml_version"])
+        *GPU_LABELS, "name", "pci_bus_id", "serial", "driver_version", "nvml_version",
+        "fabric_clique_id", "fabric_cluster_uuid"])
     for gpu, ident in sorted(identities.items()):
+        clique, cluster = _fabric_identity(snapshot, gpu)
         info.add_metric(labels[gpu], {
             "name": ident.name, "pci_bus_id": ident.pci_bus_id, "serial": ident.serial,
-            "driver_version": snapshot.driver_version, "nvml_version": snapshot.nvml_version})
+            "driver_version": snapshot.driver_version, "nvml_version": snapshot.nvml_version,
+            "fabric_clique_id": clique, "fabric_cluster_uuid": cluster})
     yield info
 
     power = GaugeMetricFamily("gpu_power_watts", "Instant power: the latest sample of the "
@@ -45,6 +48,16 @@ def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
 
     for name, values in catalogue.FAMILIES.items():
         yield _catalogue_family(name, values, identities, snapshot, labels)
+
+
+def _fabric_identity(snapshot: Snapshot, gpu: int) -> tuple[str, str]:
+    """The NVLink fabric's clique id and cluster UUID once the GPU registered; empty on
+    PCIe cards and before registration."""
+    board = snapshot.board.get(gpu)
+    fabric = board.fabric if board is not None else None
+    if fabric is None or fabric.state != "completed":
+        return "", ""
+    return str(fabric.clique_id), fabric.cluster_uuid
 
 
 def _catalogue_family(name: str, values: tuple[catalogue.GpuValue, ...], identities: dict,

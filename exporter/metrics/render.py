@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import registry
+from exporter.health.model import NodeHealth
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.gpu_health import (
@@ -18,6 +19,7 @@ from exporter.metrics.gpu_health import (
     link_memory_key,
     nvlink_traffic_families,
 )
+from exporter.metrics.health import verdict_families
 from exporter.metrics.power import power_families
 from exporter.metrics.selection import Selection
 from exporter.metrics.self_metrics import self_families
@@ -110,10 +112,12 @@ class RenderedSnapshot:
 
     def __init__(self, snapshot: Snapshot,
                  extra: Callable[[], Sequence[Metric]] = lambda: (),
-                 selection: Selection = DEFAULT):
+                 selection: Selection = DEFAULT, health: NodeHealth | None = None):
         """`extra`: families from outside the snapshot (the server's own figures), taken
-        when the snapshot is rendered; `selection`: the families served."""
+        when the snapshot is rendered; `selection`: the families served; `health`: the
+        snapshot's verdicts (HealthMonitor.assess), rendered and served by the API."""
         self.snapshot = snapshot
+        self.health = health
         self.extra = extra
         self.selection = selection
         self._body: bytes | None = None
@@ -125,8 +129,10 @@ class RenderedSnapshot:
         if self._body is None:
             with self._lock:
                 if self._body is None:
-                    self._body = render(self.snapshot, extra=self.extra(),
-                                       selection=self.selection)
+                    health = self.health
+                    verdicts = verdict_families(health, self.snapshot) if health else ()
+                    extra = [*verdicts, *self.extra()]
+                    self._body = render(self.snapshot, extra=extra, selection=self.selection)
         return self._body
 
     @property

@@ -72,7 +72,8 @@ class Sampler:
         self.power = PowerSampler(self.gpus, clock, s.power_drain_interval_seconds,
                                   s.power_sample_rate_hz, s.power_history_seconds)
         self.sweep = SweepSampler(self.gpus, clock, s.sweep_interval_seconds,
-                                  s.gpu_health_interval_seconds, s.energy_interval_seconds)
+                                  s.gpu_health_interval_seconds, s.energy_interval_seconds,
+                                  s.gpu_board_interval_seconds)
         self.sweep.on_recovered = self.power.reset
         self.sweep.nvlink_reads = s.nvlink_reads
         self._collector_specs = list(collectors or [])
@@ -263,7 +264,7 @@ class Sampler:
             nvml_errors=gpus.backend.errors.totals(),
             collectors={r.name: r.current() for r in self.collectors},
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
-            health=fresh(self.sweep.health),
+            health=fresh(self.sweep.health), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
             xids=self.xids.seen(), xid_events_registered=self.xids.registered,
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),

@@ -29,6 +29,10 @@ class SamplerSettings:
     gpu_health_interval_seconds: float = setting(
         5.0, "how often ECC, row remapping, NVLink and PCIe counters are read",
         flag="--sweep.health-interval", low=0.1, high=600.0, metavar="SECONDS", commands=ALL)
+    gpu_board_interval_seconds: float = setting(
+        60.0, "how often NVLink fabric registration and InfoROM validity are read (also "
+        "at start)", flag="--sweep.board-interval", low=1.0, high=3600.0, metavar="SECONDS",
+        commands=ALL)
     expected_gpus: int | None = setting(
         None, "GPUs this node should have (default: the count NVML reports at start)",
         flag="--gpus.expected", low=0, high=1024, metavar="N", optional=True)

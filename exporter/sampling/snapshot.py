@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from exporter.analysis.live_power import PowerAnalysis
 from exporter.analysis.live_stragglers import StragglerAnalysis
+from exporter.gpu.board import BoardHealth
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuIdentity, GpuState
 from exporter.sampling.buffers import PowerHistory
@@ -88,6 +89,8 @@ class Snapshot:
     collectors: Mapping[str, CollectorResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
     health: Mapping[int, GpuHealth] = field(default_factory=dict)
+    # fabric and InfoROM, read once a minute; kept for a lost GPU (its identity's labels)
+    board: Mapping[int, BoardHealth] = field(default_factory=dict)
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)
     xids: Mapping[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
     xid_events_registered: int = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from exporter.gpu import catalogue
+from exporter.gpu.board import BoardHealth, read_board
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth, NvlinkReads, read_health
 from exporter.gpu.state import GpuState, read_identity, read_state
@@ -22,12 +23,14 @@ from exporter.sampling.loops import Loop
 
 class SweepSampler:
     def __init__(self, gpus: GpuSet, clock: Clock, interval: float, health_interval: float,
-                 energy_interval: float):
+                 energy_interval: float, board_interval: float = 60.0):
         self.gpus, self.clock = gpus, clock
         self.interval = interval
         self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
         self.states: dict[int, GpuState] = {}
         self.health: dict[int, GpuHealth] = {}
+        self.board: dict[int, BoardHealth] = {}  # fabric and InfoROM: at start, then seldom
+        self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
         self._last_read: dict[tuple[int, str], float] = {}  # (gpu, cadence) -> epoch
         self._last_state_time: dict[int, float] = {}
@@ -63,6 +66,7 @@ class SweepSampler:
                                      now, self.nvlink_reads)
                 if health is not None:
                     self.health[gpu] = health
+            self._read_board(gpu, now)
             if self.recorder is not None and state is not None:
                 self.recorder(gpu, state)
 
@@ -71,6 +75,15 @@ class SweepSampler:
                 if self.on_recovered is not None:
                     self.on_recovered(gpu)
             self._feed_window()
+
+    def _read_board(self, gpu: int, now: float) -> None:
+        last = self._last_read.get((gpu, "board"))
+        if last is not None and now - last < self.board_interval - 0.5 * self.interval:
+            return
+        self._last_read[(gpu, "board")] = now
+        board = read_board(self.gpus.backend, gpu, now)
+        if board is not None:
+            self.board[gpu] = board
 
     def _feed_window(self) -> None:
         if self.buffer is None:

@@ -83,6 +83,13 @@ H200 = CostModel(
         "nvmlDeviceGetComputeInstanceId": _c(5 * US),
         "nvmlDeviceGetAttributes_v2": _c(8 * US),
         "nvmlGpmMetricsGet": _c(1.5 * MS),  # 8 metrics (1.0-1.9 ms); 5 ms the first time
+        # Estimates, not measured (the H200 measured has no NVSwitch fabric and no InfoROM
+        # check was timed): the fabric state is the driver's cached copy of what the
+        # fabric manager sent, a getter like the PCI info (~8 us); validating the InfoROM
+        # checksums its objects in the driver, taken as the slower counter fields (~0.5
+        # ms). Both are read once a minute per GPU (--sweep.board-interval).
+        "nvmlDeviceGetGpuFabricInfoV": _c(8 * US),
+        "nvmlDeviceValidateInforom": _c(0.5 * MS),
     },
     fields={
         83: _c(3.5 * MS, 4.8 * MS),  # TOTAL_ENERGY_CONSUMPTION

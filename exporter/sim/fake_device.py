@@ -5,6 +5,7 @@ thermals, clocks and PCIe. Each answers a catalogue value through FakeNvmlLibrar
 
 from __future__ import annotations
 
+import ctypes
 import uuid
 
 import numpy as np
@@ -14,6 +15,7 @@ from exporter.gpu import fields as fi
 from exporter.gpu.batched import SAMPLE_DTYPE
 from exporter.sim.cstructs import target, value_of
 from exporter.sim.fake_core import FakeCore
+from exporter.sim.scenarios import ERROR_CODES, FABRIC_STATES
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 ERROR_NOT_FOUND = 6
@@ -243,3 +245,35 @@ class DeviceSymbols(FakeCore):
     def _nvmlDeviceGetPcieReplayCounter(self, handle, counter) -> int:
         return self.answer(handle, counter, "pcie_replays")
 
+
+    # -- board: NVLink fabric and InfoROM -------------------------------------
+    def _nvmlDeviceGetGpuFabricInfoV(self, handle, info) -> int:
+        """An NVSwitch system's GPU registered with the fabric (state completed), unless
+        a `fabric` fault says otherwise; a PCIe card (device fabric: false) reads
+        not_supported, as the driver answers there."""
+        gpu = self.gpu(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        out = target(info)
+        if out.version != self.nvml.nvmlGpuFabricInfo_v2:
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+        state, status, degraded = "completed", "Success", False
+        if not self.scenario.device.fabric:
+            state = "not_supported"
+        for fault in self.faults("fabric", gpu.index, self.elapsed()):
+            state, status = fault.params["state"], fault.params["status"]
+            degraded = degraded or fault.params["degraded"]
+        out.state = FABRIC_STATES[state]
+        out.status = 0 if status == "Success" else ERROR_CODES[status]
+        registered = state == "completed"
+        out.cliqueId = 1 if registered else 0
+        cluster = uuid.uuid5(uuid.NAMESPACE_OID, f"cte-fabric-{self.scenario.seed}").bytes
+        ctypes.memmove(out.clusterUuid, cluster if registered else bytes(16), 16)
+        # health mask: each field "false" (2) when healthy, degraded bandwidth "true" (1)
+        healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+        out.healthMask = (healthy & ~0x3 | 1) if degraded else healthy
+        return SUCCESS
+
+    def _nvmlDeviceValidateInforom(self, handle) -> int:
+        # a corrupt InfoROM: an `error` fault on this call with error CorruptedInforom
+        return ERROR_INVALID_ARGUMENT if self.gpu(handle) is None else SUCCESS

@@ -48,6 +48,7 @@ ERROR_CODES = {
     "OperatingSystem": 17,
     "Memory": 20,
     "NoData": 21,
+    "CorruptedInforom": 14,
     "Unknown": 999,
 }
 
@@ -81,9 +82,15 @@ FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
     "recovery_action": {"action": (_STR, None, True)},
     # another GPU in the slot from `at` on: a new serial number (and UUID), as after a swap
     "replace": {"serial": (_STR, None, True)},
+    # the NVLink fabric's registration while active (nvmlDeviceGetGpuFabricInfoV): its
+    # state (a fabric that never registers: not_started with no `until`), the status of
+    # the registration (an NVML error name, or Success) and a degraded health mask
+    "fabric": {"state": (_STR, "completed", False), "status": (_STR, "Success", False),
+               "degraded": (_BOOL, False, False)},
 }
 FAULT_KINDS = tuple(FAULT_PARAMS)
 
+FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
 RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3,
                     "drain_and_reset": 4}
 
@@ -111,6 +118,9 @@ class DeviceSpec:
     # GPM (profiling metrics: nvmlGpmQueryDeviceSupport) exists from Hopper on.
     gpm: bool = True
     nvlinks: int = 18
+    # An NVSwitch system (HGX): the GPU registers with the fabric manager; False: a PCIe
+    # card, whose fabric state reads not_supported.
+    fabric: bool = True
     driver_version: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
 
@@ -262,7 +272,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
                    strings=("name", "driver_version", "nvml_version"),
                    ints=("memory_total_bytes", "pcie_generation", "pcie_width", "nvlinks",
                          "power_sample_buffer"),
-                   bools=("has_fan", "retired_pages", "gpm"),
+                   bools=("has_fan", "retired_pages", "gpm", "fabric"),
                    bounds={"power_update_period_seconds": (0.001, 10),
                            "power_sample_interval_seconds": (0.001, 1),
                            "power_sample_buffer": (0, 100000),
@@ -360,4 +370,8 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
                               f"{', '.join(CLOCK_EVENT_BITS)})")
     if kind == "recovery_action" and params["action"] not in RECOVERY_ACTIONS:
         raise where.error("action", f"expected one of {', '.join(RECOVERY_ACTIONS)}")
+    if kind == "fabric" and params["state"] not in FABRIC_STATES:
+        raise where.error("state", f"expected one of {', '.join(FABRIC_STATES)}")
+    if kind == "fabric" and params["status"] not in ("Success", *ERROR_CODES):
+        raise where.error("status", f"expected Success or one of {', '.join(ERROR_CODES)}")
     return FaultEvent(kind=kind, at=at, until=until, gpu=gpu, params=params)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from exporter import __version__
+from exporter.health.model import NodeHealth, Verdict
 from exporter.history.answer import history_body, replacement_findings
 from exporter.history.recorder import History
 from exporter.metrics.render import RenderedSnapshot
@@ -33,8 +34,9 @@ from exporter.web.jsonarrays import json_array
 from exporter.web.probes import Readiness
 from exporter.web.wording import number
 
-POWER, FINDINGS, HISTORY = "/api/v1/power", "/api/v1/findings", "/api/v1/history"
-PATHS = (POWER, FINDINGS, HISTORY)
+POWER, FINDINGS, HEALTH, HISTORY = ("/api/v1/power", "/api/v1/findings", "/api/v1/health",
+                                   "/api/v1/history")
+PATHS = (POWER, FINDINGS, HEALTH, HISTORY)
 JSON_TYPE = "application/json"
 DEFAULT_SECONDS = 60
 # 120 s at 50 samples a second (the page's longest window) goes out undecimated; longer
@@ -170,10 +172,10 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 # -- /api/v1/findings ------------------------------------------------------------------------
 
 def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
-                  history: History | None = None) -> bytes:
+                  health: NodeHealth | None = None, history: History | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
     node at a glance (GPUs up, who holds them, the exporter's own health)."""
-    found = findings(snapshot)
+    found = findings(snapshot, health)
     if history is not None:
         found += replacement_findings(history, snapshot.time)
     body = {"time": number(snapshot.time), "findings": found,
@@ -226,6 +228,36 @@ def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
             for gpu, ids in result.reading.jobs_by_gpu().items():
                 out[int(gpu)] = out.get(int(gpu), ()) + tuple(str(i) for i in ids)
     return out
+
+
+# -- /api/v1/health --------------------------------------------------------------------------
+
+def health_body(health: NodeHealth | None) -> bytes:
+    """{"node": verdict, "gpus": {"0": verdict, ...}}; verdict = {"state", "action",
+    "reasons", "checks": [{"name", "state", "value", "threshold", "source", "since"}]}.
+    Without a verdict yet (the exporter not started): unknown."""
+    if health is None:
+        body: dict[str, Any] = {"node": {"state": "unknown", "action": "none",
+                                         "reasons": "no verdict yet", "checks": []},
+                                "gpus": {}}
+    else:
+        body = {"node": _verdict(health.node),
+                "gpus": {str(gpu): _verdict(v) for gpu, v in sorted(health.gpus.items())}}
+    return json.dumps(body, ensure_ascii=False).encode() + b"\n"
+
+
+def _verdict(v: Verdict) -> dict[str, Any]:
+    return {"state": v.state, "action": v.action, "reasons": v.reasons,
+            "checks": [{"name": c.name, "state": c.state, "value": _json_value(c.value),
+                        "threshold": _json_value(c.threshold), "source": c.source,
+                        "since": number(c.since)} for c in v.checks]}
+
+
+def _json_value(value: float | str | None) -> float | str | None:
+    if isinstance(value, float):
+        whole = value.is_integer() and abs(value) < 2**53
+        return int(value) if whole else number(value, 6)
+    return value
 
 
 # -- answers, once per snapshot ------------------------------------------------------------------
@@ -281,11 +313,15 @@ class Api:
             q = power_query(query, snap)
             key: tuple = (POWER, q.seconds, q.gpu)
             build = lambda: power_body(snap, q)  # noqa: E731
+        elif path == HEALTH:
+            parse_query(query, ())
+            key = (HEALTH,)
+            build = lambda: health_body(rendered.health)  # noqa: E731
         else:
             parse_query(query, ())
             key = (FINDINGS,)
             build = lambda: findings_body(snap, self.readiness(rendered), self.node,  # noqa: E731
-                                          self.history)
+                                          rendered.health, self.history)
         # One build at a time, under the lock: concurrent viewers of a new snapshot wait
         # for the first one's build instead of each making their own, and the API never
         # takes more than one core from sampling and scrapes.

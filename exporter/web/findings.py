@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from exporter.health.model import NodeHealth
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings_hardware import hardware_findings
 from exporter.web.wording import (
@@ -43,10 +44,11 @@ RAMP_RECENT_SECONDS = 600.0
 CYCLE_WARNING_RATIO = 0.20
 
 
-def findings(snapshot: Snapshot) -> list[dict[str, Any]]:
-    """Every finding the snapshot supports, most urgent first."""
+def findings(snapshot: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
+    """Every finding the snapshot supports, most urgent first; `health`, the snapshot's
+    verdict, gives the severity of what its checks judge (NVLink error rates)."""
     out = [*power_findings(snapshot), *straggler_findings(snapshot),
-           *hardware_findings(snapshot)]
+           *hardware_findings(snapshot, health)]
     order = {kind: i for i, kind in enumerate(KINDS)}
     out.sort(key=lambda f: (SEVERITIES.index(f["severity"]), order.get(f["kind"], len(KINDS)),
                             -1 if f["gpu"] is None else f["gpu"]))

@@ -3,8 +3,9 @@ lost, hung or missing GPUs, and clock events. Pure: Snapshot -> finding dicts.
 
 Severities follow the alerts in alerts/gpu-hardware.yml, so the page and Prometheus do
 not disagree about what is urgent. Counters here are totals (since the driver loaded, or
-over the GPU's life): their rates are Prometheus' job, so a non-zero NVLink error count
-alone is only information.
+over the GPU's life); where the health checks judged their rate (NVLink errors, by DCGM's
+thresholds: exporter/health/), the finding takes the check's severity, so 18,000 CRC
+errors a second read critical, not information.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.xid import MEANINGS, xid_class
+from exporter.health.model import CheckResult, NodeHealth
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.wording import CRITICAL, INFO, WARNING, ago, duration, finding, percent
 
@@ -33,9 +35,21 @@ POWER_CAP_MIN_SHARE = 0.5
 _XID_SEVERITY = {"critical": CRITICAL, "warning": WARNING}
 
 
-def hardware_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
+# a health check's state -> the finding's severity
+CHECK_SEVERITY = {"failed": CRITICAL, "warning": WARNING}
+
+
+def hardware_findings(snapshot: Snapshot, health: NodeHealth | None = None
+                      ) -> list[dict[str, Any]]:
     return [*_gpu_presence(snapshot), *_xids(snapshot), *_memory(snapshot),
-            *_nvlink(snapshot), *_clock_events(snapshot)]
+            *_nvlink(snapshot, health), *_clock_events(snapshot)]
+
+
+def _check(health: NodeHealth | None, gpu: int, name: str) -> CheckResult | None:
+    verdict = health.gpus.get(gpu) if health is not None else None
+    if verdict is None:
+        return None
+    return next((c for c in verdict.checks if c.name == name), None)
 
 
 def _gpu_presence(snap: Snapshot) -> list[dict[str, Any]]:
@@ -102,7 +116,7 @@ def _memory(snap: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
-def _nvlink(snap: Snapshot) -> list[dict[str, Any]]:
+def _nvlink(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
     out = []
     for gpu, h in sorted(snap.health.items()):
         ident = snap.identities[gpu] if gpu < len(snap.identities) else None
@@ -120,9 +134,15 @@ def _nvlink(snap: Snapshot) -> list[dict[str, Any]]:
         errors = {k: v for k, v in sorted(totals.items()) if v}
         if errors:
             text = ", ".join(f"{v:.0f} {k.replace('_', ' ')}" for k, v in errors.items())
-            out.append(finding("nvlink", INFO,
-                               f"GPU {gpu}: NVLink errors since the driver loaded: {text}",
-                               h.time, gpu=gpu, errors=errors))
+            check = _check(health, gpu, "nvlink_errors")
+            severity = CHECK_SEVERITY.get(check.state, INFO) if check else INFO
+            judged = (f"{check.reason} ({check.value:g} against {check.threshold:g}); "
+                      if check is not None and severity != INFO
+                      and isinstance(check.value, float | int)
+                      and isinstance(check.threshold, float | int) else "")
+            out.append(finding("nvlink", severity,
+                               f"GPU {gpu}: {judged}NVLink errors since the driver loaded: "
+                               f"{text}", h.time, gpu=gpu, errors=errors))
     return out
 
 

@@ -2,9 +2,9 @@
 
 The HTML is a shell written here with the status known now (so it says something useful
 without JavaScript: GPU count, backend, health, the links); exporter/web/static/page.js
-fills it from /api/v1/power and /api/v1/findings about once a second, drawing with the
-vendored uPlot. Every request the page makes goes to this exporter (same origin, so the
-browser resends basic-auth credentials and TLS covers it); PAGE_HEADERS' content
+fills it from /api/v1/power, /api/v1/findings and /api/v1/health about once a second,
+drawing with the vendored uPlot. Every request the page makes goes to this exporter (same
+origin, so the browser resends basic-auth credentials and TLS covers it); PAGE_HEADERS' content
 security policy makes the browser refuse anything else.
 """
 
@@ -46,6 +46,7 @@ health: <span id="health">{e(health)}</span>
 <span id="conn" class="conn"></span></p>
 <nav><ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li>
 <li><a href="/readyz">/readyz</a></li><li><a href="/api/v1/findings">/api/v1/findings</a></li>
+<li><a href="/api/v1/health">/api/v1/health</a></li>
 </ul></nav>
 </header>
 <main>
@@ -62,6 +63,8 @@ health: <span id="health">{e(health)}</span>
 <th class="num">power</th><th>state</th></tr></thead><tbody></tbody></table>
 </section>
 <aside>
+<h2>Health <span id="health-verdict" class="verdict"></span></h2>
+<ul id="health-list"><li class="muted">waiting for the first answer&hellip;</li></ul>
 <h2>Findings <span id="findings-count" class="muted"></span></h2>
 <ul id="findings"><li class="muted">waiting for the first answer&hellip;</li></ul>
 <h2>Node</h2>

@@ -1,4 +1,5 @@
-"""GPU hardware health: lost GPUs, XIDs, ECC, row remapping, retired pages, interconnect."""
+"""GPU hardware health: the health verdict, lost GPUs, XIDs, ECC, row remapping, retired
+pages, interconnect."""
 
 from __future__ import annotations
 
@@ -19,6 +20,26 @@ from .common import (
 )
 
 FILE = "hardware-health.json"
+
+
+def verdict() -> list[Item]:
+    """The exporter's own health verdict (docs/health.md): GPUs by state, and the GPUs
+    that need something with the action and the reasons."""
+    return [
+        row("Health verdict"),
+        stat("GPUs by health verdict",
+             (f"sum by (state) (gpu_health_state{{{G}, state=~\"ok|warning|failed|unknown\"}})",
+              "{{state}}"), w=8, h=6,
+             description="The worst of each GPU's checks, as the exporter judges it on the node "
+                         "by NVIDIA's thresholds (DCGM health watches, the XID catalog)."),
+        table("GPUs that need action",
+              (f"gpu_health_action{{{G}}} and on (cluster, job, instance, gpu, uuid) "
+               f"(gpu_health_state{{{G}, state=~\"warning|failed|unknown\"}} == 1)", ""),
+              w=16, h=6, hide=("Time", "__name__", "job", "uuid", "Value"),
+              description="Each GPU whose verdict is not ok: the action it needs "
+                          "(restart_application, reset_gpu, reboot_node, drain_and_service) "
+                          "and its reasons. /api/v1/health on the node gives every check."),
+    ]
 
 
 def availability() -> list[Item]:
@@ -105,5 +126,6 @@ def board():
     return dashboard(
         "cte-hardware-health", "GPU hardware health",
         "Lost GPUs, XIDs by class, ECC, row remapping, retired pages, NVLink and PCIe "
-        "errors, throttling.", [*availability(), *xids(), *memory(), *interconnect()],
+        "errors, throttling.", [*verdict(), *availability(), *xids(), *memory(),
+                                *interconnect()],
         variables())

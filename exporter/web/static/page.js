@@ -1,6 +1,7 @@
-// The live page (exporter/web/page.py is its HTML): polls /api/v1/power and
-// /api/v1/findings about once a second and draws the waveform with uPlot. The next poll
-// is scheduled when the last has answered, so a slow node is never asked twice at once.
+// The live page (exporter/web/page.py is its HTML): polls /api/v1/power,
+// /api/v1/findings and /api/v1/health about once a second and draws the waveform with
+// uPlot. The next poll is scheduled when the last has answered, so a slow node is never
+// asked twice at once.
 // Everything is written with textContent: job ids and messages come from the node.
 (function () {
   "use strict";
@@ -222,15 +223,55 @@
     fillTable(s, flagged);
   }
 
+  // -- the health verdict (/api/v1/health) -------------------------------------------------
+
+  function words(action) { return action.replace(/_/g, " "); }
+
+  function verdictItem(who, v, gpu) {
+    const item = el("li", null, "verdict-item verdict-" + v.state);
+    item.dataset.state = v.state;
+    item.dataset.action = v.action;
+    item.append(el("span", v.state, "sev"), el("span", who + (v.action !== "none" ?
+      ": " + words(v.action) : ""), "message"), el("span", v.reasons, "when"));
+    if (gpu !== null) {
+      item.dataset.gpu = gpu;
+      item.title = "focus GPU " + gpu + " in the chart";
+      item.addEventListener("click", () => focusGpu(Number(gpu)));
+    }
+    return item;
+  }
+
+  function drawHealth(h) {
+    const verdict = $("health-verdict");
+    verdict.textContent = h.node.state + (h.node.action !== "none" ? ": " +
+      words(h.node.action) : "");
+    verdict.dataset.state = h.node.state;
+    const list = $("health-list");
+    list.textContent = "";
+    const own = h.node.checks.filter((c) => c.state === "failed" || c.state === "warning");
+    for (const c of own) {
+      list.append(verdictItem("node " + c.name.replace(/_/g, " "),
+        { state: c.state, action: "none", reasons: "" }, null));
+    }
+    for (const [gpu, v] of Object.entries(h.gpus)) {
+      if (v.state !== "ok" && v.state !== "not_applicable") {
+        list.append(verdictItem("GPU " + gpu, v, gpu));
+      }
+    }
+    if (!list.children.length) list.append(el("li", "every check passes", "muted"));
+  }
+
   // -- the loop ------------------------------------------------------------------------------
 
   async function poll() {
     let wait = PERIOD_MS;
     try {
-      const [power, found] = await Promise.all([
-        getJSON("/api/v1/power?seconds=" + state.seconds), getJSON("/api/v1/findings")]);
+      const [power, found, health] = await Promise.all([
+        getJSON("/api/v1/power?seconds=" + state.seconds), getJSON("/api/v1/findings"),
+        getJSON("/api/v1/health")]);
       drawPower(power);
       drawFindings(found);
+      drawHealth(health);
       state.updates += 1;
       document.body.dataset.updates = String(state.updates);
       $("conn").textContent = "";

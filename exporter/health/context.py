@@ -1,0 +1,58 @@
+"""What a GPU check reads: the snapshot's values for one GPU, the thresholds, and the
+counter history for rates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.gpu.health import GpuHealth
+from exporter.gpu.state import GpuState
+from exporter.health.counters import CounterHistory
+from exporter.health.model import Outcome
+from exporter.health.settings import HealthSettings
+from exporter.sampling.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class GpuInputs:
+    snapshot: Snapshot
+    gpu: int
+    settings: HealthSettings
+    counters: CounterHistory
+
+    @property
+    def health(self) -> GpuHealth | None:
+        return self.snapshot.health.get(self.gpu)
+
+    @property
+    def state(self) -> GpuState | None:
+        return self.snapshot.states.get(self.gpu)
+
+    def value(self, key: str) -> float | None:
+        """A catalogue value: the sweep's latest, or the GPU's static one (maxima)."""
+        state = self.state
+        found = state.get(key) if state is not None else None
+        if found is None and self.gpu < len(self.snapshot.identities):
+            ident = self.snapshot.identities[self.gpu]
+            found = ident.values.get(key) if ident is not None else None
+        return found
+
+    def increase(self, name: str, time: float, value: float, window: float | None = None,
+                 changes_only: bool = False) -> tuple[float, float] | None:
+        """Record the counter's value at `time`; its (increase, seconds) over `window`
+        (default: the health window, a minute)."""
+        key = (self.gpu, name)
+        window = self.settings.window_seconds if window is None else window
+        self.counters.observe(key, time, value, window, changes_only)
+        return self.counters.increase(key, window)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its name (the `check` label), where its threshold comes from, and the
+    function of the GPU's (or the node's) inputs that judges it."""
+
+    name: str
+    source: str
+    judge: Callable[..., Outcome]

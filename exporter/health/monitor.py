@@ -1,0 +1,107 @@
+"""The verdict of each snapshot, judged once: `HealthMonitor.assess(snapshot)`.
+
+Like rendering, the verdict is a function of the snapshot computed once and shared:
+/metrics, /api/v1/health, the live page and the `health` command read the same
+`NodeHealth`. The monitor keeps what a single snapshot cannot hold: the counter history
+the rate checks compare against, and since when each check has been in its state. A
+check that raises becomes `unknown` for that snapshot and is counted; it never stops the
+others or the sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
+from exporter.health.context import Check, GpuInputs
+from exporter.health.counters import CounterHistory
+from exporter.health.model import UNKNOWN, CheckResult, NodeHealth, Outcome, combine, verdict
+from exporter.health.settings import HealthSettings
+from exporter.sampling.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+GPU_CHECKS: tuple[Check, ...] = (*checks_gpu.CHECKS, *checks_memory.CHECKS,
+                                  *checks_links.CHECKS, *checks_board.CHECKS)
+NODE_CHECKS: tuple[Check, ...] = checks_node.CHECKS
+RE_JUDGE_SECONDS = 60.0  # judged again at least this often (XIDs age out of the hold)
+
+
+def inputs_key(snapshot: Snapshot) -> tuple:
+    """What the checks read, in brief: while it stays the same, so does the verdict."""
+    return (snapshot.gpu_count, snapshot.expected_gpus,
+            tuple(ident is None for ident in snapshot.identities),
+            tuple((gpu, h.time) for gpu, h in sorted(snapshot.health.items())),
+            tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
+            tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
+            snapshot.lost, tuple(sorted(snapshot.hung)),
+            tuple(r.last_success for _, r in sorted(snapshot.collectors.items())),
+            int(snapshot.time // RE_JUDGE_SECONDS))
+
+
+class HealthMonitor:
+    def __init__(self, settings: HealthSettings | None = None,
+                 gpu_checks: Sequence[Check] = GPU_CHECKS,
+                 node_checks: Sequence[Check] = NODE_CHECKS):
+        self.settings = settings or HealthSettings()
+        self.gpu_checks, self.node_checks = tuple(gpu_checks), tuple(node_checks)
+        self.counters = CounterHistory()
+        self._since: dict[tuple[int | None, str], tuple[str, float]] = {}
+        self._errors: dict[str, int] = {}
+        self._last: tuple[Snapshot, NodeHealth] | None = None
+        self._key: tuple | None = None
+        self._lock = threading.Lock()
+        # what judging costs (bench/bench_cpu.py shows it): CPU-seconds and judgements
+        self.cpu_seconds = 0.0
+        self.judgements = 0
+
+    def assess(self, snapshot: Snapshot) -> NodeHealth:
+        """The snapshot's verdicts; the same object for the same snapshot, and the last
+        one again while nothing the checks read has changed."""
+        with self._lock:
+            if self._last is not None and self._last[0] is snapshot:
+                return self._last[1]
+            key = inputs_key(snapshot)
+            if self._last is not None and key == self._key:
+                result = self._last[1]
+            else:
+                started = time.thread_time()
+                result = self._judge(snapshot)
+                self._key = key
+                self.judgements += 1
+                self.cpu_seconds += time.thread_time() - started
+            self._last = (snapshot, result)
+            return result
+
+    def _judge(self, snapshot: Snapshot) -> NodeHealth:
+        gpus = {}
+        for gpu in range(snapshot.gpu_count):
+            inputs = GpuInputs(snapshot, gpu, self.settings, self.counters)
+            results = tuple(self._run(check, inputs, gpu, snapshot.time)
+                            for check in self.gpu_checks)
+            gpus[gpu] = verdict(results, f"GPU {gpu}: ")
+        node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus)
+        own = verdict(tuple(self._run(check, node_inputs, None, snapshot.time)
+                            for check in self.node_checks), "node: ")
+        return NodeHealth(snapshot.time, combine(own, list(gpus.values())), gpus,
+                          tuple(sorted(self._errors.items())))
+
+    def _run(self, check: Check, inputs: object, gpu: int | None, now: float) -> CheckResult:
+        try:
+            outcome = check.judge(inputs)
+        except Exception:  # noqa: BLE001 - one broken check must not break the verdict
+            count = self._errors.get(check.name, 0) + 1
+            self._errors[check.name] = count
+            if count == 1:
+                log.exception("health check %s failed; it reads unknown until it works",
+                              check.name)
+            outcome = Outcome(UNKNOWN, reason=f"{check.name} check failed")
+        key = (gpu, check.name)
+        held = self._since.get(key)
+        if held is None or held[0] != outcome.state:
+            held = self._since[key] = (outcome.state, now)
+        return CheckResult(check.name, outcome.state, outcome.value, outcome.threshold,
+                           check.source, held[1], outcome.action, outcome.reason)
