@@ -257,3 +257,13 @@ def test_a_verdict_that_turns_failed_is_an_episode_once_across_restarts(node):
     second = start(node, "failing")
     second.sampler.advance(70.0)
     assert kinds(second) == got  # the same verdict after a restart: nothing new
+
+
+def test_a_quiet_node_writes_once_at_start_and_then_nothing(node):
+    exporter = start(node, "quiet")
+    history = exporter.history
+    for _ in range(12):  # a minute of a healthy node, the history's thread's work by hand
+        exporter.sampler.advance(5.0)
+        history.poll_kmsg()
+        history.flush()
+    assert history.transactions == 1  # the GPUs, their boot and slots, at start

@@ -86,6 +86,7 @@ class History:
         self.key_of: dict[int, GpuKey] = {}
         self._identities: object = None
         self._last_seen_written = 0.0
+        self._identity_key: tuple | None = None
         self._xid_count = 0  # XIDs counted by this process (the continued counts' cache key)
         self._continued_cache: tuple | None = None
         self._last_health: NodeHealth | None = None
@@ -191,7 +192,7 @@ class History:
     def observe(self, snapshot: Snapshot) -> Snapshot:
         """Record what is new in the snapshot; the snapshot with continued XID counts."""
         with self.lock:
-            if snapshot.identities is not self._identities:
+            if snapshot.identities is not self._identities and self._new_identities(snapshot):
                 self._identify(snapshot)
             elif snapshot.time - self._last_seen_written >= LAST_SEEN_SECONDS:
                 self._seen_now(snapshot)
@@ -204,8 +205,18 @@ class History:
             xids = self._continued(snapshot)
         return dataclasses.replace(snapshot, xids=xids)
 
-    def _identify(self, snapshot: Snapshot) -> None:
+    def _new_identities(self, snapshot: Snapshot) -> bool:
+        """Whether the GPUs are others than last time (the sampler may publish the same
+        identities in a new tuple)."""
+        key = tuple(None if i is None else (i.index, i.serial, i.uuid, i.pci_bus_id)
+                    for i in snapshot.identities)
         self._identities = snapshot.identities
+        if key == self._identity_key:
+            return False
+        self._identity_key = key
+        return True
+
+    def _identify(self, snapshot: Snapshot) -> None:
         now = snapshot.time
         self.index_of, self.key_of = {}, {}
         for identity in snapshot.identities:
@@ -336,7 +347,7 @@ class History:
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
-        key = (self.version, self._xid_count, self._identities)
+        key = (self.version, self._xid_count, self._identity_key)
         if self._continued_cache is not None and self._continued_cache[0] == key and (
                 self._continued_cache[1] == snapshot.xids):
             return self._continued_cache[2]
