@@ -305,3 +305,31 @@ def test_gpus_first_and_last_seen_boots_and_driver_versions(tmp_path):
     assert gpus == [("GPU-00000000", "0000:00:00", now[0], now[0] + 7200),
                     ("GPU-00000001", "0000:01:00", now[0], now[0] + 7200)]
     assert boots == [("GPU-00000000", "580.159"), ("GPU-00000001", "580.159")]
+
+
+def test_infiniband_ports_down_and_in_trouble_are_node_episodes_per_port(tmp_path):
+    from exporter.collectors.infiniband.reading import (
+        InfinibandDevice,
+        InfinibandPort,
+        InfinibandReading,
+    )
+    from exporter.sampling.snapshot import CollectorResult
+
+    def snap(t, downed, state, integrity):
+        port = InfinibandPort("mlx5_0", 1, state_id=state, counters={
+            "link_downed": downed, "local_link_integrity_errors": integrity})
+        other = InfinibandPort("mlx5_1", 1, state_id=4, counters={"link_downed": 0.0})
+        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),
+                                     InfinibandDevice("mlx5_1", ports=(other,))), {})
+        return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
+            "infiniband": CollectorResult(reading, 0.0, True, 0)})
+
+    h = history(tmp_path)
+    h.observe(snap(0, 0.0, 4, 0.0))
+    h.observe(snap(10, 1.0, 1, 0.0))  # went down
+    h.observe(snap(20, 1.0, 4, 0.0))  # back
+    h.observe(snap(30, 1.0, 4, 3.0))  # link integrity errors
+    got = sorted((e.kind, e.detail, e.count) for e in h.recent)
+    assert got == [("ib_degraded", "mlx5_0/1", 1), ("ib_link_down", "mlx5_0/1", 2)]
+    assert all(e.gpu == NODE for e in h.recent)
+    h.stop()

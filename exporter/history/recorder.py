@@ -38,6 +38,8 @@ MAX_XIDS_PER_OBSERVE = 1_000  # a counter that jumps by more is counted, not eac
 CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
                "nvlink_fabric": "fabric_degraded", "thermal_violation": "thermal",
                "power_violation": "thermal", "gpu_answering": "gpu_unresponsive"}
+IB_LINK_ERRORS = ("excessive_buffer_overrun_errors", "local_link_integrity_errors",
+                  "link_error_recovery")
 LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
 
 
@@ -345,6 +347,12 @@ class History:
                 not_active = None if port.state_id is None else float(port.state_id != 4)
                 if self._level(NODE, f"ib_not_active {detail}", not_active, snapshot.time):
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
+                # NVSentinel's NIC monitor: any increase of these is a link in trouble
+                errors = [port.counters.get(n) for n in IB_LINK_ERRORS]
+                total = sum(e for e in errors if e is not None) if any(
+                    e is not None for e in errors) else None
+                if self._level(NODE, f"ib_link_errors {detail}", total, snapshot.time):
+                    self._occurred(NODE, "ib_degraded", snapshot.time, detail=detail)
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
         key = (self.version, self._xid_count, self._identity_key)
