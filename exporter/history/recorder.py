@@ -355,16 +355,16 @@ class History:
                     self._occurred(NODE, "ib_degraded", snapshot.time, detail=detail)
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
-        key = (self.version, self._xid_count, self._identity_key)
-        if self._continued_cache is not None and self._continued_cache[0] == key and (
+        version = (self.version, self._xid_count, self._identity_key)
+        if self._continued_cache is not None and self._continued_cache[0] == version and (
                 self._continued_cache[1] == snapshot.xids):
             return self._continued_cache[2]
         out = dict(snapshot.xids)  # a GPU without identity keeps this process's count
-        for (key, code), (count, last) in self.xids.items():
-            gpu = self.index_of.get(key, -1 if key == NODE else None)
+        for (gpu_key, code), (count, last) in self.xids.items():
+            gpu = self.index_of.get(gpu_key, -1 if gpu_key == NODE else None)
             if gpu is not None:
                 out[(gpu, code)] = XidRecord(int(count), last)
-        self._continued_cache = (key, dict(snapshot.xids), out)
+        self._continued_cache = (version, dict(snapshot.xids), out)
         return out
 
     # -- the health verdict (exporter.health) ---------------------------------------

@@ -91,10 +91,11 @@ class Batch:
     def absorb(self, older: Batch) -> None:
         """Take a failed batch back in, under this newer one."""
         self.episodes = {**older.episodes, **self.episodes}
-        for mine, theirs in ((self.counters, older.counters), (self.gpus, older.gpus),
-                             (self.cursors, older.cursors), (self.slots, older.slots)):
-            for key, value in theirs.items():
-                mine.setdefault(key, value)  # type: ignore[attr-defined]
+        # the newer value of a key wins
+        self.counters = {**older.counters, **self.counters}
+        self.gpus = {**older.gpus, **self.gpus}
+        self.cursors = {**older.cursors, **self.cursors}
+        self.slots = {**older.slots, **self.slots}
         self.boots |= older.boots
         self.replacements[:0] = older.replacements
 
@@ -244,7 +245,7 @@ class Store:
         slots = {r[0]: (r[1], r[2], r[3]) for r in db.execute("SELECT * FROM slots")}
         cursors = {r[0]: r[1] for r in db.execute("SELECT boot_id, sequence FROM cursors")}
         gpus = {(r[0], r[1]): (r[2], r[3], r[4]) for r in db.execute("SELECT * FROM gpus")}
-        return Loaded(created, counters, episodes, slots, cursors, self.replacements(), gpus)  # type: ignore[arg-type]
+        return Loaded(created, counters, episodes, slots, cursors, self.replacements(), gpus)
 
     def replacements(self) -> list[Replacement]:
         return [Replacement(r[0], r[1], (r[2], r[3]), (r[4], r[5])) for r in self._db().execute(
@@ -335,7 +336,8 @@ def stored_node(db: sqlite3.Connection) -> str:
 
 def episode_query(since: float | None, until: float | None, gpu: str | None
                   ) -> tuple[str, tuple]:
-    where, args = [], []
+    where: list[str] = []
+    args: list[object] = []
     if since is not None:
         where.append("start >= ?")
         args.append(since)
