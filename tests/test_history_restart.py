@@ -5,6 +5,7 @@ says where the log cannot be read."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -267,3 +268,18 @@ def test_a_quiet_node_writes_once_at_start_and_then_nothing(node):
         history.poll_kmsg()
         history.flush()
     assert history.transactions == 1  # the GPUs, their boot and slots, at start
+
+
+def test_the_live_page_shows_the_replacement(node, tmp_path):
+    from tests.test_live_page import chromium
+    from tests.tools import require_binary
+
+    require_binary("chromium")
+    first = start(node, "quiet")
+    stop(node, first)
+    second = start(node, "swapped")
+    result = chromium(tmp_path, f"http://127.0.0.1:{second.port}/", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    item = re.search(r'<li[^>]*data-kind="gpu_replaced"[^>]*>(.*?)</li>', result.stdout, re.S)
+    assert item, result.stdout[-3000:]
+    assert "1652221099999" in item.group(1) and "replaced" in item.group(1)
