@@ -219,5 +219,31 @@ def test_api_health_and_metrics_share_the_verdict_on_a_running_exporter():
                   and 'state="failed"' in line]
         assert metric and metric[0].endswith(" 1.0")
         assert exporter.current.health is exporter.health.assess(exporter.current.snapshot)
+        response, raw = http_get(exporter.port, "/api/v1/health?gpu=1")
+        assert response.status == 400 and "unknown parameter 'gpu'" in json.loads(raw)["error"]
     finally:
         factory.stop_all()
+
+
+def test_a_verdict_that_cannot_be_made_is_unknown_and_counted_never_raised(monkeypatch):
+    import exporter.health.monitor as monitor_module
+
+    def broken(*_args):
+        raise RuntimeError("boom")
+
+    monitor = HealthMonitor()
+    with monkeypatch.context() as patch:
+        patch.setattr(monitor_module, "combine", broken)  # judging itself, not one check
+        result = monitor.assess(snap())
+    assert result.node.state == "unknown" and result.node.reasons == "health verdict failed"
+    assert set(result.gpus) == {0, 1}
+    assert dict(result.check_errors)["verdict"] == 1
+    assert monitor.assess(snap(20.0)).node.state == OK  # the next snapshot is judged anew
+
+
+def test_a_broken_snapshot_fails_its_checks_as_unknown_not_the_publisher():
+    bad = snap()
+    object.__setattr__(bad, "identities", None)
+    result = HealthMonitor().assess(bad)
+    assert result.node.state == "unknown"
+    assert dict(result.check_errors)["gpu_answering"] == 2

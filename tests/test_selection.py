@@ -171,8 +171,11 @@ def test_a_selection_reads_only_the_nvlink_fields_its_families_need():
     minimal = health_requests(18, Selection(MINIMAL).nvlink_reads())
     assert not any(f in (fi.NVLINK_TX, fi.NVLINK_RX) for f, _ in
                    (r for r in minimal if isinstance(r, tuple)))
-    nothing = Selection(FULL, exclude=("gpu_nvlink_*",)).nvlink_reads()
+    nothing = Selection(FULL, exclude=("gpu_nvlink_*", "gpu_*health_*")).nvlink_reads()
     assert health_requests(18, nothing) == health_requests(0)
+    # the health verdict's NVLink checks keep the link states and errors read
+    judged = Selection(FULL, exclude=("gpu_nvlink_*",)).nvlink_reads()
+    assert (judged.state, judged.errors, judged.traffic) == (True, True, False)
 
 
 def test_traffic_read_for_all_links_is_the_sum_of_the_links(running_exporter):

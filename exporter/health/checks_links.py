@@ -57,7 +57,7 @@ def pcie_link(c: GpuInputs) -> Outcome:
     gen, width = s.get("pcie_generation"), s.get("pcie_width")
     top_gen, top_width = c.value("pcie_max_generation"), c.value("pcie_max_width")
     busy = s.get("utilization_gpu_ratio")
-    if None in (gen, width, top_gen, top_width):
+    if gen is None or width is None or top_gen is None or top_width is None:
         return Outcome(NOT_APPLICABLE)
     value = f"gen{int(gen)} x{int(width)}"
     threshold = f"gen{int(top_gen)} x{int(top_width)}"
@@ -72,12 +72,9 @@ def _nvlink_totals(c: GpuInputs) -> dict[str, float] | None:
     h = c.health
     if h is None or not h.nvlinks:
         return None
-    totals = {"replay": 0.0, "recovery": 0.0, "crc": 0.0}
-    for link in h.nvlinks:
-        totals["replay"] += link.errors.get("replay", 0.0)
-        totals["recovery"] += link.errors.get("recovery", 0.0)
-        totals["crc"] += link.errors.get("crc_flit", 0.0) + link.errors.get("crc_data", 0.0)
-    return totals
+    errors = [link.errors for link in h.nvlinks]
+    return {"replay": sum(e.get("replay", 0.0) + e.get("recovery", 0.0) for e in errors),
+            "crc": sum(e.get("crc_flit", 0.0) + e.get("crc_data", 0.0) for e in errors)}
 
 
 def nvlink_errors(c: GpuInputs) -> Outcome:
@@ -88,7 +85,7 @@ def nvlink_errors(c: GpuInputs) -> Outcome:
     if totals is None or not any(link.errors for link in c.health.nvlinks):
         return Outcome(NOT_APPLICABLE)
     time = c.health.time
-    replay = c.increase("nvlink_replay", time, totals["replay"] + totals["recovery"])
+    replay = c.increase("nvlink_replay", time, totals["replay"])
     crc = c.increase("nvlink_crc", time, totals["crc"])
     if replay is None or crc is None:
         return Outcome(UNKNOWN, reason="NVLink error rate not known yet")

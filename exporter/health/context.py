@@ -4,7 +4,7 @@ counter history for rates."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuState
@@ -20,14 +20,13 @@ class GpuInputs:
     gpu: int
     settings: HealthSettings
     counters: CounterHistory
+    # the GPU's health read and sweep state, looked up once for all its checks
+    health: GpuHealth | None = field(init=False)
+    state: GpuState | None = field(init=False)
 
-    @property
-    def health(self) -> GpuHealth | None:
-        return self.snapshot.health.get(self.gpu)
-
-    @property
-    def state(self) -> GpuState | None:
-        return self.snapshot.states.get(self.gpu)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "health", self.snapshot.health.get(self.gpu))
+        object.__setattr__(self, "state", self.snapshot.states.get(self.gpu))
 
     def value(self, key: str) -> float | None:
         """A catalogue value: the sweep's latest, or the GPU's static one (maxima)."""

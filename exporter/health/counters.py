@@ -48,9 +48,3 @@ class CounterHistory:
         if end_time <= start_time:
             return None
         return end - start, end_time - start_time
-
-    def forget(self, keep: set) -> None:
-        """Drop counters whose key is not in `keep` (a GPU gone, a link no longer read)."""
-        for key in [k for k in self._points if k not in keep]:
-            del self._points[key]
-            self._latest.pop(key, None)

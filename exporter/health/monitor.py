@@ -15,10 +15,19 @@ import threading
 import time
 from collections.abc import Sequence
 
+from exporter.collectors.infiniband.reading import InfinibandReading
 from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
 from exporter.health.counters import CounterHistory
-from exporter.health.model import UNKNOWN, CheckResult, NodeHealth, Outcome, combine, verdict
+from exporter.health.model import (
+    UNKNOWN,
+    CheckResult,
+    NodeHealth,
+    Outcome,
+    Verdict,
+    combine,
+    verdict,
+)
 from exporter.health.settings import HealthSettings
 from exporter.sampling.snapshot import Snapshot
 
@@ -38,7 +47,9 @@ def inputs_key(snapshot: Snapshot) -> tuple:
             tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
             tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
             snapshot.lost, tuple(sorted(snapshot.hung)),
-            tuple(r.last_success for _, r in sorted(snapshot.collectors.items())),
+            tuple((p.device, p.port, p.state_id) for r in snapshot.collectors.values()
+                  if isinstance(r.reading, InfinibandReading)
+                  for d in r.reading.devices for p in d.ports),
             int(snapshot.time // RE_JUDGE_SECONDS))
 
 
@@ -49,7 +60,10 @@ class HealthMonitor:
         self.settings = settings or HealthSettings()
         self.gpu_checks, self.node_checks = tuple(gpu_checks), tuple(node_checks)
         self.counters = CounterHistory()
-        self._since: dict[tuple[int | None, str], tuple[str, float]] = {}
+        # (gpu, check) -> its last outcome and result: an unchanged outcome keeps its
+        # result (and its `since`), and a GPU whose results all held keeps its verdict
+        self._results: dict[tuple[int | None, str], tuple[Outcome, CheckResult]] = {}
+        self._verdicts: dict[int | None, Verdict] = {}
         self._errors: dict[str, int] = {}
         self._last: tuple[Snapshot, NodeHealth] | None = None
         self._key: tuple | None = None
@@ -64,17 +78,35 @@ class HealthMonitor:
         with self._lock:
             if self._last is not None and self._last[0] is snapshot:
                 return self._last[1]
-            key = inputs_key(snapshot)
-            if self._last is not None and key == self._key:
+            try:
+                key: tuple | None = inputs_key(snapshot)
+            except Exception:  # noqa: BLE001 - judged anew, and safely, below
+                key = None
+            if self._last is not None and key is not None and key == self._key:
                 result = self._last[1]
             else:
                 started = time.thread_time()
-                result = self._judge(snapshot)
+                result = self._judge_safely(snapshot)
                 self._key = key
                 self.judgements += 1
                 self.cpu_seconds += time.thread_time() - started
             self._last = (snapshot, result)
             return result
+
+    def _judge_safely(self, snapshot: Snapshot) -> NodeHealth:
+        """The verdict, or, should judging itself fail (not one check: those are caught
+        each), an unknown one: publishing the snapshot must go on."""
+        try:
+            return self._judge(snapshot)
+        except Exception:  # noqa: BLE001 - the sampler's publishing must never stop here
+            count = self._errors.get("verdict", 0) + 1
+            self._errors["verdict"] = count
+            if count == 1:
+                log.exception("health verdict failed; it reads unknown until it works")
+            unknown = Verdict(UNKNOWN, "none", "health verdict failed", ())
+            return NodeHealth(snapshot.time, unknown,
+                              {gpu: unknown for gpu in range(snapshot.gpu_count)},
+                              tuple(sorted(self._errors.items())))
 
     def _judge(self, snapshot: Snapshot) -> NodeHealth:
         gpus = {}
@@ -82,10 +114,10 @@ class HealthMonitor:
             inputs = GpuInputs(snapshot, gpu, self.settings, self.counters)
             results = tuple(self._run(check, inputs, gpu, snapshot.time)
                             for check in self.gpu_checks)
-            gpus[gpu] = verdict(results, f"GPU {gpu}: ")
+            gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
         node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus)
-        own = verdict(tuple(self._run(check, node_inputs, None, snapshot.time)
-                            for check in self.node_checks), "node: ")
+        own = self._verdict(None, tuple(self._run(check, node_inputs, None, snapshot.time)
+                                        for check in self.node_checks), "node: ")
         return NodeHealth(snapshot.time, combine(own, list(gpus.values())), gpus,
                           tuple(sorted(self._errors.items())))
 
@@ -100,8 +132,20 @@ class HealthMonitor:
                               check.name)
             outcome = Outcome(UNKNOWN, reason=f"{check.name} check failed")
         key = (gpu, check.name)
-        held = self._since.get(key)
-        if held is None or held[0] != outcome.state:
-            held = self._since[key] = (outcome.state, now)
-        return CheckResult(check.name, outcome.state, outcome.value, outcome.threshold,
-                           check.source, held[1], outcome.action, outcome.reason)
+        last = self._results.get(key)
+        if last is not None and last[0] == outcome:
+            return last[1]
+        since = last[1].since if last is not None and last[1].state == outcome.state else now
+        result = CheckResult(check.name, outcome.state, outcome.value, outcome.threshold,
+                             check.source, since, outcome.action, outcome.reason)
+        self._results[key] = (outcome, result)
+        return result
+
+    def _verdict(self, gpu: int | None, results: tuple[CheckResult, ...], prefix: str
+                 ) -> Verdict:
+        last = self._verdicts.get(gpu)
+        if last is not None and len(last.checks) == len(results) and all(
+                a is b for a, b in zip(last.checks, results, strict=True)):
+            return last
+        made = self._verdicts[gpu] = verdict(results, prefix)
+        return made

@@ -95,12 +95,17 @@ class Selection:
             yield summed_without(metric, drop) if drop else metric
 
     def nvlink_reads(self) -> NvlinkReads:
-        """The NVLink fields this selection needs read."""
+        """The NVLink fields this selection needs read; the health verdict's NVLink checks
+        need the link states and errors whenever a verdict family is served."""
         traffic = [n for n in ("gpu_nvlink_transmit_bytes_total",
                                "gpu_nvlink_receive_bytes_total") if self.wants(n)]
+        verdict = any(self.wants(n) for n in ("gpu_health_state", "gpu_health_action",
+                                              "gpu_node_health_state",
+                                              "gpu_node_health_action"))
         return NvlinkReads(
-            state=self.wants("gpu_nvlink_link_up") or self.wants("gpu_nvlink_links_active"),
-            errors=self.wants("gpu_nvlink_errors_total"),
+            state=(self.wants("gpu_nvlink_link_up") or self.wants("gpu_nvlink_links_active")
+                   or verdict),
+            errors=self.wants("gpu_nvlink_errors_total") or verdict,
             traffic=bool(traffic),
             traffic_per_link=any("link" not in self.without(n) for n in traffic))
 

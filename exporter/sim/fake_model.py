@@ -194,13 +194,22 @@ class ModelValues(FakeCore):
         return self._pcie_bytes(gpu, t, 0.45)
 
     def _model_pcie_replays(self, gpu: FakeGpu, t: float) -> float:
-        return 0
+        since = t - self.start
+        return int(sum(e.active_seconds(since) * e.params["replays_per_minute"] / 60
+                       for e in self.faults("pcie", gpu.index, since, started=True)) + 1e-9)
+
+    def _pcie_link(self, gpu: FakeGpu, t: float, key: str, default: int) -> float:
+        """The link's generation or width: a `pcie` fault's while it is active."""
+        for e in self.faults("pcie", gpu.index, t - self.start):
+            if e.params[key] is not None:
+                return e.params[key]
+        return default
 
     def _model_pcie_generation(self, gpu: FakeGpu, t: float) -> float:
-        return self.scenario.device.pcie_generation
+        return self._pcie_link(gpu, t, "generation", self.scenario.device.pcie_generation)
 
     def _model_pcie_width(self, gpu: FakeGpu, t: float) -> float:
-        return self.scenario.device.pcie_width
+        return self._pcie_link(gpu, t, "width", self.scenario.device.pcie_width)
 
     # -- every energy interval -----------------------------------------------------------
     def _model_energy_joules(self, gpu: FakeGpu, t: float) -> float:

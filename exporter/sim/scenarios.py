@@ -82,6 +82,9 @@ FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
     "recovery_action": {"action": (_STR, None, True)},
     # another GPU in the slot from `at` on: a new serial number (and UUID), as after a swap
     "replace": {"serial": (_STR, None, True)},
+    # PCIe replays at a rate while active, and the link's generation or width while active
+    "pcie": {"replays_per_minute": (_FLOAT, 0.0, False), "generation": (_INT, None, False),
+             "width": (_INT, None, False)},
     # the NVLink fabric's registration while active (nvmlDeviceGetGpuFabricInfoV): its
     # state (a fabric that never registers: not_started with no `until`), the status of
     # the registration (an NVML error name, or Success) and a degraded health mask
