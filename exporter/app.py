@@ -178,12 +178,13 @@ class Exporter:
             fake.install(self.fake_lib, self.nvml)
 
     def start(self, threads: bool = True) -> None:
-        """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
+        """Start sampling and serving; raises NvmlUnavailable, OSError (port in use) or
+        StoreBusy (another exporter holds the state directory)."""
         c = self.config
         self._install_fake()
         settings = sampler_settings(c, self.selection)
-        self._open_history()
         try:
+            self._open_history()  # StoreBusy: another exporter holds the directory
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)
             self.sampler.start(threads)
