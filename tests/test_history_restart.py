@@ -149,12 +149,18 @@ def test_a_gpu_whose_serial_changes_in_its_slot_shows_as_replaced(node):
     new = second.current.snapshot.identities[1]
     assert new.serial == "1652221099999" and new.uuid != old.uuid
     assert value(second, "gpu_node_gpu_replacements_total") == 1
+    second.history.flush()  # its thread's work, by hand: the GPUs as stored
     _, body = http_get(second.port, "/api/v1/history")
     answer = json.loads(body)
     assert answer["replacements"] == [{
         "time": answer["replacements"][0]["time"], "slot": slot_of(second, 1),
         "old": {"serial": old.serial, "uuid": old.uuid},
         "new": {"serial": new.serial, "uuid": new.uuid}}]
+    slots = [(g["slot"], g["serial"], g["boots"], g["drivers"]) for g in answer["gpus"]
+             if g["slot"] == slot_of(second, 1)]
+    driver = second.current.snapshot.driver_version
+    assert slots == [(slot_of(second, 1), old.serial, 1, [driver]),
+                     (slot_of(second, 1), new.serial, 1, [driver])]
     # the old GPU's XID stays under its own serial; the new GPU starts at none
     assert ("1", "79") not in xid_counts(second)
     _, body = http_get(second.port, f"/api/v1/history?gpu={old.uuid}")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from exporter.events import Event
 from exporter.history.episodes import NODE, Episode
 from exporter.history.recorder import History
-from exporter.history.store import query_episodes, read_only, stored_node
+from exporter.history.store import query_episodes, read_only, stored_gpus, stored_node
 
 
 def gpu_filter(history: History, gpu: str | None) -> str | None:
@@ -29,12 +29,14 @@ def gpu_filter(history: History, gpu: str | None) -> str | None:
 
 
 def episodes(history: History, since: float | None, until: float | None,
-             gpu: str | None) -> list[Episode]:
-    """Stored episodes, updated and completed by those in memory."""
+             gpu: str | None) -> tuple[list[Episode], list[dict[str, object]]]:
+    """Stored episodes, updated and completed by those in memory; and the stored GPUs."""
+    gpus: list[dict[str, object]] = []
     try:
         db = read_only(history.store.directory)
         try:
             found = {e.id: e for e in query_episodes(db, since, until, gpu)}
+            gpus = stored_gpus(db)
         finally:
             db.close()
     except (sqlite3.Error, OSError):
@@ -45,7 +47,7 @@ def episodes(history: History, since: float | None, until: float | None,
         if gpu is not None and (gpu != "" and gpu not in e.gpu or gpu == "" and e.gpu != NODE):
             continue
         found[e.id if e.id is not None else -id(e)] = e
-    return sorted(found.values(), key=lambda e: (e.start, e.id or 0))
+    return sorted(found.values(), key=lambda e: (e.start, e.id or 0)), gpus
 
 
 def history_body(history: History, since: float | None, until: float | None,
@@ -53,7 +55,8 @@ def history_body(history: History, since: float | None, until: float | None,
     uuid = gpu_filter(history, gpu)
     stats = history.stats()
     rows = []
-    for e in episodes(history, since, until, uuid):
+    found, gpus = episodes(history, since, until, uuid)
+    for e in found:
         row: dict[str, object] = {"time": e.start, "end": e.end, "count": e.count,
                                   "kind": e.kind}
         if e.xid is not None:
@@ -71,7 +74,7 @@ def history_body(history: History, since: float | None, until: float | None,
                     if (since is None or r.time >= since) and (until is None or r.time < until)]
     return json.dumps({"node": history.node, "history_start": stats.created,
                        "since": since, "until": until, "gpu": gpu, "episodes": rows,
-                       "replacements": replacements}).encode()
+                       "replacements": replacements, "gpus": gpus}).encode()
 
 
 REPLACEMENT_FINDING_SECONDS = 7 * 86_400.0

@@ -329,6 +329,25 @@ def query_episodes(db: sqlite3.Connection, since: float | None = None,
     return [_episode(r) for r in db.execute(*episode_query(since, until, gpu))]
 
 
+def stored_gpus(db: sqlite3.Connection) -> list[dict[str, object]]:
+    """Every GPU the node has had: serial, UUID, slot, first and last seen, its boots and
+    the driver versions it ran."""
+    drivers: dict[tuple[str, str], list[str]] = {}
+    boots: dict[tuple[str, str], set[str]] = {}
+    for serial, uuid, boot, driver in db.execute(
+            "SELECT serial, uuid, boot_id, driver FROM boots ORDER BY first_seen"):
+        seen = drivers.setdefault((serial, uuid), [])
+        if driver not in seen:
+            seen.append(driver)
+        boots.setdefault((serial, uuid), set()).add(boot)
+    return [{"serial": serial, "uuid": uuid, "slot": slot, "first_seen": first,
+             "last_seen": last, "boots": len(boots.get((serial, uuid), ())),
+             "drivers": drivers.get((serial, uuid), [])}
+            for serial, uuid, slot, first, last in db.execute(
+                "SELECT serial, uuid, slot, first_seen, last_seen FROM gpus "
+                "ORDER BY slot, first_seen")]
+
+
 def stored_node(db: sqlite3.Connection) -> str:
     row = db.execute("SELECT value FROM meta WHERE key='node'").fetchone()
     return row[0] if row else ""
