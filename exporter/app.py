@@ -184,9 +184,10 @@ class Exporter:
         self._install_fake()
         settings = sampler_settings(c, self.selection)
         try:
-            self._open_history()  # StoreBusy: another exporter holds the directory
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)
+            self.sampler.open()  # NvmlUnavailable before any state directory is touched
+            self._open_history()  # StoreBusy: another exporter holds the directory
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
                                              Probes(c.serving.stale_after_seconds,

@@ -41,8 +41,8 @@ def node(tmp_path):
 def start(node, scenario: str, kmsg: str = "kmsg"):
     tmp, factory = node
     exporter = factory.start(manual=True, scenario=str(tmp / f"{scenario}.yaml"),
-                             storage_path=str(tmp / "state"), kmsg_path=str(tmp / kmsg),
-                             boot_id_path=str(tmp / "boot_id"))
+                             storage_path=str(tmp / "state"), storage_kmsg_path=str(tmp / kmsg),
+                             storage_boot_id_path=str(tmp / "boot_id"))
     exporter.sampler.advance(3.0)
     exporter.history.poll_kmsg()
     exporter.sampler.advance(1.0)
@@ -72,7 +72,8 @@ def test_xids_before_a_stop_and_after_a_start_add_up(node):
     stop(node, first)
     second = node[1].start(manual=True, scenario=str(node[0] / "xids.yaml"),
                            storage_path=str(node[0] / "state"),
-                           kmsg_path=str(node[0] / "kmsg"), boot_id_path=str(node[0] / "boot_id"))
+                           storage_kmsg_path=str(node[0] / "kmsg"),
+                           storage_boot_id_path=str(node[0] / "boot_id"))
     second.sampler.advance(0.5)  # before the scenario raises its XIDs again: never reset
     assert xid_counts(second) == {("0", "13"): 1, ("1", "79"): 1}
     second.sampler.advance(3.0)  # the same XIDs again, new ones: counted, once each

@@ -21,10 +21,11 @@ class HistorySettings:
     kmsg_path: str = setting(
         "/dev/kmsg", "the kernel log read for XIDs (a regular file stands in for tests); empty: "
         "read none",
-        flag="--storage.kmsg-path", metavar="FILE", commands=(RUN,))
+        flag="--storage.kmsg-path", key="storage_kmsg_path", metavar="FILE", commands=(RUN,))
     boot_id_path: str = setting(
         "/proc/sys/kernel/random/boot_id", "the file that names this boot (the kernel "
-        "log's sequence restarts at boot)", flag="--storage.boot-id-path", metavar="FILE",
+        "log's sequence restarts at boot)", flag="--storage.boot-id-path",
+        key="storage_boot_id_path", metavar="FILE",
         commands=(RUN,))
 
     def directory(self, backend: str) -> str:
