@@ -7,6 +7,7 @@ moves, and each check scrapes the real HTTP server. The tests about real-time be
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -262,3 +263,21 @@ def test_nvml_hang_scrapes_stay_fast_and_health_names_the_gpu(running):
     wait_for(lambda: value(run.metrics()["gpu_up"], gpu="1") == 1, timeout=5)
     assert run.get("/healthz")[0] == 200
     wait_for(lambda: run.get("/readyz") == (200, "ok\n"), timeout=15)
+
+
+def test_an_xid_after_the_gpu_is_lost_keeps_its_gpu(running, tmp_path):
+    # the GPU stops answering at 5 s; its XID 79 comes at 12 s, when asking its handle
+    # anything (its UUID, its index) answers GpuIsLost
+    path = tmp_path / "lost-then-xid.yaml"
+    path.write_text("gpus: 8\nevents:\n  - {kind: error, at: 5, gpu: 5, error: GpuIsLost}\n"
+                    "  - {kind: xid, at: 12, gpu: 5, code: 79}\n")
+    run = running(str(path), gpu_recovery_interval_seconds=0.5)
+    m = run.run_until(14)
+    assert value(m["gpu_up"], gpu="5") == 0
+    xids = m["gpu_xid_errors_total"]
+    assert [(s.labels["gpu"], s.labels["uuid"], s.value) for s in xids] == [
+        ("5", value_uuid(m, "5"), 1)]
+    status, body = run.get("/api/v1/findings")
+    xid_findings = [f for f in json.loads(body)["findings"] if f["kind"] == "xid"]
+    assert [(f["gpu"], f["message"].split(":")[0]) for f in xid_findings] == [(5, "GPU 5")]
+    assert_other_gpus_intact(m, except_gpu="5")
