@@ -281,3 +281,29 @@ def test_an_xid_after_the_gpu_is_lost_keeps_its_gpu(running, tmp_path):
     xid_findings = [f for f in json.loads(body)["findings"] if f["kind"] == "xid"]
     assert [(f["gpu"], f["message"].split(":")[0]) for f in xid_findings] == [(5, "GPU 5")]
     assert_other_gpus_intact(m, except_gpu="5")
+
+
+def test_a_hung_power_drain_costs_the_other_gpus_no_sample(running, tmp_path):
+    # GPU 0's drain blocks for 20 s: the other GPUs' buffers (~2.4 s) must still be
+    # drained in time, before and after GPU 0 is declared hung
+    path = tmp_path / "hung-drain.yaml"
+    path.write_text("gpus: 8\nworkload: {type: training}\nevents:\n"
+                    "  - {kind: hang, at: 5, gpu: 0, call: nvmlDeviceGetSamples, seconds: 20}\n")
+    run = running(str(path), realtime=True, metrics_profile="full")
+    run.skip_ahead(3.0)  # the hang comes two seconds after start
+
+    def received(m, gpu: str) -> float:
+        return value(m["gpu_power_samples_total"], gpu=gpu)
+
+    wait_for(lambda: "cte_gpu_hangs_total" in (m := run.metrics()) and m, timeout=15)
+    m = run.metrics()
+    before = {gpu: received(m, gpu) for gpu in ALL - {"0"}}
+    # four more seconds of the hang, seen by the samples GPU 1 received meanwhile
+    wait_for(lambda: received(run.metrics(), "1") > before["1"] + 200, timeout=20)
+    m = run.metrics()
+    assert value(m["gpu_up"], gpu="0") == 0
+    assert value(m["cte_gpu_hangs_total"], gpu="0") == 1
+    for gpu in sorted(ALL - {"0"}):
+        assert value(m["gpu_power_samples_lost_total"], gpu=gpu) == 0, gpu
+        assert received(m, gpu) > before[gpu]
+    run.exporter.fake_lib.release_hangs()

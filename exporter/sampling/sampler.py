@@ -56,7 +56,13 @@ PHASES = {"power": 0.0, "sweep": 0.1, "analysis": 0.5, "stragglers": 0.5, "publi
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 # Loops that never call NVML share one thread (loops.start_together), in this order:
 # due together, the snapshot comes after the analyses it publishes.
-ANALYSES = ("analysis", "stragglers", "publish")
+ANALYSES = ("power_watch", "analysis", "stragglers", "publish")
+# The power loop is watched this long after each of its ticks (at most once a second,
+# in the analyses' thread), and a drain inside one GPU's call for POWER_PATIENCE by then
+# is left behind: the other GPUs are drained at once, well within the ~2.4 s their
+# driver buffers hold, instead of after the hang timeout. A drain takes ~0.5 ms.
+POWER_WATCH_DELAY = 0.25
+POWER_PATIENCE = 0.1
 
 
 class Sampler:
@@ -177,6 +183,13 @@ class Sampler:
             loops.append(runner.loop)
         if s.xid_events and manual:  # in threads, XIDs have a blocking thread of their own
             loops.append(Loop("xids", 0.1, self.xids.poll, stop, clock))
+        if not manual:  # in simulated time no call holds a loop while time passes
+            power_slot = slot(PHASES["power"])
+            assert power_slot is not None
+            loops.append(Loop("power_watch", max(1.0, s.power_drain_interval_seconds),
+                              lambda: self.gpus.move_on(loops[0], POWER_PATIENCE), stop,
+                              clock, first_delay=POWER_WATCH_DELAY,
+                              slot=power_slot + POWER_WATCH_DELAY))
         loops.append(Loop("publish", s.sweep_interval_seconds, self.publish, stop, clock,
                           first_delay=s.sweep_interval_seconds, slot=slot(PHASES["publish"])))
         return loops
