@@ -41,7 +41,7 @@ class Reloadable(Protocol):
 
     def apply_web_config(self, web: WebConfig) -> None: ...
 
-    def apply_selection(self, selection: Selection) -> None: ...
+    def apply_selection(self, selection: Selection) -> list[str]: ...
 
     def record_reload(self, ok: bool) -> None: ...
 
@@ -72,7 +72,7 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
     running, new = exporter.config.values(), config.values()
     restart = [key for key in running if key not in LIVE_KEYS and running[key] != new[key]]
     exporter.apply_web_config(web)
-    exporter.apply_selection(selection)
+    started = exporter.apply_selection(selection)
     logging.getLogger().setLevel(config.log.log_level.upper())
     exporter.config = exporter.config.replace(**{key: new[key] for key in LIVE_KEYS})
     log.info("reloaded %s: web config %s (%s%s), log level %s, metrics %s",
@@ -80,6 +80,9 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
              "TLS" if web.tls else "plain HTTP",
              f", basic auth for {len(web.users)} user(s)" if web.auth else "",
              config.log.log_level, selection.describe())
+    if started:
+        log.info("reload: started the %s collector%s, which %s now needs", ", ".join(started),
+                 "" if len(started) == 1 else "s", selection.describe())
     if restart:
         log.warning("reload: %s changed but need%s a restart; running with the old "
                     "value%s until then", ", ".join(restart), "s" if len(restart) == 1 else "",

@@ -12,6 +12,7 @@ XID events come on their own thread (sampling/xids.py).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
 from exporter.sampling.xids import WAIT_MS, XidWatcher
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class Sampler:
         self.loops: list[Loop] = []
         self._snapshot: Snapshot | None = None
         self._opened = False
+        self._threads = False
+        self._slot: Callable[[float], float | None] = lambda phase: None
 
     @property
     def backend(self) -> NvmlBackend:
@@ -120,6 +125,7 @@ class Sampler:
                                  self.compute_history)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
+        self._threads = threads
         self.loops = self._make_loops(manual=not threads)
         if not threads:
             for loop in self.loops[:2] + [r.loop for r in self.collectors]:
@@ -150,6 +156,32 @@ class Sampler:
         return CollectorRunner(collector, interval, self.clock, self._stop,
                                s.hang_timeout_seconds)
 
+    def add_collectors(self, makers: list[CollectorMaker]) -> list[str]:
+        """Start, on a running sampler, the collectors not running yet (a reload to a
+        metric selection that needs them); the names of those started. The lists the
+        publisher reads are replaced whole, never changed in place."""
+        running = {r.name for r in self.collectors}
+        added = []
+        for maker in makers:
+            if maker.name in running:
+                continue
+            try:
+                added.append(self._runner(maker))
+            except Exception:  # noqa: BLE001 - the others and sampling go on
+                log.exception("collector %s could not be started", maker.name)
+        if not added:
+            return []
+        lo, hi = COLLECTOR_PHASES
+        count = len(self.collectors) + len(added)
+        for i, runner in enumerate(added, start=len(self.collectors)):
+            runner.loop.slot = self._slot(lo + (hi - lo) * i / count)
+        self.collectors = [*self.collectors, *added]
+        self.loops = [*self.loops, *(r.loop for r in added)]
+        if self._threads:  # in simulated time, advance() ticks them from now on
+            for runner in added:
+                runner.loop.start_thread()
+        return [r.name for r in added]
+
     def context(self) -> CollectorContext:
         return CollectorContext(
             gpu_count=self.gpus.count, backend=self.gpus.backend,
@@ -166,6 +198,7 @@ class Sampler:
         t0 = clock.monotonic()
         base = s.sweep_interval_seconds
         slot = (lambda phase: None) if manual else (lambda phase: t0 + phase * base)
+        self._slot = slot
         loops = [Loop("power", self.power.period, lambda: self.power.tick(loops[0]), stop,
                       clock, slot=slot(PHASES["power"])),
                  Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
