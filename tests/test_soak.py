@@ -271,6 +271,10 @@ def test_a_fault_soak_fails_no_request_and_loses_no_healthy_sample(tmp_path):
     refused = [line for line in text.splitlines() if "reload refused" in line]
     assert len(refused) == broken, refused
 
+    print(f"soak {SCENARIO}: {len(requests)} requests, {len(failed)} failed; {reloads} "
+          f"reloads ({broken} broken, {len(refused)} refused); {len(soak.observations)} "
+          f"scrapes observed")
+
     # 3. the lost GPU's XIDs carry its gpu and uuid, and their findings name it
     _check_xids(scenario, final, soak.findings, soak.scenario_time())
 
@@ -353,6 +357,8 @@ def _check_power(scenario, observations: list[Observation], final: dict) -> None
             if observations[i].stuck - {gpu}:
                 tested_while_another_hung += 1
     assert tested_while_another_hung > 0
+    print(f"soak: {tested_while_another_hung} scrape intervals of a healthy GPU while "
+          "another was stuck, none with a lost sample")
     faulted = {e.gpu for e in scenario.events if e.kind in ("hang", "error")}
     healthy = set(range(scenario.gpus)) - faulted
     assert healthy and all(by_gpu(final, "gpu_power_samples_lost_total")[g] == 0

@@ -220,12 +220,15 @@ class Sampler:
             power_slot = slot(PHASES["power"])
             assert power_slot is not None
             loops.append(Loop("power_watch", max(1.0, s.power_drain_interval_seconds),
-                              lambda: self.gpus.move_on(loops[0], POWER_PATIENCE), stop,
-                              clock, first_delay=POWER_WATCH_DELAY,
+                              self._watch_power, stop, clock, first_delay=POWER_WATCH_DELAY,
                               slot=power_slot + POWER_WATCH_DELAY))
         loops.append(Loop("publish", s.sweep_interval_seconds, self.publish, stop, clock,
                           first_delay=s.sweep_interval_seconds, slot=slot(PHASES["publish"])))
         return loops
+
+    def _watch_power(self) -> None:
+        """Leave behind a power drain stuck in one GPU's call (see POWER_PATIENCE)."""
+        self.gpus.move_on(self.loops[0], POWER_PATIENCE)
 
     def drain_power(self) -> None:
         """One more read of every GPU's power (after stop(): the samples since the last
