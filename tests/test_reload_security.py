@@ -20,6 +20,8 @@ import pytest
 from exporter.app import Exporter
 from exporter.config import Config
 from exporter.service import reload
+from exporter.web.downgrade import security_lost
+from exporter.web.webconfig import WebConfig
 from tests.certs import make_certs
 from tests.tools import require_module, wait_for
 
@@ -201,3 +203,30 @@ def test_adding_security_or_rotating_it_still_applies(served, certs, users_yaml)
     assert s.reload(tls_yaml(certs, "VerifyClientCertIfGiven") + users_yaml)  # stricter
     assert s.https(client=True) == 200
     assert s.failures() == 0
+
+
+def _web(verify=None, users=False, excluded=(), sans=()) -> WebConfig:
+    context = None
+    if verify is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.verify_mode = verify
+    return WebConfig("web.yml", context, {USER: b"$2b$04$x"} if users else {},
+                     allowed_sans=frozenset(sans), auth_excluded_paths=frozenset(excluded))
+
+
+@pytest.mark.parametrize("running, new, lost", [
+    (_web(ssl.CERT_NONE, users=True), _web(ssl.CERT_NONE, users=True), []),
+    (_web(), _web(ssl.CERT_REQUIRED, users=True), []),  # more is always allowed
+    (_web(ssl.CERT_NONE, users=True), _web(users=True), ["TLS"]),
+    (_web(users=True), _web(users=True, excluded=["/metrics"]),
+     ["basic auth for /metrics (basic_auth_excluded_paths)"]),
+    (_web(users=True, excluded=["/metrics"]), _web(users=True), []),
+    (_web(ssl.CERT_REQUIRED), _web(ssl.CERT_OPTIONAL),
+     ["client certificates (client_auth_type RequireAndVerifyClientCert to "
+      "VerifyClientCertIfGiven)"]),
+    (_web(ssl.CERT_REQUIRED, sans=["prom"]), _web(ssl.CERT_REQUIRED),
+     ["the client SAN allow-list (client_allowed_sans)"]),
+    (_web(ssl.CERT_REQUIRED, sans=["prom"]), _web(ssl.CERT_REQUIRED, sans=["other"]), []),
+])
+def test_what_a_new_web_config_would_take_away(running, new, lost):
+    assert security_lost(running, new) == lost
