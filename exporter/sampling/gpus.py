@@ -83,7 +83,8 @@ class GpuSet:
         return True
 
     def _returned(self, name: str, gpu: int) -> None:
-        """A stuck call returned (under the lock): its GPU is hung while another is."""
+        """A stuck call returned (under the lock): its GPU stays hung while another call
+        stuck in it has not."""
         self._stuck.pop((name, gpu), None)
         if not any(g == gpu for _, g in self._stuck):
             self.hung.pop(gpu, None)
