@@ -87,6 +87,7 @@ class Exporter:
         self.current: RenderedSnapshot | None = None
         self.health = HealthMonitor(config.health)
         self.fake_lib = fake_lib
+        self._collectors_from_config = collectors is None
         self.collectors: list[Collector | CollectorMaker] = (
             collectors if collectors is not None
             else list(collector_makers(config, self.selection)))
@@ -149,12 +150,18 @@ class Exporter:
         if self.server is not None:
             self.server.set_web_config(web)
 
-    def apply_selection(self, selection: Selection) -> None:
+    def apply_selection(self, selection: Selection) -> list[str]:
         """Families served from the next snapshot on; NVLink fields read from the next
-        health read on."""
+        health read on; the collectors the config enables that the selection now needs
+        and that were left out, started (their names). A collector no longer needed
+        goes on reading: its families are left out of the output."""
         self.selection = selection
-        if self.sampler is not None:
-            self.sampler.sweep.nvlink_reads = selection.nvlink_reads()
+        if self.sampler is None:
+            return []
+        self.sampler.sweep.nvlink_reads = selection.nvlink_reads()
+        if not self._collectors_from_config:
+            return []
+        return self.sampler.add_collectors(collector_makers(self.config, selection))
 
     def record_reload(self, ok: bool) -> None:
         self.reloads.record(ok)

@@ -4,9 +4,11 @@ SIGINT and SIGTERM stop the exporter. SIGHUP reloads, all or nothing: the config
 is read and validated again (flags still win over it) and the web config and metric
 selection files it names are loaded again (certificates, keys, users; families); only if
 all are good is anything applied, else one log line says why and the running config
-stays. What applies live: the web config (new connections get the new certificate, each
-request the new users), the log level and the metric profile and selection (from the
-next snapshot; NVLink fields from the next health read). Keys that need sampling
+stays. A web config that would take away TLS or authentication the server has is
+refused the same way, unless the new config sets web_allow_security_downgrade. What
+applies live: the web config (new connections get the new certificate, each request the
+new users), the log level and the metric profile and selection (from the next snapshot;
+NVLink fields from the next health read). Keys that need sampling
 restarted are named in one log line and keep their running values until the next start.
 """
 
@@ -23,20 +25,23 @@ from typing import Any, Protocol
 from exporter import sdnotify
 from exporter.config import Config, build_config
 from exporter.metrics.selection import Selection, load_selection
+from exporter.web.downgrade import security_lost
 from exporter.web.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
 #: Config keys a reload applies to the running exporter.
-LIVE_KEYS = frozenset({"web_config_file", "log_level", "metrics_profile", "metrics_file"})
+LIVE_KEYS = frozenset({"web_config_file", "web_allow_security_downgrade", "log_level",
+                       "metrics_profile", "metrics_file"})
 
 
 class Reloadable(Protocol):
     config: Config
+    web: WebConfig
 
     def apply_web_config(self, web: WebConfig) -> None: ...
 
-    def apply_selection(self, selection: Selection) -> None: ...
+    def apply_selection(self, selection: Selection) -> list[str]: ...
 
     def record_reload(self, ok: bool) -> None: ...
 
@@ -53,10 +58,21 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
         log.error("reload refused, keeping the running config: %s", exc)
         exporter.record_reload(False)
         return False
+    lost = security_lost(exporter.web, web)
+    if lost and not config.serving.web_allow_security_downgrade:
+        log.error("reload refused, keeping the running config: web config %s would take "
+                  "away %s, which the server has; set web_allow_security_downgrade: true "
+                  "(--web.allow-security-downgrade) to allow it",
+                  config.serving.web_config_file or "(none)", _and(lost))
+        exporter.record_reload(False)
+        return False
+    if lost:
+        log.warning("reload: web config %s takes away %s (web_allow_security_downgrade is "
+                    "set)", config.serving.web_config_file or "(none)", _and(lost))
     running, new = exporter.config.values(), config.values()
     restart = [key for key in running if key not in LIVE_KEYS and running[key] != new[key]]
     exporter.apply_web_config(web)
-    exporter.apply_selection(selection)
+    started = exporter.apply_selection(selection)
     logging.getLogger().setLevel(config.log.log_level.upper())
     exporter.config = exporter.config.replace(**{key: new[key] for key in LIVE_KEYS})
     log.info("reloaded %s: web config %s (%s%s), log level %s, metrics %s",
@@ -64,12 +80,19 @@ def reload(exporter: Reloadable, config_path: str | None, overrides: dict[str, A
              "TLS" if web.tls else "plain HTTP",
              f", basic auth for {len(web.users)} user(s)" if web.auth else "",
              config.log.log_level, selection.describe())
+    if started:
+        log.info("reload: started the %s collector%s, which %s now needs", ", ".join(started),
+                 "" if len(started) == 1 else "s", selection.describe())
     if restart:
         log.warning("reload: %s changed but need%s a restart; running with the old "
                     "value%s until then", ", ".join(restart), "s" if len(restart) == 1 else "",
                     "" if len(restart) == 1 else "s")
     exporter.record_reload(True)
     return True
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 class Signals:

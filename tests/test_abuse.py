@@ -221,3 +221,46 @@ def test_tls_handshake_stalls_and_wrong_password_floods_do_not_stop_scrapes(tmp_
         assert refusals and set(refusals) <= {0, 401, 429} and 401 in refusals
     finally:
         exp.stop()
+
+
+def client_hello() -> bytes:
+    """The first flight of a real TLS client (Python's ssl, as curl's OpenSSL sends it)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="node")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def answer_and_close(port: int, sent: bytes) -> bytes:
+    """Everything the server sends back before it closes (the timeout is far above the
+    head timeout: a server that held the connection answers nothing, not too late)."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=LIMITS.head_timeout_seconds * 3
+                                  ) as sock:
+        sock.sendall(sent)
+        while chunk := sock.recv(4096):
+            received += chunk
+    return received
+
+
+def test_a_tls_handshake_on_the_plain_port_gets_a_hint_and_the_connection_closed(exporter):
+    hello = client_hello()
+    assert hello[0] == 0x16  # a TLS handshake record
+    answer = answer_and_close(exporter.port, hello)
+    assert answer.startswith(b"HTTP/1.0 400 Bad Request\r\n"), answer[:80]
+    assert answer.endswith(b"\r\n\r\nClient sent a TLS handshake to an HTTP server.\n")
+    # a real TLS client fails its handshake at once instead of waiting for the server
+    timeout = LIMITS.head_timeout_seconds * 3
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=timeout) as raw, \
+            pytest.raises(ssl.SSLError):
+        ssl.create_default_context().wrap_socket(raw, server_hostname="node")
+    assert scrape(exporter.port)[0] == 200
+
+
+@pytest.mark.parametrize("request_line", [b"GET /metrics\r\n", b"GET /\n"])
+def test_an_http_0_9_request_is_refused_at_once(exporter, request_line):
+    # HTTP/0.9 has no headers: the server must not wait for them
+    answer = answer_and_close(exporter.port, request_line)
+    assert answer.startswith(b"HTTP/1.1 400 HTTP/0.9 is not served\r\n"), answer[:80]
+    assert b"Connection: close" in answer and b"HTTP/0.9" in answer

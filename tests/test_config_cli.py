@@ -142,6 +142,25 @@ def test_cli_bad_scenario_file(tmp_path):
     assert "mine.yaml:3: workload.step_period_seconds" in line
 
 
+@pytest.mark.parametrize("call, hint", [
+    ("nvmlDeviceGetFoo", "unknown NVML call 'nvmlDeviceGetFoo' (known: "),
+    ("nvmlDeviceGetSample", "(did you mean nvmlDeviceGetSamples?)"),
+    ("nvmlDeviceGetHandleByIndex", "(did you mean nvmlDeviceGetHandleByIndex_v2?)"),
+    ("nvmlEventSetWait_v2", "blocks by design: a fault there never fires"),
+])
+def test_a_fault_on_an_unknown_call_is_refused(tmp_path, call, hint):
+    # a fault on a call the fake never answers would be accepted and never fire
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"gpus: 8\nevents:\n  - kind: hang\n    at: 10\n    gpu: 0\n"
+                    f"    call: {call}\n    seconds: 20\n  - {{kind: error, at: 1, "
+                    f"call: nvmlDeviceGetSamples, error: Unknown}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(str(path))
+    assert "mine.yaml:6: events.call: " in str(info.value) and hint in str(info.value)
+    line = one_line_error(run_cli("run", "--fake", "--scenario", str(path)))
+    assert "mine.yaml:6: events.call" in line and hint in line
+
+
 def test_cli_bad_config_file(tmp_path):
     path = write(tmp_path, "power_sample_rate_hz: 1000\n")
     line = one_line_error(run_cli("run", "--config", str(path)))

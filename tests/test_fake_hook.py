@@ -12,6 +12,7 @@ from exporter.gpu.health import read_health
 from exporter.gpu.state import read_identity, read_state
 from exporter.sim import fake
 from exporter.sim.fake_model import ModelValues
+from exporter.sim.symbols import SYMBOLS, WAITING
 
 
 def test_hook_globals_exist_in_this_nvidia_ml_py():
@@ -74,6 +75,14 @@ def test_every_symbol_the_exporter_uses_is_served(fake_nvml, clock):
                       "nvmlDeviceGetFieldValues(RETIRED_DBE)",
                       "nvmlDeviceGetFieldValues(RETIRED_PENDING)"}
     backend.close()
+
+
+def test_the_symbol_list_scenarios_check_calls_against_is_the_fakes():
+    """A scenario's fault names its call from sim/symbols.py: a symbol the fake answers
+    but the list lacks would be refused, one it lists but the fake lacks never fires."""
+    served = {name[1:] for name in dir(fake.FakeNvmlLibrary) if name.startswith("_nvml")}
+    assert served == SYMBOLS
+    assert WAITING <= SYMBOLS
 
 
 def test_the_fake_models_every_catalogue_value():

@@ -342,3 +342,47 @@ def test_nvlink_error_findings_take_the_health_checks_severity(running, tmp_path
     assert 0 not in nvlink
     severities = [f["severity"] for f in found]
     assert severities.index("critical") == 0
+
+
+def test_an_xid_after_the_gpu_is_lost_keeps_its_gpu(running, tmp_path):
+    # the GPU stops answering at 5 s; its XID 79 comes at 12 s, when asking its handle
+    # anything (its UUID, its index) answers GpuIsLost
+    path = tmp_path / "lost-then-xid.yaml"
+    path.write_text("gpus: 8\nevents:\n  - {kind: error, at: 5, gpu: 5, error: GpuIsLost}\n"
+                    "  - {kind: xid, at: 12, gpu: 5, code: 79}\n")
+    run = running(str(path), gpu_recovery_interval_seconds=0.5)
+    m = run.run_until(14)
+    assert value(m["gpu_up"], gpu="5") == 0
+    xids = m["gpu_xid_errors_total"]
+    assert [(s.labels["gpu"], s.labels["uuid"], s.value) for s in xids] == [
+        ("5", value_uuid(m, "5"), 1)]
+    status, body = run.get("/api/v1/findings")
+    xid_findings = [f for f in json.loads(body)["findings"] if f["kind"] == "xid"]
+    assert [(f["gpu"], f["message"].split(":")[0]) for f in xid_findings] == [(5, "GPU 5")]
+    assert_other_gpus_intact(m, except_gpu="5")
+
+
+def test_a_hung_power_drain_costs_the_other_gpus_no_sample(running, tmp_path):
+    # GPU 0's drain blocks for 20 s: the other GPUs' buffers (~2.4 s) must still be
+    # drained in time, before and after GPU 0 is declared hung
+    path = tmp_path / "hung-drain.yaml"
+    path.write_text("gpus: 8\nworkload: {type: training}\nevents:\n"
+                    "  - {kind: hang, at: 5, gpu: 0, call: nvmlDeviceGetSamples, seconds: 20}\n")
+    run = running(str(path), realtime=True, metrics_profile="full")
+    run.skip_ahead(3.0)  # the hang comes two seconds after start
+
+    def received(m, gpu: str) -> float:
+        return value(m["gpu_power_samples_total"], gpu=gpu)
+
+    wait_for(lambda: "cte_gpu_hangs_total" in (m := run.metrics()) and m, timeout=15)
+    m = run.metrics()
+    before = {gpu: received(m, gpu) for gpu in ALL - {"0"}}
+    # four more seconds of the hang, seen by the samples GPU 1 received meanwhile
+    wait_for(lambda: received(run.metrics(), "1") > before["1"] + 200, timeout=20)
+    m = run.metrics()
+    assert value(m["gpu_up"], gpu="0") == 0
+    assert value(m["cte_gpu_hangs_total"], gpu="0") == 1
+    for gpu in sorted(ALL - {"0"}):
+        assert value(m["gpu_power_samples_lost_total"], gpu=gpu) == 0, gpu
+        assert received(m, gpu) > before[gpu]
+    run.exporter.fake_lib.release_hangs()

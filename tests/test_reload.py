@@ -26,7 +26,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.service import reload
 from tests.certs import make_certs, server_cert
-from tests.tools import free_port, require_module, stop_process, wait_for
+from tests.tools import free_port, http_get, require_module, stop_process, wait_for
 
 SCRAPER, ROTATED = ("scraper", "s3cret"), ("rotated", "old-password")
 NEW_PASSWORD = "new-password"
@@ -265,3 +265,44 @@ def test_a_fifo_behind_a_reload_is_refused_and_later_reloads_still_apply(tmp_pat
         assert proc.wait(30) == 0, log.read_text()
     finally:
         stop_process(proc)
+
+
+def test_a_reload_to_a_profile_that_needs_a_collector_starts_it(tmp_path, caplog):
+    """minimal leaves the host collector out (none of its families is served); a reload
+    to standard must serve host_* again, not leave them missing without a word."""
+    keys = "listen_address: 127.0.0.1:0\nfake: true\nfake_costs: false\n" \
+           "collector_infiniband: false\nlog_level: info\n"
+    exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, fake_costs=False,
+                             collector_infiniband=False, log_level="info",
+                             metrics_profile="minimal"))
+    exp.start()
+    config = tmp_path / "config.yaml"
+
+    def host_families() -> set[str]:
+        body = http_get(exp.port)[1].decode()
+        return {f.name for f in text_string_to_metric_families(body)
+                if f.name.startswith("host_")}
+
+    try:
+        assert host_families() == set()
+        running = [r.name for r in exp.sampler.collectors]
+        assert "host" not in running
+        config.write_text(keys + "metrics_profile: standard\n")
+        with caplog.at_level(logging.INFO):
+            assert reload(exp, str(config), {})
+        started = [r.getMessage() for r in caplog.records if "started" in r.getMessage()]
+        assert len(started) == 1 and "host" in started[0], started
+        assert not [r for r in caplog.records if "restart" in r.getMessage()]
+        wait_for(host_families, timeout=15)
+        assert {"host_cpus", "host_memory_available_bytes"} <= host_families()
+        # back to minimal: not served; to standard again: the same collector, not a second
+        config.write_text(keys + "metrics_profile: minimal\n")
+        assert reload(exp, str(config), {})
+        wait_for(lambda: not host_families(), timeout=15)
+        config.write_text(keys + "metrics_profile: standard\n")
+        assert reload(exp, str(config), {})
+        assert [r.name for r in exp.sampler.collectors] == [*running, "host"]
+        wait_for(host_families, timeout=15)
+    finally:
+        exp.stop()
+        logging.getLogger().setLevel(logging.WARNING)

@@ -7,6 +7,7 @@ call and error name; one failing call never stops a sweep.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import sys
 import threading
@@ -102,6 +103,9 @@ class NvmlBackend:
         self._field_plans: dict[tuple, tuple[int, tuple[tuple[tuple[int, int], ...], ...]]] = {}
         self._sample_buffers: dict[int, batched.SampleBuffer] = {}
         self.handles: list[Any] = []
+        # the pointer behind each handle registered for events -> its GPU: an event names
+        # its GPU by handle, and a lost GPU's handle answers nothing (not even its UUID)
+        self._event_gpus: dict[int, int] = {}
         self.driver_version = ""
         self.nvml_version = ""
         self._open = False
@@ -320,6 +324,9 @@ class NvmlBackend:
                 self.nvml.nvmlDeviceRegisterEvents(
                     handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
                 registered += 1
+                address = _address(handle)
+                if address is not None:
+                    self._event_gpus[address] = gpu
             except self.nvml.NVMLError as exc:
                 self.errors.add("nvmlDeviceRegisterEvents", error_name(exc))
         return event_set, registered
@@ -337,7 +344,12 @@ class NvmlBackend:
         return data.device, int(data.eventData)
 
     def gpu_of(self, handle: Any, uuids: dict[str, int]) -> int | None:
-        """The index of the GPU behind an event's handle (by UUID, else NVML's index)."""
+        """The index of the GPU behind an event's handle: the GPU it was registered for,
+        without asking the handle (the GPU may be lost: an XID 79 comes just then). A
+        handle not registered here is asked its UUID, else NVML's index."""
+        address = _address(handle)
+        if address is not None and address in self._event_gpus:
+            return self._event_gpus[address]
         uuid = self.call("nvmlDeviceGetUUID", handle)
         gpu = uuids.get(uuid) if uuid is not None else None
         return gpu if gpu is not None else self.call("nvmlDeviceGetIndex", handle)
@@ -345,6 +357,14 @@ class NvmlBackend:
     @property
     def bindings_version(self) -> str:
         return getattr(self.nvml, "__version__", "") or "unknown"
+
+
+def _address(handle: Any) -> int | None:
+    """The pointer a device handle holds (pynvml's handles are ctypes pointers)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
 
 
 def _scoped(request: int | tuple[int, int]) -> tuple[int, int]:

@@ -65,8 +65,9 @@ class Loop:
         return getattr(self._local, "generation", self.generation) == self.generation
 
     def enter(self, gpu: int) -> None:
-        if self.current:
-            self.busy_gpu, self.busy_since = gpu, self.clock.monotonic()
+        if self.current:  # since first: a watcher that reads the GPU first sees its since
+            self.busy_since = self.clock.monotonic()
+            self.busy_gpu = gpu
 
     def leave(self) -> None:
         if self.current:

@@ -12,6 +12,7 @@ XID events come on their own thread (sampling/xids.py).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
 from exporter.sampling.xids import WAIT_MS, XidWatcher
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class CollectorMaker:
@@ -56,7 +59,13 @@ PHASES = {"power": 0.0, "sweep": 0.1, "analysis": 0.5, "stragglers": 0.5, "publi
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 # Loops that never call NVML share one thread (loops.start_together), in this order:
 # due together, the snapshot comes after the analyses it publishes.
-ANALYSES = ("analysis", "stragglers", "publish")
+ANALYSES = ("power_watch", "analysis", "stragglers", "publish")
+# The power loop is watched this long after each of its ticks (at most once a second,
+# in the analyses' thread), and a drain inside one GPU's call for POWER_PATIENCE by then
+# is left behind: the other GPUs are drained at once, well within the ~2.4 s their
+# driver buffers hold, instead of after the hang timeout. A drain takes ~0.5 ms.
+POWER_WATCH_DELAY = 0.25
+POWER_PATIENCE = 0.1
 
 
 class Sampler:
@@ -84,6 +93,8 @@ class Sampler:
         self.loops: list[Loop] = []
         self._snapshot: Snapshot | None = None
         self._opened = False
+        self._threads = False
+        self._slot: Callable[[float], float | None] = lambda phase: None
 
     @property
     def backend(self) -> NvmlBackend:
@@ -115,6 +126,7 @@ class Sampler:
                                  self.compute_history)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
+        self._threads = threads
         self.loops = self._make_loops(manual=not threads)
         if not threads:
             for loop in self.loops[:2] + [r.loop for r in self.collectors]:
@@ -145,6 +157,32 @@ class Sampler:
         return CollectorRunner(collector, interval, self.clock, self._stop,
                                s.hang_timeout_seconds)
 
+    def add_collectors(self, makers: list[CollectorMaker]) -> list[str]:
+        """Start, on a running sampler, the collectors not running yet (a reload to a
+        metric selection that needs them); the names of those started. The lists the
+        publisher reads are replaced whole, never changed in place."""
+        running = {r.name for r in self.collectors}
+        added = []
+        for maker in makers:
+            if maker.name in running:
+                continue
+            try:
+                added.append(self._runner(maker))
+            except Exception:  # noqa: BLE001 - the others and sampling go on
+                log.exception("collector %s could not be started", maker.name)
+        if not added:
+            return []
+        lo, hi = COLLECTOR_PHASES
+        count = len(self.collectors) + len(added)
+        for i, runner in enumerate(added, start=len(self.collectors)):
+            runner.loop.slot = self._slot(lo + (hi - lo) * i / count)
+        self.collectors = [*self.collectors, *added]
+        self.loops = [*self.loops, *(r.loop for r in added)]
+        if self._threads:  # in simulated time, advance() ticks them from now on
+            for runner in added:
+                runner.loop.start_thread()
+        return [r.name for r in added]
+
     def context(self) -> CollectorContext:
         return CollectorContext(
             gpu_count=self.gpus.count, backend=self.gpus.backend,
@@ -161,6 +199,7 @@ class Sampler:
         t0 = clock.monotonic()
         base = s.sweep_interval_seconds
         slot = (lambda phase: None) if manual else (lambda phase: t0 + phase * base)
+        self._slot = slot
         loops = [Loop("power", self.power.period, lambda: self.power.tick(loops[0]), stop,
                       clock, slot=slot(PHASES["power"])),
                  Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
@@ -178,9 +217,19 @@ class Sampler:
             loops.append(runner.loop)
         if s.xid_events and manual:  # in threads, XIDs have a blocking thread of their own
             loops.append(Loop("xids", 0.1, self.xids.poll, stop, clock))
+        if not manual:  # in simulated time no call holds a loop while time passes
+            power_slot = slot(PHASES["power"])
+            assert power_slot is not None
+            loops.append(Loop("power_watch", max(1.0, s.power_drain_interval_seconds),
+                              self._watch_power, stop, clock, first_delay=POWER_WATCH_DELAY,
+                              slot=power_slot + POWER_WATCH_DELAY))
         loops.append(Loop("publish", s.sweep_interval_seconds, self.publish, stop, clock,
                           first_delay=s.sweep_interval_seconds, slot=slot(PHASES["publish"])))
         return loops
+
+    def _watch_power(self) -> None:
+        """Leave behind a power drain stuck in one GPU's call (see POWER_PATIENCE)."""
+        self.gpus.move_on(self.loops[0], POWER_PATIENCE)
 
     def drain_power(self) -> None:
         """One more read of every GPU's power (after stop(): the samples since the last

@@ -34,13 +34,13 @@ from exporter.sim.fake_model import ModelValues
 from exporter.sim.fake_tenants import TenantSymbols
 from exporter.sim.physics import HANDLE_BASE, FakeGpu, step_timing
 from exporter.sim.scenarios import ERROR_CODES, FaultEvent, Scenario
+from exporter.sim.symbols import WAITING
 
 SUCCESS = 0
 ERROR_UNINITIALIZED = 1
 ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
 
-_WAITING_SYMBOLS = frozenset({"nvmlEventSetWait_v2"})  # block by design: no cost
 
 
 class FakeHookError(RuntimeError):
@@ -52,7 +52,7 @@ class _Symbol:
 
     def __init__(self, lib: FakeNvmlLibrary, name: str, impl: Callable[..., int]):
         self.lib, self.name, self.impl = lib, name, impl
-        self.waits = name in _WAITING_SYMBOLS
+        self.waits = name in WAITING
 
     def __call__(self, *args):
         lib, name = self.lib, self.name

@@ -8,11 +8,13 @@ exporter/scenarios/NAME.yaml and are selected by name.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
+from exporter.sim.symbols import SYMBOLS, WAITING
 from exporter.sim.tenants import (
     MigSpec,
     ProcessSpec,
@@ -364,6 +366,8 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
     if kind == "error" and params["error"] not in ERROR_CODES:
         raise where.error("error", f"expected one of {', '.join(ERROR_CODES)}, "
                           f"got {params['error']!r}")
+    if kind in ("hang", "error") and params["call"] is not None:
+        _check_call(params["call"], where)
     if kind == "hang" and params["seconds"] <= 0:
         raise where.error("seconds", "a hang needs seconds > 0")
     if kind == "clock_event":
@@ -378,3 +382,15 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
     if kind == "fabric" and params["status"] not in ("Success", *ERROR_CODES):
         raise where.error("status", f"expected Success or one of {', '.join(ERROR_CODES)}")
     return FaultEvent(kind=kind, at=at, until=until, gpu=gpu, params=params)
+
+
+def _check_call(call: str, where: Where) -> None:
+    """A fault's call must be a symbol the fake answers, where a fault can fire."""
+    if call in WAITING:
+        raise where.error("call", f"{call} blocks by design: a fault there never fires")
+    if call in SYMBOLS:
+        return
+    close = difflib.get_close_matches(call, sorted(SYMBOLS), n=1, cutoff=0.8)
+    hint = f"did you mean {close[0]}?" if close else (
+        "known: " + ", ".join(sorted(SYMBOLS - WAITING)))
+    raise where.error("call", f"unknown NVML call {call!r} ({hint})")

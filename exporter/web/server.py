@@ -200,16 +200,26 @@ _RAW_503 = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-Aft
 _RAW_400_PLAIN_TO_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n"
                          b"Connection: close\r\n\r\n"
                          b"Client sent an HTTP request to an HTTPS server.\n")
+# The reverse: a TLS ClientHello on the plain port. Go's plain server reads it as a request
+# line, so the client waits for a ServerHello until a timeout (or, if the hello holds a
+# newline byte, gets a 400 quoting binary). One line in clear text instead: a TLS client
+# fails its handshake at once (OpenSSL: "wrong version number"), and a person reading the
+# bytes sees why.
+_TLS_HANDSHAKE = 0x16  # a TLS record's content type; never the first byte of HTTP
+_RAW_400_TLS_TO_PLAIN = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n"
+                         b"Connection: close\r\n\r\n"
+                         b"Client sent a TLS handshake to an HTTP server.\n")
 
 
-def _answer_plain_http(tls: ssl.SSLSocket) -> None:
-    """Send the 400 in clear text, then drain briefly so closing does not reset it away."""
+def _answer_raw(sock: socket.socket, answer: bytes) -> None:
+    """Send an answer in clear text (on a TLS socket too: the plain socket's methods),
+    then drain briefly so closing does not reset it away."""
     with contextlib.suppress(OSError):
-        socket.socket.sendall(tls, _RAW_400_PLAIN_TO_TLS)  # the plain socket's method
-        socket.socket.shutdown(tls, socket.SHUT_WR)
-        socket.socket.settimeout(tls, 0.2)
+        socket.socket.sendall(sock, answer)
+        socket.socket.shutdown(sock, socket.SHUT_WR)
+        socket.socket.settimeout(sock, 0.2)
         for _ in range(16):  # at most 16 reads of 4 KiB, 0.2 s each
-            if not socket.socket.recv(tls, 4096):
+            if not socket.socket.recv(sock, 4096):
                 break
 
 
@@ -298,7 +308,7 @@ class _Handler(BaseHTTPRequestHandler):
             tls.do_handshake()
         except ssl.SSLError as exc:
             if exc.reason == "HTTP_REQUEST":  # plain HTTP to the TLS port: say so, as Go does
-                _answer_plain_http(tls)
+                _answer_raw(tls, _RAW_400_PLAIN_TO_TLS)
             log.debug("TLS handshake with %s failed: %s", self.client_address[0], exc)
             tls.close()
             raise _Closed("handshake") from None
@@ -321,8 +331,13 @@ class _Handler(BaseHTTPRequestHandler):
         basic auth before a request slot is taken, and a bounded number of slots."""
         limits = self.server.limits
         try:
-            if not self._wait_for_request():
+            first = self._wait_for_request()
+            if not first:
                 self.close_connection = True
+                return
+            if first[0] == _TLS_HANDSHAKE and not isinstance(self.connection, ssl.SSLSocket):
+                self.close_connection = True
+                _answer_raw(self.connection, _RAW_400_TLS_TO_PLAIN)
                 return
             self.server.connections.set_state(self.conn, HEAD)
             head = _LimitedReader(self.rfile, limits.max_head_bytes)
@@ -333,6 +348,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if not self.raw_requestline:
                 self.close_connection = True
+                return
+            if len(self.raw_requestline.split()) == 2:  # no version: HTTP/0.9, no headers
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not served")
                 return
             rfile, self.rfile = self.rfile, head  # type: ignore[assignment]
             try:
@@ -363,14 +382,15 @@ class _Handler(BaseHTTPRequestHandler):
             if not self.close_connection:
                 self.server.connections.set_state(self.conn, IDLE)
 
-    def _wait_for_request(self) -> bool:
-        """Wait for the first byte of the next request, up to the idle timeout."""
+    def _wait_for_request(self) -> bytes:
+        """Wait for the first byte of the next request, up to the idle timeout; what is
+        buffered of it (b"" when the connection ended or timed out)."""
         limits = self.server.limits
         self.connection.settimeout(limits.idle_timeout_seconds)
         try:
-            return bool(self.rfile.peek(1))  # type: ignore[attr-defined]
+            return self.rfile.peek(1)[:1]  # type: ignore[attr-defined]
         except (OSError, ValueError):
-            return False
+            return b""
         finally:
             with contextlib.suppress(OSError):
                 self.connection.settimeout(limits.io_timeout_seconds)

@@ -24,6 +24,11 @@ class ServingSettings:
         "", "TLS and basic auth, in the Prometheus exporter-toolkit web config format "
         "(unset: plain HTTP, no auth)", flag="--web.config.file", metavar="FILE",
         commands=(RUN, HEALTH))
+    web_allow_security_downgrade: bool = setting(
+        False, "let a reload apply a web config that takes away TLS, basic auth, client "
+        "certificates or the client SAN allow-list the server has (else it is refused and "
+        "the running one kept); starting on any valid web config is always allowed",
+        flag="--web.allow-security-downgrade")
     stale_after_seconds: float = setting(
         10.0, "/healthz and /readyz are 503 once the last snapshot is older than this; "
         "/readyz lists loops stale this long", flag="--health.stale-after", low=1.0,
