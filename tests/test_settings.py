@@ -8,8 +8,6 @@ import dataclasses
 
 import pytest
 
-from exporter.analysis.live_power import PowerSettings
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.app import sampler_settings
 from exporter.cli import build_parser
 from exporter.config import Config, all_options, build_config
@@ -25,7 +23,7 @@ from exporter.options import (
     setting,
     value_of,
 )
-from exporter.sampling.settings import SamplerSettings
+from exporter.sampling.settings import PowerSettings, SamplerSettings, StragglerSettings
 
 
 def _run_config() -> Config:
@@ -74,7 +72,9 @@ def test_analyze_takes_the_live_analyses_thresholds():
     shared = analyze.shared_options()
     assert set(shared) == {"--window", "--band", "--min-amplitude-ratio", "--min-band-energy",
                            "--min-synchrony", "--segment-window", "--hold", "--cycle-window",
-                           "--ramp-ratio", "--persistence"}
+                           "--cycle-min-ratio", "--ramp-ratio", "--dip-ratio", "--persistence",
+                           "--outlier-window", "--outlier-step", "--stall-window",
+                           "--stall-context"}
     # the live analyses' values as the sampler holds them, by key
     live = {o.key: value_of(SamplerSettings(), o) for o in options_of(SamplerSettings)}
     for option in shared.values():
