@@ -277,6 +277,17 @@ def resolve(args: argparse.Namespace, command: str,
     return values
 
 
+def inputs_of(cls: Callable[..., T], args: argparse.Namespace, **given: object) -> T:
+    """A command's own inputs (no settings: a path, a duration, an output format) as one
+    typed object, a frozen dataclass whose fields are named for the flags' dests; the
+    fields in `given` are passed as they are, the others read from `args` (those it
+    lacks keep their defaults)."""
+    assert isinstance(cls, type)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+              if f.name not in given and hasattr(args, f.name)}
+    return cls(**values, **given)
+
+
 # -- values that more than one command parses ---------------------------------------------
 
 

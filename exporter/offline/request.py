@@ -7,11 +7,10 @@ command line's namespace."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.options import ANALYZE, Option, build, options_of, resolve
+from exporter.options import ANALYZE, Option, build, inputs_of, options_of, resolve
 from exporter.sampling.settings import PowerSettings, StragglerSettings
 
 S = TypeVar("S")
@@ -35,10 +34,8 @@ class AnalyzeRequest:
         if isinstance(given, AnalyzeRequest):
             return given
         values = resolve(given, ANALYZE, analyze_options().values())
-        inputs = {f.name: getattr(given, f.name) for f in dataclasses.fields(cls)
-                  if f.name not in ("power", "stragglers") and hasattr(given, f.name)}
-        return cls(power=_settings(PowerSettings, values),
-                   stragglers=_settings(StragglerSettings, values), **inputs)
+        return inputs_of(cls, given, power=_settings(PowerSettings, values),
+                         stragglers=_settings(StragglerSettings, values))
 
 
 def analyze_options() -> dict[str, Option]:
