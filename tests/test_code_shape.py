@@ -210,3 +210,27 @@ def test_scripts_import_nothing_from_tests():
     assert found == {}
     planted = "import os\nfrom tests.step_family import family\nimport tests.tools\n"
     assert _test_imports(ast.parse(planted)) == [2, 3]
+
+
+def _namespace_reads(tree) -> list[str]:
+    """Attributes read off a parameter typed argparse.Namespace: the offline commands take
+    their settings and inputs through typed objects (AnalyzeRequest, RecordRequest, ...)."""
+    out = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        names = {a.arg for a in [*func.args.args, *func.args.kwonlyargs]
+                 if a.annotation is not None and "Namespace" in ast.unparse(a.annotation)}
+        out += [f"{func.name}:{node.lineno} {node.value.id}.{node.attr}"
+                for node in ast.walk(func) if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name) and node.value.id in names]
+    return out
+
+
+def test_offline_reads_no_argparse_namespace():
+    found = [f"{path.name}:{read}" for path in sorted((PACKAGE / "offline").rglob("*.py"))
+             for read in _namespace_reads(ast.parse(path.read_text()))]
+    assert found == []
+    planted = ("def main(args: argparse.Namespace) -> int:\n"
+               "    return args.window + inputs_of(Request, args).step\n")
+    assert _namespace_reads(ast.parse(planted)) == ["main:2 args.window"]

@@ -66,10 +66,9 @@ class PowerSettings:
     # interval), not every update, it costs a third as much (~6 ms on 8 GPUs).
     step_every_seconds: float = 15.0
 
-    def swing_thresholds(self, band_hz: tuple[float, float] | None = None
-                         ) -> SwingThresholds:
-        """When a window counts as a swing (band_hz: another band than the settings')."""
-        return SwingThresholds(self.min_amplitude_ratio, band_hz or self.band_hz,
+    def swing_thresholds(self) -> SwingThresholds:
+        """When a window counts as a swing (analysis.power_swing.SwingThresholds)."""
+        return SwingThresholds(self.min_amplitude_ratio, self.band_hz,
                                self.min_band_energy_ratio, self.min_synchrony)
 
 
@@ -98,6 +97,7 @@ class StragglerSettings:
     sweep_interval_seconds: float = 1.0  # what the sweep coverage is measured against
 
     def thresholds(self) -> StragglerThresholds:
+        """When a GPU deviates from its peers (analysis.straggler.StragglerThresholds)."""
         return StragglerThresholds(persistence_seconds=self.persistence_seconds)
 
 
