@@ -59,7 +59,8 @@ class Option:
     # extra validation of a text setting (a path, a regex): an error or None
     check: Callable[[str], str | None] | None = None
     in_file: bool = True  # settable in the config file
-    # analyze only: the flag's parser (argparse type; it raises ArgumentTypeError)
+    # analyze only: the flag's parser (argparse type; it raises ArgumentTypeError) where
+    # there is no range to derive it from (Option.parser)
     parse: Callable[[str], object] | None = None
     path: tuple[str, ...] = ()  # attribute path from the settings root (set by options_of)
 
