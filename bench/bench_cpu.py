@@ -11,6 +11,9 @@ the fake NVML (the modelled driver: what the H200 charges, `lib.busy_seconds`), 
 scraper's own thread (taken off), per loop / thread, and NVML calls per second.
 
 - ours: `Exporter` at its defaults on the fake (`run --fake`), H200 call costs on.
+- ours_history: the same with a state directory (`--storage.path` in a temporary
+  directory, the kernel log read from /dev/kmsg where it can be): the history's cost is
+  the difference, printed under the table (its budget: 0.05 % of a core, 2 MiB of RSS).
 - nvitop: nvitop-exporter (an optional dependency: `pip install -e '.[bench]'`) at its
   default 1 s interval, on the same fake with the same costs, run in-process.
 - node_exporter: Debian's prometheus-node-exporter with its default collectors (no GPU):
@@ -44,8 +47,9 @@ from exporter.sim import costs as cost_model
 from exporter.sim.fake import FakeNvmlLibrary, install
 from exporter.sim.scenarios import load_scenario
 
-TARGETS = ("ours", "nvitop", "node_exporter")
-LABELS = {"ours": "ours (run --fake)", "nvitop": "nvitop-exporter",
+TARGETS = ("ours", "ours_history", "nvitop", "node_exporter")
+LABELS = {"ours": "ours (run --fake)", "ours_history": "ours, --storage.path",
+          "nvitop": "nvitop-exporter",
           "node_exporter": "node_exporter"}
 NVITOP_PIN = "nvitop-exporter==1.7.2"
 
@@ -191,13 +195,17 @@ def render_cost(snapshot: Any, repeat: int = 5) -> float:
 
 
 def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
     from exporter.app import Exporter
     from exporter.cli import freeze_startup_objects, tune_interpreter
     from exporter.config import build_config
 
     tune_interpreter()  # as `run` does
+    state = tempfile.mkdtemp(prefix="cte-bench-state-")
     config = build_config(None, {"listen_address": "127.0.0.1:0", "fake": True,
-                                 "scenario": opts.scenario, "fake_costs": opts.costs})
+                                 "scenario": opts.scenario, "fake_costs": opts.costs,
+                                 "storage_path": state if opts.child == "ours_history" else ""})
     lib = fake_library(opts)
     gc_time = GcTime()
     exp = Exporter(config, fake_lib=lib)
@@ -232,8 +240,13 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
         result["power_sampling"] = sorted({s.kind for s in sampler.power.stats().values()})
         result["missing"] = sorted(lib.missing)
         result["rss_bytes"] = proc.memory_info().rss
+        if exp.history is not None:
+            stats = exp.history.stats()
+            result["history"] = {"transactions": stats.transactions,
+                                 "kmsg_readable": stats.kmsg_readable}
     finally:
         exp.stop()
+        shutil.rmtree(state, ignore_errors=True)
     return result
 
 
@@ -288,7 +301,8 @@ def child_node_exporter(opts: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-CHILDREN = {"ours": child_ours, "nvitop": child_nvitop, "node_exporter": child_node_exporter}
+CHILDREN = {"ours": child_ours, "ours_history": child_ours, "nvitop": child_nvitop,
+            "node_exporter": child_node_exporter}
 
 
 # -- the parent: run each child, print a table and ratios ------------------------------
@@ -387,7 +401,21 @@ def print_table(results: dict[str, dict[str, Any]], opts: argparse.Namespace) ->
           "+ H200drv (the estimate for real hardware); scrape: p50 of the pair's scrapes")
 
 
+def print_history_cost(results: dict[str, dict[str, Any]]) -> None:
+    """What the state directory adds: the two runs of ours, less one another."""
+    off, on = results.get("ours", {}), results.get("ours_history", {})
+    if not off or not on or "error" in off or "error" in on:
+        return
+    whole = shares(on).whole - shares(off).whole
+    rss = (on["rss_bytes"] - off["rss_bytes"]) / 2**20
+    h = on.get("history", {})
+    print(f"history (--storage.path): whole {whole * 100:+.3f} % of a core (budget +0.05 %), "
+          f"RSS {rss:+.1f} MiB (budget +2 MiB); {h.get('transactions', '?')} transactions, "
+          f"kernel log {'read' if h.get('kmsg_readable') else 'not readable'}")
+
+
 def print_ratios(results: dict[str, dict[str, Any]]) -> None:
+    print_history_cost(results)
     ours = results.get("ours", {})
     if "error" in ours or not ours:
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 from collections.abc import Callable
 from types import ModuleType
 
@@ -14,6 +15,9 @@ from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.health.monitor import HealthMonitor
+from exporter.history.families import history_families
+from exporter.history.recorder import History
+from exporter.history.store import Store, StoreError
 from exporter.metrics.render import RenderedSnapshot
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import SYSTEM, Clock
@@ -88,19 +92,55 @@ class Exporter:
             else list(collector_makers(config, self.selection)))
         self.sampler: Sampler | None = None
         self.server: ExporterHTTPServer | None = None
+        self.history: History | None = None
+        self.history_problem = ""  # why there is no history although one was asked for
 
     def _publish(self, snapshot: Snapshot) -> None:
-        # rendered by its first scrape, with the serving side's own figures as of then;
+        history = self.history
+        if history is not None:  # XID counts that continue across restarts
+            snapshot = history.observe(snapshot)
         # judged now, once: the metrics, the API and the page share the verdict
+        health = self.health.assess(snapshot)
+        if history is not None:  # a verdict that turned failed is an episode
+            history.observe_health(health)
+        # rendered by its first scrape, with the serving side's own figures as of then
         self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection,
-                                        self.health.assess(snapshot))
+                                        health)
 
     def _serving_families(self) -> list:
         server = self.server
         serving = list(http_families(server.stats())) if server is not None else []
         serving += reload_families(self.reloads.stats())
         serving += tls_families(self.web.certificate_not_after)
+        if self.history is not None:
+            serving += history_families(self.history, self.clock.time())
         return serving
+
+    def _problems(self) -> list[str]:
+        """The history's degraded states, for /readyz."""
+        if self.history is not None:
+            return self.history.problems()
+        return [self.history_problem] if self.history_problem else []
+
+    def _open_history(self) -> None:
+        """The state directory's history, if one is configured. Raises StoreBusy (another
+        exporter holds it); any other failure leaves the exporter running without."""
+        h = self.config.history
+        directory = h.directory(self.config.backend.name)
+        if not directory:
+            return
+        store = Store(directory, self.clock.time)
+        try:
+            store.open()
+        except StoreError as exc:
+            self.history_problem = f"history off: {exc}"
+            log.warning("%s", self.history_problem)
+            return
+        history = History(store, socket.gethostname(), clock=self.clock.time,
+                          kmsg_path=h.kmsg_path, boot_id_path=h.boot_id_path)
+        history.load()
+        self.history = history
+        log.info("history in %s", directory)
 
     # -- what a reload (SIGHUP, exporter/service.py) needs ---------------------------
     def apply_web_config(self, web: WebConfig) -> None:
@@ -138,18 +178,24 @@ class Exporter:
             fake.install(self.fake_lib, self.nvml)
 
     def start(self, threads: bool = True) -> None:
-        """Start sampling and serving; raises NvmlUnavailable or OSError (port in use)."""
+        """Start sampling and serving; raises NvmlUnavailable, OSError (port in use) or
+        StoreBusy (another exporter holds the state directory)."""
         c = self.config
         self._install_fake()
         settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)
+            self.sampler.open()  # NvmlUnavailable before any state directory is touched
+            self._open_history()  # StoreBusy: another exporter holds the directory
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
                                              Probes(c.serving.stale_after_seconds,
-                                                         self.clock.time), self.web,
-                                             self.limits)
+                                                         self.clock.time, self._problems),
+                                             self.web, self.limits)
+            self.server.api.history = self.history
+            if self.history is not None and threads:
+                self.history.start()
         except BaseException:
             self.stop()
             raise
@@ -174,6 +220,9 @@ class Exporter:
         if self.sampler is not None:
             self.sampler.stop()
             self.sampler = None
+        if self.history is not None:
+            self.history.stop()  # writes what is pending
+            self.history = None
         if self.fake_lib is not None:
             fake.uninstall(self.nvml)
             self.fake_lib = None

@@ -1,4 +1,4 @@
-"""Command line: run, check-config, analyze, simulate, record, health."""
+"""Command line: run, check-config, analyze, simulate, record, history, lemons, health."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from exporter.collectors import registry
 from exporter.config import all_options, build_config, load_config_file
 from exporter.errors import EXIT_FAILURE, EXIT_USAGE, PROG, fail
 from exporter.gpu.backend import NvmlUnavailable
+from exporter.history.store import StoreBusy
 from exporter.metrics.selection import load_selection
 from exporter.options import RUN, SIMULATE, add_flags, resolve
 from exporter.sim.scenarios import load_scenario
@@ -108,7 +109,35 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_arguments(commands.add_parser(
         "health", help="ask the local exporter for its verdict: one line, exit 0 OK, 1 "
         "problem, 2 unknown (node-problem-detector); --slurm-drain drains via scontrol"))
+    history = commands.add_parser("history", help="print the episodes stored in a state "
+                                  "directory, one JSON line each (docs/history.md)")
+    history.add_argument("--storage.path", dest="storage_path", required=True, metavar="DIR",
+                         help="the state directory (run's --storage.path)")
+    history.add_argument("--format", choices=("jsonl",), default="jsonl",
+                         help="output format (default jsonl: the fault-event lines)")
+    history.add_argument("--since", type=float, metavar="UNIX_SECONDS",
+                         help="only episodes that started at or after this time")
+    history.add_argument("--until", type=float, metavar="UNIX_SECONDS",
+                         help="only episodes that started before this time")
+    history.add_argument("--gpu", metavar="UUID|SERIAL",
+                         help="only this GPU's episodes (node: the node's own)")
     return parser
+
+
+def _history(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from exporter.history.answer import jsonl_lines
+
+    gpu = "" if args.gpu == "node" else args.gpu
+    try:
+        for line in jsonl_lines(args.storage_path, args.since, args.until, gpu):
+            sys.stdout.write(line + "\n")
+    except BrokenPipeError:
+        return 0
+    except (OSError, sqlite3.Error) as exc:
+        return fail("history", f"{args.storage_path}: {exc}", EXIT_FAILURE)
+    return 0
 
 
 def tune_interpreter() -> None:
@@ -145,6 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     except NvmlUnavailable as exc:
         return fail("run", f"{exc}. This machine has no usable NVIDIA driver. To try the "
                     f"exporter on a simulated node, run: {PROG} run --fake", EXIT_FAILURE)
+    except StoreBusy as exc:
+        return fail("run", str(exc), EXIT_FAILURE)
     except OSError as exc:
         return fail("run", f"cannot listen on {config.serving.listen_address}: "
                     f"{exc.strerror or exc}", EXIT_FAILURE)
@@ -193,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.offline import lemons
 
             return lemons.main(args)
+        if args.command == "history":
+            return _history(args)
         if args.command == "check-config":
             return _check_config(args.file)
         if args.command == "health":

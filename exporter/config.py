@@ -16,6 +16,7 @@ from pathlib import Path
 from exporter.collectors import registry
 from exporter.collectors.registry import CollectorsConfig
 from exporter.health.settings import HealthSettings
+from exporter.history.settings import HistorySettings
 from exporter.metrics.settings import MetricsSettings
 from exporter.options import (
     ALL,
@@ -87,6 +88,7 @@ class Config:
     backend: BackendSettings = section(BackendSettings)
     sampler: SamplerSettings = section(SamplerSettings)
     log: LogSettings = section(LogSettings)
+    history: HistorySettings = section(HistorySettings)
     health: HealthSettings = section(HealthSettings)
     collectors: CollectorsConfig = field(default_factory=lambda: CollectorsConfig.of({}))
 

@@ -44,7 +44,10 @@ def test_systemd_unit_essentials():
     settings = {line for line in text.splitlines() if line and not line.startswith("#")}
     for line in ("DynamicUser=yes", "Restart=on-failure", "DevicePolicy=closed",
                  "DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=char-nvidia* rw",
-                 "ProtectSystem=strict", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n",
+                 "ProtectSystem=strict", "NoNewPrivileges=yes",
+                 # the state directory, and the kernel log's one capability
+                 "StateDirectory=cluster-telemetry-exporter\n",
+                 "CapabilityBoundingSet=CAP_SYSLOG\n", "DeviceAllow=/dev/kmsg r\n",
                  "--config /etc/cluster-telemetry-exporter/config.yaml",
                  # SIGHUP reloads; sd_notify readiness and watchdog (exporter/service.py)
                  "ExecReload=/bin/kill -HUP $MAINPID", "Type=notify", "WatchdogSec="):

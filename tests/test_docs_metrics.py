@@ -32,6 +32,7 @@ def documented(required_only: bool = False) -> dict[str, tuple[str, set[str]]]:
 @pytest.fixture(scope="module")
 def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     sysfs = tmp_path_factory.mktemp("sysfs")
+    state = tmp_path_factory.mktemp("state")  # the history's families too
     ib_tree.ndr_hca(sysfs)
     # a counter name no family knows yet: exported under the generic family
     ib_tree.write(sysfs / "class/infiniband/mlx5_0/ports/1/counters/future_counter", 7)
@@ -40,7 +41,8 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     (jobs / "0").write_text("4242\n")
     exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
                              metrics_profile="full",
-                          hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5))
+                          hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5,
+                             storage_path=str(state)))
     exp.start()
     try:
         # CPU utilization needs two reads of the host source

@@ -171,6 +171,9 @@ def test_the_validators_catch_a_misspelt_field(helm):
     {"nodeProblemDetector": {"condition": "gpu healthy"}},
     {"nodeProblemDetector": {"image": {"tag": "latest"}}},
     {"nodeProblemDetector": {"invokeInterval": "30"}},
+
+
+    {"history": {"hostPath": "relative"}}, {"history": {"kernelLog": "yes"}},
 ])
 def test_values_schema_refuses_bad_values(helm, bad):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
@@ -321,6 +324,38 @@ def test_rbac_for_pod_labels_only_when_asked_for(helm):
     # no kubelet socket, no kubernetes collector: no RBAC either
     off = objects(helm, {"kubernetes": {"podResources": False, "copyPodLabels": "team"}})
     assert "ClusterRole" not in {d["kind"] for d in off}
+
+
+def test_the_history_lives_on_the_node_and_the_kernel_log_follows_privileges(helm):
+    docs = objects(helm, {})
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    c = container(docs)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert volumes["state"]["hostPath"] == {"path": "/var/lib/cluster-telemetry-exporter",
+                                           "type": "DirectoryOrCreate"}
+    assert mounts["state"]["mountPath"] == "/var/lib/cluster-telemetry-exporter"
+    assert "readOnly" not in mounts["state"]
+    assert "--storage.path=/var/lib/cluster-telemetry-exporter" in c["args"]
+    # not privileged: the kernel log is not asked for, and its absence not a degraded state
+    assert "--storage.kmsg-path=" in c["args"] and "kmsg" not in volumes
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+    privileged = objects(helm, VALUES_SETS["privileged-processes"])
+    c = container(privileged)
+    assert "--storage.kmsg-path=" not in c["args"]  # read: privileged sees /dev/kmsg
+
+    asked = objects(helm, {"history": {"kernelLog": True}})
+    pod = only(asked, "DaemonSet")["spec"]["template"]["spec"]
+    c = container(asked)
+    assert {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in (
+        pod["volumes"])
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert "--storage.kmsg-path=" not in c["args"]
+
+    off = container(objects(helm, {"history": {"hostPath": ""}}))
+    assert "--storage.path=" in off["args"]
+    assert not any(m["name"] == "state" for m in off["volumeMounts"])
 
 
 def test_chart_app_version_is_the_package_version():

@@ -4,6 +4,7 @@ between its instances, on the fake's `mig` scenario at the default profile."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -116,15 +117,21 @@ def test_a_destroyed_instance_frees_its_buffers_and_a_missing_one_is_not_found()
 
 
 def test_the_mig_node_stays_within_the_standard_series_targets(running_exporter):
-    """The targets of tests/test_selection.py (100 series per GPU plus 200 for the node,
-    1,000 in all), on the MIG node with its instances' activity and energy served."""
+    """The targets of tests/test_selection.py (100 series per GPU plus 200 for the node),
+    on the MIG node with its instances' activity and energy served: a GPU instance's own
+    series (those with a `gpu_instance` label) at most 10 each, beside its GPU's."""
     exp = running_exporter.start(manual=True, scenario="mig")
     exp.sampler.advance(40)
     body = http_get(exp.port)[1].decode()
     series = [line for line in body.splitlines() if line and not line.startswith("#")]
-    per_gpu = sum(1 for line in series if '{gpu="' in line or ',gpu="' in line)
+    per_gpu = [line for line in series if '{gpu="' in line or ',gpu="' in line]
+    per_instance = [line for line in per_gpu if 'gpu_instance="' in line]
+    instances = {re.search(r'gpu="(\d+)".*gpu_instance="(\w+)"', line).groups()
+                 for line in per_instance}
     assert any(line.startswith("gpu_mig_energy_joules_total") for line in series)
-    assert per_gpu <= 100 * 8 and len(series) - per_gpu <= 200 and len(series) <= 1000
+    assert len(per_gpu) - len(per_instance) <= 100 * 8
+    assert len(series) - len(per_gpu) <= 200
+    assert len(per_instance) <= 10 * len(instances)
 
 
 def test_the_split_keeps_the_sum_through_a_destroyed_instance_and_an_energy_reset():

@@ -46,7 +46,15 @@ class DeviceSymbols(FakeCore):
         mig = self.mig_uuid_of(handle)
         if mig is not None:
             return self.string_call(buffer, size, mig)
-        return self._device_string(handle, buffer, size, lambda g: g.uuid)
+        return self._device_string(handle, buffer, size, lambda g: self._swapped(g)[1])
+
+    def _swapped(self, gpu) -> tuple[str, str]:
+        """The GPU's serial and UUID, those of its replacement once a `replace` began."""
+        events = self.faults("replace", gpu.index, self.elapsed(), started=True)
+        if not events:
+            return gpu.serial, gpu.uuid
+        serial = max(events, key=lambda e: e.at).params["serial"]
+        return serial, "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{serial}"))
 
     def _nvmlDeviceGetName(self, handle, buffer, size) -> int:
         # a replayed GPU has the name its trace recorded; the fake's share the scenario's
@@ -54,7 +62,7 @@ class DeviceSymbols(FakeCore):
                                    lambda g: getattr(g, "name", self.scenario.device.name))
 
     def _nvmlDeviceGetSerial(self, handle, buffer, size) -> int:
-        return self._device_string(handle, buffer, size, lambda g: g.serial)
+        return self._device_string(handle, buffer, size, lambda g: self._swapped(g)[0])
 
     def _nvmlDeviceGetPciInfo_v3(self, handle, info) -> int:
         gpu = self.gpu(handle)

@@ -80,6 +80,8 @@ FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
                     "temperature_offset_celsius": (_FLOAT, 0.0, False)},
     # the recovery action NVML reports (field 230) while active
     "recovery_action": {"action": (_STR, None, True)},
+    # another GPU in the slot from `at` on: a new serial number (and UUID), as after a swap
+    "replace": {"serial": (_STR, None, True)},
     # PCIe replays at a rate while active, and the link's generation or width while active
     "pcie": {"replays_per_minute": (_FLOAT, 0.0, False), "generation": (_INT, None, False),
              "width": (_INT, None, False)},

@@ -1,4 +1,5 @@
-"""The JSON API the live page polls: /api/v1/power and /api/v1/findings.
+"""The JSON API the live page polls: /api/v1/power and /api/v1/findings; and
+/api/v1/history, the node's stored episodes (from the state directory, not the snapshot).
 
 Answers come from the snapshot being served, never from NVML: power from the ring
 buffer's windows (copies taken under its short lock), findings from
@@ -23,6 +24,8 @@ import numpy as np
 
 from exporter import __version__
 from exporter.health.model import NodeHealth, Verdict
+from exporter.history.answer import history_body, replacement_findings
+from exporter.history.recorder import History
 from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.collector_api import JobHolders
 from exporter.sampling.snapshot import Snapshot
@@ -31,8 +34,9 @@ from exporter.web.jsonarrays import json_array
 from exporter.web.probes import Readiness
 from exporter.web.wording import number
 
-POWER, FINDINGS, HEALTH = "/api/v1/power", "/api/v1/findings", "/api/v1/health"
-PATHS = (POWER, FINDINGS, HEALTH)
+POWER, FINDINGS, HEALTH, HISTORY = ("/api/v1/power", "/api/v1/findings", "/api/v1/health",
+                                   "/api/v1/history")
+PATHS = (POWER, FINDINGS, HEALTH, HISTORY)
 JSON_TYPE = "application/json"
 DEFAULT_SECONDS = 60
 # 120 s at 50 samples a second (the page's longest window) goes out undecimated; longer
@@ -41,6 +45,7 @@ MAX_POINTS_PER_SERIES = 6000
 TIME_DECIMALS = 3  # ms: samples are ~20 ms apart
 WATT_DECIMALS = 1  # 0.1 W, well inside the sensor's +-5 W
 MAX_QUERY_BYTES = 64
+MAX_HISTORY_QUERY_BYTES = 160  # a GPU's UUID and two times
 MAX_ANSWERS_KEPT = 16  # per snapshot: distinct queries beyond this are built, not kept
 
 
@@ -52,9 +57,10 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode() + b"\n"
 
 
-def parse_query(query: str, allowed: tuple[str, ...]) -> dict[str, str]:
+def parse_query(query: str, allowed: tuple[str, ...],
+                limit: int = MAX_QUERY_BYTES) -> dict[str, str]:
     """name -> value for a query of known, unrepeated parameters, or BadRequest."""
-    if len(query) > MAX_QUERY_BYTES:
+    if len(query) > limit:
         raise BadRequest("query string too long")
     out: dict[str, str] = {}
     for field in query.split("&") if query else ():
@@ -166,10 +172,13 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 # -- /api/v1/findings ------------------------------------------------------------------------
 
 def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
-                  health: NodeHealth | None = None) -> bytes:
+                  health: NodeHealth | None = None, history: History | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
     node at a glance (GPUs up, who holds them, the exporter's own health)."""
-    body = {"time": number(snapshot.time), "findings": findings(snapshot, health),
+    found = findings(snapshot, health)
+    if history is not None:
+        found += replacement_findings(history, snapshot.time)
+    body = {"time": number(snapshot.time), "findings": found,
             "summary": summary(snapshot, readiness, node)}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
@@ -269,6 +278,19 @@ class Answer:
             return self._gzipped
 
 
+def _seconds(params: dict[str, str], name: str) -> float | None:
+    text = params.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRequest(f"{name}: expected unix seconds, got {text[:32]!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise BadRequest(f"{name}: expected unix seconds, got {text[:32]!r}")
+    return value
+
+
 class Api:
     """Builds and keeps the answers for the snapshot being served."""
 
@@ -279,9 +301,12 @@ class Api:
         self._lock = threading.Lock()
         self._for: RenderedSnapshot | None = None
         self._answers: dict[tuple, Answer] = {}
+        self.history: History | None = None  # the app's, where a state directory is kept
 
     def answer(self, rendered: RenderedSnapshot, path: str, query: str) -> Answer:
         """The answer to GET path?query; BadRequest for a query it refuses."""
+        if path == HISTORY:
+            return Answer(self._history(query))
         snap = rendered.snapshot
         build: Callable[[], bytes]
         if path == POWER:
@@ -296,7 +321,7 @@ class Api:
             parse_query(query, ())
             key = (FINDINGS,)
             build = lambda: findings_body(snap, self.readiness(rendered), self.node,  # noqa: E731
-                                          rendered.health)
+                                          rendered.health, self.history)
         # One build at a time, under the lock: concurrent viewers of a new snapshot wait
         # for the first one's build instead of each making their own, and the API never
         # takes more than one core from sampling and scrapes.
@@ -309,3 +334,14 @@ class Api:
                 if len(self._answers) < MAX_ANSWERS_KEPT:
                     self._answers[key] = answer
             return answer
+
+    def _history(self, query: str) -> bytes:
+        """/api/v1/history?gpu=I|UUID|SERIAL|node&since=S&until=U (unix seconds)."""
+        params = parse_query(query, ("gpu", "since", "until"), MAX_HISTORY_QUERY_BYTES)
+        since, until = _seconds(params, "since"), _seconds(params, "until")
+        if self.history is None:
+            raise BadRequest("no history is kept here (--storage.path)")
+        try:
+            return history_body(self.history, since, until, params.get("gpu"))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None

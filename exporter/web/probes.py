@@ -17,6 +17,7 @@ GPU helps no one):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.metrics.render import RenderedSnapshot
@@ -39,9 +40,11 @@ class Readiness:
 class Probes:
     """Decides liveness and readiness from the snapshot being served."""
 
-    def __init__(self, stale_after_seconds: float, clock=time.time):
+    def __init__(self, stale_after_seconds: float, clock=time.time,
+                 problems: Callable[[], list[str]] = lambda: []):
         self.stale_after = stale_after_seconds
         self.clock = clock  # the sampler's clock (a manual one in simulated time)
+        self.problems = problems  # degraded states from outside the snapshot (the history)
 
     def liveness(self, rendered: RenderedSnapshot | None, now: float | None = None) -> list[str]:
         """Why the exporter is not working; [] while it is (whatever the GPUs do)."""
@@ -59,7 +62,7 @@ class Probes:
         dead = self.liveness(rendered, now)
         if dead or rendered is None:
             return Readiness(False, tuple(dead))
-        return Readiness(True, tuple(self.degraded(rendered.snapshot, now)))
+        return Readiness(True, tuple(self.degraded(rendered.snapshot, now) + self.problems()))
 
     def degraded(self, snap: Snapshot, now: float) -> list[str]:
         """Every state in which the exporter serves less than a healthy node would have."""

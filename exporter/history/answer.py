@@ -1,0 +1,111 @@
+"""`/api/v1/history` and the `history` command's lines: stored episodes with those not
+written yet, in time bounds, for one GPU or the node."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+
+from exporter.events import Event
+from exporter.history.episodes import NODE, Episode
+from exporter.history.recorder import History
+from exporter.history.store import query_episodes, read_only, stored_gpus, stored_node
+
+
+def gpu_filter(history: History, gpu: str | None) -> str | None:
+    """A GPU's UUID for `gpu` (an index, a UUID or a serial), "" for "node" (the node's own
+    episodes), None for all. Raises ValueError for a GPU not on the node or stored."""
+    if gpu is None:
+        return None
+    if gpu == "node":
+        return ""
+    if gpu.isdigit():
+        key = history.key_of.get(int(gpu))
+        if key is None:
+            raise ValueError(f"no GPU {gpu} on this node")
+        return key[1]
+    return gpu
+
+
+def episodes(history: History, since: float | None, until: float | None,
+             gpu: str | None) -> tuple[list[Episode], list[dict[str, object]]]:
+    """Stored episodes, updated and completed by those in memory; and the stored GPUs."""
+    gpus: list[dict[str, object]] = []
+    try:
+        db = read_only(history.store.directory)
+        try:
+            found = {e.id: e for e in query_episodes(db, since, until, gpu)}
+            gpus = stored_gpus(db)
+        finally:
+            db.close()
+    except (sqlite3.Error, OSError):
+        found = {}
+    for e in history.episodes_since(since if since is not None else 0.0):
+        if until is not None and e.start >= until:
+            continue
+        if gpu is not None and (gpu != "" and gpu not in e.gpu or gpu == "" and e.gpu != NODE):
+            continue
+        found[e.id if e.id is not None else -id(e)] = e
+    return sorted(found.values(), key=lambda e: (e.start, e.id or 0)), gpus
+
+
+def history_body(history: History, since: float | None, until: float | None,
+                 gpu: str | None) -> bytes:
+    uuid = gpu_filter(history, gpu)
+    stats = history.stats()
+    rows = []
+    found, gpus = episodes(history, since, until, uuid)
+    for e in found:
+        row: dict[str, object] = {"time": e.start, "end": e.end, "count": e.count,
+                                  "kind": e.kind}
+        if e.xid is not None:
+            row["xid"] = e.xid
+        if e.gpu != NODE:
+            row["gpu"] = history.index_of.get(e.gpu)
+            row["uuid"], row["serial"] = e.gpu[1], e.gpu[0]
+        if e.detail:
+            row["detail"] = e.detail
+        rows.append(row)
+    replacements = [{"time": r.time, "slot": r.slot,
+                     "old": {"serial": r.old[0], "uuid": r.old[1]},
+                     "new": {"serial": r.new[0], "uuid": r.new[1]}}
+                    for r in history.replacements
+                    if (since is None or r.time >= since) and (until is None or r.time < until)]
+    return json.dumps({"node": history.node, "history_start": stats.created,
+                       "since": since, "until": until, "gpu": gpu, "episodes": rows,
+                       "replacements": replacements, "gpus": gpus}).encode()
+
+
+REPLACEMENT_FINDING_SECONDS = 7 * 86_400.0
+
+
+def replacement_findings(history: History, now: float) -> list[dict[str, object]]:
+    """The live page's findings: each GPU replaced in its slot in the past week."""
+    out: list[dict[str, object]] = []
+    for r in history.replacements:
+        if now - r.time > REPLACEMENT_FINDING_SECONDS:
+            continue
+        gpu = history.index_of.get(r.new)
+        out.append({"kind": "gpu_replaced", "severity": "info", "gpu": gpu, "time": r.time,
+                    "since": None,
+                    "message": f"GPU {gpu if gpu is not None else '?'} in slot {r.slot} was "
+                               f"replaced: serial {r.old[0] or '?'} is now {r.new[0] or '?'} "
+                               "(the old GPU's history is kept under its serial)",
+                    "details": {"slot": r.slot, "old_serial": r.old[0], "old_uuid": r.old[1],
+                                "new_serial": r.new[0], "new_uuid": r.new[1]}})
+    return out
+
+
+def jsonl_lines(directory: str, since: float | None = None, until: float | None = None,
+                gpu: str | None = None) -> Iterator[str]:
+    """The stored episodes as the fault-event JSON lines (exporter/events.py), one an
+    episode at its start. Raises sqlite3.Error, OSError."""
+    db = read_only(directory)
+    try:
+        node = stored_node(db) or "unknown"
+        for e in query_episodes(db, since, until, gpu):
+            yield Event(e.start, node, e.kind, e.gpu[1] or None if e.gpu != NODE else None,
+                        e.xid if e.kind == "xid" else None).to_json()
+    finally:
+        db.close()

@@ -1,0 +1,489 @@
+"""The live history: what each snapshot and the kernel log add, kept in memory and
+written to the store by one thread in batches (at most one transaction every
+FLUSH_SECONDS, none when nothing happened).
+
+The publisher thread calls `observe(snapshot)` and serves the snapshot it returns: its
+XID counts are the stored totals plus what came since, so `gpu_xid_errors_total`
+continues across restarts. An XID seen both by NVML's events and in the kernel log
+within MATCH_SECONDS counts once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.health.model import FAILED, WARNING, NodeHealth, Verdict
+from exporter.history import kmsg
+from exporter.history.episodes import NODE, Episode, GpuKey, Merger
+from exporter.history.store import Batch, Loaded, Replacement, Store
+from exporter.sampling.snapshot import Snapshot, XidRecord
+
+log = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 5.0
+POLL_SECONDS = 5.0  # the kernel log: NVML's events tell at once, the log is the fallback
+MATCH_SECONDS = 30.0  # an NVML event and a log line of one XID on one GPU this close: one
+WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
+KEEP_SECONDS = WINDOW_SECONDS["28d"]
+MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
+MAX_XIDS_PER_OBSERVE = 1_000  # a counter that jumps by more is counted, not each merged
+# Health checks whose turn to warning or failed is an episode of a kind (exporter/health);
+# the others' kinds come from the values themselves (XIDs, ECC, remaps, NVLink errors).
+CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
+               "nvlink_fabric": "fabric_degraded", "thermal_violation": "thermal",
+               "power_violation": "thermal", "gpu_answering": "gpu_unresponsive"}
+IB_LINK_ERRORS = ("excessive_buffer_overrun_errors", "local_link_integrity_errors",
+                  "link_error_recovery")
+LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
+
+
+@dataclass
+class _Seen:
+    gpu: GpuKey
+    code: int
+    time: float
+    source: str  # "nvml" or "kmsg"
+
+
+@dataclass(frozen=True)
+class HistoryStats:
+    transactions: int
+    write_failures: int
+    dropped: int
+    resets: dict[str, int]
+    duplicates: int  # XIDs both sources saw, counted once
+    kmsg_xids: int
+    kmsg_readable: bool | None  # None: not tried yet
+    pending: int
+    replacements: int
+    created: float
+
+
+class History:
+    def __init__(self, store: Store, node: str, *, clock: Callable[[], float] = time.time,
+                 kmsg_path: str = kmsg.KMSG, boot_id_path: str = kmsg.BOOT_ID,
+                 boot_time: Callable[[], float] = kmsg.boot_time,
+                 flush_seconds: float = FLUSH_SECONDS, poll_seconds: float = POLL_SECONDS):
+        self.store, self.node, self.clock = store, node, clock
+        self.boot_id = kmsg.read_boot_id(boot_id_path)
+        self.reader = kmsg.KmsgReader(kmsg_path)
+        self.boot_time = boot_time
+        self.flush_seconds, self.poll_seconds = flush_seconds, poll_seconds
+        self.lock = threading.Lock()
+        self.batch = Batch()
+        self.merger = Merger()
+        self.recent: list[Episode] = []
+        self.version = 0  # bumped by each new episode (the families' cache key)
+        self.xids: dict[tuple[GpuKey, int], list[float]] = {}  # -> [count, last seen]
+        self.levels: dict[tuple[GpuKey, str], float] = {}
+        self.slots: dict[str, tuple[str, str, float]] = {}
+        self.replacements: list[Replacement] = []
+        self.index_of: dict[GpuKey, int] = {}
+        self.key_of: dict[int, GpuKey] = {}
+        self._identities: object = None
+        self._last_seen_written = 0.0
+        self._identity_key: tuple | None = None
+        self._xid_count = 0  # XIDs counted by this process (the continued counts' cache key)
+        self._continued_cache: tuple | None = None
+        self._last_health: NodeHealth | None = None
+        self._seen_nvml: dict[tuple[int, int], int] = {}
+        self._health: dict[int, object] = {}
+        self._lost: frozenset[int] = frozenset()
+        self._ib: object = None
+        self._unmatched: list[_Seen] = []
+        self.cursor = -1
+        self.created = 0.0
+        self.transactions = self.write_failures = self.dropped = 0
+        self.duplicates = self.kmsg_xids = 0
+        self.kmsg_problem = ""
+        self.kmsg_readable: bool | None = None
+        self.write_problem = ""
+        self.identified = threading.Event()
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    # -- start and stop -----------------------------------------------------------
+    def load(self) -> None:
+        """Read what the store holds (the store is open)."""
+        loaded: Loaded = self.store.load(self.clock() - KEEP_SECONDS)
+        self.created = loaded.created
+        for (serial, uuid, name, key), (value, last) in loaded.counters.items():
+            if name == "xid":
+                self.xids[((serial, uuid), int(key))] = [value, last]
+            elif name == "level":
+                self.levels[((serial, uuid), key)] = value
+        for episode in loaded.episodes:
+            self.merger.resume(episode)
+            if episode.start >= self.clock() - KEEP_SECONDS:
+                self.recent.append(episode)
+        self.slots = dict(loaded.slots)
+        self.replacements = loaded.replacements
+        self.cursor = loaded.cursors.get(self.boot_id, -1) if self.boot_id else -1
+        self.store.set_node(self.node)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="cte-history", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Read the log once more, write what is pending, close the store."""
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+            self.thread = None
+        else:
+            self.poll_kmsg()
+            self.flush()
+        self.reader.close()
+        self.store.close()
+
+    def _run(self) -> None:
+        next_flush = time.monotonic() + self.flush_seconds
+        while not self.stop_event.wait(self.poll_seconds):
+            try:
+                self.poll_kmsg()
+                if time.monotonic() >= next_flush:
+                    self.flush()
+                    self.forget_old(self.clock())
+                    next_flush = time.monotonic() + self.flush_seconds
+            except Exception:  # noqa: BLE001 - the history must never stop the exporter
+                log.exception("history: unexpected error; carrying on")
+        self.poll_kmsg()
+        self.flush()
+
+    # -- writing -----------------------------------------------------------------
+    def flush(self) -> bool:
+        """Write what is pending in one transaction; False if the write failed (it is
+        kept for the next one)."""
+        with self.lock:
+            batch, self.batch = self.batch, Batch()
+        if not batch:
+            return True
+        try:
+            self.store.write(batch)
+        except (sqlite3.Error, OSError) as exc:
+            with self.lock:
+                self.write_failures += 1
+                if not self.write_problem:
+                    log.warning("history: write failed (%s); keeping it in memory and "
+                                "retrying", exc)
+                self.write_problem = str(exc)[:200]
+                self.batch.absorb(batch)
+                self._bound_pending()
+            return False
+        with self.lock:
+            self.transactions += 1
+            if self.write_problem:
+                log.info("history: writes succeed again")
+            self.write_problem = ""
+        return True
+
+    def _bound_pending(self) -> None:
+        new = [k for k, e in self.batch.episodes.items() if e.id is None]
+        for key in new[:max(0, len(new) - MAX_PENDING_EPISODES)]:
+            del self.batch.episodes[key]
+            self.dropped += 1
+
+    # -- what a snapshot adds (the publisher's thread) ------------------------------
+    def observe(self, snapshot: Snapshot) -> Snapshot:
+        """Record what is new in the snapshot; the snapshot with continued XID counts."""
+        with self.lock:
+            if snapshot.identities is not self._identities and self._new_identities(snapshot):
+                self._identify(snapshot)
+            elif snapshot.time - self._last_seen_written >= LAST_SEEN_SECONDS:
+                self._seen_now(snapshot)
+            self._nvml_xids(snapshot)
+            self._health_changes(snapshot)
+            self._lost_gpus(snapshot)
+            self._infiniband(snapshot)
+            if not self.xids:
+                return snapshot  # nothing to continue (a healthy node): serve it as it is
+            xids = self._continued(snapshot)
+        return dataclasses.replace(snapshot, xids=xids)
+
+    def _new_identities(self, snapshot: Snapshot) -> bool:
+        """Whether the GPUs are others than last time (the sampler may publish the same
+        identities in a new tuple)."""
+        key = tuple(None if i is None else (i.index, i.serial, i.uuid, i.pci_bus_id)
+                    for i in snapshot.identities)
+        self._identities = snapshot.identities
+        if key == self._identity_key:
+            return False
+        self._identity_key = key
+        return True
+
+    def _identify(self, snapshot: Snapshot) -> None:
+        now = snapshot.time
+        self.index_of, self.key_of = {}, {}
+        for identity in snapshot.identities:
+            if identity is None:
+                continue
+            key: GpuKey = (identity.serial, identity.uuid)
+            slot = kmsg.pci_slot(identity.pci_bus_id)
+            self.index_of[key], self.key_of[identity.index] = identity.index, key
+            self.batch.gpus[key] = (slot, now, now)
+            self.batch.boots.add((*key, self.boot_id, snapshot.driver_version, now))
+            stored = self.slots.get(slot)
+            if stored is not None and _replaced(stored[:2], key):
+                replacement = Replacement(now, slot, (stored[0], stored[1]), key)
+                log.warning("history: GPU %d in slot %s was replaced: serial %s (%s) is now "
+                            "serial %s (%s)", identity.index, slot, stored[0], stored[1], *key)
+                self.replacements.append(replacement)
+                self.batch.replacements.append(replacement)
+            if stored is None or stored[:2] != key:
+                self.slots[slot] = (*key, now)
+                self.batch.slots[slot] = (*key, now)
+        self._last_seen_written = now
+        self.identified.set()
+
+    def _seen_now(self, snapshot: Snapshot) -> None:
+        self._last_seen_written = snapshot.time
+        for identity in snapshot.identities:
+            if identity is not None:
+                key = (identity.serial, identity.uuid)
+                first = self.batch.gpus.get(key, ("", snapshot.time, 0.0))[1]
+                self.batch.gpus[key] = (kmsg.pci_slot(identity.pci_bus_id), first,
+                                        snapshot.time)
+
+    def _nvml_xids(self, snapshot: Snapshot) -> None:
+        for (gpu, code), record in snapshot.xids.items():
+            new = record.count - self._seen_nvml.get((gpu, code), 0)
+            if new <= 0:
+                continue
+            self._seen_nvml[(gpu, code)] = record.count
+            key = self.key_of.get(gpu, NODE)
+            for _ in range(min(new, MAX_XIDS_PER_OBSERVE)):
+                self._xid(key, code, record.last_seen, "nvml")
+
+    def _xid(self, gpu: GpuKey, code: int, at: float, source: str) -> None:
+        for seen in self._unmatched:
+            if (seen.gpu == gpu and seen.code == code and seen.source != source
+                    and abs(seen.time - at) <= MATCH_SECONDS):
+                self._unmatched.remove(seen)
+                self.duplicates += 1
+                return
+        self._unmatched = [s for s in self._unmatched if at - s.time <= 2 * MATCH_SECONDS]
+        self._unmatched.append(_Seen(gpu, code, at, source))
+        self._xid_count += 1
+        total = self.xids.setdefault((gpu, code), [0.0, 0.0])
+        total[0] += 1
+        total[1] = max(total[1], at)
+        self.batch.counters[(*gpu, "xid", str(code))] = (total[0], total[1])
+        self._occurred(gpu, "xid", at, code)
+
+    def _occurred(self, gpu: GpuKey, kind: str, at: float, xid: int | None = None,
+                  detail: str = "") -> None:
+        episode, new = self.merger.add(gpu, kind, at, xid, detail)
+        self.batch.episodes[id(episode)] = episode
+        if new:
+            self.recent.append(episode)
+            self.version += 1
+
+    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float) -> bool:
+        """Store a level (a count, a flag); True when it rose since the last one seen,
+        or is above zero the first time."""
+        if value is None:
+            return False
+        previous = self.levels.get((gpu, name))
+        if previous == value:
+            return False
+        self.levels[(gpu, name)] = value
+        self.batch.counters[(*gpu, "level", name)] = (value, at)
+        return value > (previous if previous is not None else 0.0)
+
+    def _health_changes(self, snapshot: Snapshot) -> None:
+        for gpu, health in snapshot.health.items():
+            if self._health.get(gpu) is health:
+                continue
+            self._health[gpu] = health
+            key = self.key_of.get(gpu)
+            if key is None:
+                continue
+            at = health.time
+            dbe = health.ecc_errors.get(("uncorrected", "aggregate"),
+                                        health.ecc_errors.get(("uncorrected", "volatile")))
+            levels = {
+                "ecc_dbe": dbe,
+                "retired_pages": (sum(health.retired_pages.values())
+                                  if health.retired_pages else None),
+                "row_remap_failure": health.row_remap_failure,
+                "row_remap_pending": health.row_remap_pending,
+                "nvlink_errors": (sum(v for link in health.nvlinks for n, v in link.errors.items()
+                                      if n in ("replay", "recovery")) if health.nvlinks else None),
+                "nvlink_degraded": (float(sum(1 for link in health.nvlinks if link.up is False))
+                                    if health.nvlinks else None),
+            }
+            for kind, value in levels.items():
+                if self._level(key, kind, value, at):
+                    self._occurred(key, kind, at)
+
+    def _lost_gpus(self, snapshot: Snapshot) -> None:
+        if snapshot.lost == self._lost:
+            return
+        for gpu in snapshot.lost - self._lost:
+            key = self.key_of.get(gpu)
+            if key is not None:
+                self._occurred(key, "gpu_lost", snapshot.time)
+        self._lost = snapshot.lost
+
+    def _infiniband(self, snapshot: Snapshot) -> None:
+        result = snapshot.collectors.get("infiniband")
+        reading = getattr(result, "reading", None)
+        if reading is None or reading is self._ib:
+            return
+        self._ib = reading
+        for device in getattr(reading, "devices", ()):
+            for port in device.ports:
+                detail = f"{device.name}/{port.port}"
+                downed = port.counters.get("link_downed")
+                if self._level(NODE, f"ib_link_downed {detail}", downed, snapshot.time):
+                    self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
+                not_active = None if port.state_id is None else float(port.state_id != 4)
+                if self._level(NODE, f"ib_not_active {detail}", not_active, snapshot.time):
+                    self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
+                # NVSentinel's NIC monitor: any increase of these is a link in trouble
+                errors = [port.counters.get(n) for n in IB_LINK_ERRORS]
+                total = sum(e for e in errors if e is not None) if any(
+                    e is not None for e in errors) else None
+                if self._level(NODE, f"ib_link_errors {detail}", total, snapshot.time):
+                    self._occurred(NODE, "ib_degraded", snapshot.time, detail=detail)
+
+    def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
+        version = (self.version, self._xid_count, self._identity_key)
+        if self._continued_cache is not None and self._continued_cache[0] == version and (
+                self._continued_cache[1] == snapshot.xids):
+            return self._continued_cache[2]
+        out = dict(snapshot.xids)  # a GPU without identity keeps this process's count
+        for (gpu_key, code), (count, last) in self.xids.items():
+            gpu = self.index_of.get(gpu_key, -1 if gpu_key == NODE else None)
+            if gpu is not None:
+                out[(gpu, code)] = XidRecord(int(count), last)
+        self._continued_cache = (version, dict(snapshot.xids), out)
+        return out
+
+    # -- the health verdict (exporter.health) ---------------------------------------
+    def observe_health(self, health: NodeHealth) -> None:
+        """The snapshot's verdicts: a GPU's (or the node's own checks') turn to failed is a
+        `health_failed` episode, a check of CHECK_KINDS turning warning or failed one of
+        its kind. Stored as levels, so a restart that finds the same verdict adds none."""
+        if health is self._last_health:
+            return  # the monitor returns the same object while nothing changed
+        self._last_health = health
+        with self.lock:
+            for gpu, verdict in health.gpus.items():
+                key = self.key_of.get(gpu)
+                if key is not None:
+                    self._judged(key, verdict, health.time,
+                                 any(c.state == FAILED for c in verdict.checks))
+            self._judged(NODE, health.node, health.time,
+                         any(c.state == FAILED for c in health.node.checks))
+
+    def _judged(self, key: GpuKey, verdict: Verdict, at: float, failed: bool) -> None:
+        if self._level(key, "verdict_failed", float(failed), at):
+            self._occurred(key, "health_failed", at)
+        for check in verdict.checks:
+            kind = CHECK_KINDS.get(check.name)
+            if kind is not None and self._level(key, f"check {check.name}", float(
+                    check.state in (WARNING, FAILED)), at):
+                self._occurred(key, kind, at)
+
+    def verdict_changed(self, gpu: int | None, failed: bool, at: float | None = None) -> None:
+        """A GPU's (or, gpu None, the node's) health verdict changed: a turn to failed
+        is a `health_failed` episode."""
+        if not failed:
+            return
+        with self.lock:
+            key = NODE if gpu is None else self.key_of.get(gpu)
+            if key is not None:
+                self._occurred(key, "health_failed", self.clock() if at is None else at)
+
+    # -- the kernel log (the history's thread) --------------------------------------
+    def poll_kmsg(self) -> None:
+        """Take the log's XIDs not taken yet (once the GPUs are known)."""
+        if (not self.reader.path or not self.identified.is_set()
+                or self.kmsg_readable is False):
+            return
+        try:
+            records = self.reader.read()
+        except OSError as exc:
+            self.kmsg_readable = False
+            self.kmsg_problem = (
+                f"kernel log {self.reader.path} cannot be read ({exc.strerror or exc}): "
+                "XIDs come from NVML events only; it needs CAP_SYSLOG where "
+                "kernel.dmesg_restrict=1 (docs/history.md)")
+            log.warning("history: %s", self.kmsg_problem)
+            return
+        self.kmsg_readable = True
+        boot = self.boot_time()
+        with self.lock:
+            newest, taken = self.cursor, False
+            for record in records:
+                if record.sequence <= self.cursor:
+                    continue
+                newest = max(newest, record.sequence)
+                xid = kmsg.parse_xid(record, boot)
+                if xid is None:
+                    continue
+                self.kmsg_xids += 1
+                taken = True
+                self._xid(self._gpu_in(xid.pci), xid.code, xid.time, "kmsg")
+            self.cursor = newest
+            # written with the XIDs it covers, in their transaction; other records are
+            # only read again after a restart (and skipped), so they cause no write
+            if taken or self.stop_event.is_set():
+                self._store_cursor()
+
+    def _store_cursor(self) -> None:
+        if self.boot_id and self.cursor >= 0:
+            self.batch.cursors[self.boot_id] = (self.cursor, self.clock())
+
+    def _gpu_in(self, slot: str) -> GpuKey:
+        """The GPU in a PCI slot now, else the one stored for it (a GPU that fell off the
+        bus before we started), else the node."""
+        for key, index in self.index_of.items():
+            if self._identities and kmsg.pci_slot(
+                    self._identities[index].pci_bus_id) == slot:  # type: ignore[index]
+                return key
+        stored = self.slots.get(slot)
+        return (stored[0], stored[1]) if stored is not None else NODE
+
+    # -- what is served -------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Degraded states for /readyz."""
+        with self.lock:
+            out = [self.kmsg_problem] if self.kmsg_problem else []
+            if self.write_problem:
+                out.append(f"history: writes to {self.store.path} fail ({self.write_problem});"
+                           f" {len(self.batch.episodes)} episodes kept in memory")
+        return out
+
+    def stats(self) -> HistoryStats:
+        with self.lock:
+            return HistoryStats(self.transactions, self.write_failures, self.dropped,
+                                dict(self.store.resets), self.duplicates, self.kmsg_xids,
+                                self.kmsg_readable, len(self.batch.episodes),
+                                len(self.replacements), self.created)
+
+    def episodes_since(self, since: float) -> list[Episode]:
+        with self.lock:
+            return [e for e in self.recent if e.start >= since]
+
+    def forget_old(self, now: float) -> None:
+        """Drop episodes past the longest window from memory (the store keeps them)."""
+        with self.lock:
+            self.recent = [e for e in self.recent if e.start >= now - KEEP_SECONDS]
+            self.merger.close_before(now)
+
+
+def _replaced(old: tuple[str, str], new: GpuKey) -> bool:
+    """A different GPU in the slot: its serial differs (its UUID, where a GPU reports
+    no serial)."""
+    if old[0] and new[0]:
+        return old[0] != new[0]
+    return old[1] != new[1]

@@ -1,0 +1,371 @@
+"""The state directory's one store: sqlite3 in WAL mode, one file, written in batches.
+
+Bounds (the file stays under about 16 MiB): at most MAX_EPISODES episodes (the oldest
+go first), MAX_GPUS GPUs with their counters and boots (the longest unseen go first),
+MAX_BOOTS boots, MAX_CURSORS kernel-log cursors, MAX_REPLACEMENTS replacements.
+A bad file (corrupt, unreadable, or written by a newer version) is moved aside and the
+store starts fresh; a second process on the same directory is refused (`StoreBusy`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.history.episodes import Episode, GpuKey
+
+log = logging.getLogger(__name__)
+
+FILE = "history.sqlite3"
+LOCK = "lock"
+SCHEMA = 1
+MAX_EPISODES = 50_000
+MAX_GPUS = 256
+MAX_BOOTS = 4_096
+MAX_CURSORS = 64
+MAX_REPLACEMENTS = 1_024
+MAX_ASIDE = 3  # moved-aside bad files kept
+BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gpus(serial TEXT NOT NULL, uuid TEXT NOT NULL, slot TEXT NOT NULL,
+  first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY(serial, uuid));
+CREATE TABLE IF NOT EXISTS boots(serial TEXT NOT NULL, uuid TEXT NOT NULL, boot_id TEXT NOT NULL,
+  driver TEXT NOT NULL, first_seen REAL NOT NULL, PRIMARY KEY(serial, uuid, boot_id, driver));
+CREATE TABLE IF NOT EXISTS episodes(id INTEGER PRIMARY KEY, serial TEXT NOT NULL,
+  uuid TEXT NOT NULL, kind TEXT NOT NULL, xid INTEGER, detail TEXT NOT NULL,
+  start REAL NOT NULL, end REAL NOT NULL, count INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS episodes_start ON episodes(start);
+CREATE TABLE IF NOT EXISTS counters(serial TEXT NOT NULL, uuid TEXT NOT NULL, name TEXT NOT NULL,
+  key TEXT NOT NULL, value REAL NOT NULL, last REAL NOT NULL,
+  PRIMARY KEY(serial, uuid, name, key));
+CREATE TABLE IF NOT EXISTS cursors(boot_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL,
+  time REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS slots(slot TEXT PRIMARY KEY, serial TEXT NOT NULL, uuid TEXT NOT NULL,
+  since REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS replacements(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+  slot TEXT NOT NULL, old_serial TEXT NOT NULL, old_uuid TEXT NOT NULL,
+  new_serial TEXT NOT NULL, new_uuid TEXT NOT NULL);
+"""
+
+
+class StoreBusy(RuntimeError):
+    """Another process holds the state directory."""
+
+
+class StoreError(RuntimeError):
+    """The state directory cannot be used at all (not creatable)."""
+
+
+@dataclass(frozen=True)
+class Replacement:
+    time: float
+    slot: str
+    old: GpuKey
+    new: GpuKey
+
+
+@dataclass
+class Batch:
+    """Everything one transaction writes."""
+
+    episodes: dict[int, Episode] = field(default_factory=dict)  # by id(): new or extended
+    counters: dict[tuple[str, str, str, str], tuple[float, float]] = field(default_factory=dict)
+    gpus: dict[GpuKey, tuple[str, float, float]] = field(default_factory=dict)  # slot, first, last
+    boots: set[tuple[str, str, str, str, float]] = field(default_factory=set)
+    cursors: dict[str, tuple[int, float]] = field(default_factory=dict)
+    slots: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    replacements: list[Replacement] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.episodes or self.counters or self.gpus or self.boots or self.cursors
+                    or self.slots or self.replacements)
+
+    def absorb(self, older: Batch) -> None:
+        """Take a failed batch back in, under this newer one."""
+        self.episodes = {**older.episodes, **self.episodes}
+        # the newer value of a key wins
+        self.counters = {**older.counters, **self.counters}
+        self.gpus = {**older.gpus, **self.gpus}
+        self.cursors = {**older.cursors, **self.cursors}
+        self.slots = {**older.slots, **self.slots}
+        self.boots |= older.boots
+        self.replacements[:0] = older.replacements
+
+
+@dataclass
+class Loaded:
+    """What a start needs from the store."""
+
+    created: float
+    counters: dict[tuple[str, str, str, str], tuple[float, float]]
+    episodes: list[Episode]  # those that started within `since`, or may still merge
+    slots: dict[str, tuple[str, str, float]]
+    cursors: dict[str, int]
+    replacements: list[Replacement]
+    gpus: dict[GpuKey, tuple[str, float, float]]
+
+
+def _episode(row: tuple) -> Episode:
+    id_, serial, uuid, kind, xid, detail, start, end, count = row
+    return Episode((serial, uuid), kind, xid, detail, start, end, count, id_)
+
+
+class Store:
+    def __init__(self, directory: str | Path, now=time.time):
+        self.directory = Path(directory)
+        self.path = self.directory / FILE
+        self.now = now
+        self.resets: dict[str, int] = {}  # bad files moved aside at open, by reason
+        self.db: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+
+    # -- opening ----------------------------------------------------------------
+    def open(self) -> None:
+        """Lock the directory, then open (or start afresh) the file. Raises StoreBusy or
+        StoreError."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.directory}: {exc.strerror or exc}") from None
+        self._lock()
+        try:
+            self.db = self._connect()
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreError(f"cannot open {self.path}: {exc}") from None
+
+    def _lock(self) -> None:
+        path = self.directory / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        except OSError as exc:
+            raise StoreError(f"cannot open {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreBusy(f"state directory {self.directory} is in use by another exporter "
+                            f"(pid {holder}); give each its own --storage.path") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _connect(self) -> sqlite3.Connection:
+        problem = self._check()
+        if problem is not None:
+            self._move_aside(problem)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash of the process loses nothing
+        db.execute("PRAGMA journal_size_limit=4194304")
+        db.executescript(_TABLES)
+        db.execute(f"PRAGMA user_version={SCHEMA}")
+        now = self.now()
+        db.execute("INSERT OR IGNORE INTO meta VALUES('created', ?)", (repr(now),))
+        return db
+
+    def _check(self) -> str | None:
+        """Why the file cannot be used ('corrupt', 'unreadable', 'future'), or None."""
+        if not self.path.exists():
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                f.read(100)
+            db = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, isolation_level=None)
+            try:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA:
+                    return "future"
+                if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    return "corrupt"
+                row = db.execute("SELECT value FROM meta WHERE key='created'").fetchone() \
+                    if version else None
+                if row is not None and float(row[0]) > self.now() + 86_400:
+                    return "future"
+            finally:
+                db.close()
+        except PermissionError:
+            return "unreadable"
+        except (sqlite3.DatabaseError, ValueError):
+            return "corrupt"
+        except OSError:
+            return "unreadable"
+        return None
+
+    def _move_aside(self, reason: str) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.now()))
+        aside = self.path.with_name(f"{FILE}.{reason}-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{self.path}{suffix}")
+            if source.exists():
+                try:
+                    os.replace(source, f"{aside}{suffix}")
+                except OSError:
+                    source.unlink(missing_ok=True)
+        kept = sorted(self.directory.glob(f"{FILE}.*-2*"), key=lambda p: p.stat().st_mtime)
+        for old in kept[:-MAX_ASIDE * 3]:
+            old.unlink(missing_ok=True)
+        self.resets[reason] = self.resets.get(reason, 0) + 1
+        log.warning("history: %s was %s; moved aside to %s, starting afresh", self.path,
+                    {"future": "written by a newer version or dated in the future"}.get(
+                        reason, reason), aside.name)
+
+    def close(self) -> None:
+        if self.db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.close()
+            self.db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def set_node(self, node: str) -> None:
+        """The node's name, as `history` prints it."""
+        with contextlib.suppress(sqlite3.Error):
+            self._db().execute("INSERT OR REPLACE INTO meta VALUES('node', ?)", (node,))
+
+    # -- reading ----------------------------------------------------------------
+    def load(self, since: float) -> Loaded:
+        db = self._db()
+        created = float(db.execute("SELECT value FROM meta WHERE key='created'").fetchone()[0])
+        counters = {tuple(r[:4]): (r[4], r[5]) for r in db.execute(
+            "SELECT serial, uuid, name, key, value, last FROM counters")}
+        episodes = [_episode(r) for r in db.execute(
+            "SELECT id, serial, uuid, kind, xid, detail, start, end, count FROM episodes "
+            "WHERE start >= ? OR end >= ? ORDER BY start", (since, self.now() - 10_800))]
+        slots = {r[0]: (r[1], r[2], r[3]) for r in db.execute("SELECT * FROM slots")}
+        cursors = {r[0]: r[1] for r in db.execute("SELECT boot_id, sequence FROM cursors")}
+        gpus = {(r[0], r[1]): (r[2], r[3], r[4]) for r in db.execute("SELECT * FROM gpus")}
+        return Loaded(created, counters, episodes, slots, cursors, self.replacements(), gpus)
+
+    def replacements(self) -> list[Replacement]:
+        return [Replacement(r[0], r[1], (r[2], r[3]), (r[4], r[5])) for r in self._db().execute(
+            "SELECT time, slot, old_serial, old_uuid, new_serial, new_uuid FROM replacements "
+            "ORDER BY time")]
+
+    def _db(self) -> sqlite3.Connection:
+        if self.db is None:
+            raise StoreError("the store is not open")
+        return self.db
+
+    # -- writing ----------------------------------------------------------------
+    def write(self, batch: Batch) -> None:
+        """One transaction; on any error nothing of it is stored (raises sqlite3.Error
+        or OSError) and episodes keep no row id."""
+        db = self._db()
+        new = [e for e in batch.episodes.values() if e.id is None]
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for e in batch.episodes.values():
+                if e.id is None:
+                    e.id = db.execute(
+                        "INSERT INTO episodes(serial, uuid, kind, xid, detail, start, end, count)"
+                        " VALUES(?,?,?,?,?,?,?,?)", (*e.gpu, e.kind, e.xid, e.detail, e.start,
+                                                     e.end, e.count)).lastrowid
+                else:
+                    db.execute("UPDATE episodes SET end=?, count=? WHERE id=?",
+                               (e.end, e.count, e.id))
+            db.executemany("INSERT OR REPLACE INTO counters VALUES(?,?,?,?,?,?)",
+                           [(*k, v, last) for k, (v, last) in batch.counters.items()])
+            db.executemany(
+                "INSERT INTO gpus VALUES(?,?,?,?,?) ON CONFLICT(serial, uuid) DO UPDATE SET "
+                "slot=excluded.slot, last_seen=max(last_seen, excluded.last_seen)",
+                [(*k, slot, first, last) for k, (slot, first, last) in batch.gpus.items()])
+            db.executemany("INSERT OR IGNORE INTO boots VALUES(?,?,?,?,?)", sorted(batch.boots))
+            db.executemany("INSERT OR REPLACE INTO cursors VALUES(?,?,?)",
+                           [(b, s, t) for b, (s, t) in batch.cursors.items()])
+            db.executemany("INSERT OR REPLACE INTO slots VALUES(?,?,?,?)",
+                           [(k, *v) for k, v in batch.slots.items()])
+            db.executemany("INSERT INTO replacements(time, slot, old_serial, old_uuid, "
+                           "new_serial, new_uuid) VALUES(?,?,?,?,?,?)",
+                           [(r.time, r.slot, *r.old, *r.new) for r in batch.replacements])
+            self._prune(db)
+            db.execute("COMMIT")
+        except BaseException:
+            for e in new:
+                e.id = None
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+
+    def _prune(self, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM episodes WHERE id <= (SELECT id FROM episodes ORDER BY id DESC "
+                   "LIMIT 1 OFFSET ?)", (MAX_EPISODES,))
+        gone = db.execute("DELETE FROM gpus WHERE rowid IN (SELECT rowid FROM gpus ORDER BY "
+                          "last_seen DESC LIMIT -1 OFFSET ?)", (MAX_GPUS,)).rowcount
+        for table in ("counters", "boots") if gone > 0 else ():  # the GPUs just forgotten
+            db.execute(f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM gpus g WHERE "
+                       f"g.serial={table}.serial AND g.uuid={table}.uuid) AND serial != ''")
+        db.execute("DELETE FROM boots WHERE rowid IN (SELECT rowid FROM boots ORDER BY "
+                   "first_seen DESC LIMIT -1 OFFSET ?)", (MAX_BOOTS,))
+        db.execute("DELETE FROM cursors WHERE rowid IN (SELECT rowid FROM cursors ORDER BY "
+                   "time DESC LIMIT -1 OFFSET ?)", (MAX_CURSORS,))
+        db.execute("DELETE FROM replacements WHERE id <= (SELECT id FROM replacements ORDER BY "
+                   "id DESC LIMIT 1 OFFSET ?)", (MAX_REPLACEMENTS,))
+
+
+def read_only(directory: str | Path) -> sqlite3.Connection:
+    """A reader's connection (the `history` command, the API): never writes, and another
+    process may be writing. Raises sqlite3.Error, FileNotFoundError."""
+    path = Path(directory) / FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no history in {directory} ({FILE} not found)")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
+def query_episodes(db: sqlite3.Connection, since: float | None = None,
+                   until: float | None = None, gpu: str | None = None) -> list[Episode]:
+    """Stored episodes in [since, until), oldest first. `gpu`: a UUID or a serial, ""
+    for the node's own."""
+    return [_episode(r) for r in db.execute(*episode_query(since, until, gpu))]
+
+
+def stored_gpus(db: sqlite3.Connection) -> list[dict[str, object]]:
+    """Every GPU the node has had: serial, UUID, slot, first and last seen, its boots and
+    the driver versions it ran."""
+    drivers: dict[tuple[str, str], list[str]] = {}
+    boots: dict[tuple[str, str], set[str]] = {}
+    for serial, uuid, boot, driver in db.execute(
+            "SELECT serial, uuid, boot_id, driver FROM boots ORDER BY first_seen"):
+        seen = drivers.setdefault((serial, uuid), [])
+        if driver not in seen:
+            seen.append(driver)
+        boots.setdefault((serial, uuid), set()).add(boot)
+    return [{"serial": serial, "uuid": uuid, "slot": slot, "first_seen": first,
+             "last_seen": last, "boots": len(boots.get((serial, uuid), ())),
+             "drivers": drivers.get((serial, uuid), [])}
+            for serial, uuid, slot, first, last in db.execute(
+                "SELECT serial, uuid, slot, first_seen, last_seen FROM gpus "
+                "ORDER BY slot, first_seen")]
+
+
+def stored_node(db: sqlite3.Connection) -> str:
+    row = db.execute("SELECT value FROM meta WHERE key='node'").fetchone()
+    return row[0] if row else ""
+
+
+def episode_query(since: float | None, until: float | None, gpu: str | None
+                  ) -> tuple[str, tuple]:
+    where: list[str] = []
+    args: list[object] = []
+    if since is not None:
+        where.append("start >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("start < ?")
+        args.append(until)
+    if gpu is not None:
+        where.append("(uuid = ? OR serial = ?)" if gpu else "serial = '' AND uuid = ''")
+        args += [gpu, gpu] if gpu else []
+    sql = ("SELECT id, serial, uuid, kind, xid, detail, start, end, count FROM episodes"
+           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY start, id")
+    return sql, tuple(args)

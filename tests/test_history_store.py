@@ -1,0 +1,335 @@
+"""The store under faults: corrupt, unreadable and future files moved aside; a full disk
+(RLIMIT_FSIZE) that loses nothing stored; kill -9 during writes; the size bound over years
+of events; batched writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from exporter.history.episodes import NODE
+from exporter.history.recorder import History
+from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, Store
+from tests.tools import REPO, make_snapshot, wait_for
+
+GPU = ("1652221000000", "GPU-00000000")
+
+
+def history(directory, now=lambda: 1_790_000_000.0, **kw) -> History:
+    store = Store(directory, now)
+    store.open()
+    h = History(store, "node-a", clock=now, kmsg_path=str(directory) + "-no-kmsg",
+                boot_id_path=str(directory) + "-no-boot", **kw)
+    h.load()
+    return h
+
+
+def add_xid(h: History, at: float, code: int = 13, gpu=GPU) -> None:
+    with h.lock:
+        h._xid(gpu, code, at, "nvml")
+
+
+def stored(directory) -> list[tuple]:
+    db = sqlite3.connect(directory / FILE)
+    try:
+        return db.execute("SELECT kind, xid, start, count FROM episodes ORDER BY start").fetchall()
+    finally:
+        db.close()
+
+
+def test_episodes_and_counts_survive_a_reopen(tmp_path):
+    h = history(tmp_path)
+    for t in (0.0, 10.0, 500.0):
+        add_xid(h, 1_790_000_000.0 - 1000 + t)
+    assert h.flush() and h.transactions == 1
+    h.stop()
+    again = history(tmp_path)
+    assert again.xids[(GPU, 13)][0] == 3
+    assert [(e.count, e.xid) for e in again.recent] == [(2, 13), (1, 13)]
+    again.stop()
+
+
+def test_no_transaction_when_nothing_happened(tmp_path):
+    h = history(tmp_path)
+    assert h.flush() and h.flush()
+    assert h.transactions == 0
+    add_xid(h, 1_790_000_000.0)
+    h.flush()
+    h.flush()
+    assert h.transactions == 1
+    h.stop()
+
+
+@pytest.mark.parametrize("reason", ["corrupt", "unreadable", "future"])
+def test_a_bad_file_is_moved_aside_and_the_store_starts_afresh(tmp_path, reason, caplog):
+    path = tmp_path / FILE
+    if reason == "corrupt":
+        path.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    elif reason == "unreadable":
+        path.mkdir()  # open() fails whoever we are (root reads any mode)
+    else:
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA user_version=99")
+        db.execute("CREATE TABLE t(x)")
+        db.commit()
+        db.close()
+    h = history(tmp_path)
+    assert h.store.resets == {reason: 1}
+    aside = [p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}.{reason}-")]
+    assert len(aside) == 1
+    moved = [r for r in caplog.records if "moved aside" in r.getMessage()]
+    assert len(moved) == 1
+    add_xid(h, 1_790_000_000.0)
+    assert h.flush()
+    from exporter.history.families import history_families
+
+    resets = next(f for f in history_families(h, 1_790_000_000.0)
+                  if f.name == "cte_history_state_resets")
+    assert {s.labels["reason"]: s.value for s in resets.samples}[reason] == 1
+    h.stop()
+
+
+def test_a_store_dated_in_the_future_is_moved_aside(tmp_path):
+    h = history(tmp_path, now=lambda: 1_900_000_000.0)
+    h.stop()
+    back = history(tmp_path, now=lambda: 1_790_000_000.0)  # the clock was far ahead
+    assert back.store.resets == {"future": 1}
+    back.stop()
+
+
+def test_a_second_store_on_one_directory_is_refused(tmp_path):
+    from exporter.history.store import StoreBusy
+
+    first = Store(tmp_path)
+    first.open()
+    with pytest.raises(StoreBusy, match=f"pid {os.getpid()}"):
+        Store(tmp_path).open()
+    first.close()
+    Store(tmp_path).open()
+
+
+FULL_DISK = textwrap.dedent("""
+    import json, os, resource, signal, sys
+    sys.path.insert(0, {repo!r})
+    from tests.test_history_store import history, add_xid, GPU
+    d = sys.argv[1]
+    h = history(__import__("pathlib").Path(d))
+    for i in range(50):
+        add_xid(h, 1_789_990_000.0 + 400 * i)
+    assert h.flush()
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as a full disk's ENOSPC
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+    for i in range(2000):
+        add_xid(h, 1_790_000_000.0 + 400 * i, code=31)
+    ok = h.flush()
+    failures = h.write_failures
+    problems = h.problems()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    later = h.flush()
+    h.stop()
+    print(json.dumps({{"ok": ok, "failures": failures, "later": later, "problems": problems}}))
+""")
+
+
+def test_a_full_disk_keeps_serving_counts_failures_and_loses_nothing_stored(tmp_path):
+    script = tmp_path / "full.py"
+    script.write_text(FULL_DISK.format(repo=str(REPO)))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ok"] is False and got["failures"] >= 1 and got["later"] is True
+    assert any("writes to" in p for p in got["problems"])
+    rows = stored(tmp_path / "state")
+    assert sum(1 for r in rows if r[1] == 13) == 50  # what was stored before: all there
+    assert sum(1 for r in rows if r[1] == 31) == 2000  # what waited in memory: written later
+    db = sqlite3.connect(tmp_path / "state" / FILE)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r})
+    from pathlib import Path
+    from tests.test_history_store import history, add_xid
+    h = history(Path(sys.argv[1]))
+    i = 0
+    while True:
+        for _ in range(20):
+            add_xid(h, 1_780_000_000.0 + 400 * i)
+            i += 1
+        h.flush()
+        print(i, flush=True)  # episodes committed so far
+""")
+
+
+def test_kill_9_during_writes_loses_at_most_the_last_batch_and_stays_readable(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(repo=str(REPO)))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "state")],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    committed = []
+    try:
+        wait_for(lambda: committed.append(int(proc.stdout.readline() or 0)) or
+                 committed[-1] >= 400, timeout=60, interval=0)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    committed += [int(line) for line in proc.stdout.read().split()]  # printed before the kill
+    h = history(tmp_path / "state")  # the lock died with the process
+    assert h.store.resets == {}
+    count = int(h.xids[(GPU, 13)][0])
+    # every batch it said was committed is there; at most the one in flight is not
+    assert committed[-1] <= count <= committed[-1] + 20
+    assert len(stored(tmp_path / "state")) == count
+    h.stop()
+
+
+def test_years_of_events_stay_within_the_bound(tmp_path):
+    """Three years of an XID every 10 minutes on each of 2 GPUs (315,000 occurrences,
+    each its own episode) plus a link flap an hour: the file stays under its bound."""
+    h = history(tmp_path)
+    start = 1_790_000_000.0 - 3 * 365 * 86_400
+    gpus = [(f"16522210{i:05d}", f"GPU-{i}") for i in range(2)]
+    t = start
+    step = 600.0
+    while t < 1_790_000_000.0:
+        with h.lock:
+            for gpu in gpus:
+                h._xid(gpu, 31, t, "nvml")
+            if int(t) % 3600 < step:
+                h._occurred(NODE, "ib_link_down", t, detail="mlx5_0/1")
+        t += step
+        if len(h.batch.episodes) > 20_000:
+            assert h.flush()
+            h.forget_old(t)
+    assert h.flush()
+    h.stop()
+    db = sqlite3.connect(tmp_path / FILE)
+    episodes = db.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    db.close()
+    size = sum(p.stat().st_size for p in tmp_path.iterdir() if p.name.startswith(FILE))
+    assert episodes <= MAX_EPISODES
+    assert size <= BOUND_BYTES, size
+    again = history(tmp_path)
+    assert again.xids[(gpus[0], 31)][0] == pytest.approx(3 * 365 * 144, abs=2)  # counts stay
+    again.stop()
+
+
+def test_the_snapshot_served_carries_the_continued_counts(tmp_path):
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    snap = make_snapshot(2, xids={(1, 48): XidRecord(2, 1_790_000_000.0)})
+    h.observe(snap)
+    h.stop()
+    again = history(tmp_path)
+    served = again.observe(make_snapshot(2, xids={(1, 48): XidRecord(1, 1_790_000_100.0)}))
+    assert served.xids[(1, 48)].count == 3
+    again.stop()
+
+
+def test_episode_windows_per_gpu_and_node_only_for_kinds_seen_in_28_days(tmp_path):
+    from exporter.history.families import history_families
+
+    now = 1_790_000_000.0
+    h = history(tmp_path)
+    h.observe(make_snapshot(2))  # GPUs 0 and 1: serial "", UUID GPU-0000000N
+    gpu1 = ("", "GPU-00000001")
+    with h.lock:
+        h._xid(gpu1, 79, now - 2 * 86_400, "nvml")
+        h._xid(gpu1, 79, now - 3600, "nvml")
+        h._occurred(gpu1, "ecc_dbe", now - 30 * 86_400)  # past the longest window
+        h._occurred(NODE, "ib_link_down", now - 60, detail="mlx5_0/1")
+    got = {f.name: f for f in history_families(h, now)}
+    per_gpu = {(s.labels["gpu"], s.labels["kind"], s.labels["window"]): s.value
+               for s in got["gpu_episodes"].samples}
+    assert per_gpu == {("1", "xid", "1d"): 1, ("1", "xid", "7d"): 2, ("1", "xid", "28d"): 2}
+    node = {(s.labels["kind"], s.labels["window"]): s.value
+            for s in got["gpu_node_episodes"].samples}
+    assert node == {("xid", "1d"): 1, ("xid", "7d"): 2, ("xid", "28d"): 2,
+                    ("ib_link_down", "1d"): 1, ("ib_link_down", "7d"): 1,
+                    ("ib_link_down", "28d"): 1}
+    assert got["gpu_node_history_start_timestamp_seconds"].samples[0].value == now
+    h.stop()
+
+
+def test_health_changes_become_episodes_once(tmp_path):
+    from exporter.gpu.health import GpuHealth
+
+    def health(t, dbe, failure):
+        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe}, {}, None,
+                         {}, 0.0, failure, None, ())
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(2, health={0: health(1.0, 0.0, 0.0)}))
+    h.observe(make_snapshot(2, health={0: health(2.0, 2.0, 0.0)}))
+    h.observe(make_snapshot(2, health={0: health(3.0, 2.0, 1.0)}, lost=frozenset({1})))
+    h.observe(make_snapshot(2, health={0: health(4.0, 2.0, 1.0)}, lost=frozenset({1})))
+    h.verdict_changed(0, failed=True, at=1_789_999_005.0)
+    h.verdict_changed(0, failed=False, at=1_789_999_006.0)  # a turn back: no episode
+    assert sorted(e.kind for e in h.recent) == ["ecc_dbe", "gpu_lost", "health_failed",
+                                                "row_remap_failure"]
+    h.stop()
+    again = history(tmp_path)  # the same levels after a restart: nothing new
+    again.observe(make_snapshot(2, health={0: health(9.0, 2.0, 1.0)}))
+    again.stop()
+    assert len(stored(tmp_path)) == 4
+
+
+def test_gpus_first_and_last_seen_boots_and_driver_versions(tmp_path):
+    import dataclasses
+
+    now = [1_790_000_000.0]
+    h = history(tmp_path, now=lambda: now[0])
+    snap = make_snapshot(2, time=now[0], driver_version="580.159")
+    h.observe(snap)
+    later = dataclasses.replace(snap, time=now[0] + 7200)
+    h.observe(later)  # same identities, two hours on: last seen written once
+    h.flush()
+    h.stop()
+    db = sqlite3.connect(tmp_path / FILE)
+    gpus = db.execute("SELECT uuid, slot, first_seen, last_seen FROM gpus ORDER BY uuid").fetchall()
+    boots = db.execute("SELECT uuid, driver FROM boots ORDER BY uuid").fetchall()
+    db.close()
+    assert gpus == [("GPU-00000000", "0000:00:00", now[0], now[0] + 7200),
+                    ("GPU-00000001", "0000:01:00", now[0], now[0] + 7200)]
+    assert boots == [("GPU-00000000", "580.159"), ("GPU-00000001", "580.159")]
+
+
+def test_infiniband_ports_down_and_in_trouble_are_node_episodes_per_port(tmp_path):
+    from exporter.collectors.infiniband.reading import (
+        InfinibandDevice,
+        InfinibandPort,
+        InfinibandReading,
+    )
+    from exporter.sampling.snapshot import CollectorResult
+
+    def snap(t, downed, state, integrity):
+        port = InfinibandPort("mlx5_0", 1, state_id=state, counters={
+            "link_downed": downed, "local_link_integrity_errors": integrity})
+        other = InfinibandPort("mlx5_1", 1, state_id=4, counters={"link_downed": 0.0})
+        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),
+                                     InfinibandDevice("mlx5_1", ports=(other,))), {})
+        return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
+            "infiniband": CollectorResult(reading, 0.0, True, 0)})
+
+    h = history(tmp_path)
+    h.observe(snap(0, 0.0, 4, 0.0))
+    h.observe(snap(10, 1.0, 1, 0.0))  # went down
+    h.observe(snap(20, 1.0, 4, 0.0))  # back
+    h.observe(snap(30, 1.0, 4, 3.0))  # link integrity errors
+    got = sorted((e.kind, e.detail, e.count) for e in h.recent)
+    assert got == [("ib_degraded", "mlx5_0/1", 1), ("ib_link_down", "mlx5_0/1", 2)]
+    assert all(e.gpu == NODE for e in h.recent)
+    h.stop()
