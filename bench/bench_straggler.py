@@ -17,6 +17,7 @@ from timing import median_seconds
 
 from exporter.analysis.stalls import compute_level, detect_stall
 from exporter.analysis.straggler import StragglerDetector, window_features
+from exporter.sampling.settings import StragglerSettings
 
 T0 = 1_758_000_000.0
 N = 8
@@ -35,7 +36,7 @@ def main() -> None:
     util = np.ones((N, ts.size))
     reasons = np.zeros((N, ts.size))
     reasons[3, ::3] = 0x4
-    det = StragglerDetector()
+    det = StragglerDetector(StragglerSettings().thresholds())
     clock_in, temp_in, util_in, reasons_in = (
         (ts, clock), (ts, temp), (ts, util), (ts, reasons))
     now = [float(t[-1])]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -58,7 +59,8 @@ class Option:
     # extra validation of a text setting (a path, a regex): an error or None
     check: Callable[[str], str | None] | None = None
     in_file: bool = True  # settable in the config file
-    # analyze only: the flag's parser (argparse type; it raises ArgumentTypeError)
+    # analyze only: the flag's parser (argparse type; it raises ArgumentTypeError) where
+    # there is no range to derive it from (Option.parser)
     parse: Callable[[str], object] | None = None
     path: tuple[str, ...] = ()  # attribute path from the settings root (set by options_of)
 
@@ -75,6 +77,15 @@ class Option:
         if command == ANALYZE and flag is not None:
             return flag.lstrip("-").replace("-", "_").replace(".", "_")
         return self.key
+
+    def parser(self) -> Callable[[str], object]:
+        """analyze's flag parser (argparse type): `parse`, or one derived from the
+        declared range, so a range is declared once (as `low` and `high`)."""
+        if self.parse is not None:
+            return self.parse
+        if self.kind not in (int, float) or self.low is None or self.high is None:
+            return self.kind
+        return functools.partial(_in_range, self.kind, self.low, self.high)
 
     def problem(self, value: object) -> str | None:
         """What is wrong with a value of this option, or None (values quoted short)."""
@@ -110,7 +121,7 @@ class Option:
         if command == ANALYZE:
             shown = "-".join(f"{v:g}" for v in default) if isinstance(default, tuple) else (
                 f"{default:g}" if isinstance(default, float) else default)
-            parser.add_argument(flag, dest=self.dest_for(command), type=self.parse or self.kind,
+            parser.add_argument(flag, dest=self.dest_for(command), type=self.parser(),
                                 default=default, metavar=self.metavar,
                                 help=f"{text} (default: {shown})")
             return
@@ -148,10 +159,10 @@ def setting(default: T, help: str, *, flag: str | None = None, key: str | None =
 
 
 def analyze_setting(default: T, help: str, flag: str, parse: Callable[[str], object],
-                    metavar: str) -> T:
+                    metavar: str, *, key: str | None = None) -> T:
     """A threshold the live analysis keeps at its default and `analyze` takes as a flag
-    (it is no config key)."""
-    return setting(default, help, flag=flag, parse=parse, metavar=metavar,
+    (it is no config key; `key` only keeps it apart from another of the same name)."""
+    return setting(default, help, flag=flag, key=key, parse=parse, metavar=metavar,
                    commands=(ANALYZE,), in_file=False)
 
 
@@ -267,6 +278,17 @@ def resolve(args: argparse.Namespace, command: str,
     return values
 
 
+def inputs_of(cls: Callable[..., T], args: argparse.Namespace, **given: object) -> T:
+    """A command's own inputs (no settings: a path, a duration, an output format) as one
+    typed object, a frozen dataclass whose fields are named for the flags' dests; the
+    fields in `given` are passed as they are, the others read from `args` (those it
+    lacks keep their defaults)."""
+    assert isinstance(cls, type)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+              if f.name not in given and hasattr(args, f.name)}
+    return cls(**values, **given)
+
+
 # -- values that more than one command parses ---------------------------------------------
 
 
@@ -324,6 +346,19 @@ def ratio(text: str) -> float:
     """A flag's ratio in [0, 1] (argparse type)."""
     if not 0 <= (v := _finite(text)) <= 1:
         raise argparse.ArgumentTypeError(f"must be a ratio between 0 and 1: {text!r}")
+    return v
+
+
+def _in_range(kind: type, low: float, high: float, text: str) -> float:
+    """A flag's number in [low, high] (the argparse type of a declared range)."""
+    try:
+        v = int(text) if kind is int else _finite(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not low <= v <= high:
+        raise argparse.ArgumentTypeError(
+            f"must be a ratio between 0 and 1: {text!r}" if (low, high) == (0, 1) else
+            f"must be between {low:g} and {high:g}: {text!r}")
     return v
 
 

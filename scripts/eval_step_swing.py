@@ -1,6 +1,6 @@
 """Recall and precision of the step swing inside compute plateaus on the synthetic family.
 
-Draws the family of tests/step_family.py (paused jobs whose step swing is 3-30 % of
+Draws the family of exporter/sim/step_family.py (paused jobs whose step swing is 3-30 % of
 their power, 0.3 Hz up to the band's edge, instant and 1 s-averaged power, plus
 healthy, idle and independent-GPU nodes that must stay silent), runs
 analysis.step_segments.find_step_swing on each 120 s window, and prints the table
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.analysis.step_segments import find_step_swing  # noqa: E402
-from tests.step_family import KINDS_SILENT, family, readings, true_amplitude  # noqa: E402
+from exporter.sim.step_family import KINDS_SILENT, family, readings, true_amplitude  # noqa: E402
 
 
 def _group(case) -> str:

@@ -426,7 +426,8 @@ def test_real_trace_band_and_dips(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_live_monitor_agrees_with_analyze(tmp_path: Path) -> None:
     """The same recorded samples through PowerMonitor and through analyze: one answer."""
-    from exporter.analysis.live_power import PowerMonitor, PowerSettings
+    from exporter.sampling.live_power import PowerMonitor
+    from exporter.sampling.settings import PowerSettings
     from exporter.traces.load import load_trace
 
     rng = np.random.default_rng(5)

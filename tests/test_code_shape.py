@@ -151,3 +151,86 @@ def test_generated_configuration_docs_are_current():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "build_config_docs.py"),
                              "--check"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# The numpy layer knows no command line: the command names and the declaring of settings
+# (flags, keys) are the settings layer's (each area's settings.py), which hands the
+# analyses their thresholds as values.
+COMMAND_NAMES = {"RUN", "SIMULATE", "RECORD", "ANALYZE", "HEALTH", "ALL", "setting",
+                 "analyze_setting", "section"}
+
+
+def _command_line_uses(path, tree) -> list[str]:
+    """Where a module imports the commands' names or declares settings, or spells out a
+    flag in a string."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "exporter.options":
+            out += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                    if a.name in COMMAND_NAMES or a.name == "*"]
+        elif isinstance(node, ast.Import):
+            out += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                    if a.name == "exporter.options"]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value.startswith("--") and node.value[2:3].isalpha()):
+            out.append(f"{path.name}:{node.lineno} spells out {node.value}")
+    return out
+
+
+def test_analysis_knows_no_command_names_or_flags():
+    found = [use for path in sorted((PACKAGE / "analysis").rglob("*.py"))
+             for use in _command_line_uses(path, ast.parse(path.read_text()))]
+    assert found == []
+
+
+def test_the_command_name_check_can_fail(tmp_path):
+    planted = tmp_path / "live.py"
+    planted.write_text("from exporter.options import ANALYZE, positive\n"
+                       "import exporter.options\nFLAG = '--window'\n")
+    found = _command_line_uses(planted, ast.parse(planted.read_text()))
+    assert found == ["live.py:1 imports ANALYZE", "live.py:2 imports exporter.options",
+                     "live.py:3 spells out --window"]
+
+
+def _test_imports(tree) -> list[int]:
+    """The lines where a module imports from tests/ (test helpers are not the tools')."""
+    out = []
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        if any(n == "tests" or n.startswith("tests.") for n in names):
+            out.append(node.lineno)
+    return out
+
+
+def test_scripts_import_nothing_from_tests():
+    found = {str(p.relative_to(REPO)): lines for p in sorted((REPO / "scripts").rglob("*.py"))
+             if (lines := _test_imports(ast.parse(p.read_text())))}
+    assert found == {}
+    planted = "import os\nfrom tests.step_family import family\nimport tests.tools\n"
+    assert _test_imports(ast.parse(planted)) == [2, 3]
+
+
+def _namespace_reads(tree) -> list[str]:
+    """Attributes read off a parameter typed argparse.Namespace: the offline commands take
+    their settings and inputs through typed objects (AnalyzeRequest, RecordRequest, ...)."""
+    out = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        names = {a.arg for a in [*func.args.args, *func.args.kwonlyargs]
+                 if a.annotation is not None and "Namespace" in ast.unparse(a.annotation)}
+        out += [f"{func.name}:{node.lineno} {node.value.id}.{node.attr}"
+                for node in ast.walk(func) if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name) and node.value.id in names]
+    return out
+
+
+def test_offline_reads_no_argparse_namespace():
+    found = [f"{path.name}:{read}" for path in sorted((PACKAGE / "offline").rglob("*.py"))
+             for read in _namespace_reads(ast.parse(path.read_text()))]
+    assert found == []
+    planted = ("def main(args: argparse.Namespace) -> int:\n"
+               "    return args.window + inputs_of(Request, args).step\n")
+    assert _namespace_reads(ast.parse(planted)) == ["main:2 args.window"]

@@ -3,11 +3,15 @@
 Every relative link (and its #anchor) resolves, every repository path named in
 backticks exists, and no words from how the work was organised (numbered issues, a
 reference file outside the repository, work sessions) reach the user. A planted bad
-link, path and word show the checks can fail.
+link, path and word show the checks can fail. The code's docstrings are held to the
+same: every module they name (`exporter/sampling/buffers.py`, `sampling/buffers.py`,
+`exporter.analysis.power_swing.analyse_window`) exists.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -146,3 +150,88 @@ def test_the_straggler_demo_uses_one_persistence_everywhere() -> None:
                                 doc.read_text()):
             found.setdefault(float(value), []).append(doc.name)
     assert len(found) == 1, found
+
+
+# -- module names in the code's docstrings ---------------------------------------------
+
+PACKAGE = ROOT / "exporter"
+AREAS = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+CODE_DIRS = ("exporter", "tests", "scripts", "bench")
+PY_PATH = re.compile(r"(?<![\w/.-])((?:[a-z_][a-z0-9_]*/)*[a-z_][a-z0-9_]*\.py)\b")
+# exporter.x.y or x.y where x is one of exporter's packages; not a file name (health.md)
+# nor a host name (gpu.nvidia.com)
+DOTTED = re.compile(r"(?<![\w./-])((?:exporter\.)?[a-z_][a-z0-9_]*(?:\.[A-Za-z_]\w*)+)"
+                    r"(?![\w/-]|\.[a-z])")
+NOT_NAMES = ("com", "org", "io", "net", "md", "py", "yaml", "json", "csv", "txt", "gz")
+
+
+def _docstrings(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+
+
+def _path_exists(token: str, root: Path) -> bool:
+    """exporter/x/y.py from the repository's root, x/y.py from exporter/ when x is one of
+    its packages, y.py anywhere in the code; anything else is not a path of ours."""
+    first = token.split("/")[0]
+    if "/" not in token:
+        return any(any((root / d).rglob(token)) for d in CODE_DIRS if (root / d).is_dir())
+    if first in CODE_DIRS:
+        return (root / token).exists()
+    return (root / "exporter" / token).exists() if first in AREAS else True
+
+
+def _dotted_exists(token: str, root: Path) -> bool:
+    """The longest module a dotted name starts with exists, and the rest are its
+    attributes."""
+    parts = token.split(".")
+    if parts[-1] in NOT_NAMES or (parts[0] != "exporter" and parts[0] not in AREAS):
+        return True
+    parts = parts if parts[0] == "exporter" else ["exporter", *parts]
+    for i in range(len(parts), 1, -1):
+        rel = Path(*parts[:i])
+        if (root / rel.with_suffix(".py")).exists() or (root / rel / "__init__.py").exists():
+            if root != ROOT:  # a planted tree is not importable: the module is enough
+                return i == len(parts)
+            obj: object = importlib.import_module(".".join(parts[:i]))
+            for attr in parts[i:]:
+                if not hasattr(obj, attr):
+                    return False
+                obj = getattr(obj, attr)
+            return True
+    return False
+
+
+def docstring_problems(path: Path, root: Path = ROOT) -> list[str]:
+    out = []
+    for line, doc in _docstrings(ast.parse(path.read_text())):
+        where = f"{path.relative_to(root)}:{line}"
+        out += [f"{where}: {m.group(1)}: no such module" for m in PY_PATH.finditer(doc)
+                if not _path_exists(m.group(1), root)]
+        out += [f"{where}: {m.group(1)}: no such module or name"
+                for m in DOTTED.finditer(doc) if not _dotted_exists(m.group(1), root)]
+    return out
+
+
+def test_docstrings_name_modules_that_exist() -> None:
+    found = [p for path in sorted(PACKAGE.rglob("*.py")) for p in docstring_problems(path)]
+    assert found == []
+
+
+def test_the_docstring_check_catches_a_module_that_is_gone(tmp_path: Path) -> None:
+    (tmp_path / "exporter" / "sampling").mkdir(parents=True)
+    (tmp_path / "exporter" / "__init__.py").touch()
+    (tmp_path / "exporter" / "sampling" / "__init__.py").touch()
+    (tmp_path / "exporter" / "sampling" / "buffers.py").touch()
+    module = tmp_path / "exporter" / "sampling" / "loop.py"
+    module.write_text('"""Rings in sampling/power.py and exporter/sampling/buffers.py;\n'
+                      'see exporter.sampling.analyses, sampling.buffers, docs/power.md and\n'
+                      'gpu.nvidia.com."""\n')
+    found = "\n".join(docstring_problems(module, root=tmp_path))
+    assert "sampling/power.py: no such module" in found
+    assert "exporter.sampling.analyses: no such module or name" in found
+    for fine in ("buffers.py", "sampling.buffers", "docs/power.md", "nvidia"):
+        assert fine not in found, fine

@@ -8,8 +8,6 @@ import json
 
 import numpy as np
 
-from exporter.analysis.live_power import PowerAnalysis
-from exporter.analysis.live_stragglers import StragglerAnalysis
 from exporter.analysis.power_swing import CycleFeatures, NodeSwing, Ramp, SwingFeatures
 from exporter.analysis.stalls import StallResult
 from exporter.analysis.step_segments import SegmentAnalysis, StepSwing
@@ -24,6 +22,8 @@ from exporter.analysis.straggler import (
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth, NvLink
 from exporter.gpu.state import GpuState
+from exporter.sampling.live_power import PowerAnalysis
+from exporter.sampling.live_stragglers import StragglerAnalysis
 from exporter.sampling.snapshot import XidRecord
 from exporter.web.findings import findings
 from exporter.web.wording import duration, gpu_list

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.analysis.live_power import PowerSettings
 from exporter.gpu.backend import NvmlBackend
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sampling.settings import PowerSettings
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 
@@ -82,7 +82,7 @@ def test_the_same_swing_has_the_same_phase_on_two_nodes():
 def test_monitor_counts_each_ramp_once_and_finds_cycles():
     import numpy as np
 
-    from exporter.analysis.live_power import PowerMonitor
+    from exporter.sampling.live_power import PowerMonitor
 
     monitor = PowerMonitor(PowerSettings(cycle_every_seconds=0))
     t = 1_790_000_000.0 + np.arange(0, 700, 0.05)
@@ -116,7 +116,7 @@ def test_gpus_sampled_at_different_times_make_no_ramp():
     must not read their absence as a fall, nor their arrival as a rise."""
     import numpy as np
 
-    from exporter.analysis.live_power import PowerMonitor
+    from exporter.sampling.live_power import PowerMonitor
 
     monitor = PowerMonitor(PowerSettings(cycle_every_seconds=1e9))
     t = 1_790_000_000.0 + np.arange(0, 130, 0.05)
@@ -143,8 +143,8 @@ def test_the_step_swing_is_analysed_every_step_interval_and_held_between(monkeyp
     between carry its last result, and only those that analyse it read the 2-minute grid."""
     import numpy as np
 
-    from exporter.analysis import live_power
-    from exporter.analysis.live_power import PowerMonitor
+    from exporter.sampling import live_power
+    from exporter.sampling.live_power import PowerMonitor
 
     calls = []
     real = live_power.find_step_swing

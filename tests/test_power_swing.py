@@ -9,7 +9,6 @@ import pytest
 
 from exporter.analysis.power_swing import (
     SwingDetector,
-    SwingThresholds,
     analyse_cycles,
     analyse_window,
     detect_dips,
@@ -18,10 +17,12 @@ from exporter.analysis.power_swing import (
     synchrony,
 )
 from exporter.analysis.spectrum import edge_frequency, frequency_consistent
+from exporter.sampling.settings import PowerSettings
 
 T0 = 1_758_000_000.0  # a 2025 Unix time: phase must survive 1.7e9-second stamps
 FS = 20.0
 TDP = np.full(8, 700.0)
+TH = PowerSettings().swing_thresholds()  # the live analysis' thresholds, as run holds them
 
 
 def grid(seconds: float = 30.0, fs: float = FS, start: float = T0) -> np.ndarray:
@@ -46,7 +47,7 @@ def node_square(t: np.ndarray, f: float, n: int = 8, low: float = 150.0, high: f
 @pytest.mark.parametrize("f", [0.15, 0.5, 1.0, 2.5, 4.0])
 def test_frequency_within_5_percent(f: float) -> None:
     t = grid()
-    ns = analyse_window(t, node_square(t, f), TDP)
+    ns = analyse_window(t, node_square(t, f), TDP, thresholds=TH)
     assert ns.node.frequency_hz == pytest.approx(f, rel=0.05)
     for g in ns.gpus.values():
         assert g.frequency_hz == pytest.approx(f, rel=0.05)
@@ -56,13 +57,13 @@ def test_frequency_within_5_percent(f: float) -> None:
 def test_sine_frequency_between_bins(f: float) -> None:
     t = grid()
     p = 400 + 200 * np.sin(2 * np.pi * f * (t - T0))[None, :] + np.zeros((2, 1))
-    ns = analyse_window(t, p, None)
+    ns = analyse_window(t, p, None, thresholds=TH)
     assert ns.node.frequency_hz == pytest.approx(f, rel=0.02)
 
 
 def test_amplitude_within_10_percent_and_ratio_of_tdp() -> None:
     t = grid()
-    ns = analyse_window(t, node_square(t, 0.5), TDP)
+    ns = analyse_window(t, node_square(t, 0.5), TDP, thresholds=TH)
     assert ns.node.amplitude_watts == pytest.approx(8 * 500, rel=0.10)
     assert ns.node.amplitude_ratio == pytest.approx(8 * 500 / 5600, rel=0.10)
     for g in ns.gpus.values():
@@ -73,7 +74,7 @@ def test_amplitude_within_10_percent_and_ratio_of_tdp() -> None:
 
 def test_short_pulses_report_the_fundamental_not_a_harmonic() -> None:
     t = grid()
-    ns = analyse_window(t, node_square(t, 0.4, 4, duty=0.12), TDP[:4])
+    ns = analyse_window(t, node_square(t, 0.4, 4, duty=0.12), TDP[:4], thresholds=TH)
     assert ns.node.frequency_hz == pytest.approx(0.4, rel=0.05)
 
 
@@ -85,7 +86,7 @@ def test_synchrony_in_phase_vs_independent() -> None:
     phases = rng.uniform(0, 2 * math.pi, 8)
     indep = analyse_window(t, node_square(t, 0.5, phases=phases), TDP)
     assert indep.synchrony < 0.35
-    noise = analyse_window(t, 400 + rng.normal(0, 20, (8, t.size)), TDP)
+    noise = analyse_window(t, 400 + rng.normal(0, 20, (8, t.size)), TDP, thresholds=TH)
     assert noise.synchrony == pytest.approx(1 / 8, abs=0.08)
 
 
@@ -184,24 +185,24 @@ def test_phase_is_independent_of_sampling_grid_offset() -> None:
 
 def test_no_swing_on_flat_or_noise() -> None:
     t = grid()
-    flat = analyse_window(t, np.full((8, t.size), 450.0), TDP)
+    flat = analyse_window(t, np.full((8, t.size), 450.0), TDP, thresholds=TH)
     assert flat.node.amplitude_watts == 0.0
     assert flat.node.frequency_hz is None
     assert not flat.candidate
     rng = np.random.default_rng(1)
-    noise = analyse_window(t, 450 + rng.normal(0, 15, (8, t.size)), TDP)
+    noise = analyse_window(t, 450 + rng.normal(0, 15, (8, t.size)), TDP, thresholds=TH)
     assert not noise.candidate
     assert noise.node.peak_concentration < 0.3
-    det = SwingDetector()
+    det = SwingDetector(TH, hold=3)
     assert not any(det.update(noise) for _ in range(5))
 
 
 def test_detector_needs_hold_consecutive_windows() -> None:
     t = grid()
-    swing = analyse_window(t, node_square(t, 0.5), TDP)
+    swing = analyse_window(t, node_square(t, 0.5), TDP, thresholds=TH)
     calm = analyse_window(t, 400 + np.random.default_rng(0).normal(0, 5, (8, t.size)), TDP)
     assert swing.candidate
-    det = SwingDetector(SwingThresholds(), hold=3)
+    det = SwingDetector(TH, hold=3)
     assert [det.update(swing) for _ in range(3)] == [False, False, True]
     assert not det.update(calm)
     assert not det.update(swing)
@@ -209,14 +210,14 @@ def test_detector_needs_hold_consecutive_windows() -> None:
 
 def test_thresholds_reject_out_of_band_and_out_of_phase() -> None:
     t = grid()
-    fast = analyse_window(t, node_square(t, 4.0), TDP)
+    fast = analyse_window(t, node_square(t, 4.0), TDP, thresholds=TH)
     assert fast.node.frequency_hz == pytest.approx(4.0, rel=0.05)
     assert not fast.candidate  # outside 0.1-3 Hz
     ph = np.array([0, math.pi] * 4)
-    opposed = analyse_window(t, node_square(t, 0.5, phases=ph), TDP)
+    opposed = analyse_window(t, node_square(t, 0.5, phases=ph), TDP, thresholds=TH)
     assert opposed.synchrony < 0.1
     assert not opposed.candidate
-    small = analyse_window(t, node_square(t, 0.5, low=400, high=450), TDP)
+    small = analyse_window(t, node_square(t, 0.5, low=400, high=450), TDP, thresholds=TH)
     assert not small.candidate  # 50 W of 700 W per GPU
 
 
@@ -231,7 +232,7 @@ def test_band_energy_ratio() -> None:
 def test_duty_cycle() -> None:
     t = grid()
     for duty in (0.25, 0.5, 0.75):
-        ns = analyse_window(t, node_square(t, 0.5, 2, duty=duty, noise=0), None)
+        ns = analyse_window(t, node_square(t, 0.5, 2, duty=duty, noise=0), None, thresholds=TH)
         assert ns.node.duty_cycle == pytest.approx(duty, abs=0.05)
 
 
@@ -239,7 +240,7 @@ def test_max_ramp_rate() -> None:
     t = grid()
     # a trapezoid: 0 -> 1000 W over 1 s: 1000 W/s
     x = np.clip((t - T0 - 10.0) * 1000.0, 0, 1000)[None, :]
-    ns = analyse_window(t, x, None)
+    ns = analyse_window(t, x, None, thresholds=TH)
     assert ns.node.max_ramp_watts_per_second == pytest.approx(1000, rel=0.05)
 
 
@@ -247,7 +248,7 @@ def test_irregular_timestamps() -> None:
     rng = np.random.default_rng(5)
     t = T0 + np.cumsum(rng.uniform(0.03, 0.07, 600))
     p = node_square(t, 0.7, 4)
-    ns = analyse_window(t, p, TDP[:4])
+    ns = analyse_window(t, p, TDP[:4], thresholds=TH)
     assert ns.node.frequency_hz == pytest.approx(0.7, rel=0.05)
     assert ns.sample_rate_hz == pytest.approx(20, rel=0.1)
     assert ns.observable_band_hz == (0.0, pytest.approx(ns.sample_rate_hz / 2))
@@ -258,14 +259,14 @@ def test_missing_samples_are_interpolated() -> None:
     t = grid()
     p = node_square(t, 0.5, 2)
     p[1, 100:110] = np.nan
-    ns = analyse_window(t, p, TDP[:2])
+    ns = analyse_window(t, p, TDP[:2], thresholds=TH)
     assert set(ns.gpus) == {0, 1}
     assert ns.node.frequency_hz == pytest.approx(0.5, rel=0.05)
 
 
 def test_single_gpu() -> None:
     t = grid()
-    ns = analyse_window(t, node_square(t, 1.2, 1), np.array([700.0]), gpus=[5])
+    ns = analyse_window(t, node_square(t, 1.2, 1), np.array([700.0]), gpus=[5], thresholds=TH)
     assert list(ns.gpus) == [5]
     assert ns.synchrony == 1.0
     assert ns.node.frequency_hz == pytest.approx(1.2, rel=0.05)
@@ -274,7 +275,7 @@ def test_single_gpu() -> None:
 
 def test_observable_band_limited_by_sensor() -> None:
     t = grid()
-    ns = analyse_window(t, node_square(t, 0.3, 2), None, max_observable_hz=0.5)
+    ns = analyse_window(t, node_square(t, 0.3, 2), None, max_observable_hz=0.5, thresholds=TH)
     assert ns.observable_band_hz == (0.0, 0.5)
     assert ns.node.frequency_hz == pytest.approx(0.3, rel=0.05)
 
@@ -285,7 +286,7 @@ def test_swing_above_the_band_is_unresolved_not_slower(f: float) -> None:
     # power.draw): the swing's own peak is found, and named unresolved; no
     # lesser peak below 0.5 Hz stands in for it
     t = grid()
-    ns = analyse_window(t, node_square(t, f), TDP, max_observable_hz=0.5)
+    ns = analyse_window(t, node_square(t, f), TDP, max_observable_hz=0.5, thresholds=TH)
     assert ns.node.frequency_hz is None and ns.node.unresolved
     assert ns.node.apparent_frequency_hz == pytest.approx(f, rel=0.05)
     assert not ns.candidate

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.collectors.profiling.reading import ProfilingCollector
 from exporter.gpu import gpm
 from exporter.gpu.backend import NvmlBackend
 from exporter.offline import analyze
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
+from exporter.sampling.settings import StragglerSettings
 from exporter.sim import fake
 from exporter.sim.fake_gpm import GpmSymbols
 from exporter.sim.scenarios import load_scenario

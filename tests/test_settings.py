@@ -8,12 +8,11 @@ import dataclasses
 
 import pytest
 
-from exporter.analysis.live_power import PowerSettings
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.app import sampler_settings
 from exporter.cli import build_parser
 from exporter.config import Config, all_options, build_config
 from exporter.offline import analyze, record
+from exporter.offline.request import AnalyzeRequest
 from exporter.options import (
     ANALYZE,
     RECORD,
@@ -25,7 +24,7 @@ from exporter.options import (
     setting,
     value_of,
 )
-from exporter.sampling.settings import SamplerSettings
+from exporter.sampling.settings import PowerSettings, SamplerSettings, StragglerSettings
 
 
 def _run_config() -> Config:
@@ -74,7 +73,9 @@ def test_analyze_takes_the_live_analyses_thresholds():
     shared = analyze.shared_options()
     assert set(shared) == {"--window", "--band", "--min-amplitude-ratio", "--min-band-energy",
                            "--min-synchrony", "--segment-window", "--hold", "--cycle-window",
-                           "--ramp-ratio", "--persistence"}
+                           "--cycle-min-ratio", "--ramp-ratio", "--dip-ratio", "--persistence",
+                           "--outlier-window", "--outlier-step", "--stall-window",
+                           "--stall-context"}
     # the live analyses' values as the sampler holds them, by key
     live = {o.key: value_of(SamplerSettings(), o) for o in options_of(SamplerSettings)}
     for option in shared.values():
@@ -148,3 +149,40 @@ def test_number_flags_read_every_spelling_of_a_number():
                         (positive, "inf"), (non_negative, "-1")):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(text)
+
+
+def test_analyze_builds_the_settings_objects_run_builds():
+    """analyze's flags land in the same PowerSettings and StragglerSettings objects the
+    sampler holds, and its own inputs in the request beside them."""
+    req = AnalyzeRequest.of(build_parser().parse_args(["analyze", "trace.csv"]))
+    assert (req.power, req.stragglers) == (PowerSettings(), StragglerSettings())
+    assert (req.file, req.format, req.tdp, req.step) == ("trace.csv", "text", None, None)
+    req = AnalyzeRequest.of(build_parser().parse_args([
+        "analyze", "t.csv", "--outlier-window", "30", "--persistence", "45", "--dip-ratio",
+        "0.5", "--min-band-energy", "0.4", "--band", "0.2-2", "--tdp", "700",
+        "--format", "json"]))
+    assert req.stragglers == StragglerSettings(window_seconds=30.0, persistence_seconds=45.0)
+    assert req.power == PowerSettings(dip_min_ratio=0.5, min_band_energy_ratio=0.4,
+                                      band_hz=(0.2, 2.0))
+    assert (req.tdp, req.format) == (700.0, "json")
+    th = req.power.swing_thresholds()
+    assert (th.min_band_energy_ratio, th.band_hz) == (0.4, (0.2, 2.0))
+    assert req.stragglers.thresholds().persistence_seconds == 45.0
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--min-amplitude-ratio", "1.5", "must be a ratio between 0 and 1"),
+    ("--persistence", "90000", "must be between 0 and 86400"),
+    ("--persistence", "-1", "must be between 0 and 86400"),
+    ("--persistence", "soon", "not a number"),
+])
+def test_analyze_derives_its_parser_from_the_declared_range(capsys, flag, value, said):
+    """One declaration of a range (low, high) checks the config key, run's flag and
+    analyze's flag alike."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["analyze", "trace.csv", flag, value])
+    assert exit_.value.code == 2
+    assert said in capsys.readouterr().err
+    option = analyze.shared_options()[flag]
+    assert option.parse is None and option.low is not None
+    assert option.parser()(str(option.high)) == option.high

@@ -15,7 +15,7 @@ from exporter.analysis.step_segments import find_step_swing, grid_relevant, plat
 from exporter.metrics.render import render
 from exporter.offline.analyze import build_parser
 from exporter.offline.swings import merge_step
-from tests.step_family import (
+from exporter.sim.step_family import (
     StepCase,
     draw_case,
     family,

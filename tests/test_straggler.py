@@ -16,6 +16,7 @@ from exporter.analysis.straggler import (
     window_features,
 )
 from exporter.analysis.straggler_scan import scan
+from exporter.sampling.settings import StragglerSettings
 
 T0 = 1_758_000_000.0
 FS = 4.0  # samples per second
@@ -73,9 +74,18 @@ def simulate(minutes: float = 30.0, *, seed: int = 0, slow: int | None = None,
                "temperature": temp, "clock_event_reasons": reasons}
 
 
+def scan_settings(**kw: object) -> dict[str, object]:
+    """scan's windows and thresholds as analyze passes them: the straggler settings'
+    (their defaults), with `kw` in their place."""
+    st = StragglerSettings()
+    return {"window_seconds": st.window_seconds, "step_seconds": st.update_seconds,
+            "thresholds": st.thresholds(), "stall_window_seconds": st.stall_window_seconds,
+            "stall_context_seconds": st.stall_context_seconds, **kw}
+
+
 def run_scan(t: np.ndarray, d: dict[str, np.ndarray], **kw: object):
     d = dict(d)
-    return scan(t, d.pop("power"), **d, **kw)  # type: ignore[arg-type]
+    return scan(t, d.pop("power"), **d, **scan_settings(**kw))  # type: ignore[arg-type]
 
 
 def flagged(res) -> dict[int, set[str]]:
@@ -179,7 +189,7 @@ def test_each_gate_alone_keeps_a_gpu_unflagged(temps: list[float], loosened: dic
 
 def test_two_minute_deviation_is_not_a_finding_at_five_minutes() -> None:
     """GPU 4 is 15 degC hotter for 2 minutes, and later for 7 minutes."""
-    det = StragglerDetector()  # 5 minutes
+    det = StragglerDetector(StragglerSettings().thresholds())  # 5 minutes
     rng = np.random.default_rng(1)
     t = np.arange(60.0)  # one 60 s window, 1 Hz
     history = []
@@ -264,7 +274,7 @@ def test_tiny_node_has_no_peer_statistics(n: int) -> None:
     pw = np.full((n, tt.size), 650.0)
     pw[0] = 150.0
     res = scan(tt, pw, utilization=np.ones((n, tt.size)), temperature=np.full((n, tt.size), 40.0),
-               thresholds=StragglerThresholds(persistence_seconds=0))
+               **scan_settings(thresholds=StragglerThresholds(persistence_seconds=0)))
     assert res.outliers == [] and res.stalls == [] and not res.peer_statistics
     assert "at least 3" in (res.reason or "")
 
@@ -381,7 +391,7 @@ def test_duty_cycle_only_with_phases() -> None:
 
 def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="unknown signals"):
-        StragglerDetector(signals=("power", "fan"))
+        StragglerDetector(StragglerSettings().thresholds(), signals=("power", "fan"))
     with pytest.raises(ValueError, match="samples per GPU"):
         window_features(np.arange(5.0), np.zeros((2, 4)))
     with pytest.raises(ValueError, match="temperature"):
@@ -439,7 +449,7 @@ def test_detect_stall_tiny_and_nan() -> None:
 def test_a_flip_from_hot_to_cold_restarts_persistence() -> None:
     """GPU 4 is 15 degC hot for 3 minutes, then 15 degC cold for 6: the hot spell is never a
     finding, the cold one is held as low from its own start and is one after 5 minutes."""
-    det = StragglerDetector()  # 5 minutes
+    det = StragglerDetector(StragglerSettings().thresholds())  # 5 minutes
     rng = np.random.default_rng(2)
     t = np.arange(60.0)
     history = []

@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from exporter.analysis.live_stragglers import nan_row_means
 from exporter.analysis.stalls import StallThresholds, detect_stall, stall_matrix
 from exporter.analysis.straggler import group_index, row_medians
+from exporter.sampling.live_stragglers import nan_row_means
 
 
 @pytest.mark.parametrize("seed", range(6))

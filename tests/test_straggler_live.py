@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import render
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sampling.settings import StragglerSettings
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml

@@ -26,6 +26,7 @@ import numpy as np
 from exporter.analysis.cycles import CycleFeatures, analyse_cycles
 from exporter.analysis.ramps import Dip, Ramp, detect_dips, detect_ramps
 from exporter.analysis.signal import (
+    amplitude_share,
     detrend_rows,
     moving_average,
     percentiles,
@@ -94,26 +95,24 @@ class NodeSwing:
     sample_rate_hz: float
     duration_seconds: float
     phase_reference_time: float
-    candidate: bool  # this window alone meets the thresholds it was analysed with
+    candidate: bool  # this window alone meets the thresholds it was analysed with (none: False)
 
 
 @dataclass(frozen=True)
 class SwingThresholds:
-    """When a window counts as a power swing.  Defaults from docs/power.md."""
+    """When a window counts as a power swing: built from the power analysis' settings
+    (`PowerSettings.swing_thresholds()`, where the defaults are, after docs/power.md)."""
 
-    min_amplitude_ratio: float = 0.20  # of the node's summed TDP (of its p95 if TDP unknown)
-    band_hz: tuple[float, float] = DEFAULT_BAND_HZ
-    min_band_energy_ratio: float = 0.20
-    min_synchrony: float = 0.5
+    min_amplitude_ratio: float  # of the node's summed TDP (of its peak if TDP unknown)
+    band_hz: tuple[float, float]
+    min_band_energy_ratio: float
+    min_synchrony: float
 
     def matches(self, ns: NodeSwing) -> bool:
         n = ns.node
         if n.frequency_hz is None:
             return False
-        ratio = n.amplitude_ratio
-        if ratio is None:  # no TDP: compare with the observed peak instead
-            peak = n.mean_watts + n.amplitude_watts / 2
-            ratio = n.amplitude_watts / peak if peak > 0 else 0.0
+        ratio = amplitude_share(n.amplitude_watts, n.mean_watts, n.amplitude_ratio)
         lo, hi = self.band_hz
         return (
             ratio >= self.min_amplitude_ratio
@@ -126,10 +125,10 @@ class SwingThresholds:
 class SwingDetector:
     """A swing is reported once ``hold`` consecutive windows match the thresholds."""
 
-    def __init__(self, thresholds: SwingThresholds | None = None, hold: int = 3) -> None:
+    def __init__(self, thresholds: SwingThresholds, hold: int) -> None:
         if hold < 1:
             raise ValueError("hold must be at least 1")
-        self.thresholds = thresholds or SwingThresholds()
+        self.thresholds = thresholds
         self.hold = hold
         self.streak = 0
 
@@ -230,7 +229,7 @@ def analyse_window(
     sync = synchrony(x[ok]) if ok.any() else 0.0
     partial = NodeSwing(node_f, per_gpu, sync, (0.0, band_hi), fs, float(grid[-1] - grid[0]),
                         t_ref, False)
-    cand = (thresholds or SwingThresholds(band_hz=band_hz)).matches(partial)
+    cand = thresholds is not None and thresholds.matches(partial)
     return NodeSwing(node_f, per_gpu, sync, (0.0, band_hi), fs, partial.duration_seconds,
                      t_ref, cand)
 

@@ -8,6 +8,17 @@ import math
 import numpy as np
 
 
+def amplitude_share(amplitude_watts: float, mean_watts: float, of_tdp: float | None
+                    ) -> float:
+    """A swing's amplitude as a share of the power limit (`of_tdp`, where known), else
+    of the observed peak (the mean plus half the amplitude): what the amplitude
+    thresholds compare with."""
+    if of_tdp is not None:
+        return of_tdp
+    peak = mean_watts + amplitude_watts / 2
+    return amplitude_watts / peak if peak > 0 else 0.0
+
+
 def sample_interval(t: np.ndarray) -> float:
     """Median spacing of strictly increasing sample times."""
     d = np.diff(np.asarray(t, dtype=np.float64))

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.analysis.signal import detrend_rows, hann, parabolic, resample
+from exporter.analysis.signal import amplitude_share, detrend_rows, hann, parabolic, resample
 from exporter.analysis.spectrum import EDGE_RATIO, edge_frequencies, frequency_consistent, phases
 
 MIN_CONFIDENCE = 0.9999  # at most one false swing in 10,000 noise-only analyses (in theory)
@@ -498,8 +498,5 @@ def grid_relevant(swing: StepSwing, min_amplitude_ratio: float,
                   band_hz: tuple[float, float]) -> bool:
     """Does the swing matter to the grid: its amplitude past the threshold (of the power
     limit; of the observed peak when that is unknown) and its frequency in the band."""
-    ratio = swing.amplitude_ratio
-    if ratio is None:
-        peak = swing.mean_watts + swing.amplitude_watts / 2
-        ratio = swing.amplitude_watts / peak if peak > 0 else 0.0
+    ratio = amplitude_share(swing.amplitude_watts, swing.mean_watts, swing.amplitude_ratio)
     return ratio >= min_amplitude_ratio and band_hz[0] <= swing.frequency_hz <= band_hz[1]

@@ -284,7 +284,8 @@ def window_features(
 @dataclass(frozen=True)
 class StragglerThresholds:
     """When a GPU's signal counts as deviating from its peers.  Defaults from
-    docs/stragglers.md (Iglewicz-Hoaglin 3.5; 10 % effect; 5 min persistence)."""
+    docs/stragglers.md (Iglewicz-Hoaglin 3.5; 10 % effect); the persistence is a setting,
+    given by `StragglerSettings.thresholds()` (5 minutes unless set)."""
 
     z: float = 3.5  # |M| must exceed this
     min_effect_ratio: float = 0.10  # |x - median| >= this * |median| ...
@@ -293,7 +294,7 @@ class StragglerThresholds:
     mad_floor_ratio: float = 0.01  # MAD floor: this * |median| ...
     mad_epsilon: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_MAD_EPSILON))  # ... and this (signal units)
-    persistence_seconds: float = 300.0
+    persistence_seconds: float = field(kw_only=True)
     min_group_size: int = 3  # fewer GPUs in a group: no peer statistics
 
 
@@ -440,12 +441,12 @@ class StragglerDetector:
     or the GPU changes group).
     """
 
-    def __init__(self, thresholds: StragglerThresholds | None = None,
+    def __init__(self, thresholds: StragglerThresholds,
                  signals: Sequence[str] = SIGNALS) -> None:
         bad = [s for s in signals if s not in SIGNALS]
         if bad:
             raise ValueError(f"unknown signals {bad}; known: {', '.join(SIGNALS)}")
-        self.thresholds = thresholds or StragglerThresholds()
+        self.thresholds = thresholds
         if self.thresholds.min_group_size < 2:
             raise ValueError("min_group_size must be at least 2")
         if self.thresholds.persistence_seconds < 0:

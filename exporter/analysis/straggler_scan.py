@@ -214,11 +214,11 @@ def scan(
     pcie: np.ndarray | None = None,
     compute: np.ndarray | None = None,
     groups: Mapping[int, str] | None = None,
-    window_seconds: float = 60.0,
-    step_seconds: float = 10.0,
-    thresholds: StragglerThresholds | None = None,
-    stall_window_seconds: float = 2.0,
-    stall_context_seconds: float = 120.0,
+    window_seconds: float,
+    step_seconds: float,
+    thresholds: StragglerThresholds,
+    stall_window_seconds: float,
+    stall_context_seconds: float,
     stall_thresholds: StallThresholds | None = None,
     valid: np.ndarray | None = None,
 ) -> ScanResult:
@@ -231,7 +231,8 @@ def scan(
     Stalls need ``utilization``.  ``valid`` (M,) marks the samples measured, False where
     the grid was interpolated across a gap in the trace: no window of either scan holds
     one (the straggler windows are laid between the gaps, and an outlier must hold anew
-    after one).
+    after one).  The windows and thresholds are the straggler settings' (analyze hands
+    down its `StragglerSettings`); the scan keeps no defaults of its own.
     """
     t = np.asarray(t, dtype=np.float64)
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))
@@ -247,7 +248,7 @@ def scan(
         valid = np.asarray(valid, dtype=bool)
         if valid.shape != t.shape:
             raise ValueError("valid must have one entry per sample time")
-    th = thresholds or StragglerThresholds()
+    th = thresholds
     outliers, n, stats, reason, typical = _scan_outliers(
         t, p, others, ids, groups, window_seconds, step_seconds, th, valid)
     stalls: list[Stall] = []

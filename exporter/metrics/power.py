@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.analysis.live_power import PowerAnalysis
 from exporter.analysis.power_swing import SwingFeatures
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS, gpu_labels
+from exporter.sampling.live_power import PowerAnalysis
 from exporter.sampling.snapshot import Snapshot
 
 # (suffix, help, SwingFeatures attribute) exported for the node and for each GPU

@@ -36,10 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.analysis.live_power import PowerSettings
-from exporter.analysis.live_stragglers import StragglerSettings
 from exporter.analysis.power_swing import NodeSwing, analyse_window
-from exporter.analysis.straggler import StragglerThresholds
 from exporter.analysis.straggler_scan import ScanResult, scan
 from exporter.errors import fail
 from exporter.gpu import gpm
@@ -54,6 +51,7 @@ from exporter.offline.gaps import (
     valid_mask,
 )
 from exporter.offline.report import not_run_note, render_text
+from exporter.offline.request import AnalyzeRequest, analyze_options
 from exporter.offline.swings import (
     MIN_STEP_SAMPLES,
     Grid,
@@ -63,16 +61,8 @@ from exporter.offline.swings import (
     merge_step,
     segment_swings,
     step_swings,
-    thresholds,
 )
-from exporter.options import (
-    ANALYZE,
-    Option,
-    options_of,
-    positive,
-    ratio,
-    whole_at_least_one,
-)
+from exporter.options import ANALYZE, Option, positive, whole_at_least_one
 from exporter.traces.checks import MAX_GPU_INDEX
 from exporter.traces.load import load_trace
 from exporter.traces.trace import Trace, TraceError, power_gpus
@@ -106,9 +96,7 @@ def _gpu_count(text: str) -> int:
 def shared_options() -> dict[str, Option]:
     """The flags whose setting the live analyses share (one declaration, one default),
     by flag."""
-    options = [*options_of(PowerSettings), *options_of(StragglerSettings)]
-    return {flag: o for o in options
-            if ANALYZE in o.commands and (flag := o.flag_for(ANALYZE)) is not None}
+    return analyze_options()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,8 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared["--segment-window"].add_to(parser, ANALYZE)
     shared["--hold"].add_to(parser, ANALYZE)
     shared["--cycle-window"].add_to(parser, ANALYZE)
-    parser.add_argument("--cycle-min-ratio", type=ratio, default=0.05, metavar="R",
-                        help="cycle: amplitude of the mean cycle / node TDP (default: 0.05)")
+    shared["--cycle-min-ratio"].add_to(parser, ANALYZE)
     shared["--ramp-ratio"].add_to(parser, ANALYZE)
     parser.add_argument("--max-hz", type=positive, metavar="HZ",
                         help="cap the observable band at HZ (default: decided from the "
@@ -143,19 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how the power readings were made: averaged over SECONDS, none "
                         "(instantaneous), or auto (default): decided from the column, the GPU "
                         "name, the trace's header and the data, in that order")
-    parser.add_argument("--dip-ratio", type=ratio, default=0.30, metavar="R",
-                        help="dip (pause): fall / the node's power before it (default: 0.3)")
-    parser.add_argument("--outlier-window", type=positive, default=60.0, metavar="SECONDS",
-                        help="stragglers: window over which each GPU is compared with its "
-                        "peers (default: 60)")
-    parser.add_argument("--outlier-step", type=positive, default=10.0, metavar="SECONDS",
-                        help="stragglers: window advance (default: 10)")
+    shared["--dip-ratio"].add_to(parser, ANALYZE)
+    shared["--outlier-window"].add_to(parser, ANALYZE)
+    shared["--outlier-step"].add_to(parser, ANALYZE)
     shared["--persistence"].add_to(parser, ANALYZE)
-    parser.add_argument("--stall-window", type=positive, default=2.0, metavar="SECONDS",
-                        help="stalls: short window for the busy-wait signature (default: 2)")
-    parser.add_argument("--stall-context", type=positive, default=120.0, metavar="SECONDS",
-                        help="stalls: span over which each GPU's compute power level is "
-                        "taken (default: 120)")
+    shared["--stall-window"].add_to(parser, ANALYZE)
+    shared["--stall-context"].add_to(parser, ANALYZE)
 
 
 # --------------------------------------------------------------------------- analysis
@@ -266,7 +246,7 @@ def _compute_grid(trace: Trace, g: Grid) -> np.ndarray | None:
                         np.nan)
 
 
-def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
+def _stragglers(trace: Trace, g: Grid, req: AnalyzeRequest, t_start: float,
                 notes: list[str]) -> tuple[ScanResult, bool]:
     """The straggler scan, and whether the trace had utilization (stalls need it)."""
     # scan's keyword arguments, by name
@@ -280,11 +260,11 @@ def _stragglers(trace: Trace, g: Grid, args: argparse.Namespace, t_start: float,
     series["compute"] = _compute_grid(trace, g)
     if series["compute"] is None:
         notes.append("no profiling (GPM) columns: the compute share is not compared")
-    th = StragglerThresholds(persistence_seconds=args.persistence)
-    res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=args.outlier_window,
-               step_seconds=args.outlier_step, thresholds=th,
-               stall_window_seconds=args.stall_window,
-               stall_context_seconds=args.stall_context, valid=g.valid, **series)
+    st = req.stragglers
+    res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=st.window_seconds,
+               step_seconds=st.update_seconds, thresholds=st.thresholds(),
+               stall_window_seconds=st.stall_window_seconds,
+               stall_context_seconds=st.stall_context_seconds, valid=g.valid, **series)
     return res, series["utilization"] is not None
 
 
@@ -298,7 +278,7 @@ def _straggler_not_run(strag: ScanResult, utilization: bool) -> dict[str, str]:
     return out
 
 
-def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
+def _too_short(g: Grid, req: AnalyzeRequest) -> dict[str, str]:
     """Detector -> why the trace cannot feed it (absent: it runs)."""
     span = float(g.t[-1] - g.t[0])
     # with gaps, a window must fit between them: the longest stretch without one
@@ -306,11 +286,12 @@ def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
     have = (f"the trace ({span:.3g} s)" if clean >= span else
             f"the longest stretch without a gap ({clean:.3g} s of {span:.3g} s)")
     out = {}
-    per_window = int(round(args.window / g.dt))
-    if clean < args.window:
-        out["step"] = f"{have} is shorter than the {args.window:g} s step window (--window)"
+    window, st = req.power.window_seconds, req.stragglers
+    per_window = int(round(window / g.dt))
+    if clean < window:
+        out["step"] = f"{have} is shorter than the {window:g} s step window (--window)"
     elif per_window < MIN_STEP_SAMPLES:
-        out["step"] = (f"a {args.window:g} s step window holds {per_window} samples (one every "
+        out["step"] = (f"a {window:g} s step window holds {per_window} samples (one every "
                        f"{g.dt:.3g} s); the step detector needs at least {MIN_STEP_SAMPLES}: "
                        "sample faster or lengthen --window")
     if clean < 40.0:
@@ -319,22 +300,22 @@ def _too_short(g: Grid, args: argparse.Namespace) -> dict[str, str]:
     if clean < 55.0:
         out["ramps"] = (f"{have} is shorter than the 55 s a ramp needs (25 s of steady power "
                         "either side)")
-    if clean < args.outlier_window:
-        out["outliers"] = (f"{have} is shorter than the {args.outlier_window:g} s straggler "
+    if clean < st.window_seconds:
+        out["outliers"] = (f"{have} is shorter than the {st.window_seconds:g} s straggler "
                            "window (--outlier-window)")
-    elif clean < args.persistence:
-        out["outliers"] = (f"outliers must hold for {args.persistence:g} s (--persistence), "
+    elif clean < st.persistence_seconds:
+        out["outliers"] = (f"outliers must hold for {st.persistence_seconds:g} s (--persistence), "
                            f"longer than {have}")
     return out
 
 
-def span_ok(g: Grid, args: argparse.Namespace) -> bool:
+def span_ok(g: Grid, req: AnalyzeRequest) -> bool:
     """Is the trace (between its gaps) long enough for one segment window
     (--segment-window)?"""
-    return g.clean_seconds() >= min(args.segment_window, 60.0)
+    return g.clean_seconds() >= min(req.power.segment_window_seconds, 60.0)
 
 
-def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list[str]:
+def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]:
     notes = list(band.notes)
     top = band.observable_hz
     if band.kind == AVERAGED:
@@ -351,9 +332,9 @@ def _band_notes(band: BandDecision, args: argparse.Namespace, fs: float) -> list
             f"readings every {1 / fs:.3g} s show at most {fs / 2:.3g} Hz: a faster swing "
             "folds into 0-{:.3g} Hz, so a periodicity found could be its alias (sample at "
             "10 Hz or more to be sure)".format(fs / 2))
-    if top < args.band[1]:
+    if top < req.power.band_hz[1]:
         notes.append(f"the observable band ends at {top:.3g} Hz, below the critical band's "
-                     f"upper edge ({args.band[1]:g} Hz): faster swings cannot be resolved")
+                     f"upper edge ({req.power.band_hz[1]:g} Hz): faster swings cannot be resolved")
     return notes
 
 
@@ -387,33 +368,36 @@ def _input_notes(trace: Trace) -> list[str]:
     return notes
 
 
-def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
-    """The report as a JSON-ready dict (what ``--format json`` prints)."""
-    g, notes = _grid(trace, args.tdp)
-    band = decide_band(trace, args.power_averaging, critical_hz=args.band[1],
-                       max_hz=args.max_hz)
-    notes += _band_notes(band, args, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
+def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
+                  ) -> dict[str, Any]:
+    """The report as a JSON-ready dict (what ``--format json`` prints); `asked`: the
+    request, or analyze's parsed flags."""
+    req = AnalyzeRequest.of(asked)
+    g, notes = _grid(trace, req.tdp)
+    band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
+                       max_hz=req.max_hz)
+    notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
-    short = _too_short(g, args)
-    step, n_windows = step_swings(g, args, band, t_start) if "step" not in short else ([], 0)
-    if "step" not in short and span_ok(g, args):
-        step = merge_step(step, segment_swings(g, args, band, t_start))
-    folded = folded_swing(g, args, band, t_start) if "step" in short else None
+    short = _too_short(g, req)
+    step, n_windows = step_swings(g, req, band, t_start) if "step" not in short else ([], 0)
+    if "step" not in short and span_ok(g, req):
+        step = merge_step(step, segment_swings(g, req, band, t_start))
+    folded = folded_swing(g, req, band, t_start) if "step" in short else None
     if folded is not None:
         step = [folded]
         for name in ("cycle", "ramps", "dips"):
             short.setdefault(name, "the samples are dominated by a swing faster than they "
                              "can show (see power_swings)")
-    cycles = cycle_swings(g, args, t_start) if "cycle" not in short else []
+    cycles = cycle_swings(g, req, t_start) if "cycle" not in short else []
     cycles, beat_notes = drop_beats(cycles, step)
     notes += beat_notes
     if g.node_tdp is None:
         notes.append("power limit unknown (pass --tdp WATTS): amplitude ratios are null and "
                      "thresholds compare with the observed peak or range instead")
-    strag, has_util = _stragglers(trace, g, args, t_start, notes)
+    strag, has_util = _stragglers(trace, g, req, t_start, notes)
     for name, why in _straggler_not_run(strag, has_util).items():
         short.setdefault(name, why)
-    ramps, dips = events(g, args, step, strag.stalls, t_start)
+    ramps, dips = events(g, req, step, strag.stalls, t_start)
     if g.gaps:  # an edge or pause that reaches into a gap was drawn by interpolation
         ramps, dips = _clear_of_gaps(g, ramps, dips, t_start)
     if "dips" in short:
@@ -445,7 +429,7 @@ def analyse_trace(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
         "power_swings": step + cycles,
         "ramps": ramps,
         "dips": dips,
-        **_straggler_json(strag, args),
+        **_straggler_json(strag, req),
         "notes": notes,
     }
 
@@ -475,10 +459,10 @@ def _clear_of_gaps(g: Grid, ramps: list[dict[str, Any]], dips: list[dict[str, An
     return out_ramps, out_dips
 
 
-def _straggler_json(strag: ScanResult, args: argparse.Namespace) -> dict[str, Any]:
+def _straggler_json(strag: ScanResult, req: AnalyzeRequest) -> dict[str, Any]:
     return {
         "straggler_windows_analysed": strag.windows,
-        "persistence_seconds": args.persistence,
+        "persistence_seconds": req.stragglers.persistence_seconds,
         "peer_statistics": strag.peer_statistics,
         "outliers": [{
             "gpu": o.gpu,
@@ -501,35 +485,37 @@ def _straggler_json(strag: ScanResult, args: argparse.Namespace) -> dict[str, An
 
 
 def swing_at(trace: Trace, end: float, seconds: float = 30.0,
-             args: argparse.Namespace | None = None, *, phase_grid_seconds: float = 10.0
+             req: AnalyzeRequest | None = None, *, phase_grid_seconds: float = 10.0
              ) -> NodeSwing:
     """analyze's step-window analysis of the ``seconds`` before ``end`` (Unix time).
 
     The same grid, band decision and thresholds as ``analyze`` uses, for one
-    window: what the live monitor (analysis.live_power.PowerMonitor) computes
+    window: what the live monitor (sampling.live_power.PowerMonitor) computes
     at ``end`` from the same samples should agree with it.
     """
-    args = args or build_parser().parse_args([trace.source])
-    g, _ = _grid(trace, args.tdp)
-    band = decide_band(trace, args.power_averaging, critical_hz=args.band[1],
-                       max_hz=args.max_hz)
+    req = req or AnalyzeRequest(trace.source)
+    g, _ = _grid(trace, req.tdp)
+    band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
+                       max_hz=req.max_hz)
     keep = (g.t >= end - seconds) & (g.t <= end)
     if keep.sum() < 4:
         raise TraceError(f"{trace.source}: fewer than 4 samples in the {seconds:g} s before "
                          f"{end:.3f}")
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
-    return analyse_window(g.t[keep], g.power[:, keep], tdp, args.band, gpus=g.gpus,
+    return analyse_window(g.t[keep], g.power[:, keep], tdp, req.power.band_hz, gpus=g.gpus,
                           max_observable_hz=band.observable_hz,
-                          phase_grid_seconds=phase_grid_seconds, thresholds=thresholds(args))
+                          phase_grid_seconds=phase_grid_seconds,
+                          thresholds=req.power.swing_thresholds())
 
 
 def main(args: argparse.Namespace) -> int:
+    req = AnalyzeRequest.of(args)
     try:
-        trace = load_trace(args.file, gpus=args.gpus)
-        rep = analyse_trace(trace, args)
+        trace = load_trace(req.file, gpus=req.gpus)
+        rep = analyse_trace(trace, req)
     except TraceError as exc:
         return fail("analyze", str(exc))
-    if args.format == "json":
+    if req.format == "json":
         print(json.dumps(rep, indent=2))
     else:
         print(render_text(rep))

@@ -3,11 +3,11 @@ dips (pauses), and the link from a dip to the stall finding it overlaps."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from exporter.analysis.power_swing import Dip, Ramp, detect_dips, detect_ramps
 from exporter.analysis.straggler_scan import Stall
+from exporter.offline.request import AnalyzeRequest
 from exporter.offline.swings import Grid
 
 MIN_FILL_SECONDS = 2.0  # a pause shorter than this is a hiccup, not a dip
@@ -34,13 +34,13 @@ def _ramp_json(r: Ramp, t_start: float, dip: int | None) -> dict[str, Any]:
     }
 
 
-def events(g: Grid, args: argparse.Namespace, swings: list[dict[str, Any]],
+def events(g: Grid, req: AnalyzeRequest, swings: list[dict[str, Any]],
            stalls: list[Stall], t_start: float) -> tuple[list[dict], list[dict]]:
     """(ramps, dips) as report entries; times in seconds from the trace's start."""
     node = g.power.sum(axis=0)
     fill = fill_seconds(swings)
-    dips = detect_dips(g.t, node, min_ratio=args.dip_ratio, fill_seconds=fill)
-    level = detect_ramps(g.t, node, g.node_tdp, min_ratio=args.ramp_ratio)
+    dips = detect_dips(g.t, node, min_ratio=req.power.dip_min_ratio, fill_seconds=fill)
+    level = detect_ramps(g.t, node, g.node_tdp, min_ratio=req.power.ramp_min_ratio)
     ramps = [_ramp_json(r, t_start, i) for i, d in enumerate(dips) for r in (d.fall, d.rise)]
     # detect_ramps places a change within half its 25 s hold (plus 5 s) of the edge
     near = max(fill, 17.5)

@@ -29,6 +29,7 @@ from exporter.analysis.lemons import (
 )
 from exporter.errors import fail
 from exporter.events import Event, EventError, parse_lines
+from exporter.options import inputs_of
 
 COMMAND = "lemons"
 GPUS_PER_NODE = 8
@@ -199,18 +200,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when every node's history began (default: the first event)")
 
 
+@dataclass(frozen=True)
+class LemonsRequest:
+    """The lemons command's inputs."""
+
+    events: str  # the events file
+    at: list[float]  # the times to rank at
+    format: str = "text"
+    fleet_nodes: int | None = None  # None: the nodes the events name
+    gpus_per_node: int = GPUS_PER_NODE
+    since: float | None = None  # None: the first event
+
+
 def main(args: argparse.Namespace) -> int:
+    req = inputs_of(LemonsRequest, args)
     try:
-        events = read_events(args.events)
+        events = read_events(req.events)
     except InputError as err:
         return fail(COMMAND, str(err))
     named = len({e.node for e in events})
-    fleet = args.fleet_nodes if args.fleet_nodes is not None else named
+    fleet = req.fleet_nodes if req.fleet_nodes is not None else named
     if fleet < named:
         return fail(COMMAND, f"--fleet-nodes {fleet}: the events name {named} nodes")
-    since = args.since if args.since is not None else min(e.time for e in events)
-    rankings = [rank(events, at, since, fleet, args.gpus_per_node) for at in args.at]
-    if args.format == "json":
+    since = req.since if req.since is not None else min(e.time for e in events)
+    rankings = [rank(events, at, since, fleet, req.gpus_per_node) for at in req.at]
+    if req.format == "json":
         json.dump(to_json(rankings), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from exporter.errors import EXIT_FAILURE, fail
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
 from exporter.gpu.state import GpuState
-from exporter.options import RECORD, add_flags, resolve
+from exporter.options import RECORD, add_flags, inputs_of, resolve
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import costs, fake
 from exporter.sim.scenarios import load_scenario
@@ -136,22 +137,33 @@ def sampler_settings(config: Config) -> SamplerSettings:
                                backend=config.backend.name)
 
 
+@dataclass(frozen=True)
+class RecordRequest:
+    """record's own inputs (its settings are the config's)."""
+
+    duration: float  # seconds
+    out: str  # the trace file
+    force: bool = False  # overwrite it
+    progress: float = 10.0  # seconds between progress lines (<= 0: none)
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         config = Config.of(**resolve(args, RECORD, all_options()))
     except ConfigError as exc:
         return fail("record", str(exc))
-    if not 0 < args.duration <= 7 * 86400:
-        return fail("record", f"--duration {args.duration:g}: expected 0 < SECONDS <= 604800")
-    if not args.force and os.path.isfile(args.out):  # before NVML starts: fail fast
-        return fail("record", _exists(args.out))
+    req = inputs_of(RecordRequest, args)
+    if not 0 < req.duration <= 7 * 86400:
+        return fail("record", f"--duration {req.duration:g}: expected 0 < SECONDS <= 604800")
+    if not req.force and os.path.isfile(req.out):  # before NVML starts: fail fast
+        return fail("record", _exists(req.out))
     lib = None
     if config.backend.fake:
         lib = fake.FakeNvmlLibrary(load_scenario(config.backend.scenario),
                                    costs=costs.H200 if config.backend.fake_costs else None)
         fake.install(lib)
     try:
-        return _record(args, config)
+        return _record(req, config)
     finally:
         if lib is not None:
             fake.uninstall()
@@ -167,7 +179,7 @@ def _special(path: str) -> bool:
     return os.path.exists(path) and not os.path.isfile(path)
 
 
-def _record(args: argparse.Namespace, config: Config) -> int:
+def _record(req: RecordRequest, config: Config) -> int:
     recorder: TraceRecorder | None = None  # built once the GPUs are known
 
     def profiling(gpu: int, reading: gpm.GpmReading) -> None:
@@ -190,16 +202,16 @@ def _record(args: argparse.Namespace, config: Config) -> int:
     try:
         # created, never replaced, unless --force: a file that appeared since the check
         # above is refused too (a device or pipe such as /dev/stdout is written to)
-        exclusive = not args.force and not _special(args.out)
-        writer = TraceWriter(args.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
+        exclusive = not req.force and not _special(req.out)
+        writer = TraceWriter(req.out, range(gpus), tdp, FIELDS, host=socket.gethostname(),
                              started_at=time.time(), power_averaging_seconds=None,
                              gpu_names=names, exclusive=exclusive)
     except FileExistsError:
         sampler.backend.close()
-        return fail("record", _exists(args.out))
+        return fail("record", _exists(req.out))
     except OSError as exc:
         sampler.backend.close()
-        return fail("record", f"cannot write {args.out}: {exc.strerror or exc}")
+        return fail("record", f"cannot write {req.out}: {exc.strerror or exc}")
     stop = threading.Event()
     recorder = TraceRecorder(writer, stop)
     sampler.power.recorder = recorder.power
@@ -212,7 +224,7 @@ def _record(args: argparse.Namespace, config: Config) -> int:
     t0 = time.monotonic()
     try:
         sampler.start()
-        _wait(stop, t0, args, recorder, gpus)
+        _wait(stop, t0, req, recorder, gpus)
     finally:
         sampler.stop(close=False)
         sampler.drain_power()  # the samples since the last drain: nothing lost at the end
@@ -223,13 +235,13 @@ def _record(args: argparse.Namespace, config: Config) -> int:
     elapsed = time.monotonic() - t0
     if recorder.failure is not None:
         failure = recorder.failure
-        return fail("record", f"cannot write {args.out}: {failure.strerror or failure}; "
+        return fail("record", f"cannot write {req.out}: {failure.strerror or failure}; "
                     f"stopped after "
                     f"{elapsed:.0f} s, the trace is readable to its last whole row (exit code "
                     f"{EXIT_WRITE_FAILED})", EXIT_WRITE_FAILED)
     early = " (stopped early)" if stop.is_set() else ""
     print(f"recorded {elapsed:.0f} s of {gpus} GPUs{early}: {recorder.samples} power samples "
-          f"{_rate(recorder, gpus)}, {recorder.rows} rows in {args.out}", flush=True)
+          f"{_rate(recorder, gpus)}, {recorder.rows} rows in {req.out}", flush=True)
     return 0
 
 
@@ -243,13 +255,13 @@ def _rate(recorder: TraceRecorder, gpus: int) -> str:
     return f"over {span:.1f} s ({per_gpu:.0f}/s per GPU)"
 
 
-def _wait(stop: threading.Event, t0: float, args: argparse.Namespace,
+def _wait(stop: threading.Event, t0: float, req: RecordRequest,
           recorder: TraceRecorder, gpus: int) -> None:
     """Until the duration is over or a signal says stop, with progress lines."""
-    every = args.progress if args.progress > 0 else args.duration
-    while not stop.wait(max(0.0, min(every, t0 + args.duration - time.monotonic()))):
+    every = req.progress if req.progress > 0 else req.duration
+    while not stop.wait(max(0.0, min(every, t0 + req.duration - time.monotonic()))):
         elapsed = time.monotonic() - t0
-        if elapsed >= args.duration:
+        if elapsed >= req.duration:
             return
-        print(f"record: {elapsed:.0f}/{args.duration:g} s, {recorder.samples} power samples "
+        print(f"record: {elapsed:.0f}/{req.duration:g} s, {recorder.samples} power samples "
               f"from {gpus} GPUs", flush=True)

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,11 +31,12 @@ from exporter.analysis.power_swing import (
     analyse_cycles,
     analyse_window,
 )
-from exporter.analysis.signal import stretch_starts
+from exporter.analysis.signal import amplitude_share, stretch_starts
 from exporter.analysis.spectrum import EDGE_RATIO, frequency_consistent
 from exporter.analysis.step_segments import StepSwing, find_step_swing, grid_relevant
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision
 from exporter.offline.gaps import Gap
+from exporter.offline.request import AnalyzeRequest
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
 W = TypeVar("W")  # what a window found: a step swing or a cycle
@@ -113,18 +113,13 @@ def _pattern_runs(windows: Iterable[tuple[float, float, W | None]],
     return runs
 
 
-def thresholds(args: argparse.Namespace) -> SwingThresholds:
-    return SwingThresholds(args.min_amplitude_ratio, args.band, args.min_band_energy,
-                           args.min_synchrony)
-
-
-def step_windows(g: Grid, args: argparse.Namespace, band: BandDecision
+def step_windows(g: Grid, req: AnalyzeRequest, band: BandDecision
                  ) -> list[tuple[float, float, NodeSwing | None]]:
     """analyse_window over windows of --window seconds every --step seconds (None for a
     window that straddles a gap: left out, and it ends a run)."""
-    n_win = max(4, int(round(args.window / g.dt)))
-    n_step = max(1, int(round((args.step or args.window / 3) / g.dt)))
-    th = thresholds(args)
+    n_win = max(4, int(round(req.power.window_seconds / g.dt)))
+    n_step = max(1, int(round((req.step or req.power.window_seconds / 3) / g.dt)))
+    th = req.power.swing_thresholds()
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
     m = g.t.size
     out: list[tuple[float, float, NodeSwing | None]] = []
@@ -134,18 +129,10 @@ def step_windows(g: Grid, args: argparse.Namespace, band: BandDecision
             out.append((math.nan, math.nan, None))
             continue
         b = min(m, a + n_win)
-        ns = analyse_window(g.t[a:b], g.power[:, a:b], tdp, args.band, gpus=g.gpus,
+        ns = analyse_window(g.t[a:b], g.power[:, a:b], tdp, req.power.band_hz, gpus=g.gpus,
                             max_observable_hz=band.observable_hz, thresholds=th)
         out.append((float(g.t[a]), float(g.t[b - 1]), ns))
     return out
-
-
-def _amplitude_ratio(ns: NodeSwing) -> float:
-    n = ns.node
-    if n.amplitude_ratio is not None:
-        return n.amplitude_ratio
-    peak = n.mean_watts + n.amplitude_watts / 2  # no TDP: compare with the observed peak
-    return n.amplitude_watts / peak if peak > 0 else 0.0
 
 
 def classify(ns: NodeSwing | None, th: SwingThresholds) -> str | None:
@@ -160,7 +147,8 @@ def classify(ns: NodeSwing | None, th: SwingThresholds) -> str | None:
     # beyond the band a swing arrives attenuated (averaging) or folded (sampling):
     # a quarter of the amplitude threshold, but a clear periodic component
     strong = (ns.synchrony >= th.min_synchrony
-              and _amplitude_ratio(ns) >= th.min_amplitude_ratio / 4
+              and amplitude_share(n.amplitude_watts, n.mean_watts, n.amplitude_ratio)
+              >= th.min_amplitude_ratio / 4
               and n.peak_concentration >= UNRESOLVED_MIN_CONCENTRATION)
     return "unresolved" if strong and n.unresolved else None
 
@@ -192,16 +180,16 @@ def _runs(windows: list[tuple[float, float, NodeSwing | None]], kinds: list[str 
     return runs
 
 
-def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
+def step_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float
                 ) -> tuple[list[dict[str, Any]], int]:
     """Resolved and unresolved step swings, and the number of windows analysed (those
     that straddle a gap are not)."""
-    windows = step_windows(g, args, band)
-    th = thresholds(args)
+    windows = step_windows(g, req, band)
+    th = req.power.swing_thresholds()
     kinds = [classify(w[2], th) for w in windows]
     node = g.power.sum(axis=0)
     out = []
-    for run in _runs(windows, kinds, "step", args.hold):
+    for run in _runs(windows, kinds, "step", req.power.hold_updates):
         f = _med([w[2].node.frequency_hz for w in run])
         assert f is not None
         start, end = _swing_edges(g.t, node, run[0][0], run[-1][1], 1.0 / f)
@@ -217,7 +205,7 @@ def step_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: 
             if found is not None:
                 entry["source_amplitude_watts"], entry["source_shape"] = found
         out.append(entry)
-    for run in _runs(windows, kinds, "unresolved", args.hold):
+    for run in _runs(windows, kinds, "unresolved", req.power.hold_updates):
         out.append(_unresolved_entry(run, band, run[0][0] - t_start, run[-1][1] - t_start))
     out.sort(key=lambda s: s["start"])
     return out, sum(1 for w in windows if w[2] is not None)
@@ -289,7 +277,7 @@ def _swing_edges(t: np.ndarray, node: np.ndarray, t_a: float, t_b: float, period
     return float(t[a + hit[0] + k - 1]), float(t[min(b - 1, a + hit[-1] + k - 1)])
 
 
-def folded_swing(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
+def folded_swing(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float
                  ) -> dict[str, Any] | None:
     """For samples too sparse for the step windows: does the node jump between levels
     from one reading to the next, as much as over the whole trace?
@@ -309,7 +297,7 @@ def folded_swing(g: Grid, args: argparse.Namespace, band: BandDecision, t_start:
     p5, p95 = np.percentile(node, [5, 95])
     amp = float(p95 - p5)
     ref = g.node_tdp or float(p95)
-    if var <= 0 or ref <= 0 or amp / ref < args.min_amplitude_ratio:
+    if var <= 0 or ref <= 0 or amp / ref < req.power.min_amplitude_ratio:
         return None
     roughness = float(np.mean(steps ** 2)) / (2 * var)
     if roughness < 0.5:
@@ -354,11 +342,11 @@ def _multiple(long: float, short: float) -> bool:
 # --------------------------------------------------------------------------- step, segments
 
 
-def segment_windows(g: Grid, args: argparse.Namespace, band: BandDecision
+def segment_windows(g: Grid, req: AnalyzeRequest, band: BandDecision
                     ) -> list[tuple[float, float, StepSwing | None]]:
     """find_step_swing over windows of --segment-window seconds, every half window (the
     last one ends with the trace, as the live monitor's last window does)."""
-    n_win = max(8, int(round(args.segment_window / g.dt)))
+    n_win = max(8, int(round(req.power.segment_window_seconds / g.dt)))
     n_step = max(1, n_win // 2)
     m = g.t.size
     starts = list(range(0, max(1, m - n_win + 1), n_step))
@@ -374,17 +362,17 @@ def segment_windows(g: Grid, args: argparse.Namespace, band: BandDecision
         if b - a < 8:
             continue
         res = find_step_swing(g.t[a:b], g.power[:, a:b], tdp, observable_hz=band.observable_hz,
-                              min_hz=args.band[0])
+                              min_hz=req.power.band_hz[0])
         out.append((float(g.t[a]), float(g.t[b - 1]), res.swing))
     return out
 
 
-def segment_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_start: float
+def segment_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float
                    ) -> list[dict[str, Any]]:
     """Runs of windows whose plateaus show a step swing at one frequency (within 10 %),
     joined into one entry each (medians over the run)."""
     out = []
-    for run in _pattern_runs(segment_windows(g, args, band), lambda sw: sw.frequency_hz):
+    for run in _pattern_runs(segment_windows(g, req, band), lambda sw: sw.frequency_hz):
         sws = [w[2] for w in run]
         f = _med([s.frequency_hz for s in sws])
         assert f is not None
@@ -407,7 +395,8 @@ def segment_swings(g: Grid, args: argparse.Namespace, band: BandDecision, t_star
         joined = StepSwing(f, entry["node_amplitude_watts"], entry["amplitude_ratio"],
                            entry["mean_watts"], entry["synchrony"], entry["significance"],
                            best.confidence, entry["duty"], 0.0, 0.0, 0, 0.0, None)
-        entry["grid_relevant"] = grid_relevant(joined, args.min_amplitude_ratio, args.band)
+        entry["grid_relevant"] = grid_relevant(joined, req.power.min_amplitude_ratio,
+                                               req.power.band_hz)
         out.append(entry)
     return out
 
@@ -436,10 +425,10 @@ def merge_step(windowed: list[dict[str, Any]], segments: list[dict[str, Any]]
 # --------------------------------------------------------------------------- cycle scale
 
 
-def _cycle_windows(g: Grid, args: argparse.Namespace
+def _cycle_windows(g: Grid, req: AnalyzeRequest
                    ) -> list[tuple[float, float, CycleFeatures | None]]:
     span = g.clean_seconds()  # a window as long as the trace would straddle its gaps
-    win = min(args.cycle_window, span)
+    win = min(req.power.cycle_window_seconds, span)
     n_win = int(round(win / g.dt))
     n_step = max(1, int(round(win / 4 / g.dt)))
     m = g.t.size
@@ -459,15 +448,15 @@ def _cycle_windows(g: Grid, args: argparse.Namespace
             if ratio is None:  # no TDP: compare with the window's peak node power
                 peak = float(np.percentile(g.power[:, a:b].sum(axis=0), 95))
                 ratio = c.amplitude_watts / peak if peak > 0 else 0.0
-            if ratio < args.cycle_min_ratio:
+            if ratio < req.power.cycle_min_ratio:
                 c = None
         out.append((float(g.t[a]), float(g.t[b - 1]), c))
     return out
 
 
-def cycle_swings(g: Grid, args: argparse.Namespace, t_start: float) -> list[dict[str, Any]]:
+def cycle_swings(g: Grid, req: AnalyzeRequest, t_start: float) -> list[dict[str, Any]]:
     out = []
-    for run in _pattern_runs(_cycle_windows(g, args), lambda c: c.period_seconds):
+    for run in _pattern_runs(_cycle_windows(g, req), lambda c: c.period_seconds):
         period = _med([w[2].period_seconds for w in run])
         assert period is not None and period > 0 and math.isfinite(period)
         out.append({

@@ -1,5 +1,5 @@
 """Feeds the live analyses from the buffers: power swings, cycles and ramps every few
-seconds, stragglers and stalls every second (analysis/live_power.py, live_stragglers.py).
+seconds, stragglers and stalls every second (sampling/live_power.py, live_stragglers.py).
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from exporter.analysis.live_power import PowerAnalysis, PowerMonitor, PowerSettings
-from exporter.analysis.live_stragglers import (
-    StragglerAnalysis,
-    StragglerMonitor,
-    StragglerSettings,
-)
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
+from exporter.sampling.live_power import PowerAnalysis, PowerMonitor
+from exporter.sampling.live_stragglers import (
+    StragglerAnalysis,
+    StragglerMonitor,
+)
 from exporter.sampling.power_loop import PowerSampler
+from exporter.sampling.settings import PowerSettings, StragglerSettings
 
 # Finest and coarsest grids the analyses resample the native samples onto.
 FINEST_GRID_SECONDS = 0.02

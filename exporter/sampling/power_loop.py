@@ -1,6 +1,6 @@
 """The power loop: every GPU's samples at the sensor's native rate into the PowerBuffer.
 
-Each GPU has a reader (gpu/power.py): the driver's sample buffer, drained every
+Each GPU has a reader (gpu/power_reader.py): the driver's sample buffer, drained every
 `--power.drain-interval`, or where there is none, the instant field polled at
 `--power.sample-rate`. The loop ticks at the faster of the two and each reader reads
 when it is due. The samples keep the driver's timestamps, so the loop's own jitter never

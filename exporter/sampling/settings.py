@@ -1,14 +1,104 @@
-"""The sampler's settings: each declared once (flag, config key, default, range, help),
-so `run`, `simulate` and `record` take them from here and cannot disagree."""
+"""The sampler's settings, and those of the live analyses it runs: each declared once
+(flag, config key, default, range, help), so `run`, `simulate`, `record` and `analyze`
+take them from here and cannot disagree.
+
+The analyses themselves (exporter/analysis/) know no command or flag: they take the
+thresholds these objects hold (`PowerSettings.swing_thresholds()`, ...)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.analysis.live_power import PowerSettings
-from exporter.analysis.live_stragglers import StragglerSettings
+from exporter.analysis.power_swing import SwingThresholds
+from exporter.analysis.straggler import StragglerThresholds
 from exporter.gpu.health import NvlinkReads
-from exporter.options import ALL, section, setting
+from exporter.options import (
+    ALL,
+    ANALYZE,
+    RUN,
+    SIMULATE,
+    analyze_setting,
+    band,
+    positive,
+    ratio,
+    section,
+    setting,
+    whole_at_least_one,
+)
+
+
+@dataclass(frozen=True)
+class PowerSettings:
+    """The live power analysis (exporter/sampling/live_power.py); `analyze` takes the
+    thresholds it shares as flags, and the two it alone applies (cycles, dips)."""
+
+    window_seconds: float = analyze_setting(
+        30.0, "step-scale window", "--window", positive, "SECONDS")
+    update_seconds: float = 5.0
+    band_hz: tuple[float, float] = analyze_setting(
+        (0.1, 3.0), "critical band in Hz", "--band", band, "LOW-HIGH")
+    min_amplitude_ratio: float = setting(
+        0.20, "node swing amplitude / node TDP from which a swing matters to the grid (the "
+        "swing alert and the findings' severity); every clear swing is reported whatever "
+        "its size", key="power_min_amplitude_ratio", flag="--power.min-amplitude-ratio",
+        low=0.0, high=1.0, metavar="R", commands=(RUN, SIMULATE, ANALYZE),
+        command_flags={ANALYZE: "--min-amplitude-ratio"})
+    min_band_energy_ratio: float = analyze_setting(
+        0.20, "step swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
+    min_synchrony: float = analyze_setting(
+        0.5, "step swing: GPU synchrony", "--min-synchrony", ratio, "R")
+    hold_updates: int = analyze_setting(
+        3, "step swing: consecutive windows required", "--hold", whole_at_least_one, "N")
+    cycle_window_seconds: float = analyze_setting(
+        600.0, "cycle-scale window", "--cycle-window", positive, "SECONDS")
+    cycle_min_ratio: float = analyze_setting(
+        0.05, "cycle: amplitude of the mean cycle / node TDP", "--cycle-min-ratio", ratio, "R")
+    cycle_every_seconds: float = 60.0
+    ramp_window_seconds: float = 60.0
+    ramp_min_ratio: float = analyze_setting(
+        0.30, "ramp: change / node TDP, or / observed range", "--ramp-ratio", ratio, "R")
+    dip_min_ratio: float = analyze_setting(
+        0.30, "dip (pause): fall / the node's power before it", "--dip-ratio", ratio, "R")
+    segment_window_seconds: float = analyze_setting(
+        120.0, "step swing in the compute plateaus: window split into plateaus and pauses",
+        "--segment-window", positive, "SECONDS")
+    # The step swing over a 2-minute window moves slowly: analysed every 15 s (a scrape
+    # interval), not every update, it costs a third as much (~6 ms on 8 GPUs).
+    step_every_seconds: float = 15.0
+
+    def swing_thresholds(self) -> SwingThresholds:
+        """When a window counts as a swing (analysis.power_swing.SwingThresholds)."""
+        return SwingThresholds(self.min_amplitude_ratio, self.band_hz,
+                               self.min_band_energy_ratio, self.min_synchrony)
+
+
+@dataclass(frozen=True)
+class StragglerSettings:
+    """The live straggler and stall analysis (exporter/sampling/live_stragglers.py);
+    `analyze` slides the same windows over a trace."""
+
+    window_seconds: float = analyze_setting(
+        60.0, "stragglers: window over which each GPU is compared with its peers",
+        "--outlier-window", positive, "SECONDS", key="straggler_window_seconds")
+    update_seconds: float = analyze_setting(
+        10.0, "stragglers: window advance", "--outlier-step", positive, "SECONDS",
+        key="straggler_update_seconds")
+    persistence_seconds: float = setting(
+        300.0, "how long a GPU must deviate from its peers to be a straggler",
+        key="straggler_persistence_seconds", flag="--straggler.persistence", low=0.0,
+        high=86400.0, metavar="SECONDS", commands=(RUN, SIMULATE, ANALYZE),
+        command_flags={ANALYZE: "--persistence"})
+    stall_window_seconds: float = analyze_setting(
+        2.0, "stalls: short window for the busy-wait signature", "--stall-window", positive,
+        "SECONDS")
+    stall_context_seconds: float = analyze_setting(
+        120.0, "stalls: span over which each GPU's compute power level is taken",
+        "--stall-context", positive, "SECONDS")
+    sweep_interval_seconds: float = 1.0  # what the sweep coverage is measured against
+
+    def thresholds(self) -> StragglerThresholds:
+        """When a GPU deviates from its peers (analysis.straggler.StragglerThresholds)."""
+        return StragglerThresholds(persistence_seconds=self.persistence_seconds)
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
-from exporter.analysis.live_power import PowerAnalysis
-from exporter.analysis.live_stragglers import StragglerAnalysis
 from exporter.gpu.board import BoardHealth
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuIdentity, GpuState
 from exporter.sampling.buffers import PowerHistory
+from exporter.sampling.live_power import PowerAnalysis
+from exporter.sampling.live_stragglers import StragglerAnalysis
 
 
 @dataclass(frozen=True)

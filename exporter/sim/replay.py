@@ -16,7 +16,7 @@ At `--speed X` the trace's samples arrive X times as fast, so the replayed drive
 buffer holds X times as many: it spans the same wall time as a real one (~2.4 s), and a
 drain every `--power.drain-interval` loses nothing at any speed. A speed that would
 deliver more than MAX_REPLAY_SAMPLE_RATE samples a second per GPU is refused: the
-exporter's ring (sampling/power.py) would then hold less than the minute its swing,
+exporter's ring (sampling/buffers.py) would then hold less than the minute its swing,
 ramp and straggler windows look at.
 """
 

@@ -21,7 +21,6 @@ from exporter.analysis.power_swing import (
     NodeSwing,
     Ramp,
     SwingDetector,
-    SwingThresholds,
     analyse_cycles,
     analyse_window,
     detect_ramps,
@@ -32,52 +31,7 @@ from exporter.analysis.step_segments import (
     find_step_swing,
     grid_relevant,
 )
-from exporter.options import (
-    ANALYZE,
-    RUN,
-    SIMULATE,
-    analyze_setting,
-    band,
-    positive,
-    ratio,
-    setting,
-    whole_at_least_one,
-)
-
-
-@dataclass(frozen=True)
-class PowerSettings:
-    """The live power analysis; `analyze` takes the thresholds it shares as flags."""
-
-    window_seconds: float = analyze_setting(
-        30.0, "step-scale window", "--window", positive, "SECONDS")
-    update_seconds: float = 5.0
-    band_hz: tuple[float, float] = analyze_setting(
-        (0.1, 3.0), "critical band in Hz", "--band", band, "LOW-HIGH")
-    min_amplitude_ratio: float = setting(
-        0.20, "node swing amplitude / node TDP from which a swing matters to the grid (the "
-        "swing alert and the findings' severity); every clear swing is reported whatever "
-        "its size", key="power_min_amplitude_ratio", flag="--power.min-amplitude-ratio",
-        low=0.0, high=1.0, metavar="R", commands=(RUN, SIMULATE, ANALYZE),
-        command_flags={ANALYZE: "--min-amplitude-ratio"}, parse=ratio)
-    min_band_energy_ratio: float = analyze_setting(
-        0.20, "step swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
-    min_synchrony: float = analyze_setting(
-        0.5, "step swing: GPU synchrony", "--min-synchrony", ratio, "R")
-    hold_updates: int = analyze_setting(
-        3, "step swing: consecutive windows required", "--hold", whole_at_least_one, "N")
-    cycle_window_seconds: float = analyze_setting(
-        600.0, "cycle-scale window", "--cycle-window", positive, "SECONDS")
-    cycle_every_seconds: float = 60.0
-    ramp_window_seconds: float = 60.0
-    ramp_min_ratio: float = analyze_setting(
-        0.30, "ramp: change / node TDP, or / observed range", "--ramp-ratio", ratio, "R")
-    segment_window_seconds: float = analyze_setting(
-        120.0, "step swing in the compute plateaus: window split into plateaus and pauses",
-        "--segment-window", positive, "SECONDS")
-    # The step swing over a 2-minute window moves slowly: analysed every 15 s (a scrape
-    # interval), not every update, it costs a third as much (~6 ms on 8 GPUs).
-    step_every_seconds: float = 15.0
+from exporter.sampling.settings import PowerSettings
 
 
 @dataclass(frozen=True)
@@ -104,9 +58,7 @@ class PowerMonitor:
     def __init__(self, settings: PowerSettings):
         self.settings = settings
         self.band = (0.0, 0.0)  # what the samples can show: set by the sampler each update
-        self.thresholds = SwingThresholds(settings.min_amplitude_ratio, settings.band_hz,
-                                          settings.min_band_energy_ratio,
-                                          settings.min_synchrony)
+        self.thresholds = settings.swing_thresholds()
         self.detector = SwingDetector(self.thresholds, settings.hold_updates)
         self.cycle: CycleFeatures | None = None
         self._last_cycle = -1e18

@@ -27,11 +27,10 @@ from exporter.analysis.straggler import (
     COUNTED_REASONS,
     StragglerDetector,
     StragglerReport,
-    StragglerThresholds,
     WindowFeatures,
     window_features,
 )
-from exporter.options import ANALYZE, RUN, SIMULATE, non_negative, setting
+from exporter.sampling.settings import StragglerSettings
 
 # The least share of a window that must be sampled for it to be analysed.
 MIN_POWER_COVERAGE = 0.9
@@ -52,20 +51,6 @@ FEATURE_SWEEPS = (("sm_clock", "sm_clock_hertz"), ("temperature", "temperature_c
 # the driver's violation counters the sweep reads, by reason (straggler.COUNTED_REASONS)
 THROTTLE_COUNTERS = {reason: f"clock_event_{reason}_seconds" for reason in COUNTED_REASONS}
 STALL_SWEEP = "utilization_gpu_ratio"
-
-
-@dataclass(frozen=True)
-class StragglerSettings:
-    window_seconds: float = 60.0
-    update_seconds: float = 10.0
-    persistence_seconds: float = setting(
-        300.0, "how long a GPU must deviate from its peers to be a straggler",
-        key="straggler_persistence_seconds", flag="--straggler.persistence", low=0.0,
-        high=86400.0, metavar="SECONDS", commands=(RUN, SIMULATE, ANALYZE),
-        command_flags={ANALYZE: "--persistence"}, parse=non_negative)
-    stall_window_seconds: float = 2.0
-    stall_context_seconds: float = 120.0
-    sweep_interval_seconds: float = 1.0  # what the sweep coverage is measured against
 
 
 @dataclass(frozen=True)
@@ -118,8 +103,7 @@ def coverage(power: np.ndarray, sweep_t: np.ndarray, sweep_interval: float
 class StragglerMonitor:
     def __init__(self, settings: StragglerSettings):
         self.settings = settings
-        self.detector = StragglerDetector(StragglerThresholds(
-            persistence_seconds=settings.persistence_seconds))
+        self.detector = StragglerDetector(settings.thresholds())
         self.features: WindowFeatures | None = None
         self.report: StragglerReport | None = None
         self.held = False
