@@ -21,14 +21,8 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 
-from exporter.collectors.jobs.reading import (
-    BadFile,
-    JobAttributes,
-    _read_bounded,
-    _Symlink,
-)
+from exporter.collectors.jobs.reading import BadFile, JobAttributes, read_cached
 
 __all__ = ["ATTRIBUTES_DIR", "JobAttributesReader", "parse_attributes"]
 
@@ -83,30 +77,5 @@ class JobAttributesReader:
              ) -> JobAttributes | str | None:
         if job.startswith(".") or "/" in job:  # never a path outside the directory
             return None
-        path = os.path.join(self.directory, job)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None  # no attributes recorded (a dcgm-style file alone)
-        except OSError:
-            return "read_error"
-        if stat.S_ISLNK(st.st_mode):
-            return "symlink"
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        cached = self._cache.get(job)
-        if cached is not None and cached[0] == key:
-            seen[job] = cached
-            return cached[1]
-        try:
-            key, raw = _read_bounded(path)
-            result: JobAttributes | str = parse_attributes(raw)
-        except BadFile as exc:
-            result = exc.reason
-        except _Symlink:
-            return "symlink"
-        except FileNotFoundError:
-            return None
-        except OSError:
-            return "read_error"
-        seen[job] = (key, result)
-        return result
+        return read_cached(os.path.join(self.directory, job), job, self._cache, seen,
+                           parse_attributes, None)  # no file: a dcgm-style file alone

@@ -50,6 +50,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
 
 from exporter.sampling.collector_api import JobGrouping, JobHolders
 
@@ -260,6 +261,44 @@ def _read_bounded(path: str) -> tuple[_Key, bytes]:
         os.close(fd)
 
 
+T = TypeVar("T")
+
+
+def read_cached(path: str, name: str, cache: Mapping[str, tuple[_Key, T | str]],
+                seen: dict[str, tuple[_Key, T | str]], parse: Callable[[bytes], T],
+                missing: T | str | None) -> T | str | None:
+    """A small file's parsed content, or the reason it was skipped, parsed again only when
+    its (mtime_ns, size, inode) changed; `missing` where it is not there (never cached, so
+    looked at again next pass, as a read error is: permissions may be fixed without a
+    write). What was read goes into `seen`, the next pass's cache."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return missing
+    except OSError:
+        return "read_error"
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = cache.get(name)
+    if cached is not None and cached[0] == key:
+        seen[name] = cached
+        return cached[1]
+    try:
+        key, raw = _read_bounded(path)
+        result: T | str = parse(raw)
+    except BadFile as exc:
+        result = exc.reason
+    except _Symlink:
+        return "symlink"
+    except FileNotFoundError:
+        return missing
+    except OSError:
+        return "read_error"
+    seen[name] = (key, result)
+    return result
+
+
 class _Pass:
     """One read pass: the jobs kept, and what was skipped or dropped, by reason."""
 
@@ -383,30 +422,7 @@ class JobsCollector:
               listed: bool = True) -> tuple[str, ...] | str:
         """The file's job ids, or the reason it was skipped (cached while unchanged); ()
         for a file looked up by name (not listed) that is not there."""
-        path = os.path.join(self.directory, name)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return "vanished" if listed else ()
-        except OSError:
-            return "read_error"
-        if stat.S_ISLNK(st.st_mode):
-            return "symlink"
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        cached = self._cache.get(name)
-        if cached is not None and cached[0] == key:
-            seen[name] = cached
-            return cached[1]
-        try:
-            key, raw = _read_bounded(path)
-            result: tuple[str, ...] | str = parse_job_file(raw)
-        except BadFile as exc:
-            result = exc.reason
-        except _Symlink:
-            return "symlink"
-        except FileNotFoundError:
-            return "vanished"  # not cached: looked at again next pass
-        except OSError:
-            return "read_error"  # not cached: permissions may be fixed without a write
-        seen[name] = (key, result)
+        result = read_cached(os.path.join(self.directory, name), name, self._cache, seen,
+                             parse_job_file, "vanished" if listed else ())
+        assert result is not None  # for mypy: `missing` is never None here
         return result
