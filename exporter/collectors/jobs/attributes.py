@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 
-from exporter.collectors.jobs.reading import BadFile, JobAttributes, read_cached
+from exporter.collectors.jobs.reading import BadFile, JobAttributes, ascii_text, read_cached
 
 __all__ = ["ATTRIBUTES_DIR", "JobAttributesReader", "parse_attributes"]
 
@@ -34,12 +34,7 @@ _Key = tuple[int, int, int]
 
 def parse_attributes(raw: bytes) -> JobAttributes:
     """A ``.jobs/<id>`` file's bytes -> its attributes (unknown keys are ignored)."""
-    if b"\0" in raw:
-        raise BadFile("garbage")
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        raise BadFile("garbage") from None
+    text = ascii_text(raw)
     found: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():

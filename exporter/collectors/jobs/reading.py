@@ -152,16 +152,21 @@ def parse_mapping_name(name: str, gpu_count: int | None = None) -> tuple[int, in
     return index, instance
 
 
+def ascii_text(raw: bytes) -> str:
+    """A mapping or attribute file's text: plain ASCII, no NUL, else BadFile("garbage")."""
+    if b"\0" in raw:
+        raise BadFile("garbage")
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise BadFile("garbage") from None
+
+
 def parse_job_file(raw: bytes) -> tuple[str, ...]:
     """A file's bytes -> its job ids, in file order without repeats."""
     if len(raw) > MAX_FILE_BYTES:
         raise BadFile("too_large")
-    if b"\0" in raw:
-        raise BadFile("garbage")
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        raise BadFile("garbage") from None
+    text = ascii_text(raw)
     jobs: dict[str, None] = {}
     for line in text.splitlines():
         job = line.strip()
