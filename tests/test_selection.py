@@ -12,7 +12,8 @@ import yaml
 from exporter.cli import main
 from exporter.gpu import fields as fi
 from exporter.gpu.health import ALL_LINKS, NvlinkReads, health_requests
-from exporter.metrics.profiles import FAMILIES, FULL, MINIMAL, PROFILES, STANDARD
+from exporter.metrics.family_table import LABELS, PROFILE
+from exporter.metrics.profiles import FULL, MINIMAL, PROFILES, STANDARD
 from exporter.metrics.render import render
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sim import ib_tree
@@ -33,12 +34,12 @@ def _docs_section(title: str) -> set[str]:
 
 
 def test_every_documented_family_has_a_profile_and_the_docs_say_which():
-    assert set(documented()) == set(FAMILIES)
+    assert set(documented()) == set(PROFILE)
     assert _docs_section("Families in `minimal`") == {
-        n for n, p in FAMILIES.items() if p == MINIMAL}
+        n for n, p in PROFILE.items() if p == MINIMAL}
     assert _docs_section("Families only in `full`") == {
-        n for n, p in FAMILIES.items() if p == FULL}
-    assert set(FAMILIES.values()) <= set(PROFILES)
+        n for n, p in PROFILE.items() if p == FULL}
+    assert set(PROFILE.values()) <= set(PROFILES)
 
 
 def _queries() -> list[str]:
@@ -72,7 +73,7 @@ def used_families() -> set[str]:
         for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
             base = re.sub(r"_(bucket|sum|count)$", "", token)
             for name in (token, base):
-                if name in FAMILIES:
+                if name in PROFILE:
                     used.add(name)
     return used
 
@@ -266,13 +267,11 @@ def test_a_glob_may_sum_away_a_label_some_of_its_families_have(tmp_path):
 
 
 def test_the_label_table_is_the_documented_one():
-    """What the check reads (exporter.metrics.labels) and docs/metrics.md's label column
-    (which tests/test_docs_metrics.py holds to what is served): after adding a family or a
-    label, `.venv/bin/python scripts/build_label_table.py` writes the table again."""
-    from exporter.metrics.labels import LABELS
-
+    """What the check reads (exporter.metrics.family_table) and docs/metrics.md's label
+    column (which tests/test_docs_metrics.py holds to what is served): after changing a
+    family, `.venv/bin/python scripts/build_metrics_docs.py` writes both again."""
     docs = documented()
-    assert set(LABELS) == set(FAMILIES) == set(docs)
+    assert set(LABELS) == set(PROFILE) == set(docs)
     wrong = {name: (LABELS[name], docs[name][1]) for name in docs
              if set(LABELS[name]) != docs[name][1]}
     assert not wrong, wrong
@@ -363,7 +362,7 @@ def _alerts_served_by(selection: Selection) -> set[str]:
     def families(expr: str, seen: frozenset = frozenset()) -> set[str]:
         found = set()
         for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
-            if token in FAMILIES:
+            if token in PROFILE:
                 found.add(token)
             elif token in recorded and token not in seen:
                 found |= families(recorded[token], seen | {token})

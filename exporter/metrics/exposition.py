@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from exporter.families import Family
+
 # Prometheus' text format keeps OpenMetrics' types under older names, as generate_latest.
 _TYPE_NAMES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram",
                "unknown": "untyped"}
@@ -64,6 +66,11 @@ class Rows(Metric):
         self.labelnames = tuple(labels)
         self.sample_name = name + "_total" if typ == "counter" else name
         self.rows: list[tuple[tuple[str, ...], float]] = []
+
+    @classmethod
+    def of(cls, family: Family) -> Rows:
+        """Empty rows of a declared gauge or counter family, with its help and labels."""
+        return cls(family.base, family.help, family.type, family.labels)
 
     def add(self, labelvalues: tuple[str, ...], value: float) -> None:
         self.rows.append((labelvalues, value))

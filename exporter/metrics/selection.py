@@ -14,7 +14,7 @@ A selection file (``--metrics.file``)::
         without: [link]
 
 An aggregation that would do nothing is refused with file and line: a label the family
-does not have (exporter.metrics.labels), or for a glob, that none of its families has.
+does not have (exporter.metrics.family_table), or for a glob, that none of its families has.
 """
 
 from __future__ import annotations
@@ -30,14 +30,8 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.gpu.health import NvlinkReads
 from exporter.metrics.exposition import Rows
-from exporter.metrics.labels import LABELS
-from exporter.metrics.profiles import (
-    AGGREGATIONS,
-    COLLECTOR_FAMILIES,
-    DEFAULT_PROFILE,
-    FAMILIES,
-    PROFILES,
-)
+from exporter.metrics.family_table import LABELS, PROFILE
+from exporter.metrics.profiles import AGGREGATIONS, COLLECTOR_FAMILIES, DEFAULT_PROFILE, PROFILES
 from exporter.yamlfile import ConfigError, Where, excerpt, expect_mapping, load_yaml_file
 
 _GLOB = re.compile(r"[*?\[]")
@@ -72,7 +66,7 @@ class Selection:
         counts as `standard`."""
         known = self._wants.get(name)
         if known is None:
-            rank = PROFILES.index(FAMILIES.get(name, DEFAULT_PROFILE))
+            rank = PROFILES.index(PROFILE.get(name, DEFAULT_PROFILE))
             known = rank <= PROFILES.index(self.profile) or _matches(name, self.include)
             known = known and not _matches(name, self.exclude)
             self._wants[name] = known
@@ -117,7 +111,7 @@ class Selection:
         """Whether a collector's readings feed a served family (those of
         COLLECTOR_FAMILIES only when one of theirs is; every other one always)."""
         pattern = COLLECTOR_FAMILIES.get(name)
-        return pattern is None or any(self.wants(family) for family in FAMILIES
+        return pattern is None or any(self.wants(family) for family in PROFILE
                                       if fnmatch.fnmatchcase(family, pattern))
 
     def describe(self) -> str:
@@ -158,9 +152,9 @@ def summed_without(metric: Metric, drop: tuple[str, ...]) -> Metric:
 
 def _known_family(name: str) -> str | None:
     """Why a plain family name is not one (with a suggestion), or None."""
-    if name in FAMILIES:
+    if name in PROFILE:
         return None
-    close = difflib.get_close_matches(name, list(FAMILIES), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(PROFILE), n=1, cutoff=0.6)
     return "unknown family" + (f" (did you mean {close[0]}?)" if close else "")
 
 
@@ -175,7 +169,7 @@ def _patterns(mapping: dict, key: str, where: Where) -> tuple[str, ...]:
             raise where.error(key, f"item {i + 1}: expected a family name or glob, got "
                                    f"{excerpt(item)}")
         if _GLOB.search(item):
-            if not any(fnmatch.fnmatchcase(name, item) for name in FAMILIES):
+            if not any(fnmatch.fnmatchcase(name, item) for name in PROFILE):
                 raise where.error(key, f"item {i + 1}: {excerpt(item)} matches no family")
         elif problem := _known_family(item):
             raise where.error(key, f"item {i + 1}: {excerpt(item)}: {problem}")
@@ -214,7 +208,7 @@ def _aggregations(mapping: dict, where: Where) -> tuple[tuple[str, tuple[str, ..
 def _labels_problem(pattern: str, labels: list[str]) -> str | None:
     """Why summing `labels` away from the families `pattern` names would do nothing, or
     None. A glob may match families without the label: it needs one that has it."""
-    matched = [name for name in FAMILIES if fnmatch.fnmatchcase(name, pattern)]
+    matched = [name for name in PROFILE if fnmatch.fnmatchcase(name, pattern)]
     known = [LABELS[name] for name in matched if name in LABELS]
     if len(known) < len(matched):
         return None  # a family whose labels are not in the table: cannot tell
