@@ -29,8 +29,9 @@ def documented(required_only: bool = False) -> dict[str, tuple[str, set[str]]]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
+def full_exposition(tmp_path_factory) -> str:
+    """/metrics of a `full` fake run with every source that needs no daemon: InfiniBand
+    and RoCE sysfs, a job mapping, a state directory (the history's families)."""
     sysfs = tmp_path_factory.mktemp("sysfs")
     state = tmp_path_factory.mktemp("state")  # the history's families too
     ib_tree.ndr_hca(sysfs)
@@ -41,7 +42,7 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
     (jobs / "0").write_text("4242\n")
     exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, path_sysfs=str(sysfs),
                              metrics_profile="full",
-                          hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5,
+                             hpc_job_mapping_dir=str(jobs), sources_interval_seconds=0.5,
                              storage_path=str(state)))
     exp.start()
     try:
@@ -56,19 +57,13 @@ def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
         text = wait_for(body_with_cpu_utilization, timeout=20)
     finally:
         exp.stop()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        kind = family.type
-        name = family.name
-        if kind == "counter":
-            name += "_total"
-        elif kind == "gauge" and name.endswith("_info"):
-            kind = "info"
-        labels = set()
-        for sample in family.samples:
-            labels |= set(sample.labels)
-        out[name] = (kind, labels)
-    return out
+    assert text is not None
+    return text
+
+
+@pytest.fixture(scope="module")
+def exposed(tmp_path_factory) -> dict[str, tuple[str, set[str]]]:
+    return _kinds(full_exposition(tmp_path_factory))
 
 
 def test_every_exposed_family_is_documented(exposed):
