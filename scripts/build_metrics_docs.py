@@ -32,8 +32,16 @@ TABLE = REPO / "exporter" / "metrics" / "family_table.py"
 # (marker key, the heading it is under, the declaring modules in the table's order):
 # doc layout, not family metadata. A migrated module joins its heading's entry here.
 SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("profiling", "Profiling (GPM): compute or wait",
+     ("exporter.collectors.profiling.families",)),
     ("self", "Exporter self-metrics", ("exporter.metrics.self_metrics",)),
+    ("infiniband", "InfiniBand / RoCE", ("exporter.collectors.infiniband.families",)),
     ("host", "Host", ("exporter.collectors.host.families",)),
+    ("jobs", "Jobs", ("exporter.collectors.jobs.families",)),
+    ("mig", "MIG", ("exporter.collectors.mig.families",
+                    "exporter.collectors.profiling.mig_families")),
+    ("processes", "Processes", ("exporter.collectors.processes.families",)),
+    ("kubernetes", "Kubernetes", ("exporter.collectors.kubernetes.families",)),
 )
 
 TABLE_HEAD = ("| Metric | Type | Unit | Labels | Source | Description |\n"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.jobs.reading import (
@@ -32,21 +31,42 @@ from exporter.collectors.jobs.reading import (
     JobAttributes,
     JobsReading,
 )
-from exporter.collectors.registry import counts_by
+from exporter.collectors.registry import counts_of
+from exporter.families import MINIMAL, Family
 from exporter.sampling.snapshot import Snapshot
 
-__all__ = ["jobs_families"]
+__all__ = ["DECLARED", "jobs_families"]
+
+JOB_INFO = Family(
+    "gpu_hpc_job_info", "info",
+    "Job holding the GPU (one series per job on a shared GPU), or a MIG instance of it "
+    "(gpu_instance, empty for the whole GPU), with its Slurm user, account and partition "
+    "where the prolog recorded them; value 1. Join it into GPU series on gpu and uuid.",
+    ("gpu", "uuid", "hpc_job", "gpu_instance", "hpc_user", "hpc_account", "hpc_partition"),
+    source="mapping files in `--hpc-job-mapping-dir`; `.jobs/<job id>` from the Slurm prolog",
+    profile=MINIMAL,
+    doc="Job holding the GPU (or, with `gpu_instance`, one of its MIG instances; empty for "
+        "the whole GPU), one series per job, with its Slurm user, account and partition "
+        "where the prolog recorded them (empty otherwise); value 1. Join it into GPU series "
+        "on `gpu`, `uuid` (and `instance`).")
+SKIPPED_FILES = Family(
+    "cte_hpc_job_skipped_files_total", "counter",
+    "GPU-to-job mapping files skipped, by reason; counted on every read pass while the file "
+    "is there.", ("reason",), source="exporter",
+    doc="Mapping files skipped, by reason, on every read pass while they are there.")
+IDS_DROPPED = Family(
+    "cte_hpc_job_ids_dropped_total", "counter",
+    "Job ids left out at a cap (per_gpu: past the per-file cap; per_node: past the per-pass "
+    "cap), counted on every read pass while they are there.", ("reason",), source="exporter",
+    doc="Job ids left out at a cap, by cap (`per_gpu`: past 16 in one file; `per_node`: past "
+        "256 in one pass), on every read pass while they are there.")
+
+DECLARED = (JOB_INFO, SKIPPED_FILES, IDS_DROPPED)
 
 
 def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
-    info = InfoMetricFamily("gpu_hpc_job", "Job holding the GPU (one series per job on a "
-                            "shared GPU), or a MIG instance of it (gpu_instance, empty for "
-                            "the whole GPU), with its Slurm user, account and partition where "
-                            "the prolog recorded them; value 1. Join it into GPU series on "
-                            "gpu and uuid.", labels=["gpu", "uuid", "hpc_job", "gpu_instance",
-                                                     "hpc_user", "hpc_account",
-                                                     "hpc_partition"])
+    info = JOB_INFO.info(by=JOB_INFO.labels)
     attributes = getattr(reading, "attributes", {})
     none = JobAttributes()
     rows = [((gpu, -1), jobs) for gpu, jobs in reading.jobs.items()]
@@ -65,11 +85,5 @@ def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     if info.samples:
         yield info
 
-    yield counts_by("cte_hpc_job_skipped_files",
-                    "GPU-to-job mapping files skipped, by reason; counted on every read "
-                    "pass while the file is there.", "reason", SKIP_REASONS,
-                    reading.skipped_total)
-    yield counts_by("cte_hpc_job_ids_dropped",
-                    "Job ids left out at a cap (per_gpu: past the per-file cap; per_node: "
-                    "past the per-pass cap), counted on every read pass while they are "
-                    "there.", "reason", DROP_REASONS, reading.dropped_total)
+    yield counts_of(SKIPPED_FILES, SKIP_REASONS, reading.skipped_total)
+    yield counts_of(IDS_DROPPED, DROP_REASONS, reading.dropped_total)

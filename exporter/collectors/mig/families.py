@@ -10,32 +10,50 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.mig.reading import MigReading
+from exporter.families import MINIMAL, Family
 from exporter.sampling.snapshot import Snapshot
 
-__all__ = ["mig_families"]
+__all__ = ["DECLARED", "INSTANCE_LABELS", "mig_families"]
+
+INSTANCE_LABELS = ("gpu", "uuid", "gpu_instance")  # a MIG GPU instance's series
+_PRESENT = "(present only when a GPU is in MIG mode)"
+
+ENABLED = Family(
+    "gpu_mig_enabled", "gauge", "1 if the GPU is split into MIG instances "
+    "(nvmlDeviceGetMigMode).", ("gpu", "uuid"), source="`nvmlDeviceGetMigMode`",
+    doc="1 if the GPU is split into MIG instances (GPUs that cannot tell are left out).")
+INSTANCE_INFO = Family(
+    "gpu_mig_instance_info", "info",
+    "A MIG device: its UUID (the device id Kubernetes hands out), GPU and compute instance, "
+    "and profile as the device plugin names it; value 1.",
+    ("gpu", "uuid", "mig_uuid", "gpu_instance", "compute_instance", "profile"),
+    source="`nvmlDeviceGetMigDeviceHandleByIndex`, `GetUUID`, `GetGpuInstanceId`, "
+           "`GetComputeInstanceId`, `GetAttributes`", profile=MINIMAL,
+    doc=f"A MIG device; value 1 {_PRESENT}.")
+MEMORY_USED = Family(
+    "gpu_mig_memory_used_bytes", "gauge", "Device memory in use in the MIG GPU instance.",
+    INSTANCE_LABELS, unit="bytes", source="`nvmlDeviceGetMemoryInfo` on the MIG device",
+    doc=f"Device memory in use in the GPU instance {_PRESENT}.")
+MEMORY_TOTAL = Family(
+    "gpu_mig_memory_total_bytes", "gauge", "Device memory of the MIG GPU instance.",
+    INSTANCE_LABELS, unit="bytes", source="`nvmlDeviceGetMemoryInfo` on the MIG device",
+    doc=f"Device memory of the GPU instance {_PRESENT}.")
+
+DECLARED = (ENABLED, INSTANCE_INFO, MEMORY_USED, MEMORY_TOTAL)
 
 
 def mig_families(reading: MigReading, snapshot: Snapshot) -> Iterator[Metric]:
     uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
-    enabled = GaugeMetricFamily("gpu_mig_enabled", "1 if the GPU is split into MIG "
-                                "instances (nvmlDeviceGetMigMode).", labels=["gpu", "uuid"])
+    enabled = ENABLED.gauge()
     for gpu, mode in sorted(reading.mig_mode.items()):
         if gpu in uuids:
             enabled.add_metric([str(gpu), uuids[gpu]], 1.0 if mode else 0.0)
     yield enabled
-    info = InfoMetricFamily("gpu_mig_instance", "A MIG device: its UUID (the device id "
-                            "Kubernetes hands out), GPU and compute instance, and profile "
-                            "as the device plugin names it; value 1.",
-                            labels=["gpu", "uuid", "mig_uuid", "gpu_instance",
-                                    "compute_instance", "profile"])
-    used = GaugeMetricFamily("gpu_mig_memory_used_bytes", "Device memory in use in the "
-                             "MIG GPU instance.", labels=["gpu", "uuid", "gpu_instance"])
-    total = GaugeMetricFamily("gpu_mig_memory_total_bytes", "Device memory of the MIG GPU "
-                              "instance.", labels=["gpu", "uuid", "gpu_instance"])
+    info = INSTANCE_INFO.info(by=INSTANCE_INFO.labels)
+    used, total = MEMORY_USED.gauge(), MEMORY_TOTAL.gauge()
     seen: set[tuple[int, int]] = set()
     for device in reading.devices:
         uuid = uuids.get(device.gpu)

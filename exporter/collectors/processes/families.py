@@ -10,34 +10,63 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.processes.procfs import PROC_ERRORS
 from exporter.collectors.processes.reading import ProcessesReading
-from exporter.collectors.registry import counts_by
+from exporter.collectors.registry import counts_of
+from exporter.families import Family
 from exporter.sampling.snapshot import Snapshot
 
-__all__ = ["IDLE_PID", "processes_families"]
+__all__ = ["DECLARED", "IDLE_PID", "processes_families"]
 
 IDLE_PID = "idle"
-_LABELS = ["gpu", "uuid", "pid"]
+_LABELS = ("gpu", "uuid", "pid")
+_ON = "`--collector.processes` is on"
+
+MEMORY = Family(
+    "gpu_process_memory_used_bytes", "gauge", "Device memory the process holds on the GPU.",
+    _LABELS, unit="bytes", source="`nvmlDeviceGetComputeRunningProcesses`",
+    doc=f"Device memory the process holds (present only when {_ON}).")
+SM = Family(
+    "gpu_process_sm_utilization_ratio", "gauge",
+    "Share of time the process's kernels ran on the GPU's SMs since the previous read (0-1).",
+    _LABELS, unit="ratio", source="`nvmlDeviceGetProcessUtilization`",
+    doc="Share of time the process's kernels ran on the SMs since the previous read (present "
+        f"only when {_ON}, on GPUs not in MIG mode).")
+ENERGY = Family(
+    "gpu_process_energy_joules_total", "counter",
+    "The GPU's energy attributed to the process in proportion to its SM utilization; "
+    'pid="idle" holds the rest.', _LABELS, unit="J", source="sampled power x SM share",
+    doc="The GPU's energy attributed to the process by its SM utilization; `pid=\"idle\"` "
+        f"holds the rest (present only when {_ON}, on GPUs not in MIG mode).")
+INFO = Family(
+    "gpu_process_info", "info",
+    "A GPU process: its command name and container id (from /proc, empty where unreadable) "
+    "and MIG GPU instance (empty on a whole GPU); value 1.",
+    (*_LABELS, "command", "container_id", "gpu_instance"),
+    source="`/proc/PID/comm`, `/proc/PID/cgroup`; NVML's instance id",
+    doc=f"A GPU process; value 1. Empty labels where unknown (present only when {_ON}).")
+DROPPED = Family(
+    "cte_gpu_processes_dropped_total", "counter",
+    "Processes left out at --collector.processes.max, counted on every read they are left "
+    "out.", source="exporter",
+    doc="Processes left out at `--collector.processes.max`, on every read they are left out "
+        f"(present only when {_ON}).")
+PROC_ERRORS_TOTAL = Family(
+    "cte_gpu_process_proc_errors_total", "counter",
+    "New processes whose /proc entry could not be read for gpu_process_info, by reason.",
+    ("reason",), source="exporter",
+    doc="New processes whose `/proc` entry could not be read: `vanished`, `read_error` "
+        f"(present only when {_ON}).")
+
+DECLARED = (MEMORY, SM, ENERGY, INFO, DROPPED, PROC_ERRORS_TOTAL)
 
 
 def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterator[Metric]:
     uuids = {i.index: i.uuid for i in snapshot.identities if i is not None}
-    memory = GaugeMetricFamily("gpu_process_memory_used_bytes", "Device memory the process "
-                               "holds on the GPU.", labels=_LABELS)
-    sm = GaugeMetricFamily("gpu_process_sm_utilization_ratio", "Share of time the "
-                           "process's kernels ran on the GPU's SMs since the previous read "
-                           "(0-1).", labels=_LABELS)
-    energy = CounterMetricFamily("gpu_process_energy_joules", "The GPU's energy attributed "
-                                 "to the process in proportion to its SM utilization; "
-                                 'pid="idle" holds the rest.', labels=_LABELS)
-    info = InfoMetricFamily("gpu_process", "A GPU process: its command name and container "
-                            "id (from /proc, empty where unreadable) and MIG GPU instance "
-                            "(empty on a whole GPU); value 1.",
-                            labels=[*_LABELS, "command", "container_id", "gpu_instance"])
+    memory, sm, energy = MEMORY.gauge(), SM.gauge(), ENERGY.counter()
+    info = INFO.info(by=INFO.labels)
     for process in reading.processes:
         uuid = uuids.get(process.gpu)
         if uuid is None:
@@ -60,9 +89,5 @@ def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterato
     for family in (memory, sm, energy, info):
         if family.samples:
             yield family
-    yield CounterMetricFamily("cte_gpu_processes_dropped", "Processes left out at "
-                              "--collector.processes.max, counted on every read they are "
-                              "left out.", value=reading.dropped_total)
-    yield counts_by("cte_gpu_process_proc_errors", "New processes whose /proc entry could not "
-                    "be read for gpu_process_info, by reason.", "reason", PROC_ERRORS,
-                    reading.proc_errors_total)
+    yield DROPPED.counter(reading.dropped_total)
+    yield counts_of(PROC_ERRORS_TOTAL, PROC_ERRORS, reading.proc_errors_total)

@@ -1,11 +1,5 @@
-"""Profiling reading -> Prometheus metric families (``gpu_profiling_*``, the GPM ratios,
-and per MIG GPU instance ``gpu_mig_*_ratio`` and ``gpu_mig_energy_joules_total``).
-
-A MIG instance's activity is in ``gpu_mig_*`` twins of the whole-GPU families, labelled
-``gpu, uuid, gpu_instance`` as ``gpu_mig_memory_*`` are, rather than in the same families
-with a ``gpu_instance`` label: an instance's ratio is a share of its own SMs, not of the
-GPU, and a family that mixed both would make every ``avg``/``max by (gpu)`` over the
-whole-GPU families (the straggler and compute rules) count instances as GPUs.
+"""Profiling reading -> Prometheus metric families (``gpu_profiling_*`` and the GPM ratios
+of whole GPUs; those of MIG GPU instances are in mig_families).
 """
 
 from __future__ import annotations
@@ -13,25 +7,83 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.profiling.mig import IDLE_INSTANCE
+from exporter.collectors.profiling.mig_families import mig_profiling_families
 from exporter.collectors.profiling.reading import ProfilingReading
+from exporter.families import MINIMAL, STANDARD, Family
 from exporter.gpu import gpm
+
+__all__ = ["DECLARED", "profiling_families"]
+
+_GPU = ("gpu", "uuid")
+_PRESENT = " (present only when GPM is supported, from one interval after start)"
+
+SUPPORTED = Family(
+    "gpu_profiling_supported", "gauge",
+    "1 where the GPU gives GPM profiling metrics; 0 with the reason where not "
+    "(unsupported_device: before Hopper; unsupported_driver; no_permission: e.g. MIG mode; "
+    "error).", (*_GPU, "reason"), source="`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleGet`",
+    doc="1 with `reason=\"supported\"` where the GPU gives GPM metrics; 0 where not, with the "
+        "reason: `unsupported_device` (before Hopper), `unsupported_driver` (no GPM symbols "
+        "in the driver or bindings), `no_permission` (e.g. MIG mode without administrator "
+        "rights), `error` (another error; asked again).")
+WINDOW = Family(
+    "gpu_profiling_window_seconds", "gauge",
+    "Time the profiling ratios are averaged over (between the two GPM samples).", _GPU,
+    unit="s", source="sampler",
+    doc="Time the profiling ratios average over: between their two GPM samples "
+        f"(`--collector.profiling.interval`).{_PRESENT}")
+
+# GPM key -> (its NVML_GPM_METRIC_ constant, profile, the docs' description)
+_DOCS = {
+    "graphics_engine_active_ratio": (
+        "GRAPHICS_UTIL", STANDARD, "Share of time the graphics/compute engine had work: any "
+        "kernel resident, busy-waiting in a collective included. The closest to "
+        "`gpu_utilization_ratio`, but averaged over the whole interval rather than sampled."),
+    "sm_active_ratio": (
+        "SM_UTIL", MINIMAL, "Share of time an SM had at least one warp resident, averaged "
+        "over all SMs: a kernel on a few SMs (NCCL) reads low here while "
+        "`gpu_utilization_ratio` reads 100 %."),
+    "sm_occupancy_ratio": (
+        "SM_OCCUPANCY", STANDARD, "Resident warps as a share of the SMs' maximum, averaged "
+        "over time and SMs. Low occupancy is normal for large matmuls (few, heavy warps)."),
+    "tensor_active_ratio": (
+        "ANY_TENSOR_UTIL", MINIMAL, "Share of time the tensor pipes were busy (any "
+        "precision), averaged over SMs: the compute share of a training job."),
+    "dram_active_ratio": (
+        "DRAM_BW_UTIL", STANDARD,
+        "Device-memory bandwidth in use as a share of the maximum."),
+    "fp64_active_ratio": (
+        "FP64_UTIL", STANDARD,
+        "Share of time the FP64 (non-tensor) pipes were busy, averaged over SMs."),
+    "fp32_active_ratio": (
+        "FP32_UTIL", STANDARD,
+        "Share of time the FP32 (non-tensor) pipes were busy, averaged over SMs."),
+    "fp16_active_ratio": (
+        "FP16_UTIL", STANDARD,
+        "Share of time the FP16 (non-tensor) pipes were busy, averaged over SMs."),
+}
+
+
+def _ratio(metric: gpm.GpmMetric) -> Family:
+    constant, profile, doc = _DOCS[metric.key]
+    return Family(metric.metric, "gauge", metric.help, _GPU, unit="ratio",
+                  source=f"`nvmlGpmMetricsGet(NVML_GPM_METRIC_{constant})`", profile=profile,
+                  doc=doc + _PRESENT)
+
+
+#: GPM key -> the family of its ratio (name and help from gpm.METRICS)
+RATIOS: dict[str, Family] = {m.key: _ratio(m) for m in gpm.METRICS}
+
+DECLARED = (SUPPORTED, WINDOW, *RATIOS.values())
 
 
 def profiling_families(reading: ProfilingReading, snapshot: Any) -> Iterator[Metric]:
     labels = {i.index: [str(i.index), i.uuid] for i in snapshot.identities if i is not None}
-    supported = GaugeMetricFamily(
-        "gpu_profiling_supported", "1 where the GPU gives GPM profiling metrics; 0 with the "
-        "reason where not (unsupported_device: before Hopper; unsupported_driver; "
-        "no_permission: e.g. MIG mode; error).", labels=["gpu", "uuid", "reason"])
-    window = GaugeMetricFamily(
-        "gpu_profiling_window_seconds", "Time the profiling ratios are averaged over (between "
-        "the two GPM samples).", labels=["gpu", "uuid"])
-    ratios = {m.key: GaugeMetricFamily(m.metric, m.help, labels=["gpu", "uuid"])
-              for m in gpm.METRICS}
+    supported, window = SUPPORTED.gauge(), WINDOW.gauge()
+    ratios: dict[str, GaugeMetricFamily] = {k: f.gauge() for k, f in RATIOS.items()}
     for gpu, profile in sorted(reading.gpus.items()):
         if gpu not in labels or not snapshot.up(gpu):  # lost or hung: no stale series
             continue
@@ -47,35 +99,3 @@ def profiling_families(reading: ProfilingReading, snapshot: Any) -> Iterator[Met
     yield window
     yield from ratios.values()
     yield from mig_profiling_families(reading, snapshot, labels)
-
-
-_MIG_LABELS = ["gpu", "uuid", "gpu_instance"]
-
-
-def mig_profiling_families(reading: ProfilingReading, snapshot: Any,
-                           labels: dict[int, list[str]]) -> Iterator[Metric]:
-    ratios = {m.key: GaugeMetricFamily(
-        "gpu_mig_" + m.metric.removeprefix("gpu_"),
-        m.help.replace(", from GPM", " of the MIG GPU instance, from GPM"),
-        labels=_MIG_LABELS) for m in gpm.MIG_METRICS}
-    for (gpu, gi), interval in sorted(reading.instances.items()):
-        if gpu in labels and snapshot.up(gpu):
-            for key, value in interval.values.items():
-                if key in ratios:
-                    ratios[key].add_metric([*labels[gpu], str(gi)], value)
-    energy = CounterMetricFamily(
-        "gpu_mig_energy_joules", "The GPU's sampled energy split between its MIG GPU "
-        "instances by activity (slices / 7 x SM activity); gpu_instance=\"idle\" holds the "
-        "rest, so the parts add up to the GPU's energy since the split began.",
-        labels=_MIG_LABELS)
-    for gpu, split in sorted(reading.mig_energy.items()):
-        if gpu not in labels or not snapshot.up(gpu):
-            continue
-        for gi, joules in sorted(split.instances.items()):
-            energy.add_metric([*labels[gpu], str(gi)], joules)
-        energy.add_metric([*labels[gpu], IDLE_INSTANCE], split.idle)
-    for family in (*ratios.values(), energy):
-        if family.samples:
-            yield family
-
-
