@@ -32,9 +32,14 @@ TABLE = REPO / "exporter" / "metrics" / "family_table.py"
 # (marker key, the heading it is under, the declaring modules in the table's order):
 # doc layout, not family metadata. A migrated module joins its heading's entry here.
 SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("health", "Health verdict", ("exporter.metrics.health",)),
+    ("history", "History (state directory)", ("exporter.history.families",)),
     ("profiling", "Profiling (GPM): compute or wait",
      ("exporter.collectors.profiling.families",)),
+    ("power", "Power and swings", ("exporter.metrics.power",)),
+    ("stragglers", "Stragglers and stalls", ("exporter.metrics.stragglers",)),
     ("self", "Exporter self-metrics", ("exporter.metrics.self_metrics",)),
+    ("serving", "Serving: HTTP connections, config reloads, TLS", ("exporter.web.families",)),
     ("infiniband", "InfiniBand / RoCE", ("exporter.collectors.infiniband.families",)),
     ("host", "Host", ("exporter.collectors.host.families",)),
     ("jobs", "Jobs", ("exporter.collectors.jobs.families",)),

@@ -10,22 +10,89 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.families import MINIMAL, Family
 from exporter.history.episodes import NODE
 from exporter.history.recorder import KEEP_SECONDS, WINDOW_SECONDS, History
+
+_KEPT = " (present only when a state directory is kept)"
+
+GPU_EPISODES = Family(
+    "gpu_episodes", "gauge",
+    "Fault episodes of the GPU that started within the window (1d, 7d, 28d), by kind; from "
+    "the node's stored history, so past restarts and Prometheus' retention. Absent: 0.",
+    ("gpu", "uuid", "kind", "window"), source="state directory", profile=MINIMAL,
+    doc="Fault episodes of the GPU that started within the window (`1d`, `7d`, `28d`), by "
+        "kind: history past restarts and Prometheus' retention. (present only when a state "
+        "directory is kept and the GPU had an episode in 28 days)")
+NODE_EPISODES = Family(
+    "gpu_node_episodes", "gauge",
+    "Fault episodes on the node (its GPUs' and its own: InfiniBand ports, ...) that started "
+    "within the window, by kind. Absent: 0.", ("kind", "window"), source="state directory",
+    profile=MINIMAL,
+    doc="Fault episodes on the node that started within the window: its GPUs' (also GPUs "
+        "since replaced) and its own kinds (`ib_link_down`, `ib_degraded`, ...). (present "
+        "only when a state directory is kept and the node had an episode in 28 days)")
+HISTORY_START = Family(
+    "gpu_node_history_start_timestamp_seconds", "gauge",
+    "When the node's stored history begins (the state directory was first used): the time "
+    "its episode counts are exposed over.", unit="s", source="state directory",
+    profile=MINIMAL,
+    doc="When the node's stored history begins (the state directory was first used): the "
+        "time its episodes are counted over, the exposure." + _KEPT)
+REPLACEMENTS = Family(
+    "gpu_node_gpu_replacements_total", "counter",
+    "GPUs found replaced in their slot (another serial number at the same PCI address).",
+    source="state directory",
+    doc="GPUs found replaced in their slot: another serial number at the same PCI address; "
+        "continues across restarts." + _KEPT)
+TRANSACTIONS = Family(
+    "cte_history_transactions_total", "counter",
+    "Transactions written to the state directory's store.", source="state directory",
+    doc="Transactions written (at most one every 5 s, none when nothing happened)." + _KEPT)
+WRITE_FAILURES = Family(
+    "cte_history_write_failures_total", "counter",
+    "Writes to the store that failed (a full or read-only disk); what they held is kept in "
+    "memory and written later.", source="state directory",
+    doc="Writes that failed (a full or read-only disk); what they held stays in memory and "
+        "is written once a write succeeds." + _KEPT)
+DROPPED = Family(
+    "cte_history_dropped_episodes_total", "counter",
+    "Episodes dropped from memory while writes kept failing.", source="state directory",
+    doc="Episodes dropped from memory while writes kept failing (past 10,000 waiting)."
+        + _KEPT)
+RESETS = Family(
+    "cte_history_state_resets_total", "counter",
+    "Store files moved aside at start (corrupt, unreadable, or from the future), each "
+    "replaced by a fresh one.", ("reason",), source="state directory",
+    doc="Store files moved aside at start and replaced by a fresh one: `corrupt`, "
+        "`unreadable`, `future` (a newer schema, or dated more than a day ahead)." + _KEPT)
+XID_DUPLICATES = Family(
+    "cte_history_xid_duplicates_total", "counter",
+    "XIDs seen both by NVML's events and in the kernel log, counted once.",
+    source="state directory",
+    doc="XIDs seen both by NVML's events and in the kernel log within 30 s, counted once."
+        + _KEPT)
+KMSG_XIDS = Family(
+    "cte_kmsg_xids_total", "counter", "XID lines read from the kernel log.",
+    source="`/dev/kmsg`",
+    doc="XID lines the driver wrote to the kernel log, read since start." + _KEPT)
+KMSG_READABLE = Family(
+    "cte_kmsg_readable", "gauge",
+    "1 if the kernel log (/dev/kmsg) can be read for XIDs, 0 if not (no CAP_SYSLOG under "
+    "kernel.dmesg_restrict).", source="`/dev/kmsg`",
+    doc="1 if the kernel log can be read for XIDs; 0 if not (no `CAP_SYSLOG` under "
+        "`kernel.dmesg_restrict=1`: `/readyz` says degraded)." + _KEPT)
+
+DECLARED = (GPU_EPISODES, NODE_EPISODES, HISTORY_START, REPLACEMENTS, TRANSACTIONS,
+            WRITE_FAILURES, DROPPED, RESETS, XID_DUPLICATES, KMSG_XIDS, KMSG_READABLE)
 
 
 def history_families(history: History, now: float) -> Iterator[Metric]:
     episodes = history.episodes_since(now - KEEP_SECONDS)
-    gpu = GaugeMetricFamily("gpu_episodes", "Fault episodes of the GPU that started within "
-                            "the window (1d, 7d, 28d), by kind; from the node's stored history, "
-                            "so past restarts and Prometheus' retention. Absent: 0.",
-                            labels=["gpu", "uuid", "kind", "window"])
-    node = GaugeMetricFamily("gpu_node_episodes", "Fault episodes on the node (its GPUs' and "
-                             "its own: InfiniBand ports, ...) that started within the window, "
-                             "by kind. Absent: 0.", labels=["kind", "window"])
+    gpu = GPU_EPISODES.gauge()
+    node = NODE_EPISODES.gauge()
     per_gpu: Counter = Counter()
     per_node: Counter = Counter()
     for e in episodes:
@@ -44,31 +111,16 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
     yield gpu
     yield node
     stats = history.stats()
-    yield GaugeMetricFamily("gpu_node_history_start_timestamp_seconds", "When the node's "
-                            "stored history begins (the state directory was first used): the "
-                            "time its episode counts are exposed over.", value=stats.created)
-    yield CounterMetricFamily("gpu_node_gpu_replacements", "GPUs found replaced in their slot "
-                              "(another serial number at the same PCI address).",
-                              value=stats.replacements)
-    yield CounterMetricFamily("cte_history_transactions", "Transactions written to the state "
-                              "directory's store.", value=stats.transactions)
-    yield CounterMetricFamily("cte_history_write_failures", "Writes to the store that failed "
-                              "(a full or read-only disk); what they held is kept in memory and "
-                              "written later.", value=stats.write_failures)
-    yield CounterMetricFamily("cte_history_dropped_episodes", "Episodes dropped from memory "
-                              "while writes kept failing.", value=stats.dropped)
-    resets = CounterMetricFamily("cte_history_state_resets", "Store files moved aside at start "
-                                 "(corrupt, unreadable, or from the future), each replaced by "
-                                 "a fresh one.", labels=["reason"])
+    yield HISTORY_START.gauge(stats.created)
+    yield REPLACEMENTS.counter(stats.replacements)
+    yield TRANSACTIONS.counter(stats.transactions)
+    yield WRITE_FAILURES.counter(stats.write_failures)
+    yield DROPPED.counter(stats.dropped)
+    resets = RESETS.counter()
     for reason in ("corrupt", "unreadable", "future"):
         resets.add_metric([reason], stats.resets.get(reason, 0))
     yield resets
-    yield CounterMetricFamily("cte_history_xid_duplicates", "XIDs seen both by NVML's events "
-                              "and in the kernel log, counted once.", value=stats.duplicates)
-    yield CounterMetricFamily("cte_kmsg_xids", "XID lines read from the kernel log.",
-                              value=stats.kmsg_xids)
+    yield XID_DUPLICATES.counter(stats.duplicates)
+    yield KMSG_XIDS.counter(stats.kmsg_xids)
     if history.reader.path:  # not when the log is turned off
-        yield GaugeMetricFamily("cte_kmsg_readable", "1 if the kernel log (/dev/kmsg) can be read "
-                                "for XIDs, 0 if not (no CAP_SYSLOG under "
-                                "kernel.dmesg_restrict).",
-                                value=0.0 if stats.kmsg_readable is False else 1.0)
+        yield KMSG_READABLE.gauge(0.0 if stats.kmsg_readable is False else 1.0)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.families import FULL, MINIMAL, Family
 from exporter.health.model import STATES, NodeHealth
 from exporter.metrics.gpu import GPU_LABELS
 from exporter.sampling.snapshot import Snapshot
@@ -24,6 +24,43 @@ ACTION_HELP = ("The action the {whose} verdict asks for (none, restart_applicati
                "reset_gpu, reboot_node, drain_and_service), value 1, with the reasons in "
                "one line.")
 
+STATE = Family(
+    "gpu_health_state", "gauge", STATE_HELP.format(whose="GPU's"), (*GPU_LABELS, "state"),
+    source="health checks", profile=MINIMAL,
+    doc="1 on the GPU's state, 0 on the other four: the worst of its checks.")
+ACTION = Family(
+    "gpu_health_action", "gauge", ACTION_HELP.format(whose="GPU's"),
+    (*GPU_LABELS, "action", "reason"), source="health checks", profile=MINIMAL,
+    doc="Value 1: the action the GPU's verdict asks for (the strongest of its warning and "
+        "failed checks) and the reasons in one line.")
+CHECK_STATE = Family(
+    "gpu_health_check_state", "gauge",
+    "1 on each check's state, 0 on the others (docs/health.md lists the checks).",
+    (*GPU_LABELS, "check", "state"), source="health checks", profile=FULL,
+    doc="1 on each check's state, 0 on the others (`full` only).")
+NODE_STATE = Family(
+    "gpu_node_health_state", "gauge", STATE_HELP.format(whose="node's"), ("state",),
+    source="health checks", profile=MINIMAL,
+    doc="1 on the node's state: its worst GPU's and its own checks' (`gpu_count`, "
+        "`nvlink_fabric`, `infiniband_ports`).")
+NODE_ACTION = Family(
+    "gpu_node_health_action", "gauge",
+    ACTION_HELP.format(whose="node's") + " The node's verdict is its worst GPU's and its "
+    "own checks'.", ("action", "reason"), source="health checks", profile=MINIMAL,
+    doc="Value 1: the node's action and reasons (each GPU's named `GPU N: ...`).")
+NODE_CHECK_STATE = Family(
+    "gpu_node_health_check_state", "gauge", "1 on each node check's state, 0 on the others.",
+    ("check", "state"), source="health checks")
+CHECK_ERRORS = Family(
+    "cte_health_check_errors_total", "counter",
+    "Times a health check raised instead of judging (it reads unknown then).", ("check",),
+    source="exporter",
+    doc="Times a check raised instead of judging; it reads `unknown` then, and the other "
+        "checks go on.")
+
+DECLARED = (STATE, ACTION, CHECK_STATE, NODE_STATE, NODE_ACTION, NODE_CHECK_STATE,
+            CHECK_ERRORS)
+
 
 def _gpu_labels(snapshot: Snapshot, gpu: int) -> list[str]:
     ident = snapshot.identities[gpu] if gpu < len(snapshot.identities) else None
@@ -31,13 +68,7 @@ def _gpu_labels(snapshot: Snapshot, gpu: int) -> list[str]:
 
 
 def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]:
-    state = GaugeMetricFamily("gpu_health_state", STATE_HELP.format(whose="GPU's"),
-                              labels=[*GPU_LABELS, "state"])
-    action = GaugeMetricFamily("gpu_health_action", ACTION_HELP.format(whose="GPU's"),
-                               labels=[*GPU_LABELS, "action", "reason"])
-    check = GaugeMetricFamily("gpu_health_check_state",
-                              "1 on each check's state, 0 on the others (docs/health.md "
-                              "lists the checks).", labels=[*GPU_LABELS, "check", "state"])
+    state, action, check = STATE.gauge(), ACTION.gauge(), CHECK_STATE.gauge()
     for gpu, v in sorted(health.gpus.items()):
         labels = _gpu_labels(snapshot, gpu)
         for name in STATES:
@@ -49,24 +80,16 @@ def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]
                                  1.0 if result.state == name else 0.0)
     yield from (state, action, check)
     node = health.node
-    node_state = GaugeMetricFamily("gpu_node_health_state", STATE_HELP.format(whose="node's"),
-                                   labels=["state"])
+    node_state = NODE_STATE.gauge()
     for name in STATES:
         node_state.add_metric([name], 1.0 if node.state == name else 0.0)
-    node_action = GaugeMetricFamily("gpu_node_health_action",
-                                    ACTION_HELP.format(whose="node's") + " The node's "
-                                    "verdict is its worst GPU's and its own checks'.",
-                                    labels=["action", "reason"])
+    node_action = NODE_ACTION.gauge()
     node_action.add_metric([node.action, node.reasons], 1.0)
-    node_check = GaugeMetricFamily("gpu_node_health_check_state",
-                                   "1 on each node check's state, 0 on the others.",
-                                   labels=["check", "state"])
+    node_check = NODE_CHECK_STATE.gauge()
     for result in node.checks:
         for name in STATES:
             node_check.add_metric([result.name, name], 1.0 if result.state == name else 0.0)
-    errors = CounterMetricFamily("cte_health_check_errors",
-                                 "Times a health check raised instead of judging (it reads "
-                                 "unknown then).", labels=["check"])
+    errors = CHECK_ERRORS.counter()
     for name, count in health.check_errors:
         errors.add_metric([name], count)
     yield from (node_state, node_action, node_check, errors)
