@@ -19,13 +19,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporter.analysis.lemons import (  # noqa: E402
-    GROUP_OF,
-    GROUPS,
-    MIN_EXPOSURE_DAYS,
-    WINDOWS,
-    Model,
-)
+from exporter.analysis.lemons import WINDOWS, Model  # noqa: E402
 from exporter.events import Event  # noqa: E402
 from exporter.offline.lemons import rank  # noqa: E402
 
@@ -40,130 +34,74 @@ def _f(x: float) -> str:
     return repr(float(x))
 
 
-def _kinds(group: str) -> str:
-    return "|".join(GROUPS[group])
+def _regex(kinds) -> str:
+    return "|".join(kinds)
 
 
-def _decayed(metric: str, by: str, group: str, model: Model) -> str:
-    terms = [f'{_f(c)} * {metric}{{window="{w}", kind=~"{_kinds(group)}"}}'
+def _decayed(metric: str, by: str, model: Model) -> str:
+    """Each member's episodes per weighed kind, weighed by age (window coefficients)."""
+    terms = [f'{_f(c)} * {metric}{{window="{w}", kind=~"{_regex(model.kinds)}"}}'
              for w, c in model.window_coefficients().items()]
+    return f"sum by ({by}, kind) (\n  " + "\n  or ".join(terms) + "\n)"
+
+
+def _excitation(decayed: str, by: str, model: Model) -> str:
+    """The weighed sum over the kinds (kinds of one weight share a term)."""
+    by_weight: dict[float, list[str]] = {}
+    for kind in model.kinds:
+        by_weight.setdefault(model.weight(kind), []).append(kind)
+    terms = [f'{_f(w)} * {decayed}{{kind{"=~" if len(kinds) > 1 else "="}"{_regex(kinds)}"}}'
+             for w, kinds in sorted(by_weight.items(), reverse=True)]
     return f"sum by ({by}) (\n  " + "\n  or ".join(terms) + "\n)"
 
 
-def _exposure(model: Model) -> str:
-    days = f"(time() - {'gpu_node_history_start_timestamp_seconds'}) / {DAY}"
-    parts, lo = [], 0.0
-    for w, (_, hi) in zip(model.segment_weights(), WINDOWS, strict=True):
-        parts.append(f"{_f(w)} * clamp({days} - {lo:g}, 0, {hi - lo:g})")
-        lo = hi
-    floor = MIN_EXPOSURE_DAYS * model.segment_weights()[0]
-    return f"sum by ({NODE}) (\n  clamp_min(\n    " + "\n    + ".join(parts) + \
-        f",\n    {_f(floor)}\n  )\n)"
-
-
 def node_rules(model: Model) -> dict:
-    rules: list[dict] = [{"record": "instance:gpu_node_lemon_exposure_days:decayed",
-                          "expr": _exposure(model)},
-                         {"record": "instance_gpu:gpu_lemon_exposure_days:decayed",
-                          "expr": f"sum by ({GPU}) (0 * gpu_up)\n"
-                          f"+ on ({NODE}) group_left ()\n"
-                          "instance:gpu_node_lemon_exposure_days:decayed"}]
-    for g in GROUPS:
-        rules.append({"record": "instance_group:gpu_node_episodes:decayed",
-                      "expr": _decayed("gpu_node_episodes", NODE, g, model),
-                      "labels": {"group": g}})
-    for g in GROUPS:
-        rules.append({"record": "instance_gpu_group:gpu_episodes:decayed",
-                      "expr": _decayed("gpu_episodes", GPU, g, model), "labels": {"group": g}})
+    nk, gk = "instance_kind:gpu_node_episodes:decayed", "instance_gpu_kind:gpu_episodes:decayed"
+    rules = [{"record": nk, "expr": _decayed("gpu_node_episodes", NODE, model)},
+             {"record": "instance:gpu_node_lemon_excitation:sum",
+              "expr": _excitation(nk, NODE, model)},
+             {"record": gk, "expr": _decayed("gpu_episodes", GPU, model)},
+             {"record": "instance_gpu:gpu_lemon_excitation:sum",
+              "expr": _excitation(gk, GPU, model)}]
     return {"groups": [{"name": "cte-lemon-node", "rules": rules}]}
 
 
-def _at_least(raw: str, c: str, model: Model) -> str:
-    """raw, floored at the spread floor x mu^2 (at 0 where the model has no floor)."""
-    if model.spread_floor <= 0:
-        return f"clamp_min(\n  {raw},\n  0\n)"
-    floor = f"{_f(model.spread_floor)} * {c}:mean ^ 2"
-    return f"(\n  {raw}\n  > {floor}\n)\nor {floor}"
+# the members of the fleet: every node that keeps a history, and its GPUs; quiet ones at 0
+FLEET_NODES = "gpu_node_history_start_timestamp_seconds"
+FLEET_GPUS = f"(gpu_up and on ({NODE}) {FLEET_NODES})"
 
 
-def _fleet(level: str, by: str, counts: str, exposure: str, model: Model) -> list[dict]:
-    """The moments fit of each group's gamma prior over the cluster's members."""
-    c = f"cluster_group:{level}_lemon_rate"
-    raw = (f"(\n"
-           f"    cluster_group:{level}_lemon_episodes:sum_squares_per_exposure\n"
-           f"    - {c}:mean * cluster_group:{level}_lemon_episodes:sum\n"
-           f"    - {c}:mean * on (cluster) group_left () (cluster:{level}_lemon_members:count - 1)\n"
-           f"  )\n  / on (cluster) group_left () (\n"
-           f"    cluster:{level}_lemon_exposure_days:sum\n"
-           f"    - cluster:{level}_lemon_exposure_days:sum_squares"
-           f" / cluster:{level}_lemon_exposure_days:sum\n"
-           f"  )")
+def _fleet(level: str, by: str, members: str) -> list[dict]:
+    """The cluster's members, their mean excitation, each member's score and the gate."""
+    name = "instance" if level == "gpu_node" else "instance_gpu"
+    excitation = f"{name}:{level}_lemon_excitation:sum"
+    score = f"{name}:{level}_lemon_score:ratio"
     return [
-        {"record": f"cluster:{level}_lemon_members:count", "expr": f"count by (cluster) ({exposure})"},
-        {"record": f"cluster:{level}_lemon_exposure_days:sum", "expr": f"sum by (cluster) ({exposure})"},
-        {"record": f"cluster:{level}_lemon_exposure_days:sum_squares",
-         "expr": f"sum by (cluster) ({exposure} ^ 2)"},
-        {"record": f"cluster_group:{level}_lemon_episodes:sum",
-         "expr": f"sum by (cluster, group) ({counts})"},
-        {"record": f"cluster_group:{level}_lemon_episodes:sum_squares_per_exposure",
-         "expr": f"sum by (cluster, group) (\n  {counts} ^ 2\n"
-                 f"  / on ({by}) group_left () {exposure}\n)"},
-        {"record": f"{c}:mean",
-         "expr": f"cluster_group:{level}_lemon_episodes:sum\n"
-                 f"/ on (cluster) group_left () cluster:{level}_lemon_exposure_days:sum"},
-        # var = (S - (N - 1) mu) / (sum E - sum E^2 / sum E), S = sum n^2/E - mu sum n,
-        # at least the spread floor x mu^2
-        {"record": f"{c}:var", "expr": _at_least(raw, c, model)},
+        {"record": f"cluster:{level}_lemon_members:count",
+         "expr": f"count by (cluster) ({members})"},
+        {"record": f"cluster:{level}_lemon_excitation:mean",
+         "expr": f"sum by (cluster) ({excitation})\n"
+                 f"/ on (cluster) cluster:{level}_lemon_members:count"},
+        {"record": score,
+         "expr": f"{excitation}\n/ on (cluster) group_left ()\n"
+                 f"(cluster:{level}_lemon_excitation:mean > 0)\n> 0"},
+        {"record": f"cluster:{level}_lemon_score:budget",
+         "expr": f"quantile by (cluster) (\n  {BUDGET},\n"
+                 f"  {score} or on ({by}) 0 * {members}\n)"},
     ]
 
 
-def _posterior(level: str, by: str, counts: str, exposure: str, group: str) -> dict:
-    """(mu^2 + var n) / (mu + var E): the gamma-Poisson posterior mean rate of each member."""
-    c = f"cluster_group:{level}_lemon_rate"
-    n = (f"(\n    sum by ({by}) ({counts}{{group=\"{group}\"}})\n"
-         f"    or on ({by}) 0 * {exposure}\n  )")
-    mean = f'({c}:mean{{group="{group}"}} > 0)'
-    var = f'{c}:var{{group="{group}"}}'
-    return {"record": f"{'instance' if level == 'gpu_node' else 'instance_gpu'}_group:"
-                      f"{level}_lemon_rate:posterior",
-            "expr": f"(\n  {n} * on (cluster) group_left () {var}\n"
-                    f"  + on (cluster) group_left () {mean} ^ 2\n)\n/ (\n"
-                    f"  {exposure} * on (cluster) group_left () {var}\n"
-                    f"  + on (cluster) group_left () {mean}\n)",
-            "labels": {"group": group}}
-
-
-def _weighted(series: str, model: Model) -> str:
-    """series per scored group times the group's weight, as one vector (group label kept)."""
-    return "\n  or ".join(f'{_f(model.weight(g))} * {series}{{group="{g}"}}' for g in model.groups)
-
-
-def _score(level: str, by: str, counts: str, model: Model) -> dict:
-    groups = "|".join(model.groups)
-    name = "instance" if level == "gpu_node" else "instance_gpu"
-    return {"record": f"{name}:{level}_lemon_score:ratio",
-            "expr": f"sum by ({by}) (\n  {_weighted(f'{name}_group:{level}_lemon_rate:posterior', model)}\n)\n"
-                    f"/ on (cluster) group_left ()\n"
-                    f"sum by (cluster) (\n  {_weighted(f'cluster_group:{level}_lemon_rate:mean', model)}\n)\n"
-                    f"and on ({by})\n"
-                    f"sum by ({by}) ({counts}{{group=~\"{groups}\"}}) > 0"}
-
-
-def _gate(level: str, by: str, exposure: str) -> dict:
-    name = "instance" if level == "gpu_node" else "instance_gpu"
-    return {"record": f"cluster:{level}_lemon_score:budget",
-            "expr": f"quantile by (cluster) (\n  {BUDGET},\n"
-                    f"  {name}:{level}_lemon_score:ratio or on ({by}) 0 * {exposure}\n)"}
+WHAT = ("the cluster's average (the lemon score: its episodes of the last 28 days, each kind "
+        "weighed by the hardware faults that followed it in a real fleet, against the "
+        "cluster's members; among the top 1 % of them). Episodes: ")
 
 
 def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
            model: Model) -> dict:
     score = f"{'instance' if level == 'gpu_node' else 'instance_gpu'}:{level}_lemon_score:ratio"
-    # the episodes of the kinds the score weighs
-    scored = "|".join(k for g in model.groups for k in GROUPS[g])
     reasons = ("{{ range printf `sort_desc(" + episodes + "{" + match +
-               ", window=\"28d\", kind=~\"" + scored + "\"})` " + ("$labels.instance" if level == "gpu_node"
-                                          else "$labels.instance $labels.gpu") +
+               ", window=\"28d\", kind=~\"" + _regex(model.kinds) + "\"})` " +
+               ("$labels.instance" if level == "gpu_node" else "$labels.instance $labels.gpu") +
                " | query }}{{ .Labels.kind }} {{ .Value }} in 28 d; {{ end }}")
     return {
         "alert": name,
@@ -172,32 +110,25 @@ def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
         "for": "15m",
         "labels": {"severity": "warning"},
         "annotations": {
-            "summary": f"{what} is a lemon: it fails {{{{ $value | printf \"%.1f\" }}}}x as "
-                       "often as its fleet",
-            "description": f"{what} fails {{{{ $value | printf \"%.1f\" }}}} times as often as "
-                           "the cluster's average (the lemon score: its episodes of the last 28 days "
-                           "against the fleet's rate per kind group, among the top 1 % of the "
-                           f"cluster). Episodes: {reasons}",
+            "summary": f"{what} is a lemon: {{{{ $value | printf \"%.1f\" }}}}x its fleet's "
+                       "expected hardware faults",
+            "description": f"{what} is expected to fail {{{{ $value | printf \"%.1f\" }}}} times "
+                           "as often as " + WHAT + reasons,
             "runbook_url": RUNBOOK + name.lower(),
         },
     }
 
 
 def global_rules(model: Model) -> dict:
-    ne, ge = "instance:gpu_node_lemon_exposure_days:decayed", "instance_gpu:gpu_lemon_exposure_days:decayed"
-    nc, gc = "instance_group:gpu_node_episodes:decayed", "instance_gpu_group:gpu_episodes:decayed"
-    node = (_fleet("gpu_node", NODE, nc, ne, model) + [_posterior("gpu_node", NODE, nc, ne, g) for g in GROUPS]
-            + [_score("gpu_node", NODE, nc, model), _gate("gpu_node", NODE, ne)])
-    gpu = (_fleet("gpu", GPU, gc, ge, model) + [_posterior("gpu", GPU, gc, ge, g) for g in GROUPS]
-           + [_score("gpu", GPU, gc, model), _gate("gpu", GPU, ge)])
     alerts = [
         _alert("GpuNodeLemon", "gpu_node", NODE, "Node {{ $labels.instance }}",
                "gpu_node_episodes", "instance=%q", model),
         _alert("GpuLemon", "gpu", GPU, "GPU {{ $labels.gpu }} on {{ $labels.instance }}",
                "gpu_episodes", "instance=%q, gpu=%q", model),
     ]
-    return {"groups": [{"name": "cte-lemon-node-fleet", "rules": node},
-                       {"name": "cte-lemon-gpu-fleet", "rules": gpu},
+    return {"groups": [{"name": "cte-lemon-node-fleet",
+                        "rules": _fleet("gpu_node", NODE, FLEET_NODES)},
+                       {"name": "cte-lemon-gpu-fleet", "rules": _fleet("gpu", GPU, FLEET_GPUS)},
                        {"name": "cte-lemon-alerts", "rules": alerts}]}
 
 
@@ -207,7 +138,8 @@ T = 1800.0  # promtool's clock at the evaluation below (30m)
 NODES = 100
 GPUS = 2
 INSTANCE = "node-{:02d}:9955"
-# node -> (age in days, kind, gpu); a young node (history 3 days) and zero-valued windows too
+# node -> (age in days, kind, gpu); zero-valued windows too (node 3), a kind the score
+# weighs 0 (xid), a young node (its history began 3 days ago: it counts in the fleet the same)
 FLEET: dict[int, list[tuple[float, str, str | None]]] = {
     3: [(0.5, "ecc_dbe", "1"), (3.0, "ecc_dbe", "1"), (8.0, "ecc_dbe", "1"), (10.0, "xid", "1"),
         (12.0, "xid", "0")],
@@ -216,13 +148,14 @@ FLEET: dict[int, list[tuple[float, str, str | None]]] = {
     15: [(5.0, "thermal", None), (6.0, "thermal", None)],
     20: [(0.2, "health_failed", None), (15.0, "software", None)],
     42: [(25.0, "gpu_lost", "0")],
+    50: [(1.5, "xid", "0"), (2.5, "xid", "0")],
 }
 YOUNG = {7: 3.0}
 HISTORY_DAYS = 40.0
-# a fleet whose GPU faults show no spread beyond Poisson noise (40 nodes once, one twice):
-# the moments give the prior no spread, and only its floor keeps the repeat from tying
-FLAT: dict[int, list[tuple[float, str, str | None]]] = {
-    n: [(10.0, "xid", "0")] + ([(12.0, "xid", "0")] if n == 40 else []) for n in range(41)}
+# a fleet of 40 nodes with one PCIe degradation each and one with two: the repeat ranks first
+REPEAT: dict[int, list[tuple[float, str, str | None]]] = {
+    n: [(10.0, "pcie_degraded", "0")] + ([(12.0, "pcie_degraded", "0")] if n == 40 else [])
+    for n in range(41)}
 
 
 def fleet_events(fleet=FLEET) -> list[Event]:
@@ -264,20 +197,15 @@ def _series(fleet, young) -> list[dict]:
 def _reasons(fleet, n: int, gpu: str | None, model: Model) -> str:
     kinds = {}
     for age, kind, g in fleet.get(n, []):
-        if age < 28 and (gpu is None or g == gpu) and GROUP_OF[kind] in model.groups:
+        if age < 28 and (gpu is None or g == gpu) and model.weight(kind) > 0:
             kinds[kind] = kinds.get(kind, 0) + 1
     return "".join(f"{k} {c} in 28 d; " for k, c in sorted(kinds.items(), key=lambda x: (-x[1], x[0])))
 
 
 def _expected(fleet, young, model: Model):
     """The command's ranking of the fleet, and its scores as input series."""
-    start = T - HISTORY_DAYS * DAY
-    # the young node keeps its own history start, as its gpu_node_history_start says
-    ranking = rank(fleet_events(fleet), T, start, NODES, GPUS, model, starts={
-        INSTANCE.format(n): T - d * DAY for n, d in young.items()})
-    # the command's scores travel as input series; the rules' must match each within
-    # 0.1 % (promtool evaluates the groups in no fixed order, so a rule may read its
-    # input from one evaluation earlier: the young node's exposure moves 1 minute)
+    ranking = rank(fleet_events(fleet), T, NODES, GPUS, model)
+    # the command's scores travel as input series; the rules' must match each within 0.1 %
     node_labels = [(f'instance="{s.key}", job="gpu"', s.score) for s in ranking.nodes]
     gpu_labels = [(f'instance="{node}", job="gpu", gpu="{g}", uuid="GPU-{int(node[5:7])}-{g}"',
                    s.score) for node, gs in ranking.gpus.items() for g, s in gs]
@@ -302,27 +230,52 @@ def _agree(node_labels, gpu_labels) -> list[dict]:
              "exp_samples": [{"labels": "{}", "value": len(gpu_labels)}]}]
 
 
-WHAT = ("the cluster's average (the lemon score: its episodes of the last 28 days against the "
-        "fleet's rate per kind group, among the top 1 % of the cluster). Episodes: ")
+def _quantile(values: list[float], q: float) -> float:
+    """PromQL's quantile: linear between the two ranks around q x (N - 1)."""
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    lo = int(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
-def _node_alert(fleet, top, model: Model) -> dict:
+def _alerting(scores: list[float], members: int) -> float:
+    """The gate: the cluster's 99th percentile score, quiet members at 0."""
+    return _quantile(scores + [0.0] * (members - len(scores)), BUDGET)
+
+
+def _node_alerts(fleet, ranking, model: Model) -> dict:
+    gate = _alerting([s.score for s in ranking.nodes], NODES)
     return {"eval_time": "30m", "alertname": "GpuNodeLemon", "exp_alerts": [{
-        "exp_labels": {"instance": top.key, "job": "gpu", "severity": "warning"},
+        "exp_labels": {"instance": s.key, "job": "gpu", "severity": "warning"},
         "exp_annotations": {
-            "summary": f"Node {top.key} is a lemon: it fails {top.score:.1f}x as often as its fleet",
-            "description": f"Node {top.key} fails {top.score:.1f} times as often as "
-                           + WHAT + _reasons(fleet, int(top.key[5:7]), None, model),
-            "runbook_url": RUNBOOK + "gpunodelemon"}}]}
+            "summary": f"Node {s.key} is a lemon: {s.score:.1f}x its fleet's expected "
+                       "hardware faults",
+            "description": f"Node {s.key} is expected to fail {s.score:.1f} times as often "
+                           "as " + WHAT + _reasons(fleet, int(s.key[5:7]), None, model),
+            "runbook_url": RUNBOOK + "gpunodelemon"}}
+        for s in ranking.nodes if s.score > 1 and s.score > gate]}
+
+
+def _gpu_alerts(fleet, ranking, model: Model) -> dict:
+    gpus = [(node, g, s) for node, gs in ranking.gpus.items() for g, s in gs]
+    gate = _alerting([s.score for _, _, s in gpus], NODES * GPUS)
+    return {"eval_time": "30m", "alertname": "GpuLemon", "exp_alerts": [{
+        "exp_labels": {"instance": node, "job": "gpu", "gpu": g,
+                       "uuid": f"GPU-{int(node[5:7])}-{g}", "severity": "warning"},
+        "exp_annotations": {
+            "summary": f"GPU {g} on {node} is a lemon: {s.score:.1f}x its fleet's expected "
+                       "hardware faults",
+            "description": f"GPU {g} on {node} is expected to fail {s.score:.1f} times as "
+                           "often as " + WHAT + _reasons(fleet, int(node[5:7]), g, model),
+            "runbook_url": RUNBOOK + "gpulemon"}}
+        for node, g, s in sorted(gpus, key=lambda x: -x[2].score)
+        if s.score > 1 and s.score > gate]}
 
 
 def tests_file(model: Model) -> dict:
     ranking, node_labels, gpu_labels, expected = _expected(FLEET, YOUNG, model)
-    flat, flat_nodes, flat_gpus, flat_expected = _expected(FLAT, {}, model)
-    top = ranking.nodes[0]
-    best_gpu = max(((node, g, s) for node, gs in ranking.gpus.items() for g, s in gs),
-                   key=lambda x: x[2].score)
-    gn = int(best_gpu[0][5:7])
+    repeat, repeat_nodes, repeat_gpus, repeat_expected = _expected(REPEAT, {}, model)
     old = {3: [(29.0, "ecc_dbe", "1")]}  # only an episode past every window
     return {
         "rule_files": ["../lemons.yml", "../global-lemons.yml"],
@@ -332,24 +285,15 @@ def tests_file(model: Model) -> dict:
              "input_series": _series(FLEET, YOUNG) + expected,
              "promql_expr_test": _agree(node_labels, gpu_labels),
              "alert_rule_test": [
-                 _node_alert(FLEET, top, model),
-                 {"eval_time": "30m", "alertname": "GpuLemon", "exp_alerts": [{
-                     "exp_labels": {"instance": best_gpu[0], "job": "gpu", "gpu": best_gpu[1],
-                                    "uuid": f"GPU-{gn}-{best_gpu[1]}", "severity": "warning"},
-                     "exp_annotations": {
-                         "summary": f"GPU {best_gpu[1]} on {best_gpu[0]} is a lemon: it fails "
-                                    f"{best_gpu[2].score:.1f}x as often as its fleet",
-                         "description": f"GPU {best_gpu[1]} on {best_gpu[0]} fails "
-                                        f"{best_gpu[2].score:.1f} times as often as "
-                                        + WHAT + _reasons(FLEET, gn, best_gpu[1], model),
-                         "runbook_url": RUNBOOK + "gpulemon"}}]},
+                 _node_alerts(FLEET, ranking, model),
+                 _gpu_alerts(FLEET, ranking, model),
                  {"eval_time": "10m", "alertname": "GpuNodeLemon", "exp_alerts": []},
              ]},
             {"interval": "1m",
-             "name": "lemon scores without a spread: the prior's floor ranks the repeat first",
-             "input_series": _series(FLAT, {}) + flat_expected,
-             "promql_expr_test": _agree(flat_nodes, flat_gpus),
-             "alert_rule_test": [_node_alert(FLAT, flat.nodes[0], model)]},
+             "name": "lemon scores of a fleet of single faults: the repeat ranks first and alerts",
+             "input_series": _series(REPEAT, {}) + repeat_expected,
+             "promql_expr_test": _agree(repeat_nodes, repeat_gpus),
+             "alert_rule_test": [_node_alerts(REPEAT, repeat, model)]},
             {"interval": "1m",
              "name": "lemon near miss: an episode older than every window scores nothing",
              "input_series": _series(old, {}),
@@ -362,10 +306,10 @@ def tests_file(model: Model) -> dict:
 
 HEADERS = {
     "lemons.yml": "# The lemon score, node-local half: each node's and GPU's episodes (gpu_node_episodes,\n"
-                  "# gpu_episodes) weighed by age per kind group, and the decayed time it was watched.\n"
+                  "# gpu_episodes) weighed by age, and by kind: its excitation, the hardware faults expected.\n"
                   "# Written by scripts/build_lemon_rules.py from exporter/analysis/lemons.py: edit those.\n",
-    "global-lemons.yml": "# The lemon score, global half: the fleet's gamma prior per kind group (moments over\n"
-                         "# every member of the cluster), each member's posterior rate against the fleet's, and\n"
+    "global-lemons.yml": "# The lemon score, global half: each member's excitation against the mean of the\n"
+                         "# cluster's members (every node keeping a history, and its GPUs; quiet ones at 0), and\n"
                          "# the alerts, gated at the cluster's 99th percentile score (at most about 1 % of its\n"
                          "# nodes or GPUs at a time). Across nodes: run where every node's series meet.\n"
                          "# Written by scripts/build_lemon_rules.py from exporter/analysis/lemons.py: edit those.\n",

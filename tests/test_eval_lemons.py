@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from exporter.analysis.lemons import KIND_WEIGHTS, TAU_DAYS
 from exporter.offline.infinitehbd import DAY, EPOCH, Fault
+from tests.test_lemons import FAULT_TRACE
 from tests.tools import REPO
 
 _spec = importlib.util.spec_from_file_location("eval_lemons", REPO / "scripts" / "eval_lemons.py")
@@ -21,11 +23,16 @@ def test_a_tie_at_the_cut_is_shared_as_a_random_tie_break_would_on_average():
     scores = {"a": 3.0, "b": 2.0, "c": 2.0, "d": 2.0, "e": 2.0, "quiet": 0.0}
     eligible = list(scores)
     # top 3: a, then 2 of the 4 tied; one of the tied is positive: expected 0.5 of a hit
-    assert ev._top(scores, eligible, {"c"}, 3) == (3.0, 0.5)
-    assert ev._top(scores, eligible, {"a"}, 3) == (3.0, 1.0)
+    s = np.array([scores[n] for n in eligible])
+
+    def pos(*names):
+        return np.array([n in names for n in eligible], float)
+
+    assert ev._top(s, pos("c"), 3) == (3.0, 0.5)
+    assert ev._top(s, pos("a"), 3) == (3.0, 1.0)
     # fewer scoring above 0 than k: only those are raised
-    assert ev._top(scores, eligible, {"quiet"}, 10) == (5.0, 0.0)
-    assert ev._top(scores, ["b"], {"b"}, 2) == (1.0, 1.0)
+    assert ev._top(s, pos("quiet"), 10) == (5.0, 0.0)
+    assert ev._top(np.array([2.0]), np.array([1.0]), 2) == (1.0, 1.0)
 
 
 def _fault(node, day, start=True, level="Hardware Failure", cls="GPU"):
@@ -53,37 +60,50 @@ def test_a_node_is_in_a_fault_between_its_start_and_its_end():
     assert ev._in_fault(faults, EPOCH + 3.5 * DAY) == {"m"}
 
 
-def test_the_weight_fit_finds_the_group_that_foretells_faults():
-    rng = np.random.default_rng(7)
+def _days(rng, foretell, n_days=60, nodes=300):
+    """Synthetic days: episodes of the first kinds at random, faults to come at
+    0.002 + sum_k foretell[k] x episodes of kind k (all 0-1 d old)."""
     days = []
-    for d in range(60):
-        nodes = [f"n{i}" for i in range(200)]
-        x = rng.gamma(1.0, 1.0, size=(200, 4))
-        rate = 0.02 * x[:, 0] + 0.002 * x[:, 1]  # group 0 foretells, 1 a little, 2-3 not
-        hw = {n for n, r in zip(nodes, rate, strict=True) if rng.random() < r}
-        day = ev.Day(d, nodes, hw, set(), {})
-        day.rates[1.0] = dict(zip(nodes, x, strict=True))
-        days.append(day)
-    w = ev.fit_weights(days, 1.0, iterations=500)
-    assert w[0] == 1.0 and w[1] < 0.4 and w[2] < 0.2 and w[3] < 0.2
+    for d in range(n_days):
+        episodes = np.zeros((nodes, len(ev.KIND_LIST), len(ev.SEGMENTS)))
+        episodes[:, :len(foretell), 0] = rng.poisson(0.2, size=(nodes, len(foretell)))
+        rate = 0.002 + episodes[:, :len(foretell), 0] @ np.array(foretell)
+        hw = (rng.random(nodes) < rate).astype(float)
+        days.append(ev.Day(d, [f"n{i}" for i in range(nodes)], hw, hw, episodes))
+    return days
 
 
-def test_the_segment_fit_finds_that_recent_episodes_foretell_more():
-    rng = np.random.default_rng(11)
-    days = []
-    for d in range(60):
-        nodes = [f"n{i}" for i in range(300)]
-        x = rng.poisson((0.05, 0.3, 1.0), size=(300, 3)).astype(float)  # 0-1, 1-7, 7-28 d
-        rate = 0.002 + 0.2 * x[:, 0] + 0.02 * x[:, 1]  # the older 7-28 d: nothing
-        hw = {n for n, r in zip(nodes, rate, strict=True) if rng.random() < r}
-        day = ev.Day(d, nodes, hw, set(), {})
-        day.segments = dict(zip(nodes, x, strict=True))
-        days.append(day)
-    recent, week, month = ev.fit_segments(days)
-    assert recent == 1.0 and 0.03 < week < 0.3 and month < 0.03
+def test_the_poisson_fit_finds_the_kind_that_foretells_faults():
+    days = _days(np.random.default_rng(7), (0.3, 0.02, 0.0))
+    w = ev.fit_poisson(days, np.inf, "kind", iterations=1000)
+    assert 0.2 < w[0] < 0.4 and w[1] < 0.06 and w[2] < 0.02
+    assert np.isnan(w[5])  # a kind the days never show: nothing measured it
 
 
-def test_a_decay_option_is_a_model_of_the_lemon_score():
-    fitted = ev.decay_model(ev.FITTED, 1.0, (1.0, 0.6634, 0.3721))
-    assert fitted.segment_weights() == (1.0, 0.663, 0.372) and fitted.spread_floor == 1.0
-    assert ev.decay_model(14.0, 0.0).segment_weights()[0] < 1.0
+def test_a_kind_the_days_never_show_takes_its_groups_pooled_weight():
+    days = _days(np.random.default_rng(3), (0.3,))  # only the first kind (xid) has episodes
+    weights = ev.fit_kind_weights(days, np.inf)
+    first = ev.KIND_LIST[0]
+    assert 0.2 < weights[first] < 0.4
+    unseen = [k for k in ev.KIND_LIST[1:] if ev.GROUP_OF[k] == ev.GROUP_OF[first]]
+    assert {weights[k] for k in unseen} == {weights[first]}  # its group: only that kind
+    assert all(weights[k] == 0 for k in ev.KIND_LIST if ev.GROUP_OF[k] != ev.GROUP_OF[first])
+
+
+def test_the_shipped_score_is_the_numpy_formula():
+    days = _days(np.random.default_rng(5), (0.3, 0.1))
+    day = days[0]
+    weights = {ev.KIND_LIST[0]: 0.3, ev.KIND_LIST[1]: 0.1}
+    got = ev.hawkes_scores(day, np.inf, weights)
+    x = day.episodes[:, 0, 0] * 0.3 + day.episodes[:, 1, 0] * 0.1
+    assert np.allclose(got, x / (x.sum() / ev.SERVERS))
+
+
+@pytest.mark.skipif(not FAULT_TRACE.exists(), reason="shared/data is not beside the checkout")
+def test_the_shipped_weights_are_what_the_evaluation_chooses_and_fits():
+    days = ev.build_days(ev.load_faults(FAULT_TRACE))
+    tuning, held, _ = ev.split_days(days)
+    assert tuning[-1].day < held[0].day
+    best, weights, _ = ev.choose(tuning)
+    assert best.fitted == "kind" and best.tau == TAU_DAYS
+    assert weights == {k: KIND_WEIGHTS.get(k, 0.0) for k in ev.KIND_LIST}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, Prior, fit_prior, score_fleet
+from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, score_fleet
 from exporter.cli import main
 from exporter.events import KINDS, Event, parse_lines
 from exporter.offline.infinitehbd import DAY, DESC_KINDS, EPOCH, load_faults, to_events
@@ -56,7 +56,7 @@ def test_the_converter_script_writes_events_lemons_reads(tmp_path, capsys):
     assert all(isinstance(e, Event) for e in parsed) and len(parsed) == 372
     at = EPOCH + 100 * DAY
     assert main(["lemons", str(out), "--at", str(at), "--fleet-nodes", "400",
-                 "--since", str(EPOCH), "--format", "json"]) == 0
+                 "--format", "json"]) == 0
     nodes = json.loads(capsys.readouterr().out)["rankings"][0]["nodes"]
     assert nodes and all(n["score"] > 0 for n in nodes)
 
@@ -89,71 +89,59 @@ def test_every_kind_is_in_one_group():
 # -- the score's pieces ------------------------------------------------------------------
 
 def test_the_window_coefficients_weigh_each_episode_by_its_segment():
-    model = Model(tau_days=7.0, segments=None)
+    model = Model(tau_days=7.0)
     w1, w7, w28 = model.segment_weights()
     assert 1 > w1 > w7 > w28 > 0
     # one episode 3 days old is in the 7 d and 28 d windows: it weighs w7
     assert model.decayed_count({"7d": 1, "28d": 1}) == pytest.approx(w7)
     assert model.decayed_count({"1d": 1, "7d": 1, "28d": 1}) == pytest.approx(w1)
-    assert Model(tau_days=math.inf, segments=None).segment_weights() == (1.0, 1.0, 1.0)
-    assert model.decayed_exposure(40) == pytest.approx(w1 + 6 * w7 + 21 * w28)
-    assert model.decayed_exposure(3) == pytest.approx(w1 + 2 * w7)
+    assert model.window_coefficients() == pytest.approx({"1d": w1 - w7, "7d": w7 - w28,
+                                                         "28d": w28})
+    assert Model(tau_days=math.inf).segment_weights() == (1.0, 1.0, 1.0)
 
 
-def test_the_prior_is_fitted_by_moments_and_shrinks_little_evidence():
-    # no spread beyond Poisson noise: every member gets the fleet's rate
-    flat = fit_prior([(1.0, 10.0)] * 10, [10.0] * 0)
-    assert flat == Prior(0.1, 0.0) and flat.rate(1.0, 10.0) == pytest.approx(0.1)
-    # one member with many: a real spread; it is shrunk, but stays far above the fleet
-    prior = fit_prior([(20.0, 10.0)], [10.0] * 99)
-    assert prior.mean == pytest.approx(20 / 1000)
-    assert prior.var > 0
-    assert prior.mean < prior.rate(20.0, 10.0) < 2.0
-    assert prior.rate(0.0, 10.0) < prior.mean  # a quiet member is below the fleet
-    # less exposure, the same count: less shrinkage toward the fleet
-    assert prior.rate(2.0, 1.0) > prior.rate(20.0, 10.0) / 10
+MODEL = Model(tau_days=math.inf, kind_weights={"ecc_dbe": 0.2, "ib_link_down": 0.05})
 
 
-def test_fitted_segment_weights_replace_the_exponential_decay():
-    model = Model(tau_days=7.0, segments=(1.0, 0.5, 0.25))
-    assert model.segment_weights() == (1.0, 0.5, 0.25)
-    # windows nest: 1d counts in 7d and 28d too, so its coefficient is w1 - w7
-    assert model.window_coefficients() == {"1d": 0.5, "7d": 0.25, "28d": 0.25}
-    assert model.decayed_count({"1d": 1, "7d": 2, "28d": 3}) == pytest.approx(1 + 0.5 + 0.25)
-    assert model.decayed_exposure(40) == pytest.approx(1 + 6 * 0.5 + 21 * 0.25)
-
-
-def test_the_spread_floor_keeps_a_fleet_without_spread_from_tying_its_members():
-    # 1 or 2 episodes over 28 days among 400 nodes: the moments find no spread beyond
-    # Poisson noise, so without a floor every member gets the fleet's rate
-    pairs = [(2.0, 28.0)] + [(1.0, 28.0)] * 40
-    flat = fit_prior(pairs, [28.0] * 359)
-    assert flat.var == 0.0 and flat.rate(2.0, 28.0) == flat.rate(1.0, 28.0) == flat.mean
-    floored = fit_prior(pairs, [28.0] * 359, spread_floor=1.0)
-    assert floored.mean == flat.mean and floored.var == pytest.approx(flat.mean ** 2)
-    assert floored.rate(2.0, 28.0) > floored.rate(1.0, 28.0) > floored.mean
-    # a spread the moments do find is kept
-    spread = fit_prior([(20.0, 10.0)], [10.0] * 99)
-    assert fit_prior([(20.0, 10.0)], [10.0] * 99, spread_floor=1.0) == spread
-    assert spread.var > spread.mean ** 2
-    members = [Member("twice", {"ecc_dbe": {"28d": 2}}, 28)] + [
-        Member(f"once-{i}", {"xid": {"28d": 1}}, 28) for i in range(40)]
-    ranked = score_fleet(Model(segments=(1.0, 1.0, 1.0), spread_floor=1.0), members, [28.0] * 359)
-    assert ranked[0].key == "twice" and ranked[0].score > ranked[1].score > 1
-    tied = score_fleet(Model(segments=(1.0, 1.0, 1.0), spread_floor=0.0), members, [28.0] * 359)
-    assert {round(s.score, 12) for s in tied} == {1.0}  # without the floor: all at the fleet's
+def test_each_kind_weighs_what_it_foretold_and_a_kind_weighed_0_scores_nothing():
+    members = [Member("dbe", {"ecc_dbe": {"28d": 1}}),
+               Member("link", {"ib_link_down": {"28d": 1}}),
+               Member("xids", {"xid": {"1d": 5, "7d": 5, "28d": 5}})]
+    ranked = score_fleet(MODEL, members, 10)
+    assert [s.key for s in ranked] == ["dbe", "link"]  # xid weighs 0 here: left out
+    # against the fleet's mean excitation, quiet members at 0: (0.2 + 0.05) / 10
+    assert ranked[0].score == pytest.approx(0.2 / 0.025)
+    assert ranked[1].score == pytest.approx(0.05 / 0.025)
+    assert sum(s.score for s in ranked) == pytest.approx(10)  # the mean score is 1
 
 
 def test_recent_repeats_score_higher_and_quiet_members_not_at_all():
-    members = [Member("recent", {"ecc_dbe": {"1d": 2, "7d": 2, "28d": 2}}, 40),
-               Member("old", {"ecc_dbe": {"28d": 2}}, 40),
-               Member("once", {"ecc_dbe": {"7d": 1, "28d": 1}}, 40)]
-    ranked = score_fleet(Model(tau_days=7.0, segments=None), members, [40.0] * 97)
+    model = Model(tau_days=7.0, kind_weights={"ecc_dbe": 0.2})
+    members = [Member("recent", {"ecc_dbe": {"1d": 2, "7d": 2, "28d": 2}}),
+               Member("old", {"ecc_dbe": {"28d": 2}}),
+               Member("once", {"ecc_dbe": {"7d": 1, "28d": 1}})]
+    ranked = score_fleet(model, members, 100)
     scores = {s.key: s.score for s in ranked}
     assert ranked[0].key == "recent" and len(ranked) == 3  # the 97 quiet ones: left out
     assert scores["recent"] > scores["old"] > 0  # the same two episodes, older
     assert scores["once"] > 0
-    assert "gpu faults at" in ranked[0].reasons[0] and "ecc_dbe 2 in 1d" in ranked[0].reasons[0]
+    assert ranked[0].reasons == ("ecc_dbe (2 in 1d, 2 in 7d, 2 in 28d): 100% of the score",)
+    assert score_fleet(model, [], 100) == []
+
+
+def test_the_reasons_give_each_kinds_share_largest_first():
+    member = Member("n", {"ib_link_down": {"28d": 2}, "ecc_dbe": {"28d": 1}})
+    (scored,) = score_fleet(MODEL, [member], 5)
+    assert scored.reasons == ("ecc_dbe (0 in 1d, 0 in 7d, 1 in 28d): 67% of the score",
+                              "ib_link_down (0 in 1d, 0 in 7d, 2 in 28d): 33% of the score")
+
+
+def test_every_kind_the_node_records_has_a_weight_or_was_measured_at_0():
+    shipped = Model()
+    assert shipped.tau_days == 28.0
+    # the kinds weighed 0 are those the trace showed and that foretold no hardware fault
+    assert {k for k in KINDS if shipped.weight(k) == 0} == {
+        "xid", "gpu_unresponsive", "nic_lost", "other_hardware"}
 
 
 # -- the command -------------------------------------------------------------------------
@@ -170,8 +158,8 @@ def _fleet(tmp_path):
     events = [Event(T - 0.5 * DAY, "bad", "ecc_dbe", gpu="3"),
               Event(T - 2 * DAY, "bad", "ecc_dbe", gpu="3"),
               Event(T - 4 * DAY, "bad", "ib_link_down"),
-              Event(T - 20 * DAY, "meh", "xid"),
-              Event(T - 10 * DAY, "soft", "software"),  # a group the score weighs 0
+              Event(T - 20 * DAY, "meh", "xid"),  # a kind the score weighs 0
+              Event(T - 10 * DAY, "soft", "software"),
               Event(T - 60 * DAY, "gone", "thermal"),  # older than every window
               Event(T + DAY, "later", "gpu_lost", gpu="0")]  # after T: not seen
     return _write(tmp_path / "events.jsonl", sorted(events, key=lambda e: e.time))
@@ -180,12 +168,12 @@ def _fleet(tmp_path):
 def test_lemons_ranks_nodes_with_gpus_beside_them_from_the_events_before_t(tmp_path, capsys):
     path = _fleet(tmp_path)
     assert main(["lemons", path, "--at", str(T), "--at", str(T + 2 * DAY), "--fleet-nodes", "50",
-                 "--since", str(T - 100 * DAY), "--format", "json"]) == 0
+                 "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     first, second = out["rankings"]
     assert first["at"] == T and second["at"] == T + 2 * DAY
-    # zero scores left out: "gone" (no episode in 28 days), "soft" (only a group weighed 0)
-    assert [n["node"] for n in first["nodes"]] == ["bad", "meh"]
+    # zero scores left out: "gone" (no episode in 28 days), "meh" (only a kind weighed 0)
+    assert [n["node"] for n in first["nodes"]] == ["bad", "soft"]
     bad = first["nodes"][0]
     assert bad["score"] > first["nodes"][1]["score"] > 0
     assert [g["gpu"] for g in bad["gpus"]] == ["3"] and bad["gpus"][0]["score"] > 1
@@ -201,10 +189,12 @@ def test_lemons_prints_text_by_default(tmp_path, capsys):
 
 
 def test_the_rankings_do_not_depend_on_how_nodes_are_interleaved(tmp_path):
-    events = [Event(T - d * DAY, f"n{d % 3}", "xid", xid=79) for d in range(10, 0, -1)]
-    by_time = rank(events, T, T - 40 * DAY, 10)
-    by_node = rank(sorted(events, key=lambda e: e.node), T, T - 40 * DAY, 10)
-    assert by_time.nodes == by_node.nodes
+    events = [Event(T - d * DAY, f"n{d % 3}", "ecc_dbe", gpu=str(d % 2))
+              for d in range(10, 0, -1)]
+    by_time = rank(events, T, 10)
+    by_node = rank(sorted(events, key=lambda e: e.node), T, 10)
+    assert by_time.nodes == by_node.nodes and len(by_time.nodes) == 3
+    assert by_time.gpus == by_node.gpus
 
 
 @pytest.mark.parametrize("lines, says", [

@@ -15,7 +15,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -64,22 +64,19 @@ def read_events(path: str) -> list[Event]:
     return events
 
 
-def members_at(events: Sequence[Event], at: float, since: float, key,
-               starts: Mapping[str, float]) -> list[Member]:
+def members_at(events: Sequence[Event], at: float, key) -> list[Member]:
     """The members (key(event): a node, or a node's GPU; None: not one) with episodes in
-    the windows at `at`, watched since their node's start (`since` unless in starts)."""
+    the windows at `at`."""
     ages: dict[str, dict[str, list[float]]] = {}
-    node: dict[str, str] = {}
     for e in events:
         k = key(e)
         if e.time < at and k is not None:
             ages.setdefault(k, {}).setdefault(e.kind, []).append((at - e.time) / DAY)
-            node[k] = e.node
     out = []
     for k, kinds in ages.items():
         counts = {kind: c for kind, a in kinds.items() if (c := window_counts(a))}
         if counts:
-            out.append(Member(k, counts, max(at - starts.get(node[k], since), 0.0) / DAY))
+            out.append(Member(k, counts))
     return out
 
 
@@ -90,37 +87,16 @@ class Ranking:
     gpus: dict[str, list[tuple[str, Scored]]]  # node -> (gpu, its score), by score
 
 
-def rank(events: Sequence[Event], at: float, since: float, fleet_nodes: int,
-         gpus_per_node: int = GPUS_PER_NODE, model: Model | None = None,
-         starts: Mapping[str, float] | None = None) -> Ranking:
-    """Nodes (fleet_nodes in all, the quiet ones watched since `since` too) and GPUs by
-    descending score at `at`, from the events before it. `starts` gives a node's own
-    history start where it is not `since`."""
+def rank(events: Sequence[Event], at: float, fleet_nodes: int,
+         gpus_per_node: int = GPUS_PER_NODE, model: Model | None = None) -> Ranking:
+    """Nodes (fleet_nodes in all, quiet ones included) and GPUs (gpus_per_node of each
+    node) by descending score at `at`, from the events before it."""
     model = model or Model()
-    starts = starts or {}
-
-    def exposure(node: str | None) -> float:
-        return max(at - starts.get(node, since), 0.0) / DAY  # type: ignore[arg-type]
-
-    node_members = members_at(events, at, since, lambda e: e.node, starts)
-    named = {m.key for m in node_members}
-    quiet_named = [exposure(n) for n in starts if n not in named]
-    quiet_nodes = quiet_named + [exposure(None)] * max(
-        fleet_nodes - len(named) - len(quiet_named), 0)
-    nodes = score_fleet(model, node_members, quiet_nodes)
-    gpu_members = members_at(events, at, since,
-                           lambda e: None if e.gpu is None else f"{e.node}\0{e.gpu}", starts)
-    # each node's quiet GPUs are watched since that node's start
-    per_node: dict[str, int] = {}
-    for m in gpu_members:
-        node = m.key.split("\0", 1)[0]
-        per_node[node] = per_node.get(node, 0) + 1
-    quiet_gpus = [exposure(n) for n in {*per_node, *starts}
-                  for _ in range(max(gpus_per_node - per_node.get(n, 0), 0))]
-    rest = fleet_nodes * gpus_per_node - len(gpu_members) - len(quiet_gpus)
-    quiet_gpus += [exposure(None)] * max(rest, 0)
+    nodes = score_fleet(model, members_at(events, at, lambda e: e.node), fleet_nodes)
+    gpu_members = members_at(events, at,
+                             lambda e: None if e.gpu is None else f"{e.node}\0{e.gpu}")
     gpus: dict[str, list[tuple[str, Scored]]] = {}
-    for s in score_fleet(model, gpu_members, quiet_gpus):
+    for s in score_fleet(model, gpu_members, fleet_nodes * gpus_per_node):
         node, gpu = s.key.split("\0", 1)
         gpus.setdefault(node, []).append((gpu, s))
     return Ranking(at, nodes, gpus)
@@ -196,8 +172,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "the events name)")
     parser.add_argument("--gpus-per-node", type=_positive, default=GPUS_PER_NODE, metavar="G",
                         help=f"GPUs per node, for the GPUs' fleet (default {GPUS_PER_NODE})")
-    parser.add_argument("--since", type=parse_time, metavar="T",
-                        help="when every node's history began (default: the first event)")
 
 
 @dataclass(frozen=True)
@@ -209,7 +183,6 @@ class LemonsRequest:
     format: str = "text"
     fleet_nodes: int | None = None  # None: the nodes the events name
     gpus_per_node: int = GPUS_PER_NODE
-    since: float | None = None  # None: the first event
 
 
 def main(args: argparse.Namespace) -> int:
@@ -222,8 +195,7 @@ def main(args: argparse.Namespace) -> int:
     fleet = req.fleet_nodes if req.fleet_nodes is not None else named
     if fleet < named:
         return fail(COMMAND, f"--fleet-nodes {fleet}: the events name {named} nodes")
-    since = req.since if req.since is not None else min(e.time for e in events)
-    rankings = [rank(events, at, since, fleet, req.gpus_per_node) for at in req.at]
+    rankings = [rank(events, at, fleet, req.gpus_per_node) for at in req.at]
     if req.format == "json":
         json.dump(to_json(rankings), sys.stdout, indent=1)
         sys.stdout.write("\n")
