@@ -100,10 +100,13 @@ def test_the_shipped_score_is_the_numpy_formula():
 
 
 @pytest.mark.skipif(not FAULT_TRACE.exists(), reason="shared/data is not beside the checkout")
-def test_the_shipped_weights_are_what_the_evaluation_chooses_and_fits():
+def test_the_shipped_score_is_what_the_evaluation_chooses_fitted_on_every_day():
     days = ev.build_days(ev.load_faults(FAULT_TRACE))
     tuning, held, _ = ev.split_days(days)
     assert tuning[-1].day < held[0].day
     best, weights, _ = ev.choose(tuning)
     assert best.fitted == "kind" and best.tau == TAU_DAYS
-    assert weights == {k: KIND_WEIGHTS.get(k, 0.0) for k in ev.KIND_LIST}
+    assert weights["ecc_dbe"] > 0 and weights["xid"] == 0  # the tuning days' own fit
+    # what ships: the chosen model fitted once more on every scored day
+    assert ev.fit_kind_weights(days, best.tau) == {k: KIND_WEIGHTS.get(k, 0.0)
+                                                   for k in ev.KIND_LIST}

@@ -141,7 +141,7 @@ def test_every_kind_the_node_records_has_a_weight_or_was_measured_at_0():
     assert shipped.tau_days == 28.0
     # the kinds weighed 0 are those the trace showed and that foretold no hardware fault
     assert {k for k in KINDS if shipped.weight(k) == 0} == {
-        "xid", "gpu_unresponsive", "nic_lost", "other_hardware"}
+        "xid", "ecc_sbe_storm", "gpu_unresponsive", "nic_lost", "other_hardware", "software"}
 
 
 # -- the command -------------------------------------------------------------------------
@@ -159,7 +159,8 @@ def _fleet(tmp_path):
               Event(T - 2 * DAY, "bad", "ecc_dbe", gpu="3"),
               Event(T - 4 * DAY, "bad", "ib_link_down"),
               Event(T - 20 * DAY, "meh", "xid"),  # a kind the score weighs 0
-              Event(T - 10 * DAY, "soft", "software"),
+              Event(T - 10 * DAY, "odd", "unknown"),
+              Event(T - 11 * DAY, "soft", "software"),  # a kind the score weighs 0 too
               Event(T - 60 * DAY, "gone", "thermal"),  # older than every window
               Event(T + DAY, "later", "gpu_lost", gpu="0")]  # after T: not seen
     return _write(tmp_path / "events.jsonl", sorted(events, key=lambda e: e.time))
@@ -172,8 +173,9 @@ def test_lemons_ranks_nodes_with_gpus_beside_them_from_the_events_before_t(tmp_p
     out = json.loads(capsys.readouterr().out)
     first, second = out["rankings"]
     assert first["at"] == T and second["at"] == T + 2 * DAY
-    # zero scores left out: "gone" (no episode in 28 days), "meh" (only a kind weighed 0)
-    assert [n["node"] for n in first["nodes"]] == ["bad", "soft"]
+    # zero scores left out: "gone" (no episode in 28 days), "meh" and "soft" (only kinds
+    # weighed 0)
+    assert [n["node"] for n in first["nodes"]] == ["bad", "odd"]
     bad = first["nodes"][0]
     assert bad["score"] > first["nodes"][1]["score"] > 0
     assert [g["gpu"] for g in bad["gpus"]] == ["3"] and bad["gpus"][0]["score"] > 1
@@ -220,7 +222,7 @@ def test_a_missing_file_and_bad_flags_are_one_line(tmp_path, capsys):
     assert "none.jsonl: cannot read" in capsys.readouterr().err
     path = _fleet(tmp_path)
     assert main(["lemons", path, "--at", str(T), "--fleet-nodes", "2"]) == 2
-    assert "--fleet-nodes 2: the events name 5 nodes" in capsys.readouterr().err
+    assert "--fleet-nodes 2: the events name 6 nodes" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         main(["lemons", path, "--at", "yesterday"])
     assert stop.value.code == 2
