@@ -231,3 +231,7 @@ def dashboard(uid: str, title: str, description: str, panels: list[Item],
         x = (x + w) % 24
         board.with_panel(item)
     return board.build()
+
+# DCGM 4.x's PCIe replay limit, as the GpuPcieReplaysHigh alert and the health check apply it
+PCIE_REPLAYS_LIMIT = ("DCGM 4.x warns above ceil(per-lane rate x lanes) a minute: 16 on Gen4 "
+                      "x16, 31 on Gen5 x16 (the GpuPcieReplaysHigh alert).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .common import (
     ORANGE_ABOVE_0,
+    PCIE_REPLAYS_LIMIT,
     RED_ABOVE_0,
     RI,
     G,
@@ -113,7 +114,7 @@ def interconnect() -> list[Item]:
            thresholds=RED_ABOVE_0),
         ts("PCIe replays per minute", (f"sum by (instance, gpu) (rate(gpu_pcie_replays_total"
                                        f"{{{G}}}[{RI}])) * 60", "{{instance}} GPU {{gpu}}"),
-           description="DCGM warns above 8 per minute."),
+           description=PCIE_REPLAYS_LIMIT),
         ts("Throttling GPUs by reason",
            (f"sum by (reason) (gpu_clock_event_active{{{G}, reason=~\"sw_power_cap|hw_slowdown|"
             f"sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown\"}})",

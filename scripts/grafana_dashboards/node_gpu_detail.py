@@ -5,6 +5,7 @@ from __future__ import annotations
 from .common import (
     ON_OFF,
     ORANGE_ABOVE_0,
+    PCIE_REPLAYS_LIMIT,
     RI,
     G,
     Item,
@@ -161,7 +162,7 @@ def pcie() -> list[Item]:
            unit="Bps"),
         ts("PCIe replays per minute",
            (f"rate(gpu_pcie_replays_total{{{G}}}[{RI}]) * 60", "GPU {{gpu}}"),
-           thresholds=steps((8, "red")), description="DCGM warns above 8 per minute."),
+           description=PCIE_REPLAYS_LIMIT),
         table("PCIe link (current vs max)",
               (f"gpu_pcie_link_generation{{{G}}}", ""),
               (f"gpu_pcie_link_max_generation{{{G}}}", ""),
