@@ -134,6 +134,9 @@ def test_the_reasons_give_each_kinds_share_largest_first():
     (scored,) = score_fleet(MODEL, [member], 5)
     assert scored.reasons == ("ecc_dbe (0 in 1d, 0 in 7d, 1 in 28d): 67% of the score",
                               "ib_link_down (0 in 1d, 0 in 7d, 2 in 28d): 33% of the score")
+    tiny = Member("t", {"ecc_dbe": {"28d": 1}, "unknown": {"28d": 1}})
+    (scored,) = score_fleet(Model(kind_weights={"ecc_dbe": 1.0, "unknown": 0.001}), [tiny], 5)
+    assert scored.reasons[1] == "unknown (0 in 1d, 0 in 7d, 1 in 28d): under 1% of the score"
 
 
 def test_every_kind_the_node_records_has_a_weight_or_was_measured_at_0():

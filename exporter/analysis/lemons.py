@@ -132,7 +132,9 @@ def _reasons(model: Model, member: Member) -> tuple[str, ...]:
     for kind in sorted(parts, key=lambda k: (-parts[k], k)):
         windows = member.counts[kind]
         seen = ", ".join(f"{windows.get(name, 0):g} in {name}" for name, _ in WINDOWS)
-        out.append(f"{kind} ({seen}): {parts[kind] / total:.0%} of the score")
+        share = parts[kind] / total
+        out.append(f"{kind} ({seen}): {f'{share:.0%}' if share >= 0.005 else 'under 1%'} "
+                   "of the score")
     return tuple(out)
 
 
