@@ -103,6 +103,12 @@ CATALOGUE: tuple[GpuValue, ...] = (
                     "Default power limit (the board's TDP).", unit="W",
                     source="`nvmlDeviceGetPowerManagementDefaultLimit`",
                     doc="Default power limit: the board's TDP.")),
+    V("power_max_limit_watts", Field(fi.POWER_MAX_LIMIT), 1e-3, ONCE,
+      per_gpu("gpu_power_max_limit_watts", "gauge",
+              "Highest power limit the board accepts.", unit="W",
+              source="field `NVML_FI_DEV_POWER_MAX_LIMIT` (188), mW", profile=FULL,
+              doc="Highest power limit the board accepts (`nvidia-smi -pl` refuses more): "
+                  "a GPU whose `gpu_power_limit_watts` is below it has been capped.")),
     V("pcie_max_generation", Call("nvmlDeviceGetMaxPcieLinkGeneration"), 1, ONCE,
       per_gpu("gpu_pcie_link_max_generation", "gauge",
               "Maximum PCIe link generation of the GPU and slot.",
