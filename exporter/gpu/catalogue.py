@@ -95,6 +95,36 @@ CLOCK_EVENT_DRIVER = per_gpu(
         "Fields 75, 270 and 271 cost 0.4-0.7 ms each on an H200, hence the slower cadence. "
         "A reason the driver does not count is absent.")
 
+# The memory errors the driver counts: read every health interval; the health checks
+# take them from the health read (gpu/health.py), which gathers them from these entries.
+ECC = per_gpu(
+    "gpu_ecc_errors_total", "counter", "ECC errors: corrected (single-bit) or uncorrected "
+    "(double-bit); volatile since the last driver load, aggregate over the GPU's life.",
+    "type", "scope", source="fields 3-6 (`ECC_SBE/DBE_VOL/AGG_TOTAL`)", profile=MINIMAL,
+    doc="ECC errors: `type` corrected (single-bit) or uncorrected (double-bit); `scope` "
+        "volatile (since driver load) or aggregate (lifetime).")
+RETIRED = per_gpu(
+    "gpu_retired_pages_total", "counter",
+    "Pages retired, by cause (single_bit, double_bit).", "cause", source="fields 29, 30",
+    doc="Pages retired for `single_bit` or `double_bit` errors (pre-Hopper; DCGM's "
+        "threshold is 63).")
+RETIRED_PENDING = per_gpu(
+    "gpu_retired_pages_pending", "gauge", "1 if a page waits for retirement (next reset).",
+    source="field 31", doc="1 if a page waits for retirement at the next reset.")
+REMAPPED = per_gpu(
+    "gpu_remapped_rows_total", "counter", "HBM rows remapped, by the error that caused it "
+    "(correctable, uncorrectable).", "type", source="fields 142, 143", profile=MINIMAL,
+    doc="HBM rows remapped after `correctable` or `uncorrectable` errors.")
+REMAP_PENDING = per_gpu(
+    "gpu_row_remap_pending", "gauge", "1 if a row remap waits for the next GPU reset.",
+    source="field 144", profile=MINIMAL,
+    doc="1 if a remap waits for the next GPU reset (warning).")
+REMAP_FAILURE = per_gpu(
+    "gpu_row_remap_failure", "gauge",
+    "1 if a row remap failed: the GPU needs replacing (RMA).", source="field 145",
+    profile=MINIMAL, doc="1 if a remap failed: replace the GPU (critical).")
+MEMORY_ERRORS = (ECC, RETIRED, RETIRED_PENDING, REMAPPED, REMAP_PENDING, REMAP_FAILURE)
+
 V = GpuValue
 CATALOGUE: tuple[GpuValue, ...] = (
     # static
@@ -243,6 +273,23 @@ CATALOGUE: tuple[GpuValue, ...] = (
       per_gpu("gpu_pcie_link_width", "gauge", "Current PCIe link width (lanes).",
               unit="lanes", source="`nvmlDeviceGetCurrPcieLinkWidth`",
               doc="Current PCIe link width.")),
+    *(V(f"ecc_{kind}_{scope}", Field(field), 1, HEALTH, ECC, labels=(kind, scope))
+      for kind, scope, field in (
+          ("corrected", "volatile", fi.ECC_SBE_VOL_TOTAL),
+          ("uncorrected", "volatile", fi.ECC_DBE_VOL_TOTAL),
+          ("corrected", "aggregate", fi.ECC_SBE_AGG_TOTAL),
+          ("uncorrected", "aggregate", fi.ECC_DBE_AGG_TOTAL))),
+    V("retired_pages_single_bit", Field(fi.RETIRED_SBE), 1, HEALTH, RETIRED,
+      labels=("single_bit",)),
+    V("retired_pages_double_bit", Field(fi.RETIRED_DBE), 1, HEALTH, RETIRED,
+      labels=("double_bit",)),
+    V("retired_pages_pending", Field(fi.RETIRED_PENDING), 1, HEALTH, RETIRED_PENDING),
+    V("remapped_rows_correctable", Field(fi.REMAPPED_COR), 1, HEALTH, REMAPPED,
+      labels=("correctable",)),
+    V("remapped_rows_uncorrectable", Field(fi.REMAPPED_UNC), 1, HEALTH, REMAPPED,
+      labels=("uncorrectable",)),
+    V("row_remap_pending", Field(fi.REMAPPED_PENDING), 1, HEALTH, REMAP_PENDING),
+    V("row_remap_failure", Field(fi.REMAPPED_FAILURE), 1, HEALTH, REMAP_FAILURE),
     # every energy interval
     V("energy_joules", Field(fi.TOTAL_ENERGY), 1e-3, ENERGY, per_gpu(
         "gpu_energy_joules_total", "counter",

@@ -37,10 +37,12 @@ POWER = catalogue.per_gpu(
            "`NVML_FI_DEV_POWER_INSTANT`, 186)",
     doc="Instant power: the GPU's latest power sample. Not the 1 s average.")
 
-# docs/metrics.md "GPU (NVML)"; the catalogue's clock-event counter is shown with the
-# other clock-event families under "GPU health" (exporter/metrics/gpu_health.py)
+# docs/metrics.md "GPU (NVML)"; the catalogue's clock-event counter and memory errors
+# are shown under "GPU health" (exporter/metrics/gpu_health.py), which renders the latter
+# with the NVLink families
+_ELSEWHERE = (catalogue.CLOCK_EVENT_DRIVER, *catalogue.MEMORY_ERRORS)
 DECLARED: tuple[Family, ...] = (
-    INFO, POWER, *(f for f in catalogue.DECLARED if f is not catalogue.CLOCK_EVENT_DRIVER))
+    INFO, POWER, *(f for f in catalogue.DECLARED if f not in _ELSEWHERE))
 
 
 def gpu_labels(snapshot: Snapshot) -> dict[int, list[str]]:
@@ -67,8 +69,9 @@ def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
             power.add_metric(labels[gpu], sample.watts)
     yield power
 
-    for family, values in catalogue.FAMILIES.items():
-        yield _catalogue_family(family, values, identities, snapshot, labels)
+    for family in catalogue.FAMILIES:
+        if family not in catalogue.MEMORY_ERRORS:
+            yield catalogue_family(family, snapshot)
 
 
 def _fabric_identity(snapshot: Snapshot, gpu: int) -> tuple[str, str]:
@@ -81,11 +84,12 @@ def _fabric_identity(snapshot: Snapshot, gpu: int) -> tuple[str, str]:
     return str(fabric.clique_id), fabric.cluster_uuid
 
 
-def _catalogue_family(declared: Family, values: tuple[catalogue.GpuValue, ...],
-                      identities: dict, snapshot: Snapshot, labels: dict[int, list[str]]
-                      ) -> Metric:
-    """One family from its catalogue entries (one series each per GPU, told apart by their
+def catalogue_family(declared: Family, snapshot: Snapshot) -> Metric:
+    """A family from its catalogue entries (one series each per GPU, told apart by their
     label values where several entries share the family)."""
+    identities = {i.index: i for i in snapshot.identities if i is not None}
+    labels = gpu_labels(snapshot)
+    values = catalogue.FAMILIES[declared]
     family = Rows.of(declared)
     rows = []
     for value in values:

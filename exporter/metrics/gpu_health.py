@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from exporter.families import FULL, MINIMAL, Family
+from exporter.gpu import catalogue
 from exporter.gpu.catalogue import CLOCK_EVENT_DRIVER, per_gpu
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
-from exporter.metrics.gpu import GPU_LABELS
+from exporter.metrics.gpu import GPU_LABELS, catalogue_family
 from exporter.sampling.snapshot import Snapshot
 
 UP = per_gpu(
@@ -46,32 +47,6 @@ XID_LAST_SEEN = per_gpu(
     "When an XID code was last seen on the GPU (Unix time).", "xid", "class", unit="s",
     source="`nvmlEventSetWait`", profile=MINIMAL,
     doc="When that code was last seen on the GPU (Unix time).")
-ECC = per_gpu(
-    "gpu_ecc_errors_total", "counter", "ECC errors: corrected (single-bit) or uncorrected "
-    "(double-bit); volatile since the last driver load, aggregate over the GPU's life.",
-    "type", "scope", source="fields 3-6 (`ECC_SBE/DBE_VOL/AGG_TOTAL`)", profile=MINIMAL,
-    doc="ECC errors: `type` corrected (single-bit) or uncorrected (double-bit); `scope` "
-        "volatile (since driver load) or aggregate (lifetime).")
-RETIRED = per_gpu(
-    "gpu_retired_pages_total", "counter",
-    "Pages retired, by cause (single_bit, double_bit).", "cause", source="fields 29, 30",
-    doc="Pages retired for `single_bit` or `double_bit` errors (pre-Hopper; DCGM's "
-        "threshold is 63).")
-RETIRED_PENDING = per_gpu(
-    "gpu_retired_pages_pending", "gauge", "1 if a page waits for retirement (next reset).",
-    source="field 31", doc="1 if a page waits for retirement at the next reset.")
-REMAPPED = per_gpu(
-    "gpu_remapped_rows_total", "counter", "HBM rows remapped, by the error that caused it "
-    "(correctable, uncorrectable).", "type", source="fields 142, 143", profile=MINIMAL,
-    doc="HBM rows remapped after `correctable` or `uncorrectable` errors.")
-REMAP_PENDING = per_gpu(
-    "gpu_row_remap_pending", "gauge", "1 if a row remap waits for the next GPU reset.",
-    source="field 144", profile=MINIMAL,
-    doc="1 if a remap waits for the next GPU reset (warning).")
-REMAP_FAILURE = per_gpu(
-    "gpu_row_remap_failure", "gauge",
-    "1 if a row remap failed: the GPU needs replacing (RMA).", source="field 145",
-    profile=MINIMAL, doc="1 if a remap failed: replace the GPU (critical).")
 RECOVERY_ACTION = per_gpu(
     "gpu_recovery_action", "gauge", "The recovery action NVML asks for; value 1 on the "
     "current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, ...).",
@@ -117,12 +92,11 @@ NVLINK_ERRORS = per_gpu(
            "`nvmlDeviceGetNvLinkErrorCounter` (links 12+)",
     doc="Data-link errors: `replay`, `recovery`, `crc_flit`, `crc_data`.")
 
-# docs/metrics.md "GPU health", with the catalogue's clock-event counter
+# docs/metrics.md "GPU health", with the catalogue's memory errors and clock-event counter
 DECLARED: tuple[Family, ...] = (
-    UP, EXPECTED, XIDS, XID_LAST_SEEN, ECC, RETIRED, RETIRED_PENDING, REMAPPED,
-    REMAP_PENDING, REMAP_FAILURE, RECOVERY_ACTION, CLOCK_EVENT_ACTIVE, CLOCK_EVENT_SECONDS,
-    CLOCK_EVENT_DRIVER, LINKS_EXPECTED, LINKS_ACTIVE, LINK_UP, NVLINK_TX, NVLINK_RX,
-    NVLINK_ERRORS)
+    UP, EXPECTED, XIDS, XID_LAST_SEEN, *catalogue.MEMORY_ERRORS, RECOVERY_ACTION,
+    CLOCK_EVENT_ACTIVE, CLOCK_EVENT_SECONDS, CLOCK_EVENT_DRIVER, LINKS_EXPECTED,
+    LINKS_ACTIVE, LINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
 
 
 def _labels(snapshot: Snapshot, gpu: int) -> list[str]:
@@ -171,30 +145,14 @@ def link_memory_key(snapshot: Snapshot) -> tuple:
 
 
 def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
-    ecc = ECC.counter()
-    retired = RETIRED.counter()
-    retired_pending = RETIRED_PENDING.gauge()
-    remapped = REMAPPED.counter()
-    pending = REMAP_PENDING.gauge()
-    failure = REMAP_FAILURE.gauge()
+    for family in catalogue.MEMORY_ERRORS:
+        yield catalogue_family(family, snapshot)
+    # written by hand: the value is an action's code, served as its name in a label
     action = RECOVERY_ACTION.gauge()
     for gpu, h in sorted(snapshot.health.items()):
-        labels = _labels(snapshot, gpu)
-        for (kind, scope), value in sorted(h.ecc_errors.items()):
-            ecc.add_metric([*labels, kind, scope], value)
-        for cause, value in sorted(h.retired_pages.items()):
-            retired.add_metric([*labels, cause], value)
-        if h.retired_pages_pending is not None:
-            retired_pending.add_metric(labels, h.retired_pages_pending)
-        for kind, value in sorted(h.remapped_rows.items()):
-            remapped.add_metric([*labels, kind], value)
-        if h.row_remap_pending is not None:
-            pending.add_metric(labels, h.row_remap_pending)
-        if h.row_remap_failure is not None:
-            failure.add_metric(labels, h.row_remap_failure)
         if h.recovery_action is not None:
-            action.add_metric([*labels, h.recovery_action], 1.0)
-    yield from (ecc, retired, retired_pending, remapped, pending, failure, action)
+            action.add_metric([*_labels(snapshot, gpu), h.recovery_action], 1.0)
+    yield action
 
 
 def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
