@@ -1,17 +1,32 @@
-"""The catalogue of per-GPU values: what to read, how often, and what it is called.
+"""The catalogue of per-GPU values: what to read, how often, and the family it is served in.
 
 One entry per value: where NVML has it (a field id, or a call and the struct member of
-its answer), the factor to base units, how often it is read, its metric name and help,
-and whether traces carry it. The sweep reads from here, the renderer writes the GPU
-families from here, `record` and replay take their columns from here, and the fake
-answers each field and call with its model's value divided by the same factor. A new
-per-GPU metric is one entry.
+its answer), the factor to base units, how often it is read, the family it is one series
+of (a `Family` declared here, with its labels' values where entries share one), and
+whether traces carry it. The sweep reads from here, the renderer writes the families from
+here, `record` and replay take their columns from here, and the fake answers each field
+and call with its model's value divided by the same factor (the memory errors: from the
+scenario's faults). A new per-GPU metric is one entry.
+
+Where a per-GPU value lives:
+- A number NVML answers for the GPU (a field, or a member of a call's answer), read on
+  one of the cadences below, one series per GPU and fixed label values: an entry here.
+- Written by hand beside its code, with a comment saying why, when it is none of that:
+  identity (`gpu_info`, strings; metrics/gpu.py), the power loop's samples
+  (`gpu_power_watts`; gpu/power_reader.py), events (XIDs), the sampler's own judgement
+  (up, lost, clock-event seconds integrated sweep to sweep), a value served as a label
+  (the recovery action, the clock-event reason bits), and per-NVLink values: they are
+  read per link in the health read's one batched request (the link as scope id, the
+  all-links total where the link is summed away, data CRC of links 12+ through
+  nvmlDeviceGetNvLinkErrorCounter) and rendered in metrics/gpu_health.py. GPM ratios are
+  the profiling collector's (gpu/gpm.py, collectors/profiling): differences of two
+  samples, not a value read.
 
 Cadence, chosen by what each read costs on a real H200 (exporter/sim/costs.py):
 - once: at start and when a lost GPU comes back (static: limits, maximum clocks);
 - sweep: every sweep (default 1 s): the cheap getters, 1-8 us each;
-- health: every health interval (default 5 s): slowly changing values and the PCIe
-  counters, 80-170 us per field;
+- health: every health interval (default 5 s): slowly changing values, the PCIe
+  counters (80-170 us per field) and the memory errors;
 - energy: every energy interval (default 30 s): the energy counter, ~4 ms of CPU.
 """
 
@@ -137,8 +152,8 @@ CATALOGUE: tuple[GpuValue, ...] = (
       per_gpu("gpu_power_max_limit_watts", "gauge",
               "Highest power limit the board accepts.", unit="W",
               source="field `NVML_FI_DEV_POWER_MAX_LIMIT` (188), mW", profile=FULL,
-              doc="Highest power limit the board accepts (`nvidia-smi -pl` refuses more): "
-                  "a GPU whose `gpu_power_limit_watts` is below it has been capped.")),
+              doc="Highest power limit the board accepts (the most `nvidia-smi -pl` can "
+                  "set): the top of the range a power cap moves in.")),
     V("pcie_max_generation", Call("nvmlDeviceGetMaxPcieLinkGeneration"), 1, ONCE,
       per_gpu("gpu_pcie_link_max_generation", "gauge",
               "Maximum PCIe link generation of the GPU and slot.",
