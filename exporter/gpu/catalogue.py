@@ -11,16 +11,17 @@ scenario's faults). A new per-GPU metric is one entry.
 Where a per-GPU value lives:
 - A number NVML answers for the GPU (a field, or a member of a call's answer), read on
   one of the cadences below, one series per GPU and fixed label values: an entry here.
+- A field NVML answers per NVLink (the link as its scope id): an entry of PER_LINK,
+  which the health read asks for every link in its one batched request (gpu/health.py);
+  metrics/gpu_health.py renders them from that reading.
 - Written by hand beside its code, with a comment saying why, when it is none of that:
   identity (`gpu_info`, strings; metrics/gpu.py), the power loop's samples
   (`gpu_power_watts`; gpu/power_reader.py), events (XIDs), the sampler's own judgement
   (up, lost, clock-event seconds integrated sweep to sweep), a value served as a label
-  (the recovery action, the clock-event reason bits), and per-NVLink values: they are
-  read per link in the health read's one batched request (the link as scope id, the
-  all-links total where the link is summed away, data CRC of links 12+ through
-  nvmlDeviceGetNvLinkErrorCounter) and rendered in metrics/gpu_health.py. GPM ratios are
-  the profiling collector's (gpu/gpm.py, collectors/profiling): differences of two
-  samples, not a value read.
+  (the recovery action, the clock-event reason bits), NVLink data CRC errors (a field
+  per link for links 0-11, nvmlDeviceGetNvLinkErrorCounter for 12+) and the all-links
+  traffic total. GPM ratios are the profiling collector's (gpu/gpm.py,
+  collectors/profiling): differences of two samples, not a value read.
 
 Cadence, chosen by what each read costs on a real H200 (exporter/sim/costs.py):
 - once: at start and when a lost GPU comes back (static: limits, maximum clocks);
@@ -82,12 +83,17 @@ class GpuValue:
     cadence: str
     family: Family | None  # the family it is served in; None: rendered elsewhere
     trace: bool = False  # recorded by `record`, replayed by `run --replay`
-    # the values of the family's labels after gpu and uuid (one series of a family that
-    # several entries share)
+    # the values of the family's labels after gpu and uuid (and link) (one series of a
+    # family that several entries share)
     labels: tuple[str, ...] = ()
+    per_link: bool = False  # one series per NVLink (label `link`): read for each link
 
     def __post_init__(self) -> None:
         wanted = () if self.family is None else self.family.labels[len(GPU):]
+        if self.per_link:
+            if wanted[:1] != ("link",):
+                raise ValueError(f"{self.key}: a per-link family's labels go on with link")
+            wanted = wanted[1:]
         if self.family is not None and self.family.labels[:len(GPU)] != GPU:
             raise ValueError(f"{self.key}: a per-GPU family's labels begin with {GPU}")
         if len(self.labels) != len(wanted):
@@ -139,6 +145,25 @@ REMAP_FAILURE = per_gpu(
     "1 if a row remap failed: the GPU needs replacing (RMA).", source="field 145",
     profile=MINIMAL, doc="1 if a remap failed: replace the GPU (critical).")
 MEMORY_ERRORS = (ECC, RETIRED, RETIRED_PENDING, REMAPPED, REMAP_PENDING, REMAP_FAILURE)
+
+# Per-NVLink families (exporter/metrics/gpu_health.py renders them from the health read)
+LINK_UP = per_gpu(
+    "gpu_nvlink_link_up", "gauge", "1 if the NVLink is active.", "link",
+    source="field 165 (`NVLINK_GET_STATE`), scope = link", profile=FULL,
+    doc="1 if the link is active.")
+NVLINK_TX = per_gpu(
+    "gpu_nvlink_transmit_bytes_total", "counter", "Data bytes sent over the NVLink.",
+    "link", unit="bytes", source="field 138 (KiB), scope = link", doc="Data bytes sent.")
+NVLINK_RX = per_gpu(
+    "gpu_nvlink_receive_bytes_total", "counter", "Data bytes received over the NVLink.",
+    "link", unit="bytes", source="field 139 (KiB), scope = link",
+    doc="Data bytes received.")
+NVLINK_ERRORS = per_gpu(
+    "gpu_nvlink_errors_total", "counter", "NVLink data-link errors by type: replay, "
+    "recovery, crc_flit, crc_data.", "link", "type", profile=MINIMAL,
+    source="fields 161-163 (scope = link); data CRC: fields 39-44/102-107 (links 0-11), "
+           "`nvmlDeviceGetNvLinkErrorCounter` (links 12+)",
+    doc="Data-link errors: `replay`, `recovery`, `crc_flit`, `crc_data`.")
 
 V = GpuValue
 CATALOGUE: tuple[GpuValue, ...] = (
@@ -339,3 +364,24 @@ DECLARED = tuple(FAMILIES)  # the catalogue's families, in catalogue order
 @functools.lru_cache(maxsize=32)
 def of_cadence(*cadences: str) -> tuple[GpuValue, ...]:
     return tuple(value for value in CATALOGUE if value.cadence in cadences)
+
+
+# Per-NVLink values: the health read (gpu/health.py) asks each for every link, the link as
+# the field's scope id, in its one batched request per GPU, and only those a served family
+# needs (a profile that sums `link` away gets the traffic as the driver's all-links total,
+# scope 0xFFFFFFFF). Not in CATALOGUE: the sweep does not read them. Data CRC errors are
+# read by hand there: one field per link for links 0-11, a call for links 12+.
+PER_LINK: tuple[GpuValue, ...] = (
+    V("nvlink_up", Field(fi.NVLINK_STATE), 1, HEALTH, LINK_UP, per_link=True),
+    V("nvlink_transmit_bytes", Field(fi.NVLINK_TX), 1024, HEALTH, NVLINK_TX, per_link=True),
+    V("nvlink_receive_bytes", Field(fi.NVLINK_RX), 1024, HEALTH, NVLINK_RX, per_link=True),
+    *(V(f"nvlink_{kind}_errors", Field(field), 1, HEALTH, NVLINK_ERRORS, labels=(kind,),
+        per_link=True)
+      for kind, field in (("replay", fi.NVLINK_REPLAY), ("recovery", fi.NVLINK_RECOVERY),
+                          ("crc_flit", fi.NVLINK_CRC_FLIT))),
+)
+
+
+def per_link(family: Family) -> tuple[GpuValue, ...]:
+    """The per-NVLink entries of a family."""
+    return tuple(e for e in PER_LINK if e.family is family)

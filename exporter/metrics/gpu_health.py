@@ -1,9 +1,11 @@
 """Hardware-health families: up/lost/hung GPUs, XIDs, memory errors, NVLink, clock events.
 
-Written here by hand, not as catalogue entries (exporter/gpu/catalogue.py says where a
-per-GPU value lives): up and lost are the sampler's verdict, XIDs arrive as events,
-clock-event bits are one mask split per reason, and the health read (gpu/health.py)
-returns its memory and NVLink values as one reading the health checks take whole.
+The memory errors are the catalogue's, rendered from it (exporter/gpu/catalogue.py says
+where a per-GPU value lives). Written here by hand: up and lost are the sampler's
+verdict, XIDs arrive as events, clock-event bits are one mask split per reason, the
+recovery action is a code served as a label, and the NVLink families (their fields are
+the catalogue's per-link entries) come from the health read's links, with the count of
+active links and, where a profile sums the link away, the driver's all-links traffic.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.families import FULL, MINIMAL, Family
+from exporter.families import MINIMAL, Family
 from exporter.gpu import catalogue
-from exporter.gpu.catalogue import CLOCK_EVENT_DRIVER, per_gpu
+from exporter.gpu.catalogue import (
+    CLOCK_EVENT_DRIVER,
+    LINK_UP,
+    NVLINK_ERRORS,
+    NVLINK_RX,
+    NVLINK_TX,
+    per_gpu,
+)
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
@@ -74,24 +83,6 @@ LINKS_EXPECTED = per_gpu(
 LINKS_ACTIVE = per_gpu(
     "gpu_nvlink_links_active", "gauge", "NVLinks that are up.",
     source="field 165 per link", profile=MINIMAL, doc="NVLinks up.")
-LINK_UP = per_gpu(
-    "gpu_nvlink_link_up", "gauge", "1 if the NVLink is active.", "link",
-    source="field 165 (`NVLINK_GET_STATE`), scope = link", profile=FULL,
-    doc="1 if the link is active.")
-NVLINK_TX = per_gpu(
-    "gpu_nvlink_transmit_bytes_total", "counter", "Data bytes sent over the NVLink.",
-    "link", unit="bytes", source="field 138 (KiB), scope = link", doc="Data bytes sent.")
-NVLINK_RX = per_gpu(
-    "gpu_nvlink_receive_bytes_total", "counter", "Data bytes received over the NVLink.",
-    "link", unit="bytes", source="field 139 (KiB), scope = link",
-    doc="Data bytes received.")
-NVLINK_ERRORS = per_gpu(
-    "gpu_nvlink_errors_total", "counter", "NVLink data-link errors by type: replay, "
-    "recovery, crc_flit, crc_data.", "link", "type", profile=MINIMAL,
-    source="fields 161-163 (scope = link); data CRC: fields 39-44/102-107 (links 0-11), "
-           "`nvmlDeviceGetNvLinkErrorCounter` (links 12+)",
-    doc="Data-link errors: `replay`, `recovery`, `crc_flit`, `crc_data`.")
-
 # docs/metrics.md "GPU health", with the catalogue's memory errors and clock-event counter
 DECLARED: tuple[Family, ...] = (
     UP, EXPECTED, XIDS, XID_LAST_SEEN, *catalogue.MEMORY_ERRORS, RECOVERY_ACTION,
