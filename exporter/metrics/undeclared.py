@@ -1,9 +1,8 @@
 """The profile of each family not declared yet: the families of the modules that still
 build theirs by hand, whose rows in docs/metrics.md are still written by hand too (their
 labels are read from those rows): exporter/metrics/{health,power,stragglers}.py,
-exporter/collectors/{infiniband,jobs,
-kubernetes,mig,processes,profiling}/families.py, exporter/web/families.py and
-exporter/history/families.py.
+exporter/collectors/{infiniband,jobs,kubernetes,mig,processes,profiling}/families.py,
+exporter/web/families.py and exporter/history/families.py.
 
 A remainder of the move to declarations (exporter/families.py): it shrinks to nothing as
 each producing module declares its families, and goes then. Add nothing here: declare a
