@@ -32,6 +32,8 @@ TABLE = REPO / "exporter" / "metrics" / "family_table.py"
 # (marker key, the heading it is under, the declaring modules in the table's order):
 # doc layout, not family metadata. A migrated module joins its heading's entry here.
 SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("gpu", "GPU (NVML)", ("exporter.metrics.gpu",)),
+    ("gpu_health", "GPU health", ("exporter.metrics.gpu_health",)),
     ("health", "Health verdict", ("exporter.metrics.health",)),
     ("history", "History (state directory)", ("exporter.history.families",)),
     ("profiling", "Profiling (GPM): compute or wait",

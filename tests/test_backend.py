@@ -139,8 +139,13 @@ def test_a_call_the_gpu_does_not_support_is_counted_once_and_not_repeated(fake_n
         state = read_state(backend, 0, clock(), ALL)
         assert state.get("fan_speed_ratio") is None
     assert fake_nvml.calls["nvmlDeviceGetFanSpeed"] == 1
-    assert backend.errors.totals() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
+    # an H200 has no fan, and row remapping in place of page retirement
+    retired = ("RETIRED_SBE", "RETIRED_DBE", "RETIRED_PENDING")
+    assert backend.errors.totals() == {
+        ("nvmlDeviceGetFanSpeed", "NotSupported"): 1,
+        **{(f"nvmlDeviceGetFieldValues({name})", "NotSupported"): 1 for name in retired}}
     assert state.get("temperature_celsius") is not None
+    assert state.get("retired_pages_single_bit") is None
 
 
 def test_a_field_the_gpu_does_not_support_is_asked_once(fake_nvml):

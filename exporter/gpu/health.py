@@ -1,29 +1,39 @@
 """GPU health read every few sweeps: ECC, retired pages, row remapping, recovery action
-and NVLink, in as few NVML calls as possible.
+and NVLink, in as few NVML calls as possible, as one reading the health checks take whole.
 
-Everything field-based goes into one batched nvmlDeviceGetFieldValues request per GPU
-(NVLink counters with the link as scope id), so 18 links cost one call, not 90.
+The memory errors are catalogue entries (gpu/catalogue.py, MEMORY_ERRORS), read with the
+sweep's other health-interval fields in its one batched request; this read gathers their
+values. The recovery action and the catalogue's per-link entries (PER_LINK) go into one
+batched nvmlDeviceGetFieldValues request per GPU (the link as scope id), so 18 links cost
+one call, not 90.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
+from exporter.gpu.state import read_values
 
 if TYPE_CHECKING:  # the reading needs the backend; the dataclasses must not need NVML
+    from exporter.families import Family
     from exporter.gpu.backend import NvmlBackend
 
-FI_REMAPPED = {"correctable": fi.REMAPPED_COR, "uncorrectable": fi.REMAPPED_UNC}
-FI_ECC = {  # (type, counter) -> field
-    ("corrected", "volatile"): fi.ECC_SBE_VOL_TOTAL,
-    ("uncorrected", "volatile"): fi.ECC_DBE_VOL_TOTAL,
-    ("corrected", "aggregate"): fi.ECC_SBE_AGG_TOTAL,
-    ("uncorrected", "aggregate"): fi.ECC_DBE_AGG_TOTAL,
-}
-FI_NVLINK_ERRORS = {"replay": fi.NVLINK_REPLAY, "recovery": fi.NVLINK_RECOVERY,
-                    "crc_flit": fi.NVLINK_CRC_FLIT}
+
+def _link_fields(*families: Family) -> tuple[tuple[int, float, tuple[str, ...]], ...]:
+    """(field id, scale, label values after `link`) of the families' per-link entries."""
+    return tuple((e.nvml.id, e.scale, e.labels) for f in families
+                 for e in catalogue.per_link(f) if isinstance(e.nvml, catalogue.Field))
+
+
+# the catalogue's per-link entries, by what the read asks them for
+_STATE = _link_fields(catalogue.LINK_UP)
+_TRAFFIC = _link_fields(catalogue.NVLINK_TX, catalogue.NVLINK_RX)  # sent, received
+_ERRORS = _link_fields(catalogue.NVLINK_ERRORS)
+# data CRC errors are read by hand below: a field per link for links 0-11, a call beyond
 ALL_LINKS = 0xFFFFFFFF  # scope id of NVLink traffic fields: the sum over every link
 
 
@@ -66,18 +76,16 @@ class GpuHealth:
 def health_requests(nvlinks: int, reads: NvlinkReads = NvlinkReads()
                     ) -> list[int | tuple[int, int]]:
     """The field requests of one health read, for a GPU with `nvlinks` links."""
-    requests: list[int | tuple[int, int]] = [
-        *FI_ECC.values(), fi.RETIRED_SBE, fi.RETIRED_DBE, fi.RETIRED_PENDING,
-        *FI_REMAPPED.values(), fi.REMAPPED_PENDING, fi.REMAPPED_FAILURE, fi.RECOVERY_ACTION]
+    requests: list[int | tuple[int, int]] = [fi.RECOVERY_ACTION]
     per_link_traffic = reads.traffic and reads.traffic_per_link
     for link in range(nvlinks):
-        requests += [(fi.NVLINK_STATE, link)] if reads.state else []
-        requests += [(fi.NVLINK_TX, link), (fi.NVLINK_RX, link)] if per_link_traffic else []
-        requests += [(fid, link) for fid in FI_NVLINK_ERRORS.values()] if reads.errors else []
+        wanted = (*(_STATE if reads.state else ()), *(_TRAFFIC if per_link_traffic else ()),
+                  *(_ERRORS if reads.errors else ()))
+        requests += [(fid, link) for fid, _, _ in wanted]
     if reads.errors:
         requests += [(fid, 0) for fid in fi.NVLINK_CRC_DATA[:nvlinks]]
     if nvlinks and reads.traffic and not reads.traffic_per_link:
-        requests += [(fi.NVLINK_TX, ALL_LINKS), (fi.NVLINK_RX, ALL_LINKS)]
+        requests += [(fid, ALL_LINKS) for fid, _, _ in _TRAFFIC]
     return requests
 
 
@@ -85,23 +93,37 @@ def _traffic_totals(backend: NvmlBackend, gpu: int, nvlinks: int,
                     got: dict[tuple[int, int], float]) -> tuple[float | None, float | None]:
     """Bytes over all links: the all-links fields, else (a driver that does not answer
     them) the per-link fields summed."""
-    totals = got.get((fi.NVLINK_TX, ALL_LINKS)), got.get((fi.NVLINK_RX, ALL_LINKS))
+    totals = [got.get((fid, ALL_LINKS)) for fid, _, _ in _TRAFFIC]
     if None in totals:
         per_link = backend.scoped_fields(gpu, [(fid, link) for link in range(nvlinks)
-                                               for fid in (fi.NVLINK_TX, fi.NVLINK_RX)])
-        summed = []
-        for fid in (fi.NVLINK_TX, fi.NVLINK_RX):
+                                               for fid, _, _ in _TRAFFIC])
+        totals = []
+        for fid, _, _ in _TRAFFIC:
             values = [v for (f, _), v in per_link.items() if f == fid]
-            summed.append(sum(values) if values else None)
-        totals = summed[0], summed[1]
-    return tuple(None if v is None else v * 1024 for v in totals)  # type: ignore[return-value]
+            totals.append(sum(values) if values else None)
+    sent, received = (None if v is None else v * scale
+                      for v, (_, scale, _) in zip(totals, _TRAFFIC, strict=True))
+    return sent, received
+
+
+_MEMORY_ENTRIES = tuple(e for f in catalogue.MEMORY_ERRORS for e in catalogue.FAMILIES[f])
+
+
+def _by_labels(values: Mapping[str, float], family: Family) -> dict[tuple[str, ...], float]:
+    """A memory-error family's values by its entries' label values."""
+    return {e.labels: values[e.key] for e in catalogue.FAMILIES[family] if e.key in values}
 
 
 def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
-                reads: NvlinkReads = NvlinkReads()) -> GpuHealth | None:
+                reads: NvlinkReads = NvlinkReads(),
+                values: Mapping[str, float] | None = None) -> GpuHealth | None:
+    """`values`: the sweep's state, where it has just read the memory-error entries; without
+    it they are read here."""
     handle = backend.handle(gpu)
     if handle is None:
         return None
+    if values is None:
+        values = read_values(backend, gpu, _MEMORY_ENTRIES)
     got = backend.scoped_fields(gpu, health_requests(nvlinks, reads))
 
     def value(fid: int, scope: int = 0) -> float | None:
@@ -110,8 +132,8 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
     links = []
     per_link = reads.state or reads.errors or (reads.traffic and reads.traffic_per_link)
     for link in range(nvlinks if per_link else 0):
-        state = value(fi.NVLINK_STATE, link)
-        errors = {name: v for name, fid in FI_NVLINK_ERRORS.items()
+        state = value(_STATE[0][0], link)
+        errors = {kind: v * scale for fid, scale, (kind,) in _ERRORS
                   if (v := value(fid, link)) is not None}
         crc_data = None
         if not reads.errors:
@@ -124,22 +146,19 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
                                     fi.NVLINK_ERROR_DL_CRC_DATA, gpu=gpu)
         if crc_data is not None:
             errors["crc_data"] = float(crc_data)
-        tx, rx = value(fi.NVLINK_TX, link), value(fi.NVLINK_RX, link)
-        links.append(NvLink(link, None if state is None else bool(state),
-                            None if tx is None else tx * 1024,
-                            None if rx is None else rx * 1024, errors))
+        tx, rx = (None if (v := value(fid, link)) is None else v * scale
+                  for fid, scale, _ in _TRAFFIC)
+        links.append(NvLink(link, None if state is None else bool(state), tx, rx, errors))
     action = value(fi.RECOVERY_ACTION)
     return GpuHealth(
         time=now,
-        ecc_errors={key: v for key, fid in FI_ECC.items() if (v := value(fid)) is not None},
-        retired_pages={name: v for name, fid in (("single_bit", fi.RETIRED_SBE),
-                                                 ("double_bit", fi.RETIRED_DBE))
-                       if (v := value(fid)) is not None},
-        retired_pages_pending=value(fi.RETIRED_PENDING),
-        remapped_rows={name: v for name, fid in FI_REMAPPED.items()
-                       if (v := value(fid)) is not None},
-        row_remap_pending=value(fi.REMAPPED_PENDING),
-        row_remap_failure=value(fi.REMAPPED_FAILURE),
+        ecc_errors={(kind, scope): v for (kind, scope), v in
+                    _by_labels(values, catalogue.ECC).items()},
+        retired_pages={cause: v for (cause,), v in _by_labels(values, catalogue.RETIRED).items()},
+        retired_pages_pending=values.get("retired_pages_pending"),
+        remapped_rows={kind: v for (kind,), v in _by_labels(values, catalogue.REMAPPED).items()},
+        row_remap_pending=values.get("row_remap_pending"),
+        row_remap_failure=values.get("row_remap_failure"),
         recovery_action=None if action is None else fi.RECOVERY_ACTIONS.get(int(action),
                                                                           f"code_{int(action)}"),
         nvlinks=tuple(links),

@@ -1,18 +1,93 @@
-"""Hardware-health families: up/lost/hung GPUs, XIDs, memory errors, NVLink, clock events."""
+"""Hardware-health families: up/lost/hung GPUs, XIDs, memory errors, NVLink, clock events.
+
+The memory errors are the catalogue's, rendered from it (exporter/gpu/catalogue.py says
+where a per-GPU value lives). Written here by hand: up and lost are the sampler's
+verdict, XIDs arrive as events, clock-event bits are one mask split per reason, the
+recovery action is a code served as a label, and the NVLink families (their fields are
+the catalogue's per-link entries) come from the health read's links, with the count of
+active links and, where a profile sums the link away, the driver's all-links traffic.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporter.families import MINIMAL, Family
+from exporter.gpu import catalogue
+from exporter.gpu.catalogue import (
+    CLOCK_EVENT_DRIVER,
+    LINK_UP,
+    NVLINK_ERRORS,
+    NVLINK_RX,
+    NVLINK_TX,
+    per_gpu,
+)
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
-from exporter.metrics.gpu import GPU_LABELS
+from exporter.metrics.gpu import GPU_LABELS, catalogue_family
 from exporter.sampling.snapshot import Snapshot
+
+UP = per_gpu(
+    "gpu_up", "gauge", "1 if the GPU answers NVML; 0 if it is lost (fell off the bus, "
+    "GpuIsLost) or stuck in a call.", source="sampler", profile=MINIMAL,
+    doc="1 if the GPU answers NVML; 0 if it is lost (`GpuIsLost`, fell off the bus) or "
+        "stuck in an NVML call.")
+EXPECTED = Family(
+    "gpu_expected_devices", "gauge",
+    "GPUs this node should have (configured, else the count at start).",
+    source="config `expected_gpus`, else `nvmlDeviceGetCount` at start", profile=MINIMAL,
+    doc="GPUs the node should have: `count(gpu_up == 1) < gpu_expected_devices` finds a "
+        "vanished GPU.")
+XIDS = per_gpu(
+    "gpu_xid_errors_total", "counter", "XID events by code and severity class (critical, "
+    "warning, application, unknown).", "xid", "class", profile=MINIMAL,
+    source="`nvmlEventSetWait`; the kernel log (`/dev/kmsg`) where a state directory is "
+           "kept",
+    doc="XID events by code and severity class. An XID whose GPU cannot be identified has "
+        "empty `gpu`/`uuid`. With a state directory ([history.md](history.md)) the count "
+        "continues across restarts and reboots, and an XID both NVML and the kernel log "
+        "saw counts once.")
+XID_LAST_SEEN = per_gpu(
+    "gpu_xid_last_seen_timestamp_seconds", "gauge",
+    "When an XID code was last seen on the GPU (Unix time).", "xid", "class", unit="s",
+    source="`nvmlEventSetWait`", profile=MINIMAL,
+    doc="When that code was last seen on the GPU (Unix time).")
+RECOVERY_ACTION = per_gpu(
+    "gpu_recovery_action", "gauge", "The recovery action NVML asks for; value 1 on the "
+    "current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, ...).",
+    "action", source="field 230 (`GET_GPU_RECOVERY_ACTION`)", profile=MINIMAL,
+    doc="1 on the action NVML asks for: `none`, `gpu_reset`, `node_reboot`, `drain_p2p`, "
+        "`drain_and_reset`, ...")
+CLOCK_EVENT_ACTIVE = per_gpu(
+    "gpu_clock_event_active", "gauge",
+    "1 while a clock-event (throttle) reason holds the clocks down.", "reason",
+    source="`nvmlDeviceGetCurrentClocksEventReasons`",
+    doc="1 while a reason holds clocks down: `gpu_idle`, `applications_clocks_setting`, "
+        "`sw_power_cap`, `hw_slowdown`, `sync_boost`, `sw_thermal_slowdown`, "
+        "`hw_thermal_slowdown`, `hw_power_brake_slowdown`, `display_clock_setting`.")
+CLOCK_EVENT_SECONDS = per_gpu(
+    "gpu_clock_event_seconds_total", "counter",
+    "Seconds a clock-event reason was active, accumulated sweep to sweep.", "reason",
+    unit="s", source="sampler",
+    doc="Seconds each reason was active, accumulated sweep to sweep (gaps over 3 sweeps "
+        "are not counted).")
+LINKS_EXPECTED = per_gpu(
+    "gpu_nvlink_links_expected", "gauge", "NVLinks the GPU has, which should all be active "
+    "(NVML_FI_DEV_NVLINK_LINK_COUNT).", source="field 91 (`NVLINK_LINK_COUNT`)",
+    profile=MINIMAL,
+    doc="NVLinks the GPU has, which should all be active (18 on H100 SXM).")
+LINKS_ACTIVE = per_gpu(
+    "gpu_nvlink_links_active", "gauge", "NVLinks that are up.",
+    source="field 165 per link", profile=MINIMAL, doc="NVLinks up.")
+# docs/metrics.md "GPU health", with the catalogue's memory errors and clock-event counter
+DECLARED: tuple[Family, ...] = (
+    UP, EXPECTED, XIDS, XID_LAST_SEEN, *catalogue.MEMORY_ERRORS, RECOVERY_ACTION,
+    CLOCK_EVENT_ACTIVE, CLOCK_EVENT_SECONDS, CLOCK_EVENT_DRIVER, LINKS_EXPECTED,
+    LINKS_ACTIVE, LINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
 
 
 def _labels(snapshot: Snapshot, gpu: int) -> list[str]:
@@ -21,21 +96,14 @@ def _labels(snapshot: Snapshot, gpu: int) -> list[str]:
 
 
 def health_families(snapshot: Snapshot) -> Iterator[Metric]:
-    up = GaugeMetricFamily("gpu_up", "1 if the GPU answers NVML; 0 if it is lost (fell off "
-                           "the bus, GpuIsLost) or stuck in a call.", labels=GPU_LABELS)
+    up = UP.gauge()
     for gpu in range(snapshot.gpu_count):
         up.add_metric(_labels(snapshot, gpu), 1.0 if snapshot.up(gpu) else 0.0)
     yield up
-    yield GaugeMetricFamily("gpu_expected_devices",
-                            "GPUs this node should have (configured, else the count at start).",
-                            value=snapshot.expected_gpus)
+    yield EXPECTED.gauge(snapshot.expected_gpus)
 
-    xids = CounterMetricFamily("gpu_xid_errors", "XID events by code and severity class "
-                               "(critical, warning, application, unknown).",
-                               labels=[*GPU_LABELS, "xid", "class"])
-    last = GaugeMetricFamily("gpu_xid_last_seen_timestamp_seconds",
-                             "When an XID code was last seen on the GPU (Unix time).",
-                             labels=[*GPU_LABELS, "xid", "class"])
+    xids = XIDS.counter()
+    last = XID_LAST_SEEN.gauge()
     for (gpu, code), record in sorted(snapshot.xids.items()):
         labels = [*_labels(snapshot, gpu), str(code), xid_class(code)]
         xids.add_metric(labels, record.count)
@@ -68,50 +136,18 @@ def link_memory_key(snapshot: Snapshot) -> tuple:
 
 
 def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
-    ecc = CounterMetricFamily("gpu_ecc_errors", "ECC errors: corrected (single-bit) or "
-                              "uncorrected (double-bit); volatile since the last driver load, "
-                              "aggregate over the GPU's life.",
-                              labels=[*GPU_LABELS, "type", "scope"])
-    retired = CounterMetricFamily("gpu_retired_pages", "Pages retired, by cause "
-                                  "(single_bit, double_bit).", labels=[*GPU_LABELS, "cause"])
-    retired_pending = GaugeMetricFamily("gpu_retired_pages_pending",
-                                        "1 if a page waits for retirement (next reset).",
-                                        labels=GPU_LABELS)
-    remapped = CounterMetricFamily("gpu_remapped_rows", "HBM rows remapped, by the error "
-                                   "that caused it (correctable, uncorrectable).",
-                                   labels=[*GPU_LABELS, "type"])
-    pending = GaugeMetricFamily("gpu_row_remap_pending",
-                                "1 if a row remap waits for the next GPU reset.",
-                                labels=GPU_LABELS)
-    failure = GaugeMetricFamily("gpu_row_remap_failure",
-                                "1 if a row remap failed: the GPU needs replacing (RMA).",
-                                labels=GPU_LABELS)
-    action = GaugeMetricFamily("gpu_recovery_action", "The recovery action NVML asks for; "
-                               "value 1 on the current action (none, gpu_reset, node_reboot, "
-                               "drain_p2p, drain_and_reset, ...).",
-                               labels=[*GPU_LABELS, "action"])
+    for family in catalogue.MEMORY_ERRORS:
+        yield catalogue_family(family, snapshot)
+    # written by hand: the value is an action's code, served as its name in a label
+    action = RECOVERY_ACTION.gauge()
     for gpu, h in sorted(snapshot.health.items()):
-        labels = _labels(snapshot, gpu)
-        for (kind, scope), value in sorted(h.ecc_errors.items()):
-            ecc.add_metric([*labels, kind, scope], value)
-        for cause, value in sorted(h.retired_pages.items()):
-            retired.add_metric([*labels, cause], value)
-        if h.retired_pages_pending is not None:
-            retired_pending.add_metric(labels, h.retired_pages_pending)
-        for kind, value in sorted(h.remapped_rows.items()):
-            remapped.add_metric([*labels, kind], value)
-        if h.row_remap_pending is not None:
-            pending.add_metric(labels, h.row_remap_pending)
-        if h.row_remap_failure is not None:
-            failure.add_metric(labels, h.row_remap_failure)
         if h.recovery_action is not None:
-            action.add_metric([*labels, h.recovery_action], 1.0)
-    yield from (ecc, retired, retired_pending, remapped, pending, failure, action)
+            action.add_metric([*_labels(snapshot, gpu), h.recovery_action], 1.0)
+    yield action
 
 
 def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
-    active = Rows("gpu_clock_event_active", "1 while a clock-event (throttle) reason holds "
-                  "the clocks down.", "gauge", [*GPU_LABELS, "reason"])
+    active = Rows.of(CLOCK_EVENT_ACTIVE)
     for gpu, state in sorted(snapshot.states.items()):
         reasons = state.get("clock_event_reasons")
         if reasons is None:
@@ -120,8 +156,7 @@ def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
         for reason, bit in CLOCK_EVENT_REASONS.items():
             active.add((*labels, reason), 1.0 if int(reasons) & bit else 0.0)
     yield active
-    seconds = Rows("gpu_clock_event_seconds", "Seconds a clock-event reason was active, "
-                   "accumulated sweep to sweep.", "counter", [*GPU_LABELS, "reason"])
+    seconds = Rows.of(CLOCK_EVENT_SECONDS)
     for (gpu, reason), value in sorted(snapshot.clock_event_seconds.items()):
         seconds.add((*_labels(snapshot, gpu), reason), value)
     yield seconds
@@ -130,15 +165,10 @@ def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
 def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
     """Per GPU and link: ~1,000 series on an 8-GPU node with 18 links each, so they are
     kept as Rows (see exposition.Rows)."""
-    link_labels = [*GPU_LABELS, "link"]
-    expected = GaugeMetricFamily("gpu_nvlink_links_expected", "NVLinks the GPU has, which "
-                                 "should all be active (NVML_FI_DEV_NVLINK_LINK_COUNT).",
-                                 labels=GPU_LABELS)
-    active = GaugeMetricFamily("gpu_nvlink_links_active", "NVLinks that are up.",
-                               labels=GPU_LABELS)
-    up = Rows("gpu_nvlink_link_up", "1 if the NVLink is active.", "gauge", link_labels)
-    errors = Rows("gpu_nvlink_errors", "NVLink data-link errors by type: replay, recovery, "
-                  "crc_flit, crc_data.", "counter", [*link_labels, "type"])
+    expected = LINKS_EXPECTED.gauge()
+    active = LINKS_ACTIVE.gauge()
+    up = Rows.of(LINK_UP)
+    errors = Rows.of(NVLINK_ERRORS)
     for gpu, h in sorted(snapshot.health.items()):
         labels = _labels(snapshot, gpu)
         ident = snapshot.identities[gpu]
@@ -162,11 +192,8 @@ def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
     the link away: exporter/metrics/selection.py)."""
     readings = sorted(snapshot.health.items())
     per_link = all(h.nvlink_traffic is None for _, h in readings)
-    names = [*GPU_LABELS, "link"] if per_link else GPU_LABELS
-    tx = Rows("gpu_nvlink_transmit_bytes", "Data bytes sent over the NVLink.", "counter",
-              names)
-    rx = Rows("gpu_nvlink_receive_bytes", "Data bytes received over the NVLink.", "counter",
-              names)
+    tx, rx = (Rows.of(f) if per_link else Rows(f.base, f.help, f.type, GPU_LABELS)
+              for f in (NVLINK_TX, NVLINK_RX))
     for gpu, h in readings:
         labels = _labels(snapshot, gpu)
         if not per_link:

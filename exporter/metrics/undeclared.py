@@ -1,7 +1,8 @@
 """The profile of each family not declared yet: the families of the modules that still
 build theirs by hand, whose rows in docs/metrics.md are still written by hand too (their
-labels are read from those rows): exporter/metrics/{gpu,gpu_health}.py with
-exporter/gpu/catalogue.py.
+labels are read from those rows): exporter/metrics/{health,power,stragglers}.py,
+exporter/collectors/{infiniband,jobs,kubernetes,mig,processes,profiling}/families.py,
+exporter/web/families.py and exporter/history/families.py.
 
 A remainder of the move to declarations (exporter/families.py): it shrinks to nothing as
 each producing module declares its families, and goes then. Add nothing here: declare a
@@ -31,52 +32,4 @@ from __future__ import annotations
 from exporter.families import FULL, MINIMAL, STANDARD
 
 UNDECLARED_PROFILES: dict[str, str] = {
-    "gpu_clock_event_active": STANDARD,
-    "gpu_clock_event_driver_seconds_total": FULL,
-    "gpu_clock_event_seconds_total": STANDARD,
-    "gpu_decoder_utilization_ratio": FULL,
-    "gpu_ecc_errors_total": MINIMAL,
-    "gpu_encoder_utilization_ratio": FULL,
-    "gpu_energy_joules_total": MINIMAL,
-    "gpu_expected_devices": MINIMAL,
-    "gpu_fan_speed_ratio": STANDARD,
-    "gpu_info": MINIMAL,
-    "gpu_memory_clock_hertz": STANDARD,
-    "gpu_memory_free_bytes": STANDARD,
-    "gpu_memory_reserved_bytes": FULL,
-    "gpu_memory_temperature_celsius": STANDARD,
-    "gpu_memory_total_bytes": MINIMAL,
-    "gpu_memory_used_bytes": MINIMAL,
-    "gpu_memory_utilization_ratio": STANDARD,
-    "gpu_nvlink_errors_total": MINIMAL,
-    "gpu_nvlink_link_up": FULL,
-    "gpu_nvlink_links_active": MINIMAL,
-    "gpu_nvlink_links_expected": MINIMAL,
-    "gpu_nvlink_receive_bytes_total": STANDARD,
-    "gpu_nvlink_transmit_bytes_total": STANDARD,
-    "gpu_pcie_link_generation": STANDARD,
-    "gpu_pcie_link_max_generation": STANDARD,
-    "gpu_pcie_link_max_width": STANDARD,
-    "gpu_pcie_link_width": STANDARD,
-    "gpu_pcie_receive_bytes_total": STANDARD,
-    "gpu_pcie_replays_total": MINIMAL,
-    "gpu_pcie_transmit_bytes_total": STANDARD,
-    "gpu_performance_state": STANDARD,
-    "gpu_power_average_watts": STANDARD,
-    "gpu_power_default_limit_watts": STANDARD,
-    "gpu_power_limit_watts": MINIMAL,
-    "gpu_power_watts": MINIMAL,
-    "gpu_recovery_action": MINIMAL,
-    "gpu_remapped_rows_total": MINIMAL,
-    "gpu_retired_pages_pending": STANDARD,
-    "gpu_retired_pages_total": STANDARD,
-    "gpu_row_remap_failure": MINIMAL,
-    "gpu_row_remap_pending": MINIMAL,
-    "gpu_sm_clock_hertz": STANDARD,
-    "gpu_sm_clock_max_hertz": STANDARD,
-    "gpu_temperature_celsius": MINIMAL,
-    "gpu_up": MINIMAL,
-    "gpu_utilization_ratio": MINIMAL,
-    "gpu_xid_errors_total": MINIMAL,
-    "gpu_xid_last_seen_timestamp_seconds": MINIMAL,
 }

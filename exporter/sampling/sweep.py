@@ -63,7 +63,8 @@ class SweepSampler:
             ident = self.gpus.identities[gpu]
             if catalogue.HEALTH in due:
                 health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
-                                     now, self.nvlink_reads)
+                                     now, self.nvlink_reads,
+                                     None if state is None else state.values)
                 if health is not None:
                     self.health[gpu] = health
             self._read_board(gpu, now)

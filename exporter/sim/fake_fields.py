@@ -28,7 +28,6 @@ _UINT, _ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGN
 # timestamp, latencyUsec, valueType, nvmlReturn, value (for a few fields, struct costs a
 # fraction of numpy's structured arrays)
 _ENTRY = struct.Struct("<IIqqIIQ")
-_CATALOGUE_KEYS = {field_id: value.key for field_id, value in catalogue.BY_FIELD.items()}
 _CRC_DATA_LINK = {fid: link for link, fid in enumerate(fi.NVLINK_CRC_DATA)}
 _NVLINK_FIELDS = {fi.NVLINK_STATE, fi.NVLINK_REPLAY, fi.NVLINK_RECOVERY, fi.NVLINK_CRC_FLIT,
                   fi.NVLINK_TX, fi.NVLINK_RX, *fi.NVLINK_CRC_DATA}
@@ -55,6 +54,10 @@ _ERROR_COUNTERS = {pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay_per_second",
 _CHANGES = object()  # a field whose answer depends on time or on the scenario's faults
 _FAULT_KIND_OF = {**{f: kind for f, (kind, _) in {**_COUNTS, **_FLAGS}.items()},
                   fi.RECOVERY_ACTION: "recovery_action"}
+FAULT_FIELDS = frozenset(_FAULT_KIND_OF)  # fields answered from the scenario's faults
+# the catalogue's fields the model answers (its memory errors are fault fields)
+_CATALOGUE_KEYS = {field_id: value.key for field_id, value in catalogue.BY_FIELD.items()
+                   if field_id not in FAULT_FIELDS}
 
 
 def _fixed(gpu: FakeGpu, field_id: int, fault_kinds: frozenset[str]) -> bool:

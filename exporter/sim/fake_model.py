@@ -75,6 +75,10 @@ class ModelValues(FakeCore):
     def _model_default_power_limit_watts(self, gpu: FakeGpu, t: float) -> float:
         return self.scenario.device.default_power_limit_watts
 
+    def _model_power_max_limit_watts(self, gpu: FakeGpu, t: float) -> float:
+        # an SXM H100 or H200 accepts no more than its default (700 W)
+        return self.scenario.device.default_power_limit_watts
+
     def _model_pcie_max_generation(self, gpu: FakeGpu, t: float) -> float:
         return self.scenario.device.pcie_generation
 
