@@ -45,6 +45,8 @@ class Family:
     source: str = ""
     profile: str = DEFAULT_PROFILE
     doc: str = ""
+    # the docs' label column after the label names, for labels named at run time
+    more_labels: str = ""
 
     def __post_init__(self) -> None:
         problems = []

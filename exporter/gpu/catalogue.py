@@ -303,7 +303,8 @@ CATALOGUE: tuple[GpuValue, ...] = (
       per_gpu("gpu_pcie_replays_total", "counter",
               "PCIe replays (link-level retransmissions).",
               source="field `NVML_FI_DEV_PCIE_REPLAY_COUNTER` (94)", profile=MINIMAL,
-              doc="PCIe link-level replays; DCGM warns above 8 per minute.")),
+              doc="PCIe link-level replays; DCGM 4.x warns above ceil(per-lane rate x "
+                  "lanes) a minute (Gen4 x16: 16, Gen5 x16: 31; `GpuPcieReplaysHigh`).")),
     V("pcie_generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"), 1, HEALTH,
       per_gpu("gpu_pcie_link_generation", "gauge", "Current PCIe link generation.",
               source="`nvmlDeviceGetCurrPcieLinkGeneration`",

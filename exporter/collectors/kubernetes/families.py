@@ -43,6 +43,7 @@ POD_LABELS = Family(
     "label_<name>; value 1. Join it to gpu_pod_info on namespace, pod and pod_uid.",
     ("namespace", "pod", "pod_uid"),
     source="API server: the pods of this node (`spec.nodeName`)",
+    more_labels="`label_<name>`...",
     doc="One series per pod holding a GPU or MIG device here, with its labels whose names "
         "match `--kubernetes.pod-labels` (the whole name), each as `label_<name>` "
         "(characters other than letters, digits and `_` written `_`, as kube-state-metrics "
