@@ -7,7 +7,7 @@ import pytest
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
-from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
+from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name
 from exporter.gpu.state import read_identity, read_state
 from exporter.sim import fake
 from tests.tools import scenario_from_yaml
@@ -125,6 +125,11 @@ def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
     readings = backend.fields(0, [fi.POWER_INSTANT, 123456])
     assert set(readings) == {fi.POWER_INSTANT}
     assert backend.errors.totals() == {("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
+    # a field fields.py does not name (only its catalogue entry numbers it) is named from
+    # nvidia-ml-py's constants
+    assert "POWER_MAX_LIMIT" not in fi.NAMES.values()
+    assert field_name(188) == "POWER_MAX_LIMIT" and field_name(123456) == "123456"
+    assert field_name(fi.TOTAL_ENERGY) == "TOTAL_ENERGY_CONSUMPTION"
 
 
 def test_open_without_nvml_raises_a_clear_error():

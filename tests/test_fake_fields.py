@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.gpu import fields as fi
+from exporter.gpu.backend import field_name
 from exporter.gpu.health import health_requests
 from exporter.sampling.clock import ManualClock
 from exporter.sim import fake
@@ -36,5 +37,5 @@ def test_kept_answers_are_what_the_fake_works_out_afresh(name):
                 if answer is not _CHANGES:
                     kept_some = True
                     assert answer == lib._field(gpu, field_id, scope, now), (
-                        name, t, gpu.index, fi.name(field_id), scope)
+                        name, t, gpu.index, field_name(field_id), scope)
     assert kept_some

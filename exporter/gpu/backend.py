@@ -47,6 +47,20 @@ def error_name(exc: BaseException) -> str:
         f"Code{getattr(exc, 'value', None)}")
 
 
+_PYNVML_FIELD_PREFIX = "NVML_FI_DEV_"
+# field id -> its nvidia-ml-py name (the first where it has two), for the ids fields.py
+# does not name
+_PYNVML_FIELD_NAMES: dict[int, str] = {}
+for _key, _value in vars(pynvml).items():
+    if _key.startswith(_PYNVML_FIELD_PREFIX) and isinstance(_value, int):
+        _PYNVML_FIELD_NAMES.setdefault(_value, _key.removeprefix(_PYNVML_FIELD_PREFIX))
+
+
+def field_name(field_id: int) -> str:
+    """A field's name in error labels: fields.py's, else nvidia-ml-py's, else its id."""
+    return fi.NAMES.get(field_id) or _PYNVML_FIELD_NAMES.get(field_id, str(field_id))
+
+
 class ErrorCounts:
     """Thread-safe cumulative counts of failed NVML calls by (call, error)."""
 
@@ -273,7 +287,7 @@ class NvmlBackend:
 
     def _field_failed(self, gpu: int, fid: int, scope: int, code: int) -> None:
         error = error_name(self.nvml.NVMLError(code))
-        self.errors.add(f"nvmlDeviceGetFieldValues({fi.name(fid)})", error)
+        self.errors.add(f"nvmlDeviceGetFieldValues({field_name(fid)})", error)
         if error == "NotSupported":
             self._unsupported_fields.add((gpu, fid, scope))
 

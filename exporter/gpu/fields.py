@@ -26,13 +26,15 @@ NVLINK_REPLAY, NVLINK_RECOVERY, NVLINK_CRC_FLIT = 161, 162, 163  # per link
 NVLINK_STATE = 165  # per link
 POWER_AVERAGE = 185  # mW, the driver's ~1 s average
 POWER_INSTANT = 186  # mW; changes every ~100 ms on an H200
-POWER_MAX_LIMIT = 188  # mW, the highest power limit the board accepts
 POWER_CURRENT_LIMIT = 190
 PCIE_TX_BYTES, PCIE_RX_BYTES = 197, 198
 RECOVERY_ACTION = 230
 VIOLATION_SW_THERMAL, VIOLATION_HW_THERMAL, VIOLATION_HW_POWER_BRAKE = 269, 270, 271
 
-NAMES = {  # for error labels: nvmlDeviceGetFieldValues(NAME)
+# For error labels, nvmlDeviceGetFieldValues(NAME): the ids above. A field only the
+# catalogue reads may be numbered in its entry alone; the backend names it from
+# nvidia-ml-py's NVML_FI_DEV_* constants.
+NAMES = {
     ECC_CURRENT: "ECC_CURRENT", ECC_SBE_VOL_TOTAL: "ECC_SBE_VOL_TOTAL",
     ECC_DBE_VOL_TOTAL: "ECC_DBE_VOL_TOTAL", ECC_SBE_AGG_TOTAL: "ECC_SBE_AGG_TOTAL",
     ECC_DBE_AGG_TOTAL: "ECC_DBE_AGG_TOTAL", RETIRED_SBE: "RETIRED_SBE",
@@ -46,7 +48,6 @@ NAMES = {  # for error labels: nvmlDeviceGetFieldValues(NAME)
     NVLINK_REPLAY: "NVLINK_REPLAY_ERRORS", NVLINK_RECOVERY: "NVLINK_RECOVERY_ERRORS",
     NVLINK_CRC_FLIT: "NVLINK_CRC_ERRORS", NVLINK_STATE: "NVLINK_GET_STATE",
     POWER_AVERAGE: "POWER_AVERAGE", POWER_INSTANT: "POWER_INSTANT",
-    POWER_MAX_LIMIT: "POWER_MAX_LIMIT",
     POWER_CURRENT_LIMIT: "POWER_CURRENT_LIMIT", PCIE_TX_BYTES: "PCIE_COUNT_TX_BYTES",
     PCIE_RX_BYTES: "PCIE_COUNT_RX_BYTES", RECOVERY_ACTION: "GET_GPU_RECOVERY_ACTION",
     VIOLATION_SW_THERMAL: "CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN",
@@ -54,10 +55,6 @@ NAMES = {  # for error labels: nvmlDeviceGetFieldValues(NAME)
     VIOLATION_HW_POWER_BRAKE: "CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
     **{fid: f"NVLINK_CRC_DATA_L{i}" for i, fid in enumerate(NVLINK_CRC_DATA)},
 }
-
-
-def name(field_id: int) -> str:
-    return NAMES.get(field_id, str(field_id))
 
 
 # -- clock-event (throttle) reasons: nvmlClocksEventReason* bits --------------------------
