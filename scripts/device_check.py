@@ -37,7 +37,7 @@ from device_checks.gpm import gpm_check  # noqa: E402
 from device_checks.report import print_report  # noqa: E402
 
 from exporter.gpu import fields as fi  # noqa: E402
-from exporter.gpu.backend import NvmlBackend, NvmlUnavailable  # noqa: E402
+from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name  # noqa: E402
 from exporter.sim import fake  # noqa: E402
 from exporter.sim.scenarios import load_scenario  # noqa: E402
 
@@ -66,7 +66,7 @@ def _field(handle, field_id: int):
 
 def call_latencies(handle) -> dict:
     p = pynvml
-    calls = {f"nvmlDeviceGetFieldValues({fi.name(f)})": (_field(handle, f),) for f in (
+    calls = {f"nvmlDeviceGetFieldValues({field_name(f)})": (_field(handle, f),) for f in (
         fi.TOTAL_ENERGY, fi.POWER_INSTANT, fi.POWER_AVERAGE, fi.MEMORY_TEMP,
         fi.PCIE_REPLAY_COUNTER, fi.PCIE_TX_BYTES, fi.PCIE_RX_BYTES, fi.VIOLATION_POWER,
         fi.VIOLATION_THERMAL, fi.VIOLATION_SW_THERMAL, fi.VIOLATION_HW_THERMAL,
