@@ -14,7 +14,14 @@ import pytest
 from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, score_fleet
 from exporter.cli import main
 from exporter.events import KINDS, Event, parse_lines
-from exporter.offline.infinitehbd import DAY, DESC_KINDS, EPOCH, load_faults, to_events
+from exporter.offline.infinitehbd import (
+    CLASS_KINDS,
+    DAY,
+    DESC_KINDS,
+    EPOCH,
+    load_faults,
+    to_events,
+)
 from exporter.offline.lemons import rank
 from tests.tools import REPO
 
@@ -61,15 +68,47 @@ def test_the_converter_script_writes_events_lemons_reads(tmp_path, capsys):
     assert nodes and all(n["score"] > 0 for n in nodes)
 
 
-def test_the_converter_refuses_a_desc_it_does_not_know(tmp_path):
+def test_a_desc_the_table_lacks_takes_its_class_kind_and_is_named(tmp_path):
+    def record(t, cls, desc, level="Hardware Failure"):
+        return {"node_id": "n", "event_time": t, "event_type": "fault_start",
+                "fault_type": {"Level": level, "Class": cls, "Desc": desc}}
+
     trace = tmp_path / "t.json"
-    trace.write_text(json.dumps([{"node_id": "n", "event_time": 1.0, "event_type": "fault_start",
-                                  "fault_type": {"Level": "Hardware Failure", "Class": "GPU",
-                                                 "Desc": "GPU on fire"}}]))
+    trace.write_text(json.dumps([record(1.0, "GPU", "GPU on fire"),
+                                 record(2.0, "GPU", "GPU on fire"),
+                                 record(3.0, "Rack", "Door open"),
+                                 record(4.0, "Cosmic", "Ray", level="Cosmic Failure"),
+                                 record(5.0, "GPU", "GPU Lost")]))
+    out = tmp_path / "e.jsonl"
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
+                             str(trace), "-o", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    kinds = [e.kind for _, e in parse_lines(out.read_text().splitlines())]
+    assert kinds == ["other_gpu", "other_gpu", "other_hardware", "unknown", "gpu_lost"]
+    lines = result.stderr.splitlines()
+    assert "Class 'GPU', Desc 'GPU on fire' is not in the table: 2 fault(s) as 'other_gpu'" in (
+        result.stderr)
+    assert len([line for line in lines if "not in the table" in line]) == 3
+    assert lines[-1] == "5 events from 1 nodes"
+
+
+@needs_trace
+def test_the_shared_trace_needs_no_fallback():
+    assert all(f.in_table for f in load_faults(FAULT_TRACE))
+    assert set(CLASS_KINDS) == {c for c, _ in DESC_KINDS}  # every Class the trace has
+
+
+def test_a_record_that_is_not_a_fault_is_refused_with_its_index(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([{"node_id": "n", "event_time": 1.0,
+                                  "event_type": "fault_begin",
+                                  "fault_type": {"Level": "x", "Class": "GPU", "Desc": "y"}},
+                                 ]))
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
                              str(trace)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "record 0: no kind for Class 'GPU', Desc 'GPU on fire'" in result.stderr
+    assert "record 0: event_type 'fault_begin'" in result.stderr
 
 
 def test_the_docs_table_is_the_code_table():

@@ -3,7 +3,8 @@
 The trace is a JSON list of `{"node_id", "event_time" (days since its first event),
 "event_type": "fault_start" | "fault_end", "fault_type": {"Level", "Class", "Desc"}}`.
 Each `fault_start` becomes one event (an episode); `fault_end` has no event of its own.
-`DESC_KINDS` is the one mapping: docs/health.md shows it and a test keeps the two equal.
+`DESC_KINDS` is the one mapping: docs/health.md shows it and a test keeps the two equal;
+a pair it lacks falls back to its Class's kind (`CLASS_KINDS`), then its Level's.
 It is keyed by Class and Desc, because one Desc ("Unknown Error") sits under three
 classes that mean different things (a failed stress test, software, nothing known).
 """
@@ -52,7 +53,30 @@ DESC_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("Software Tool", "Kubelet Date Absent"): ("software", "the kubelet's data is missing"),
     ("Other Failures", "Unknown Error"): ("software", "a software fault of unknown cause"),
 }
+# A (Class, Desc) the table does not know takes its Class's kind (the generic kind for
+# what the Class names; `Change`, a planned change of any sort: unknown), or, for a Class
+# it does not know either, its Level's: a later cut of the trace may bring Descs this one
+# lacks. The converter names each such pair on standard error.
+CLASS_KINDS: dict[str, str] = {
+    "GPU": "other_gpu", "NIC": "ib_degraded", "Parameter Plane Cable": "ib_link_down",
+    "Fan": "thermal", "Power Supply": "other_hardware", "Motherboard Battery": "other_hardware",
+    "Stress Test Failure": "health_failed", "System Crash": "unknown",
+    "Unknown Error": "unknown", "File System": "software", "Software Tool": "software",
+    "Other Failures": "software", "Change": "unknown",
+}
+LEVEL_KINDS: dict[str, str] = {"Hardware Failure": "other_hardware",
+                               "Software Failure": "software"}
 assert all(kind in KINDS for kind, _ in DESC_KINDS.values())
+assert all(kind in KINDS for kind in (*CLASS_KINDS.values(), *LEVEL_KINDS.values()))
+
+
+def kind_of(level: str, cls: str, desc: str) -> str:
+    """The kind of a fault: the table's, else its Class's, else its Level's, else
+    `unknown`."""
+    known = DESC_KINDS.get((cls, desc))
+    if known is not None:
+        return known[0]
+    return CLASS_KINDS.get(cls) or LEVEL_KINDS.get(level, "unknown")
 
 
 class TraceFormatError(ValueError):
@@ -72,15 +96,19 @@ class Fault:
 
     @property
     def kind(self) -> str:
-        return DESC_KINDS[(self.cls, self.desc)][0]
+        return kind_of(self.level, self.cls, self.desc)
+
+    @property
+    def in_table(self) -> bool:
+        """Whether DESC_KINDS names its Class and Desc (else its kind is a fallback's)."""
+        return (self.cls, self.desc) in DESC_KINDS
 
     def event(self) -> Event:
         return Event(self.time, self.node, self.kind)
 
 
 def read_faults(records: Iterable[object]) -> Iterator[Fault]:
-    """The trace's records in its order; TraceFormatError for one that is not a record
-    or whose Class/Desc the table does not know."""
+    """The trace's records in its order; TraceFormatError for one that is not a record."""
     for index, rec in enumerate(records):
         try:
             kind = rec["event_type"]  # type: ignore[index]
@@ -91,9 +119,6 @@ def read_faults(records: Iterable[object]) -> Iterator[Fault]:
             raise TraceFormatError(f"record {index}: not a fault record ({err!r})") from None
         if kind not in ("fault_start", "fault_end"):
             raise TraceFormatError(f"record {index}: event_type {kind!r}")
-        if (out.cls, out.desc) not in DESC_KINDS:
-            raise TraceFormatError(f"record {index}: no kind for Class {out.cls!r}, "
-                                   f"Desc {out.desc!r} (add it to DESC_KINDS)")
         yield out
 
 
