@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # ruff: noqa: E501  (the PromQL it writes reads better unbroken)
 """Write the lemon score's rules from exporter/analysis/lemons.py, so PromQL and the
-`lemons` command compute one score: alerts/lemons.yml (node-local: each node's decayed
-counts and exposure), alerts/global-lemons.yml (the fleet's prior, the scores, the alerts)
-and alerts/tests/lemons.test.yml (a test fleet whose expected scores come from the
+`lemons` command compute one score: alerts/lemons.yml (node-local: each node's and GPU's
+episodes weighed by age and kind, its excitation), alerts/global-lemons.yml (the fleet's
+mean excitation, the scores, the alerts' gate, the alerts) and alerts/tests/lemons.test.yml (a test fleet whose expected scores come from the
 command's own code). `--check` fails when a file is not what this script writes.
 """
 
@@ -19,7 +19,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporter.analysis.lemons import WINDOWS, Model  # noqa: E402
+from exporter.analysis.lemons import WINDOWS, Model, window_counts  # noqa: E402
 from exporter.events import Event  # noqa: E402
 from exporter.offline.lemons import rank  # noqa: E402
 
@@ -165,7 +165,9 @@ def fleet_events(fleet=FLEET) -> list[Event]:
 
 
 def _windows(ages: list[float]) -> dict[str, int]:
-    return {w: sum(a < length for a in ages) for w, length in WINDOWS}
+    """Episodes per window, the empty ones at 0 (a node may export those)."""
+    counts = window_counts(ages)
+    return {w: int(counts.get(w, 0)) for w, _ in WINDOWS}
 
 
 def _series(fleet, young) -> list[dict]:
@@ -202,7 +204,7 @@ def _reasons(fleet, n: int, gpu: str | None, model: Model) -> str:
     return "".join(f"{k} {c} in 28 d; " for k, c in sorted(kinds.items(), key=lambda x: (-x[1], x[0])))
 
 
-def _expected(fleet, young, model: Model):
+def _expected(fleet, model: Model):
     """The command's ranking of the fleet, and its scores as input series."""
     ranking = rank(fleet_events(fleet), T, NODES, GPUS, model)
     # the command's scores travel as input series; the rules' must match each within 0.1 %
@@ -274,8 +276,8 @@ def _gpu_alerts(fleet, ranking, model: Model) -> dict:
 
 
 def tests_file(model: Model) -> dict:
-    ranking, node_labels, gpu_labels, expected = _expected(FLEET, YOUNG, model)
-    repeat, repeat_nodes, repeat_gpus, repeat_expected = _expected(REPEAT, {}, model)
+    ranking, node_labels, gpu_labels, expected = _expected(FLEET, model)
+    repeat, repeat_nodes, repeat_gpus, repeat_expected = _expected(REPEAT, model)
     old = {3: [(29.0, "ecc_dbe", "1")]}  # only an episode past every window
     return {
         "rule_files": ["../lemons.yml", "../global-lemons.yml"],
