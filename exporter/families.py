@@ -3,7 +3,7 @@
 Each module that produces families declares them as module-level `Family` constants
 beside the code that fills them, and lists them in a module-level tuple `DECLARED`, in
 the order docs/metrics.md shows them. Code builds the prometheus_client family from the
-declaration (`FAMILY.gauge()`, `.counter()`, `.info()`; `Rows.of(FAMILY)` in
+declaration (`FAMILY.gauge()`, `.counter()`, `.info()`, `.by_label()`; `Rows.of(FAMILY)` in
 exporter.metrics.exposition), so it cannot serve another help or label list.
 scripts/build_metrics_docs.py writes the profile and label table
 (exporter/metrics/family_table.py) and the tables of docs/metrics.md from the
@@ -14,9 +14,11 @@ This module is in the bottom layer: collectors, metrics, web and history all dec
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
@@ -96,6 +98,23 @@ class Family:
         self._expect("counter")
         return CounterMetricFamily(self.base, self.help, value=value,
                                    labels=list(self.labels) if self.labels else None)
+
+    def by_label(self, values: Mapping[Any, float],
+                 known: Iterable[str] = ()) -> CounterMetricFamily | GaugeMetricFamily:
+        """The family of one label with a series per value: every `known` value first (0
+        until it happens, so `rate()` sees the first one), then the others in `values`'
+        order (its keys as text)."""
+        if len(self.labels) != 1:
+            raise ValueError(f"{self.name}: by_label needs one label, not {self.labels}")
+        family = self.counter() if self.type == "counter" else self.gauge()
+        by_text = {str(k): float(v) for k, v in values.items()}
+        for value in dict.fromkeys((*known, *by_text)):
+            family.add_metric([value], by_text.get(value, 0.0))
+        return family
+
+    def without(self, *labels: str) -> Family:
+        """The same family with `labels` summed away (what a profile's aggregation serves)."""
+        return dataclasses.replace(self, labels=tuple(x for x in self.labels if x not in labels))
 
     def info(self, value: Mapping[str, str] | None = None,
              by: tuple[str, ...] = ()) -> InfoMetricFamily:

@@ -17,8 +17,8 @@ from prometheus_client.metrics_core import (
     UnknownMetricFamily,
 )
 
+from exporter.families import PROFILES
 from exporter.metrics.exposition import ExpositionWriter, go_float
-from exporter.metrics.profiles import PROFILES
 from exporter.metrics.render import render
 from exporter.metrics.selection import Selection
 from tests.tools import make_snapshot

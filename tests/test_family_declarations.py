@@ -131,3 +131,20 @@ def test_a_constructor_of_another_type_or_labels_is_refused():
         info.info(by=("name",))
     with pytest.raises(ValueError, match="are not its labels"):
         info.info({"gpu": "0"})
+
+
+def test_by_label_serves_the_known_values_first_then_the_others():
+    counter = Family("x_errors_total", "counter", "X.", ("reason",), source="test")
+    family = counter.by_label({"late": 2, "timeout": 1}, known=("timeout", "refused"))
+    assert [(s.labels["reason"], s.value) for s in family.samples] == [
+        ("timeout", 1.0), ("refused", 0.0), ("late", 2.0)]
+    gauge = Family("x_seconds", "gauge", "X.", ("gpu",), source="test")
+    assert [s.labels["gpu"] for s in gauge.by_label({3: 1.0, 1: 2.0}).samples] == ["3", "1"]
+    with pytest.raises(ValueError, match="one label"):
+        Family("y", "gauge", "Y.", ("a", "b"), source="test").by_label({})
+
+
+def test_without_sums_a_label_away_from_the_declaration():
+    f = Family("x_bytes_total", "counter", "X.", ("gpu", "uuid", "link"), source="test")
+    assert f.without("link").labels == ("gpu", "uuid")
+    assert f.without("link").help == f.help and f.labels == ("gpu", "uuid", "link")

@@ -21,8 +21,8 @@ import platform
 import re
 
 from exporter import __version__
+from exporter.families import FULL
 from exporter.gpu.backend import NvmlBackend
-from exporter.metrics.profiles import FULL
 from exporter.metrics.render import render
 from exporter.metrics.selection import Selection
 from exporter.sampling.clock import ManualClock

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import Config
+from exporter.families import FULL
 from exporter.gpu.backend import private_nvml_module
 from exporter.gpu.health import GpuHealth, NvLink
 from exporter.metrics.gpu_health import (
@@ -21,7 +22,6 @@ from exporter.metrics.gpu_health import (
     link_memory_key,
     nvlink_traffic_families,
 )
-from exporter.metrics.profiles import FULL
 from exporter.metrics.render import CachedFamilies, render
 from exporter.metrics.selection import Selection
 from exporter.web.probes import Probes

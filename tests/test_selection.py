@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from exporter.cli import main
+from exporter.families import FULL, MINIMAL, PROFILES, STANDARD
 from exporter.gpu import fields as fi
 from exporter.gpu.health import ALL_LINKS, NvlinkReads, health_requests
 from exporter.metrics.family_table import LABELS, PROFILE
-from exporter.metrics.profiles import FULL, MINIMAL, PROFILES, STANDARD
 from exporter.metrics.render import render
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sim import ib_tree

@@ -22,10 +22,8 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.families import Family
 from exporter.options import RUN, Option, build, flatten, options_of
 from exporter.sampling.collector_api import Collector, CollectorContext
 from exporter.sampling.snapshot import Snapshot
@@ -146,25 +144,3 @@ class CollectorsConfig:
 
 def enabled(config: CollectorsConfig) -> list[CollectorSpec[Any]]:
     return [spec for spec in specs() if spec.enabled(config)]
-
-
-def counts_of(family: Family, known: Iterable[str],
-              totals: Mapping[str, float]) -> CounterMetricFamily:
-    """A declared counter of a collector's errors or skips by its one label: every `known`
-    value from the start (0 until it happens, so `rate()` sees the first one), then any
-    other."""
-    counter = family.counter()
-    for value in dict.fromkeys((*known, *totals)):
-        counter.add_metric([value], float(totals.get(value, 0)))
-    return counter
-
-
-def counts_by(name: str, documentation: str, label: str, known: Iterable[str],
-              totals: Mapping[str, float]) -> CounterMetricFamily:
-    """A counter of a collector's errors or skips by `label`: every `known` value from
-    the start (0 until it happens, so `rate()` sees the first one), then any other.
-    For families not declared yet: a declared one takes counts_of."""
-    family = CounterMetricFamily(name, documentation, labels=[label])
-    for value in dict.fromkeys((*known, *totals)):
-        family.add_metric([value], float(totals.get(value, 0)))
-    return family

@@ -14,7 +14,12 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
 from exporter.history.episodes import NODE
-from exporter.history.recorder import KEEP_SECONDS, WINDOW_SECONDS, History
+from exporter.history.recorder import (
+    KEEP_SECONDS,
+    MAX_PENDING_EPISODES,
+    WINDOW_SECONDS,
+    History,
+)
 
 _KEPT = " (present only when a state directory is kept)"
 
@@ -60,7 +65,8 @@ WRITE_FAILURES = Family(
 DROPPED = Family(
     "cte_history_dropped_episodes_total", "counter",
     "Episodes dropped from memory while writes kept failing.", source="state directory",
-    doc="Episodes dropped from memory while writes kept failing (past 10,000 waiting)."
+    doc=f"Episodes dropped from memory while writes kept failing (past "
+        f"{MAX_PENDING_EPISODES:,} waiting)."
         + _KEPT)
 RESETS = Family(
     "cte_history_state_resets_total", "counter",
@@ -116,10 +122,7 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
     yield TRANSACTIONS.counter(stats.transactions)
     yield WRITE_FAILURES.counter(stats.write_failures)
     yield DROPPED.counter(stats.dropped)
-    resets = RESETS.counter()
-    for reason in ("corrupt", "unreadable", "future"):
-        resets.add_metric([reason], stats.resets.get(reason, 0))
-    yield resets
+    yield RESETS.by_label({r: stats.resets.get(r, 0) for r in ("corrupt", "unreadable", "future")})
     yield XID_DUPLICATES.counter(stats.duplicates)
     yield KMSG_XIDS.counter(stats.kmsg_xids)
     if history.reader.path:  # not when the log is turned off

@@ -28,7 +28,7 @@ from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
-from exporter.metrics.gpu import GPU_LABELS, catalogue_family
+from exporter.metrics.gpu import catalogue_family
 from exporter.sampling.snapshot import Snapshot
 
 UP = per_gpu(
@@ -192,8 +192,7 @@ def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
     the link away: exporter/metrics/selection.py)."""
     readings = sorted(snapshot.health.items())
     per_link = all(h.nvlink_traffic is None for _, h in readings)
-    tx, rx = (Rows.of(f) if per_link else Rows(f.base, f.help, f.type, GPU_LABELS)
-              for f in (NVLINK_TX, NVLINK_RX))
+    tx, rx = (Rows.of(f if per_link else f.without("link")) for f in (NVLINK_TX, NVLINK_RX))
     for gpu, h in readings:
         labels = _labels(snapshot, gpu)
         if not per_link:

@@ -89,7 +89,5 @@ def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]
     for result in node.checks:
         for name in STATES:
             node_check.add_metric([result.name, name], 1.0 if result.state == name else 0.0)
-    errors = CHECK_ERRORS.counter()
-    for name, count in health.check_errors:
-        errors.add_metric([name], count)
-    yield from (node_state, node_action, node_check, errors)
+    yield from (node_state, node_action, node_check)
+    yield CHECK_ERRORS.by_label(dict(health.check_errors))

@@ -72,6 +72,14 @@ WINDOW = Family(
     unit="s", source="config", doc="Length of the analysed window (30 s).")
 
 
+
+def _gauges(obj: object, features: tuple[tuple[str, Family], ...]) -> Iterator[Metric]:
+    """One gauge per (attribute, family) whose attribute of `obj` is not None."""
+    for attr, family in features:
+        value = getattr(obj, attr)
+        if value is not None:
+            yield family.gauge(value)
+
 def _feature(attr: str, suffix: str, unit: str, help_: str, node: tuple[str, str],
              gpu: tuple[str, str]) -> tuple[str, Family, Family]:
     """(SwingFeatures attribute, the node's family, each GPU's): one help for both, with
@@ -261,10 +269,7 @@ def step_families(analysis: PowerAnalysis) -> Iterator[Metric]:
     yield STEP_GRID_RELEVANT.gauge(1.0 if analysis.step_grid_relevant else 0.0)
     if step is None:
         return
-    for attr, family in STEP_FEATURES:
-        value = getattr(step, attr)
-        if value is not None:
-            yield family.gauge(value)
+    yield from _gauges(step, STEP_FEATURES)
 
 
 def _add(rows: list[Rows], labels: tuple[str, ...], features: SwingFeatures) -> None:
@@ -327,15 +332,9 @@ def power_families(snapshot: Snapshot) -> Iterator[Metric]:
     cycle = analysis.cycle
     yield CYCLE_DETECTED.gauge(0.0 if cycle is None else 1.0)
     if cycle is not None:
-        for attr, family in CYCLE_FEATURES:
-            value = getattr(cycle, attr)
-            if value is not None:
-                yield family.gauge(value)
+        yield from _gauges(cycle, CYCLE_FEATURES)
 
-    ramps = RAMPS.counter()
-    for direction, count in sorted(analysis.ramps_total.items()):
-        ramps.add_metric([direction], count)
-    yield ramps
+    yield RAMPS.by_label(dict(sorted(analysis.ramps_total.items())))
     ramp = analysis.last_ramp
     if ramp is not None:
         yield RAMP_DELTA.gauge(ramp.delta_watts)

@@ -11,10 +11,7 @@ query.
 
 from __future__ import annotations
 
-from exporter.families import DEFAULT_PROFILE, FULL, MINIMAL, PROFILES, STANDARD
-
-__all__ = ["AGGREGATIONS", "COLLECTOR_FAMILIES", "DEFAULT_PROFILE", "FULL", "MINIMAL",
-           "PROFILES", "STANDARD"]
+from exporter.families import FULL, MINIMAL, STANDARD
 
 # Label aggregations a profile applies (family, labels summed away), as PromQL's
 # `sum without (...)`: NVLink counters per GPU instead of per link. `full` has none.

@@ -28,10 +28,11 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from exporter.families import DEFAULT_PROFILE, PROFILES
 from exporter.gpu.health import NvlinkReads
 from exporter.metrics.exposition import Rows
 from exporter.metrics.family_table import LABELS, PROFILE
-from exporter.metrics.profiles import AGGREGATIONS, COLLECTOR_FAMILIES, DEFAULT_PROFILE, PROFILES
+from exporter.metrics.profiles import AGGREGATIONS, COLLECTOR_FAMILIES
 from exporter.yamlfile import ConfigError, Where, excerpt, expect_mapping, load_yaml_file
 
 _GLOB = re.compile(r"[*?\[]")
@@ -209,9 +210,7 @@ def _labels_problem(pattern: str, labels: list[str]) -> str | None:
     """Why summing `labels` away from the families `pattern` names would do nothing, or
     None. A glob may match families without the label: it needs one that has it."""
     matched = [name for name in PROFILE if fnmatch.fnmatchcase(name, pattern)]
-    known = [LABELS[name] for name in matched if name in LABELS]
-    if len(known) < len(matched):
-        return None  # a family whose labels are not in the table: cannot tell
+    known = [LABELS[name] for name in matched]  # the table has every family PROFILE has
     for label in labels:
         if any(label in have for have in known):
             continue

@@ -180,10 +180,9 @@ def _loop_families(snapshot: Snapshot) -> Iterator[Metric]:
             age.add_metric([name], max(0.0, snapshot.time - stats.last_completed))
         duration.add_metric([name], stats.last_duration_seconds)
         restarts.add_metric([name], stats.restarts_total)
-    cpu = LOOP_CPU.counter()
-    for name, stats in sorted(snapshot.loops.items()):
-        cpu.add_metric([name], stats.cpu_seconds_total)
-    yield from (target, achieved, iterations, overruns, jitter, age, duration, restarts, cpu)
+    yield from (target, achieved, iterations, overruns, jitter, age, duration, restarts)
+    yield LOOP_CPU.by_label({name: stats.cpu_seconds_total
+                             for name, stats in sorted(snapshot.loops.items())})
 
 
 def _collector_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -199,14 +198,8 @@ def _collector_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _gpu_supervision_families(snapshot: Snapshot) -> Iterator[Metric]:
-    attempts, recoveries, hangs, stuck = (RECOVERY_ATTEMPTS.counter(), RECOVERIES.counter(),
-                                          HANGS.counter(), GPU_STUCK.gauge())
-    for gpu, count in sorted(snapshot.recovery_attempts.items()):
-        attempts.add_metric([str(gpu)], count)
-    for gpu, count in sorted(snapshot.recoveries.items()):
-        recoveries.add_metric([str(gpu)], count)
-    for gpu, count in sorted(snapshot.hangs.items()):
-        hangs.add_metric([str(gpu)], count)
-    for gpu, since in sorted(snapshot.hung.items()):
-        stuck.add_metric([str(gpu)], max(0.0, snapshot.time - since))
-    yield from (attempts, recoveries, hangs, stuck)
+    yield RECOVERY_ATTEMPTS.by_label(dict(sorted(snapshot.recovery_attempts.items())))
+    yield RECOVERIES.by_label(dict(sorted(snapshot.recoveries.items())))
+    yield HANGS.by_label(dict(sorted(snapshot.hangs.items())))
+    yield GPU_STUCK.by_label({gpu: max(0.0, snapshot.time - since)
+                              for gpu, since in sorted(snapshot.hung.items())})

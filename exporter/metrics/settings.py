@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.metrics.profiles import DEFAULT_PROFILE, PROFILES
+from exporter.families import DEFAULT_PROFILE, PROFILES
 from exporter.options import RUN, SIMULATE, setting
 
 

@@ -195,8 +195,5 @@ def _stall_families(snapshot: Snapshot, analysis) -> Iterator[Metric]:
         culprit_seconds.add_metric(labels, analysis.culprit_seconds.get(gpu, 0.0))
     yield from (culprit, waiting, culprit_seconds)
     yield HELD.gauge(1.0 if analysis.held else 0.0)
-    coverage = COVERAGE.gauge()
-    for data, share in sorted(analysis.coverage.items()):
-        coverage.add_metric([data], share)
-    yield coverage
+    yield COVERAGE.by_label(dict(sorted(analysis.coverage.items())))
     yield DURATION.gauge(analysis.duration_seconds)

@@ -74,24 +74,15 @@ DECLARED = (MAX_CONNECTIONS, CONNECTIONS, EVICTIONS, REFUSED, HEAD_TIMEOUTS, BUS
 
 def http_families(stats: HttpStats) -> Iterator[Metric]:
     yield MAX_CONNECTIONS.gauge(stats.max_connections)
-    conns = CONNECTIONS.gauge()
-    for state, count in sorted(stats.connections.items()):
-        conns.add_metric([state], count)
-    yield conns
-    evictions = EVICTIONS.counter()
-    for state, count in sorted(stats.evictions.items()):
-        evictions.add_metric([state], count)
-    yield evictions
+    yield CONNECTIONS.by_label(dict(sorted(stats.connections.items())))
+    yield EVICTIONS.by_label(dict(sorted(stats.evictions.items())))
     yield REFUSED.counter(stats.refused_total)
     yield HEAD_TIMEOUTS.counter(stats.head_timeouts_total)
     yield BUSY_RESPONSES.counter(stats.busy_responses_total)
 
 
 def reload_families(stats: ReloadStats) -> Iterator[Metric]:
-    reloads = RELOADS.counter()
-    reloads.add_metric(["success"], stats.successes_total)
-    reloads.add_metric(["failure"], stats.failures_total)
-    yield reloads
+    yield RELOADS.by_label({"success": stats.successes_total, "failure": stats.failures_total})
     yield LAST_RELOAD_SUCCESSFUL.gauge(float(stats.last_successful))
     yield LAST_RELOAD_SUCCESS_TIME.gauge(stats.last_success_time)
 

@@ -8,7 +8,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.host.reading import CALLS, HostReading
-from exporter.collectors.registry import counts_of
 from exporter.families import Family
 
 __all__ = ["DECLARED", "host_families"]
@@ -85,4 +84,4 @@ def host_families(reading: HostReading) -> Iterator[Metric]:
         if counter.samples:
             yield counter
 
-    yield counts_of(READ_ERRORS, CALLS, reading.errors_total)
+    yield READ_ERRORS.by_label(reading.errors_total, CALLS)

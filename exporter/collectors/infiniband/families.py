@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.infiniband.reading import (
@@ -20,7 +20,6 @@ from exporter.collectors.infiniband.reading import (
     InfinibandPort,
     InfinibandReading,
 )
-from exporter.collectors.registry import counts_of
 from exporter.families import FULL, MINIMAL, STANDARD, Family
 
 __all__ = ["COUNTERS", "COUNTERS_EXT", "DECLARED", "HW_COUNTERS", "infiniband_families"]
@@ -177,20 +176,13 @@ DECLARED: tuple[Family, ...] = (
 )
 
 
-Numbers = CounterMetricFamily | GaugeMetricFamily  # one number per sample
-
-
-def _new(family: Family) -> Numbers:
-    return family.counter() if family.type == "counter" else family.gauge()
-
-
 def _port_counters(
     ports: list[InfinibandPort],
     field: str,
     known: Mapping[str, Family],
     generic: dict[tuple[str, str, str], float],
 ) -> Iterator[Metric]:
-    families: dict[str, Numbers] = {}
+    families: dict[str, CounterMetricFamily] = {}
     for p in ports:
         labels = [p.device, str(p.port)]
         for name, value in getattr(p, field).items():
@@ -200,7 +192,7 @@ def _port_counters(
                 continue
             fam = families.get(name)
             if fam is None:
-                fam = families[name] = _new(declared)
+                fam = families[name] = declared.counter()
             fam.add_metric(labels, value)
     for name in known:  # stable order: the table's
         if name in families:
@@ -228,7 +220,7 @@ def infiniband_families(reading: InfinibandReading) -> Iterator[Metric]:
 
     if ports:
         pinfo = PORT_INFO.info()
-        state, phys, rate = _new(STATE_ID), _new(PHYS_STATE_ID), _new(RATE)
+        state, phys, rate = STATE_ID.gauge(), PHYS_STATE_ID.gauge(), RATE.gauge()
         for p in ports:
             labels = [p.device, str(p.port)]
             pinfo.add_metric(
@@ -256,16 +248,16 @@ def infiniband_families(reading: InfinibandReading) -> Iterator[Metric]:
     yield from _port_counters(ports, "hw_counters", HW_COUNTERS, hw_other)
     for declared, values in ((HW_EVENTS, hw_other), (OTHER_COUNTERS, other)):
         if values:
-            fam = _new(declared)
+            fam = declared.counter()
             for key, value in values.items():
                 fam.add_metric(list(key), value)
             yield fam
 
-    lifespan = _new(LIFESPAN)
+    lifespan = LIFESPAN.gauge()
     for p in ports:
         if p.lifespan_seconds is not None:
             lifespan.add_metric([p.device, str(p.port)], p.lifespan_seconds)
     if lifespan.samples:
         yield lifespan
 
-    yield counts_of(SKIPPED, SKIP_REASONS, reading.skipped_total)
+    yield SKIPPED.by_label(reading.skipped_total, SKIP_REASONS)

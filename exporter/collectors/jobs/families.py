@@ -27,11 +27,12 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.jobs.reading import (
     DROP_REASONS,
+    MAX_JOBS_PER_GPU,
+    MAX_JOBS_PER_NODE,
     SKIP_REASONS,
     JobAttributes,
     JobsReading,
 )
-from exporter.collectors.registry import counts_of
 from exporter.families import MINIMAL, Family
 from exporter.sampling.snapshot import Snapshot
 
@@ -58,8 +59,9 @@ IDS_DROPPED = Family(
     "cte_hpc_job_ids_dropped_total", "counter",
     "Job ids left out at a cap (per_gpu: past the per-file cap; per_node: past the per-pass "
     "cap), counted on every read pass while they are there.", ("reason",), source="exporter",
-    doc="Job ids left out at a cap, by cap (`per_gpu`: past 16 in one file; `per_node`: past "
-        "256 in one pass), on every read pass while they are there.")
+    doc=f"Job ids left out at a cap, by cap (`per_gpu`: past {MAX_JOBS_PER_GPU} in one file; "
+        f"`per_node`: past {MAX_JOBS_PER_NODE} in one pass), on every read pass while they "
+        "are there.")
 
 DECLARED = (JOB_INFO, SKIPPED_FILES, IDS_DROPPED)
 
@@ -85,5 +87,5 @@ def jobs_families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
     if info.samples:
         yield info
 
-    yield counts_of(SKIPPED_FILES, SKIP_REASONS, reading.skipped_total)
-    yield counts_of(IDS_DROPPED, DROP_REASONS, reading.dropped_total)
+    yield SKIPPED_FILES.by_label(reading.skipped_total, SKIP_REASONS)
+    yield IDS_DROPPED.by_label(reading.dropped_total, DROP_REASONS)

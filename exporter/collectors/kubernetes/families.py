@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.kubernetes.apiserver import API_FAILURES
-from exporter.collectors.kubernetes.reading import FAILURE_REASONS, KubernetesReading
-from exporter.collectors.registry import counts_of
+from exporter.collectors.kubernetes.reading import FAILURE_REASONS, MAX_SERIES, KubernetesReading
 from exporter.families import MINIMAL, Family
 from exporter.sampling.snapshot import Snapshot
 
@@ -93,10 +92,11 @@ UNMATCHED = Family(
         "on).")
 DEVICES_DROPPED = Family(
     "cte_kubernetes_pod_devices_dropped_total", "counter",
-    "gpu_pod_info series left out past the cap of 1024 per answer, over every answer.",
+    f"gpu_pod_info series left out past the cap of {MAX_SERIES} per answer, over every "
+    "answer.",
     source="exporter",
-    doc="`gpu_pod_info` series left out past 1,024 per answer, over every answer (present "
-        "only when the kubernetes collector is on).")
+    doc=f"`gpu_pod_info` series left out past {MAX_SERIES:,} per answer, over every answer "
+        "(present only when the kubernetes collector is on).")
 
 DECLARED = (POD_INFO, POD_LABELS, API_UP, API_FAILURES_TOTAL, POD_RESOURCES_UP,
             POD_RESOURCES_FAILURES, LAST_SUCCESS, UNMATCHED, DEVICES_DROPPED)
@@ -118,9 +118,9 @@ def kubernetes_families(reading: KubernetesReading, snapshot: Snapshot) -> Itera
     api_up = getattr(reading, "api_up", None)
     if api_up is not None:
         yield API_UP.gauge(1.0 if api_up else 0.0)
-        yield counts_of(API_FAILURES_TOTAL, API_FAILURES, reading.api_failures_total)
+        yield API_FAILURES_TOTAL.by_label(reading.api_failures_total, API_FAILURES)
     yield POD_RESOURCES_UP.gauge(1.0 if reading.up else 0.0)
-    yield counts_of(POD_RESOURCES_FAILURES, FAILURE_REASONS, reading.failures_total)
+    yield POD_RESOURCES_FAILURES.by_label(reading.failures_total, FAILURE_REASONS)
     if reading.last_success:
         yield LAST_SUCCESS.gauge(reading.last_success)
     yield UNMATCHED.gauge(float(reading.unmatched))

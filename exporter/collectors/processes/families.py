@@ -14,7 +14,6 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.processes.procfs import PROC_ERRORS
 from exporter.collectors.processes.reading import ProcessesReading
-from exporter.collectors.registry import counts_of
 from exporter.families import Family
 from exporter.sampling.snapshot import Snapshot
 
@@ -90,4 +89,4 @@ def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterato
         if family.samples:
             yield family
     yield DROPPED.counter(reading.dropped_total)
-    yield counts_of(PROC_ERRORS_TOTAL, PROC_ERRORS, reading.proc_errors_total)
+    yield PROC_ERRORS_TOTAL.by_label(reading.proc_errors_total, PROC_ERRORS)
