@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ssl
 
-from exporter.web.webconfig import WebConfig
+from exporter.web.webconfig import CLIENT_AUTH_TYPES, WebConfig
 
 # how much a client must prove with its certificate, by verify mode
 _CLIENT_CERTIFICATES = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
-_CLIENT_AUTH_NAMES = {ssl.CERT_NONE: "NoClientCert", ssl.CERT_OPTIONAL: "VerifyClientCertIfGiven",
-                      ssl.CERT_REQUIRED: "RequireAndVerifyClientCert"}
+# the web config's client_auth_type for each verify mode it can set
+_CLIENT_AUTH_NAMES = {mode: name for name, (mode, _) in CLIENT_AUTH_TYPES.items()}
 
 
 def security_lost(running: WebConfig, new: WebConfig) -> list[str]:
