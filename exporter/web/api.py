@@ -305,11 +305,14 @@ class Api:
 
     def answer(self, rendered: RenderedSnapshot, path: str, query: str) -> Answer:
         """The answer to GET path?query; BadRequest for a query it refuses."""
-        if path == HISTORY:
-            return Answer(self._history(query))
         snap = rendered.snapshot
         build: Callable[[], bytes]
-        if path == POWER:
+        if path == HISTORY:
+            params = parse_query(query, ("gpu", "since", "until"), MAX_HISTORY_QUERY_BYTES)
+            since, until = _seconds(params, "since"), _seconds(params, "until")
+            key = (HISTORY, since, until, params.get("gpu"))
+            build = lambda: self._history(since, until, params.get("gpu"))  # noqa: E731
+        elif path == POWER:
             q = power_query(query, snap)
             key: tuple = (POWER, q.seconds, q.gpu)
             build = lambda: power_body(snap, q)  # noqa: E731
@@ -335,13 +338,12 @@ class Api:
                     self._answers[key] = answer
             return answer
 
-    def _history(self, query: str) -> bytes:
-        """/api/v1/history?gpu=I|UUID|SERIAL|node&since=S&until=U (unix seconds)."""
-        params = parse_query(query, ("gpu", "since", "until"), MAX_HISTORY_QUERY_BYTES)
-        since, until = _seconds(params, "since"), _seconds(params, "until")
+    def _history(self, since: float | None, until: float | None, gpu: str | None) -> bytes:
+        """/api/v1/history?gpu=I|UUID|SERIAL|node&since=S&until=U (unix seconds): read from
+        the state directory, once per snapshot and query like the other answers."""
         if self.history is None:
             raise BadRequest("no history is kept here (--storage.path)")
         try:
-            return history_body(self.history, since, until, params.get("gpu"))
+            return history_body(self.history, since, until, gpu)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
