@@ -228,10 +228,8 @@ class Candidate:
     def scores(self, day: Day, weights: dict[str, float] | np.ndarray | None) -> np.ndarray:
         if self.fitted == "kind":
             return hawkes_scores(day, self.tau, weights)  # type: ignore[arg-type]
-        if self.fitted == "group":
-            w = np.nan_to_num(weights)  # type: ignore[arg-type]
-            x = decayed(day, self.tau, "group") @ w
-            return x
+        if self.fitted == "group":  # the ranking needs no fleet mean
+            return decayed(day, self.tau, "group") @ np.nan_to_num(weights)  # type: ignore[arg-type]
         return gamma_poisson_scores(day, self.tau, np.array(self.group_weights))
 
     def fit(self, days: Sequence[Day]):
