@@ -242,6 +242,33 @@ def test_a_second_exporter_on_the_same_directory_refuses_to_start(node, tmp_path
     assert len(lines) == 1 and "in use by another exporter" in lines[0], out.stderr
 
 
+def test_a_locked_store_leaves_the_exporter_serving_without_a_history(node):
+    import sqlite3
+
+    from tests.test_history_store import hold_exclusively
+
+    first = start(node, "xids")
+    stop(node, first)
+    holder = hold_exclusively(node[0] / "state")
+    try:
+        exporter = node[1].start(manual=True, scenario=str(node[0] / "xids.yaml"),
+                                 storage_path=str(node[0] / "state"),
+                                 storage_kmsg_path=str(node[0] / "kmsg"),
+                                 storage_boot_id_path=str(node[0] / "boot_id"))
+    finally:
+        holder.close()
+    assert exporter.history is None
+    exporter.sampler.advance(4.0)
+    resp, body = http_get(exporter.port, "/readyz")
+    assert resp.status == 200 and b"degraded" in body and b"database is locked" in body
+    assert xid_counts(exporter) == {("0", "13"): 1, ("1", "79"): 1}  # counted from zero
+    db = sqlite3.connect(node[0] / "state" / "history.sqlite3")
+    assert db.execute("SELECT count(*) FROM episodes WHERE kind = 'xid'").fetchone()[0] == 2
+    db.close()
+    assert sorted(p.name for p in (node[0] / "state").iterdir()
+                  if p.name.startswith("history.sqlite3.")) == []
+
+
 FAILING = QUIET + """events:
   - {kind: row_remap, at: 1, gpu: 0, uncorrectable: 1, failure: true}
   - {kind: fabric, at: 1, gpu: 1, degraded: true}

@@ -95,12 +95,47 @@ def test_a_bad_file_is_moved_aside_and_the_store_starts_afresh(tmp_path, reason,
     h.stop()
 
 
-def test_a_store_dated_in_the_future_is_moved_aside(tmp_path):
+def test_a_store_dated_in_the_future_is_kept_and_the_clock_named(tmp_path, caplog):
+    """A node that boots with its clock behind: its history is good, only the clock is
+    wrong; the file stays and the oddity is logged."""
     h = history(tmp_path, now=lambda: 1_900_000_000.0)
+    add_xid(h, 1_900_000_000.0)
     h.stop()
-    back = history(tmp_path, now=lambda: 1_790_000_000.0)  # the clock was far ahead
-    assert back.store.resets == {"future": 1}
+    back = history(tmp_path, now=lambda: 1_790_000_000.0)  # the clock is far behind now
+    assert back.store.resets == {}
+    assert back.xids[(GPU, 13)][0] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}.")] == []
+    assert any("is the clock right?" in r.getMessage() for r in caplog.records)
     back.stop()
+
+
+def hold_exclusively(directory) -> sqlite3.Connection:
+    """Another connection holding the file's lock: every other one reads 'database is
+    locked' (SQLITE_BUSY), as a backup tool or a stuck reader would cause."""
+    db = sqlite3.connect(directory / FILE, isolation_level=None, timeout=0)
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+    db.execute("BEGIN EXCLUSIVE")
+    return db
+
+
+def test_a_locked_file_is_left_alone_and_the_store_fails_to_open(tmp_path):
+    from exporter.history.store import StoreError
+
+    h = history(tmp_path)
+    add_xid(h, 1_790_000_000.0)
+    h.stop()
+    holder = hold_exclusively(tmp_path)
+    store = Store(tmp_path)
+    try:
+        with pytest.raises(StoreError, match="database is locked"):
+            store.open()
+    finally:
+        holder.close()
+    assert store.resets == {}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}.")] == []
+    again = history(tmp_path)  # the directory's lock was released with the failure
+    assert again.xids[(GPU, 13)][0] == 1  # the history is all there
+    again.stop()
 
 
 def test_a_second_store_on_one_directory_is_refused(tmp_path):

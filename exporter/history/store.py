@@ -4,7 +4,9 @@ Bounds (the file stays under about 16 MiB): at most MAX_EPISODES episodes (the o
 go first), MAX_GPUS GPUs with their counters and boots (the longest unseen go first),
 MAX_BOOTS boots, MAX_CURSORS kernel-log cursors, MAX_REPLACEMENTS replacements.
 A bad file (corrupt, unreadable, or written by a newer version) is moved aside and the
-store starts fresh; a second process on the same directory is refused (`StoreBusy`).
+store starts fresh; a file that cannot be opened for another reason (locked, an I/O
+error, a full disk) is left alone and open() raises StoreError; a second process on the
+same directory is refused (`StoreBusy`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class StoreBusy(RuntimeError):
 
 
 class StoreError(RuntimeError):
-    """The state directory cannot be used at all (not creatable)."""
+    """The state directory cannot be used now (not creatable, the file locked or failing
+    to read): the exporter runs without a history and leaves the file as it is."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,9 @@ class Store:
         return db
 
     def _check(self) -> str | None:
-        """Why the file cannot be used ('corrupt', 'unreadable', 'future'), or None."""
+        """Why the file cannot be used ('corrupt', 'unreadable', 'future'), or None. Any
+        other error (locked, an I/O error, a full disk) raises sqlite3.Error: the file may
+        well be good, so it stays where it is and open() fails (StoreError)."""
         if not self.path.exists():
             return None
         try:
@@ -190,12 +195,21 @@ class Store:
                 row = db.execute("SELECT value FROM meta WHERE key='created'").fetchone() \
                     if version else None
                 if row is not None and float(row[0]) > self.now() + 86_400:
-                    return "future"
+                    # this clock (or the one that wrote it) is wrong, not the file
+                    log.warning("history: %s says it was created at %s, more than a day "
+                                "after now (%s): is the clock right?", self.path,
+                                _utc(float(row[0])), _utc(self.now()))
             finally:
                 db.close()
         except PermissionError:
             return "unreadable"
-        except (sqlite3.DatabaseError, ValueError):
+        except sqlite3.DatabaseError as exc:
+            # the primary code (the low byte: SQLITE_CORRUPT_INDEX is still corrupt)
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT,
+                                                                 sqlite3.SQLITE_NOTADB):
+                return "corrupt"
+            raise
+        except ValueError:  # `created` is not a number: the quick check cannot see that
             return "corrupt"
         except OSError:
             return "unreadable"
@@ -216,8 +230,7 @@ class Store:
             old.unlink(missing_ok=True)
         self.resets[reason] = self.resets.get(reason, 0) + 1
         log.warning("history: %s was %s; moved aside to %s, starting afresh", self.path,
-                    {"future": "written by a newer version or dated in the future"}.get(
-                        reason, reason), aside.name)
+                    {"future": "written by a newer version"}.get(reason, reason), aside.name)
 
     def close(self) -> None:
         if self.db is not None:
@@ -311,6 +324,10 @@ class Store:
                    "time DESC LIMIT -1 OFFSET ?)", (MAX_CURSORS,))
         db.execute("DELETE FROM replacements WHERE id <= (SELECT id FROM replacements ORDER BY "
                    "id DESC LIMIT 1 OFFSET ?)", (MAX_REPLACEMENTS,))
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def read_only(directory: str | Path) -> sqlite3.Connection:
