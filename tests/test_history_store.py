@@ -368,3 +368,15 @@ def test_infiniband_ports_down_and_in_trouble_are_node_episodes_per_port(tmp_pat
     assert got == [("ib_degraded", "mlx5_0/1", 1), ("ib_link_down", "mlx5_0/1", 2)]
     assert all(e.gpu == NODE for e in h.recent)
     h.stop()
+
+
+def test_each_commit_is_synced_so_a_power_loss_loses_at_most_the_last_batch(tmp_path):
+    """In WAL mode synchronous=NORMAL syncs only at checkpoints: a power loss may take
+    every commit since the last one. FULL syncs the log at each commit."""
+    store = Store(tmp_path)
+    store.open()
+    try:
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        store.close()

@@ -168,7 +168,10 @@ class Store:
             self._move_aside(problem)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash of the process loses nothing
+        # FULL: each commit syncs the write-ahead log, so a power loss loses at most the
+        # transaction in flight (NORMAL syncs only at checkpoints: a power loss could roll
+        # back every commit since the last one). The recorder commits at most every 5 s.
+        db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA journal_size_limit=4194304")
         db.executescript(_TABLES)
         db.execute(f"PRAGMA user_version={SCHEMA}")
