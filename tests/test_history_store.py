@@ -380,3 +380,56 @@ def test_each_commit_is_synced_so_a_power_loss_loses_at_most_the_last_batch(tmp_
         assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         store.close()
+
+
+def ib_snapshot(t: float, **ports):
+    """One snapshot with an InfiniBand port per keyword: name=(state_id, counters)."""
+    from exporter.collectors.infiniband.reading import (
+        InfinibandDevice,
+        InfinibandPort,
+        InfinibandReading,
+    )
+    from exporter.sampling.snapshot import CollectorResult
+
+    devices = tuple(InfinibandDevice(name, ports=(InfinibandPort(name, 1, state_id=state,
+                                                                 counters=counters),))
+                    for name, (state, counters) in ports.items())
+    return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
+        "infiniband": CollectorResult(InfinibandReading(devices, {}), 0.0, True, 0)})
+
+
+def test_the_first_counts_seen_are_a_baseline_not_an_episode(tmp_path):
+    """A first start (or a GPU just fitted) reads lifetime counts a GPU gathered long ago,
+    and ports still training or uncabled: none of it happened now."""
+    from exporter.gpu.health import GpuHealth, NvLink
+
+    def health(t, dbe, pages, replays, up):
+        links = (NvLink(0, True, errors={"replay": replays}), NvLink(1, up))
+        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe},
+                         {"double_bit": pages}, None, {}, 0.0, 0.0, None, links)
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(1, health={0: health(1.0, 4.0, 2.0, 9.0, False)}))
+    h.observe(ib_snapshot(2, mlx5_0=(1, {"link_downed": 3.0,
+                                         "local_link_integrity_errors": 5.0})))
+    assert h.recent == []
+    h.stop()
+    again = history(tmp_path)  # the baseline was stored: the same values add nothing
+    again.observe(make_snapshot(1, health={0: health(3.0, 4.0, 2.0, 9.0, False)}))
+    again.observe(ib_snapshot(4, mlx5_0=(1, {"link_downed": 3.0,
+                                             "local_link_integrity_errors": 5.0})))
+    assert again.recent == []
+    again.observe(make_snapshot(1, health={0: health(5.0, 5.0, 3.0, 10.0, False)}))
+    assert sorted(e.kind for e in again.recent) == ["ecc_dbe", "nvlink_errors",
+                                                    "retired_pages"]
+    again.stop()
+
+
+def test_a_port_not_active_is_an_episode_only_when_it_leaves_active(tmp_path):
+    h = history(tmp_path)
+    h.observe(ib_snapshot(0, mlx5_0=(2, {}), mlx5_1=(1, {})))  # training, uncabled
+    h.observe(ib_snapshot(10, mlx5_0=(4, {}), mlx5_1=(1, {})))  # mlx5_0 came up
+    assert h.recent == []
+    h.observe(ib_snapshot(20, mlx5_0=(1, {}), mlx5_1=(1, {})))  # and went down
+    assert [(e.kind, e.detail) for e in h.recent] == [("ib_link_down", "mlx5_0/1")]
+    h.stop()

@@ -40,6 +40,9 @@ CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
                "power_violation": "thermal", "gpu_answering": "gpu_unresponsive"}
 IB_LINK_ERRORS = ("excessive_buffer_overrun_errors", "local_link_integrity_errors",
                   "link_error_recovery")
+# Levels that are a GPU's state now rather than a count it gathered over its life: set the
+# first time they are read, they are an episode (the others' first value is a baseline).
+_FLAGS = frozenset({"row_remap_failure", "row_remap_pending"})
 LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
 
 
@@ -285,9 +288,13 @@ class History:
             self.recent.append(episode)
             self.version += 1
 
-    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float) -> bool:
-        """Store a level (a count, a flag); True when it rose since the last one seen,
-        or is above zero the first time."""
+    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float,
+               first_counts: bool = False) -> bool:
+        """Store a level (a count, a flag); True when it rose since the last one seen.
+        The first value seen for a GPU (a first start, a GPU just fitted) is a baseline:
+        lifetime counts and ports still training at boot did not happen now. Flags that
+        say what a GPU needs now (a remap failure, a verdict) pass `first_counts`: set the
+        first time, they are an episode."""
         if value is None:
             return False
         previous = self.levels.get((gpu, name))
@@ -295,7 +302,9 @@ class History:
             return False
         self.levels[(gpu, name)] = value
         self.batch.counters[(*gpu, "level", name)] = (value, at)
-        return value > (previous if previous is not None else 0.0)
+        if previous is None:
+            return first_counts and value > 0.0
+        return value > previous
 
     def _health_changes(self, snapshot: Snapshot) -> None:
         for gpu, health in snapshot.health.items():
@@ -320,7 +329,7 @@ class History:
                                     if health.nvlinks else None),
             }
             for kind, value in levels.items():
-                if self._level(key, kind, value, at):
+                if self._level(key, kind, value, at, first_counts=kind in _FLAGS):
                     self._occurred(key, kind, at)
 
     def _lost_gpus(self, snapshot: Snapshot) -> None:
@@ -344,6 +353,8 @@ class History:
                 downed = port.counters.get("link_downed")
                 if self._level(NODE, f"ib_link_downed {detail}", downed, snapshot.time):
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
+                # a port first seen not ACTIVE (uncabled, training at boot) is a baseline:
+                # an episode only when a port that was ACTIVE leaves it
                 not_active = None if port.state_id is None else float(port.state_id != 4)
                 if self._level(NODE, f"ib_not_active {detail}", not_active, snapshot.time):
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
@@ -385,12 +396,12 @@ class History:
                          any(c.state == FAILED for c in health.node.checks))
 
     def _judged(self, key: GpuKey, verdict: Verdict, at: float, failed: bool) -> None:
-        if self._level(key, "verdict_failed", float(failed), at):
+        if self._level(key, "verdict_failed", float(failed), at, first_counts=True):
             self._occurred(key, "health_failed", at)
         for check in verdict.checks:
             kind = CHECK_KINDS.get(check.name)
             if kind is not None and self._level(key, f"check {check.name}", float(
-                    check.state in (WARNING, FAILED)), at):
+                    check.state in (WARNING, FAILED)), at, first_counts=True):
                 self._occurred(key, kind, at)
 
     def verdict_changed(self, gpu: int | None, failed: bool, at: float | None = None) -> None:
