@@ -433,3 +433,34 @@ def test_a_port_not_active_is_an_episode_only_when_it_leaves_active(tmp_path):
     h.observe(ib_snapshot(20, mlx5_0=(1, {}), mlx5_1=(1, {})))  # and went down
     assert [(e.kind, e.detail) for e in h.recent] == [("ib_link_down", "mlx5_0/1")]
     h.stop()
+
+
+def test_a_burst_of_xids_is_counted_whole_in_one_episode(tmp_path):
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(1, xids={(0, 13): XidRecord(2, 1_790_000_000.0)}))
+    served = h.observe(make_snapshot(1, xids={(0, 13): XidRecord(5_002, 1_790_000_010.0)}))
+    assert served.xids[(0, 13)].count == 5_002
+    assert [(e.kind, e.xid, e.count) for e in h.recent] == [("xid", 13, 5_002)]
+    h.stop()
+    again = history(tmp_path)
+    assert again.xids[(("", "GPU-00000000"), 13)][0] == 5_002
+    again.stop()
+
+
+def test_a_burst_counts_once_what_the_kernel_log_saw_of_it(tmp_path):
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(1))
+    gpu = ("", "GPU-00000000")
+    with h.lock:
+        for i in range(3):  # the log's lines came first
+            h._xid(gpu, 31, 1_790_000_000.0 + i, "kmsg")
+    h.observe(make_snapshot(1, xids={(0, 31): XidRecord(2_000, 1_790_000_005.0)}))
+    assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 3
+    with h.lock:
+        h._xid(gpu, 31, 1_790_000_006.0, "kmsg")  # and one more of the burst after it
+    assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 4
+    h.stop()

@@ -32,7 +32,6 @@ MATCH_SECONDS = 30.0  # an NVML event and a log line of one XID on one GPU this 
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
-MAX_XIDS_PER_OBSERVE = 1_000  # a counter that jumps by more is counted, not each merged
 # Health checks whose turn to warning or failed is an episode of a kind (exporter/health);
 # the others' kinds come from the values themselves (XIDs, ECC, remaps, NVLink errors).
 CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
@@ -52,6 +51,7 @@ class _Seen:
     code: int
     time: float
     source: str  # "nvml" or "kmsg"
+    count: int  # occurrences not matched yet (a burst NVML counted at once)
 
 
 @dataclass(frozen=True)
@@ -260,29 +260,38 @@ class History:
             if new <= 0:
                 continue
             self._seen_nvml[(gpu, code)] = record.count
-            key = self.key_of.get(gpu, NODE)
-            for _ in range(min(new, MAX_XIDS_PER_OBSERVE)):
-                self._xid(key, code, record.last_seen, "nvml")
+            self._xid(self.key_of.get(gpu, NODE), code, record.last_seen, "nvml", new)
 
-    def _xid(self, gpu: GpuKey, code: int, at: float, source: str) -> None:
+    def _xid(self, gpu: GpuKey, code: int, at: float, source: str, count: int = 1) -> None:
+        """`count` occurrences of an XID from one source, less those the other source
+        already reported (within MATCH_SECONDS), added to the counter and the episode in
+        one step. A burst is one entry of `_unmatched` with its count, so matching costs
+        one pass over the entries, whatever the burst's size."""
+        remaining = count
         for seen in self._unmatched:
             if (seen.gpu == gpu and seen.code == code and seen.source != source
                     and abs(seen.time - at) <= MATCH_SECONDS):
-                self._unmatched.remove(seen)
-                self.duplicates += 1
-                return
-        self._unmatched = [s for s in self._unmatched if at - s.time <= 2 * MATCH_SECONDS]
-        self._unmatched.append(_Seen(gpu, code, at, source))
-        self._xid_count += 1
+                taken = min(remaining, seen.count)
+                seen.count -= taken
+                remaining -= taken
+                self.duplicates += taken
+                if remaining == 0:
+                    break
+        self._unmatched = [s for s in self._unmatched
+                           if s.count > 0 and at - s.time <= 2 * MATCH_SECONDS]
+        if remaining == 0:
+            return
+        self._unmatched.append(_Seen(gpu, code, at, source, remaining))
+        self._xid_count += remaining
         total = self.xids.setdefault((gpu, code), [0.0, 0.0])
-        total[0] += 1
+        total[0] += remaining
         total[1] = max(total[1], at)
         self.batch.counters[(*gpu, "xid", str(code))] = (total[0], total[1])
-        self._occurred(gpu, "xid", at, code)
+        self._occurred(gpu, "xid", at, code, count=remaining)
 
     def _occurred(self, gpu: GpuKey, kind: str, at: float, xid: int | None = None,
-                  detail: str = "") -> None:
-        episode, new = self.merger.add(gpu, kind, at, xid, detail)
+                  detail: str = "", count: int = 1) -> None:
+        episode, new = self.merger.add(gpu, kind, at, xid, detail, count)
         self.batch.episodes[id(episode)] = episode
         if new:
             self.recent.append(episode)
