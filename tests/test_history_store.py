@@ -464,3 +464,32 @@ def test_a_burst_counts_once_what_the_kernel_log_saw_of_it(tmp_path):
         h._xid(gpu, 31, 1_790_000_006.0, "kmsg")  # and one more of the burst after it
     assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 4
     h.stop()
+
+
+def test_without_a_boot_id_the_log_is_read_from_the_start_of_the_process(tmp_path):
+    """No boot id: no cursor can be stored, so the log is read from its end at each start,
+    never again from its oldest record (which would count its XIDs once more)."""
+    log = tmp_path / "kmsg"
+    log.write_text("3,1,1000000,-;NVRM: Xid (PCI:0000:00:00): 13, pid=1, name=x, old\n")
+
+    def start() -> History:
+        store = Store(tmp_path / "state", lambda: 1_790_000_000.0)
+        store.open()
+        h = History(store, "node-a", clock=lambda: 1_790_000_000.0, kmsg_path=str(log),
+                    boot_id_path=str(tmp_path / "no-boot-id"), boot_time=lambda: 0.0)
+        h.load()
+        h.observe(make_snapshot(1))
+        h.poll_kmsg()
+        return h
+
+    h = start()
+    assert h.xids == {}
+    with open(log, "a") as f:
+        f.write("3,2,2000000,-;NVRM: Xid (PCI:0000:00:00): 31, pid=1, name=x, new\n")
+    h.poll_kmsg()
+    assert {code: n for (_, code), (n, _) in h.xids.items()} == {31: 1}
+    assert any("boot id" in p for p in h.problems())
+    h.stop()
+    again = start()
+    assert {code: n for (_, code), (n, _) in again.xids.items()} == {31: 1}
+    again.stop()

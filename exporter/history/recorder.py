@@ -10,6 +10,7 @@ within MATCH_SECONDS counts once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sqlite3
@@ -75,7 +76,10 @@ class History:
                  flush_seconds: float = FLUSH_SECONDS, poll_seconds: float = POLL_SECONDS):
         self.store, self.node, self.clock = store, node, clock
         self.boot_id = kmsg.read_boot_id(boot_id_path)
-        self.reader = kmsg.KmsgReader(kmsg_path)
+        self.boot_id_path = boot_id_path
+        # without a boot id no cursor can be stored: read only what is logged from now on,
+        # or each start would count the ring's XIDs again
+        self.reader = kmsg.KmsgReader(kmsg_path, from_end=not self.boot_id)
         self.boot_time = boot_time
         self.flush_seconds, self.poll_seconds = flush_seconds, poll_seconds
         self.lock = threading.Lock()
@@ -129,6 +133,10 @@ class History:
         self.replacements = loaded.replacements
         self.cursor = loaded.cursors.get(self.boot_id, -1) if self.boot_id else -1
         self.store.set_node(self.node)
+        if self.reader.path and not self.boot_id:
+            log.warning("history: %s", self._no_boot_id())
+            with contextlib.suppress(OSError):  # poll_kmsg() says why it cannot be read
+                self.reader.open()  # now: what is logged from here on is taken
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="cte-history", daemon=True)
@@ -478,10 +486,17 @@ class History:
         """Degraded states for /readyz."""
         with self.lock:
             out = [self.kmsg_problem] if self.kmsg_problem else []
+            if self.reader.path and not self.boot_id and self.kmsg_readable is not False:
+                out.append(self._no_boot_id())
             if self.write_problem:
                 out.append(f"history: writes to {self.store.path} fail ({self.write_problem});"
                            f" {len(self.batch.episodes)} episodes kept in memory")
         return out
+
+    def _no_boot_id(self) -> str:
+        return (f"history: no boot id ({self.boot_id_path} cannot be read): the kernel log "
+                "is read from this start on only, so XIDs it logged while the exporter was "
+                "down are not counted")
 
     def stats(self) -> HistoryStats:
         with self.lock:
