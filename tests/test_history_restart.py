@@ -195,6 +195,9 @@ def test_the_history_api_bounds_and_bad_queries(node):
         return [(e["gpu"], e["xid"]) for e in json.loads(body)["episodes"] if e["kind"] == "xid"]
 
     assert xids("gpu=0") == [(0, 13)]
+    serial = exporter.current.snapshot.identities[1].serial
+    assert serial.isdigit()  # NVIDIA's serials are all digits: not an index
+    assert xids(f"gpu={serial}") == [(1, 79)]
     assert xids(f"since={t79}") == [(1, 79)]
     assert xids(f"until={t79}") == [(0, 13)]
     _, body = http_get(exporter.port, "/api/v1/history?gpu=node")
