@@ -493,3 +493,35 @@ def test_without_a_boot_id_the_log_is_read_from_the_start_of_the_process(tmp_pat
     again = start()
     assert {code: n for (_, code), (n, _) in again.xids.items()} == {31: 1}
     again.stop()
+
+
+def test_nic_monitor_counters_any_increase_and_link_recovery_by_rate(tmp_path):
+    """NVSentinel's NIC monitor: any increase of rnr_nak_retry_err (with the buffer
+    overrun and link integrity counters) is a port in trouble; link_error_recovery only
+    past 5 a minute."""
+    from exporter.collectors.infiniband.reading import (
+        InfinibandDevice,
+        InfinibandPort,
+        InfinibandReading,
+    )
+    from exporter.sampling.snapshot import CollectorResult
+
+    def snap(t, recovery, rnr):
+        port = InfinibandPort("mlx5_0", 1, state_id=4, counters={
+            "link_error_recovery": recovery}, hw_counters={"rnr_nak_retry_err": rnr})
+        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
+        return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
+            "infiniband": CollectorResult(reading, 0.0, True, 0)})
+
+    h = history(tmp_path)
+    h.observe(snap(0, 100.0, 7.0))  # the baseline
+    h.observe(snap(30, 102.0, 7.0))
+    h.observe(snap(60, 104.0, 7.0))  # 4 in a minute: a link that retrains now and then
+    assert h.recent == []
+    h.observe(snap(90, 104.0, 8.0))  # an RNR NAK retry error
+    assert [(e.kind, e.start) for e in h.recent] == [("ib_degraded", 1_790_000_090.0)]
+    h.observe(snap(200, 109.0, 8.0))  # 5 in 140 s
+    assert len(h.recent) == 1
+    h.observe(snap(230, 115.0, 8.0))  # 6 in 30 s: past the rate
+    assert [(e.kind, e.count) for e in h.recent] == [("ib_degraded", 2)]  # within 180 s
+    h.stop()

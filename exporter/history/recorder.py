@@ -38,8 +38,11 @@ MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go
 CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
                "nvlink_fabric": "fabric_degraded", "thermal_violation": "thermal",
                "power_violation": "thermal", "gpu_answering": "gpu_unresponsive"}
+# NVSentinel's NIC monitor: any increase of these is a port in trouble (link_downed too,
+# which is its own kind); rnr_nak_retry_err is a hw_counter
 IB_LINK_ERRORS = ("excessive_buffer_overrun_errors", "local_link_integrity_errors",
-                  "link_error_recovery")
+                  "rnr_nak_retry_err")
+IB_RECOVERY_PER_MINUTE = 5.0  # the monitor's link_error_recovery rate past which it warns
 # Levels that are a GPU's state now rather than a count it gathered over its life: set the
 # first time they are read, they are an episode (the others' first value is a baseline).
 _FLAGS = frozenset({"row_remap_failure", "row_remap_pending"})
@@ -103,6 +106,7 @@ class History:
         self._health: dict[int, object] = {}
         self._lost: frozenset[int] = frozenset()
         self._ib: object = None
+        self._recoveries: dict[str, tuple[float, float]] = {}  # port -> count, time
         self._unmatched: list[_Seen] = []
         self.cursor = -1
         self.created = 0.0
@@ -375,12 +379,32 @@ class History:
                 not_active = None if port.state_id is None else float(port.state_id != 4)
                 if self._level(NODE, f"ib_not_active {detail}", not_active, snapshot.time):
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
-                # NVSentinel's NIC monitor: any increase of these is a link in trouble
-                errors = [port.counters.get(n) for n in IB_LINK_ERRORS]
+                errors = [port.counters.get(n, port.hw_counters.get(n))
+                          for n in IB_LINK_ERRORS]
                 total = sum(e for e in errors if e is not None) if any(
                     e is not None for e in errors) else None
-                if self._level(NODE, f"ib_link_errors {detail}", total, snapshot.time):
+                # "ib_error_counts": the sum without link_error_recovery (a stored
+                # "ib_link_errors" level held it, and would read as a fall)
+                rose = self._level(NODE, f"ib_error_counts {detail}", total, snapshot.time)
+                recovering = self._recovering(detail, port.counters.get("link_error_recovery"),
+                                              snapshot.time)  # both keep their state
+                if rose or recovering:
                     self._occurred(NODE, "ib_degraded", snapshot.time, detail=detail)
+
+    def _recovering(self, port: str, count: float | None, at: float) -> bool:
+        """Whether link_error_recovery ran past IB_RECOVERY_PER_MINUTE: more than that
+        many since the reference reading, or that rate over a minute or more since it."""
+        if count is None:
+            return False
+        reference = self._recoveries.get(port)
+        if reference is None or count < reference[0]:  # the first reading, a reset
+            self._recoveries[port] = (count, at)
+            return False
+        rose, elapsed = count - reference[0], at - reference[1]
+        if rose > IB_RECOVERY_PER_MINUTE or elapsed >= 60.0:
+            self._recoveries[port] = (count, at)
+            return rose > IB_RECOVERY_PER_MINUTE * max(1.0, elapsed / 60.0)
+        return False
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
         version = (self.version, self._xid_count, self._identity_key)
