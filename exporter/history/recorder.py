@@ -67,7 +67,6 @@ class HistoryStats:
     duplicates: int  # XIDs both sources saw, counted once
     kmsg_xids: int
     kmsg_readable: bool | None  # None: not tried yet
-    pending: int
     replacements: int
     created: float
 
@@ -262,6 +261,8 @@ class History:
         for identity in snapshot.identities:
             if identity is not None:
                 key = (identity.serial, identity.uuid)
+                # the upsert keeps a stored first_seen, but a row not written yet (the
+                # batch _identify filled, unwritten while writes fail) needs its own
                 first = self.batch.gpus.get(key, ("", snapshot.time, 0.0))[1]
                 self.batch.gpus[key] = (kmsg.pci_slot(identity.pci_bus_id), first,
                                         snapshot.time)
@@ -445,16 +446,6 @@ class History:
                     check.state in (WARNING, FAILED)), at, first_counts=True):
                 self._occurred(key, kind, at)
 
-    def verdict_changed(self, gpu: int | None, failed: bool, at: float | None = None) -> None:
-        """A GPU's (or, gpu None, the node's) health verdict changed: a turn to failed
-        is a `health_failed` episode."""
-        if not failed:
-            return
-        with self.lock:
-            key = NODE if gpu is None else self.key_of.get(gpu)
-            if key is not None:
-                self._occurred(key, "health_failed", self.clock() if at is None else at)
-
     # -- the kernel log (the history's thread) --------------------------------------
     def poll_kmsg(self) -> None:
         """Take the log's XIDs not taken yet (once the GPUs are known)."""
@@ -496,12 +487,8 @@ class History:
             self.batch.cursors[self.boot_id] = (self.cursor, self.clock())
 
     def _gpu_in(self, slot: str) -> GpuKey:
-        """The GPU in a PCI slot now, else the one stored for it (a GPU that fell off the
-        bus before we started), else the node."""
-        for key, index in self.index_of.items():
-            if self._identities and kmsg.pci_slot(
-                    self._identities[index].pci_bus_id) == slot:  # type: ignore[index]
-                return key
+        """The GPU last seen in a PCI slot (the one there now: _identify keeps `slots`; else
+        one that fell off the bus before we started), else the node."""
         stored = self.slots.get(slot)
         return (stored[0], stored[1]) if stored is not None else NODE
 
@@ -526,8 +513,7 @@ class History:
         with self.lock:
             return HistoryStats(self.transactions, self.write_failures, self.dropped,
                                 dict(self.store.resets), self.duplicates, self.kmsg_xids,
-                                self.kmsg_readable, len(self.batch.episodes),
-                                len(self.replacements), self.created)
+                                self.kmsg_readable, len(self.replacements), self.created)
 
     def episodes_since(self, since: float) -> list[Episode]:
         with self.lock:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.history.episodes import Episode, GpuKey
+from exporter.history.episodes import GAP_SECONDS, STICKY_GAP_SECONDS, Episode, GpuKey
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,6 @@ class Loaded:
     slots: dict[str, tuple[str, str, float]]
     cursors: dict[str, int]
     replacements: list[Replacement]
-    gpus: dict[GpuKey, tuple[str, float, float]]
 
 
 def _episode(row: tuple) -> Episode:
@@ -257,11 +256,11 @@ class Store:
             "SELECT serial, uuid, name, key, value, last FROM counters")}
         episodes = [_episode(r) for r in db.execute(
             "SELECT id, serial, uuid, kind, xid, detail, start, end, count FROM episodes "
-            "WHERE start >= ? OR end >= ? ORDER BY start", (since, self.now() - 10_800))]
+            "WHERE start >= ? OR end >= ? ORDER BY start",
+            (since, self.now() - max(GAP_SECONDS, STICKY_GAP_SECONDS)))]
         slots = {r[0]: (r[1], r[2], r[3]) for r in db.execute("SELECT * FROM slots")}
         cursors = {r[0]: r[1] for r in db.execute("SELECT boot_id, sequence FROM cursors")}
-        gpus = {(r[0], r[1]): (r[2], r[3], r[4]) for r in db.execute("SELECT * FROM gpus")}
-        return Loaded(created, counters, episodes, slots, cursors, self.replacements(), gpus)
+        return Loaded(created, counters, episodes, slots, cursors, self.replacements())
 
     def replacements(self) -> list[Replacement]:
         return [Replacement(r[0], r[1], (r[2], r[3]), (r[4], r[5])) for r in self._db().execute(
