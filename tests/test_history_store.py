@@ -15,7 +15,7 @@ import pytest
 
 from exporter.history.episodes import NODE
 from exporter.history.recorder import History
-from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, Store
+from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, PRUNE_EPISODES, Store
 from tests.tools import REPO, make_snapshot, wait_for
 
 GPU = ("1652221000000", "GPU-00000000")
@@ -254,9 +254,12 @@ def test_years_of_events_stay_within_the_bound(tmp_path):
     episodes = db.execute("SELECT count(*) FROM episodes").fetchone()[0]
     db.close()
     size = sum(p.stat().st_size for p in tmp_path.iterdir() if p.name.startswith(FILE))
-    assert episodes <= MAX_EPISODES
+    assert episodes <= MAX_EPISODES + PRUNE_EPISODES  # kept hourly, and each 5,000
     assert size <= BOUND_BYTES, size
     again = history(tmp_path)
+    db = sqlite3.connect(tmp_path / FILE)
+    assert db.execute("SELECT count(*) FROM episodes").fetchone()[0] <= MAX_EPISODES  # at open
+    db.close()
     assert again.xids[(gpus[0], 31)][0] == pytest.approx(3 * 365 * 144, abs=2)  # counts stay
     again.stop()
 
@@ -522,3 +525,26 @@ def test_nic_monitor_counters_any_increase_and_link_recovery_by_rate(tmp_path):
     h.observe(snap(230, 115.0, 8.0))  # 6 in 30 s: past the rate
     assert [(e.kind, e.count) for e in h.recent] == [("ib_degraded", 2)]  # within 180 s
     h.stop()
+
+
+def test_the_bounds_are_kept_at_open_and_hourly_not_in_every_transaction(tmp_path):
+    now = [1_790_000_000.0]
+    h = history(tmp_path, now=lambda: now[0])
+    statements: list[str] = []
+    h.store.db.set_trace_callback(statements.append)
+    for minute in range(3):
+        add_xid(h, now[0] + 60 * minute)
+        assert h.flush()
+    assert [s for s in statements if s.startswith("DELETE")] == []
+    now[0] += 3600
+    add_xid(h, now[0])
+    assert h.flush()
+    assert any(s.startswith("DELETE FROM episodes") for s in statements)
+    h.stop()
+    store = Store(tmp_path, lambda: now[0])
+    store.open()  # and at open, before the first write
+    try:
+        assert store.db.execute("SELECT count(*) FROM episodes").fetchone()[0] == 2
+        assert store.pruned == now[0]
+    finally:
+        store.close()

@@ -32,6 +32,10 @@ MAX_GPUS = 256
 MAX_BOOTS = 4_096
 MAX_CURSORS = 64
 MAX_REPLACEMENTS = 1_024
+# The bounds are kept at open, hourly, and after each PRUNE_EPISODES new episodes (a flood
+# in one hour stays within MAX_EPISODES + PRUNE_EPISODES); not in every 5-s transaction.
+PRUNE_SECONDS = 3600.0
+PRUNE_EPISODES = 5_000
 MAX_ASIDE = 3  # moved-aside bad files kept
 BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
 
@@ -128,6 +132,8 @@ class Store:
         self.resets: dict[str, int] = {}  # bad files moved aside at open, by reason
         self.db: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
+        self.pruned = 0.0  # when the bounds were last kept
+        self._new_since_pruned = 0  # episodes inserted since
 
     # -- opening ----------------------------------------------------------------
     def open(self) -> None:
@@ -143,6 +149,15 @@ class Store:
         except sqlite3.Error as exc:
             self.close()
             raise StoreError(f"cannot open {self.path}: {exc}") from None
+        try:  # a full disk may refuse it: the next write's prune tries again
+            self.db.execute("BEGIN IMMEDIATE")
+            self._prune(self.db)
+            self.db.execute("COMMIT")
+            self.pruned = self.now()
+        except sqlite3.Error as exc:
+            log.warning("history: keeping the store's bounds failed (%s)", exc)
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
 
     def _lock(self) -> None:
         path = self.directory / LOCK
@@ -303,7 +318,10 @@ class Store:
             db.executemany("INSERT INTO replacements(time, slot, old_serial, old_uuid, "
                            "new_serial, new_uuid) VALUES(?,?,?,?,?,?)",
                            [(r.time, r.slot, *r.old, *r.new) for r in batch.replacements])
-            self._prune(db)
+            due = (self.now() - self.pruned >= PRUNE_SECONDS
+                   or self._new_since_pruned + len(new) >= PRUNE_EPISODES)
+            if due:
+                self._prune(db)
             db.execute("COMMIT")
         except BaseException:
             for e in new:
@@ -311,8 +329,12 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             raise
+        self._new_since_pruned = 0 if due else self._new_since_pruned + len(new)
+        if due:
+            self.pruned = self.now()
 
     def _prune(self, db: sqlite3.Connection) -> None:
+        """Keep the bounds (in the caller's transaction)."""
         db.execute("DELETE FROM episodes WHERE id <= (SELECT id FROM episodes ORDER BY id DESC "
                    "LIMIT 1 OFFSET ?)", (MAX_EPISODES,))
         gone = db.execute("DELETE FROM gpus WHERE rowid IN (SELECT rowid FROM gpus ORDER BY "
