@@ -548,3 +548,22 @@ def test_the_bounds_are_kept_at_open_and_hourly_not_in_every_transaction(tmp_pat
         assert store.pruned == now[0]
     finally:
         store.close()
+
+
+def test_the_three_newest_bad_files_are_kept(tmp_path):
+    for i in range(5):
+        (tmp_path / FILE).write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+        store = Store(tmp_path, lambda i=i: 1_790_000_000.0 + 60 * i)
+        store.open()
+        store.close()
+        os.utime(tmp_path / f"{FILE}.corrupt-{time_stamp(1_790_000_000.0 + 60 * i)}",
+                 (1_790_000_000.0 + 60 * i,) * 2)
+    aside = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}."))
+    assert aside == [f"{FILE}.corrupt-{time_stamp(1_790_000_000.0 + 60 * i)}"
+                     for i in (2, 3, 4)]
+
+
+def time_stamp(t: float) -> str:
+    import time
+
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t))

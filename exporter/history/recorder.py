@@ -29,7 +29,13 @@ log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
 POLL_SECONDS = 5.0  # the kernel log: NVML's events tell at once, the log is the fallback
-MATCH_SECONDS = 30.0  # an NVML event and a log line of one XID on one GPU this close: one
+# An NVML event and a log line of one XID on one GPU this close are one XID. Reasoned, not
+# measured: the event's time is when the watcher took it (within its 2-s wait, plus a busy
+# thread), the line's is the boot time estimated from the wall clock now plus the record's
+# stamp (off by any clock step or slew since: NTP slews at most 0.5 ms/s), and NVML counts
+# a burst at its last occurrence while the log has each. Wider, and two XIDs of one code
+# on one GPU, one only NVML saw and one only the log, would count once.
+MATCH_SECONDS = 30.0
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first

@@ -36,7 +36,7 @@ MAX_REPLACEMENTS = 1_024
 # in one hour stays within MAX_EPISODES + PRUNE_EPISODES); not in every 5-s transaction.
 PRUNE_SECONDS = 3600.0
 PRUNE_EPISODES = 5_000
-MAX_ASIDE = 3  # moved-aside bad files kept
+MAX_ASIDE = 3  # moved-aside bad files kept (each with its -wal and -shm)
 BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
 
 _TABLES = """
@@ -242,9 +242,17 @@ class Store:
                     os.replace(source, f"{aside}{suffix}")
                 except OSError:
                     source.unlink(missing_ok=True)
-        kept = sorted(self.directory.glob(f"{FILE}.*-2*"), key=lambda p: p.stat().st_mtime)
-        for old in kept[:-MAX_ASIDE * 3]:
-            old.unlink(missing_ok=True)
+        # the MAX_ASIDE newest bad files, each with its -wal and -shm
+        files = list(self.directory.glob(f"{FILE}.*-2*"))
+        groups: dict[str, float] = {}
+        for path in files:
+            name = path.name.removesuffix("-wal").removesuffix("-shm")
+            with contextlib.suppress(OSError):
+                groups[name] = max(groups.get(name, 0.0), path.stat().st_mtime)
+        gone = set(sorted(groups, key=groups.__getitem__)[:-MAX_ASIDE])
+        for path in files:
+            if path.name.removesuffix("-wal").removesuffix("-shm") in gone:
+                path.unlink(missing_ok=True)
         self.resets[reason] = self.resets.get(reason, 0) + 1
         log.warning("history: %s was %s; moved aside to %s, starting afresh", self.path,
                     {"future": "written by a newer version"}.get(reason, reason), aside.name)
