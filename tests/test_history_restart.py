@@ -195,6 +195,9 @@ def test_the_history_api_bounds_and_bad_queries(node):
         return [(e["gpu"], e["xid"]) for e in json.loads(body)["episodes"] if e["kind"] == "xid"]
 
     assert xids("gpu=0") == [(0, 13)]
+    serial = exporter.current.snapshot.identities[1].serial
+    assert serial.isdigit()  # NVIDIA's serials are all digits: not an index
+    assert xids(f"gpu={serial}") == [(1, 79)]
     assert xids(f"since={t79}") == [(1, 79)]
     assert xids(f"until={t79}") == [(0, 13)]
     _, body = http_get(exporter.port, "/api/v1/history?gpu=node")
@@ -240,6 +243,33 @@ def test_a_second_exporter_on_the_same_directory_refuses_to_start(node, tmp_path
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "in use by another exporter" in lines[0], out.stderr
+
+
+def test_a_locked_store_leaves_the_exporter_serving_without_a_history(node):
+    import sqlite3
+
+    from tests.test_history_store import hold_exclusively
+
+    first = start(node, "xids")
+    stop(node, first)
+    holder = hold_exclusively(node[0] / "state")
+    try:
+        exporter = node[1].start(manual=True, scenario=str(node[0] / "xids.yaml"),
+                                 storage_path=str(node[0] / "state"),
+                                 storage_kmsg_path=str(node[0] / "kmsg"),
+                                 storage_boot_id_path=str(node[0] / "boot_id"))
+    finally:
+        holder.close()
+    assert exporter.history is None
+    exporter.sampler.advance(4.0)
+    resp, body = http_get(exporter.port, "/readyz")
+    assert resp.status == 200 and b"degraded" in body and b"database is locked" in body
+    assert xid_counts(exporter) == {("0", "13"): 1, ("1", "79"): 1}  # counted from zero
+    db = sqlite3.connect(node[0] / "state" / "history.sqlite3")
+    assert db.execute("SELECT count(*) FROM episodes WHERE kind = 'xid'").fetchone()[0] == 2
+    db.close()
+    assert sorted(p.name for p in (node[0] / "state").iterdir()
+                  if p.name.startswith("history.sqlite3.")) == []
 
 
 FAILING = QUIET + """events:

@@ -15,7 +15,7 @@ import pytest
 
 from exporter.history.episodes import NODE
 from exporter.history.recorder import History
-from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, Store
+from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, PRUNE_EPISODES, Store
 from tests.tools import REPO, make_snapshot, wait_for
 
 GPU = ("1652221000000", "GPU-00000000")
@@ -95,12 +95,47 @@ def test_a_bad_file_is_moved_aside_and_the_store_starts_afresh(tmp_path, reason,
     h.stop()
 
 
-def test_a_store_dated_in_the_future_is_moved_aside(tmp_path):
+def test_a_store_dated_in_the_future_is_kept_and_the_clock_named(tmp_path, caplog):
+    """A node that boots with its clock behind: its history is good, only the clock is
+    wrong; the file stays and the oddity is logged."""
     h = history(tmp_path, now=lambda: 1_900_000_000.0)
+    add_xid(h, 1_900_000_000.0)
     h.stop()
-    back = history(tmp_path, now=lambda: 1_790_000_000.0)  # the clock was far ahead
-    assert back.store.resets == {"future": 1}
+    back = history(tmp_path, now=lambda: 1_790_000_000.0)  # the clock is far behind now
+    assert back.store.resets == {}
+    assert back.xids[(GPU, 13)][0] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}.")] == []
+    assert any("is the clock right?" in r.getMessage() for r in caplog.records)
     back.stop()
+
+
+def hold_exclusively(directory) -> sqlite3.Connection:
+    """Another connection holding the file's lock: every other one reads 'database is
+    locked' (SQLITE_BUSY), as a backup tool or a stuck reader would cause."""
+    db = sqlite3.connect(directory / FILE, isolation_level=None, timeout=0)
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+    db.execute("BEGIN EXCLUSIVE")
+    return db
+
+
+def test_a_locked_file_is_left_alone_and_the_store_fails_to_open(tmp_path):
+    from exporter.history.store import StoreError
+
+    h = history(tmp_path)
+    add_xid(h, 1_790_000_000.0)
+    h.stop()
+    holder = hold_exclusively(tmp_path)
+    store = Store(tmp_path)
+    try:
+        with pytest.raises(StoreError, match="database is locked"):
+            store.open()
+    finally:
+        holder.close()
+    assert store.resets == {}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}.")] == []
+    again = history(tmp_path)  # the directory's lock was released with the failure
+    assert again.xids[(GPU, 13)][0] == 1  # the history is all there
+    again.stop()
 
 
 def test_a_second_store_on_one_directory_is_refused(tmp_path):
@@ -219,9 +254,12 @@ def test_years_of_events_stay_within_the_bound(tmp_path):
     episodes = db.execute("SELECT count(*) FROM episodes").fetchone()[0]
     db.close()
     size = sum(p.stat().st_size for p in tmp_path.iterdir() if p.name.startswith(FILE))
-    assert episodes <= MAX_EPISODES
+    assert episodes <= MAX_EPISODES + PRUNE_EPISODES  # kept hourly, and each 5,000
     assert size <= BOUND_BYTES, size
     again = history(tmp_path)
+    db = sqlite3.connect(tmp_path / FILE)
+    assert db.execute("SELECT count(*) FROM episodes").fetchone()[0] <= MAX_EPISODES  # at open
+    db.close()
     assert again.xids[(gpus[0], 31)][0] == pytest.approx(3 * 365 * 144, abs=2)  # counts stay
     again.stop()
 
@@ -276,15 +314,12 @@ def test_health_changes_become_episodes_once(tmp_path):
     h.observe(make_snapshot(2, health={0: health(2.0, 2.0, 0.0)}))
     h.observe(make_snapshot(2, health={0: health(3.0, 2.0, 1.0)}, lost=frozenset({1})))
     h.observe(make_snapshot(2, health={0: health(4.0, 2.0, 1.0)}, lost=frozenset({1})))
-    h.verdict_changed(0, failed=True, at=1_789_999_005.0)
-    h.verdict_changed(0, failed=False, at=1_789_999_006.0)  # a turn back: no episode
-    assert sorted(e.kind for e in h.recent) == ["ecc_dbe", "gpu_lost", "health_failed",
-                                                "row_remap_failure"]
+    assert sorted(e.kind for e in h.recent) == ["ecc_dbe", "gpu_lost", "row_remap_failure"]
     h.stop()
     again = history(tmp_path)  # the same levels after a restart: nothing new
     again.observe(make_snapshot(2, health={0: health(9.0, 2.0, 1.0)}))
     again.stop()
-    assert len(stored(tmp_path)) == 4
+    assert len(stored(tmp_path)) == 3
 
 
 def test_gpus_first_and_last_seen_boots_and_driver_versions(tmp_path):
@@ -333,3 +368,202 @@ def test_infiniband_ports_down_and_in_trouble_are_node_episodes_per_port(tmp_pat
     assert got == [("ib_degraded", "mlx5_0/1", 1), ("ib_link_down", "mlx5_0/1", 2)]
     assert all(e.gpu == NODE for e in h.recent)
     h.stop()
+
+
+def test_each_commit_is_synced_so_a_power_loss_loses_at_most_the_last_batch(tmp_path):
+    """In WAL mode synchronous=NORMAL syncs only at checkpoints: a power loss may take
+    every commit since the last one. FULL syncs the log at each commit."""
+    store = Store(tmp_path)
+    store.open()
+    try:
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        store.close()
+
+
+def ib_snapshot(t: float, **ports):
+    """One snapshot with an InfiniBand port per keyword: name=(state_id, counters)."""
+    from exporter.collectors.infiniband.reading import (
+        InfinibandDevice,
+        InfinibandPort,
+        InfinibandReading,
+    )
+    from exporter.sampling.snapshot import CollectorResult
+
+    devices = tuple(InfinibandDevice(name, ports=(InfinibandPort(name, 1, state_id=state,
+                                                                 counters=counters),))
+                    for name, (state, counters) in ports.items())
+    return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
+        "infiniband": CollectorResult(InfinibandReading(devices, {}), 0.0, True, 0)})
+
+
+def test_the_first_counts_seen_are_a_baseline_not_an_episode(tmp_path):
+    """A first start (or a GPU just fitted) reads lifetime counts a GPU gathered long ago,
+    and ports still training or uncabled: none of it happened now."""
+    from exporter.gpu.health import GpuHealth, NvLink
+
+    def health(t, dbe, pages, replays, up):
+        links = (NvLink(0, True, errors={"replay": replays}), NvLink(1, up))
+        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe},
+                         {"double_bit": pages}, None, {}, 0.0, 0.0, None, links)
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(1, health={0: health(1.0, 4.0, 2.0, 9.0, False)}))
+    h.observe(ib_snapshot(2, mlx5_0=(1, {"link_downed": 3.0,
+                                         "local_link_integrity_errors": 5.0})))
+    assert h.recent == []
+    h.stop()
+    again = history(tmp_path)  # the baseline was stored: the same values add nothing
+    again.observe(make_snapshot(1, health={0: health(3.0, 4.0, 2.0, 9.0, False)}))
+    again.observe(ib_snapshot(4, mlx5_0=(1, {"link_downed": 3.0,
+                                             "local_link_integrity_errors": 5.0})))
+    assert again.recent == []
+    again.observe(make_snapshot(1, health={0: health(5.0, 5.0, 3.0, 10.0, False)}))
+    assert sorted(e.kind for e in again.recent) == ["ecc_dbe", "nvlink_errors",
+                                                    "retired_pages"]
+    again.stop()
+
+
+def test_a_port_not_active_is_an_episode_only_when_it_leaves_active(tmp_path):
+    h = history(tmp_path)
+    h.observe(ib_snapshot(0, mlx5_0=(2, {}), mlx5_1=(1, {})))  # training, uncabled
+    h.observe(ib_snapshot(10, mlx5_0=(4, {}), mlx5_1=(1, {})))  # mlx5_0 came up
+    assert h.recent == []
+    h.observe(ib_snapshot(20, mlx5_0=(1, {}), mlx5_1=(1, {})))  # and went down
+    assert [(e.kind, e.detail) for e in h.recent] == [("ib_link_down", "mlx5_0/1")]
+    h.stop()
+
+
+def test_a_burst_of_xids_is_counted_whole_in_one_episode(tmp_path):
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(1, xids={(0, 13): XidRecord(2, 1_790_000_000.0)}))
+    served = h.observe(make_snapshot(1, xids={(0, 13): XidRecord(5_002, 1_790_000_010.0)}))
+    assert served.xids[(0, 13)].count == 5_002
+    assert [(e.kind, e.xid, e.count) for e in h.recent] == [("xid", 13, 5_002)]
+    h.stop()
+    again = history(tmp_path)
+    assert again.xids[(("", "GPU-00000000"), 13)][0] == 5_002
+    again.stop()
+
+
+def test_a_burst_counts_once_what_the_kernel_log_saw_of_it(tmp_path):
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(1))
+    gpu = ("", "GPU-00000000")
+    with h.lock:
+        for i in range(3):  # the log's lines came first
+            h._xid(gpu, 31, 1_790_000_000.0 + i, "kmsg")
+    h.observe(make_snapshot(1, xids={(0, 31): XidRecord(2_000, 1_790_000_005.0)}))
+    assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 3
+    with h.lock:
+        h._xid(gpu, 31, 1_790_000_006.0, "kmsg")  # and one more of the burst after it
+    assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 4
+    h.stop()
+
+
+def test_without_a_boot_id_the_log_is_read_from_the_start_of_the_process(tmp_path):
+    """No boot id: no cursor can be stored, so the log is read from its end at each start,
+    never again from its oldest record (which would count its XIDs once more)."""
+    log = tmp_path / "kmsg"
+    log.write_text("3,1,1000000,-;NVRM: Xid (PCI:0000:00:00): 13, pid=1, name=x, old\n")
+
+    def start() -> History:
+        store = Store(tmp_path / "state", lambda: 1_790_000_000.0)
+        store.open()
+        h = History(store, "node-a", clock=lambda: 1_790_000_000.0, kmsg_path=str(log),
+                    boot_id_path=str(tmp_path / "no-boot-id"), boot_time=lambda: 0.0)
+        h.load()
+        h.observe(make_snapshot(1))
+        h.poll_kmsg()
+        return h
+
+    h = start()
+    assert h.xids == {}
+    with open(log, "a") as f:
+        f.write("3,2,2000000,-;NVRM: Xid (PCI:0000:00:00): 31, pid=1, name=x, new\n")
+    h.poll_kmsg()
+    assert {code: n for (_, code), (n, _) in h.xids.items()} == {31: 1}
+    assert any("boot id" in p for p in h.problems())
+    h.stop()
+    again = start()
+    assert {code: n for (_, code), (n, _) in again.xids.items()} == {31: 1}
+    again.stop()
+
+
+def test_nic_monitor_counters_any_increase_and_link_recovery_by_rate(tmp_path):
+    """NVSentinel's NIC monitor: any increase of rnr_nak_retry_err (with the buffer
+    overrun and link integrity counters) is a port in trouble; link_error_recovery only
+    past 5 a minute."""
+    from exporter.collectors.infiniband.reading import (
+        InfinibandDevice,
+        InfinibandPort,
+        InfinibandReading,
+    )
+    from exporter.sampling.snapshot import CollectorResult
+
+    def snap(t, recovery, rnr):
+        port = InfinibandPort("mlx5_0", 1, state_id=4, counters={
+            "link_error_recovery": recovery}, hw_counters={"rnr_nak_retry_err": rnr})
+        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
+        return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
+            "infiniband": CollectorResult(reading, 0.0, True, 0)})
+
+    h = history(tmp_path)
+    h.observe(snap(0, 100.0, 7.0))  # the baseline
+    h.observe(snap(30, 102.0, 7.0))
+    h.observe(snap(60, 104.0, 7.0))  # 4 in a minute: a link that retrains now and then
+    assert h.recent == []
+    h.observe(snap(90, 104.0, 8.0))  # an RNR NAK retry error
+    assert [(e.kind, e.start) for e in h.recent] == [("ib_degraded", 1_790_000_090.0)]
+    h.observe(snap(200, 109.0, 8.0))  # 5 in 140 s
+    assert len(h.recent) == 1
+    h.observe(snap(230, 115.0, 8.0))  # 6 in 30 s: past the rate
+    assert [(e.kind, e.count) for e in h.recent] == [("ib_degraded", 2)]  # within 180 s
+    h.stop()
+
+
+def test_the_bounds_are_kept_at_open_and_hourly_not_in_every_transaction(tmp_path):
+    now = [1_790_000_000.0]
+    h = history(tmp_path, now=lambda: now[0])
+    statements: list[str] = []
+    h.store.db.set_trace_callback(statements.append)
+    for minute in range(3):
+        add_xid(h, now[0] + 60 * minute)
+        assert h.flush()
+    assert [s for s in statements if s.startswith("DELETE")] == []
+    now[0] += 3600
+    add_xid(h, now[0])
+    assert h.flush()
+    assert any(s.startswith("DELETE FROM episodes") for s in statements)
+    h.stop()
+    store = Store(tmp_path, lambda: now[0])
+    store.open()  # and at open, before the first write
+    try:
+        assert store.db.execute("SELECT count(*) FROM episodes").fetchone()[0] == 2
+        assert store.pruned == now[0]
+    finally:
+        store.close()
+
+
+def test_the_three_newest_bad_files_are_kept(tmp_path):
+    for i in range(5):
+        (tmp_path / FILE).write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+        store = Store(tmp_path, lambda i=i: 1_790_000_000.0 + 60 * i)
+        store.open()
+        store.close()
+        os.utime(tmp_path / f"{FILE}.corrupt-{time_stamp(1_790_000_000.0 + 60 * i)}",
+                 (1_790_000_000.0 + 60 * i,) * 2)
+    aside = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(f"{FILE}."))
+    assert aside == [f"{FILE}.corrupt-{time_stamp(1_790_000_000.0 + 60 * i)}"
+                     for i in (2, 3, 4)]
+
+
+def time_stamp(t: float) -> str:
+    import time
+
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t))

@@ -22,10 +22,26 @@ def gpu_filter(history: History, gpu: str | None) -> str | None:
         return ""
     if gpu.isdigit():
         key = history.key_of.get(int(gpu))
-        if key is None:
-            raise ValueError(f"no GPU {gpu} on this node")
-        return key[1]
+        if key is not None:
+            return key[1]
+        # NVIDIA's serial numbers are all digits too (1652221000005)
+        if gpu not in _serials(history):
+            raise ValueError(f"no GPU {gpu} on this node or stored")
     return gpu
+
+
+def _serials(history: History) -> set[str]:
+    """The serials of the GPUs on the node and of those stored."""
+    known = {serial for serial, _ in history.key_of.values()}
+    try:
+        db = read_only(history.store.directory)
+        try:
+            known |= {str(g["serial"]) for g in stored_gpus(db)}
+        finally:
+            db.close()
+    except (sqlite3.Error, OSError):
+        pass
+    return known
 
 
 def episodes(history: History, since: float | None, until: float | None,

@@ -49,15 +49,16 @@ class Merger:
         self.open: dict[tuple[GpuKey, str, int | None, str], Episode] = {}
 
     def add(self, gpu: GpuKey, kind: str, time: float, xid: int | None = None,
-            detail: str = "") -> tuple[Episode, bool]:
-        """The episode this occurrence belongs to, and True when it is a new one."""
+            detail: str = "", count: int = 1) -> tuple[Episode, bool]:
+        """The episode these `count` occurrences at `time` belong to, and True when it is
+        a new one."""
         key = (gpu, kind, xid, detail)
         last = self.open.get(key)
         if last is not None and last.start - GAP_SECONDS <= time <= last.end + merge_gap(kind, xid):
             last.end = max(last.end, time)
-            last.count += 1
+            last.count += count
             return last, False
-        episode = Episode(gpu, kind, xid, detail, time, time)
+        episode = Episode(gpu, kind, xid, detail, time, time, count)
         if last is None or time >= last.end:
             self.open[key] = episode
         return episode, True

@@ -1,5 +1,6 @@
 """XIDs from the kernel log (`/dev/kmsg`): the records, the driver's XID lines in them,
-and a non-blocking reader that starts at the oldest record and follows the log.
+and a non-blocking reader that starts at the oldest record (or, `from_end`, after the
+newest) and follows the log.
 
 A record is `PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS[,...];MESSAGE` (the kernel's
 Documentation/ABI/testing/dev-kmsg), followed by continuation lines that start with a
@@ -109,8 +110,9 @@ class KmsgReader:
     """Reads records without ever blocking: the device record by record, a regular
     file (tests) line by line from where it stopped."""
 
-    def __init__(self, path: str = KMSG):
+    def __init__(self, path: str = KMSG, from_end: bool = False):
         self.path = path
+        self.from_end = from_end  # skip the records logged before open()
         self.fd: int | None = None
         self.regular = False
         self._partial = b""
@@ -120,6 +122,8 @@ class KmsgReader:
         """Raises OSError (EPERM/EACCES without CAP_SYSLOG under dmesg_restrict)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self.regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if self.from_end:
+            os.lseek(fd, 0, os.SEEK_END)  # the device: past the newest record
         self.fd = fd
 
     def close(self) -> None:

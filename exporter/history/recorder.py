@@ -10,6 +10,7 @@ within MATCH_SECONDS counts once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sqlite3
@@ -28,18 +29,29 @@ log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
 POLL_SECONDS = 5.0  # the kernel log: NVML's events tell at once, the log is the fallback
-MATCH_SECONDS = 30.0  # an NVML event and a log line of one XID on one GPU this close: one
+# An NVML event and a log line of one XID on one GPU this close are one XID. Reasoned, not
+# measured: the event's time is when the watcher took it (within its 2-s wait, plus a busy
+# thread), the line's is the boot time estimated from the wall clock now plus the record's
+# stamp (off by any clock step or slew since: NTP slews at most 0.5 ms/s), and NVML counts
+# a burst at its last occurrence while the log has each. Wider, and two XIDs of one code
+# on one GPU, one only NVML saw and one only the log, would count once.
+MATCH_SECONDS = 30.0
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
-MAX_XIDS_PER_OBSERVE = 1_000  # a counter that jumps by more is counted, not each merged
 # Health checks whose turn to warning or failed is an episode of a kind (exporter/health);
 # the others' kinds come from the values themselves (XIDs, ECC, remaps, NVLink errors).
 CHECK_KINDS = {"pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
                "nvlink_fabric": "fabric_degraded", "thermal_violation": "thermal",
                "power_violation": "thermal", "gpu_answering": "gpu_unresponsive"}
+# NVSentinel's NIC monitor: any increase of these is a port in trouble (link_downed too,
+# which is its own kind); rnr_nak_retry_err is a hw_counter
 IB_LINK_ERRORS = ("excessive_buffer_overrun_errors", "local_link_integrity_errors",
-                  "link_error_recovery")
+                  "rnr_nak_retry_err")
+IB_RECOVERY_PER_MINUTE = 5.0  # the monitor's link_error_recovery rate past which it warns
+# Levels that are a GPU's state now rather than a count it gathered over its life: set the
+# first time they are read, they are an episode (the others' first value is a baseline).
+_FLAGS = frozenset({"row_remap_failure", "row_remap_pending"})
 LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
 
 
@@ -49,6 +61,7 @@ class _Seen:
     code: int
     time: float
     source: str  # "nvml" or "kmsg"
+    count: int  # occurrences not matched yet (a burst NVML counted at once)
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,6 @@ class HistoryStats:
     duplicates: int  # XIDs both sources saw, counted once
     kmsg_xids: int
     kmsg_readable: bool | None  # None: not tried yet
-    pending: int
     replacements: int
     created: float
 
@@ -72,7 +84,10 @@ class History:
                  flush_seconds: float = FLUSH_SECONDS, poll_seconds: float = POLL_SECONDS):
         self.store, self.node, self.clock = store, node, clock
         self.boot_id = kmsg.read_boot_id(boot_id_path)
-        self.reader = kmsg.KmsgReader(kmsg_path)
+        self.boot_id_path = boot_id_path
+        # without a boot id no cursor can be stored: read only what is logged from now on,
+        # or each start would count the ring's XIDs again
+        self.reader = kmsg.KmsgReader(kmsg_path, from_end=not self.boot_id)
         self.boot_time = boot_time
         self.flush_seconds, self.poll_seconds = flush_seconds, poll_seconds
         self.lock = threading.Lock()
@@ -96,6 +111,7 @@ class History:
         self._health: dict[int, object] = {}
         self._lost: frozenset[int] = frozenset()
         self._ib: object = None
+        self._recoveries: dict[str, tuple[float, float]] = {}  # port -> count, time
         self._unmatched: list[_Seen] = []
         self.cursor = -1
         self.created = 0.0
@@ -126,6 +142,10 @@ class History:
         self.replacements = loaded.replacements
         self.cursor = loaded.cursors.get(self.boot_id, -1) if self.boot_id else -1
         self.store.set_node(self.node)
+        if self.reader.path and not self.boot_id:
+            log.warning("history: %s", self._no_boot_id())
+            with contextlib.suppress(OSError):  # poll_kmsg() says why it cannot be read
+                self.reader.open()  # now: what is logged from here on is taken
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="cte-history", daemon=True)
@@ -247,6 +267,8 @@ class History:
         for identity in snapshot.identities:
             if identity is not None:
                 key = (identity.serial, identity.uuid)
+                # the upsert keeps a stored first_seen, but a row not written yet (the
+                # batch _identify filled, unwritten while writes fail) needs its own
                 first = self.batch.gpus.get(key, ("", snapshot.time, 0.0))[1]
                 self.batch.gpus[key] = (kmsg.pci_slot(identity.pci_bus_id), first,
                                         snapshot.time)
@@ -257,37 +279,50 @@ class History:
             if new <= 0:
                 continue
             self._seen_nvml[(gpu, code)] = record.count
-            key = self.key_of.get(gpu, NODE)
-            for _ in range(min(new, MAX_XIDS_PER_OBSERVE)):
-                self._xid(key, code, record.last_seen, "nvml")
+            self._xid(self.key_of.get(gpu, NODE), code, record.last_seen, "nvml", new)
 
-    def _xid(self, gpu: GpuKey, code: int, at: float, source: str) -> None:
+    def _xid(self, gpu: GpuKey, code: int, at: float, source: str, count: int = 1) -> None:
+        """`count` occurrences of an XID from one source, less those the other source
+        already reported (within MATCH_SECONDS), added to the counter and the episode in
+        one step. A burst is one entry of `_unmatched` with its count, so matching costs
+        one pass over the entries, whatever the burst's size."""
+        remaining = count
         for seen in self._unmatched:
             if (seen.gpu == gpu and seen.code == code and seen.source != source
                     and abs(seen.time - at) <= MATCH_SECONDS):
-                self._unmatched.remove(seen)
-                self.duplicates += 1
-                return
-        self._unmatched = [s for s in self._unmatched if at - s.time <= 2 * MATCH_SECONDS]
-        self._unmatched.append(_Seen(gpu, code, at, source))
-        self._xid_count += 1
+                taken = min(remaining, seen.count)
+                seen.count -= taken
+                remaining -= taken
+                self.duplicates += taken
+                if remaining == 0:
+                    break
+        self._unmatched = [s for s in self._unmatched
+                           if s.count > 0 and at - s.time <= 2 * MATCH_SECONDS]
+        if remaining == 0:
+            return
+        self._unmatched.append(_Seen(gpu, code, at, source, remaining))
+        self._xid_count += remaining
         total = self.xids.setdefault((gpu, code), [0.0, 0.0])
-        total[0] += 1
+        total[0] += remaining
         total[1] = max(total[1], at)
         self.batch.counters[(*gpu, "xid", str(code))] = (total[0], total[1])
-        self._occurred(gpu, "xid", at, code)
+        self._occurred(gpu, "xid", at, code, count=remaining)
 
     def _occurred(self, gpu: GpuKey, kind: str, at: float, xid: int | None = None,
-                  detail: str = "") -> None:
-        episode, new = self.merger.add(gpu, kind, at, xid, detail)
+                  detail: str = "", count: int = 1) -> None:
+        episode, new = self.merger.add(gpu, kind, at, xid, detail, count)
         self.batch.episodes[id(episode)] = episode
         if new:
             self.recent.append(episode)
             self.version += 1
 
-    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float) -> bool:
-        """Store a level (a count, a flag); True when it rose since the last one seen,
-        or is above zero the first time."""
+    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float,
+               first_counts: bool = False) -> bool:
+        """Store a level (a count, a flag); True when it rose since the last one seen.
+        The first value seen for a GPU (a first start, a GPU just fitted) is a baseline:
+        lifetime counts and ports still training at boot did not happen now. Flags that
+        say what a GPU needs now (a remap failure, a verdict) pass `first_counts`: set the
+        first time, they are an episode."""
         if value is None:
             return False
         previous = self.levels.get((gpu, name))
@@ -295,7 +330,9 @@ class History:
             return False
         self.levels[(gpu, name)] = value
         self.batch.counters[(*gpu, "level", name)] = (value, at)
-        return value > (previous if previous is not None else 0.0)
+        if previous is None:
+            return first_counts and value > 0.0
+        return value > previous
 
     def _health_changes(self, snapshot: Snapshot) -> None:
         for gpu, health in snapshot.health.items():
@@ -320,7 +357,7 @@ class History:
                                     if health.nvlinks else None),
             }
             for kind, value in levels.items():
-                if self._level(key, kind, value, at):
+                if self._level(key, kind, value, at, first_counts=kind in _FLAGS):
                     self._occurred(key, kind, at)
 
     def _lost_gpus(self, snapshot: Snapshot) -> None:
@@ -344,15 +381,37 @@ class History:
                 downed = port.counters.get("link_downed")
                 if self._level(NODE, f"ib_link_downed {detail}", downed, snapshot.time):
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
+                # a port first seen not ACTIVE (uncabled, training at boot) is a baseline:
+                # an episode only when a port that was ACTIVE leaves it
                 not_active = None if port.state_id is None else float(port.state_id != 4)
                 if self._level(NODE, f"ib_not_active {detail}", not_active, snapshot.time):
                     self._occurred(NODE, "ib_link_down", snapshot.time, detail=detail)
-                # NVSentinel's NIC monitor: any increase of these is a link in trouble
-                errors = [port.counters.get(n) for n in IB_LINK_ERRORS]
+                errors = [port.counters.get(n, port.hw_counters.get(n))
+                          for n in IB_LINK_ERRORS]
                 total = sum(e for e in errors if e is not None) if any(
                     e is not None for e in errors) else None
-                if self._level(NODE, f"ib_link_errors {detail}", total, snapshot.time):
+                # "ib_error_counts": the sum without link_error_recovery (a stored
+                # "ib_link_errors" level held it, and would read as a fall)
+                rose = self._level(NODE, f"ib_error_counts {detail}", total, snapshot.time)
+                recovering = self._recovering(detail, port.counters.get("link_error_recovery"),
+                                              snapshot.time)  # both keep their state
+                if rose or recovering:
                     self._occurred(NODE, "ib_degraded", snapshot.time, detail=detail)
+
+    def _recovering(self, port: str, count: float | None, at: float) -> bool:
+        """Whether link_error_recovery ran past IB_RECOVERY_PER_MINUTE: more than that
+        many since the reference reading, or that rate over a minute or more since it."""
+        if count is None:
+            return False
+        reference = self._recoveries.get(port)
+        if reference is None or count < reference[0]:  # the first reading, a reset
+            self._recoveries[port] = (count, at)
+            return False
+        rose, elapsed = count - reference[0], at - reference[1]
+        if rose > IB_RECOVERY_PER_MINUTE or elapsed >= 60.0:
+            self._recoveries[port] = (count, at)
+            return rose > IB_RECOVERY_PER_MINUTE * max(1.0, elapsed / 60.0)
+        return False
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
         version = (self.version, self._xid_count, self._identity_key)
@@ -385,23 +444,13 @@ class History:
                          any(c.state == FAILED for c in health.node.checks))
 
     def _judged(self, key: GpuKey, verdict: Verdict, at: float, failed: bool) -> None:
-        if self._level(key, "verdict_failed", float(failed), at):
+        if self._level(key, "verdict_failed", float(failed), at, first_counts=True):
             self._occurred(key, "health_failed", at)
         for check in verdict.checks:
             kind = CHECK_KINDS.get(check.name)
             if kind is not None and self._level(key, f"check {check.name}", float(
-                    check.state in (WARNING, FAILED)), at):
+                    check.state in (WARNING, FAILED)), at, first_counts=True):
                 self._occurred(key, kind, at)
-
-    def verdict_changed(self, gpu: int | None, failed: bool, at: float | None = None) -> None:
-        """A GPU's (or, gpu None, the node's) health verdict changed: a turn to failed
-        is a `health_failed` episode."""
-        if not failed:
-            return
-        with self.lock:
-            key = NODE if gpu is None else self.key_of.get(gpu)
-            if key is not None:
-                self._occurred(key, "health_failed", self.clock() if at is None else at)
 
     # -- the kernel log (the history's thread) --------------------------------------
     def poll_kmsg(self) -> None:
@@ -444,12 +493,8 @@ class History:
             self.batch.cursors[self.boot_id] = (self.cursor, self.clock())
 
     def _gpu_in(self, slot: str) -> GpuKey:
-        """The GPU in a PCI slot now, else the one stored for it (a GPU that fell off the
-        bus before we started), else the node."""
-        for key, index in self.index_of.items():
-            if self._identities and kmsg.pci_slot(
-                    self._identities[index].pci_bus_id) == slot:  # type: ignore[index]
-                return key
+        """The GPU last seen in a PCI slot (the one there now: _identify keeps `slots`; else
+        one that fell off the bus before we started), else the node."""
         stored = self.slots.get(slot)
         return (stored[0], stored[1]) if stored is not None else NODE
 
@@ -458,17 +503,23 @@ class History:
         """Degraded states for /readyz."""
         with self.lock:
             out = [self.kmsg_problem] if self.kmsg_problem else []
+            if self.reader.path and not self.boot_id and self.kmsg_readable is not False:
+                out.append(self._no_boot_id())
             if self.write_problem:
                 out.append(f"history: writes to {self.store.path} fail ({self.write_problem});"
                            f" {len(self.batch.episodes)} episodes kept in memory")
         return out
 
+    def _no_boot_id(self) -> str:
+        return (f"history: no boot id ({self.boot_id_path} cannot be read): the kernel log "
+                "is read from this start on only, so XIDs it logged while the exporter was "
+                "down are not counted")
+
     def stats(self) -> HistoryStats:
         with self.lock:
             return HistoryStats(self.transactions, self.write_failures, self.dropped,
                                 dict(self.store.resets), self.duplicates, self.kmsg_xids,
-                                self.kmsg_readable, len(self.batch.episodes),
-                                len(self.replacements), self.created)
+                                self.kmsg_readable, len(self.replacements), self.created)
 
     def episodes_since(self, since: float) -> list[Episode]:
         with self.lock:

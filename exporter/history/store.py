@@ -4,7 +4,9 @@ Bounds (the file stays under about 16 MiB): at most MAX_EPISODES episodes (the o
 go first), MAX_GPUS GPUs with their counters and boots (the longest unseen go first),
 MAX_BOOTS boots, MAX_CURSORS kernel-log cursors, MAX_REPLACEMENTS replacements.
 A bad file (corrupt, unreadable, or written by a newer version) is moved aside and the
-store starts fresh; a second process on the same directory is refused (`StoreBusy`).
+store starts fresh; a file that cannot be opened for another reason (locked, an I/O
+error, a full disk) is left alone and open() raises StoreError; a second process on the
+same directory is refused (`StoreBusy`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.history.episodes import Episode, GpuKey
+from exporter.history.episodes import GAP_SECONDS, STICKY_GAP_SECONDS, Episode, GpuKey
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,11 @@ MAX_GPUS = 256
 MAX_BOOTS = 4_096
 MAX_CURSORS = 64
 MAX_REPLACEMENTS = 1_024
-MAX_ASIDE = 3  # moved-aside bad files kept
+# The bounds are kept at open, hourly, and after each PRUNE_EPISODES new episodes (a flood
+# in one hour stays within MAX_EPISODES + PRUNE_EPISODES); not in every 5-s transaction.
+PRUNE_SECONDS = 3600.0
+PRUNE_EPISODES = 5_000
+MAX_ASIDE = 3  # moved-aside bad files kept (each with its -wal and -shm)
 BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
 
 _TABLES = """
@@ -61,7 +67,8 @@ class StoreBusy(RuntimeError):
 
 
 class StoreError(RuntimeError):
-    """The state directory cannot be used at all (not creatable)."""
+    """The state directory cannot be used now (not creatable, the file locked or failing
+    to read): the exporter runs without a history and leaves the file as it is."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,6 @@ class Loaded:
     slots: dict[str, tuple[str, str, float]]
     cursors: dict[str, int]
     replacements: list[Replacement]
-    gpus: dict[GpuKey, tuple[str, float, float]]
 
 
 def _episode(row: tuple) -> Episode:
@@ -126,6 +132,8 @@ class Store:
         self.resets: dict[str, int] = {}  # bad files moved aside at open, by reason
         self.db: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
+        self.pruned = 0.0  # when the bounds were last kept
+        self._new_since_pruned = 0  # episodes inserted since
 
     # -- opening ----------------------------------------------------------------
     def open(self) -> None:
@@ -141,6 +149,15 @@ class Store:
         except sqlite3.Error as exc:
             self.close()
             raise StoreError(f"cannot open {self.path}: {exc}") from None
+        try:  # a full disk may refuse it: the next write's prune tries again
+            self.db.execute("BEGIN IMMEDIATE")
+            self._prune(self.db)
+            self.db.execute("COMMIT")
+            self.pruned = self.now()
+        except sqlite3.Error as exc:
+            log.warning("history: keeping the store's bounds failed (%s)", exc)
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
 
     def _lock(self) -> None:
         path = self.directory / LOCK
@@ -165,7 +182,10 @@ class Store:
             self._move_aside(problem)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash of the process loses nothing
+        # FULL: each commit syncs the write-ahead log, so a power loss loses at most the
+        # transaction in flight (NORMAL syncs only at checkpoints: a power loss could roll
+        # back every commit since the last one). The recorder commits at most every 5 s.
+        db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA journal_size_limit=4194304")
         db.executescript(_TABLES)
         db.execute(f"PRAGMA user_version={SCHEMA}")
@@ -174,7 +194,9 @@ class Store:
         return db
 
     def _check(self) -> str | None:
-        """Why the file cannot be used ('corrupt', 'unreadable', 'future'), or None."""
+        """Why the file cannot be used ('corrupt', 'unreadable', 'future'), or None. Any
+        other error (locked, an I/O error, a full disk) raises sqlite3.Error: the file may
+        well be good, so it stays where it is and open() fails (StoreError)."""
         if not self.path.exists():
             return None
         try:
@@ -190,12 +212,21 @@ class Store:
                 row = db.execute("SELECT value FROM meta WHERE key='created'").fetchone() \
                     if version else None
                 if row is not None and float(row[0]) > self.now() + 86_400:
-                    return "future"
+                    # this clock (or the one that wrote it) is wrong, not the file
+                    log.warning("history: %s says it was created at %s, more than a day "
+                                "after now (%s): is the clock right?", self.path,
+                                _utc(float(row[0])), _utc(self.now()))
             finally:
                 db.close()
         except PermissionError:
             return "unreadable"
-        except (sqlite3.DatabaseError, ValueError):
+        except sqlite3.DatabaseError as exc:
+            # the primary code (the low byte: SQLITE_CORRUPT_INDEX is still corrupt)
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT,
+                                                                 sqlite3.SQLITE_NOTADB):
+                return "corrupt"
+            raise
+        except ValueError:  # `created` is not a number: the quick check cannot see that
             return "corrupt"
         except OSError:
             return "unreadable"
@@ -211,13 +242,20 @@ class Store:
                     os.replace(source, f"{aside}{suffix}")
                 except OSError:
                     source.unlink(missing_ok=True)
-        kept = sorted(self.directory.glob(f"{FILE}.*-2*"), key=lambda p: p.stat().st_mtime)
-        for old in kept[:-MAX_ASIDE * 3]:
-            old.unlink(missing_ok=True)
+        # the MAX_ASIDE newest bad files, each with its -wal and -shm
+        files = list(self.directory.glob(f"{FILE}.*-2*"))
+        groups: dict[str, float] = {}
+        for path in files:
+            name = path.name.removesuffix("-wal").removesuffix("-shm")
+            with contextlib.suppress(OSError):
+                groups[name] = max(groups.get(name, 0.0), path.stat().st_mtime)
+        gone = set(sorted(groups, key=groups.__getitem__)[:-MAX_ASIDE])
+        for path in files:
+            if path.name.removesuffix("-wal").removesuffix("-shm") in gone:
+                path.unlink(missing_ok=True)
         self.resets[reason] = self.resets.get(reason, 0) + 1
         log.warning("history: %s was %s; moved aside to %s, starting afresh", self.path,
-                    {"future": "written by a newer version or dated in the future"}.get(
-                        reason, reason), aside.name)
+                    {"future": "written by a newer version"}.get(reason, reason), aside.name)
 
     def close(self) -> None:
         if self.db is not None:
@@ -241,11 +279,11 @@ class Store:
             "SELECT serial, uuid, name, key, value, last FROM counters")}
         episodes = [_episode(r) for r in db.execute(
             "SELECT id, serial, uuid, kind, xid, detail, start, end, count FROM episodes "
-            "WHERE start >= ? OR end >= ? ORDER BY start", (since, self.now() - 10_800))]
+            "WHERE start >= ? OR end >= ? ORDER BY start",
+            (since, self.now() - max(GAP_SECONDS, STICKY_GAP_SECONDS)))]
         slots = {r[0]: (r[1], r[2], r[3]) for r in db.execute("SELECT * FROM slots")}
         cursors = {r[0]: r[1] for r in db.execute("SELECT boot_id, sequence FROM cursors")}
-        gpus = {(r[0], r[1]): (r[2], r[3], r[4]) for r in db.execute("SELECT * FROM gpus")}
-        return Loaded(created, counters, episodes, slots, cursors, self.replacements(), gpus)
+        return Loaded(created, counters, episodes, slots, cursors, self.replacements())
 
     def replacements(self) -> list[Replacement]:
         return [Replacement(r[0], r[1], (r[2], r[3]), (r[4], r[5])) for r in self._db().execute(
@@ -288,7 +326,10 @@ class Store:
             db.executemany("INSERT INTO replacements(time, slot, old_serial, old_uuid, "
                            "new_serial, new_uuid) VALUES(?,?,?,?,?,?)",
                            [(r.time, r.slot, *r.old, *r.new) for r in batch.replacements])
-            self._prune(db)
+            due = (self.now() - self.pruned >= PRUNE_SECONDS
+                   or self._new_since_pruned + len(new) >= PRUNE_EPISODES)
+            if due:
+                self._prune(db)
             db.execute("COMMIT")
         except BaseException:
             for e in new:
@@ -296,8 +337,12 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             raise
+        self._new_since_pruned = 0 if due else self._new_since_pruned + len(new)
+        if due:
+            self.pruned = self.now()
 
     def _prune(self, db: sqlite3.Connection) -> None:
+        """Keep the bounds (in the caller's transaction)."""
         db.execute("DELETE FROM episodes WHERE id <= (SELECT id FROM episodes ORDER BY id DESC "
                    "LIMIT 1 OFFSET ?)", (MAX_EPISODES,))
         gone = db.execute("DELETE FROM gpus WHERE rowid IN (SELECT rowid FROM gpus ORDER BY "
@@ -311,6 +356,10 @@ class Store:
                    "time DESC LIMIT -1 OFFSET ?)", (MAX_CURSORS,))
         db.execute("DELETE FROM replacements WHERE id <= (SELECT id FROM replacements ORDER BY "
                    "id DESC LIMIT 1 OFFSET ?)", (MAX_REPLACEMENTS,))
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def read_only(directory: str | Path) -> sqlite3.Connection:
