@@ -307,6 +307,7 @@ class Api:
         """The answer to GET path?query; BadRequest for a query it refuses."""
         snap = rendered.snapshot
         build: Callable[[], bytes]
+        key: tuple
         if path == HISTORY:
             params = parse_query(query, ("gpu", "since", "until"), MAX_HISTORY_QUERY_BYTES)
             since, until = _seconds(params, "since"), _seconds(params, "until")
@@ -314,7 +315,7 @@ class Api:
             build = lambda: self._history(since, until, params.get("gpu"))  # noqa: E731
         elif path == POWER:
             q = power_query(query, snap)
-            key: tuple = (POWER, q.seconds, q.gpu)
+            key = (POWER, q.seconds, q.gpu)
             build = lambda: power_body(snap, q)  # noqa: E731
         elif path == HEALTH:
             parse_query(query, ())
