@@ -61,10 +61,9 @@ class SweepSampler:
                 self._count_clock_events(gpu, state)
                 self.states[gpu] = state
             ident = self.gpus.identities[gpu]
-            if catalogue.HEALTH in due:
+            if catalogue.HEALTH in due and state is not None:
                 health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
-                                     now, self.nvlink_reads,
-                                     None if state is None else state.values)
+                                     now, state.values, self.nvlink_reads)
                 if health is not None:
                     self.health[gpu] = health
             self._read_board(gpu, now)
