@@ -123,16 +123,20 @@ def link_memory_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from _nvlink_families(snapshot)
 
 
+# the memory families' entries: their values in the sweep's states are what is rendered
+_MEMORY_KEYS = tuple(e.key for f in catalogue.MEMORY_ERRORS for e in catalogue.FAMILIES[f])
+
+
 def link_memory_key(snapshot: Snapshot) -> tuple:
     """Everything link_memory_families renders: equal keys, equal text. By value, not by
     reading: a reading every 5 s against a scrape every 15-60 s would always miss."""
+    memory = tuple((gpu, tuple(state.get(key) for key in _MEMORY_KEYS))
+                   for gpu, state in sorted(snapshot.states.items()))
     readings = tuple(
-        (gpu, tuple(h.ecc_errors.items()), tuple(h.retired_pages.items()),
-         h.retired_pages_pending, tuple(h.remapped_rows.items()), h.row_remap_pending,
-         h.row_remap_failure, h.recovery_action,
+        (gpu, h.recovery_action,
          tuple((link.link, link.up, tuple(link.errors.items())) for link in h.nvlinks))
         for gpu, h in sorted(snapshot.health.items()))
-    return readings, snapshot.identities, snapshot.lost, tuple(snapshot.hung)
+    return memory, readings, snapshot.identities, snapshot.lost, tuple(snapshot.hung)
 
 
 def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
