@@ -60,7 +60,8 @@ class NvLink:
 @dataclass(frozen=True)
 class GpuHealth:
     time: float
-    ecc_errors: dict[tuple[str, str], float]  # (corrected|uncorrected, volatile|aggregate)
+    # (corrected|uncorrected, volatile|aggregate): the ECC entries' label values
+    ecc_errors: dict[tuple[str, ...], float]
     retired_pages: dict[str, float]  # single_bit / double_bit
     retired_pages_pending: float | None
     remapped_rows: dict[str, float]  # correctable / uncorrectable
@@ -146,8 +147,7 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
     action = value(fi.RECOVERY_ACTION)
     return GpuHealth(
         time=now,
-        ecc_errors={(kind, scope): v for (kind, scope), v in
-                    _by_labels(values, catalogue.ECC).items()},
+        ecc_errors=_by_labels(values, catalogue.ECC),
         retired_pages={cause: v for (cause,), v in _by_labels(values, catalogue.RETIRED).items()},
         retired_pages_pending=values.get("retired_pages_pending"),
         remapped_rows={kind: v for (kind,), v in _by_labels(values, catalogue.REMAPPED).items()},

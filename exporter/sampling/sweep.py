@@ -1,8 +1,9 @@
 """The sweep loop: the catalogue's values of every GPU, each cadence when it is due.
 
 Every sweep reads the cheap values; the health interval adds the slowly changing and the
-costly ones (PCIe counters, ECC, row remapping, NVLink: one batched call per GPU); the
-energy interval adds the energy counter. Clock-event reasons are accumulated into
+costly ones (PCIe counters, ECC, row remapping) to the sweep's batched call, and the
+health read's own batched call per GPU (the recovery action and NVLink); the energy
+interval adds the energy counter. Clock-event reasons are accumulated into
 seconds sweep to sweep, and each sweep feeds the straggler window.
 """
 
