@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pynvml
 import pytest
 
 from exporter.gpu import catalogue
@@ -125,11 +126,16 @@ def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
     readings = backend.fields(0, [fi.POWER_INSTANT, 123456])
     assert set(readings) == {fi.POWER_INSTANT}
     assert backend.errors.totals() == {("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
-    # a field fields.py does not name (only its catalogue entry numbers it) is named from
-    # nvidia-ml-py's constants
+    # a field fields.NAMES does not list is named from nvidia-ml-py's constants
     assert "POWER_MAX_LIMIT" not in fi.NAMES.values()
     assert field_name(188) == "POWER_MAX_LIMIT" and field_name(123456) == "123456"
     assert field_name(fi.TOTAL_ENERGY) == "TOTAL_ENERGY_CONSUMPTION"
+    # NAMES lists only the labels that differ from nvidia-ml-py's names, and keeps them
+    assert not {fid for fid, name in fi.NAMES.items()
+                if getattr(pynvml, f"NVML_FI_DEV_{name}", None) == fid}
+    assert (field_name(fi.NVLINK_REPLAY), field_name(fi.NVLINK_CRC_DATA[6]),
+            field_name(fi.VIOLATION_HW_THERMAL)) == (
+        "NVLINK_REPLAY_ERRORS", "NVLINK_CRC_DATA_L6", "CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN")
 
 
 def test_open_without_nvml_raises_a_clear_error():
