@@ -229,3 +229,21 @@ def test_field_values_read_each_value_type_as_the_union_holds_it():
                     for entry, (_, member, _) in zip(array, order, strict=True)]
         assert batched.field_values(raw).tolist() == expected
         assert ctypes.sizeof(array) == raw.nbytes
+
+
+def test_an_event_handle_after_a_reopen_is_not_taken_for_the_gpu_registered_before(fake_nvml):
+    """Pointers registered for events name their GPUs until NVML is closed: a reopened NVML
+    may hand the same pointer to another GPU, which is then found by its UUID."""
+    backend = NvmlBackend()
+    backend.open()
+    event_set, registered = backend.register_xid_events()
+    assert event_set is not None and registered == 8
+    handle = backend.handle(0)
+    uuid = backend.call("nvmlDeviceGetUUID", handle)
+    assert backend.gpu_of(handle, {uuid: 5}) == 0  # registered: not asked its UUID
+    backend.close()
+    backend.open()
+    assert backend.gpu_of(backend.handle(0), {uuid: 5}) == 5
+    backend.register_xid_events()
+    assert backend.gpu_of(backend.handle(0), {uuid: 5}) == 0
+    backend.close()
