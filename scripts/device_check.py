@@ -36,6 +36,7 @@ from device_checks.exporter_run import check_metrics  # noqa: E402 (scripts/devi
 from device_checks.gpm import gpm_check  # noqa: E402
 from device_checks.report import print_report  # noqa: E402
 
+from exporter.gpu import catalogue  # noqa: E402
 from exporter.gpu import fields as fi  # noqa: E402
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name  # noqa: E402
 from exporter.sim import fake  # noqa: E402
@@ -64,14 +65,28 @@ def _field(handle, field_id: int):
     return lambda: pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
 
 
+# the memory errors, read in the sweep's health-interval batch: ECC, retired pages, rows
+_MEMORY_FIELDS = tuple(e.nvml.id for f in catalogue.MEMORY_ERRORS
+                       for e in catalogue.FAMILIES[f] if isinstance(e.nvml, catalogue.Field))
+_LINK_FIELDS = (*(e.nvml.id for e in catalogue.PER_LINK if isinstance(e.nvml, catalogue.Field)),
+                fi.NVLINK_CRC_DATA[0])
+
+
 def call_latencies(handle) -> dict:
     p = pynvml
     calls = {f"nvmlDeviceGetFieldValues({field_name(f)})": (_field(handle, f),) for f in (
         fi.TOTAL_ENERGY, fi.POWER_INSTANT, fi.POWER_AVERAGE, fi.MEMORY_TEMP,
         fi.PCIE_REPLAY_COUNTER, fi.PCIE_TX_BYTES, fi.PCIE_RX_BYTES, fi.VIOLATION_POWER,
         fi.VIOLATION_THERMAL, fi.VIOLATION_SW_THERMAL, fi.VIOLATION_HW_THERMAL,
-        fi.VIOLATION_HW_POWER_BRAKE, fi.RETIRED_SBE)}
+        fi.VIOLATION_HW_POWER_BRAKE, *_MEMORY_FIELDS, fi.POWER_MAX_LIMIT, fi.RECOVERY_ACTION)}
+    # the per-link fields of the health read, for link 0 (NotSupported without NVLink)
+    calls.update({f"nvmlDeviceGetFieldValues({field_name(f)}, link 0)":
+                  (p.nvmlDeviceGetFieldValues, handle, [(f, 0)]) for f in _LINK_FIELDS})
     calls.update({
+        f"nvmlDeviceGetFieldValues(memory errors: {len(_MEMORY_FIELDS)} fields)":
+            (p.nvmlDeviceGetFieldValues, handle, list(_MEMORY_FIELDS)),
+        "nvmlDeviceGetNvLinkErrorCounter(link 0, DL_CRC_DATA)":
+            (p.nvmlDeviceGetNvLinkErrorCounter, handle, 0, fi.NVLINK_ERROR_DL_CRC_DATA),
         "nvmlDeviceGetFieldValues(sweep: POWER_AVERAGE, MEMORY_TEMP)":
             (p.nvmlDeviceGetFieldValues, handle, [fi.POWER_AVERAGE, fi.MEMORY_TEMP]),
         "nvmlDeviceGetTotalEnergyConsumption": (p.nvmlDeviceGetTotalEnergyConsumption, handle),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pynvml
 import pytest
 
 from exporter.gpu import catalogue
@@ -125,11 +126,16 @@ def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
     readings = backend.fields(0, [fi.POWER_INSTANT, 123456])
     assert set(readings) == {fi.POWER_INSTANT}
     assert backend.errors.totals() == {("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
-    # a field fields.py does not name (only its catalogue entry numbers it) is named from
-    # nvidia-ml-py's constants
+    # a field fields.NAMES does not list is named from nvidia-ml-py's constants
     assert "POWER_MAX_LIMIT" not in fi.NAMES.values()
     assert field_name(188) == "POWER_MAX_LIMIT" and field_name(123456) == "123456"
     assert field_name(fi.TOTAL_ENERGY) == "TOTAL_ENERGY_CONSUMPTION"
+    # NAMES lists only the labels that differ from nvidia-ml-py's names, and keeps them
+    assert not {fid for fid, name in fi.NAMES.items()
+                if getattr(pynvml, f"NVML_FI_DEV_{name}", None) == fid}
+    assert (field_name(fi.NVLINK_REPLAY), field_name(fi.NVLINK_CRC_DATA[6]),
+            field_name(fi.VIOLATION_HW_THERMAL)) == (
+        "NVLINK_REPLAY_ERRORS", "NVLINK_CRC_DATA_L6", "CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN")
 
 
 def test_open_without_nvml_raises_a_clear_error():
@@ -223,3 +229,21 @@ def test_field_values_read_each_value_type_as_the_union_holds_it():
                     for entry, (_, member, _) in zip(array, order, strict=True)]
         assert batched.field_values(raw).tolist() == expected
         assert ctypes.sizeof(array) == raw.nbytes
+
+
+def test_an_event_handle_after_a_reopen_is_not_taken_for_the_gpu_registered_before(fake_nvml):
+    """Pointers registered for events name their GPUs until NVML is closed: a reopened NVML
+    may hand the same pointer to another GPU, which is then found by its UUID."""
+    backend = NvmlBackend()
+    backend.open()
+    event_set, registered = backend.register_xid_events()
+    assert event_set is not None and registered == 8
+    handle = backend.handle(0)
+    uuid = backend.call("nvmlDeviceGetUUID", handle)
+    assert backend.gpu_of(handle, {uuid: 5}) == 0  # registered: not asked its UUID
+    backend.close()
+    backend.open()
+    assert backend.gpu_of(backend.handle(0), {uuid: 5}) == 5
+    backend.register_xid_events()
+    assert backend.gpu_of(backend.handle(0), {uuid: 5}) == 0
+    backend.close()

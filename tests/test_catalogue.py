@@ -12,6 +12,7 @@ from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.catalogue import HEALTH, Field, GpuValue
 from exporter.gpu.health import ALL_LINKS, NvlinkReads, health_requests, read_health
+from exporter.gpu.state import read_state
 from exporter.metrics import gpu, gpu_health
 
 
@@ -53,12 +54,14 @@ def test_the_memory_errors_are_the_sweeps_and_not_asked_again(fake_nvml, clock):
     backend.open()
     values = {"ecc_corrected_volatile": 3.0, "ecc_uncorrected_aggregate": 1.0,
               "remapped_rows_correctable": 2.0, "row_remap_pending": 1.0}
-    health = read_health(backend, 0, 0, clock(), values=values)
+    health = read_health(backend, 0, 0, clock(), values)
     assert health is not None
     assert health.ecc_errors == {("corrected", "volatile"): 3.0,
                                  ("uncorrected", "aggregate"): 1.0}
     assert health.remapped_rows == {"correctable": 2.0}
     assert (health.row_remap_pending, health.row_remap_failure) == (1.0, None)
-    # without the sweep's values, the read asks for them itself (a healthy GPU: zeros)
-    alone = read_health(backend, 0, 0, clock())
+    # the sweep's health-interval values carry every memory entry (a healthy GPU: zeros)
+    swept = read_state(backend, 0, clock(), (HEALTH,))
+    assert swept is not None
+    alone = read_health(backend, 0, 0, clock(), swept.values)
     assert alone is not None and alone.ecc_errors[("uncorrected", "volatile")] == 0.0

@@ -32,6 +32,17 @@ def test_device_check_dry_run_on_the_fake(tmp_path):
             "nvmlDeviceGetFieldValues(POWER_INSTANT)",
             "nvmlDeviceGetSamples(TOTAL_POWER, last second)",
             "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo"} <= set(calls)
+    # the health-interval fields whose costs are estimates are measured too: each alone,
+    # the memory errors as the sweep batches them, the per-link fields for one link
+    assert {"nvmlDeviceGetFieldValues(ECC_SBE_VOL_TOTAL)",
+            "nvmlDeviceGetFieldValues(REMAPPED_FAILURE)",
+            "nvmlDeviceGetFieldValues(POWER_MAX_LIMIT)",
+            "nvmlDeviceGetFieldValues(GET_GPU_RECOVERY_ACTION)",
+            "nvmlDeviceGetFieldValues(memory errors: 11 fields)",
+            "nvmlDeviceGetFieldValues(NVLINK_GET_STATE, link 0)",
+            "nvmlDeviceGetFieldValues(NVLINK_CRC_DATA_L0, link 0)",
+            "nvmlDeviceGetNvLinkErrorCounter(link 0, DL_CRC_DATA)"} <= set(calls)
+    assert calls["nvmlDeviceGetNvLinkErrorCounter(link 0, DL_CRC_DATA)"]["error"] == ""
     # the fake charges the H200's costs: the energy field costs milliseconds
     assert calls["nvmlDeviceGetFieldValues(TOTAL_ENERGY_CONSUMPTION)"]["p50_us"] >= 2500
     # GPM on the fake's H200: supported, its costs as measured, the 8 metrics of training

@@ -64,8 +64,9 @@ def test_every_symbol_the_exporter_uses_is_served(fake_nvml, clock):
     for gpu in range(count):
         ident = read_identity(backend, gpu)
         assert ident is not None
-        read_state(backend, gpu, clock(), catalogue.CADENCES)
-        read_health(backend, gpu, ident.nvlinks, clock())
+        state = read_state(backend, gpu, clock(), catalogue.CADENCES)
+        assert state is not None
+        read_health(backend, gpu, ident.nvlinks, clock(), state.values)
         assert len(backend.samples(gpu, fi.TOTAL_POWER_SAMPLES, 0)[0]) > 0
         assert backend.fields(gpu, [fi.POWER_INSTANT])
     assert fake_nvml.missing == set()

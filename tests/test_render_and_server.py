@@ -17,6 +17,7 @@ from exporter.config import Config
 from exporter.families import FULL
 from exporter.gpu.backend import private_nvml_module
 from exporter.gpu.health import GpuHealth, NvLink
+from exporter.gpu.state import GpuState
 from exporter.metrics.gpu_health import (
     link_memory_families,
     link_memory_key,
@@ -232,14 +233,25 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
         return link_memory_families(snapshot)
 
     sources = [CachedFamilies(counted, link_memory_key), nvlink_traffic_families]
-    first = make_snapshot(2, time=5.0, health={g: reading(5.0, 1e9, 0.0) for g in range(2)})
+    def state(time: float, ecc: float) -> GpuState:  # the memory errors: the sweep's values
+        return GpuState(time, {"ecc_corrected_volatile": ecc, "row_remap_pending": 0.0})
+
+    first = make_snapshot(2, time=5.0, health={g: reading(5.0, 1e9, 0.0) for g in range(2)},
+                          states={g: state(5.0, 0.0) for g in range(2)})
     later = dataclasses.replace(first, time=10.0,
-                                health={g: reading(10.0, 2e9, 0.0) for g in range(2)})
+                                health={g: reading(10.0, 2e9, 0.0) for g in range(2)},
+                                states={g: state(10.0, 0.0) for g in range(2)})
     worse = dataclasses.replace(later, time=15.0,
                                 health={0: reading(15.0, 3e9, 7.0), 1: later.health[1]})
+    # the same health reading, a memory error more in the sweep's state
+    ecc = dataclasses.replace(worse, time=20.0, states={0: state(20.0, 1.0), 1: later.states[1]})
     per_link = Selection(FULL)  # the per-link series
-    texts = [render(s, sources, selection=per_link).decode() for s in (first, later, worse)]
-    assert built == [5.0, 15.0]  # the second reading changed nothing they show
+    texts = [render(s, sources, selection=per_link).decode()
+             for s in (first, later, worse, ecc)]
+    assert built == [5.0, 15.0, 20.0]  # the second reading changed nothing they show
+    corrected = ('gpu_ecc_errors_total{gpu="0",scope="volatile",type="corrected",'
+                 'uuid="GPU-00000000"}')
+    assert f"{corrected} 0.0" in texts[2] and f"{corrected} 1.0" in texts[3]
     assert 'gpu_nvlink_transmit_bytes_total{gpu="0",link="1",uuid="GPU-00000000"} 2.000000001e+09' \
         in texts[1]  # traffic: from each reading
     crc = 'gpu_nvlink_errors_total{gpu="0",link="3",type="crc_flit",uuid="GPU-00000000"}'

@@ -335,14 +335,15 @@ def test_a_driver_without_the_all_links_total_gets_the_links_summed(monkeypatch)
         backend = NvmlBackend()
         backend.open()
         clock.advance(30)
-        per_link = read_health(backend, 0, 18, clock.time())
-        summed = read_health(backend, 0, 18, clock.time(), Selection(STANDARD).nvlink_reads())
+        per_link = read_health(backend, 0, 18, clock.time(), {})
+        summed = read_health(backend, 0, 18, clock.time(), {},
+                             Selection(STANDARD).nvlink_reads())
         field = lib._field
         monkeypatch.setattr(lib, "_field", lambda gpu, fid, scope, t: None
                             if scope == ALL_LINKS else field(gpu, fid, scope, t))
-        fallback = read_health(backend, 1, 18, clock.time(),
+        fallback = read_health(backend, 1, 18, clock.time(), {},
                                Selection(STANDARD).nvlink_reads())
-        per_link_1 = read_health(backend, 1, 18, clock.time())
+        per_link_1 = read_health(backend, 1, 18, clock.time(), {})
         backend.close()
     want = sum(link.transmit_bytes for link in per_link.nvlinks)
     assert summed.nvlink_traffic[0] == pytest.approx(want, rel=1e-9)

@@ -141,6 +141,7 @@ class NvmlBackend:
         return count
 
     def close(self) -> None:
+        self._event_gpus.clear()  # a reopened NVML may give these pointers to other GPUs
         if self._open:
             self._open = False
             self.call("nvmlShutdown")
@@ -326,6 +327,7 @@ class NvmlBackend:
     def register_xid_events(self) -> tuple[Any, int]:
         """An event set with every GPU registered for critical XIDs alone (if any bit of
         a mask is unsupported, nothing registers); (set or None, GPUs registered)."""
+        self._event_gpus.clear()  # the handles of this registration alone
         event_set = self.call("nvmlEventSetCreate")
         if event_set is None:
             return None, 0

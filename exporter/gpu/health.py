@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
-from exporter.gpu.state import read_values
 
 if TYPE_CHECKING:  # the reading needs the backend; the dataclasses must not need NVML
     from exporter.families import Family
@@ -61,7 +60,8 @@ class NvLink:
 @dataclass(frozen=True)
 class GpuHealth:
     time: float
-    ecc_errors: dict[tuple[str, str], float]  # (corrected|uncorrected, volatile|aggregate)
+    # (corrected|uncorrected, volatile|aggregate): the ECC entries' label values
+    ecc_errors: dict[tuple[str, ...], float]
     retired_pages: dict[str, float]  # single_bit / double_bit
     retired_pages_pending: float | None
     remapped_rows: dict[str, float]  # correctable / uncorrectable
@@ -106,24 +106,19 @@ def _traffic_totals(backend: NvmlBackend, gpu: int, nvlinks: int,
     return sent, received
 
 
-_MEMORY_ENTRIES = tuple(e for f in catalogue.MEMORY_ERRORS for e in catalogue.FAMILIES[f])
-
-
 def _by_labels(values: Mapping[str, float], family: Family) -> dict[tuple[str, ...], float]:
     """A memory-error family's values by its entries' label values."""
     return {e.labels: values[e.key] for e in catalogue.FAMILIES[family] if e.key in values}
 
 
 def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
-                reads: NvlinkReads = NvlinkReads(),
-                values: Mapping[str, float] | None = None) -> GpuHealth | None:
-    """`values`: the sweep's state, where it has just read the memory-error entries; without
-    it they are read here."""
+                values: Mapping[str, float],
+                reads: NvlinkReads = NvlinkReads()) -> GpuHealth | None:
+    """`values`: the sweep's state, where it has just read the memory-error entries (its
+    health-interval batch); this read asks NVML only for the recovery action and NVLink."""
     handle = backend.handle(gpu)
     if handle is None:
         return None
-    if values is None:
-        values = read_values(backend, gpu, _MEMORY_ENTRIES)
     got = backend.scoped_fields(gpu, health_requests(nvlinks, reads))
 
     def value(fid: int, scope: int = 0) -> float | None:
@@ -152,8 +147,7 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
     action = value(fi.RECOVERY_ACTION)
     return GpuHealth(
         time=now,
-        ecc_errors={(kind, scope): v for (kind, scope), v in
-                    _by_labels(values, catalogue.ECC).items()},
+        ecc_errors=_by_labels(values, catalogue.ECC),
         retired_pages={cause: v for (cause,), v in _by_labels(values, catalogue.RETIRED).items()},
         retired_pages_pending=values.get("retired_pages_pending"),
         remapped_rows={kind: v for (kind,), v in _by_labels(values, catalogue.REMAPPED).items()},

@@ -7,12 +7,13 @@ family its entries declare; identity goes on `gpu_info` and the sampled power on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
 from exporter.gpu import catalogue
+from exporter.gpu.state import GpuIdentity
 from exporter.metrics.exposition import Rows
 from exporter.sampling.snapshot import Snapshot
 
@@ -37,12 +38,13 @@ POWER = catalogue.per_gpu(
            "`NVML_FI_DEV_POWER_INSTANT`, 186)",
     doc="Instant power: the GPU's latest power sample. Not the 1 s average.")
 
-# docs/metrics.md "GPU (NVML)"; the catalogue's clock-event counter and memory errors
-# are shown under "GPU health" (exporter/metrics/gpu_health.py), which renders the latter
-# with the NVLink families
-_ELSEWHERE = (catalogue.CLOCK_EVENT_DRIVER, *catalogue.MEMORY_ERRORS)
-DECLARED: tuple[Family, ...] = (
-    INFO, POWER, *(f for f in catalogue.DECLARED if f not in _ELSEWHERE))
+# The catalogue's families rendered with the health families (exporter/metrics/
+# gpu_health.py, cached with the NVLink families) and shown under "GPU health" in
+# docs/metrics.md; the others are rendered here, in catalogue order, and shown under
+# "GPU (NVML)".
+WITH_HEALTH: tuple[Family, ...] = catalogue.MEMORY_ERRORS
+_RENDERED_HERE = tuple(f for f in catalogue.DECLARED if f not in WITH_HEALTH)
+DECLARED: tuple[Family, ...] = (INFO, POWER, *_RENDERED_HERE)
 
 
 def gpu_labels(snapshot: Snapshot) -> dict[int, list[str]]:
@@ -50,8 +52,13 @@ def gpu_labels(snapshot: Snapshot) -> dict[int, list[str]]:
     return {i.index: [str(i.index), i.uuid] for i in snapshot.identities if i is not None}
 
 
+def identified(snapshot: Snapshot) -> dict[int, GpuIdentity]:
+    """Every GPU with an identity, by index."""
+    return {i.index: i for i in snapshot.identities if i is not None}
+
+
 def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
-    identities = {i.index: i for i in snapshot.identities if i is not None}
+    identities = identified(snapshot)
     labels = gpu_labels(snapshot)
 
     info = INFO.info(by=catalogue.GPU)
@@ -69,9 +76,8 @@ def gpu_families(snapshot: Snapshot) -> Iterator[Metric]:
             power.add_metric(labels[gpu], sample.watts)
     yield power
 
-    for family in catalogue.FAMILIES:
-        if family not in catalogue.MEMORY_ERRORS:
-            yield catalogue_family(family, snapshot)
+    for family in _RENDERED_HERE:
+        yield catalogue_family(family, snapshot, identities, labels)
 
 
 def _fabric_identity(snapshot: Snapshot, gpu: int) -> tuple[str, str]:
@@ -84,11 +90,12 @@ def _fabric_identity(snapshot: Snapshot, gpu: int) -> tuple[str, str]:
     return str(fabric.clique_id), fabric.cluster_uuid
 
 
-def catalogue_family(declared: Family, snapshot: Snapshot) -> Metric:
+def catalogue_family(declared: Family, snapshot: Snapshot,
+                     identities: Mapping[int, GpuIdentity],
+                     labels: Mapping[int, list[str]]) -> Metric:
     """A family from its catalogue entries (one series each per GPU, told apart by their
-    label values where several entries share the family)."""
-    identities = {i.index: i for i in snapshot.identities if i is not None}
-    labels = gpu_labels(snapshot)
+    label values where several entries share the family). `identities` and `labels`: the
+    snapshot's (identified, gpu_labels), worked out once for all its families."""
     values = catalogue.FAMILIES[declared]
     family = Rows.of(declared)
     rows = []

@@ -17,7 +17,6 @@ from prometheus_client.metrics_core import Metric
 from exporter.families import MINIMAL, Family
 from exporter.gpu import catalogue
 from exporter.gpu.catalogue import (
-    CLOCK_EVENT_DRIVER,
     LINK_UP,
     NVLINK_ERRORS,
     NVLINK_RX,
@@ -28,7 +27,12 @@ from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
-from exporter.metrics.gpu import catalogue_family
+from exporter.metrics.gpu import (
+    WITH_HEALTH,
+    catalogue_family,
+    gpu_labels,
+    identified,
+)
 from exporter.sampling.snapshot import Snapshot
 
 UP = per_gpu(
@@ -83,10 +87,10 @@ LINKS_EXPECTED = per_gpu(
 LINKS_ACTIVE = per_gpu(
     "gpu_nvlink_links_active", "gauge", "NVLinks that are up.",
     source="field 165 per link", profile=MINIMAL, doc="NVLinks up.")
-# docs/metrics.md "GPU health", with the catalogue's memory errors and clock-event counter
+# docs/metrics.md "GPU health", with the catalogue's families rendered here (WITH_HEALTH)
 DECLARED: tuple[Family, ...] = (
-    UP, EXPECTED, XIDS, XID_LAST_SEEN, *catalogue.MEMORY_ERRORS, RECOVERY_ACTION,
-    CLOCK_EVENT_ACTIVE, CLOCK_EVENT_SECONDS, CLOCK_EVENT_DRIVER, LINKS_EXPECTED,
+    UP, EXPECTED, XIDS, XID_LAST_SEEN, *WITH_HEALTH, RECOVERY_ACTION,
+    CLOCK_EVENT_ACTIVE, CLOCK_EVENT_SECONDS, LINKS_EXPECTED,
     LINKS_ACTIVE, LINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
 
 
@@ -123,21 +127,26 @@ def link_memory_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from _nvlink_families(snapshot)
 
 
+# the memory families' entries: their values in the sweep's states are what is rendered
+_MEMORY_KEYS = tuple(e.key for f in WITH_HEALTH for e in catalogue.FAMILIES[f])
+
+
 def link_memory_key(snapshot: Snapshot) -> tuple:
     """Everything link_memory_families renders: equal keys, equal text. By value, not by
     reading: a reading every 5 s against a scrape every 15-60 s would always miss."""
+    memory = tuple((gpu, tuple(state.get(key) for key in _MEMORY_KEYS))
+                   for gpu, state in sorted(snapshot.states.items()))
     readings = tuple(
-        (gpu, tuple(h.ecc_errors.items()), tuple(h.retired_pages.items()),
-         h.retired_pages_pending, tuple(h.remapped_rows.items()), h.row_remap_pending,
-         h.row_remap_failure, h.recovery_action,
+        (gpu, h.recovery_action,
          tuple((link.link, link.up, tuple(link.errors.items())) for link in h.nvlinks))
         for gpu, h in sorted(snapshot.health.items()))
-    return readings, snapshot.identities, snapshot.lost, tuple(snapshot.hung)
+    return memory, readings, snapshot.identities, snapshot.lost, tuple(snapshot.hung)
 
 
 def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
-    for family in catalogue.MEMORY_ERRORS:
-        yield catalogue_family(family, snapshot)
+    identities, labels = identified(snapshot), gpu_labels(snapshot)
+    for family in WITH_HEALTH:
+        yield catalogue_family(family, snapshot, identities, labels)
     # written by hand: the value is an action's code, served as its name in a label
     action = RECOVERY_ACTION.gauge()
     for gpu, h in sorted(snapshot.health.items()):

@@ -1,8 +1,9 @@
 """The sweep loop: the catalogue's values of every GPU, each cadence when it is due.
 
 Every sweep reads the cheap values; the health interval adds the slowly changing and the
-costly ones (PCIe counters, ECC, row remapping, NVLink: one batched call per GPU); the
-energy interval adds the energy counter. Clock-event reasons are accumulated into
+costly ones (PCIe counters, ECC, row remapping) to the sweep's batched call, and the
+health read's own batched call per GPU (the recovery action and NVLink); the energy
+interval adds the energy counter. Clock-event reasons are accumulated into
 seconds sweep to sweep, and each sweep feeds the straggler window.
 """
 
@@ -61,10 +62,9 @@ class SweepSampler:
                 self._count_clock_events(gpu, state)
                 self.states[gpu] = state
             ident = self.gpus.identities[gpu]
-            if catalogue.HEALTH in due:
+            if catalogue.HEALTH in due and state is not None:
                 health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
-                                     now, self.nvlink_reads,
-                                     None if state is None else state.values)
+                                     now, state.values, self.nvlink_reads)
                 if health is not None:
                     self.health[gpu] = health
             self._read_board(gpu, now)

@@ -93,6 +93,10 @@ H200 = CostModel(
         # ms). Both are read once a minute per GPU (--sweep.board-interval).
         "nvmlDeviceGetGpuFabricInfoV": _c(8 * US),
         "nvmlDeviceValidateInforom": _c(0.5 * MS),
+        # Estimate, not measured on an H200 (the one measured has no NVLink peers): one
+        # link's data CRC counter (links 12+), the field the CRC data fields read for
+        # links 0-11 (below), taken at their estimate.
+        "nvmlDeviceGetNvLinkErrorCounter": _c(5 * US),
     },
     fields={
         83: _c(3.5 * MS, 4.8 * MS),  # TOTAL_ENERGY_CONSUMPTION
@@ -101,6 +105,23 @@ H200 = CostModel(
         29: _c(8 * US), 30: _c(8 * US), 31: _c(8 * US),  # retired pages (NotSupported)
         74: _c(3 * US), 269: _c(3 * US),  # violation time: SW power cap, SW thermal
         75: _c(0.55 * MS), 270: _c(0.55 * MS), 271: _c(0.55 * MS),  # thermal, HW brake
+        # Estimates, not measured on an H200 (scripts/device_check.py times each on a GPU):
+        # ECC totals and row remapping (3-6, 142-145) are memory-error counters the driver
+        # keeps, like the retired pages (29-31, measured 8 us; NotSupported there, so a
+        # supported answer may cost more); the power limit's maximum (188) and the
+        # recovery action (230) are driver state, taken as the simple getters (1-8 us).
+        3: _c(8 * US), 4: _c(8 * US), 5: _c(8 * US), 6: _c(8 * US),
+        142: _c(8 * US), 143: _c(8 * US), 144: _c(8 * US), 145: _c(8 * US),
+        188: _c(5 * US), 230: _c(5 * US),
+        # Estimates, not measured on an H200 (the one measured has no NVLink peers: field
+        # 91 NotSupported): the per-link NVLink fields, charged as the cheap fields
+        # (5 us each per link). Link state (165) is driver state. The traffic and error
+        # counters (138, 139, 161-163, data CRC 39-44/102-107) may be read from the
+        # hardware per request as the PCIe counters are (94/197/198: 80-170 us): at that
+        # cost 18 links would make a health read ~13 ms a GPU, not ~0.5; to be measured on
+        # an NVLink node.
+        **{fid: _c(5 * US) for fid in (165, 138, 139, 161, 162, 163,
+                                       39, 40, 41, 42, 43, 44, 102, 103, 104, 105, 106, 107)},
     },
 )
 

@@ -29,8 +29,10 @@ _UINT, _ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGN
 # fraction of numpy's structured arrays)
 _ENTRY = struct.Struct("<IIqqIIQ")
 _CRC_DATA_LINK = {fid: link for link, fid in enumerate(fi.NVLINK_CRC_DATA)}
-_NVLINK_FIELDS = {fi.NVLINK_STATE, fi.NVLINK_REPLAY, fi.NVLINK_RECOVERY, fi.NVLINK_CRC_FLIT,
-                  fi.NVLINK_TX, fi.NVLINK_RX, *fi.NVLINK_CRC_DATA}
+# the catalogue's per-link fields (and the data CRC fields read by hand): a new one is
+# answered here without a change
+_LINK_ENTRIES = {e.nvml.id: e for e in catalogue.PER_LINK if isinstance(e.nvml, catalogue.Field)}
+_NVLINK_FIELDS = {*_LINK_ENTRIES, *fi.NVLINK_CRC_DATA}
 _COUNTS = {  # field -> (fault kind, parameter), counted over faults begun so far
     fi.ECC_SBE_VOL_TOTAL: ("ecc", "corrected"), fi.ECC_SBE_AGG_TOTAL: ("ecc", "corrected"),
     fi.ECC_DBE_VOL_TOTAL: ("ecc", "uncorrected"), fi.ECC_DBE_AGG_TOTAL: ("ecc", "uncorrected"),
@@ -43,9 +45,9 @@ _FLAGS = {fi.RETIRED_PENDING: ("retired_pages", "pending"),
           fi.REMAPPED_PENDING: ("row_remap", "pending"),
           fi.REMAPPED_FAILURE: ("row_remap", "failure")}
 _RETIRED = {fi.RETIRED_SBE, fi.RETIRED_DBE, fi.RETIRED_PENDING}
-_NVLINK_ERROR_PARAMS = {fi.NVLINK_REPLAY: "replay_per_second",
-                        fi.NVLINK_RECOVERY: "recovery_per_second",
-                        fi.NVLINK_CRC_FLIT: "crc_flit_per_second"}
+# an error entry counts at its nvlink fault's rate `<type>_per_second` (its label value)
+_NVLINK_ERROR_PARAMS = {fid: f"{e.labels[0]}_per_second" for fid, e in _LINK_ENTRIES.items()
+                        if e.family is catalogue.NVLINK_ERRORS}
 _ERROR_COUNTERS = {pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay_per_second",
                    pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery_per_second",
                    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit_per_second",
@@ -101,8 +103,8 @@ class FieldSymbols(FakeCore):
         """Per entry asked, its answer where no time or fault of this scenario can change
         it (a healthy link's state and error counters, a static flag), else _CHANGES;
         worked out once per GPU, request and scenario by _field itself. A GPU's health
-        read is ~150 fields, most of them fixed: the fake's Python for them cost more than
-        the H200 charges for the whole call."""
+        read is 121 fields (18 links), most of them fixed: the fake's Python for them cost
+        more than the H200 charges for the whole call."""
         cache = self.fixed_answers  # emptied whenever the scenario is set
         key = (gpu.index, asked)
         answers = cache.get(key)
@@ -165,8 +167,8 @@ class FieldSymbols(FakeCore):
     def _nvlink_errors(self, gpu: int, link: int, param: str, t: float) -> int:
         total = 0.0
         for event in self.faults("nvlink", gpu, t, started=True):
-            if event.params["link"] in (None, link):
-                total += event.params[param] * event.active_seconds(t)
+            if event.params["link"] in (None, link):  # a type no scenario names: 0
+                total += event.params.get(param, 0.0) * event.active_seconds(t)
         return int(total)
 
     def _nvlink_up(self, gpu: int, link: int, t: float) -> bool:

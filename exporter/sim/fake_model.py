@@ -76,7 +76,8 @@ class ModelValues(FakeCore):
         return self.scenario.device.default_power_limit_watts
 
     def _model_power_max_limit_watts(self, gpu: FakeGpu, t: float) -> float:
-        # an SXM H100 or H200 accepts no more than its default (700 W)
+        # an SXM H100 or H200 accepts no more than its default: NVIDIA's H100 and H200
+        # SXM specifications give a maximum TDP of up to 700 W (configurable downwards)
         return self.scenario.device.default_power_limit_watts
 
     def _model_pcie_max_generation(self, gpu: FakeGpu, t: float) -> float:

@@ -15,11 +15,14 @@ from typing import Any
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.xid import MEANINGS, xid_class
 from exporter.health.model import CheckResult, NodeHealth
+from exporter.health.settings import HealthSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.wording import CRITICAL, INFO, WARNING, ago, duration, finding, percent
 
-# GpuRetiredPagesHigh: at 64 retired pages a GPU cannot retire more.
-RETIRED_PAGES_WARNING = 63
+# GpuRetiredPagesHigh: at 64 retired pages a GPU cannot retire more. The health check's
+# limit (health_retired_pages_max, 63): the verdict's where it judged the GPU, else the
+# setting's default.
+RETIRED_PAGES_DEFAULT = HealthSettings().retired_pages_max
 # Clock-event reasons that slow a busy GPU down, as the metrics and the straggler
 # window's throttle_reasons name them -> (words, severity). sw_power_cap holds the clocks
 # at the top of every training step on a capped node, which is normal: it is reported
@@ -41,7 +44,7 @@ CHECK_SEVERITY = {"failed": CRITICAL, "warning": WARNING}
 
 def hardware_findings(snapshot: Snapshot, health: NodeHealth | None = None
                       ) -> list[dict[str, Any]]:
-    return [*_gpu_presence(snapshot), *_xids(snapshot), *_memory(snapshot),
+    return [*_gpu_presence(snapshot), *_xids(snapshot), *_memory(snapshot, health),
             *_nvlink(snapshot, health), *_clock_events(snapshot)]
 
 
@@ -85,7 +88,16 @@ def _xids(snap: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
-def _memory(snap: Snapshot) -> list[dict[str, Any]]:
+def _retired_pages_limit(health: NodeHealth | None, gpu: int) -> float:
+    """The retired pages at which the health check fails this GPU: the limit it judged
+    with, so that the page moves with the setting."""
+    check = _check(health, gpu, "retired_pages")
+    if check is not None and isinstance(check.threshold, float | int):
+        return float(check.threshold)
+    return RETIRED_PAGES_DEFAULT
+
+
+def _memory(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
     out = []
     for gpu, h in sorted(snap.health.items()):
         uncorrected = h.ecc_errors.get(("uncorrected", "volatile"))
@@ -104,7 +116,7 @@ def _memory(snap: Snapshot) -> list[dict[str, Any]]:
                                f"GPU {gpu}: a row remap waits for the next GPU reset",
                                h.time, gpu=gpu, remapped_rows=dict(h.remapped_rows)))
         retired = sum(h.retired_pages.values())
-        if retired >= RETIRED_PAGES_WARNING or h.retired_pages_pending:
+        if retired >= _retired_pages_limit(health, gpu) or h.retired_pages_pending:
             pending = ", one waits for the next reset" if h.retired_pages_pending else ""
             out.append(finding("retired_pages", WARNING,
                                f"GPU {gpu} has {retired:.0f} retired memory pages{pending}",
