@@ -68,6 +68,9 @@ def _field(handle, field_id: int):
 # the memory errors, read in the sweep's health-interval batch: ECC, retired pages, rows
 _MEMORY_FIELDS = tuple(e.nvml.id for f in catalogue.MEMORY_ERRORS
                        for e in catalogue.FAMILIES[f] if isinstance(e.nvml, catalogue.Field))
+# read once, numbered in its catalogue entry alone
+_POWER_MAX_LIMIT = catalogue.BY_KEY["power_max_limit_watts"].nvml
+assert isinstance(_POWER_MAX_LIMIT, catalogue.Field)
 _LINK_FIELDS = (*(e.nvml.id for e in catalogue.PER_LINK if isinstance(e.nvml, catalogue.Field)),
                 fi.NVLINK_CRC_DATA[0])
 
@@ -78,7 +81,7 @@ def call_latencies(handle) -> dict:
         fi.TOTAL_ENERGY, fi.POWER_INSTANT, fi.POWER_AVERAGE, fi.MEMORY_TEMP,
         fi.PCIE_REPLAY_COUNTER, fi.PCIE_TX_BYTES, fi.PCIE_RX_BYTES, fi.VIOLATION_POWER,
         fi.VIOLATION_THERMAL, fi.VIOLATION_SW_THERMAL, fi.VIOLATION_HW_THERMAL,
-        fi.VIOLATION_HW_POWER_BRAKE, *_MEMORY_FIELDS, fi.POWER_MAX_LIMIT, fi.RECOVERY_ACTION)}
+        fi.VIOLATION_HW_POWER_BRAKE, *_MEMORY_FIELDS, _POWER_MAX_LIMIT.id, fi.RECOVERY_ACTION)}
     # the per-link fields of the health read, for link 0 (NotSupported without NVLink)
     calls.update({f"nvmlDeviceGetFieldValues({field_name(f)}, link 0)":
                   (p.nvmlDeviceGetFieldValues, handle, [(f, 0)]) for f in _LINK_FIELDS})

@@ -173,7 +173,7 @@ CATALOGUE: tuple[GpuValue, ...] = (
                     "Default power limit (the board's TDP).", unit="W",
                     source="`nvmlDeviceGetPowerManagementDefaultLimit`",
                     doc="Default power limit: the board's TDP.")),
-    V("power_max_limit_watts", Field(fi.POWER_MAX_LIMIT), 1e-3, ONCE,  # mW
+    V("power_max_limit_watts", Field(188), 1e-3, ONCE,  # NVML_FI_DEV_POWER_MAX_LIMIT, mW
       per_gpu("gpu_power_max_limit_watts", "gauge",
               "Highest power limit the board accepts.", unit="W",
               source="field `NVML_FI_DEV_POWER_MAX_LIMIT` (188), mW", profile=FULL,

@@ -26,7 +26,6 @@ NVLINK_REPLAY, NVLINK_RECOVERY, NVLINK_CRC_FLIT = 161, 162, 163  # per link
 NVLINK_STATE = 165  # per link
 POWER_AVERAGE = 185  # mW, the driver's ~1 s average
 POWER_INSTANT = 186  # mW; changes every ~100 ms on an H200
-POWER_MAX_LIMIT = 188  # mW, the highest limit the board accepts
 POWER_CURRENT_LIMIT = 190
 PCIE_TX_BYTES, PCIE_RX_BYTES = 197, 198
 RECOVERY_ACTION = 230
