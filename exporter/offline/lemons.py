@@ -32,9 +32,15 @@ from exporter.analysis.lemons import (
     score_fleet,
     window_counts,
 )
-from exporter.errors import fail
+from exporter.errors import error_line, fail
 from exporter.events import Event, EventError, parse_lines
-from exporter.offline.infinitehbd import Fault, TraceFormatError, fallback_notes, faults_of, to_events
+from exporter.offline.infinitehbd import (
+    Fault,
+    TraceFormatError,
+    fallback_notes,
+    faults_of,
+    to_events,
+)
 from exporter.options import inputs_of
 
 COMMAND = "lemons"
@@ -256,7 +262,7 @@ def main(args: argparse.Namespace) -> int:
         return fail(COMMAND, str(err))
     if fmt == INFINITEHBD:
         for note in fallback_notes(loaded):
-            print(f"{COMMAND}: {req.events}: {note}", file=sys.stderr)
+            print(error_line(COMMAND, f"{req.events}: {note}"), file=sys.stderr)
         events = to_events(loaded)
         if not events:
             return fail(COMMAND, f"{req.events}: no fault starts (a trace without one ranks "
