@@ -238,8 +238,8 @@ def test_lemons_ranks_nodes_with_gpus_beside_them_from_the_events_before_t(tmp_p
     # "soft" (a kind weighed 0)
     assert [n["node"] for n in first["nodes"]] == ["bad", "meh"]
     bad = first["nodes"][0]
-    assert bad["score"] == pytest.approx(100 / 3) and first["nodes"][1]["score"] == (
-        pytest.approx(50 / 3))  # 2 and 1 GPU episodes of 3 in a fleet of 50
+    assert bad["score"] == pytest.approx(100 / 3, rel=1e-5) and first["nodes"][1]["score"] == (
+        pytest.approx(50 / 3, rel=1e-5))  # 2 and 1 GPU episodes of 3 in a fleet of 50
     assert [g["gpu"] for g in bad["gpus"]] == ["3"] and bad["gpus"][0]["score"] > 1
     assert bad["reasons"] == ["ecc_dbe (1 in 1d, 2 in 7d, 2 in 28d): 100% of the score"]
     assert "later" in [n["node"] for n in second["nodes"]]
