@@ -459,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     fleet = load(args.file, args.fleet_nodes)
     days = build_days(fleet)
     at = origins(days)
+    if not at:
+        print(f"eval_lemons: {args.file}: {len(days)} scored days; the first origin is day "
+              f"{FIRST_ORIGIN}: too few days to evaluate", file=sys.stderr)
+        return 2
     select = [o for o in at if o <= SELECTION_LAST]
     report = [o for o in at if o > SELECTION_LAST]
     cands = candidates()
