@@ -363,8 +363,7 @@ def precision(days: Sequence[Day], score: Callable[[Day], np.ndarray]) -> np.nda
 
 
 def origins(days: Sequence[Day]) -> list[int]:
-    last = days[-1].day
-    return list(range(FIRST_ORIGIN, last + 1, STEP))
+    return list(range(FIRST_ORIGIN, days[-1].day + 1, STEP)) if days else []
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def test_each_kind_weighs_what_it_foretold_and_a_kind_weighed_0_scores_nothing()
                Member("xids", {"xid": {"1d": 5, "7d": 5, "28d": 5}})]
     ranked = score_fleet(MODEL, members, 10)
     assert [s.key for s in ranked] == ["dbe", "link"]  # xid weighs 0 here: left out
-    # against the fleet's mean excitation, quiet members at 0: (0.2 + 0.05) / 10
+    # against the fleet's mean, quiet members at 0: (0.2 + 0.05) / 10
     assert ranked[0].score == pytest.approx(0.2 / 0.025)
     assert ranked[1].score == pytest.approx(0.05 / 0.025)
     assert sum(s.score for s in ranked) == pytest.approx(10)  # the mean score is 1

@@ -104,7 +104,7 @@ class Model:
         return sum(c * counts.get(name, 0.0) for name, c in self.window_coefficients().items())
 
     def contributions(self, counts: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-        """Each weighed kind's part of the member's excitation (kind -> window -> episodes)."""
+        """Each weighed kind's part of the member's weighed count (kind -> window -> episodes)."""
         return {kind: part for kind, windows in counts.items()
                 if (part := self.weight(kind) * self.decayed_count(windows)) > 0}
 
@@ -153,11 +153,11 @@ def _reasons(model: Model, member: Member) -> tuple[str, ...]:
 def score_fleet(model: Model, members: Sequence[Member], fleet_size: int) -> list[Scored]:
     """Every member with a score above 0, by descending score (then key). fleet_size counts
     every member of the fleet, the quiet ones (no episode in the windows) too."""
-    excitation = {m.key: sum(model.contributions(m.counts).values()) for m in members}
-    total = sum(excitation.values())
+    weighed = {m.key: sum(model.contributions(m.counts).values()) for m in members}
+    total = sum(weighed.values())
     if total <= 0.0:
         return []
     mean = total / max(fleet_size, len(members))
-    out = [Scored(m.key, excitation[m.key] / mean, _reasons(model, m)) for m in members
-           if excitation[m.key] > 0]
+    out = [Scored(m.key, weighed[m.key] / mean, _reasons(model, m)) for m in members
+           if weighed[m.key] > 0]
     return sorted(out, key=lambda x: (-x.score, x.key))
