@@ -91,7 +91,7 @@ def _fleet(level: str, by: str, members: str) -> list[dict]:
     ]
 
 
-WHAT = (f"the cluster's average (the lemon score: its {NAME}, against the mean of the "
+WHAT = (f"{NAME} as the cluster's average (the lemon score, against the mean of the "
         "cluster's members; among the top 1 % of them). Episodes: ")
 
 
@@ -110,9 +110,9 @@ def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
         "labels": {"severity": "warning"},
         "annotations": {
             "summary": f"{what} is a lemon: {{{{ $value | printf \"%.1f\" }}}}x its cluster's "
-                       f"{NAME}",
+                       f"average {NAME}",
             "description": f"{what} had {{{{ $value | printf \"%.1f\" }}}} times "
-                           "as many as " + WHAT + reasons,
+                           "as many " + WHAT + reasons,
             "runbook_url": RUNBOOK + name.lower(),
         },
     }
@@ -250,8 +250,8 @@ def _node_alerts(fleet, ranking, model: Model) -> dict:
     return {"eval_time": "30m", "alertname": "GpuNodeLemon", "exp_alerts": [{
         "exp_labels": {"instance": s.key, "job": "gpu", "severity": "warning"},
         "exp_annotations": {
-            "summary": f"Node {s.key} is a lemon: {s.score:.1f}x its cluster's {NAME}",
-            "description": f"Node {s.key} had {s.score:.1f} times as many as " + WHAT + _reasons(fleet, int(s.key[5:7]), None, model),
+            "summary": f"Node {s.key} is a lemon: {s.score:.1f}x its cluster's average {NAME}",
+            "description": f"Node {s.key} had {s.score:.1f} times as many " + WHAT + _reasons(fleet, int(s.key[5:7]), None, model),
             "runbook_url": RUNBOOK + "gpunodelemon"}}
         for s in ranking.nodes if s.score > 1 and s.score > gate]}
 
@@ -263,8 +263,9 @@ def _gpu_alerts(fleet, ranking, model: Model) -> dict:
         "exp_labels": {"instance": node, "job": "gpu", "gpu": g,
                        "uuid": f"GPU-{int(node[5:7])}-{g}", "severity": "warning"},
         "exp_annotations": {
-            "summary": f"GPU {g} on {node} is a lemon: {s.score:.1f}x its cluster's {NAME}",
-            "description": f"GPU {g} on {node} had {s.score:.1f} times as many as " + WHAT + _reasons(fleet, int(node[5:7]), g, model),
+            "summary": f"GPU {g} on {node} is a lemon: {s.score:.1f}x its cluster's average "
+                       f"{NAME}",
+            "description": f"GPU {g} on {node} had {s.score:.1f} times as many " + WHAT + _reasons(fleet, int(node[5:7]), g, model),
             "runbook_url": RUNBOOK + "gpulemon"}}
         for node, g, s in sorted(gpus, key=lambda x: -x[2].score)
         if s.score > 1 and s.score > gate]}
