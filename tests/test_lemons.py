@@ -257,7 +257,7 @@ def test_lemons_ranks_at_now_without_at(tmp_path, capsys):
                                          Event(now - 40 * DAY + 1, "m", "ecc_dbe")])
     assert main(["lemons", path, "--format", "json"]) == 0
     (ranking,) = json.loads(capsys.readouterr().out)["rankings"]
-    assert now <= ranking["at"] <= time.time()
+    assert int(now) <= ranking["at"] <= time.time() and ranking["at"] == int(ranking["at"])
     assert [n["node"] for n in ranking["nodes"]] == ["n"]  # m's episode: past 28 days
 
 
