@@ -273,7 +273,8 @@ def main(args: argparse.Namespace) -> int:
     fleet = req.fleet_nodes if req.fleet_nodes is not None else named
     if fleet < named:
         return fail(COMMAND, f"--fleet-nodes {fleet}: the events name {named} nodes")
-    rankings = [rank(events, at, fleet, req.gpus_per_node) for at in req.at or [float(int(time.time()))]]
+    times = req.at or [float(int(time.time()))]  # default: now, to the second
+    rankings = [rank(events, at, fleet, req.gpus_per_node) for at in times]
     if req.format == "json":
         json.dump(to_json(rankings), sys.stdout, indent=1)
         sys.stdout.write("\n")
