@@ -2,8 +2,8 @@
 # ruff: noqa: E501  (the PromQL it writes reads better unbroken)
 """Write the lemon score's rules from exporter/analysis/lemons.py, so PromQL and the
 `lemons` command compute one score: alerts/lemons.yml (node-local: each node's and GPU's
-episodes weighed by age and kind, its excitation), alerts/global-lemons.yml (the fleet's
-mean excitation, the scores, the alerts' gate, the alerts) and alerts/tests/lemons.test.yml (a test fleet whose expected scores come from the
+episodes weighed by age and kind, summed), alerts/global-lemons.yml (the fleet's
+mean, the scores, the alerts' gate, the alerts) and alerts/tests/lemons.test.yml (a test fleet whose expected scores come from the
 command's own code). `--check` fails when a file is not what this script writes.
 """
 
@@ -19,7 +19,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporter.analysis.lemons import WINDOWS, Model, window_counts  # noqa: E402
+from exporter.analysis.lemons import NAME, WINDOWS, Model, window_counts  # noqa: E402
 from exporter.events import Event  # noqa: E402
 from exporter.offline.lemons import rank  # noqa: E402
 
@@ -41,11 +41,11 @@ def _regex(kinds) -> str:
 def _decayed(metric: str, by: str, model: Model) -> str:
     """Each member's episodes per weighed kind, weighed by age (window coefficients)."""
     terms = [f'{_f(c)} * {metric}{{window="{w}", kind=~"{_regex(model.kinds)}"}}'
-             for w, c in model.window_coefficients().items()]
+             for w, c in model.window_coefficients().items() if c]  # a count: 28d alone
     return f"sum by ({by}, kind) (\n  " + "\n  or ".join(terms) + "\n)"
 
 
-def _excitation(decayed: str, by: str, model: Model) -> str:
+def _weighed(decayed: str, by: str, model: Model) -> str:
     """The weighed sum over the kinds (kinds of one weight share a term)."""
     by_weight: dict[float, list[str]] = {}
     for kind in model.kinds:
@@ -56,13 +56,13 @@ def _excitation(decayed: str, by: str, model: Model) -> str:
 
 
 def node_rules(model: Model) -> dict:
-    nk, gk = "instance_kind:gpu_node_episodes:decayed", "instance_gpu_kind:gpu_episodes:decayed"
+    nk, gk = "instance_kind:gpu_node_episodes:by_age", "instance_gpu_kind:gpu_episodes:by_age"
     rules = [{"record": nk, "expr": _decayed("gpu_node_episodes", NODE, model)},
-             {"record": "instance:gpu_node_lemon_excitation:sum",
-              "expr": _excitation(nk, NODE, model)},
+             {"record": "instance:gpu_node_lemon_count:sum",
+              "expr": _weighed(nk, NODE, model)},
              {"record": gk, "expr": _decayed("gpu_episodes", GPU, model)},
-             {"record": "instance_gpu:gpu_lemon_excitation:sum",
-              "expr": _excitation(gk, GPU, model)}]
+             {"record": "instance_gpu:gpu_lemon_count:sum",
+              "expr": _weighed(gk, GPU, model)}]
     return {"groups": [{"name": "cte-lemon-node", "rules": rules}]}
 
 
@@ -72,27 +72,26 @@ FLEET_GPUS = f"(gpu_up and on ({NODE}) {FLEET_NODES})"
 
 
 def _fleet(level: str, by: str, members: str) -> list[dict]:
-    """The cluster's members, their mean excitation, each member's score and the gate."""
+    """The cluster's members, their mean count, each member's score and the gate."""
     name = "instance" if level == "gpu_node" else "instance_gpu"
-    excitation = f"{name}:{level}_lemon_excitation:sum"
+    count = f"{name}:{level}_lemon_count:sum"
     score = f"{name}:{level}_lemon_score:ratio"
     return [
         {"record": f"cluster:{level}_lemon_members:count",
          "expr": f"count by (cluster) ({members})"},
-        {"record": f"cluster:{level}_lemon_excitation:mean",
-         "expr": f"sum by (cluster) ({excitation})\n"
+        {"record": f"cluster:{level}_lemon_count:mean",
+         "expr": f"sum by (cluster) ({count})\n"
                  f"/ on (cluster) cluster:{level}_lemon_members:count"},
         {"record": score,
-         "expr": f"{excitation}\n/ on (cluster) group_left ()\n"
-                 f"(cluster:{level}_lemon_excitation:mean > 0)\n> 0"},
+         "expr": f"{count}\n/ on (cluster) group_left ()\n"
+                 f"(cluster:{level}_lemon_count:mean > 0)\n> 0"},
         {"record": f"cluster:{level}_lemon_score:budget",
          "expr": f"quantile by (cluster) (\n  {BUDGET},\n"
                  f"  {score} or on ({by}) 0 * {members}\n)"},
     ]
 
 
-WHAT = ("the cluster's average (the lemon score: its episodes of the last 28 days, each kind "
-        "weighed by the hardware faults that followed it in a real fleet, against the "
+WHAT = (f"{NAME} as the cluster's average (the lemon score, against the mean of the "
         "cluster's members; among the top 1 % of them). Episodes: ")
 
 
@@ -110,10 +109,10 @@ def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
         "for": "15m",
         "labels": {"severity": "warning"},
         "annotations": {
-            "summary": f"{what} is a lemon: {{{{ $value | printf \"%.1f\" }}}}x its fleet's "
-                       "expected hardware faults",
-            "description": f"{what} is expected to fail {{{{ $value | printf \"%.1f\" }}}} times "
-                           "as often as " + WHAT + reasons,
+            "summary": f"{what} is a lemon: {{{{ $value | printf \"%.1f\" }}}}x its cluster's "
+                       f"average {NAME}",
+            "description": f"{what} had {{{{ $value | printf \"%.1f\" }}}} times "
+                           "as many " + WHAT + reasons,
             "runbook_url": RUNBOOK + name.lower(),
         },
     }
@@ -139,7 +138,7 @@ NODES = 100
 GPUS = 2
 INSTANCE = "node-{:02d}:9955"
 # node -> (age in days, kind, gpu); zero-valued windows too (node 3), a kind the score
-# weighs 0 (xid), a young node (its history began 3 days ago: it counts in the fleet the same)
+# weighs 0 (ib_link_down, thermal, ...), a young node (its history began 3 days ago: it counts in the fleet the same)
 FLEET: dict[int, list[tuple[float, str, str | None]]] = {
     3: [(0.5, "ecc_dbe", "1"), (3.0, "ecc_dbe", "1"), (8.0, "ecc_dbe", "1"), (10.0, "xid", "1"),
         (12.0, "xid", "0")],
@@ -251,10 +250,8 @@ def _node_alerts(fleet, ranking, model: Model) -> dict:
     return {"eval_time": "30m", "alertname": "GpuNodeLemon", "exp_alerts": [{
         "exp_labels": {"instance": s.key, "job": "gpu", "severity": "warning"},
         "exp_annotations": {
-            "summary": f"Node {s.key} is a lemon: {s.score:.1f}x its fleet's expected "
-                       "hardware faults",
-            "description": f"Node {s.key} is expected to fail {s.score:.1f} times as often "
-                           "as " + WHAT + _reasons(fleet, int(s.key[5:7]), None, model),
+            "summary": f"Node {s.key} is a lemon: {s.score:.1f}x its cluster's average {NAME}",
+            "description": f"Node {s.key} had {s.score:.1f} times as many " + WHAT + _reasons(fleet, int(s.key[5:7]), None, model),
             "runbook_url": RUNBOOK + "gpunodelemon"}}
         for s in ranking.nodes if s.score > 1 and s.score > gate]}
 
@@ -266,10 +263,9 @@ def _gpu_alerts(fleet, ranking, model: Model) -> dict:
         "exp_labels": {"instance": node, "job": "gpu", "gpu": g,
                        "uuid": f"GPU-{int(node[5:7])}-{g}", "severity": "warning"},
         "exp_annotations": {
-            "summary": f"GPU {g} on {node} is a lemon: {s.score:.1f}x its fleet's expected "
-                       "hardware faults",
-            "description": f"GPU {g} on {node} is expected to fail {s.score:.1f} times as "
-                           "often as " + WHAT + _reasons(fleet, int(node[5:7]), g, model),
+            "summary": f"GPU {g} on {node} is a lemon: {s.score:.1f}x its cluster's average "
+                       f"{NAME}",
+            "description": f"GPU {g} on {node} had {s.score:.1f} times as many " + WHAT + _reasons(fleet, int(node[5:7]), g, model),
             "runbook_url": RUNBOOK + "gpulemon"}}
         for node, g, s in sorted(gpus, key=lambda x: -x[2].score)
         if s.score > 1 and s.score > gate]}
@@ -308,9 +304,9 @@ def tests_file(model: Model) -> dict:
 
 HEADERS = {
     "lemons.yml": "# The lemon score, node-local half: each node's and GPU's episodes (gpu_node_episodes,\n"
-                  "# gpu_episodes) weighed by age, and by kind: its excitation, the hardware faults expected.\n"
+                  "# gpu_episodes) of the kinds the score weighs, summed (the score's numerator).\n"
                   "# Written by scripts/build_lemon_rules.py from exporter/analysis/lemons.py: edit those.\n",
-    "global-lemons.yml": "# The lemon score, global half: each member's excitation against the mean of the\n"
+    "global-lemons.yml": "# The lemon score, global half: each member's count against the mean of the\n"
                          "# cluster's members (every node keeping a history, and its GPUs; quiet ones at 0), and\n"
                          "# the alerts, gated at the cluster's 99th percentile score (at most about 1 % of its\n"
                          "# nodes or GPUs at a time). Across nodes: run where every node's series meet.\n"

@@ -1,27 +1,32 @@
 #!/usr/bin/env python3
-"""Score the lemon score against real faults: InfiniteHBD-Trace (StepFun, 400 servers).
+"""Choose the lemon score on rolling origins, and judge it on later origins the choice
+did not use.
 
-    scripts/eval_lemons.py fault_trace.json [--markdown] [--tuning-only]
+    scripts/eval_lemons.py FILE [--markdown] [--selection-only] [--fleet-nodes N]
+
+FILE is InfiniteHBD-Trace's fault_trace.json (StepFun, 400 servers) or a fleet's own
+fault events as JSON Lines (`history --format jsonl` from every node, concatenated); the
+format is sniffed as `lemons` does.
 
 At the start of each day d, every node not in a fault at that moment is ranked (the
-servers the trace never names are quiet nodes, never in a fault). A node is a positive
-when a `Hardware Failure` fault (its Level) starts on it in [d, d + 7 days); the second
-target counts only faults of Class `GPU`. Each method raises its top k nodes a day (k = 2,
-5, 10; fewer when fewer score above 0; ties at the cut are shared, so the figures are
-the expectation under a random tie-break). Precision = true alerts / alerts; recall = true
-alerts / positive node-days. Days whose 7-day window would run past the trace are not
-scored.
+servers the file never names are quiet nodes, never in a fault; events have no end, so
+with JSON Lines every node is ranked every day). A node is a positive when a hardware
+fault starts on it in [d, d + 7 days): in the trace a fault of Level `Hardware Failure`,
+in events an episode of a hardware kind (an XID only where the catalogue asks for a
+reset, a reboot or service). Each method raises its top k nodes a day (k = 2, 5, 10; fewer
+when fewer score above 0; ties at the cut are shared, so the figures are the expectation
+under a random tie-break).
 
-The candidates are chosen on the tuning days (the first two thirds: d + 7 <= 2/3 of the
-days) by two-fold cross-validation: the tuning days are cut in two halves, 7 days apart
-(the labels' 7 days), each candidate's weights are fitted on one half and judged on the
-other, both ways, and the candidate with the best mean precision at 2 and 5 alerts a day
-wins. Its weights fitted on every tuning day score the held-out days (d >= 2/3 of the
-days, never used to choose or fit: the fair test); `--tuning-only` stops before them.
-Last, its weights are fitted once more on every scored day, tuning and held-out: those
-ship (exporter/analysis/lemons.py; tests/test_eval_lemons.py checks that they are), and
-its rows on the held-out days are in-sample. The shipped score's rows go through `lemons`' own code
-(exporter.offline.lemons.rank).
+Rolling origins: every 7 days from day 60. At each origin o every candidate is fitted on
+the days whose 7-day labels end by o (d + 7 <= o) and judged on the days o to o + 6; its
+precision at k at that origin is its true alerts over its alerts on those days. A model's
+figure is the mean over origins and its spread the standard deviation across them. The
+choice uses the selection origins (up to SELECTION_LAST) only: the best mean precision at
+2 and at 5 alerts a day among the shippable candidates (those the exporter's kinds can
+compute); then the simplest candidate (fewest chosen or fitted numbers) whose mean at 2
+and at 5 is within the best's spread at each. The report origins (after SELECTION_LAST)
+judge that choice once. What ships is the chosen candidate (a fitted one refitted on every
+scored day): exporter/analysis/lemons.py, which tests/test_eval_lemons.py checks.
 """
 
 from __future__ import annotations
@@ -37,31 +42,87 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from exporter.analysis.lemons import GROUP_OF, GROUPS, KIND_WEIGHTS, TAU_DAYS, Model  # noqa: E402
-from exporter.events import KINDS  # noqa: E402
-from exporter.offline.infinitehbd import DAY, EPOCH, Fault, load_faults, to_events  # noqa: E402
-from exporter.offline.lemons import rank  # noqa: E402
+from exporter.analysis.lemons import (  # noqa: E402
+    GROUP_OF,
+    GROUPS,
+    HARDWARE_KINDS,
+    KIND_WEIGHTS,
+    NAME,
+    TAU_DAYS,
+    Model,
+    counted,
+)
+from exporter.events import Event  # noqa: E402
+from exporter.offline.infinitehbd import DAY, EPOCH, Fault, to_events  # noqa: E402
+from exporter.offline.lemons import INFINITEHBD, load_input, rank  # noqa: E402
 
-SERVERS = 400  # the trace's README: 400 servers sampled
-HORIZON = 7.0
+TRACE_SERVERS = 400  # the trace's README: 400 servers sampled
+HORIZON = 7
 KS = (2, 5, 10)
 HARDWARE = "Hardware Failure"
-TAUS = (3.0, 7.0, 14.0, 28.0, math.inf)
-SEGMENTS = ((0.0, 1.0), (1.0, 7.0), (7.0, 28.0))
+SEGMENTS = ((0.0, 1.0), (1.0, 7.0), (7.0, 28.0))  # the exporter's windows, as segments
 KIND_LIST = tuple(GROUP_OF)  # every kind, in the vocabulary's group order
 GROUP_LIST = tuple(GROUPS)
-SHIPPED = "lemon score (shipped)"
-TUNED = "lemon score (fitted on the tuning days)"
+GPU_KINDS = GROUPS["gpu"]
+FIRST_ORIGIN = 60
+STEP = 7
+SELECTION_LAST = 151  # origins up to this day choose; the later ones judge the choice
+SHRINK_EPISODES = 5.0  # per-kind weights: a kind's own fit counts as much as its group's
+# once the days hold this many of its episodes (a prior's strength, set before fitting)
+SHIPPED = f"shipped: {NAME}"
+
+
+# -- the days ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Start:
+    """A fault's start, with the labels the targets use."""
+
+    node: str
+    time: float
+    hardware: bool
+    gpu: bool
 
 
 @dataclass
 class Day:
     day: int
     eligible: list[str]
-    hw: np.ndarray  # per eligible node: a Hardware Failure fault starts within 7 days
-    gpu: np.ndarray  # the same for a GPU-class fault
+    hw: np.ndarray  # per eligible node: a hardware fault starts within 7 days
     episodes: np.ndarray  # eligible node x kind x segment (0-1, 1-7, 7-28 d)
-    scores: dict[str, np.ndarray] = field(default_factory=dict)  # method -> per eligible
+    new: np.ndarray  # per kind: episodes started in the day before (any node)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # reference -> per eligible
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the days are built from: the events scored, the starts labelled, who is in
+    a fault when (trace only), the fleet's size and its day 0."""
+
+    events: list[Event]
+    starts: list[Start]
+    faults: list[Fault]
+    servers: int
+    epoch: float
+    end: float  # the file's last record
+
+
+def fleet_of_trace(faults: Sequence[Fault], epoch: float) -> Fleet:
+    starts = [Start(f.node, f.time, f.level == HARDWARE, f.cls == "GPU")
+              for f in faults if f.start]
+    return Fleet(to_events(faults), starts, list(faults), TRACE_SERVERS, epoch,
+                 max(f.time for f in faults))
+
+
+def fleet_of_events(events: Sequence[Event], servers: int) -> Fleet:
+    """A fleet's own events: an episode of a hardware kind (an XID only where it counts)
+    is a hardware fault; the GPU group's kinds are its GPU faults. Day 0: the first
+    event's day."""
+    kept = sorted((e for e in events if counted(e.kind, e.xid)), key=lambda e: e.time)
+    starts = [Start(e.node, e.time, e.kind in HARDWARE_KINDS, e.kind in GPU_KINDS)
+              for e in kept]
+    epoch = math.floor(kept[0].time / DAY) * DAY
+    return Fleet(kept, starts, [], servers, epoch, kept[-1].time)
 
 
 def _in_fault(faults: Sequence[Fault], t: float) -> set[str]:
@@ -74,61 +135,58 @@ def _in_fault(faults: Sequence[Fault], t: float) -> set[str]:
     return {n for n, open_ in state.items() if open_}
 
 
-def baselines(faults: Sequence[Fault], t: float) -> dict[str, dict[str, float]]:
-    starts = [f for f in faults if f.start and f.time < t]
+def baselines(starts: Sequence[Start], t: float) -> dict[str, dict[str, float]]:
+    """The counts as the trace labels them (Level and Class, not our kinds): references,
+    which the exporter cannot compute."""
     out: dict[str, dict[str, float]] = {k: {} for k in (
-        "faults in 30 d (all)", "faults in 30 d (hardware)", "faults in 30 d (GPU)",
-        "hardware, decayed 14 d", "MultipleRemediations (>= 5 in 7 d)", "lifetime faults")}
+        "ref: faults in 30 d (GPU class)", "ref: faults in 30 d (Hardware Failure)",
+        "ref: faults in 30 d (all)", "ref: hardware faults, decayed 14 d",
+        "ref: lifetime faults")}
 
     def add(name: str, node: str, x: float) -> None:
         out[name][node] = out[name].get(node, 0.0) + x
 
-    week: dict[str, int] = {}
-    for f in starts:
-        age = (t - f.time) / DAY
-        hw = f.level == HARDWARE
+    for s in starts:
+        if s.time >= t:
+            break
+        age = (t - s.time) / DAY
         if age < 30:
-            add("faults in 30 d (all)", f.node, 1)
-            if hw:
-                add("faults in 30 d (hardware)", f.node, 1)
-            if f.cls == "GPU":
-                add("faults in 30 d (GPU)", f.node, 1)
-        if hw:
-            add("hardware, decayed 14 d", f.node, math.exp(-age / 14.0))
-        if age < 7:
-            week[f.node] = week.get(f.node, 0) + 1
-        add("lifetime faults", f.node, 1)
-    out["MultipleRemediations (>= 5 in 7 d)"] = {n: 1.0 for n, c in week.items() if c >= 5}
+            add("ref: faults in 30 d (all)", s.node, 1)
+            if s.hardware:
+                add("ref: faults in 30 d (Hardware Failure)", s.node, 1)
+            if s.gpu:
+                add("ref: faults in 30 d (GPU class)", s.node, 1)
+        if s.hardware:
+            add("ref: hardware faults, decayed 14 d", s.node, math.exp(-age / 14.0))
+        add("ref: lifetime faults", s.node, 1)
     return out
 
 
-def build_days(faults: Sequence[Fault]) -> list[Day]:
-    events = to_events(faults)
-    last_day = int((max(f.time for f in faults) - EPOCH) / DAY) + 1  # the trace's length
-    nodes = sorted({f.node for f in faults})
-    quiet = [f"quiet-{i}" for i in range(SERVERS - len(nodes))]
+def build_days(fleet: Fleet) -> list[Day]:
+    last_day = math.floor((fleet.end - fleet.epoch) / DAY) - HORIZON  # its 7 days in the file
+    nodes = sorted({e.node for e in fleet.events} | {s.node for s in fleet.starts})
+    quiet = [f"quiet-{i}" for i in range(max(fleet.servers - len(nodes), 0))]
     days = []
-    for d in range(1, int(last_day - HORIZON) + 1):
-        t = EPOCH + d * DAY
-        busy = _in_fault(faults, t)
+    for d in range(1, last_day + 1):
+        t = fleet.epoch + d * DAY
+        busy = _in_fault(fleet.faults, t)
         eligible = [n for n in nodes if n not in busy] + quiet
         index = {n: i for i, n in enumerate(eligible)}
         episodes = np.zeros((len(eligible), len(KIND_LIST), len(SEGMENTS)))
-        for e in events:
+        new = np.zeros(len(KIND_LIST))
+        for e in fleet.events:
             if e.time >= t:
                 break
             age = (t - e.time) / DAY
+            new[KIND_LIST.index(e.kind)] += age < 1.0
             for s, (lo, hi) in enumerate(SEGMENTS):
                 if e.node in index and lo <= age < hi:
                     episodes[index[e.node], KIND_LIST.index(e.kind), s] += 1
-        soon = [f for f in faults if f.start and t <= f.time < t + HORIZON * DAY]
-        hw = {f.node for f in soon if f.level == HARDWARE}
-        gpu = {f.node for f in soon if f.cls == "GPU"}
-        day = Day(d, eligible, np.array([n in hw for n in eligible], float),
-                  np.array([n in gpu for n in eligible], float), episodes)
-        for name, by_node in baselines(faults, t).items():
+        soon = {s.node for s in fleet.starts if s.hardware and t <= s.time < t + HORIZON * DAY}
+        day = Day(d, eligible, np.array([n in soon for n in eligible], float), episodes, new)
+        for name, by_node in baselines(fleet.starts, t).items():
             day.scores[name] = _vector(by_node, eligible)
-        shipped = {s.key: s.score for s in rank(events, t, SERVERS).nodes}
+        shipped = {s.key: s.score for s in rank(fleet.events, t, fleet.servers).nodes}
         day.scores[SHIPPED] = _vector(shipped, eligible)
         days.append(day)
     return days
@@ -140,27 +198,31 @@ def _vector(by_node: dict[str, float], eligible: list[str]) -> np.ndarray:
 
 # -- the candidates ------------------------------------------------------------------------
 
-def decay(tau: float) -> np.ndarray:
-    """The segments' weights (as Model.segment_weights)."""
-    return np.array(Model(tau_days=tau).segment_weights())
+def decayed(day: Day, tau: float) -> np.ndarray:
+    """Each eligible node's episodes per kind, weighed by age as the exporter's windows
+    allow (Model.segment_weights)."""
+    return day.episodes @ np.array(Model(tau_days=tau).segment_weights())
 
 
-def decayed(day: Day, tau: float, columns: str) -> np.ndarray:
-    """Each eligible node's decayed episodes per kind (columns='kind') or per group."""
-    per_kind = day.episodes @ decay(tau)
-    if columns == "kind":
-        return per_kind
-    return np.stack([per_kind[:, [KIND_LIST.index(k) for k in GROUPS[g]]].sum(axis=1)
-                     for g in GROUP_LIST], axis=1)
+def model_scores(day: Day, model: Model) -> np.ndarray:
+    """The score's ranking (its excitation; the fleet's mean does not change the order)."""
+    return decayed(day, model.tau_days) @ np.array([model.weight(k) for k in KIND_LIST])
 
 
-def fit_poisson(days: Sequence[Day], tau: float, columns: str,
-                iterations: int = 4000) -> np.ndarray:
-    """The weights of a self-exciting Poisson model of the Hardware Failure faults to come,
-    rate = b + sum_j w_j x_j (x: the node's decayed episodes per kind or group), by
-    maximum likelihood with b, w >= 0 (EM updates, Vardi-Shepp-Kaufman). Returns w (per
-    column; a column with no episode in the days gets NaN: nothing measured it)."""
-    x = np.vstack([np.hstack([np.ones((len(d.eligible), 1)), decayed(d, tau, columns)])
+def repeat_scores(day: Day) -> np.ndarray:
+    """Hardware episodes in 28 days, plus one for each that repeats a kind the node had."""
+    n = day.episodes.sum(axis=2)[:, [KIND_LIST.index(k) for k in HARDWARE_KINDS]]
+    return n.sum(axis=1) + np.maximum(n - 1, 0).sum(axis=1)
+
+
+def fit_poisson(days: Sequence[Day], tau: float, columns: Sequence[Sequence[str]],
+                iterations: int = 2000) -> np.ndarray:
+    """The weights of a self-exciting Poisson model of the hardware faults to come,
+    rate = b + sum_j w_j x_j (x_j: the node's decayed episodes of the kinds of column j),
+    by maximum likelihood with b, w >= 0 (EM updates, Vardi-Shepp-Kaufman). Returns w (a
+    column with no episode in the days gets NaN: nothing measured it)."""
+    pick = np.array([[k in col for col in columns] for k in KIND_LIST], float)
+    x = np.vstack([np.hstack([np.ones((len(d.eligible), 1)), decayed(d, tau) @ pick])
                    for d in days])
     y = np.concatenate([d.hw for d in days])
     # the node-days without an episode all have the same rate: one row, counted m times
@@ -179,80 +241,99 @@ def fit_poisson(days: Sequence[Day], tau: float, columns: str,
     return c[1:]
 
 
-def fit_kind_weights(days: Sequence[Day], tau: float) -> dict[str, float]:
-    """Each kind's weight: its own fit, or, for a kind the days never show, its group's
-    (fitted with the group's kinds pooled)."""
-    per_kind = fit_poisson(days, tau, "kind")
-    per_group = dict(zip(GROUP_LIST, fit_poisson(days, tau, "group"), strict=True))
+def _rounded(weights: dict[str, float]) -> dict[str, float]:
+    return {k: float(f"{w:.3g}") for k, w in weights.items() if w > 0 and not math.isnan(w)}
+
+
+def fit_two(days: Sequence[Day]) -> Model:
+    """A weight for the GPU kinds and one for the other hardware kinds, 28-day counts."""
+    gpu, other = fit_poisson(days, math.inf, (GPU_KINDS, tuple(
+        k for k in HARDWARE_KINDS if k not in GPU_KINDS)))
+    return Model(math.inf, _rounded({k: gpu if k in GPU_KINDS else other
+                                     for k in HARDWARE_KINDS}))
+
+
+def fit_groups(days: Sequence[Day], tau: float) -> Model:
+    """A weight per kind group, its kinds pooled."""
+    w = fit_poisson(days, tau, [GROUPS[g] for g in GROUP_LIST])
+    by_group = dict(zip(GROUP_LIST, w, strict=True))
+    return Model(tau, _rounded({k: by_group[GROUP_OF[k]] for k in KIND_LIST}))
+
+
+def fit_kinds(days: Sequence[Day], tau: float, shrink: float) -> Model:
+    """A weight per kind, pulled toward its group's pooled weight: (n w_kind + s w_group)
+    / (n + s), n the kind's episodes in the days, s = shrink (0: each kind its own fit; a
+    kind the days never show takes its group's weight)."""
+    per_kind = fit_poisson(days, tau, [(k,) for k in KIND_LIST])
+    by_group = dict(zip(GROUP_LIST, fit_poisson(days, tau, [GROUPS[g] for g in GROUP_LIST]),
+                        strict=True))
+    n = sum(d.new for d in days)
     out = {}
-    for kind, w in zip(KIND_LIST, per_kind, strict=True):
-        w = per_group[GROUP_OF[kind]] if np.isnan(w) else w
-        out[kind] = 0.0 if np.isnan(w) else float(f"{w:.3g}")
-    return out
+    for i, kind in enumerate(KIND_LIST):
+        group = np.nan_to_num(by_group[GROUP_OF[kind]])
+        own = per_kind[i]
+        out[kind] = group if math.isnan(own) else (n[i] * own + shrink * group) / (n[i] + shrink)
+    return Model(tau, _rounded(out))
 
 
-def hawkes_scores(day: Day, tau: float, weights: dict[str, float]) -> np.ndarray:
-    """The shipped score's formula (exporter.analysis.lemons) in numpy: excitation over
-    the fleet's mean."""
-    w = np.array([weights.get(k, 0.0) for k in KIND_LIST])
-    x = decayed(day, tau, "kind") @ w
-    total = x.sum()
-    return x / (total / SERVERS) if total > 0 else x
-
-
-def gamma_poisson_scores(day: Day, tau: float, group_weights: np.ndarray) -> np.ndarray:
-    """The other option: each group's gamma-Poisson posterior rate against the fleet's
-    (prior by moments over the fleet, spread at least mu^2, exposure = the decayed days
-    watched), the groups summed with weights, over the fleet's rate."""
-    n = decayed(day, tau, "group")
-    seg = decay(tau)
-    watched = [min(max(day.day - lo, 0.0), hi - lo) for lo, hi in SEGMENTS]
-    exposure = float(seg @ np.array(watched))
-    mu = n.sum(axis=0) / (exposure * SERVERS)
-    spread = (n ** 2 / exposure).sum(axis=0) - mu * n.sum(axis=0)
-    denominator = SERVERS * exposure - SERVERS * exposure ** 2 / (SERVERS * exposure)
-    var = np.maximum((spread - (SERVERS - 1) * mu) / denominator, mu ** 2)
-    rate = np.where(mu > 0, (mu ** 2 + var * n) / np.maximum(mu + var * exposure, 1e-300), 0.0)
-    fleet = float(group_weights @ mu)
-    has = (n[:, group_weights > 0] > 0).any(axis=1)
-    return np.where(has, rate @ group_weights / fleet, 0.0) if fleet > 0 else np.zeros(len(n))
+def count_model(kinds: Sequence[str], tau: float = math.inf, twice: Sequence[str] = ()
+                ) -> Model:
+    return Model(tau, {k: 2.0 if k in twice else 1.0 for k in kinds})
 
 
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    tau: float
-    fitted: str | None  # "kind" or "group": weights fitted on the days given; None: fixed
-    group_weights: tuple[float, ...] = ()  # the gamma-Poisson options' fixed weights
+    numbers: int  # how many numbers it chose or fitted: the simpler, the fewer
+    model: Model | None = None  # a fixed score
+    fit: Callable[[Sequence[Day]], Model] | None = None  # a fitted one
+    custom: Callable[[Day], np.ndarray] | None = None  # a score the rules do not compute
+    reference: bool = False  # the trace's own labels: a reference, not a choice
 
-    def scores(self, day: Day, weights: dict[str, float] | np.ndarray | None) -> np.ndarray:
-        if self.fitted == "kind":
-            return hawkes_scores(day, self.tau, weights)  # type: ignore[arg-type]
-        if self.fitted == "group":  # the ranking needs no fleet mean
-            return decayed(day, self.tau, "group") @ np.nan_to_num(weights)  # type: ignore[arg-type]
-        return gamma_poisson_scores(day, self.tau, np.array(self.group_weights))
+    @property
+    def shippable(self) -> bool:
+        return not self.reference and self.custom is None
 
-    def fit(self, days: Sequence[Day]):
-        if self.fitted == "kind":
-            return fit_kind_weights(days, self.tau)
-        if self.fitted == "group":
-            return fit_poisson(days, self.tau, "group")
-        return None
+    def scorer(self, training: Sequence[Day]) -> Callable[[Day], np.ndarray]:
+        if self.reference:
+            return lambda day: day.scores[self.name]
+        if self.custom is not None:
+            return self.custom
+        model = self.fit(training) if self.fit is not None else self.model
+        return lambda day: model_scores(day, model)  # type: ignore[arg-type]
 
 
 def candidates() -> list[Candidate]:
-    out = []
-    gpu_only = tuple(float(g == "gpu") for g in GROUP_LIST)
-    hardware = tuple(float(g != "other") for g in GROUP_LIST)
-    for tau in TAUS:
+    hw = HARDWARE_KINDS
+    every = KIND_LIST
+    out = [
+        Candidate("GPU-kind episodes in 28 d", 0, count_model(GPU_KINDS)),
+        Candidate("hardware-kind episodes in 28 d", 0, count_model(hw)),
+        Candidate("every episode in 28 d", 0, count_model(every)),
+        Candidate("GPU-kind episodes, decayed tau=7 d", 1, count_model(GPU_KINDS, 7.0)),
+        Candidate("GPU-kind episodes, decayed tau=14 d", 1, count_model(GPU_KINDS, 14.0)),
+        Candidate("hardware-kind episodes, decayed tau=7 d", 1, count_model(hw, 7.0)),
+        Candidate("hardware-kind episodes, decayed tau=14 d", 1, count_model(hw, 14.0)),
+        Candidate("GPU + hardware episodes in 28 d (GPU kinds twice)", 1,
+                  count_model(hw, twice=GPU_KINDS)),
+        Candidate("hardware episodes in 28 d + repeats of a kind", 1, custom=repeat_scores),
+        Candidate("fitted: GPU and other hardware weights, 28 d", 2, fit=fit_two),
+    ]
+    for tau in (28.0, math.inf):
         t = f"tau={tau:g} d"
-        out.append(Candidate(f"self-exciting, weight per kind, {t}", tau, "kind"))
-        out.append(Candidate(f"self-exciting, weight per group, {t}", tau, "group"))
-        out.append(Candidate(f"gamma-Poisson, gpu group, {t}", tau, None, gpu_only))
-        out.append(Candidate(f"gamma-Poisson, hardware groups, {t}", tau, None, hardware))
-        out.append(Candidate(f"gamma-Poisson, every group, {t}", tau, None,
-                             (1.0,) * len(GROUP_LIST)))
+        out.append(Candidate(f"fitted: weight per group, {t}", len(GROUPS) + 1,
+                             fit=lambda days, tau=tau: fit_groups(days, tau)))
+        out.append(Candidate(f"fitted: weight per kind pulled to its group, {t}",
+                             len(KIND_LIST) + 1,
+                             fit=lambda days, tau=tau: fit_kinds(days, tau, SHRINK_EPISODES)))
+        out.append(Candidate(f"fitted: weight per kind (the previous score), {t}",
+                             len(KIND_LIST) + 1,
+                             fit=lambda days, tau=tau: fit_kinds(days, tau, 0.0)))
     return out
+
+
+def references(days: Sequence[Day]) -> list[Candidate]:
+    return [Candidate(name, 0, reference=True) for name in days[0].scores if name != SHIPPED]
 
 
 # -- judging -------------------------------------------------------------------------------
@@ -269,173 +350,143 @@ def _top(scores: np.ndarray, positive: np.ndarray, k: int) -> tuple[float, float
     return float(k), float(p[above].sum() + (k - above.sum()) * p[tied].mean())
 
 
-@dataclass(frozen=True)
-class Row:
-    alerts: dict[int, float]
-    hits: dict[int, float]
-    positives: float
-
-    def precision(self, k: int) -> float:
-        return self.hits[k] / self.alerts[k] if self.alerts[k] else float("nan")
-
-    def recall(self, k: int) -> float:
-        return self.hits[k] / self.positives if self.positives else float("nan")
-
-
-def evaluate(days: Sequence[Day], method: str, target: Callable[[Day], np.ndarray]) -> Row:
-    alerts = {k: 0.0 for k in KS}
-    hits = {k: 0.0 for k in KS}
-    positives = 0.0
+def precision(days: Sequence[Day], score: Callable[[Day], np.ndarray]) -> np.ndarray:
+    """Precision at each k over the days (no alert at all: 0)."""
+    alerts, hits = np.zeros(len(KS)), np.zeros(len(KS))
     for day in days:
-        pos = target(day)
-        positives += float(pos.sum())
-        for k in KS:
-            a, h = _top(day.scores[method], pos, k)
-            alerts[k] += a
-            hits[k] += h
-    return Row(alerts, hits, positives)
+        s = score(day)
+        for i, k in enumerate(KS):
+            a, h = _top(s, day.hw, k)
+            alerts[i] += a
+            hits[i] += h
+    return np.divide(hits, alerts, out=np.zeros(len(KS)), where=alerts > 0)
 
 
-def base_rate(days: Sequence[Day], target: Callable[[Day], np.ndarray]) -> float:
-    return sum(float(target(d).sum()) for d in days) / sum(len(d.eligible) for d in days)
+def origins(days: Sequence[Day]) -> list[int]:
+    return list(range(FIRST_ORIGIN, days[-1].day + 1, STEP)) if days else []
 
 
-TARGETS = (("Hardware Failure", lambda d: d.hw), ("GPU class", lambda d: d.gpu))
+@dataclass(frozen=True)
+class Result:
+    """One candidate's precision at each k (columns) at each origin (rows)."""
+
+    name: str
+    per_origin: np.ndarray
+
+    def mean(self, i: int) -> float:
+        return float(self.per_origin[:, i].mean())
+
+    def spread(self, i: int) -> float:
+        """The standard deviation across origins."""
+        rows = self.per_origin[:, i]
+        return float(rows.std(ddof=1)) if len(rows) > 1 else 0.0
 
 
-def table(days: Sequence[Day], methods: Sequence[str], markdown: bool) -> str:
+def judge(days: Sequence[Day], cands: Sequence[Candidate], at: Sequence[int]) -> list[Result]:
+    by_day = {d.day: d for d in days}
+    rows: dict[str, list[np.ndarray]] = {c.name: [] for c in cands}
+    for o in at:
+        training = [d for d in days if d.day + HORIZON <= o]
+        judged = [by_day[d] for d in range(o, o + STEP) if d in by_day]
+        for c in cands:
+            rows[c.name].append(precision(judged, c.scorer(training)))
+    return [Result(c.name, np.array(rows[c.name])) for c in cands]
+
+
+def choose(results: Sequence[Result], cands: Sequence[Candidate]) -> Candidate:
+    """The simplest shippable candidate within the best's spread at 2 and at 5 alerts a
+    day (the best: the highest mean at each; ties of simplicity: the higher mean of the
+    two)."""
+    by_name = {r.name: r for r in results}
+    ship = [c for c in cands if c.shippable]
+    near = []
+    for c in ship:
+        r = by_name[c.name]
+        ok = True
+        for i in (KS.index(2), KS.index(5)):
+            best = max((by_name[s.name] for s in ship), key=lambda x: x.mean(i))
+            ok &= r.mean(i) >= best.mean(i) - best.spread(i)
+        if ok:
+            near.append(c)
+    return min(near, key=lambda c: (c.numbers, -(by_name[c.name].mean(0)
+                                                 + by_name[c.name].mean(1))))
+
+
+def table(results: Sequence[Result], markdown: bool) -> str:
+    head = ["candidate"] + [f"P@{k} mean ± sd" for k in KS]
     lines = []
-    for title, target in TARGETS:
-        rate = base_rate(days, target)
-        lines.append(f"\nTarget: {title} fault within 7 days; base rate {rate:.2%} of "
-                     f"node-days ({len(days)} days)\n")
-        head = ["method"] + [f"P@{k}" for k in KS] + [f"R@{k}" for k in KS]
-        if markdown:
-            lines.append("| " + " | ".join(head) + " |")
-            lines.append("|" + "---|" * len(head))
-        else:
-            lines.append(f"{'method':48}" + "".join(f"{h:>9}" for h in head[1:]))
-        for m in methods:
-            row = evaluate(days, m, target)
-            cells = [f"{row.precision(k):.3f}" if row.alerts[k] else "no alert" for k in KS]
-            cells += [f"{row.recall(k):.3f}" for k in KS]
-            if markdown:
-                lines.append(f"| {m} | " + " | ".join(cells) + " |")
-            else:
-                lines.append(f"{m:48}" + "".join(f"{c:>9}" for c in cells))
-    return "\n".join(lines)
-
-
-def _hardware_precision(days: Sequence[Day], method: str) -> tuple[float, ...]:
-    row = evaluate(days, method, lambda d: d.hw)
-    return tuple(row.precision(k) for k in KS)
-
-
-def folds(tuning: Sequence[Day]) -> tuple[list[Day], list[Day]]:
-    """The tuning days' two halves, 7 days apart (a day's label looks 7 days ahead)."""
-    half = len(tuning) // 2
-    return list(tuning[:half - int(HORIZON) // 2]), list(tuning[half + int(HORIZON) // 2:])
-
-
-def cross_validate(tuning: Sequence[Day], markdown: bool) -> tuple[Candidate, str]:
-    """Every candidate judged on each half with what it fitted on the other; the best mean
-    precision at 2 and 5 wins. Returns it and the table."""
-    a, b = folds(tuning)
-    results: dict[str, tuple[float, ...]] = {}
-    lines = [f"\nFold A: days {a[0].day}-{a[-1].day}; fold B: days {b[0].day}-{b[-1].day}; "
-             "each judged with the weights fitted on the other\n"]
-    head = ["candidate", "A P@2", "A P@5", "A P@10", "B P@2", "B P@5", "B P@10", "mean P@2,5"]
     if markdown:
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     else:
-        lines.append(f"{head[0]:48}" + "".join(f"{h:>11}" for h in head[1:]))
-    rows: list[tuple[str, tuple[float, ...]]] = []
-    for cand in candidates():
-        got: tuple[float, ...] = ()
-        for judged, fitted in ((a, b), (b, a)):
-            weights = cand.fit(fitted)
-            for day in judged:
-                day.scores[cand.name] = cand.scores(day, weights)
-            got += _hardware_precision(judged, cand.name)
-        rows.append((cand.name, got))
-    rows += [(m, _hardware_precision(a, m) + _hardware_precision(b, m))
-             for m in _baseline_names(tuning)]
-    for name, got in rows:
-        results[name] = got
-        mean = float(np.mean(np.nan_to_num([got[0], got[1], got[3], got[4]])))
-        cells = [f"{x:.3f}" if x == x else "no alert" for x in got] + [f"{mean:.3f}"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |" if markdown
-                     else f"{name:48}" + "".join(f"{c:>11}" for c in cells))
-    best = max(candidates(), key=lambda c: np.mean(np.array(results[c.name])[[0, 1, 3, 4]]))
-    return best, "\n".join(lines)
+        lines.append(f"{head[0]:58}" + "".join(f"{h:>18}" for h in head[1:]))
+    for r in results:
+        cells = [f"{r.mean(i):.3f} ± {r.spread(i):.3f}" for i in range(len(KS))]
+        lines.append(f"| {r.name} | " + " | ".join(cells) + " |" if markdown
+                     else f"{r.name:58}" + "".join(f"{c:>18}" for c in cells))
+    return "\n".join(lines)
 
 
-def _baseline_names(days: Sequence[Day]) -> list[str]:
-    """The baselines' names (build_days scores them before any candidate)."""
-    return [m for m in list(days[0].scores)[:list(days[0].scores).index(SHIPPED)]]
+def fit_shipped(days: Sequence[Day], chosen: Candidate) -> Model:
+    """What ships: a fixed candidate as it is, a fitted one fitted on every scored day."""
+    return chosen.fit(days) if chosen.fit is not None else chosen.model  # type: ignore[return-value]
 
 
-def split_days(days: Sequence[Day]) -> tuple[list[Day], list[Day], float]:
-    """The tuning days (their labels end by 2/3 of the trace) and the held-out ones."""
-    split = (days[-1].day + HORIZON) * 2.0 / 3.0
-    return ([d for d in days if d.day + HORIZON <= split],
-            [d for d in days if d.day >= split], split)
+def _weights(model: Model) -> str:
+    return (f"TAU_DAYS = {model.tau_days:g}; KIND_WEIGHTS = {{"
+            + ", ".join(f'"{k}": {model.weight(k):g}' for k in model.kinds) + "}")
 
 
-def choose(tuning: Sequence[Day], markdown: bool = False):
-    """The candidate cross-validation picks, its weights fitted on every tuning day (None
-    where it fits none), and the cross-validation table."""
-    best, cv_table = cross_validate(tuning, markdown)
-    weights = fit_kind_weights(tuning, best.tau) if best.fitted == "kind" else None
-    return best, weights, cv_table
-
-
-def _weights(tau: float, weights: dict[str, float]) -> str:
-    return (f"TAU_DAYS = {tau:g}; KIND_WEIGHTS = {{"
-            + ", ".join(f'"{k}": {w:g}' for k, w in weights.items() if w > 0) + "}")
+def load(path: str, fleet_nodes: int | None) -> Fleet:
+    fmt, loaded = load_input(path, "auto")
+    if fmt == INFINITEHBD:
+        return fleet_of_trace(loaded, EPOCH)
+    events = loaded
+    named = len({e.node for e in events})
+    return fleet_of_events(events, fleet_nodes or named)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", help="fault_trace.json of InfiniteHBD-Trace")
+    parser.add_argument("file", help="fault_trace.json, or events (history --format jsonl)")
     parser.add_argument("--markdown", action="store_true", help="tables in Markdown")
-    parser.add_argument("--tuning-only", action="store_true",
-                        help="stop after the tuning days (choose without the held-out ones)")
+    parser.add_argument("--selection-only", action="store_true",
+                        help="stop after the selection origins (choose without the later ones)")
+    parser.add_argument("--fleet-nodes", type=int, metavar="N",
+                        help="nodes in the fleet, quiet ones included (events only; default: "
+                        "the nodes the events name)")
     args = parser.parse_args(argv)
-    faults = load_faults(args.trace)
-    days = build_days(faults)
-    tuning, held, split = split_days(days)
-    best, weights, cv_table = choose(tuning, args.markdown)
-    print(f"{SERVERS} servers, {len({f.node for f in faults})} named by the trace; "
-          f"{sum(f.start for f in faults)} fault starts, "
-          f"{sum(f.start and f.level == HARDWARE for f in faults)} of them hardware")
-    print(f"tuning days 1-{tuning[-1].day} (labels end by day {split:.1f}); "
-          f"held-out days {held[0].day}-{held[-1].day}")
-    print(f"best by cross-validation: {best.name}")
-    base = _baseline_names(days)
-    methods = [SHIPPED] + base
-    if weights is not None:
-        print(f"fitted on the tuning days: {_weights(best.tau, weights)}")
-        for day in days:
-            day.scores[TUNED] = hawkes_scores(day, best.tau, weights)
-        methods = [TUNED] + methods
-    print("\n## Cross-validation on the tuning days: every candidate and the baselines "
-          "(Hardware Failure target, precision)")
-    print(cv_table)
-    print("\n## Tuning days")
-    print(table(tuning, methods, args.markdown))
-    if args.tuning_only:
-        return 0
-    print("\n## Held-out days (the last third; the shipped weights were fitted on them too)")
-    print(table(held, methods, args.markdown))
-    print("\n## All days (tuning and held-out together)")
-    print(table(days, methods, args.markdown))
-    final = fit_kind_weights(days, best.tau) if best.fitted == "kind" else None
-    if final is not None:
-        print(f"\nfitted on every day (what ships): {_weights(best.tau, final)}")
-        same = best.tau == TAU_DAYS and final == {k: KIND_WEIGHTS.get(k, 0.0) for k in KINDS}
-        print("shipped (exporter/analysis/lemons.py): " + (
-            "the same" if same else f"DIFFERENT: {_weights(TAU_DAYS, KIND_WEIGHTS)}"))
+    fleet = load(args.file, args.fleet_nodes)
+    days = build_days(fleet)
+    at = origins(days)
+    if not at:
+        print(f"eval_lemons: {args.file}: {len(days)} scored days; the first origin is day "
+              f"{FIRST_ORIGIN}: too few days to evaluate", file=sys.stderr)
+        return 2
+    select = [o for o in at if o <= SELECTION_LAST]
+    report = [o for o in at if o > SELECTION_LAST]
+    cands = candidates()
+    every = cands + references(days) + [Candidate(SHIPPED, 0, reference=True)]
+    print(f"{fleet.servers} servers, {len({s.node for s in fleet.starts})} named; "
+          f"{len(fleet.starts)} fault starts, {sum(s.hardware for s in fleet.starts)} of them "
+          f"hardware; scored days 1-{days[-1].day}")
+    print(f"origins every {STEP} days: selection {select[0]}-{select[-1]} ({len(select)}, "
+          f"judged days {select[0]}-{select[-1] + STEP - 1}); report "
+          + (f"{report[0]}-{report[-1]} ({len(report)}, judged days {report[0]}-"
+             f"{min(report[-1] + STEP - 1, days[-1].day)})" if report else "none"))
+    chosen_results = judge(days, every, select)
+    chosen = choose(chosen_results, cands)
+    print(f"chosen on the selection origins: {chosen.name}")
+    print("\n## Selection origins (Hardware target; precision, mean ± standard deviation "
+          "across origins)\n")
+    print(table(chosen_results, args.markdown))
+    if not args.selection_only and report:
+        print("\n## Report origins (not used by the choice)\n")
+        print(table(judge(days, every, report), args.markdown))
+    shipped = fit_shipped(days, chosen)
+    print(f"\nwhat ships: {_weights(shipped)}")
+    same = shipped == Model(TAU_DAYS, dict(KIND_WEIGHTS))
+    print("shipped (exporter/analysis/lemons.py): " + (
+        "the same" if same else f"DIFFERENT: {_weights(Model())}"))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""scripts/eval_lemons.py's pieces: ties at the cut, the baselines, the weight fit."""
+"""scripts/eval_lemons.py's pieces: ties at the cut, the references, the fits, the rolling
+origins and the choice, and that what ships is what it chooses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from exporter.analysis.lemons import KIND_WEIGHTS, TAU_DAYS
+from exporter.analysis.lemons import KIND_WEIGHTS, NAME, TAU_DAYS, Model
+from exporter.events import Event
 from exporter.offline.infinitehbd import DAY, EPOCH, Fault
 from tests.test_lemons import FAULT_TRACE
 from tests.tools import REPO
@@ -35,23 +37,27 @@ def test_a_tie_at_the_cut_is_shared_as_a_random_tie_break_would_on_average():
     assert ev._top(np.array([2.0]), np.array([1.0]), 2) == (1.0, 1.0)
 
 
-def _fault(node, day, start=True, level="Hardware Failure", cls="GPU"):
-    return Fault(node, EPOCH + day * DAY, start, level, cls, "x")
+def _start(node, day, hardware=True, gpu=True):
+    return ev.Start(node, EPOCH + day * DAY, hardware, gpu)
 
 
-def test_the_baselines_count_what_they_say():
-    faults = [_fault("n", d) for d in (1, 2, 3, 4, 5)] + [
-        _fault("m", 1, level="Other Failure", cls="Unknown Error"), _fault("old", -100)]
-    got = ev.baselines(faults, EPOCH + 6 * DAY)
-    assert got["MultipleRemediations (>= 5 in 7 d)"] == {"n": 1.0}
-    assert got["faults in 30 d (all)"] == {"n": 5, "m": 1}
-    assert got["faults in 30 d (hardware)"] == {"n": 5}
-    assert got["faults in 30 d (GPU)"] == {"n": 5}
-    assert got["lifetime faults"] == {"n": 5, "m": 1, "old": 1}
-    assert got["hardware, decayed 14 d"]["n"] == pytest.approx(
+def test_the_references_count_what_they_say():
+    starts = [_start("n", d) for d in (1, 2, 3, 4, 5)] + [
+        _start("m", 1, hardware=False, gpu=False)]
+    starts = [_start("old", -100)] + sorted(starts, key=lambda s: s.time)
+    got = ev.baselines(starts, EPOCH + 6 * DAY)
+    assert got["ref: faults in 30 d (all)"] == {"n": 5, "m": 1}
+    assert got["ref: faults in 30 d (Hardware Failure)"] == {"n": 5}
+    assert got["ref: faults in 30 d (GPU class)"] == {"n": 5}
+    assert got["ref: lifetime faults"] == {"n": 5, "m": 1, "old": 1}
+    assert got["ref: hardware faults, decayed 14 d"]["n"] == pytest.approx(
         sum(np.exp(-(6 - d) / 14) for d in (1, 2, 3, 4, 5)))
-    # a day later the first is 7 days old: 4 in 7 days
-    assert ev.baselines(faults, EPOCH + 8 * DAY)["MultipleRemediations (>= 5 in 7 d)"] == {}
+    # a start at or after t is not seen
+    assert ev.baselines(starts, EPOCH + 1 * DAY)["ref: lifetime faults"] == {"old": 1}
+
+
+def _fault(node, day, start=True):
+    return Fault(node, EPOCH + day * DAY, start, "Hardware Failure", "GPU", "x")
 
 
 def test_a_node_is_in_a_fault_between_its_start_and_its_end():
@@ -69,44 +75,83 @@ def _days(rng, foretell, n_days=60, nodes=300):
         episodes[:, :len(foretell), 0] = rng.poisson(0.2, size=(nodes, len(foretell)))
         rate = 0.002 + episodes[:, :len(foretell), 0] @ np.array(foretell)
         hw = (rng.random(nodes) < rate).astype(float)
-        days.append(ev.Day(d, [f"n{i}" for i in range(nodes)], hw, hw, episodes))
+        days.append(ev.Day(d, [f"n{i}" for i in range(nodes)], hw, episodes,
+                           episodes[:, :, 0].sum(axis=0)))
     return days
 
 
 def test_the_poisson_fit_finds_the_kind_that_foretells_faults():
     days = _days(np.random.default_rng(7), (0.3, 0.02, 0.0))
-    w = ev.fit_poisson(days, np.inf, "kind", iterations=1000)
+    w = ev.fit_poisson(days, np.inf, [(k,) for k in ev.KIND_LIST], iterations=1000)
     assert 0.2 < w[0] < 0.4 and w[1] < 0.06 and w[2] < 0.02
     assert np.isnan(w[5])  # a kind the days never show: nothing measured it
 
 
-def test_a_kind_the_days_never_show_takes_its_groups_pooled_weight():
-    days = _days(np.random.default_rng(3), (0.3,))  # only the first kind (xid) has episodes
-    weights = ev.fit_kind_weights(days, np.inf)
-    first = ev.KIND_LIST[0]
-    assert 0.2 < weights[first] < 0.4
-    unseen = [k for k in ev.KIND_LIST[1:] if ev.GROUP_OF[k] == ev.GROUP_OF[first]]
-    assert {weights[k] for k in unseen} == {weights[first]}  # its group: only that kind
-    assert all(weights[k] == 0 for k in ev.KIND_LIST if ev.GROUP_OF[k] != ev.GROUP_OF[first])
+def test_a_kind_with_few_episodes_is_pulled_to_its_group_and_an_unseen_one_takes_it():
+    days = _days(np.random.default_rng(3), (0.3, 0.0))  # two kinds of the gpu group
+    first, second = ev.KIND_LIST[:2]
+    own = ev.fit_kinds(days, np.inf, 0.0)
+    pulled = ev.fit_kinds(days, np.inf, 1e6)  # a prior far stronger than the days
+    group = ev.fit_groups(days, np.inf)
+    assert own.weight(first) > 0.2 and own.weight(second) < 0.02
+    assert pulled.weight(first) == pytest.approx(group.weight(first), rel=0.01)
+    assert pulled.weight(second) == pytest.approx(group.weight(first), rel=0.01)
+    unseen = [k for k in ev.KIND_LIST[2:] if ev.GROUP_OF[k] == ev.GROUP_OF[first]]
+    assert {own.weight(k) for k in unseen} == {group.weight(first)}
+    assert all(own.weight(k) == 0 for k in ev.KIND_LIST if ev.GROUP_OF[k] != "gpu")
 
 
-def test_the_shipped_score_is_the_numpy_formula():
-    days = _days(np.random.default_rng(5), (0.3, 0.1))
-    day = days[0]
-    weights = {ev.KIND_LIST[0]: 0.3, ev.KIND_LIST[1]: 0.1}
-    got = ev.hawkes_scores(day, np.inf, weights)
-    x = day.episodes[:, 0, 0] * 0.3 + day.episodes[:, 1, 0] * 0.1
-    assert np.allclose(got, x / (x.sum() / ev.SERVERS))
+def test_each_origin_fits_on_the_days_whose_labels_end_before_it_and_judges_the_next_7():
+    days = _days(np.random.default_rng(1), (0.3,), n_days=90)
+    seen = []
+
+    def fit(training):
+        seen.append([d.day for d in training])
+        return Model(np.inf, {ev.KIND_LIST[0]: 1.0})
+
+    (result,) = ev.judge(days, [ev.Candidate("c", 1, fit=fit)], [60, 67, 74])
+    assert [s[-1] for s in seen] == [53, 60, 67] and all(s[0] == 0 for s in seen)
+    assert result.per_origin.shape == (3, len(ev.KS))
+    # judged on days 60-66 alone: the same figure as precision over those days
+    alone = ev.precision(days[60:67], lambda d: ev.model_scores(d, fit([])))
+    assert np.allclose(result.per_origin[0], alone)
+
+
+def test_the_simplest_candidate_within_the_best_ones_spread_is_chosen():
+    simple = ev.Candidate("simple", 0, Model(np.inf, {"xid": 1.0}))
+    rich = ev.Candidate("rich", 5, Model(7.0, {"xid": 1.0}))
+    custom = ev.Candidate("custom", 0, custom=lambda d: d.hw)  # the rules cannot compute it
+    # the best: P@2 0.2 ± 0.14, P@5 0.15 ± 0.07
+    noisy = np.array([[0.3, 0.2, 0.1], [0.1, 0.1, 0.1]])
+    results = [ev.Result("simple", np.array([[0.1, 0.1, 0.1], [0.1, 0.08, 0.1]])),
+               ev.Result("rich", noisy), ev.Result("custom", noisy + 0.5)]
+    assert ev.choose(results, [simple, rich, custom]) is simple
+    # the richer one wins by more than its spread at 5: it is chosen
+    results[1] = ev.Result("rich", np.array([[0.3, 0.4, 0.1], [0.3, 0.4, 0.1]]))
+    assert ev.choose(results, [simple, rich, custom]) is rich
+
+
+def test_a_fleets_own_events_label_hardware_faults_by_kind_and_xid_action():
+    t = 1_000 * DAY
+    events = [Event(t, "a", "xid", "0", 13), Event(t + 1, "a", "xid", "0", 79),
+              Event(t + 2, "b", "ib_link_down"), Event(t + 3, "c", "software"),
+              Event(t + 4, "d", "xid")]
+    fleet = ev.fleet_of_events(events, 10)
+    assert [(s.node, s.hardware, s.gpu) for s in fleet.starts] == [
+        ("a", True, True), ("b", True, False), ("c", False, False), ("d", True, True)]
+    assert [e.xid for e in fleet.events if e.node == "a"] == [79]  # XID 13: the application's
+    assert fleet.epoch == t and fleet.servers == 10
 
 
 @pytest.mark.skipif(not FAULT_TRACE.exists(), reason="shared/data is not beside the checkout")
-def test_the_shipped_score_is_what_the_evaluation_chooses_fitted_on_every_day():
-    days = ev.build_days(ev.load_faults(FAULT_TRACE))
-    tuning, held, _ = ev.split_days(days)
-    assert tuning[-1].day < held[0].day
-    best, weights, _ = ev.choose(tuning)
-    assert best.fitted == "kind" and best.tau == TAU_DAYS
-    assert weights["ecc_dbe"] > 0 and weights["xid"] == 0  # the tuning days' own fit
-    # what ships: the chosen model fitted once more on every scored day
-    assert ev.fit_kind_weights(days, best.tau) == {k: KIND_WEIGHTS.get(k, 0.0)
-                                                   for k in ev.KIND_LIST}
+def test_the_shipped_score_is_what_the_rolling_origins_choose():
+    days = ev.build_days(ev.load(str(FAULT_TRACE), None))
+    select = [o for o in ev.origins(days) if o <= ev.SELECTION_LAST]
+    assert select[0] == 60 and select[-1] == 151
+    cands = ev.candidates()
+    chosen = ev.choose(ev.judge(days, cands, select), cands)
+    assert ev.fit_shipped(days, chosen) == Model(TAU_DAYS, dict(KIND_WEIGHTS))
+    assert chosen.name == NAME
+    # the shipped row goes through the command's code: the same ranking as the candidate's
+    day = days[100]
+    assert np.array_equal(day.scores[ev.SHIPPED] > 0, ev.model_scores(day, Model()) > 0)

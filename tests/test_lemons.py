@@ -8,12 +8,13 @@ import math
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
-from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, score_fleet
+from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, counted, score_fleet
 from exporter.cli import main
-from exporter.events import KINDS, Event, parse_lines
+from exporter.events import KINDS, Event
 from exporter.offline.infinitehbd import (
     CLASS_KINDS,
     DAY,
@@ -52,63 +53,57 @@ def test_the_table_accounts_for_every_desc_of_the_shared_trace():
 
 
 @needs_trace
-def test_the_converter_script_writes_events_lemons_reads(tmp_path, capsys):
-    out = tmp_path / "events.jsonl"
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
-                             str(FAULT_TRACE), "-o", str(out)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert "372 events from 181 nodes" in result.stderr
-    parsed = [e for _, e in parse_lines(out.read_text().splitlines())]
-    assert all(isinstance(e, Event) for e in parsed) and len(parsed) == 372
+@pytest.mark.parametrize("flags", [[], ["--input-format", "infinitehbd"]])
+def test_lemons_reads_the_trace_itself(capsys, flags):
     at = EPOCH + 100 * DAY
-    assert main(["lemons", str(out), "--at", str(at), "--fleet-nodes", "400",
-                 "--format", "json"]) == 0
+    assert main(["lemons", str(FAULT_TRACE), "--at", str(at), "--fleet-nodes", "400",
+                 "--format", "json", *flags]) == 0
     nodes = json.loads(capsys.readouterr().out)["rankings"][0]["nodes"]
+    events = to_events(load_faults(FAULT_TRACE))
+    assert [(n["node"], n["score"]) for n in nodes] == [
+        (s.key, float(f"{s.score:.6g}")) for s in rank(events, at, 400).nodes]
     assert nodes and all(n["score"] > 0 for n in nodes)
 
 
-def test_a_desc_the_table_lacks_takes_its_class_kind_and_is_named(tmp_path):
-    def record(t, cls, desc, level="Hardware Failure"):
-        return {"node_id": "n", "event_time": t, "event_type": "fault_start",
-                "fault_type": {"Level": level, "Class": cls, "Desc": desc}}
+def _trace(tmp_path, records):
+    path = tmp_path / "fault_trace.json"
+    path.write_text(json.dumps(records, indent=1))
+    return str(path)
 
-    trace = tmp_path / "t.json"
-    trace.write_text(json.dumps([record(1.0, "GPU", "GPU on fire"),
-                                 record(2.0, "GPU", "GPU on fire"),
-                                 record(3.0, "Rack", "Door open"),
-                                 record(4.0, "Cosmic", "Ray", level="Cosmic Failure"),
-                                 record(5.0, "GPU", "GPU Lost")]))
-    out = tmp_path / "e.jsonl"
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
-                             str(trace), "-o", str(out)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    kinds = [e.kind for _, e in parse_lines(out.read_text().splitlines())]
-    assert kinds == ["other_gpu", "other_gpu", "other_hardware", "unknown", "gpu_lost"]
-    lines = result.stderr.splitlines()
-    assert "Class 'GPU', Desc 'GPU on fire' is not in the table: 2 fault(s) as 'other_gpu'" in (
-        result.stderr)
-    assert len([line for line in lines if "not in the table" in line]) == 3
-    assert lines[-1] == "5 events from 1 nodes"
+
+def _record(t, cls, desc, level="Hardware Failure", event="fault_start"):
+    return {"node_id": "n", "event_time": t, "event_type": event,
+            "fault_type": {"Level": level, "Class": cls, "Desc": desc}}
+
+
+def test_a_desc_the_table_lacks_takes_its_class_kind_and_is_named(tmp_path, capsys):
+    trace = _trace(tmp_path, [_record(1.0, "GPU", "GPU on fire"),
+                              _record(2.0, "GPU", "GPU on fire"),
+                              _record(3.0, "Rack", "Door open"),
+                              _record(4.0, "Cosmic", "Ray", level="Cosmic Failure"),
+                              _record(5.0, "GPU", "GPU Lost")])
+    faults = load_faults(trace)
+    assert [f.kind for f in faults] == ["other_gpu", "other_gpu", "other_hardware", "unknown",
+                                        "gpu_lost"]
+    assert main(["lemons", trace, "--at", str(EPOCH + 6 * DAY)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3, err
+    assert all(line.startswith(f"cluster-telemetry-exporter: lemons: {trace}: ") for line in err)
+    assert any("Class 'GPU', Desc 'GPU on fire' is not in the table: 2 fault(s) as 'other_gpu'"
+               in line for line in err)
+
+
+def test_a_record_that_is_not_a_fault_is_refused_with_its_index(tmp_path, capsys):
+    trace = _trace(tmp_path, [_record(1.0, "GPU", "y", event="fault_begin")])
+    assert main(["lemons", trace, "--at", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "record 0: event_type 'fault_begin'" in err[0]
 
 
 @needs_trace
 def test_the_shared_trace_needs_no_fallback():
     assert all(f.in_table for f in load_faults(FAULT_TRACE))
     assert set(CLASS_KINDS) == {c for c, _ in DESC_KINDS}  # every Class the trace has
-
-
-def test_a_record_that_is_not_a_fault_is_refused_with_its_index(tmp_path):
-    trace = tmp_path / "t.json"
-    trace.write_text(json.dumps([{"node_id": "n", "event_time": 1.0,
-                                  "event_type": "fault_begin",
-                                  "fault_type": {"Level": "x", "Class": "GPU", "Desc": "y"}},
-                                 ]))
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "convert_infinitehbd.py"),
-                             str(trace)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
-    assert "record 0: event_type 'fault_begin'" in result.stderr
 
 
 def test_the_docs_table_is_the_code_table():
@@ -148,7 +143,7 @@ def test_each_kind_weighs_what_it_foretold_and_a_kind_weighed_0_scores_nothing()
                Member("xids", {"xid": {"1d": 5, "7d": 5, "28d": 5}})]
     ranked = score_fleet(MODEL, members, 10)
     assert [s.key for s in ranked] == ["dbe", "link"]  # xid weighs 0 here: left out
-    # against the fleet's mean excitation, quiet members at 0: (0.2 + 0.05) / 10
+    # against the fleet's mean, quiet members at 0: (0.2 + 0.05) / 10
     assert ranked[0].score == pytest.approx(0.2 / 0.025)
     assert ranked[1].score == pytest.approx(0.05 / 0.025)
     assert sum(s.score for s in ranked) == pytest.approx(10)  # the mean score is 1
@@ -178,12 +173,36 @@ def test_the_reasons_give_each_kinds_share_largest_first():
     assert scored.reasons[1] == "unknown (0 in 1d, 0 in 7d, 1 in 28d): under 1% of the score"
 
 
-def test_every_kind_the_node_records_has_a_weight_or_was_measured_at_0():
+def test_the_shipped_score_counts_the_gpu_kinds_episodes_in_28_days():
     shipped = Model()
-    assert shipped.tau_days == 28.0
-    # the kinds weighed 0 are those the trace showed and that foretold no hardware fault
-    assert {k for k in KINDS if shipped.weight(k) == 0} == {
-        "xid", "ecc_sbe_storm", "gpu_unresponsive", "nic_lost", "other_hardware", "software"}
+    assert shipped.tau_days == math.inf and shipped.window_coefficients() == {
+        "1d": 0.0, "7d": 0.0, "28d": 1.0}
+    assert shipped.kinds == GROUPS["gpu"] and {shipped.weight(k) for k in shipped.kinds} == {1.0}
+    members = [Member("two", {"ecc_dbe": {"1d": 1, "7d": 1, "28d": 1}, "xid": {"28d": 1}}),
+               Member("one", {"gpu_lost": {"28d": 1}}),
+               Member("links", {"ib_link_down": {"1d": 3, "7d": 3, "28d": 3}})]
+    ranked = score_fleet(shipped, members, 3)
+    assert [(s.key, s.score) for s in ranked] == [("two", 2.0), ("one", 1.0)]  # mean 1
+
+
+@pytest.mark.parametrize("code, counts", [(48, True), (79, True), (64, True), (95, True),
+                                          (13, False), (31, False), (43, False), (45, False),
+                                          (94, False), (None, True)])
+def test_an_xid_counts_where_the_catalogue_asks_for_a_reset_a_reboot_or_service(code, counts):
+    assert counted("xid", code) is counts
+    assert counted("ecc_dbe", None) and counted("software", None)  # other kinds: always
+
+
+def test_a_node_with_reset_class_xids_scores_above_a_quiet_one_and_application_xids_do_not():
+    t = 100 * DAY
+    events = [Event(t - 2 * DAY, "reset", "xid", "0", 48), Event(t - DAY, "reset", "xid", "0", 79),
+              Event(t - 2 * DAY, "app", "xid", "1", 13), Event(t - DAY, "app", "xid", "1", 31),
+              Event(t - DAY, "app", "xid", "1", 94), Event(t - 50 * DAY, "quiet", "xid", "0", 48)]
+    ranking = rank(sorted(events, key=lambda e: e.time), t, 10)
+    scores = {s.key: s.score for s in ranking.nodes}
+    assert scores == {"reset": 10.0}  # 2 XIDs in a fleet of 10 with 2 in all: 10x the mean
+    assert ranking.nodes[0].reasons == ("xid (0 in 1d, 2 in 7d, 2 in 28d): 100% of the score",)
+    assert [g for g, _ in ranking.gpus["reset"]] == ["0"]
 
 
 # -- the command -------------------------------------------------------------------------
@@ -199,11 +218,11 @@ T = 1_000 * DAY
 def _fleet(tmp_path):
     events = [Event(T - 0.5 * DAY, "bad", "ecc_dbe", gpu="3"),
               Event(T - 2 * DAY, "bad", "ecc_dbe", gpu="3"),
-              Event(T - 4 * DAY, "bad", "ib_link_down"),
-              Event(T - 20 * DAY, "meh", "xid"),  # a kind the score weighs 0
-              Event(T - 10 * DAY, "odd", "unknown"),
-              Event(T - 11 * DAY, "soft", "software"),  # a kind the score weighs 0 too
-              Event(T - 60 * DAY, "gone", "thermal"),  # older than every window
+              Event(T - 4 * DAY, "bad", "ib_link_down"),  # a kind the score weighs 0
+              Event(T - 20 * DAY, "meh", "xid", gpu="1", xid=79),
+              Event(T - 10 * DAY, "app", "xid", gpu="1", xid=13),  # the application's XID
+              Event(T - 11 * DAY, "soft", "software"),  # a kind the score weighs 0
+              Event(T - 60 * DAY, "gone", "ecc_dbe"),  # older than every window
               Event(T + DAY, "later", "gpu_lost", gpu="0")]  # after T: not seen
     return _write(tmp_path / "events.jsonl", sorted(events, key=lambda e: e.time))
 
@@ -215,14 +234,14 @@ def test_lemons_ranks_nodes_with_gpus_beside_them_from_the_events_before_t(tmp_p
     out = json.loads(capsys.readouterr().out)
     first, second = out["rankings"]
     assert first["at"] == T and second["at"] == T + 2 * DAY
-    # zero scores left out: "gone" (no episode in 28 days), "meh" and "soft" (only kinds
-    # weighed 0)
-    assert [n["node"] for n in first["nodes"]] == ["bad", "odd"]
+    # zero scores left out: "gone" (no episode in 28 days), "app" (an application XID),
+    # "soft" (a kind weighed 0)
+    assert [n["node"] for n in first["nodes"]] == ["bad", "meh"]
     bad = first["nodes"][0]
-    assert bad["score"] > first["nodes"][1]["score"] > 0
+    assert bad["score"] == pytest.approx(100 / 3, rel=1e-5) and first["nodes"][1]["score"] == (
+        pytest.approx(50 / 3, rel=1e-5))  # 2 and 1 GPU episodes of 3 in a fleet of 50
     assert [g["gpu"] for g in bad["gpus"]] == ["3"] and bad["gpus"][0]["score"] > 1
-    assert any("ecc_dbe" in r for r in bad["reasons"])
-    assert "gpus" not in first["nodes"][1]
+    assert bad["reasons"] == ["ecc_dbe (1 in 1d, 2 in 7d, 2 in 28d): 100% of the score"]
     assert "later" in [n["node"] for n in second["nodes"]]
 
 
@@ -230,6 +249,39 @@ def test_lemons_prints_text_by_default(tmp_path, capsys):
     assert main(["lemons", _fleet(tmp_path), "--at", str(T)]) == 0
     text = capsys.readouterr().out
     assert "2 node(s) above 0" in text and "GPU 3:" in text
+
+
+def test_lemons_ranks_at_now_without_at(tmp_path, capsys):
+    now = time.time()
+    path = _write(tmp_path / "e.jsonl", [Event(now - DAY, "n", "ecc_dbe"),
+                                         Event(now - 40 * DAY + 1, "m", "ecc_dbe")])
+    assert main(["lemons", path, "--format", "json"]) == 0
+    (ranking,) = json.loads(capsys.readouterr().out)["rankings"]
+    assert int(now) <= ranking["at"] <= time.time() and ranking["at"] == int(ranking["at"])
+    assert [n["node"] for n in ranking["nodes"]] == ["n"]  # m's episode: past 28 days
+
+
+@pytest.mark.parametrize("text, says", [
+    (json.dumps([{"time": 1, "node": "a", "kind": "xid"}], indent=1),
+     "a JSON list of events, not JSON Lines"),
+    (json.dumps({"time": 1, "node": "a", "kind": "xid"}, indent=1), "events.jsonl:1: not JSON"),
+    (json.dumps({"events": [{"time": 1, "node": "a", "kind": "xid"}]}), "'time' must be"),
+    ("[1, 2", "events.jsonl:2: not JSON"),
+])
+def test_a_json_document_that_is_not_json_lines_gets_a_hint(tmp_path, capsys, text, says):
+    path = tmp_path / "events.jsonl"
+    path.write_text(text + "\n")
+    assert main(["lemons", str(path), "--at", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    if "'time'" not in says:  # an object a line: JSON Lines, only not an event
+        assert "JSON Lines, one event object a line" in err[0]
+
+
+def test_jsonl_named_reads_a_trace_as_lines_and_refuses_it(tmp_path, capsys):
+    trace = _trace(tmp_path, [_record(1.0, "GPU", "GPU Lost")])
+    assert main(["lemons", trace, "--input-format", "jsonl", "--at", "10"]) == 2
+    assert "fault_trace.json:1: not JSON" in capsys.readouterr().err
 
 
 def test_the_rankings_do_not_depend_on_how_nodes_are_interleaved(tmp_path):

@@ -1,21 +1,22 @@
-"""The lemon score: how much more than its fleet a node (or a GPU) is expected to fail soon.
+"""The lemon score: how many more GPU fault episodes than its fleet a node (or a GPU) had.
 
-A self-exciting (Hawkes) Poisson model of hardware faults: every episode raises its
-member's rate of hardware faults by its kind's weight, decaying with the episode's age.
-The weights are maximum-likelihood fits to what followed each kind of episode in a real
-fleet's trace (scripts/eval_lemons.py; docs/health.md, "Lemon score"), so nothing in it is
-a hand weight.
+What ships is a count, chosen on rolling origins of a real fleet's trace against decayed
+counts and fitted self-exciting models (scripts/eval_lemons.py; docs/health.md, "Lemon
+score"): a member's episodes of the GPU group's kinds in the last 28 days, over the
+fleet's mean (quiet members counted at 0). An XID counts only where the XID catalogue
+asks for a reset, a reboot or service (`counted`).
 
-Pure functions of the episode counts in the three windows every node exports (1 d, 7 d,
-28 d), per kind, and the size of the fleet, so the global recording rules
-(alerts/global-lemons.yml) compute the same number in PromQL:
+The code keeps the general form the candidates share, so a refit on another fleet ships
+by changing the constants below: pure functions of the episode counts in the three
+windows every node exports (1 d, 7 d, 28 d), per kind, and the size of the fleet, so the
+global recording rules (alerts/global-lemons.yml) compute the same number in PromQL:
 
-    excitation x = sum over kinds k and window segments s of  w_k * d_s * episodes(k, s)
-    score = x / (the fleet's mean excitation, quiet members counted at 0)
+    x = sum over kinds k and window segments s of  w_k * d_s * episodes(k, s)
+    score = x / (the fleet's mean x, quiet members counted at 0)
 
-with d_s the mean of exp(-age / tau) over the segment (0-1, 1-7, 7-28 days) and w_k the
-kind's weight. A score of 3 reads "three times the fleet's average expected hardware
-faults"; a member with no weighed episode in the windows scores 0.
+with d_s the mean of exp(-age / tau) over the segment (0-1, 1-7, 7-28 days; 1 for
+tau = inf, the count) and w_k the kind's weight. A score of 3 reads "three times the
+fleet's average"; a member with no weighed episode in the windows scores 0.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from exporter.gpu.xid import DRAIN_AND_SERVICE, REBOOT_NODE, RESET_GPU, xid_action
 
 DAY = 86400.0
 WINDOWS: tuple[tuple[str, float], ...] = (("1d", 1.0), ("7d", 7.0), ("28d", 28.0))
@@ -39,19 +42,28 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "other": ("software", "unknown"),
 }
 GROUP_OF: dict[str, str] = {kind: g for g, kinds in GROUPS.items() for kind in kinds}
+# The hardware kinds: those of the groups gpu, network and node but a failed health verdict,
+# the kinds InfiniteHBD-Trace files under its Level `Hardware Failure` (docs/health.md).
+HARDWARE_KINDS: tuple[str, ...] = tuple(
+    k for g in ("gpu", "network", "node") for k in GROUPS[g] if k != "health_failed")
+# XIDs whose catalogue action asks for a GPU reset, a reboot or service: they count as
+# the hardware kinds do; the rest (an application's fault, a cleanup, a notice) do not.
+HARDWARE_XID_ACTIONS = frozenset({RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE})
 
-# Chosen on the tuning days of InfiniteHBD-Trace, then fitted on all its scored days
-# (scripts/eval_lemons.py prints them; tests/test_eval_lemons.py checks these are what it
-# fits): the decay, and each kind's weight, in expected Hardware Failure faults in the next
-# 7 days per episode of the kind in its first day (absent: 0, the kind foretold none).
-TAU_DAYS = 28.0
-KIND_WEIGHTS: dict[str, float] = {
-    "ecc_dbe": 0.163, "row_remap_failure": 0.0923, "row_remap_pending": 0.0923,
-    "retired_pages": 0.0923, "gpu_lost": 0.0144, "pcie_degraded": 0.123,
-    "pcie_replays": 0.0923, "other_gpu": 0.0923, "nvlink_errors": 0.0433,
-    "nvlink_degraded": 0.0433, "fabric_degraded": 0.0433, "ib_link_down": 0.0629,
-    "ib_degraded": 0.0136, "thermal": 0.0187, "health_failed": 0.000865, "unknown": 0.0114,
-}
+
+def counted(kind: str, xid: int | None) -> bool:
+    """Whether an episode enters the score: every kind's does, but an XID's only when the
+    XID catalogue's action for its code (exporter/gpu/xid.py) asks for a reset, a reboot
+    or service; an XID without a code (a trace that names none) counts."""
+    return kind != "xid" or xid is None or xid_action(xid)[1] in HARDWARE_XID_ACTIONS
+
+# Chosen on rolling origins of InfiniteHBD-Trace (scripts/eval_lemons.py prints the choice;
+# tests/test_eval_lemons.py checks these are what it ships): the simplest candidate within
+# the spread of the best, a count. Each episode of the GPU group's kinds in the last 28
+# days weighs 1 (no decay within the windows); every other kind weighs 0.
+NAME = "GPU-kind episodes in 28 d"
+TAU_DAYS = math.inf
+KIND_WEIGHTS: dict[str, float] = {kind: 1.0 for kind in GROUPS["gpu"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +104,7 @@ class Model:
         return sum(c * counts.get(name, 0.0) for name, c in self.window_coefficients().items())
 
     def contributions(self, counts: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-        """Each weighed kind's part of the member's excitation (kind -> window -> episodes)."""
+        """Each weighed kind's part of the member's weighed count (kind -> window -> episodes)."""
         return {kind: part for kind, windows in counts.items()
                 if (part := self.weight(kind) * self.decayed_count(windows)) > 0}
 
@@ -141,11 +153,11 @@ def _reasons(model: Model, member: Member) -> tuple[str, ...]:
 def score_fleet(model: Model, members: Sequence[Member], fleet_size: int) -> list[Scored]:
     """Every member with a score above 0, by descending score (then key). fleet_size counts
     every member of the fleet, the quiet ones (no episode in the windows) too."""
-    excitation = {m.key: sum(model.contributions(m.counts).values()) for m in members}
-    total = sum(excitation.values())
+    weighed = {m.key: sum(model.contributions(m.counts).values()) for m in members}
+    total = sum(weighed.values())
     if total <= 0.0:
         return []
     mean = total / max(fleet_size, len(members))
-    out = [Scored(m.key, excitation[m.key] / mean, _reasons(model, m)) for m in members
-           if excitation[m.key] > 0]
+    out = [Scored(m.key, weighed[m.key] / mean, _reasons(model, m)) for m in members
+           if weighed[m.key] > 0]
     return sorted(out, key=lambda x: (-x.score, x.key))

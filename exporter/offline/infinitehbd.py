@@ -12,6 +12,7 @@ classes that mean different things (a failed stress test, software, nothing know
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,13 +123,24 @@ def read_faults(records: Iterable[object]) -> Iterator[Fault]:
         yield out
 
 
+def faults_of(records: object) -> list[Fault]:
+    """Every record of the trace's list, sorted by time (stable: the list's order on ties)."""
+    if not isinstance(records, list):
+        raise TraceFormatError("not a JSON list")
+    return sorted(read_faults(records), key=lambda x: x.time)
+
+
 def load_faults(path: str | Path) -> list[Fault]:
     """Every record of the trace file, sorted by time (stable: the file's order on ties)."""
     with open(path, encoding="utf-8") as f:
-        records = json.load(f)
-    if not isinstance(records, list):
-        raise TraceFormatError(f"{path}: not a JSON list")
-    return sorted(read_faults(records), key=lambda x: x.time)
+        return faults_of(json.load(f))
+
+
+def fallback_notes(faults: Iterable[Fault]) -> list[str]:
+    """One line for each Class and Desc the table lacks: its count and the kind it took."""
+    fallbacks = Counter((f.cls, f.desc, f.kind) for f in faults if f.start and not f.in_table)
+    return [f"Class {cls!r}, Desc {desc!r} is not in the table: {count} fault(s) as {kind!r}, "
+            "its Class's kind" for (cls, desc, kind), count in sorted(fallbacks.items())]
 
 
 def to_events(faults: Iterable[Fault]) -> list[Event]:

@@ -1,12 +1,15 @@
-"""`cluster-telemetry-exporter lemons EVENTS.jsonl --at T [--at T ...] [--format json]`.
+"""`cluster-telemetry-exporter lemons FILE [--at T ...] [--format json]`.
 
 Ranks the nodes (and the GPUs the events name) by the lemon score
-(exporter.analysis.lemons) at each time T, from the events before T only. It reads the
-JSON Lines that `history --format jsonl` prints, one node's or many nodes' concatenated.
+(exporter.analysis.lemons) at each time T (default: now), from the events before T only.
+It reads the JSON Lines that `history --format jsonl` prints, one node's or many nodes'
+concatenated, or InfiniteHBD-Trace's fault_trace.json; the format is sniffed (a file that
+starts with `[` is one JSON document: the trace) or named with `--input-format`.
 Input it refuses, in one line naming file:line, with exit status 2: a line that is not an
 event (not JSON, a missing field, an unknown kind), a node's event earlier than that node's
 previous one (a file cut or merged wrongly; nodes may follow each other in any order),
-and a file with no events.
+a file with no events, a trace record that is not a fault record, and a JSON document
+that is neither (with a hint: JSON Lines is one event a line).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,11 +28,19 @@ from exporter.analysis.lemons import (
     Member,
     Model,
     Scored,
+    counted,
     score_fleet,
     window_counts,
 )
-from exporter.errors import fail
+from exporter.errors import error_line, fail
 from exporter.events import Event, EventError, parse_lines
+from exporter.offline.infinitehbd import (
+    Fault,
+    TraceFormatError,
+    fallback_notes,
+    faults_of,
+    to_events,
+)
 from exporter.options import inputs_of
 
 COMMAND = "lemons"
@@ -64,13 +76,65 @@ def read_events(path: str) -> list[Event]:
     return events
 
 
+JSONL, INFINITEHBD = "jsonl", "infinitehbd"
+INPUT_FORMATS = ("auto", JSONL, INFINITEHBD)
+NOT_JSON_LINES = ("lemons reads JSON Lines, one event object a line (history --format jsonl), "
+                  "or InfiniteHBD-Trace's fault_trace.json; a JSON document spread over "
+                  "lines is neither (jq -c '.[]' FILE writes a list's items one a line)")
+
+
+def sniff(path: str) -> str:
+    """The file's format from its first non-blank character: `[` opens one JSON document
+    (InfiniteHBD-Trace's list of records); anything else is taken for JSON Lines."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return JSONL  # read_events names what is wrong
+    return INFINITEHBD if head.lstrip()[:1] == b"[" else JSONL
+
+
+def read_trace(path: str) -> list[Fault]:
+    """InfiniteHBD-Trace's records, or InputError (a hint where they are events)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            records = json.load(f)
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
+            from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}:{err.lineno}: not JSON ({err.msg} at column {err.colno})"
+                         f"; {NOT_JSON_LINES}") from None
+    if isinstance(records, list) and records and isinstance(records[0], dict) \
+            and "kind" in records[0]:
+        raise InputError(f"{path}: a JSON list of events, not JSON Lines; {NOT_JSON_LINES}")
+    try:
+        return faults_of(records)
+    except TraceFormatError as err:
+        raise InputError(f"{path}: {err} (InfiniteHBD-Trace's fault_trace.json?); "
+                         f"{NOT_JSON_LINES}") from None
+
+
+def load_input(path: str, input_format: str = "auto") -> tuple[str, list]:
+    """(format, its records): InfiniteHBD-Trace's faults, or the events of JSON Lines."""
+    fmt = sniff(path) if input_format == "auto" else input_format
+    if fmt == INFINITEHBD:
+        return fmt, read_trace(path)
+    try:
+        return fmt, read_events(path)
+    except InputError as err:
+        if f"{path}:1: not JSON" in str(err):  # a JSON document spread over lines?
+            raise InputError(f"{err}; {NOT_JSON_LINES}") from None
+        raise
+
+
 def members_at(events: Sequence[Event], at: float, key) -> list[Member]:
     """The members (key(event): a node, or a node's GPU; None: not one) with episodes in
     the windows at `at`."""
     ages: dict[str, dict[str, list[float]]] = {}
     for e in events:
         k = key(e)
-        if e.time < at and k is not None:
+        if e.time < at and k is not None and counted(e.kind, e.xid):
             ages.setdefault(k, {}).setdefault(e.kind, []).append((at - e.time) / DAY)
     out = []
     for k, kinds in ages.items():
@@ -161,11 +225,15 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("events", metavar="EVENTS.jsonl",
-                        help="fault events, one JSON object a line (history --format jsonl)")
-    parser.add_argument("--at", action="append", required=True, type=parse_time, metavar="T",
+    parser.add_argument("events", metavar="FILE",
+                        help="fault events, one JSON object a line (history --format jsonl), "
+                        "or InfiniteHBD-Trace's fault_trace.json")
+    parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
+                        help="the file's format (default: sniffed; a file starting with '[' "
+                        "is InfiniteHBD-Trace's)")
+    parser.add_argument("--at", action="append", type=parse_time, metavar="T",
                         help="rank at this time (unix seconds or ISO 8601) from the events "
-                        "before it; repeat for more rankings")
+                        "before it (default: now); repeat for more rankings")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--fleet-nodes", type=_positive, metavar="N",
                         help="nodes in the fleet, quiet ones included (default: the nodes "
@@ -179,8 +247,9 @@ class LemonsRequest:
     """The lemons command's inputs."""
 
     events: str  # the events file
-    at: list[float]  # the times to rank at
+    at: list[float] | None = None  # the times to rank at; None: now
     format: str = "text"
+    input_format: str = "auto"
     fleet_nodes: int | None = None  # None: the nodes the events name
     gpus_per_node: int = GPUS_PER_NODE
 
@@ -188,14 +257,24 @@ class LemonsRequest:
 def main(args: argparse.Namespace) -> int:
     req = inputs_of(LemonsRequest, args)
     try:
-        events = read_events(req.events)
+        fmt, loaded = load_input(req.events, req.input_format)
     except InputError as err:
         return fail(COMMAND, str(err))
+    if fmt == INFINITEHBD:
+        for note in fallback_notes(loaded):
+            print(error_line(COMMAND, f"{req.events}: {note}"), file=sys.stderr)
+        events = to_events(loaded)
+        if not events:
+            return fail(COMMAND, f"{req.events}: no fault starts (a trace without one ranks "
+                        "nothing)")
+    else:
+        events = loaded
     named = len({e.node for e in events})
     fleet = req.fleet_nodes if req.fleet_nodes is not None else named
     if fleet < named:
         return fail(COMMAND, f"--fleet-nodes {fleet}: the events name {named} nodes")
-    rankings = [rank(events, at, fleet, req.gpus_per_node) for at in req.at]
+    times = req.at or [float(int(time.time()))]  # default: now, to the second
+    rankings = [rank(events, at, fleet, req.gpus_per_node) for at in times]
     if req.format == "json":
         json.dump(to_json(rankings), sys.stdout, indent=1)
         sys.stdout.write("\n")
