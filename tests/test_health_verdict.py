@@ -191,14 +191,16 @@ def test_judged_once_per_snapshot_and_since_holds_while_the_state_does():
 def test_health_body_has_the_documented_shape():
     result = HealthMonitor().assess(snap(xids={(1, 48): XidRecord(1, 9.0)}))
     body = json.loads(health_body(result))
-    assert set(body) == {"node", "gpus"}
+    assert set(body) == {"summary", "node", "gpus"}
+    assert body["summary"] == "failed: GPU 1 (reset the GPU)"
     assert set(body["gpus"]) == {"0", "1"}
     for v in (body["node"], *body["gpus"].values()):
-        assert set(v) == {"state", "action", "reasons", "checks"}
+        assert set(v) == {"state", "action", "action_words", "reasons", "checks"}
         for c in v["checks"]:
             assert set(c) == {"name", "state", "value", "threshold", "source", "since"}
     assert body["gpus"]["1"]["state"] == "failed"
     assert body["gpus"]["1"]["action"] == "reset_gpu"
+    assert body["gpus"]["1"]["action_words"] == "reset the GPU"
     assert "XID 48" in body["node"]["reasons"]
 
 

@@ -25,9 +25,12 @@ def test_landing_page_in_headless_chromium(tmp_path):
         exp.stop()
     dom = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
-    # ok, or degraded with the reason when a cold browser start starves this 2-core box
-    assert re.search(r'<span id="health">(ok|degraded; [^<]+)</span>', dom), (
+    # ready, or degraded with the reason when a cold browser start starves this 2-core box
+    assert re.search(r'<span id="readiness"[^>]*>ready(, degraded: [^<]+)?</span>', dom), (
         dom + result.stderr[-2000:])
+    # the GPUs' verdict apart: before the GPUs are identified it cannot say yet
+    verdict = r'<span id="verdict"[^>]*>(ok \(8 GPUs\)|unknown: GPUs 0-7|no verdict yet)</span>'
+    assert re.search(verdict, dom), dom
     assert re.search(r'<span id="gpus">8</span>', dom), dom
     for path in ("/metrics", "/healthz", "/readyz"):
         assert f'href="{path}"' in dom, path

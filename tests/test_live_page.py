@@ -48,7 +48,10 @@ def _check_dom(dom: str) -> None:
     assert re.search(r'<dt>step period</dt><dd>\d+ ms \(\d\.\d\d Hz\), from the power', dom)
     assert 'data-kind="step_period"' in dom
     assert re.search(r'<span id="gpus">8</span>', dom)
-    assert re.search(r'<span id="health">(ok|degraded; [^<]+)</span>', dom)
+    assert re.search(r'<span id="readiness"[^>]*>ready(, degraded: [^<]+)?</span>', dom)
+    # the straggler's clocks are held down (HW slowdown): the verdict warns of GPU 5
+    assert re.search(r'<span id="verdict" data-state="warning">warning: GPU 5</span>', dom), (
+        dom[:4000])
 
 
 def test_live_page_under_the_straggler_scenario(running_exporter, tmp_path):
@@ -141,7 +144,7 @@ def test_live_page_health_panel_names_the_failed_gpu_and_its_action(running_expo
     dom = result.stdout
     verdict = re.search(r'<span id="health-verdict" class="verdict" data-state="(\w+)">'
                         r'([^<]*)</span>', dom)
-    assert verdict and verdict.groups() == ("failed", "failed: reboot node"), dom[-3000:]
+    assert verdict and verdict.groups() == ("failed", "failed: reboot the node"), dom[-3000:]
     items = re.findall(r'<li class="verdict-item verdict-(\w+)" data-state="\w+" '
                        r'data-action="(\w+)" data-gpu="(\d+)"[^>]*>(.*?)</li>', dom)
     assert [(state, action, gpu) for state, action, gpu, _ in items] == [
@@ -160,3 +163,39 @@ def test_live_page_health_panel_on_a_healthy_node(running_exporter, tmp_path):
                      result.stdout), result.stdout[-3000:]
     assert '<ul id="health-list"><li class="muted">every check passes</li></ul>' in (
         result.stdout)
+
+
+def _page(running_exporter, tmp_path: Path, scenario: str, seconds: float) -> tuple[str, dict]:
+    exp = running_exporter.start(manual=True, scenario=scenario)
+    exp.sampler.advance(seconds)
+    _, body = http_get(exp.port, "/api/v1/findings")
+    result = chromium(tmp_path, f"http://127.0.0.1:{exp.port}/", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout, json.loads(body)
+
+
+def test_the_header_tells_a_ready_exporter_from_a_failed_gpu(running_exporter, tmp_path):
+    """ecc-dbe: the exporter serves well (ready) while GPU 2 has failed; the header says
+    both, apart, and the action in the one set of words."""
+    require_binary("chromium")
+    dom, found = _page(running_exporter, tmp_path, "ecc-dbe", 16)
+    assert re.search(r'<span id="readiness" data-status="ok">ready</span>', dom), dom[:3000]
+    assert re.search(r'<span id="verdict" data-state="failed">failed: GPU 2 '
+                     r'\(reset the GPU\)</span>', dom), dom[:3000]
+    assert "gpu_reset" not in re.sub(r"<[^>]+>", " ", dom.split("<main>")[1])
+    recovery = [f for f in found["findings"] if f["kind"] == "recovery_action"]
+    assert [f["message"] for f in recovery] == ["GPU 2: the driver asks to reset the GPU"]
+    assert found["summary"]["readiness"]["words"] == "ready"
+
+
+def test_a_healthy_training_node_shows_nothing_above_information(running_exporter, tmp_path):
+    """training: the node swings with its steps, as every synchronous job does; the page and
+    /api/v1/findings say so as information, as the node's power alerts do."""
+    require_binary("chromium")
+    dom, found = _page(running_exporter, tmp_path, "training", 70)
+    kinds = {f["kind"] for f in found["findings"]}
+    assert "power_swing" in kinds or "step_period" in kinds, found
+    assert {f["severity"] for f in found["findings"]} == {"info"}, found["findings"]
+    assert 'class="finding sev-info"' in dom
+    assert "sev-warning" not in dom and "sev-critical" not in dom
+    assert re.search(r'<span id="verdict" data-state="ok">ok \(8 GPUs\)</span>', dom), dom[:4000]

@@ -138,7 +138,8 @@ def test_findings_body_has_the_node_summary():
     assert [f["kind"] for f in body["findings"]] == ["gpu_lost"]
     s = body["summary"]
     assert (s["node"], s["gpus_up"], s["gpu_count"], s["expected_gpus"]) == ("node-a", 1, 2, 2)
-    assert s["health"] == {"status": "degraded", "problems": ["GPU 1 lost"]}
+    assert s["readiness"] == {"status": "degraded", "words": "ready, degraded: GPU 1 lost",
+                              "problems": ["GPU 1 lost"]}
     assert [(g["gpu"], g["up"], g["lost"], g["jobs"]) for g in s["gpus"]] == [
         (0, True, False, ["job-7"]), (1, False, True, ["job-7", "job-8"])]
 

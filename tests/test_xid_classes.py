@@ -13,6 +13,7 @@ import pytest
 
 from exporter.gpu import xid
 from exporter.gpu.xid import xid_class
+from exporter.health.monitor import HealthMonitor
 from exporter.metrics.gpu_health import health_families
 from exporter.sampling.snapshot import XidRecord
 from exporter.web.findings import findings
@@ -28,7 +29,12 @@ EXPECTED = {
 }
 CLASSIFIED = sorted((code, cls) for cls, codes in EXPECTED.items() for code in codes)
 UNCLASSIFIED = [0, 1, 8, 32, 61, 68, 93, 121, 137, 151, 153, 159, 161, 166, 999]
-SEVERITY = {"critical": "critical", "warning": "warning", "application": "info"}
+# The live page's severity of a code alone on a GPU: the verdict's state for it (failed ->
+# critical, warning -> warning, ok -> info), written out here. Application XIDs that ask
+# the application to restart (31, 43) and 63 (a remap waits for a reset) warn; 13 and 45
+# are information; a code the table lacks warns, as the verdict does.
+PAGE_INFO = {13, 45}
+PAGE_CRITICAL = EXPECTED["critical"]
 
 
 def codes(text: str) -> set[int]:
@@ -101,8 +107,14 @@ def test_codes_parser() -> None:
     assert codes("none") == set()
 
 
+def page_severity(code: int) -> str:
+    return ("critical" if code in PAGE_CRITICAL else "info" if code in PAGE_INFO
+            else "warning")
+
+
 def test_every_code_reaches_the_metric_and_the_page_with_its_class() -> None:
-    """The class label on gpu_xid_errors_total and the live page's severity, code by code."""
+    """The class label on gpu_xid_errors_total and the live page's severity, code by code
+    (without a verdict at hand the page takes the XID table's state)."""
     now = 1_758_000_000.0
     all_codes = [c for c, _ in CLASSIFIED] + UNCLASSIFIED
     snap = make_snapshot(2, time=now, xids={(1, c): XidRecord(1, now - 5) for c in all_codes})
@@ -112,4 +124,18 @@ def test_every_code_reaches_the_metric_and_the_page_with_its_class() -> None:
     expected = dict(CLASSIFIED) | dict.fromkeys(UNCLASSIFIED, "unknown")
     assert rendered == expected
     page = {f["details"]["xid"]: f["severity"] for f in findings(snap) if f["kind"] == "xid"}
-    assert page == {c: SEVERITY.get(cls, "info") for c, cls in expected.items()}
+    assert page == {c: page_severity(c) for c in expected}
+
+
+@pytest.mark.parametrize("code", [c for c, _ in CLASSIFIED] + UNCLASSIFIED)
+def test_the_page_says_what_the_verdict_says_code_by_code(code: int) -> None:
+    """One judge: a code alone on GPU 1, judged by the health monitor; the page's finding
+    takes the severity of the verdict's xid check, and ages with it."""
+    now = 1_758_000_000.0
+    for seen, severity in ((now - 5, page_severity(code)), (now - 86_400, "info")):
+        snap = make_snapshot(2, time=now, xids={(1, code): XidRecord(1, seen)})
+        verdict = HealthMonitor().assess(snap)
+        state = next(c.state for c in verdict.gpus[1].checks if c.name == "xid")
+        page = [f["severity"] for f in findings(snap, verdict) if f["kind"] == "xid"]
+        assert page == [severity], (code, state)
+        assert severity == {"failed": "critical", "warning": "warning"}.get(state, "info")

@@ -1,86 +1,103 @@
-"""XID codes and their severity class (NVIDIA's XID catalog, Ampere and newer, by the
-immediate action it asks for: docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
+"""The XID table: one row per code (its meaning, class, the state it puts the GPU in and
+the action it asks for), from NVIDIA's XID catalog (Ampere and newer, by the immediate
+action it asks for: docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) and
+DCGM 4.x's health watches (modules/health/DcgmHealthWatch.cpp: always FAIL on 48, 74, 79,
+95, 119, 120, 140; WARN on 94; memory watch WARN on 31, 32, 43, 63, FAIL on 64; PCIe watch
+WARN on 38, 39, 42). Everything else derives from it: the `class` label of the XID
+counter (so rules can alert on `class="critical"` without code lists), the health
+verdict's state and action (exporter/health/), the live page's finding severity and the
+lemon score's XID weights.
 
-The class is exported as a label on the XID counter so rules can alert on
-`class="critical"` without hard-coding code lists.
+The class keeps its words as a label value (the alerts key on it); how a class maps to the
+one severity vocabulary (critical, warning, info) is in docs/health.md ("One vocabulary").
 """
 
 from __future__ import annotations
 
-CRITICAL = frozenset({46, 48, 62, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143,
-                      144, 145, 146, 147, 148, 149, 150, 155, 156, 158})
-# 154 carries its recovery action in the driver's text, which NVML events do not; the
-# action is read from NVML instead (gpu_recovery_action). 162-165: power smoothing.
-WARNING = frozenset({92, 94, 154, 157, 162, 163, 164, 165})
-APPLICATION = frozenset({13, 31, 43, 45, 63})
+from dataclasses import dataclass
 
-MEANINGS = {
-    13: "graphics engine exception (usually the application)",
-    31: "GPU memory page fault (usually the application)",
-    43: "GPU stopped processing (application)",
-    45: "preemptive cleanup after a previous error",
-    46: "GPU stopped processing",
-    48: "double-bit ECC error (DBE)",
-    62: "internal micro-controller halt",
-    63: "row remapping event (ECC page retirement recorded)",
-    64: "row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error (restart the application)",
-    95: "uncontained ECC error (reset the GPU)",
-    109: "context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    154: "GPU recovery action changed",
+RESTART_APPLICATION, RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE = (
+    "restart_application", "reset_gpu", "reboot_node", "drain_and_service")
+
+
+@dataclass(frozen=True)
+class Xid:
+    meaning: str | None  # None: the catalog's own words are not copied here
+    klass: str  # critical, warning, application or unknown (the counter's `class` label)
+    state: str  # the health state it puts the GPU in: ok, warning or failed
+    action: str  # the action it asks for (exporter/health/model.py's ACTIONS)
+
+
+TABLE: dict[int, Xid] = {
+    # application: the application's own fault, nothing on the GPU (13, 45), or one that
+    # only the affected application must restart for
+    13: Xid("graphics engine exception (usually the application)", "application", "ok",
+             RESTART_APPLICATION),
+    31: Xid("GPU memory page fault (usually the application)", "application", "warning",
+             RESTART_APPLICATION),
+    43: Xid("GPU stopped processing (application)", "application", "warning",
+             RESTART_APPLICATION),
+    45: Xid("preemptive cleanup after a previous error", "application", "ok", "none"),
+    # a row remap waits for the next reset
+    63: Xid("row remapping event (ECC page retirement recorded)", "application", "warning",
+             RESET_GPU),
+    # DCGM's memory and PCIe watches warn on these; the catalog gives them no class
+    32: Xid(None, "unknown", "warning", RESTART_APPLICATION),
+    38: Xid(None, "unknown", "warning", RESET_GPU),
+    39: Xid(None, "unknown", "warning", RESET_GPU),
+    42: Xid(None, "unknown", "warning", RESET_GPU),
+    92: Xid("high single-bit ECC error rate", "warning", "warning", "none"),
+    # contained: only the affected application
+    94: Xid("contained ECC error (restart the application)", "warning", "warning",
+             RESTART_APPLICATION),
+    # 154 carries its recovery action in the driver's text, which NVML events do not; the
+    # action is read from NVML instead (gpu_recovery_action)
+    154: Xid("GPU recovery action changed", "warning", "warning", "none"),
+    157: Xid(None, "warning", "warning", "none"),
+    # 162-165: power smoothing
+    **{code: Xid(None, "warning", "warning", DRAIN_AND_SERVICE) for code in range(162, 166)},
+    46: Xid("GPU stopped processing", "critical", "failed", RESET_GPU),
+    48: Xid("double-bit ECC error (DBE)", "critical", "failed", RESET_GPU),
+    62: Xid("internal micro-controller halt", "critical", "failed", RESET_GPU),
+    # row remap failure: the GPU needs replacing
+    64: Xid("row remapping failure", "critical", "failed", DRAIN_AND_SERVICE),
+    74: Xid("NVLink error", "critical", "failed", RESET_GPU),
+    79: Xid("GPU has fallen off the bus", "critical", "failed", REBOOT_NODE),
+    95: Xid("uncontained ECC error (reset the GPU)", "critical", "failed", RESET_GPU),
+    109: Xid("context switch timeout", "critical", "failed", RESET_GPU),
+    119: Xid("GSP RPC timeout", "critical", "failed", RESET_GPU),
+    120: Xid("GSP error", "critical", "failed", RESET_GPU),
+    136: Xid(None, "critical", "failed", RESET_GPU),
+    140: Xid(None, "critical", "failed", RESET_GPU),
+    143: Xid(None, "critical", "failed", RESET_GPU),
+    **{code: Xid(None, "critical", "failed", RESET_GPU) for code in range(144, 151)},  # NVLink5
+    155: Xid(None, "critical", "failed", RESET_GPU),
+    156: Xid(None, "critical", "failed", REBOOT_NODE),
+    158: Xid(None, "critical", "failed", REBOOT_NODE),
 }
+# A code the table lacks: it warns, asks for nothing, and its class is unknown.
+UNLISTED = Xid(None, "unknown", "warning", "none")
+
+# Views kept for readers that want one column.
+CRITICAL = frozenset(c for c, row in TABLE.items() if row.klass == "critical")
+WARNING = frozenset(c for c, row in TABLE.items() if row.klass == "warning")
+APPLICATION = frozenset(c for c, row in TABLE.items() if row.klass == "application")
+MEANINGS = {c: row.meaning for c, row in TABLE.items() if row.meaning is not None}
+
+
+def xid_row(code: int) -> Xid:
+    return TABLE.get(code, UNLISTED)
 
 
 def xid_class(code: int) -> str:
-    if code in CRITICAL:
-        return "critical"
-    if code in WARNING:
-        return "warning"
-    if code in APPLICATION:
-        return "application"
-    return "unknown"
-
-
-# What each XID asks of the operator, for the health verdict (exporter/health/): the
-# state it puts the GPU in and the action, from NVIDIA's XID catalog ("immediate action":
-# RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT) and DCGM 4.x's health watches
-# (modules/health/DcgmHealthWatch.cpp: always FAIL on 48, 74, 79, 95, 119, 120, 140; WARN
-# on 94; memory watch WARN on 31, 32, 43, 63, FAIL on 64; PCIe watch WARN on 38, 39, 42).
-# The application XIDs (13, 31, 43, 45) never fail a GPU on their own. Codes not here:
-# critical ones fail with a GPU reset, the rest warn (the class says how bad).
-RESTART_APPLICATION, RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE = (
-    "restart_application", "reset_gpu", "reboot_node", "drain_and_service")
-ACTIONS: dict[int, tuple[str, str]] = {
-    13: ("ok", "restart_application"),  # the application's own fault: nothing on the GPU
-    45: ("ok", "none"),  # cleanup after another error, which carries the verdict
-    31: ("warning", RESTART_APPLICATION), 43: ("warning", RESTART_APPLICATION),
-    32: ("warning", RESTART_APPLICATION),
-    38: ("warning", RESET_GPU), 39: ("warning", RESET_GPU), 42: ("warning", RESET_GPU),
-    63: ("warning", RESET_GPU),  # a row remap waits for the next reset
-    92: ("warning", "none"),
-    94: ("warning", RESTART_APPLICATION),  # contained: only the affected application
-    154: ("warning", "none"),  # the recovery action itself is judged from NVML's field
-    157: ("warning", "none"),
-    162: ("warning", DRAIN_AND_SERVICE), 163: ("warning", DRAIN_AND_SERVICE),
-    164: ("warning", DRAIN_AND_SERVICE), 165: ("warning", DRAIN_AND_SERVICE),
-    46: ("failed", RESET_GPU), 48: ("failed", RESET_GPU), 62: ("failed", RESET_GPU),
-    64: ("failed", DRAIN_AND_SERVICE),  # row remap failure: the GPU needs replacing
-    74: ("failed", RESET_GPU), 79: ("failed", REBOOT_NODE), 95: ("failed", RESET_GPU),
-    109: ("failed", RESET_GPU), 119: ("failed", RESET_GPU), 120: ("failed", RESET_GPU),
-    136: ("failed", RESET_GPU), 140: ("failed", RESET_GPU), 143: ("failed", RESET_GPU),
-    **{code: ("failed", RESET_GPU) for code in range(144, 151)},  # NVLink5
-    155: ("failed", RESET_GPU), 156: ("failed", REBOOT_NODE), 158: ("failed", REBOOT_NODE),
-}
+    return xid_row(code).klass
 
 
 def xid_action(code: int) -> tuple[str, str]:
     """(health state, action) the XID asks for."""
-    found = ACTIONS.get(code)
-    if found is not None:
-        return found
-    return ("failed", RESET_GPU) if code in CRITICAL else ("warning", "none")
+    row = xid_row(code)
+    return row.state, row.action
+
+
+def meaning(code: int) -> str:
+    return xid_row(code).meaning or "see NVIDIA's XID catalog"

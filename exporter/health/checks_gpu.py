@@ -16,6 +16,7 @@ from exporter.health.model import (
     WARNING,
     Outcome,
     action_rank,
+    action_words,
     state_rank,
 )
 
@@ -27,6 +28,8 @@ RECOVERY = {
     "drain_p2p": (WARNING, NONE),  # peer-to-peer traffic stops; jobs may go on
     "drain_and_reset": (FAILED, RESET_GPU),
 }
+# what the driver asks for where it is no action of ours (exporter/health/model.py)
+DRIVER_ONLY = {"drain_p2p": "stop peer-to-peer traffic"}
 
 
 def answering(c: GpuInputs) -> Outcome:
@@ -69,8 +72,9 @@ def recovery_action(c: GpuInputs) -> Outcome:
     state, action = RECOVERY.get(h.recovery_action, (WARNING, NONE))
     if state == OK:
         return Outcome(OK, h.recovery_action)
-    return Outcome(state, h.recovery_action, None, action,
-                   f"driver asks for {h.recovery_action.replace('_', ' ')}")
+    asks = action_words(action) if action != NONE else DRIVER_ONLY.get(
+        h.recovery_action, f"recover ({h.recovery_action})")
+    return Outcome(state, h.recovery_action, None, action, f"driver asks to {asks}")
 
 
 CHECKS = (

@@ -18,6 +18,12 @@ STATES = (NOT_APPLICABLE, OK, UNKNOWN, WARNING, FAILED)
 NONE, RESTART_APPLICATION, RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE = (
     "none", "restart_application", "reset_gpu", "reboot_node", "drain_and_service")
 ACTIONS = (NONE, RESTART_APPLICATION, RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE)
+# The action in the words of every sentence, page and answer that a person reads (the
+# token above is the API's and the metrics' value; NVML's own recovery tokens, gpu_reset
+# and the like, stay on gpu_recovery_action only, as the driver's).
+ACTION_WORDS = {NONE: "do nothing", RESTART_APPLICATION: "restart the application",
+                RESET_GPU: "reset the GPU", REBOOT_NODE: "reboot the node",
+                DRAIN_AND_SERVICE: "drain the node and service the GPU"}
 _STATE_RANK = {state: rank for rank, state in enumerate(STATES)}
 _ACTION_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 
@@ -80,6 +86,10 @@ def worse(a: str, b: str) -> str:
 
 def stronger(a: str, b: str) -> str:
     return a if _ACTION_RANK[a] >= _ACTION_RANK[b] else b
+
+
+def action_words(action: str) -> str:
+    return ACTION_WORDS.get(action, action.replace("_", " "))
 
 
 def state_rank(state: str) -> int:

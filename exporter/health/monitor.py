@@ -47,9 +47,11 @@ def inputs_key(snapshot: Snapshot) -> tuple:
             tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
             tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
             snapshot.lost, tuple(sorted(snapshot.hung)),
-            tuple((p.device, p.port, p.state_id) for r in snapshot.collectors.values()
-                  if isinstance(r.reading, InfinibandReading)
-                  for d in r.reading.devices for p in d.ports),
+            # the InfiniBand reads (their rates need each one) and the ports' states
+            tuple(r.last_success for r in snapshot.collectors.values()
+                  if isinstance(r.reading, InfinibandReading)),
+            tuple((p.device, p.port, p.state_id)
+                  for p in checks_node.infiniband_ports_of(snapshot)),
             int(snapshot.time // RE_JUDGE_SECONDS))
 
 
@@ -115,7 +117,7 @@ class HealthMonitor:
             results = tuple(self._run(check, inputs, gpu, snapshot.time)
                             for check in self.gpu_checks)
             gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
-        node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus)
+        node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus, self.counters)
         own = self._verdict(None, tuple(self._run(check, node_inputs, None, snapshot.time)
                                         for check in self.node_checks), "node: ")
         return NodeHealth(snapshot.time, combine(own, list(gpus.values())), gpus,

@@ -50,6 +50,15 @@ class HealthSettings:
     nvlink_crc_per_second: float = setting(
         100.0, "NVLink CRC errors a second at which the NVLink check fails (DCGM 4.x)",
         key="health_nvlink_crc_per_second", low=0.0, high=1e12, commands=_C)
+    infiniband_symbol_errors_per_second: float = setting(
+        10.0, "InfiniBand symbol errors a second (over 5 minutes) above which the "
+        "infiniband_link_errors check warns (NVSentinel's NIC monitor)",
+        key="health_infiniband_symbol_errors_per_second", low=0.0, high=1e12, commands=_C)
+    infiniband_link_error_recovery_per_minute: float = setting(
+        5.0, "InfiniBand link error recoveries a minute (over 5 minutes) above which the "
+        "infiniband_link_errors check warns (NVSentinel's NIC monitor)",
+        key="health_infiniband_link_error_recovery_per_minute", low=0.0, high=1e9,
+        commands=_C)
     window_seconds: float = setting(
         60.0, "the window over which counters are compared: DCGM's health watches compare "
         "the change over the last minute", key="health_window_seconds", low=10.0,

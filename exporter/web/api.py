@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from exporter import __version__
-from exporter.health.model import NodeHealth, Verdict
+from exporter.health.model import (
+    FAILED,
+    NONE,
+    UNKNOWN,
+    WARNING,
+    NodeHealth,
+    Verdict,
+    action_words,
+)
 from exporter.history.answer import history_body, replacement_findings
 from exporter.history.recorder import History
 from exporter.metrics.render import RenderedSnapshot
@@ -32,7 +40,7 @@ from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings import findings
 from exporter.web.jsonarrays import json_array
 from exporter.web.probes import Readiness
-from exporter.web.wording import number
+from exporter.web.wording import gpu_list, number
 
 POWER, FINDINGS, HEALTH, HISTORY = ("/api/v1/power", "/api/v1/findings", "/api/v1/health",
                                    "/api/v1/history")
@@ -174,7 +182,7 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
                   health: NodeHealth | None = None, history: History | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
-    node at a glance (GPUs up, who holds them, the exporter's own health)."""
+    node at a glance (GPUs up, who holds them, the exporter's own readiness)."""
     found = findings(snapshot, health)
     if history is not None:
         found += replacement_findings(history, snapshot.time)
@@ -198,7 +206,8 @@ def summary(snapshot: Snapshot, readiness: Readiness, node: str) -> dict[str, An
             "scenario": snapshot.scenario, "started_at": number(snapshot.started_at),
             "gpu_count": snapshot.gpu_count, "expected_gpus": snapshot.expected_gpus,
             "gpus_up": sum(g["up"] for g in gpus),
-            "health": {"status": readiness.status, "problems": list(readiness.problems)},
+            "readiness": {"status": readiness.status, "words": readiness.words,
+                          "problems": list(readiness.problems)},
             "sample_interval_seconds": number(_interval(snapshot), 6),
             "observable_band_hz": [number(f, 4) for f in snapshot.observable_band_hz],
             "step": _step(snapshot), "gpus": gpus}
@@ -233,21 +242,44 @@ def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
 # -- /api/v1/health --------------------------------------------------------------------------
 
 def health_body(health: NodeHealth | None) -> bytes:
-    """{"node": verdict, "gpus": {"0": verdict, ...}}; verdict = {"state", "action",
-    "reasons", "checks": [{"name", "state", "value", "threshold", "source", "since"}]}.
+    """{"summary", "node": verdict, "gpus": {"0": verdict, ...}}; verdict = {"state",
+    "action", "action_words", "reasons", "checks": [{"name", "state", "value",
+    "threshold", "source", "since"}]}.
     Without a verdict yet (the exporter not started): unknown."""
     if health is None:
-        body: dict[str, Any] = {"node": {"state": "unknown", "action": "none",
+        body: dict[str, Any] = {"summary": verdict_summary(None),
+                                "node": {"state": "unknown", "action": "none",
+                                         "action_words": action_words("none"),
                                          "reasons": "no verdict yet", "checks": []},
                                 "gpus": {}}
     else:
-        body = {"node": _verdict(health.node),
+        body = {"summary": verdict_summary(health), "node": _verdict(health.node),
                 "gpus": {str(gpu): _verdict(v) for gpu, v in sorted(health.gpus.items())}}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
 
+def verdict_summary(health: NodeHealth | None) -> str:
+    """The GPUs' verdict in one line, as the page's header shows it: "ok (8 GPUs)",
+    "failed: GPU 2 (reset the GPU); warning: GPU 5"."""
+    if health is None:
+        return "no verdict yet"
+    node = health.node
+    parts = []
+    for state in (FAILED, WARNING, UNKNOWN):
+        gpus = [(g, v) for g, v in sorted(health.gpus.items()) if v.state == state]
+        if not gpus:
+            continue
+        actions = list(dict.fromkeys(v.action for _, v in gpus if v.action != NONE))
+        said = f" ({', '.join(action_words(a) for a in actions)})" if actions else ""
+        parts.append(f"{state}: {gpu_list(g for g, _ in gpus)}{said}")
+    if node.state in (FAILED, WARNING) and not parts:
+        parts.append(f"{node.state}: the node ({node.reasons})")
+    return "; ".join(parts) if parts else f"{node.state} ({len(health.gpus)} GPUs)"
+
+
 def _verdict(v: Verdict) -> dict[str, Any]:
-    return {"state": v.state, "action": v.action, "reasons": v.reasons,
+    return {"state": v.state, "action": v.action, "action_words": action_words(v.action),
+            "reasons": v.reasons,
             "checks": [{"name": c.name, "state": c.state, "value": _json_value(c.value),
                         "threshold": _json_value(c.threshold), "source": c.source,
                         "since": number(c.since)} for c in v.checks]}

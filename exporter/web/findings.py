@@ -40,8 +40,6 @@ KINDS = ("stall", "gpu_hung", "gpu_lost", "gpus_missing", "straggler", "xid", "e
 
 # A ramp is news for a few minutes; after that it is history (counted in the metrics).
 RAMP_RECENT_SECONDS = 600.0
-# A cycle this deep (share of the summed power limits) is worth a warning, as a swing is.
-CYCLE_WARNING_RATIO = 0.20
 
 
 def findings(snapshot: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
@@ -58,6 +56,10 @@ def findings(snapshot: Snapshot, health: NodeHealth | None = None) -> list[dict[
 # -- power --------------------------------------------------------------------------------
 
 def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """Information, as the node's power alerts are (NodePowerSwingSustained, NodePowerRamp):
+    every synchronous training node swings, steps and cycles. What makes a swing a problem
+    is the site's limit on the whole cluster's coherent swing, which no node can see: the
+    cluster alert judges it (ClusterPowerSwingCoherent, alerts/global-power.yml)."""
     analysis = snapshot.power_analysis
     if analysis is None:
         return []
@@ -69,7 +71,7 @@ def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
         share = (f" ({percent(node.amplitude_ratio)} of the power limits)"
                  if node.amplitude_ratio is not None else "")
         out.append(finding(
-            "power_swing", WARNING,
+            "power_swing", INFO,
             f"Node power swings {watts(node.amplitude_watts)}{share} at "
             f"{node.frequency_hz:.2f} Hz (every {1 / node.frequency_hz:.1f} s), "
             f"{_synchrony(swing.synchrony)}, high {percent(node.duty_cycle)} of the time",
@@ -80,13 +82,10 @@ def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
             window_seconds=number(swing.duration_seconds, 1)))
     step = analysis.step_swing
     if step is not None:
-        # seen whatever its size; a warning only when it matters to the grid and the window
-        # swing above does not already say so
-        severe = analysis.step_grid_relevant and not analysis.swinging
         share = (f" ({percent(step.amplitude_ratio)} of the power limits)"
                  if step.amplitude_ratio is not None else "")
         out.append(finding(
-            "step_period", WARNING if severe else INFO,
+            "step_period", INFO,
             f"Step period {1000 * step.period_seconds:.0f} ms ({step.frequency_hz:.2f} Hz) "
             f"from the compute phases' power: a {watts(step.amplitude_watts)} swing{share}, "
             f"{_synchrony(step.synchrony)}, in {percent(step.duty)} of compute",
@@ -98,11 +97,10 @@ def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
             duty=number(step.duty), grid_relevant=analysis.step_grid_relevant))
     cycle = analysis.cycle
     if cycle is not None:
-        deep = cycle.amplitude_ratio is not None and cycle.amplitude_ratio >= CYCLE_WARNING_RATIO
         share = (f" ({percent(cycle.amplitude_ratio)} of the power limits)"
                  if cycle.amplitude_ratio is not None else "")
         out.append(finding(
-            "power_cycle", WARNING if deep else INFO,
+            "power_cycle", INFO,
             f"Node power cycles every {cycle.period_seconds:.1f} s: "
             f"{watts(cycle.amplitude_watts)} deep{share}, {_synchrony(cycle.synchrony)}, "
             f"high {percent(cycle.duty_cycle)} of each cycle",

@@ -1,23 +1,38 @@
 """Hardware findings: XIDs, ECC, retired pages, row remapping, the recovery action, NVLink,
 lost, hung or missing GPUs, and clock events. Pure: Snapshot -> finding dicts.
 
-Severities follow the alerts in alerts/gpu-hardware.yml, so the page and Prometheus do
-not disagree about what is urgent. Counters here are totals (since the driver loaded, or
-over the GPU's life); where the health checks judged their rate (NVLink errors, by DCGM's
-thresholds: exporter/health/), the finding takes the check's severity, so 18,000 CRC
-errors a second read critical, not information.
+Severities come from the health verdict (exporter/health/), the one judge: where a check
+judged what a finding reports (XIDs, ECC, retired pages, row remapping, the recovery
+action, NVLink errors), the finding takes that check's state in the one severity
+vocabulary (failed -> critical, warning -> warning, else info: wording.severity_of). Where
+no verdict is at hand (a test, the first snapshot) the XID table's state, or the
+constant named here, stands in. Counters are totals (since the driver loaded, or over
+the GPU's life); the checks judge their rates, so 18,000 CRC errors a second read
+critical, not information.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.xid import MEANINGS, xid_class
-from exporter.health.model import CheckResult, NodeHealth
+from exporter.gpu.xid import meaning, xid_class, xid_row
+from exporter.health.checks_gpu import DRIVER_ONLY, RECOVERY
+from exporter.health.model import CheckResult, NodeHealth, action_words, worse
 from exporter.health.settings import HealthSettings
 from exporter.sampling.snapshot import Snapshot
-from exporter.web.wording import CRITICAL, INFO, WARNING, ago, duration, finding, percent
+from exporter.web.wording import (
+    CRITICAL,
+    INFO,
+    SEVERITIES,
+    WARNING,
+    ago,
+    duration,
+    finding,
+    percent,
+    severity_of,
+)
 
 # GpuRetiredPagesHigh: at 64 retired pages a GPU cannot retire more. The health check's
 # limit (health_retired_pages_max, 63): the verdict's where it judged the GPU, else the
@@ -35,16 +50,11 @@ SLOWDOWNS = {
     "sw_power_cap": ("its power cap", INFO),
 }
 POWER_CAP_MIN_SHARE = 0.5
-_XID_SEVERITY = {"critical": CRITICAL, "warning": WARNING}
-
-
-# a health check's state -> the finding's severity
-CHECK_SEVERITY = {"failed": CRITICAL, "warning": WARNING}
 
 
 def hardware_findings(snapshot: Snapshot, health: NodeHealth | None = None
                       ) -> list[dict[str, Any]]:
-    return [*_gpu_presence(snapshot), *_xids(snapshot), *_memory(snapshot, health),
+    return [*_gpu_presence(snapshot), *_xids(snapshot, health), *_memory(snapshot, health),
             *_nvlink(snapshot, health), *_clock_events(snapshot)]
 
 
@@ -53,6 +63,24 @@ def _check(health: NodeHealth | None, gpu: int, name: str) -> CheckResult | None
     if verdict is None:
         return None
     return next((c for c in verdict.checks if c.name == name), None)
+
+
+def _judged(health: NodeHealth | None, gpu: int, *names: str) -> str | None:
+    """The worst state of the named checks in this GPU's verdict, or None where the
+    verdict has none of them."""
+    checks = (_check(health, gpu, name) for name in names)
+    states = [c.state for c in checks if c is not None]
+    return functools.reduce(worse, states) if states else None
+
+
+def _severity(health: NodeHealth | None, gpu: int, fallback: str, *checks: str) -> str:
+    """The verdict's severity for what these checks judge, else `fallback`."""
+    state = _judged(health, gpu, *checks)
+    return fallback if state is None else severity_of(state)
+
+
+def _milder(a: str, b: str) -> str:
+    return a if SEVERITIES.index(a) >= SEVERITIES.index(b) else b
 
 
 def _gpu_presence(snap: Snapshot) -> list[dict[str, Any]]:
@@ -74,14 +102,19 @@ def _gpu_presence(snap: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
-def _xids(snap: Snapshot) -> list[dict[str, Any]]:
+def _xids(snap: Snapshot, health: NodeHealth | None) -> list[dict[str, Any]]:
+    """Each XID at the state its table row puts the GPU in, never above what the verdict's
+    `xid` check says now (an XID past the check's hold window is information)."""
     out = []
     for (gpu, code), record in sorted(snap.xids.items()):
         klass = xid_class(code)
-        meaning = MEANINGS.get(code, "see NVIDIA's XID catalog")
+        severity = severity_of(xid_row(code).state)
+        judged = _judged(health, gpu, "xid")
+        if judged is not None:
+            severity = _milder(severity, severity_of(judged))
         times = "once" if record.count == 1 else f"{record.count} times"
-        out.append(finding("xid", _XID_SEVERITY.get(klass, INFO),
-                           f"GPU {gpu}: XID {code} ({meaning}), {klass}, {times}, last "
+        out.append(finding("xid", severity,
+                           f"GPU {gpu}: XID {code} ({meaning(code)}), {klass}, {times}, last "
                            f"{ago(snap.time, record.last_seen)}",
                            record.last_seen, gpu=gpu, xid=code, xid_class=klass,
                            count=record.count))
@@ -102,29 +135,37 @@ def _memory(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, 
     for gpu, h in sorted(snap.health.items()):
         uncorrected = h.ecc_errors.get(("uncorrected", "volatile"))
         if uncorrected:
-            out.append(finding("ecc", CRITICAL,
+            out.append(finding("ecc", _severity(health, gpu, CRITICAL, "ecc_uncorrected"),
                                f"GPU {gpu} has {uncorrected:.0f} uncorrected ECC "
                                f"error{'s' if uncorrected != 1 else ''} since the driver "
                                "loaded", h.time, gpu=gpu,
                                ecc_errors={f"{t}_{s}": v for (t, s), v in h.ecc_errors.items()}))
         if h.row_remap_failure:
-            out.append(finding("row_remap", CRITICAL,
+            out.append(finding("row_remap", _severity(health, gpu, CRITICAL,
+                                                      "row_remap_failure"),
                                f"GPU {gpu}: a row remap failed; the GPU needs replacing",
                                h.time, gpu=gpu, remapped_rows=dict(h.remapped_rows)))
         elif h.row_remap_pending:
-            out.append(finding("row_remap", WARNING,
+            out.append(finding("row_remap", _severity(health, gpu, WARNING,
+                                                      "row_remap_pending"),
                                f"GPU {gpu}: a row remap waits for the next GPU reset",
                                h.time, gpu=gpu, remapped_rows=dict(h.remapped_rows)))
         retired = sum(h.retired_pages.values())
         if retired >= _retired_pages_limit(health, gpu) or h.retired_pages_pending:
             pending = ", one waits for the next reset" if h.retired_pages_pending else ""
-            out.append(finding("retired_pages", WARNING,
+            out.append(finding("retired_pages",
+                               _severity(health, gpu, CRITICAL, "retired_pages",
+                                         "retired_pages_recent", "retired_pages_pending"),
                                f"GPU {gpu} has {retired:.0f} retired memory pages{pending}",
                                h.time, gpu=gpu, retired_pages=dict(h.retired_pages)))
         if h.recovery_action not in (None, "none"):
-            out.append(finding("recovery_action", CRITICAL,
-                               f"GPU {gpu}: NVML asks for recovery: {h.recovery_action}",
-                               h.time, gpu=gpu, action=h.recovery_action))
+            state, action = RECOVERY.get(h.recovery_action, ("warning", "none"))
+            asks = action_words(action) if action != "none" else DRIVER_ONLY.get(
+                h.recovery_action, f"recover ({h.recovery_action})")
+            out.append(finding("recovery_action",
+                               _severity(health, gpu, severity_of(state), "recovery_action"),
+                               f"GPU {gpu}: the driver asks to {asks}", h.time, gpu=gpu,
+                               action=action, driver_action=h.recovery_action))
     return out
 
 
@@ -147,7 +188,7 @@ def _nvlink(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, 
         if errors:
             text = ", ".join(f"{v:.0f} {k.replace('_', ' ')}" for k, v in errors.items())
             check = _check(health, gpu, "nvlink_errors")
-            severity = CHECK_SEVERITY.get(check.state, INFO) if check else INFO
+            severity = severity_of(check.state) if check else INFO
             judged = (f"{check.reason} ({check.value:g} against {check.threshold:g}); "
                       if check is not None and severity != INFO
                       and isinstance(check.value, float | int)

@@ -26,7 +26,10 @@ PAGE_HEADERS = {
 WINDOWS = (30, 60, 120)  # seconds the page can show; 60 at first
 
 
-def landing_page(gpus: int, backend: str, health: str, node: str) -> bytes:
+def landing_page(gpus: int, backend: str, readiness: str, verdict: str, node: str) -> bytes:
+    """`readiness`: the exporter's own (/readyz); `verdict`: the GPUs' (/api/v1/health's
+    summary). Two things a reader must never confuse: an exporter that serves well beside
+    a failed GPU is ready."""
     e = html.escape
     windows = "".join(f'<option value="{s}"{" selected" if s == 60 else ""}>{s} s</option>'
                       for s in WINDOWS)
@@ -42,7 +45,8 @@ def landing_page(gpus: int, backend: str, health: str, node: str) -> bytes:
 <h1>cluster-telemetry-exporter {e(__version__)} <span class="node" id="node">{e(node)}</span></h1>
 <p class="status">GPUs: <span id="gpus">{gpus}</span> &middot;
 backend: <span id="backend">{e(backend)}</span> &middot;
-health: <span id="health">{e(health)}</span>
+exporter: <span id="readiness">{e(readiness)}</span> &middot;
+GPU verdict: <span id="verdict">{e(verdict)}</span>
 <span id="conn" class="conn"></span></p>
 <nav><ul><li><a href="/metrics">/metrics</a></li><li><a href="/healthz">/healthz</a></li>
 <li><a href="/readyz">/readyz</a></li><li><a href="/api/v1/findings">/api/v1/findings</a></li>

@@ -36,6 +36,15 @@ class Readiness:
             return "unavailable"
         return "degraded" if self.problems else "ok"
 
+    @property
+    def words(self) -> str:
+        """The exporter's own readiness in words, as the page's header says it: "ready",
+        "ready, degraded: GPU 1 lost", "not ready: ..." (never the GPUs' verdict)."""
+        said = "; ".join(self.problems)
+        if not self.ready:
+            return f"not ready: {said}" if said else "not ready"
+        return f"ready, degraded: {said}" if said else "ready"
+
 
 class Probes:
     """Decides liveness and readiness from the snapshot being served."""

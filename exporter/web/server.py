@@ -557,8 +557,8 @@ def _landing_page(server: ExporterHTTPServer) -> bytes:
         backend = snap.backend + (f" (scenario {snap.scenario})" if snap.backend == "fake" else "")
         gpus = snap.gpu_count
     readiness = server.health.readiness(rendered)
-    status = "; ".join([readiness.status, *readiness.problems])
-    return landing_page(gpus, backend, status, server.api.node)
+    verdict = api.verdict_summary(rendered.health if rendered is not None else None)
+    return landing_page(gpus, backend, readiness.words, verdict, server.api.node)
 
 
 def _page_headers(configured: dict[str, str]) -> dict[str, str]:

@@ -12,6 +12,13 @@ from typing import Any
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
+# The one severity vocabulary, from a health state (exporter/health/model.py): what the
+# verdict failed is critical, what it warns of a warning, anything else information.
+_STATE_SEVERITY = {"failed": CRITICAL, "warning": WARNING}
+
+
+def severity_of(state: str) -> str:
+    return _STATE_SEVERITY.get(state, INFO)
 
 
 def finding(kind: str, severity: str, message: str, time: float, *, gpu: int | None = None,

@@ -202,13 +202,13 @@
     $("gpus").textContent = String(s.gpu_count);
     $("backend").textContent = s.backend + (s.backend === "fake" ? " (scenario " +
       s.scenario + ")" : "");
-    $("health").textContent = [s.health.status].concat(s.health.problems).join("; ");
-    $("health").parentElement.dataset.status = s.health.status;
+    // the exporter's own readiness, apart from the GPUs' verdict (drawHealth)
+    $("readiness").textContent = s.readiness.words;
+    $("readiness").dataset.status = s.readiness.status;
     $("node").textContent = s.node;
     const rows = [
       ["GPUs up", s.gpus_up + " of " + s.expected_gpus + " expected"],
-      ["exporter", s.health.status + (s.health.problems.length ? ": " +
-        s.health.problems.join("; ") : "")],
+      ["exporter", s.readiness.words],
       ["sampling", s.sample_interval_seconds ? "every " +
         (s.sample_interval_seconds * 1000).toFixed(0) + " ms" : "-"],
       ["step period", s.step ? (s.step.period_seconds * 1000).toFixed(0) + " ms (" +
@@ -225,14 +225,12 @@
 
   // -- the health verdict (/api/v1/health) -------------------------------------------------
 
-  function words(action) { return action.replace(/_/g, " "); }
-
   function verdictItem(who, v, gpu) {
     const item = el("li", null, "verdict-item verdict-" + v.state);
     item.dataset.state = v.state;
     item.dataset.action = v.action;
     item.append(el("span", v.state, "sev"), el("span", who + (v.action !== "none" ?
-      ": " + words(v.action) : ""), "message"), el("span", v.reasons, "when"));
+      ": " + v.action_words : ""), "message"), el("span", v.reasons, "when"));
     if (gpu !== null) {
       item.dataset.gpu = gpu;
       item.title = "focus GPU " + gpu + " in the chart";
@@ -244,14 +242,16 @@
   function drawHealth(h) {
     const verdict = $("health-verdict");
     verdict.textContent = h.node.state + (h.node.action !== "none" ? ": " +
-      words(h.node.action) : "");
+      h.node.action_words : "");
     verdict.dataset.state = h.node.state;
+    $("verdict").textContent = h.summary;
+    $("verdict").dataset.state = h.node.state;
     const list = $("health-list");
     list.textContent = "";
     const own = h.node.checks.filter((c) => c.state === "failed" || c.state === "warning");
     for (const c of own) {
       list.append(verdictItem("node " + c.name.replace(/_/g, " "),
-        { state: c.state, action: "none", reasons: "" }, null));
+        { state: c.state, action: "none", action_words: "", reasons: "" }, null));
     }
     for (const [gpu, v] of Object.entries(h.gpus)) {
       if (v.state !== "ok" && v.state !== "not_applicable") {

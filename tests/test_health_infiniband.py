@@ -1,0 +1,88 @@
+"""The InfiniBand checks of the node's verdict: a port DOWN, link errors in the window, and
+symbol errors or link error recoveries past their settings' rates (NVSentinel's NIC
+monitor; alerts/fabric.yml is generated from the same settings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.collectors.infiniband.reading import (
+    InfinibandDevice,
+    InfinibandPort,
+    InfinibandReading,
+)
+from exporter.health.monitor import HealthMonitor
+from exporter.health.settings import HealthSettings
+from exporter.sampling.snapshot import CollectorResult
+from tests.tools import make_snapshot
+
+T0 = 1_790_000_000.0
+
+
+def ib_snapshot(t: float, state: int = 4, **counters: float):
+    port = InfinibandPort("mlx5_0", 1, state_id=state, counters=counters)
+    quiet = InfinibandPort("mlx5_1", 1, state_id=4, counters={"link_downed": 0.0})
+    reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),
+                                 InfinibandDevice("mlx5_1", ports=(quiet,))), {})
+    return make_snapshot(1, time=T0 + t, collectors={
+        "infiniband": CollectorResult(reading, 0.0, True, 0, last_success=T0 + t)})
+
+
+def link_check(monitor: HealthMonitor, snapshot):
+    node = monitor.assess(snapshot).node
+    return next(c for c in node.checks if c.name == "infiniband_link_errors")
+
+
+def judged(readings, settings: HealthSettings | None = None):
+    """The check after each (t, counters) reading, in order."""
+    monitor = HealthMonitor(settings)
+    return [link_check(monitor, ib_snapshot(t, **counters)) for t, counters in readings]
+
+
+def test_a_node_without_infiniband_is_not_applicable():
+    check = next(c for c in HealthMonitor().assess(make_snapshot(1)).node.checks
+                 if c.name == "infiniband_link_errors")
+    assert check.state == "not_applicable"
+
+
+def test_a_rate_needs_a_second_read_then_quiet_ports_pass():
+    first, second = judged([(0, {"link_downed": 0.0}), (10, {"link_downed": 0.0})])
+    assert first.state == "unknown"
+    assert second.state == "ok"
+
+
+@pytest.mark.parametrize("counter", ["link_downed", "excessive_buffer_overrun_errors",
+                                     "local_link_integrity_errors"])
+def test_any_link_error_in_the_window_fails_the_node_and_ages_out(counter):
+    checks = judged([(0, {counter: 3.0}), (10, {counter: 4.0}), (200, {counter: 4.0}),
+                     (320, {counter: 4.0})])
+    assert [c.state for c in checks] == ["unknown", "failed", "failed", "ok"]
+    assert checks[1].value == f"mlx5_0/1 {counter}"
+    assert checks[1].action == "drain_and_service"
+
+
+def test_rnr_retries_are_read_from_the_hw_counters():
+    monitor = HealthMonitor()
+    for t, value, state in ((0, 0.0, "unknown"), (10, 2.0, "failed")):
+        port = InfinibandPort("mlx5_0", 1, state_id=4, hw_counters={"rnr_nak_retry_err": value})
+        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
+        snap = make_snapshot(1, time=T0 + t, collectors={
+            "infiniband": CollectorResult(reading, 0.0, True, 0, last_success=T0 + t)})
+        assert link_check(monitor, snap).state == state
+
+
+@pytest.mark.parametrize(("counter", "per_second_at_limit", "setting"), [
+    ("symbol_error", 10.0, "infiniband_symbol_errors_per_second"),
+    ("link_error_recovery", 5.0 / 60, "infiniband_link_error_recovery_per_minute"),
+])
+def test_error_rates_warn_just_above_their_setting_and_move_with_it(
+        counter, per_second_at_limit, setting):
+    def states(rate: float, settings: HealthSettings | None = None) -> list[str]:
+        readings = [(t, {counter: rate * t}) for t in (0.0, 100.0, 300.0)]
+        return [c.state for c in judged(readings, settings)]
+
+    assert states(per_second_at_limit)[-1] == "ok"  # at the limit: not above it
+    assert states(per_second_at_limit * 1.05)[-1] == "warning"
+    doubled = HealthSettings(**{setting: getattr(HealthSettings(), setting) * 2})
+    assert states(per_second_at_limit * 1.05, doubled)[-1] == "ok"
+    assert states(per_second_at_limit * 2.1, doubled)[-1] == "warning"
