@@ -171,8 +171,9 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
         return []
     # the compute level, a p95 over minutes, reads the line across a hole the bridge
     # spans (a hole in a short burst at full power would lower it); the short windows read
-    # each GPU's own measured samples only: a GPU inside its hole is neither waiting nor a
-    # culprit, so a hole on some GPUs never makes a stall of its own
+    # only the instants at which every GPU was measured: GPUs compared over different
+    # instants of a swing (one stopped at a high reading, the others went on into a low
+    # one) would make a stall of their own
     level_power = power
     if measured is not None:
         level_power = power.copy()
@@ -181,8 +182,9 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
                 row[~seen] = np.nan
             elif not seen.all():
                 row[~usable(t, holes_of(t, seen), bridge)] = np.nan
-        power = np.where(measured, power, np.nan)
-        utilization = np.where(measured, utilization, np.nan)
+        every = measured.all(axis=0)
+        power = np.where(every, power, np.nan)
+        utilization = np.where(every, utilization, np.nan)
     u = _moving_mean(utilization, k)  # window j covers samples j .. j+k-1
     p = _moving_mean(power, k)
     # compute level: p95 over a context centred on each window, evaluated every
