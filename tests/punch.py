@@ -12,7 +12,8 @@ import numpy as np
 Holes = Sequence[tuple[float, float]]  # (start, end) in seconds from the log's first line
 
 
-def every(period: float, length: float, until: float, first: float = 0.0) -> list[tuple[float, float]]:
+def every(period: float, length: float, until: float, first: float = 0.0
+          ) -> list[tuple[float, float]]:
     """A hole of `length` s every `period` s, from `first` on: (a)."""
     return [(a, a + length) for a in np.arange(first, until, period).tolist()]
 

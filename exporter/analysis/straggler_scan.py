@@ -273,9 +273,10 @@ def scan(
     that the straggler windows do not bridge (analysis.bridging): no straggler window
     holds one (they are laid between them, and an outlier must hold anew after one).
     ``measured`` (N, M) is False where a GPU's grid was interpolated across its own gap:
-    the stall check reads each GPU's measured samples only, and holds a stall through a
-    gap up to ``stall_bridge``'s limit when it was stalled on both sides.  The windows and thresholds are the straggler settings' (analyze hands
-    down its `StragglerSettings`); the scan keeps no defaults of its own.
+    the stall check reads only the instants every GPU was measured, and holds a stall
+    through a gap up to ``stall_bridge``'s limit when it was stalled on both sides.  The
+    windows and thresholds are the straggler settings' (analyze hands down its
+    `StragglerSettings`); the scan keeps no defaults of its own.
     """
     t = np.asarray(t, dtype=np.float64)
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))

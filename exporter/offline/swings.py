@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from exporter.analysis.averaging import source_swing
+from exporter.analysis.bridging import Bridge, usable
 from exporter.analysis.power_swing import (
     CycleFeatures,
     NodeSwing,
@@ -31,7 +32,6 @@ from exporter.analysis.power_swing import (
     analyse_cycles,
     analyse_window,
 )
-from exporter.analysis.bridging import Bridge, usable
 from exporter.analysis.signal import amplitude_share, stretch_starts
 from exporter.analysis.spectrum import EDGE_RATIO, frequency_consistent
 from exporter.analysis.step_segments import StepSwing, find_step_swing, grid_relevant
