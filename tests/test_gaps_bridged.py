@@ -219,3 +219,66 @@ def test_fill_bridges_a_grids_holes_or_says_it_cannot() -> None:
     assert holes_of(t, np.isfinite(x[0])) == [(4.5, 6.5)]
     x[0, 10:20] = np.nan  # 5.5 s: not bridged
     assert fill(t, x, b) is None
+
+
+# --------------------------------------------------------------------------- live stragglers
+
+
+def _monitor_inputs(long_power: np.ndarray, short_power: np.ndarray):
+    """power_window and sweep_window for a StragglerMonitor: the long window (the level
+    and the straggler window) at 0.1 s, the 2 s stall window, full utilization."""
+    gpus = long_power.shape[0]
+    t_long = np.arange(long_power.shape[1]) * 0.1
+    t_short = t_long[-short_power.shape[1]:]
+    sweep_t = np.broadcast_to(np.arange(t_long[-1] - 59, t_long[-1] + 0.5, 1.0),
+                              (gpus, 60)).copy()
+
+    def power_window(seconds: float):
+        return (t_short, short_power) if seconds <= 2.0 else (t_long, long_power)
+
+    def sweep_window(fields):
+        return sweep_t, {f: np.ones_like(sweep_t) if "utilization" in f or "clock" not in f
+                         else np.zeros_like(sweep_t) for f in fields}
+    return power_window, sweep_window
+
+
+def test_live_stall_check_compares_gpus_only_where_all_have_power() -> None:
+    """GPUs 0 and 1 stop at a high reading; the others go on into a pause at full
+    utilization. Read over their own samples, 0 and 1 still compute while the others
+    wait: a stall made up by the hole. Compared where all have power, none."""
+    from exporter.sampling.live_stragglers import StragglerMonitor
+    from exporter.sampling.settings import StragglerSettings
+
+    long_power = np.full((8, 1200), 650.0)
+    short = np.full((8, 20), 200.0)
+    short[:, :2] = 650.0  # the pause begins 0.2 s into the 2 s window ...
+    short[:2, 2:] = np.nan  # ... and GPUs 0 and 1 have no sample of it
+    power_window, sweep_window = _monitor_inputs(long_power, short)
+    monitor = StragglerMonitor(StragglerSettings())
+    got = monitor.update(1000.0, power_window, sweep_window, None)
+    assert got.stall is not None and not got.stall.stalled
+    # measured on every GPU, the same pause is no stall either (no culprit), and a real
+    # culprit still makes one
+    short[:2, 2:] = 650.0
+    assert monitor.update(1001.0, power_window, sweep_window, None).stall.stalled
+    short[:2, 2:] = 200.0
+    assert not monitor.update(1002.0, power_window, sweep_window, None).stall.stalled
+
+
+def test_live_straggler_window_bridges_short_holes_and_holds_on_long_ones() -> None:
+    from exporter.sampling.live_stragglers import StragglerMonitor
+    from exporter.sampling.settings import StragglerSettings
+
+    t = np.arange(1200) * 0.1
+    power = 400.0 + 50.0 * np.sin(t)[None, :] * np.ones((8, 1))
+    holed = power.copy()
+    holed[:, (t % 5.0) > 3.0] = np.nan  # 2 s in every 5 on all GPUs: bridged
+    monitor = StragglerMonitor(StragglerSettings())
+    got = monitor.update(1000.0, *_monitor_inputs(holed, holed[:, -20:]), None)
+    assert not got.held and got.features is not None
+    assert got.coverage["power"] < 0.7  # said, not held
+    long = power.copy()
+    long[3, -200:-100] = np.nan  # 10 s on one GPU: longer than the 6 s bridged
+    got = StragglerMonitor(StragglerSettings()).update(
+        1000.0, *_monitor_inputs(long, long[:, -20:]), None)
+    assert got.held and got.features is None

@@ -107,23 +107,27 @@ def usable(t: np.ndarray, holes: Sequence[tuple[float, float]], b: Bridge) -> np
     return ok
 
 
-def fill(t: np.ndarray, x: np.ndarray, b: Bridge) -> np.ndarray | None:
+def fill(t: np.ndarray, x: np.ndarray, b: Bridge, *, hold_edges: bool = True
+         ) -> np.ndarray | None:
     """(N, M) rows on the grid ``t`` with NaN in their holes: every hole bridged by a
-    straight line, a row's first and last values held to the window's edges (rows
-    without a value at all stay as they are), or None when a row
-    holds a hole the bridge does not span or the holes fill too much of the window."""
+    straight line, or None when a row holds a hole the bridge does not span or the holes
+    fill too much of the window. A row's first and last values are held to the window's
+    edges with ``hold_edges`` (else NaN stays there); rows without a value stay as they
+    are."""
     out = np.array(x, dtype=np.float64)
     for row in np.atleast_2d(out):
         ok = np.isfinite(row)
         if ok.all() or not ok.any():
             continue
         first, last = np.flatnonzero(ok)[[0, -1]]
-        # the window's own edges (a GPU not yet sampled, or not yet drained) are no hole:
-        # its first and last values hold there
+        # the window's own edges (a GPU not yet sampled, or not yet drained) are no hole
         span = slice(first, last + 1)
         if not b.window_ok(holes_of(t[span], ok[span]), float(t[0]), float(t[-1])):
             return None
-        row[:] = np.interp(t, t[ok], row[ok])
+        if hold_edges:
+            row[:] = np.interp(t, t[ok], row[ok])
+        else:
+            row[span] = np.interp(t[span], t[ok], row[ok])
     return out
 
 
