@@ -282,3 +282,35 @@ def test_live_straggler_window_bridges_short_holes_and_holds_on_long_ones() -> N
     got = StragglerMonitor(StragglerSettings()).update(
         1000.0, *_monitor_inputs(long, long[:, -20:]), None)
     assert got.held and got.features is None
+
+
+# --------------------------------------------------------------------------- holes on some GPUs
+
+
+def write_paused_log(path: Path) -> Path:
+    """8 GPUs polled every 0.3 s with utilization: 8 s of compute at 650 W, then all
+    pause together for 2 s at 200 W, still at full utilization (a collective): no GPU
+    waits for another, so no stall."""
+    t = np.arange(0, 300, 0.3)
+    paused = (t % 10.0) >= 8.0
+    lines = ["timestamp, index, utilization.gpu [%], power.draw [W]"]
+    for r, p in zip(t.tolist(), paused.tolist(), strict=True):
+        stamp = _stamp(T0 + r)
+        lines += [f"{stamp}, {g}, 100 %, {200.0 if p else 650.0:.2f} W" for g in range(8)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_hole_on_some_gpus_over_a_pause_makes_no_stall(tmp_path: Path) -> None:
+    """GPUs 0 and 1 lose 2.4 s over each pause (9 polls: short for every analysis
+    but the step window). Drawn as a line, they compute through the pause while their
+    peers sit at 200 W at full utilization: a stall with culprits 0 and 1, made up."""
+    full = report(write_paused_log(tmp_path / "paused.csv"))
+    assert full["stalls"] == []
+    pauses = [(a - 0.2, a + 2.2) for a in np.arange(8.0, 300, 10.0).tolist()]
+    holed = report(punch(tmp_path / "paused.csv", tmp_path / "holed.csv",
+                         per_gpu={0: pauses, 1: pauses}))
+    assert holed["gaps"]["count"] >= 25
+    assert all(h["gpus"] == [0, 1] for h in holed["gaps"]["holes"])
+    assert holed["stalls"] == [] and holed["outliers"] == []
+    assert len(holed["dips"]) <= len(full["dips"])

@@ -62,6 +62,11 @@ class Bridge:
     def bridges(self, hole_seconds: float) -> bool:
         return hole_seconds <= self.limit_seconds
 
+    def bridges_at(self, scale_seconds: float, hole_seconds: float) -> bool:
+        """Whether the hole is bridged on a scale found in the data (a cycle's period),
+        not the one the bridge was made for."""
+        return hole_seconds <= self.share * scale_seconds
+
     def window_ok(self, holes: Sequence[tuple[float, float]], start: float, end: float
                   ) -> bool:
         """Whether the window [start, end] can be analysed: every hole that reaches into it

@@ -484,7 +484,7 @@ def _bridged_at(g: Grid, br: Bridge, period: float, a: int, b: int) -> bool:
     (its share of the period): a longer one could hide a cycle that fast."""
     longest = max((min(h.end, g.t[b - 1]) - max(h.start, g.t[a]) for h in g.gaps
                    if h.start < g.t[b - 1] and h.end > g.t[a]), default=0.0)
-    return longest <= br.share * period
+    return br.bridges_at(period, longest)
 
 
 def cycle_swings(g: Grid, req: AnalyzeRequest, t_start: float) -> list[dict[str, Any]]:

@@ -138,7 +138,7 @@ class PowerMonitor:
         every = np.isfinite(watts[np.isfinite(watts).any(axis=1)]).all(axis=0)
         cycle = analyse_cycles(t_row, power, tdp, measured=every)
         longest = max((hi - lo for lo, hi in holes_of(t_row, every)), default=0.0)
-        if cycle is not None and longest > b.share * cycle.period_seconds:
+        if cycle is not None and not b.bridges_at(cycle.period_seconds, longest):
             return None
         return cycle
 
