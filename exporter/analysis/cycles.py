@@ -52,8 +52,9 @@ def analyse_cycles(
     Returns None when no peak reaches ``min_strength``.
 
     ``measured`` (len(t), on a uniform grid): False where the grid was interpolated
-    across a hole in the samples; only the measured samples are folded (the changes'
-    autocorrelation reads the line across the hole: it moves no cycle edge).
+    across a hole in the samples (analysis.bridging): only the measured samples are
+    folded, each less the mean of its period, and the period comes from the mean of two
+    autocorrelations, of the measured changes alone and of the changes along the line.
     """
     power = np.atleast_2d(np.asarray(power, dtype=np.float64))
     t = np.asarray(t, dtype=np.float64)
