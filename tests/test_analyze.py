@@ -513,25 +513,39 @@ def test_a_gap_cut_from_a_recording_is_found_reported_and_left_out(
     mid = len(lines) // 2
     cut.write_text("".join(lines[:mid - 1500] + lines[mid + 1500:]))
     full = run_json(capsys, str(whole))
-    assert full["gaps"] == [] and not any("gap" in n for n in full["notes"])
+    assert full["gaps"]["count"] == 0 and not any("gap" in n for n in full["notes"])
     swing = next(s for s in full["power_swings"] if s["scale"] == "step")
     assert swing["duty_cycle"] == pytest.approx(0.65, abs=0.03) and swing["synchrony"] > 0.98
 
     rep = run_json(capsys, str(cut))
-    assert len(rep["gaps"]) == 1
-    gap = rep["gaps"][0]
+    assert rep["gaps"]["count"] == 1
+    gap = rep["gaps"]["holes"][0]
+    assert rep["gaps"]["total_seconds"] == pytest.approx(gap["duration_seconds"])
     assert gap["gpus"] == list(range(8))
     assert 7 < gap["duration_seconds"] < 10  # ~3,000 rows / (8 GPUs x 50 samples/s)
     assert 20 < gap["start"] < gap["end"] < 40
     note = next(n for n in rep["notes"] if "gap(s)" in n)
-    assert note.startswith("1 gap(s) in the power samples (longer than 10x a GPU's typical "
-                           f"interval): {gap['start']:.1f}-{gap['end']:.1f} s")
-    assert "all GPUs" in note and "no analysis window straddles a gap" in note
+    assert note.startswith("1 gap(s) in the power samples (longer than 6x a GPU's typical "
+                           f"interval), {gap['duration_seconds']:.1f} s in all: "
+                           f"{gap['start']:.1f}-{gap['end']:.1f} s")
+    # longer than the step window's tenth, the 5 s either side of a ramp, the straggler
+    # window's tenth and the stall context's twentieth: only the 120 s segment window and
+    # the cycle (a quarter of its longest period) bridge it
+    assert "all GPUs" in note and ("bridged: segments 1 (up to 12 s, interpolate), cycle 1 "
+                                   "(up to 37.5 s, fold)") in note
+    assert ("windows across the longer ones left out of step (1), ramps (1), dips (1), "
+            "outliers (1), stalls (1)") in note
+    assert rep["gaps"]["analyses"]["step"] == {"bridges_up_to_seconds": 3.0,
+                                               "how": "interpolate", "bridged": 0,
+                                               "left_out": 1}
     # no window holds 30 s without the gap: the step detector says so, it finds no swing
     # with the duty and synchrony the interpolation made up
     assert "gap" in rep["not_run"]["step"]
+    bridged = [s for s in rep["power_swings"] if s.get("method") == "segments"]
     for found in (*rep["power_swings"], *rep["dips"], *rep["stalls"], *rep["outliers"]):
-        assert not _overlaps(found, gap), found
+        assert found in bridged or not _overlaps(found, gap), found
+    for found in bridged:  # read through the gap, and as found without it
+        assert found["duty"] == pytest.approx(0.65, abs=0.05) and found["synchrony"] > 0.98
     assert rep["stalls"] == []
     assert analyze.main(parse(str(cut))) == 0
     text = capsys.readouterr().out
@@ -564,8 +578,9 @@ def _gap_at_different_places(path: Path) -> Path:
 def test_a_gap_makes_no_stall_and_no_dip(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     rep = run_json(capsys, str(_gap_at_different_places(tmp_path / "gap.cte")))
-    assert rep["gaps"] == [{"start": pytest.approx(29.0), "end": pytest.approx(37.6),
-                            "duration_seconds": pytest.approx(8.6), "gpus": list(range(8))}]
+    assert rep["gaps"]["holes"] == [{"start": pytest.approx(29.0), "end": pytest.approx(37.6),
+                                     "duration_seconds": pytest.approx(8.6),
+                                     "gpus": list(range(8))}]
     assert rep["stalls"] == [] and rep["dips"] == []  # were: a stall with culprits 0, 1
     assert all(r["time"] < 29 or r["time"] > 37.6 for r in rep["ramps"])
     steps = [s for s in rep["power_swings"] if s["scale"] == "step"]
@@ -579,7 +594,7 @@ def test_gaps_are_told_from_jitter() -> None:
     t = np.cumsum(np.full(200, 0.3))
     t[100:] += 1.5 - 0.3  # one interval 5x the typical: a slow poll, no gap
     assert gpu_gaps(t) == []
-    t[150:] += 3.3 - 0.3  # 11x: a gap
+    t[150:] += 2.1 - 0.3  # 7x: a gap
     assert gpu_gaps(t) == [(pytest.approx(t[149]), pytest.approx(t[150]))]
     a = np.arange(0, 100, 0.02)
     b = a[(a < 30) | (a > 38)]
@@ -604,7 +619,7 @@ def test_a_gap_in_the_sweep_alone_is_read_as_missing(
                     values["utilization_gpu_ratio"] = 0.9 if r <= 20 else 0.1
                 w.write(T0 + r, g, values)
     rep = run_json(capsys, str(p))
-    assert rep["gaps"] == []  # power has none
+    assert rep["gaps"]["count"] == 0  # power has none
     assert ("utilization_gpu_ratio: 1 gap(s) in its readings (GPU(s) 2, 25.0 s in all), "
             "read as missing there, not interpolated") in rep["notes"]
     trace = analyze.load_trace(str(p))
@@ -632,7 +647,7 @@ def test_real_trace_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
     """A poll loop around nvidia-smi every ~0.3 s, its slowest poll 1.57 s apart: jitter,
     not a gap."""
     rep = run_json(capsys, str(REAL))
-    assert rep["gaps"] == [] and not any("gap" in n for n in rep["notes"])
+    assert rep["gaps"]["count"] == 0 and not any("gap" in n for n in rep["notes"])
 
 
 def test_analyze_reads_a_gzip_trace(capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,6 +37,7 @@ def analyse_cycles(
     max_period_seconds: float | None = None,
     resolution_seconds: float = 0.5,
     min_strength: float = 0.3,
+    measured: np.ndarray | None = None,
 ) -> CycleFeatures | None:
     """Find a slow periodic pattern (e.g. checkpoints) in a long window (~10 min).
 
@@ -49,6 +50,11 @@ def analyse_cycles(
     window, so at least four cycles), preferring a sub-multiple that is almost as
     strong (>= 60 %).  The amplitude comes from the node's power folded at that period.
     Returns None when no peak reaches ``min_strength``.
+
+    ``measured`` (len(t), on a uniform grid): False where the grid was interpolated
+    across a hole in the samples (analysis.bridging): only the measured samples are
+    folded, each less the mean of its period, and the period comes from the mean of two
+    autocorrelations, of the measured changes alone and of the changes along the line.
     """
     power = np.atleast_2d(np.asarray(power, dtype=np.float64))
     t = np.asarray(t, dtype=np.float64)
@@ -60,6 +66,9 @@ def analyse_cycles(
     ok = np.isfinite(x).all(axis=1)
     if not ok.any():
         return None
+    keep = None
+    if measured is not None and np.size(measured) == x.shape[1] and not np.all(measured):
+        keep = block_mean(np.asarray(measured, dtype=np.float64)[None, :], k)[0] >= 0.5
     x = block_mean(x[ok], k)
     dt = dt_native * k
     node = x.sum(axis=0)
@@ -69,7 +78,14 @@ def analyse_cycles(
     lag_max = min(node.size // 2, int(math.floor(max_p / dt)))
     if lag_max <= lag_min + 1:
         return None
-    acf = _change_autocorrelation(node, k_edges=max(8, 2 * int(span / max_p)))
+    k_edges = max(8, 2 * int(span / max_p))
+    acf = _change_autocorrelation(node, k_edges)
+    if keep is not None and acf is not None:
+        # with holes, the measured changes alone and the line across the holes each miss
+        # edges in their own way (a hole pattern that beats with the period starves one
+        # lag of measured pairs; the line smears edges): both weigh in
+        masked = _change_autocorrelation(node, k_edges, keep)
+        acf = acf if masked is None else (acf + masked) / 2
     if acf is None:
         return None
     found = _pick_lag(acf, lag_min, lag_max, min_strength)
@@ -79,32 +95,43 @@ def analyse_cycles(
     tdp = None if tdp_watts is None else np.asarray(tdp_watts, dtype=np.float64).reshape(-1)
     node_tdp = float(tdp[ok].sum()) if tdp is not None and np.isfinite(tdp[ok]).all() else None
     ids = [i for i in range(power.shape[0]) if ok[i]]
-    return _fold(x, ids, lag * dt, dt, strength, node_tdp)
+    return _fold(x, ids, lag * dt, dt, strength, node_tdp, keep)
 
 
-def _change_autocorrelation(node: np.ndarray, k_edges: int) -> np.ndarray | None:
+def _change_autocorrelation(node: np.ndarray, k_edges: int, keep: np.ndarray | None = None
+                            ) -> np.ndarray | None:
     """Unbiased, normalised autocorrelation of the node's clipped sample-to-sample changes.
 
     Clipped at the k_edges-th largest change, k_edges being the fewest edges a
     cycle of the longest period leaves in the window: one-off steps then weigh
-    no more than an edge.
+    no more than an edge.  With ``keep`` (the measured samples), only the changes
+    between two measured samples count: the line across a hole is made up.
     """
     d = np.diff(node)
-    d = d - np.median(d)
-    mag = np.abs(d)
+    seen = np.ones(d.size, dtype=bool) if keep is None else keep[1:] & keep[:-1]
+    if seen.sum() <= k_edges:
+        return None
+    d = d - np.median(d[seen])
+    mag = np.abs(d[seen])
     cap = float(np.partition(mag, mag.size - k_edges)[mag.size - k_edges]) \
         if mag.size > k_edges else float(mag.max())
     if cap <= 0:
         return None
     d = np.clip(d, -cap, cap)
-    d = d - d.mean()
+    d = np.where(seen, d - d[seen].mean(), 0.0)
     m = d.size
     nfft = 1 << (2 * m - 1).bit_length()
-    spec = np.fft.rfft(d, nfft)
-    acf = np.fft.irfft(np.abs(spec) ** 2, nfft)[:m]
+    acf = np.fft.irfft(np.abs(np.fft.rfft(d, nfft)) ** 2, nfft)[:m]
+    if keep is None:
+        pairs = m - np.arange(m, dtype=np.float64)
+    else:  # the pairs of seen changes at each lag
+        w = seen.astype(np.float64)
+        pairs = np.round(np.fft.irfft(np.abs(np.fft.rfft(w, nfft)) ** 2, nfft)[:m])
     if acf[0] <= 0:
         return None
-    return acf / acf[0] * m / (m - np.arange(m))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(pairs > 0, acf / np.maximum(pairs, 1.0), 0.0)
+    return out / out[0]
 
 
 def _pick_lag(acf: np.ndarray, lag_min: int, lag_max: int, min_strength: float
@@ -136,12 +163,23 @@ def _pick_lag(acf: np.ndarray, lag_min: int, lag_max: int, min_strength: float
 
 
 def _fold(x: np.ndarray, ids: list[int], period: float, dt: float, strength: float,
-          node_tdp: float | None) -> CycleFeatures:
-    """Fold every GPU at the period (the mean cycle) and measure it."""
+          node_tdp: float | None, keep: np.ndarray | None = None) -> CycleFeatures:
+    """Fold every GPU at the period (the mean cycle) and measure it; with ``keep``, only
+    those samples (the measured ones)."""
     node = x.sum(axis=0)
     n = node.size
-    nbins = max(4, int(round(period / dt)))
+    # with holes, bins as much wider as samples are missing: each holds as many samples
+    # as without (fewer would make the profile's max - min grow with its noise)
+    share = 1.0 if keep is None else max(float(np.mean(keep)), 1e-3)
+    nbins = max(4, int(round(period / dt * share)))
     phase_bin = np.floor((np.arange(n) * dt / period % 1.0) * nbins).astype(int) % nbins
+    if keep is not None:
+        # the samples a bin keeps come from some cycles only: each sample less the mean of
+        # the period around it, so the level of the cycles it happens to keep (the node's
+        # power drifts by more than a cycle's swing over minutes) does not move the bin
+        level = x.mean(axis=1, keepdims=True)
+        x = x - _period_mean(x, max(2, int(round(period / dt)))) + level
+        phase_bin, x = phase_bin[keep], x[:, keep]
     counts = np.bincount(phase_bin, minlength=nbins).astype(float)
     counts[counts == 0] = np.nan
     prof = np.stack([np.bincount(phase_bin, weights=row, minlength=nbins) for row in x]) / counts
@@ -160,3 +198,11 @@ def _fold(x: np.ndarray, ids: list[int], period: float, dt: float, strength: flo
         synchrony=synchrony(prof),
         max_ramp_watts_per_second=float(np.abs(np.diff(node)).max() / dt) if n > 1 else 0.0,
     )
+
+
+def _period_mean(x: np.ndarray, w: int) -> np.ndarray:
+    """The mean of the ``w`` samples centred on each one, along the last axis (fewer at the
+    ends)."""
+    kernel = np.ones(w)
+    sums = np.stack([np.convolve(row, kernel, mode="same") for row in x])
+    return sums / np.convolve(np.ones(x.shape[-1]), kernel, mode="same")

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.bridging import Bridge, holes_of, usable
 from exporter.analysis.signal import stretch_starts
 from exporter.analysis.stalls import StallThresholds, compute_level, stall_matrix
 from exporter.analysis.straggler import (
@@ -161,12 +162,29 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
 
 def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
                  groups: Mapping[int, str] | None, window: float, context: float,
-                 th: StallThresholds, valid: np.ndarray | None) -> list[Stall]:
+                 th: StallThresholds, measured: np.ndarray | None, bridge: Bridge | None
+                 ) -> list[Stall]:
     dt = float(np.median(np.diff(t)))
     m = t.size
     k = max(1, int(round(window / dt)))
     if m < k:
         return []
+    # the compute level, a p95 over minutes, reads the line across a hole the bridge
+    # spans (a hole in a short burst at full power would lower it); the short windows read
+    # only the instants at which every GPU was measured: GPUs compared over different
+    # instants of a swing (one stopped at a high reading, the others went on into a low
+    # one) would make a stall of their own
+    level_power = power
+    if measured is not None:
+        level_power = power.copy()
+        for row, seen in zip(level_power, measured, strict=True):
+            if bridge is None:
+                row[~seen] = np.nan
+            elif not seen.all():
+                row[~usable(t, holes_of(t, seen), bridge)] = np.nan
+        every = measured.all(axis=0)
+        power = np.where(every, power, np.nan)
+        utilization = np.where(every, utilization, np.nan)
     u = _moving_mean(utilization, k)  # window j covers samples j .. j+k-1
     p = _moving_mean(power, k)
     # compute level: p95 over a context centred on each window, evaluated every
@@ -174,13 +192,15 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     n_ctx = max(k, int(round(context / dt)))
     hop = max(1, n_ctx // 12)
     centres = np.arange(0, m, hop)
-    lv_at = np.stack([compute_level(power[:, max(0, c - n_ctx // 2):c + n_ctx // 2 + 1])
+    lv_at = np.stack([compute_level(level_power[:, max(0, c - n_ctx // 2):c + n_ctx // 2 + 1])
                       for c in centres], axis=1)
     mid = np.arange(u.shape[1]) + k // 2
     lv = lv_at[:, np.minimum(mid // hop, centres.size - 1)]
     gi = group_index(ids, groups)
     stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
-    stalled = stalled & ~_bad_windows(valid, m, k)  # none across a gap
+    if measured is not None and bridge is not None:
+        stalled = _hold_across_holes(stalled, _bad_windows(measured.all(axis=0), m, k),
+                                     int(bridge.limit_seconds / dt))
     out: list[Stall] = []
     j = 0
     nwin = stalled.size
@@ -197,6 +217,25 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
         out.append(Stall(float(t[min(m - 1, j + k // 2)]), float(t[min(m - 1, e + k // 2)]),
                          tuple(ids[i] for i in np.flatnonzero(wai)),
                          tuple(ids[i] for i in np.flatnonzero(cul))))
+        j = e + 1
+    return out
+
+
+def _hold_across_holes(stalled: np.ndarray, in_hole: np.ndarray, most: int) -> np.ndarray:
+    """A stall on both sides of a run of windows that touch a hole, at most ``most``
+    windows long, held through it (the bridge's ``hold``): the hole hid whether it went on,
+    and it did on both sides."""
+    out = stalled.copy()
+    j, n = 0, stalled.size
+    while j < n:
+        if stalled[j] or not in_hole[j]:
+            j += 1
+            continue
+        e = j
+        while e + 1 < n and in_hole[e + 1] and not stalled[e + 1]:
+            e += 1
+        if j > 0 and e + 1 < n and stalled[j - 1] and stalled[e + 1] and e - j + 1 <= most:
+            out[j:e + 1] = True
         j = e + 1
     return out
 
@@ -221,6 +260,8 @@ def scan(
     stall_context_seconds: float,
     stall_thresholds: StallThresholds | None = None,
     valid: np.ndarray | None = None,
+    measured: np.ndarray | None = None,
+    stall_bridge: Bridge | None = None,
 ) -> ScanResult:
     """Slide the straggler window and the stall window over whole series.
 
@@ -228,11 +269,14 @@ def scan(
     deviating windows of one GPU and signal become one :class:`Outlier` when
     they held for the persistence; consecutive stalled short windows become one
     :class:`Stall` (its culprits and waiters: the union over its windows).
-    Stalls need ``utilization``.  ``valid`` (M,) marks the samples measured, False where
-    the grid was interpolated across a gap in the trace: no window of either scan holds
-    one (the straggler windows are laid between the gaps, and an outlier must hold anew
-    after one).  The windows and thresholds are the straggler settings' (analyze hands
-    down its `StragglerSettings`); the scan keeps no defaults of its own.
+    Stalls need ``utilization``.  ``valid`` (M,) is False inside the gaps in the trace
+    that the straggler windows do not bridge (analysis.bridging): no straggler window
+    holds one (they are laid between them, and an outlier must hold anew after one).
+    ``measured`` (N, M) is False where a GPU's grid was interpolated across its own gap:
+    the stall check reads only the instants every GPU was measured, and holds a stall
+    through a gap up to ``stall_bridge``'s limit when it was stalled on both sides.  The
+    windows and thresholds are the straggler settings' (analyze hands down its
+    `StragglerSettings`); the scan keeps no defaults of its own.
     """
     t = np.asarray(t, dtype=np.float64)
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))
@@ -248,6 +292,12 @@ def scan(
         valid = np.asarray(valid, dtype=bool)
         if valid.shape != t.shape:
             raise ValueError("valid must have one entry per sample time")
+    if measured is None and valid is not None:
+        measured = np.broadcast_to(valid, p.shape)
+    if measured is not None:
+        measured = np.asarray(measured, dtype=bool)
+        if measured.shape != p.shape:
+            raise ValueError("measured must have one entry per GPU and sample time")
     th = thresholds
     outliers, n, stats, reason, typical = _scan_outliers(
         t, p, others, ids, groups, window_seconds, step_seconds, th, valid)
@@ -256,5 +306,5 @@ def scan(
     if util is not None and np.isfinite(util).any():
         stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
                               stall_context_seconds, stall_thresholds or StallThresholds(),
-                              valid)
+                              measured, stall_bridge)
     return ScanResult(outliers, stalls, n, stats, reason, typical)

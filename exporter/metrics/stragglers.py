@@ -100,8 +100,10 @@ COVERAGE = Family(
     "power samples, and the share of the expected sweeps.", ("data",), unit="ratio",
     source="`StragglerMonitor`",
     doc='How completely the last window was sampled: `data="power"` the worst GPU\'s share '
-        'of the window with power samples (held below 0.9), `data="sweep"` the share of the '
-        "expected sweeps that came (held below 0.8).")
+        "of the window with power samples (held where a hole is longer than the straggler "
+        "window bridges, a tenth of it, or holes fill more than half of it: "
+        "docs/trace-format.md#gaps), `data=\"sweep\"` the share of the expected sweeps "
+        "that came (held below 0.8).")
 STALL_ACTIVE = Family(
     "gpu_node_collective_stall_active", "gauge",
     "1 while peers busy-wait (high utilization, low power) and one GPU differs: a stall.",

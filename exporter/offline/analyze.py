@@ -18,8 +18,9 @@ First it decides how much of the trace it can see (exporter.offline.band): is
 the power a ~1 s average, and up to which frequency do the samples resolve a
 swing; the report says which evidence decided and how sure it is.  Detectors
 the trace is too short for say so; implausible values are counted, not used.
-Gaps in the samples (exporter.offline.gaps) are named in the notes, and every
-window that straddles one is left out of every analysis.
+Gaps in the samples (exporter.offline.gaps) are named in the notes and the JSON;
+each analysis judges them against its own time scale (exporter.analysis.bridging):
+it bridges the short ones and leaves out only its windows across the longer ones.
 
 Also runnable as ``python -m exporter.offline.analyze FILE``.
 """
@@ -36,12 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.bridging import Bridge, bridges_for
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler_scan import ScanResult, scan
 from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
-from exporter.offline.events import events
+from exporter.offline.events import MIN_FILL_SECONDS, events
 from exporter.offline.gaps import (
     find_gaps,
     gaps_json,
@@ -141,7 +143,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- analysis
 
 
-def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
+def _grid(trace: Trace, tdp_flag: float | None, bridges: dict[str, Bridge] | None = None
+          ) -> tuple[Grid, list[str]]:
     usable, notes = power_gpus(trace)
     t0 = max(float(trace.series[g].t[0]) for g in usable)
     t1 = min(float(trace.series[g].t[-1]) for g in usable)
@@ -174,8 +177,15 @@ def _grid(trace: Trace, tdp_flag: float | None) -> tuple[Grid, list[str]]:
     times = {g: trace.series[g].t[np.isfinite(trace.series[g].fields["power_watts"])]
              for g in usable}
     gaps = [gap for gap in find_gaps(times) if gap.end > t0 and gap.start < t1]
-    valid = valid_mask(t0 + rel, gaps) if gaps else None
-    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node, gaps, valid), notes
+    valid = measured = None
+    if gaps:
+        valid = valid_mask(t0 + rel, gaps)
+        measured = np.stack([valid_mask(t0 + rel, find_gaps({g: times[g]})) for g in usable])
+    if bridges is None:
+        default = AnalyzeRequest()
+        bridges = bridges_for(default.power, default.stragglers)
+    return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node, gaps, valid, measured,
+                bridges), notes
 
 
 # canonical trace field -> scan() keyword
@@ -264,7 +274,9 @@ def _stragglers(trace: Trace, g: Grid, req: AnalyzeRequest, t_start: float,
     res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=st.window_seconds,
                step_seconds=st.update_seconds, thresholds=st.thresholds(),
                stall_window_seconds=st.stall_window_seconds,
-               stall_context_seconds=st.stall_context_seconds, valid=g.valid, **series)
+               stall_context_seconds=st.stall_context_seconds,
+               valid=g.usable(g.bridges["outliers"]), measured=g.measured,
+               stall_bridge=g.bridges["stalls"], **series)
     return res, series["utilization"] is not None
 
 
@@ -281,38 +293,46 @@ def _straggler_not_run(strag: ScanResult, utilization: bool) -> dict[str, str]:
 def _too_short(g: Grid, req: AnalyzeRequest) -> dict[str, str]:
     """Detector -> why the trace cannot feed it (absent: it runs)."""
     span = float(g.t[-1] - g.t[0])
-    # with gaps, a window must fit between them: the longest stretch without one
-    clean = g.clean_seconds()
-    have = (f"the trace ({span:.3g} s)" if clean >= span else
-            f"the longest stretch without a gap ({clean:.3g} s of {span:.3g} s)")
+
+    def have(name: str) -> tuple[float, str]:
+        # with gaps, a window must fit between those its analysis cannot bridge
+        clean = g.clean_seconds(g.bridges[name])
+        return clean, (f"the trace ({span:.3g} s)" if clean >= span else
+                       f"the longest stretch without a gap longer than {name} bridges "
+                       f"({clean:.3g} s of {span:.3g} s)")
+
     out = {}
     window, st = req.power.window_seconds, req.stragglers
     per_window = int(round(window / g.dt))
+    clean, said = have("step")
     if clean < window:
-        out["step"] = f"{have} is shorter than the {window:g} s step window (--window)"
+        out["step"] = f"{said} is shorter than the {window:g} s step window (--window)"
     elif per_window < MIN_STEP_SAMPLES:
         out["step"] = (f"a {window:g} s step window holds {per_window} samples (one every "
                        f"{g.dt:.3g} s); the step detector needs at least {MIN_STEP_SAMPLES}: "
                        "sample faster or lengthen --window")
+    clean, said = have("cycle")
     if clean < 40.0:
-        out["cycle"] = (f"{have} is shorter than the 40 s the cycle detector needs (four "
+        out["cycle"] = (f"{said} is shorter than the 40 s the cycle detector needs (four "
                         "periods of its shortest, 10 s)")
+    clean, said = have("ramps")
     if clean < 55.0:
-        out["ramps"] = (f"{have} is shorter than the 55 s a ramp needs (25 s of steady power "
-                        "either side)")
+        out["ramps"] = f"{said} is shorter than the 55 s a ramp needs (25 s of steady power " \
+            "either side)"
+    clean, said = have("outliers")
     if clean < st.window_seconds:
-        out["outliers"] = (f"{have} is shorter than the {st.window_seconds:g} s straggler "
+        out["outliers"] = (f"{said} is shorter than the {st.window_seconds:g} s straggler "
                            "window (--outlier-window)")
     elif clean < st.persistence_seconds:
         out["outliers"] = (f"outliers must hold for {st.persistence_seconds:g} s (--persistence), "
-                           f"longer than {have}")
+                           f"longer than {said}")
     return out
 
 
 def span_ok(g: Grid, req: AnalyzeRequest) -> bool:
-    """Is the trace (between its gaps) long enough for one segment window
-    (--segment-window)?"""
-    return g.clean_seconds() >= min(req.power.segment_window_seconds, 60.0)
+    """Is the trace (between the gaps the segment windows cannot bridge) long enough for
+    one segment window (--segment-window)?"""
+    return g.clean_seconds(g.bridges["segments"]) >= min(req.power.segment_window_seconds, 60.0)
 
 
 def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]:
@@ -373,7 +393,8 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     """The report as a JSON-ready dict (what ``--format json`` prints); `asked`: the
     request, or analyze's parsed flags."""
     req = AnalyzeRequest.of(asked)
-    g, notes = _grid(trace, req.tdp)
+    bridges = bridges_for(req.power, req.stragglers)
+    g, notes = _grid(trace, req.tdp, bridges)
     band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
@@ -406,7 +427,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
         ramps = [r for r in ramps if r["dip"] is not None]
     notes += [not_run_note(name, why) for name, why in short.items()]
     if g.gaps:
-        notes.append(gaps_note(g.gaps, t_start, g.gpus))
+        notes.append(gaps_note(g.gaps, t_start, g.gpus, list(bridges.values())))
     notes += _input_notes(trace)
     return {
         "source": trace.source,
@@ -424,7 +445,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
         "step_windows_analysed": n_windows,
         "skipped_lines": trace.skipped_lines,
         "rejected_values": dict(trace.rejected),
-        "gaps": gaps_json(g.gaps, t_start),
+        "gaps": gaps_json(g.gaps, t_start, list(bridges.values())),
         "not_run": short,
         "power_swings": step + cycles,
         "ramps": ramps,
@@ -436,19 +457,27 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
 
 def _clear_of_gaps(g: Grid, ramps: list[dict[str, Any]], dips: list[dict[str, Any]],
                    t_start: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ramps and dips that do not reach into a gap (one grid step of slack), the
-    ramps' dip numbers renumbered."""
-    def clear(a: float, b: float) -> bool:
-        return not overlaps(g.gaps, t_start + a - g.dt, t_start + b + g.dt)
+    """The ramps and dips that do not reach into a gap longer than their bridges span (one
+    grid step of slack), the ramps' dip numbers renumbered."""
+    def clear(name: str, a: float, b: float) -> bool:
+        longer = [h for h in g.gaps if not g.bridges[name].bridges(h.seconds)]
+        return not overlaps(longer, t_start + a - g.dt, t_start + b + g.dt)
 
-    kept = [i for i, d in enumerate(dips) if clear(d["start"], d["end"])]
+    def seen(a: float, b: float) -> float:  # the measured seconds of [a, b]
+        return (b - a) - sum(max(0.0, min(h.end, t_start + b) - max(h.start, t_start + a))
+                             for h in g.gaps)
+
+    # a pause must be seen for as long as a dip lasts at least: lines across holes can
+    # stretch a hiccup into one
+    kept = [i for i, d in enumerate(dips) if clear("dips", d["start"], d["end"])
+            and seen(d["start"], d["end"]) >= MIN_FILL_SECONDS]
     number = {old: new for new, old in enumerate(kept)}
     out_ramps = []
     for r in ramps:
         half = r["duration_seconds"] / 2
         if r["dip"] is not None and r["dip"] not in number:
             continue
-        if not clear(r["time"] - half, r["time"] + half):
+        if not clear("ramps", r["time"] - half, r["time"] + half):
             continue
         out_ramps.append(dict(r, dip=number.get(r["dip"])) if r["dip"] is not None else r)
     out_dips = []
@@ -494,7 +523,7 @@ def swing_at(trace: Trace, end: float, seconds: float = 30.0,
     at ``end`` from the same samples should agree with it.
     """
     req = req or AnalyzeRequest(trace.source)
-    g, _ = _grid(trace, req.tdp)
+    g, _ = _grid(trace, req.tdp, bridges_for(req.power, req.stragglers))
     band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
     keep = (g.t >= end - seconds) & (g.t <= end)

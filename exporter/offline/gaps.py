@@ -1,19 +1,19 @@
 """Gaps in a trace: stretches where a GPU's power samples stopped (lines lost or cut, a
-drain that came after the driver's buffer had wrapped, a logging loop that stalled).
+drain that came after the driver's buffer had wrapped, a logging loop that stalled on a
+busy host).
 
 Found from the trace's own timestamps: a gap is an interval between two consecutive
 power samples of one GPU longer than :data:`GAP_FACTOR` times that GPU's typical
-(median) interval.  Why 10: a sensor's own jitter stays well below it (the H200
-driver's buffer: samples 7-46 ms apart around a median of 20 ms, at most 2.3x; a real
-8x H100 nvidia-smi poll loop over 22.5 minutes: at most 1.57 s around a median of
-0.297 s, 5.3x, and 3x at the 99.9th percentile), while a lost stretch is as long as
-whatever was lost.  docs/trace-format.md says the same to users.
+(median) interval.  Why 6: a sensor's own jitter stays below it (the H200 driver's
+buffer: samples 7-46 ms apart around a median of 20 ms, at most 2.3x; a real 8x H100
+nvidia-smi poll loop over 22.5 minutes: at most 1.57 s around a median of 0.297 s,
+5.3x, and 3x at the 99.9th percentile), while a lost stretch is as long as whatever
+was lost.  docs/trace-format.md says the same to users.
 
 The GPUs' gaps are joined where they overlap (in a `record`, rows come in per-GPU
-batches, so cut lines leave each GPU a gap at a slightly different place); the grid
-points inside any of them are interpolated, not measured (:func:`valid_mask`), and no
-analysis window holds one: windows are laid within the stretches between gaps
-(analysis.signal.stretch_starts).
+batches, so cut lines leave each GPU a gap at a slightly different place).  Finding a
+gap drops nothing by itself: each analysis judges it against its own time scale
+(exporter.analysis.bridging) and bridges it or leaves out the windows across it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GAP_FACTOR = 10.0  # x the typical interval between one GPU's samples
+from exporter.analysis.bridging import Bridge
+
+GAP_FACTOR = 6.0  # x the typical interval between one GPU's samples
 MIN_SAMPLES = 8  # fewer intervals give no typical one to compare with
 
 
@@ -82,16 +84,44 @@ def _gpu_list(gpus: tuple[int, ...], every: list[int]) -> str:
     return ("GPU " if len(gpus) == 1 else "GPUs ") + ", ".join(map(str, gpus))
 
 
-def gaps_note(gaps: list[Gap], t_start: float, every: list[int], shown: int = 5) -> str:
-    """The notes' sentence for the gaps found (times from the trace's start)."""
+def _counts(gaps: list[Gap], b: Bridge) -> tuple[int, int]:
+    """(gaps the bridge spans, gaps it does not)."""
+    n = sum(1 for g in gaps if b.bridges(g.seconds))
+    return n, len(gaps) - n
+
+
+def gaps_note(gaps: list[Gap], t_start: float, every: list[int], bridges: list[Bridge],
+              shown: int = 5) -> str:
+    """The notes' sentence for the gaps found (times from the trace's start) and what each
+    analysis made of them."""
     listed = "; ".join(f"{g.start - t_start:.1f}-{g.end - t_start:.1f} s ({g.seconds:.1f} s, "
                        f"{_gpu_list(g.gpus, every)})" for g in gaps[:shown])
     more = f"; and {len(gaps) - shown} more" if len(gaps) > shown else ""
+    total = sum(g.seconds for g in gaps)
+    bridged, left = [], []
+    for b in bridges:
+        n, out = _counts(gaps, b)
+        if n:
+            bridged.append(f"{b.analysis} {n} (up to {b.limit_seconds:.3g} s, {b.how})")
+        if out:
+            left.append(f"{b.analysis} ({out})")
+    said = f"bridged: {', '.join(bridged)}" if bridged else "bridged by no analysis"
+    if left:
+        said += f"; windows across the longer ones left out of {', '.join(left)}"
     return (f"{len(gaps)} gap(s) in the power samples (longer than {GAP_FACTOR:g}x a GPU's "
-            f"typical interval): {listed}{more}; no analysis window straddles a gap "
-            "(swings, cycles, ramps, dips, stragglers, stalls)")
+            f"typical interval), {total:.1f} s in all: {listed}{more}; each analysis judges "
+            f"them against its own time scale: {said}")
 
 
-def gaps_json(gaps: list[Gap], t_start: float) -> list[dict[str, object]]:
-    return [{"start": g.start - t_start, "end": g.end - t_start,
-             "duration_seconds": g.seconds, "gpus": list(g.gpus)} for g in gaps]
+def gaps_json(gaps: list[Gap], t_start: float, bridges: list[Bridge]) -> dict[str, object]:
+    analyses = {}
+    for b in bridges:
+        n, out = _counts(gaps, b)
+        analyses[b.analysis] = {**b.to_json(), "bridged": n, "left_out": out}
+    return {
+        "count": len(gaps),
+        "total_seconds": sum(g.seconds for g in gaps),
+        "holes": [{"start": g.start - t_start, "end": g.end - t_start,
+                   "duration_seconds": g.seconds, "gpus": list(g.gpus)} for g in gaps],
+        "analyses": analyses,
+    }

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from exporter.analysis.averaging import source_swing
+from exporter.analysis.bridging import Bridge, usable
 from exporter.analysis.power_swing import (
     CycleFeatures,
     NodeSwing,
@@ -58,33 +59,53 @@ class Grid:
     # whose GPUs share each poll's time): interpolating onto the grid blurs sharp edges
     raw_t: np.ndarray | None = None
     raw_node: np.ndarray | None = None
-    # the gaps in the samples (exporter.offline.gaps) and, per grid point, whether it is
-    # measured (False: interpolated across a gap); None: no gaps
+    # the gaps in the samples (exporter.offline.gaps); per grid point, whether it is
+    # measured (False: interpolated across a gap), for the node and per GPU; None: no gaps
     gaps: list[Gap] = field(default_factory=list)
     valid: np.ndarray | None = None
+    measured: np.ndarray | None = None  # (N, M)
+    # each analysis' bridge over the gaps (analysis.bridging), by name
+    bridges: dict[str, Bridge] = field(default_factory=dict)
 
     @property
     def node_tdp(self) -> float | None:
         return float(self.tdp.sum()) if np.isfinite(self.tdp).all() else None
 
-    def clean_seconds(self) -> float:
-        """The longest stretch of the grid without a gap (the whole span without gaps)."""
-        if self.valid is None or self.valid.all():
+    def holes(self) -> list[tuple[float, float]]:
+        return [(g.start, g.end) for g in self.gaps]
+
+    def usable(self, b: Bridge | None) -> np.ndarray | None:
+        """False inside the gaps the bridge does not span (every gap without one);
+        None: no gaps."""
+        if not self.gaps:
+            return None
+        return usable(self.t, self.holes(), b) if b is not None else self.valid
+
+    def clean_seconds(self, b: Bridge | None = None) -> float:
+        """The longest stretch of the grid without a gap that the bridge leaves unbridged
+        (the whole span without gaps)."""
+        ok = self.usable(b)
+        if ok is None or ok.all():
             return float(self.t[-1] - self.t[0])
-        edges = np.diff(np.concatenate([[0], self.valid.astype(np.int8), [0]]))
+        edges = np.diff(np.concatenate([[0], ok.astype(np.int8), [0]]))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
         if starts.size == 0:
             return 0.0
         return float((self.t[ends] - self.t[starts]).max())
 
-    def window_starts(self, starts: list[int], n_win: int, n_step: int, *, tail: bool
-                      ) -> list[int | None]:
+    def window_starts(self, starts: list[int], n_win: int, n_step: int, *, tail: bool,
+                      b: Bridge) -> list[int | None]:
         """``starts`` as they are without gaps; with gaps, windows laid within each
-        stretch between them instead (analysis.signal.stretch_starts), None at a gap: no
-        window straddles one."""
-        if self.valid is None:
+        stretch between the gaps the bridge does not span (analysis.signal.stretch_starts),
+        None at such a gap and for a window the bridged gaps fill too much of: none is
+        analysed across what its analysis cannot bridge."""
+        ok = self.usable(b)
+        if ok is None:
             return list(starts)
-        return stretch_starts(self.valid, n_win, n_step, tail=tail)
+        holes, m = self.holes(), self.t.size
+        return [a if a is not None and b.window_ok(
+            holes, float(self.t[a]), float(self.t[min(m, a + n_win) - 1])) else None
+            for a in stretch_starts(ok, n_win, n_step, tail=tail)]
 
 
 Window = tuple[float, float, NodeSwing]
@@ -124,7 +145,7 @@ def step_windows(g: Grid, req: AnalyzeRequest, band: BandDecision
     m = g.t.size
     out: list[tuple[float, float, NodeSwing | None]] = []
     for a in g.window_starts(list(range(0, max(1, m - n_win + 1), n_step)), n_win, n_step,
-                             tail=False):
+                             tail=False, b=g.bridges["step"]):
         if a is None:  # a gap between two stretches: ends a run
             out.append((math.nan, math.nan, None))
             continue
@@ -354,7 +375,7 @@ def segment_windows(g: Grid, req: AnalyzeRequest, band: BandDecision
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
     out: list[tuple[float, float, StepSwing | None]] = []
-    for a in g.window_starts(starts, n_win, n_step, tail=True):
+    for a in g.window_starts(starts, n_win, n_step, tail=True, b=g.bridges["segments"]):
         if a is None:  # a gap between two stretches: ends a run
             out.append((math.nan, math.nan, None))
             continue
@@ -427,7 +448,8 @@ def merge_step(windowed: list[dict[str, Any]], segments: list[dict[str, Any]]
 
 def _cycle_windows(g: Grid, req: AnalyzeRequest
                    ) -> list[tuple[float, float, CycleFeatures | None]]:
-    span = g.clean_seconds()  # a window as long as the trace would straddle its gaps
+    br = g.bridges["cycle"]
+    span = g.clean_seconds(br)  # a window as long as the trace would straddle its gaps
     win = min(req.power.cycle_window_seconds, span)
     n_win = int(round(win / g.dt))
     n_step = max(1, int(round(win / 4 / g.dt)))
@@ -437,12 +459,15 @@ def _cycle_windows(g: Grid, req: AnalyzeRequest
         starts.append(m - n_win)
     tdp = g.tdp if np.isfinite(g.tdp).all() else None
     out: list[tuple[float, float, CycleFeatures | None]] = []
-    for a in g.window_starts(starts, n_win, n_step, tail=True):
+    for a in g.window_starts(starts, n_win, n_step, tail=True, b=br):
         if a is None:  # a gap between two stretches: ends a run
             out.append((math.nan, math.nan, None))
             continue
         b = min(m, a + n_win)
-        c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp)
+        c = analyse_cycles(g.t[a:b], g.power[:, a:b], tdp,
+                           measured=None if g.valid is None else g.valid[a:b])
+        if c is not None and not _bridged_at(g, br, c.period_seconds, a, b):
+            c = None
         if c is not None:
             ratio = c.amplitude_ratio
             if ratio is None:  # no TDP: compare with the window's peak node power
@@ -452,6 +477,14 @@ def _cycle_windows(g: Grid, req: AnalyzeRequest
                 c = None
         out.append((float(g.t[a]), float(g.t[b - 1]), c))
     return out
+
+
+def _bridged_at(g: Grid, br: Bridge, period: float, a: int, b: int) -> bool:
+    """Whether every gap in the window [a, b) is bridged at the scale of the period found
+    (its share of the period): a longer one could hide a cycle that fast."""
+    longest = max((min(h.end, g.t[b - 1]) - max(h.start, g.t[a]) for h in g.gaps
+                   if h.start < g.t[b - 1] and h.end > g.t[a]), default=0.0)
+    return br.bridges_at(period, longest)
 
 
 def cycle_swings(g: Grid, req: AnalyzeRequest, t_start: float) -> list[dict[str, Any]]:

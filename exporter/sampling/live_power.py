@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.analysis.bridging import Bridge, bridges_for, fill, holes_of
 from exporter.analysis.power_swing import (
     CycleFeatures,
     NodeSwing,
@@ -66,6 +67,9 @@ class PowerMonitor:
         self._last_step = -1e18
         self.ramps_total = {"rise": 0, "fall": 0}
         self.last_ramp: Ramp | None = None
+        # how far each analysis bridges a hole in the samples (a drain that came late, a
+        # GPU that hung): the same rule as analyze's (analysis.bridging)
+        self.bridges = bridges_for(settings)
 
     def cycle_due(self, now: float) -> bool:
         return now - self._last_cycle >= self.settings.cycle_every_seconds
@@ -93,8 +97,10 @@ class PowerMonitor:
         t_row = np.nanmax(times, axis=0) if times.size else np.zeros(0)
         swing = None
         recent = t_row >= (t_row[-1] - s.window_seconds) if t_row.size else t_row.astype(bool)
+        power = None
         if recent.sum() >= 40 and np.isfinite(watts[:, recent]).any():
-            power = _fill(watts[:, recent])
+            power = _fill(t_row[recent], watts[:, recent], self.bridges["step"])
+        if power is not None:
             swing = analyse_window(t_row[recent], power, tdp, s.band_hz,
                                    max_observable_hz=self.band[1],
                                    phase_grid_seconds=s.update_seconds,
@@ -109,7 +115,7 @@ class PowerMonitor:
             c_row, c_watts = t_row, watts
         if c_row.size and self.cycle_due(now) and c_row[-1] - c_row[0] >= 2 * 10.0:
             self._last_cycle = now
-            self.cycle = analyse_cycles(c_row, _fill(c_watts), tdp)
+            self.cycle = self._cycle(c_row, c_watts, tdp)
         self._count_ramps(t_row, watts, tdp)
         if self.step_due(now):
             self._last_step = now
@@ -120,6 +126,21 @@ class PowerMonitor:
         return PowerAnalysis(now, s.window_seconds, swing, swinging, self.cycle,
                              dict(self.ramps_total), self.last_ramp,
                              time.perf_counter() - t0, step, relevant)
+
+    def _cycle(self, t_row: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None
+               ) -> CycleFeatures | None:
+        """The slow cycle, its holes bridged as analyze bridges them: only measured samples
+        folded, and no cycle faster than four times its longest hole."""
+        b = self.bridges["cycle"]
+        power = _fill(t_row, watts, b)
+        if power is None:
+            return None
+        every = np.isfinite(watts[np.isfinite(watts).any(axis=1)]).all(axis=0)
+        cycle = analyse_cycles(t_row, power, tdp, measured=every)
+        longest = max((hi - lo for lo, hi in holes_of(t_row, every)), default=0.0)
+        if cycle is not None and not b.bridges_at(cycle.period_seconds, longest):
+            return None
+        return cycle
 
     def _step(self, t_row: np.ndarray, watts: np.ndarray, tdp: np.ndarray | None
               ) -> SegmentAnalysis | None:
@@ -132,7 +153,10 @@ class PowerMonitor:
         known = np.isfinite(rows).any(axis=1)
         if recent.sum() < 40 or not known.any():
             return None
-        return find_step_swing(t_row[recent], _fill(rows[known]),
+        power = _fill(t_row[recent], rows[known], self.bridges["segments"])
+        if power is None:
+            return None
+        return find_step_swing(t_row[recent], power,
                                None if tdp is None else np.asarray(tdp)[known],
                                observable_hz=self.band[1] or None, min_hz=s.band_hz[0],
                                phase_grid_seconds=s.update_seconds)
@@ -150,6 +174,9 @@ class PowerMonitor:
         known = np.isfinite(rows).all(axis=0)
         if known.sum() < 40:
             return
+        t = t_row[recent]
+        if not self.bridges["ramps"].window_ok(holes_of(t, known), float(t[0]), float(t[-1])):
+            return  # an edge could hide in a hole longer than a ramp's bridge
         node = rows[:, known].sum(axis=0)
         total = float(np.nansum(tdp)) if tdp is not None else None
         for ramp in detect_ramps(t_row[recent][known], node, total,
@@ -160,11 +187,11 @@ class PowerMonitor:
             self.last_ramp = ramp
 
 
-def _fill(watts: np.ndarray) -> np.ndarray:
-    """Gaps (a failed read) take the GPU's mean, so one missing sample does not skew FFTs."""
-    out = np.array(watts, dtype=float)
-    for row in out:
-        bad = ~np.isfinite(row)
-        if bad.any():
-            row[bad] = np.nanmean(row) if (~bad).any() else 0.0
+def _fill(t: np.ndarray, watts: np.ndarray, b: Bridge) -> np.ndarray | None:
+    """Holes (a failed read, a late drain, a hung GPU) bridged as the analysis' bridge
+    says (a straight line across; None: a hole it cannot bridge, the window is left out);
+    a GPU with no sample at all reads 0 W."""
+    out = fill(t, watts, b)
+    if out is not None:
+        out[~np.isfinite(out)] = 0.0
     return out

@@ -7,10 +7,14 @@ its peers' (the GPUs of the same job where the job mapping says so), and holds f
 for the persistence (default 5 minutes).
 
 A window the exporter did not sample well is not analysed: when power samples are
-missing (the driver's buffer overflowed before a drain: the exporter was starved) or
-sweeps were skipped (its loop overran), the update is held: findings stay as they were,
-no window features are exported, and `gpu_node_straggler_analysis_held` says so. The exporter's
-own trouble never becomes a finding about the GPUs.
+missing for longer than the straggler window bridges (analysis.bridging: a tenth of the
+window; the driver's buffer overflowed before a drain, the exporter was starved, or a
+GPU hung), or sweeps were skipped (its loop overran), the update is held: findings stay
+as they were, no window features are exported, and `gpu_node_straggler_analysis_held`
+says so. Shorter holes are bridged by a straight line, as `analyze` bridges them. The
+exporter's own trouble never becomes a finding about the GPUs. The stall check compares
+the GPUs only at instants at which all of them have power, and holds its verdict through
+a hole up to the stall bridge (6 s by default) when no such instant is left.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.bridging import bridges_for, fill
 from exporter.analysis.stalls import StallResult, compute_level, detect_stall
 from exporter.analysis.straggler import (
     COUNTED_REASONS,
@@ -32,8 +37,8 @@ from exporter.analysis.straggler import (
 )
 from exporter.sampling.settings import StragglerSettings
 
-# The least share of a window that must be sampled for it to be analysed.
-MIN_POWER_COVERAGE = 0.9
+# The least share of the expected sweeps that must come for a window to be analysed
+# (power: the straggler window's bridge decides, analysis.bridging).
 MIN_SWEEP_COVERAGE = 0.8
 
 # (seconds) -> (times (n,), power (gpus, n)) of the last `seconds` on one grid
@@ -115,6 +120,9 @@ class StragglerMonitor:
         self.stall_seconds = 0.0
         self.culprit_seconds: dict[int, float] = {}
         self._last_stall_check: float | None = None
+        self._last_stall: StallResult | None = None
+        self._blind_since: float | None = None  # no instant with every GPU's power since
+        self.bridges = bridges_for(stragglers=settings)
 
     def update(self, now: float, power_window: PowerWindow, sweep_window: SweepWindow,
                groups: dict[int, str] | None, compute: ComputeRows = lambda: None
@@ -152,9 +160,10 @@ class StragglerMonitor:
         s = self.settings
         recent = t_row >= t_row[-1] - s.window_seconds
         self.coverage = coverage(power[:, recent], sweep_t, s.sweep_interval_seconds)
-        self.held = (self.coverage["power"] < MIN_POWER_COVERAGE
-                     or self.coverage["sweep"] < MIN_SWEEP_COVERAGE)
-        if self.held:
+        bridged = fill(t_row[recent], power[:, recent], self.bridges["outliers"],
+                       hold_edges=False)
+        self.held = bridged is None or self.coverage["sweep"] < MIN_SWEEP_COVERAGE
+        if bridged is None or self.held:
             return  # findings stay as they were; no features from a badly sampled window
         series: dict[str, Any] = {}  # window_features' keyword arguments, by name
         if sweep_t.size:
@@ -171,7 +180,7 @@ class StragglerMonitor:
                 inside = times >= t_row[-1] - s.window_seconds
             series["compute"] = (times, np.where(inside, shares, np.nan))
         gpus = list(range(power.shape[0]))
-        self.features = window_features(t_row[recent], power[:, recent], gpus=gpus, **series)
+        self.features = window_features(t_row[recent], bridged, gpus=gpus, **series)
         self.report = self.detector.update(self.features, t=now, groups=groups)
 
     def _check_stall(self, now: float, power: np.ndarray, sweep_t: np.ndarray,
@@ -183,19 +192,35 @@ class StragglerMonitor:
             return None
         sweep_row = np.nanmax(sweep_t, axis=0)
         short_sweep = sweep_row >= sweep_row[-1] - s.stall_window_seconds
-        mean_power = nan_row_means(power)  # NaN for a GPU with no sample in 2 s (lost)
+        # only the instants at which every GPU with power in the window has it: GPUs
+        # compared over different instants of a swing would make a stall of their own
+        sampled = np.isfinite(power)
+        common = sampled[sampled.any(axis=1)].all(axis=0)
+        elapsed = 0.0 if self._last_stall_check is None else min(now - self._last_stall_check,
+                                                                   5.0)
+        self._last_stall_check = now
+        if sampled.any() and not common.any():  # a hole: hold the verdict through it
+            self._blind_since = self._blind_since if self._blind_since is not None else now
+            if now - self._blind_since <= self.bridges["stalls"].limit_seconds:
+                if self.stalled and self._last_stall is not None:
+                    self._count_stall(self._last_stall, elapsed, new=False)
+                return self._last_stall
+        else:
+            self._blind_since = None
+        mean_power = nan_row_means(power[:, common])  # NaN for a GPU with none (lost)
         mean_util = nan_row_means(util[:, short_sweep])
         gpus = list(range(power.shape[0]))
         assert self._level is not None  # only checked once the level is known
         stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)
-        elapsed = 0.0 if self._last_stall_check is None else min(now - self._last_stall_check,
-                                                                   5.0)
-        self._last_stall_check = now
         if stall.stalled:
-            if not self.stalled:
-                self.stalls_total += 1
-            self.stall_seconds += elapsed
-            for gpu in stall.culprit_gpus:
-                self.culprit_seconds[gpu] = self.culprit_seconds.get(gpu, 0.0) + elapsed
+            self._count_stall(stall, elapsed, new=not self.stalled)
         self.stalled = stall.stalled
+        self._last_stall = stall
         return stall
+
+    def _count_stall(self, stall: StallResult, elapsed: float, new: bool) -> None:
+        if new:
+            self.stalls_total += 1
+        self.stall_seconds += elapsed
+        for gpu in stall.culprit_gpus:
+            self.culprit_seconds[gpu] = self.culprit_seconds.get(gpu, 0.0) + elapsed
