@@ -290,3 +290,33 @@ def test_compat_is_off_by_default(training, running_exporter):
     exp.sampler.advance(5)
     _, body = http_get(exp.port)
     assert b"DCGM_" not in body
+
+
+def test_the_migration_page_lists_what_is_served(training):
+    """docs/migrating-from-dcgm-exporter.md's table is generated from the served table,
+    and says of each field what /metrics does: served (with its TYPE) or not."""
+    import subprocess
+    import sys
+
+    from tests.tools import REPO
+
+    script = REPO / "scripts" / "build_migration_docs.py"
+    check = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
+                           text=True)
+    assert check.returncode == 0, check.stdout
+    page = (REPO / "docs" / "migrating-from-dcgm-exporter.md").read_text()
+    table = page.split("<!-- begin fields -->")[1].split("<!-- end fields -->")[0]
+    rows = {line.split("`")[1]: line.split(" | ") for line in table.splitlines()
+            if line.startswith("| `DCGM_")}
+    served = compat_families(training)
+    for name, family in served.items():
+        assert rows[name][1] == family.type and rows[name][5] != "not served", name
+    for name, cells in rows.items():
+        if cells[5] == "not served":
+            assert name not in served, name
+    # served but absent here only where this node has nothing to say: an H100 retires
+    # no pages (it remaps rows), its SXM boards have no fan, and no XID happened
+    absent = {n for n, c in rows.items() if c[5] not in ("not served", "label")} - set(served)
+    assert absent == {"DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
+                      "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_FAN_SPEED",
+                      "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_XID_ERRORS_TOTAL"}, absent
