@@ -35,11 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from exporter.app import Exporter
-from exporter.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.health import read_health
 from exporter.gpu.state import read_identity
+from exporter.metrics.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import ManualClock

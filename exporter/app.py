@@ -12,13 +12,13 @@ import pynvml
 
 from exporter.collectors import registry
 from exporter.collectors.registry import CollectorSpec, S
-from exporter.compat import dcgm
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.health.monitor import HealthMonitor
 from exporter.history.families import history_families
 from exporter.history.recorder import History
 from exporter.history.store import Store, StoreError
+from exporter.metrics.compat import dcgm
 from exporter.metrics.render import RenderedSnapshot
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import SYSTEM, Clock

@@ -1,5 +1,5 @@
 """Write the field table of docs/migrating-from-dcgm-exporter.md from the table the
-compatibility mode serves (exporter/compat/dcgm_fields.csv), so the page can never
+compatibility mode serves (exporter/metrics/compat/dcgm_fields.csv), so the page can never
 drift from what `--metrics.compat dcgm-exporter` serves (tests/test_dcgm_compat.py
 checks that it serves the table).
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.compat.dcgm import FIELDS, DcgmField  # noqa: E402
+from exporter.metrics.compat.dcgm import FIELDS, DcgmField  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-dcgm-exporter.md"
 BEGIN, END = "<!-- begin fields -->", "<!-- end fields -->"

@@ -3,7 +3,7 @@ default counters file, by name, TYPE, unit and label set, against our own famili
 values converted; MIG, Kubernetes and Slurm labels; XIDs and the health verdict.
 
 The expectations here are written from dcgm-exporter's files and DCGM's documented units,
-apart from the table the code serves (exporter/compat/dcgm_fields.csv): a wrong scale or
+apart from the table the code serves (exporter/metrics/compat/dcgm_fields.csv): a wrong scale or
 a field left out of the table fails here.
 """
 
@@ -16,8 +16,8 @@ import pytest
 
 from exporter.collectors.jobs.reading import JobsReading
 from exporter.collectors.kubernetes.reading import KubernetesReading, PodDevice
-from exporter.compat import dcgm
 from exporter.health.model import FAILED, OK, WARNING, CheckResult, NodeHealth, Verdict
+from exporter.metrics.compat import dcgm
 from exporter.sampling.snapshot import CollectorResult, XidRecord
 from tests.tools import families, http_get, make_snapshot
 

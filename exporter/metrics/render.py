@@ -10,8 +10,8 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import registry
-from exporter.compat.dcgm import DcgmCompat
 from exporter.health.model import NodeHealth
+from exporter.metrics.compat.dcgm import DcgmCompat
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.gpu_health import (

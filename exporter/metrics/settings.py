@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.compat.dcgm import CHOICES, HOSTNAME_LABELS, NONE
 from exporter.families import DEFAULT_PROFILE, PROFILES
+from exporter.metrics.compat.dcgm import CHOICES, HOSTNAME_LABELS, NONE
 from exporter.options import RUN, SIMULATE, setting
 
 

@@ -28,7 +28,12 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from exporter.collectors.jobs.reading import JobsReading
+from exporter.collectors.kubernetes.reading import KubernetesReading
+from exporter.collectors.mig.reading import MigReading
+from exporter.collectors.profiling.reading import ProfilingReading
 from exporter.health.model import FAILED, WARNING, NodeHealth
 from exporter.metrics.exposition import WRITER, go_float
 from exporter.sampling.snapshot import Snapshot
@@ -204,8 +209,7 @@ class DcgmCompat:
 
     def _gpm_lines(self, f: DcgmField, key: str, snapshot: Snapshot,
                    devices: list[_Device]) -> Iterator[str]:
-        result = snapshot.collectors.get("profiling")
-        reading = result.reading if result is not None else None
+        reading = _reading(snapshot, "profiling", ProfilingReading)
         if reading is None:
             return
         for d in devices:
@@ -315,13 +319,22 @@ def _health_lines(f: DcgmField, health: NodeHealth | None,
                    f'health_watch="{watch}"}} {go_float(result)}\n')
 
 
+R = TypeVar("R")
+
+
+def _reading(snapshot: Snapshot, collector: str, kind: type[R]) -> R | None:
+    """A collector's last reading in the snapshot, if it is on and has read."""
+    result = snapshot.collectors.get(collector)
+    reading = result.reading if result is not None else None
+    return reading if isinstance(reading, kind) else None
+
+
 def _pods(snapshot: Snapshot) -> Mapping[tuple[int, int | None], tuple[str, str, str]]:
     """(GPU, GPU instance or None) -> (namespace, pod, container) of the first container
     holding it, where the Kubernetes mapping is on."""
-    result = snapshot.collectors.get("kubernetes")
-    reading = result.reading if result is not None else None
+    reading = _reading(snapshot, "kubernetes", KubernetesReading)
     out: dict[tuple[int, int | None], tuple[str, str, str]] = {}
-    for device in sorted(getattr(reading, "devices", ()),
+    for device in sorted(reading.devices if reading is not None else (),
                          key=lambda d: (d.gpu, d.gpu_instance or -1, d.namespace, d.pod)):
         out.setdefault((device.gpu, device.gpu_instance),
                        (device.namespace, device.pod, device.container))
@@ -331,8 +344,7 @@ def _pods(snapshot: Snapshot) -> Mapping[tuple[int, int | None], tuple[str, str,
 def _jobs(snapshot: Snapshot) -> Mapping[tuple[int, int | None], str]:
     """(GPU, GPU instance or None) -> the first Slurm job holding it, where the mapping
     is on (dcgm-exporter's hpc_job)."""
-    result = snapshot.collectors.get("jobs")
-    reading = result.reading if result is not None else None
+    reading = _reading(snapshot, "jobs", JobsReading)
     if reading is None:
         return {}
     out: dict[tuple[int, int | None], str] = {
@@ -343,8 +355,7 @@ def _jobs(snapshot: Snapshot) -> Mapping[tuple[int, int | None], str]:
 
 def _mig_profiles(snapshot: Snapshot) -> Mapping[tuple[int, int], str]:
     """(GPU, GPU instance) -> its GPU instance profile (`3g.71gb`) for GPUs in MIG mode."""
-    result = snapshot.collectors.get("mig")
-    reading = result.reading if result is not None else None
+    reading = _reading(snapshot, "mig", MigReading)
     if reading is None:
         return {}
     out: dict[tuple[int, int], str] = {}
