@@ -83,6 +83,13 @@ FIELDS: tuple[DcgmField, ...] = tuple(
     DcgmField(r["field"], r["type"], r["unit"], r["list"], r["source"], float(r["scale"]),
               r["family"], r["help"], r["note"]) for r in _rows("dcgm_fields.csv"))
 BY_NAME = {f.name: f for f in FIELDS}
+# the sources a row may name (the part before `:`), each a rule below
+SOURCES = ("-", "state", "identity", "gpm", "fb_used", "nvlink_traffic", "nvlink_errors",
+           "xid_last", "xid_total", "xid_window", "health", "driver_version")
+for _f in FIELDS:
+    if _f.source.partition(":")[0] not in SOURCES or _f.type not in ("gauge", "counter",
+                                                                     "label"):
+        raise ValueError(f"dcgm_fields.csv: {_f.name}: source {_f.source!r}, type {_f.type!r}")
 #: our check -> (DCGM health watch, DCGM failure code)
 HEALTH_CHECKS = {r["check"]: (r["health_watch"], r["health_error_code"])
                  for r in _rows("dcgm_health.csv")}
