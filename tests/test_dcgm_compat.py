@@ -285,6 +285,16 @@ def test_what_is_not_served_is_said_once_with_why():
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in dcgm.summary()
 
 
+def test_the_start_says_in_one_line_what_is_not_served(running_exporter, caplog):
+    with caplog.at_level("INFO", logger="exporter.app"):
+        running_exporter.start(manual=True, metrics_compat="dcgm-exporter",
+                               collector_profiling=False)
+    (line,) = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("metrics compat dcgm-exporter")]
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in line
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (the profiling collector is off)" in line
+
+
 def test_compat_is_off_by_default(training, running_exporter):
     exp = running_exporter.start(manual=True)
     exp.sampler.advance(5)

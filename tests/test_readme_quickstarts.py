@@ -38,6 +38,13 @@ def test_the_quick_starts_come_first_and_are_ten_lines_each():
     assert len(SLURM) <= 10 and len(KUBERNETES) + len(TEMPLATE) <= 10
 
 
+def test_the_slurm_quick_start_builds_as_the_tested_install_does():
+    from tests.test_package import readme_install_lines
+
+    assert SLURM[0] == readme_install_lines()[0]  # run by tests/test_package.py
+    assert "dist/cluster_telemetry_exporter-*.whl" in SLURM[1]
+
+
 def test_the_slurm_quick_start_installs_files_that_exist_and_a_valid_config(tmp_path):
     for line in SLURM:
         for word in shlex.split(line):
