@@ -37,13 +37,20 @@ def _ours(field: DcgmField) -> str:
     return f"`{field.family}`" if field.family else "-"
 
 
+def _notes(field: DcgmField) -> str:
+    notes = [field.note.replace("|", "/")] if field.note else []
+    if field.mig:
+        notes.append("per MIG instance too (`GPU_I_ID`)")
+    return "; ".join(notes) or "-"
+
+
 def table() -> str:
     rows = ["| dcgm-exporter field | TYPE | Unit | In its default list | Ours | Conversion "
             "| Notes |", "|---|---|---|---|---|---|---|"]
     for f in FIELDS:
         rows.append(f"| `{f.name}` | {f.type} | {f.unit} | "
                     f"{'yes' if f.list == 'default' else '-'} | {_ours(f)} | "
-                    f"{_conversion(f)} | {f.note.replace('|', '/') or '-'} |")
+                    f"{_conversion(f)} | {_notes(f)} |")
     return "\n".join(rows)
 
 

@@ -181,7 +181,8 @@ def test_mig_labels_only_on_mig_instances(running_exporter):
             assert mig in (set(), {"GPU_I_PROFILE", "GPU_I_ID"})  # both, or absent
             if mig:
                 assert labels["gpu"] in ("0", "1")  # the MIG GPUs
-                assert name.startswith("DCGM_FI_PROF_"), name
+                assert name.startswith("DCGM_FI_PROF_") or name.startswith("DCGM_FI_DEV_FB_"), (
+                    name)
                 instances.add((labels["gpu"], labels["GPU_I_ID"], labels["GPU_I_PROFILE"]))
             key = (labels["gpu"], labels.get("GPU_I_ID"))
             label_sets[key].add(frozenset(set(labels) - FAMILY_LABELS.get(name, set())))
@@ -191,6 +192,19 @@ def test_mig_labels_only_on_mig_instances(running_exporter):
     # the whole GPUs' samples carry no MIG label
     whole = [s for s in compat["DCGM_FI_DEV_GPU_TEMP"].samples]
     assert len(whole) == 8 and not any("GPU_I_ID" in s.labels for s in whole)
+    # each instance's framebuffer, in MiB, as our gpu_mig_memory_* say
+    fams = families(body)
+    ours = {(s.labels["gpu"], s.labels["gpu_instance"]): s.value
+            for s in fams["gpu_mig_memory_used_bytes"].samples}
+    used = {(s.labels["gpu"], s.labels["GPU_I_ID"]): s.value
+            for s in compat["DCGM_FI_DEV_FB_USED"].samples if "GPU_I_ID" in s.labels}
+    assert used and used.keys() == ours.keys()
+    assert all(math.isclose(used[k], ours[k] * MIB) for k in used)
+    free = {(s.labels["gpu"], s.labels["GPU_I_ID"]): s.value
+            for s in compat["DCGM_FI_DEV_FB_FREE"].samples if "GPU_I_ID" in s.labels}
+    total = {(s.labels["gpu"], s.labels["GPU_I_ID"]): s.value
+             for s in compat["DCGM_FI_DEV_FB_TOTAL"].samples if "GPU_I_ID" in s.labels}
+    assert all(math.isclose(free[k] + used[k], total[k]) for k in used)
 
 
 def test_xid_errors_carry_the_last_code_with_err_code_and_err_msg(running_exporter):

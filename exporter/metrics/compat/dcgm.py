@@ -11,11 +11,11 @@ snapshot, with the rest of the exposition (exporter/metrics/render.py).
 
 The label set follows dcgm-exporter's template: `gpu`, `UUID`, `pci_bus_id`, `device`
 (`nvidia<N>`), `modelName`, `Hostname` (or `hostname`), `DCGM_FI_DRIVER_VERSION`;
-`GPU_I_PROFILE` and `GPU_I_ID` only on a MIG instance's samples; `pod`, `namespace`,
-`container` where a Kubernetes container holds the device; `hpc_job` where a Slurm job
-does. Every sample of one device carries the same set; `DCGM_FI_DEV_XID_ERRORS` adds
-`err_code` and `err_msg`, the XID families `xid`, the health family `health_watch` and
-`health_error_code`, as dcgm-exporter does.
+`GPU_I_PROFILE` and `GPU_I_ID` only on a MIG instance's samples (its profiling and
+framebuffer fields); `pod`, `namespace`, `container` where a Kubernetes container holds
+the device; `hpc_job` where a Slurm job does. Every sample of one device carries the
+same set; `DCGM_FI_DEV_XID_ERRORS` adds `err_code` and `err_msg`, the XID families `xid`,
+the health family `health_watch` and `health_error_code`, as dcgm-exporter does.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class DcgmField:
     family: str  # ours with the same meaning
     help: str
     note: str
+    mig: str = ""  # a MIG GPU instance's source ("" : whole GPUs only)
 
     @property
     def served(self) -> bool:
@@ -81,14 +82,15 @@ class DcgmField:
 
 FIELDS: tuple[DcgmField, ...] = tuple(
     DcgmField(r["field"], r["type"], r["unit"], r["list"], r["source"], float(r["scale"]),
-              r["family"], r["help"], r["note"]) for r in _rows("dcgm_fields.csv"))
+              r["family"], r["help"], r["note"], r["mig"]) for r in _rows("dcgm_fields.csv"))
 BY_NAME = {f.name: f for f in FIELDS}
+MIG_SOURCES = ("", "mig:used", "mig:free", "mig:total")
 # the sources a row may name (the part before `:`), each a rule below
 SOURCES = ("-", "state", "identity", "gpm", "fb_used", "nvlink_traffic", "nvlink_errors",
            "xid_last", "xid_total", "xid_window", "health", "driver_version")
 for _f in FIELDS:
-    if _f.source.partition(":")[0] not in SOURCES or _f.type not in ("gauge", "counter",
-                                                                     "label"):
+    if (_f.source.partition(":")[0] not in SOURCES or _f.mig not in MIG_SOURCES
+            or _f.type not in ("gauge", "counter", "label")):
         raise ValueError(f"dcgm_fields.csv: {_f.name}: source {_f.source!r}, type {_f.type!r}")
 #: our check -> (DCGM health watch, DCGM failure code)
 HEALTH_CHECKS = {r["check"]: (r["health_watch"], r["health_error_code"])
@@ -213,6 +215,12 @@ class DcgmCompat:
                 value = _value(kind, key, d.gpu, snapshot)
                 if value is not None:
                     yield f"{f.name}{d.labels}}} {go_float(value * f.scale)}\n"
+            if f.mig and len(devices) > len(whole):
+                memory = _mig_memory(snapshot)
+                for d in devices:
+                    value = memory.get((d.gpu, d.instance), {}).get(f.mig.partition(":")[2])
+                    if d.instance is not None and value is not None:
+                        yield f"{f.name}{d.labels}}} {go_float(value * f.scale)}\n"
 
     def _gpm_lines(self, f: DcgmField, key: str, snapshot: Snapshot,
                    devices: list[_Device]) -> Iterator[str]:
@@ -357,6 +365,19 @@ def _jobs(snapshot: Snapshot) -> Mapping[tuple[int, int | None], str]:
     out: dict[tuple[int, int | None], str] = {
         (gpu, None): ids[0] for gpu, ids in reading.jobs.items() if ids}
     out.update({key: ids[0] for key, ids in reading.instance_jobs.items() if ids})
+    return out
+
+
+def _mig_memory(snapshot: Snapshot) -> Mapping[tuple[int, int | None], dict[str, float]]:
+    """(GPU, GPU instance) -> its memory in bytes: used, total and free."""
+    reading = _reading(snapshot, "mig", MigReading)
+    out: dict[tuple[int, int | None], dict[str, float]] = {}
+    for d in reading.devices if reading is not None else ():
+        key = (d.gpu, d.gpu_instance)
+        if key in out or d.memory_used_bytes is None or d.memory_total_bytes is None:
+            continue
+        out[key] = {"used": d.memory_used_bytes, "total": d.memory_total_bytes,
+                    "free": d.memory_total_bytes - d.memory_used_bytes}
     return out
 
 
