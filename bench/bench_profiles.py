@@ -11,6 +11,10 @@ tests/test_selection.py holds (`standard`: 100 per GPU plus 200 for the node, 1,
 all; `minimal`: 30 per GPU); `--scenario mig` shows them with MIG instances' activity
 and energy.
 
+With each profile it also measures dcgm-exporter compatibility (`--metrics.compat
+dcgm-exporter`): the series it adds, its render against the profile's own (the same
+snapshot, with the collectors `run --fake` has) and the exporter's CPU with it on.
+
 "nvlink-per-gpu.yml" is `full` with a selection file that sums the NVLink families
 over the links (and leaves the per-link state out): what it saves in the health read
 is what dropping the per-link series saves.
@@ -35,6 +39,7 @@ from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.health import read_health
 from exporter.gpu.state import read_identity
+from exporter.metrics.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import ManualClock
@@ -61,6 +66,7 @@ def selections(folder: Path) -> dict[str, Selection]:
 SCENARIO = ["training"]  # --scenario
 TARGETS = {"minimal": (30, None, None), "standard": (100, 200, 1000)}  # per GPU, node, all
 GPUS = 8
+COMPAT_PROFILES = ("minimal", "standard", "full")
 
 
 def snapshot_of(selection: Selection):
@@ -128,12 +134,15 @@ def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
             for name in chosen}
 
 
-def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
+def exporter_cpu(profile: str, selection_file: str, seconds: float, compat: bool = False,
+                 renders: int = 50) -> dict[str, float]:
     """CPU seconds per second of a running exporter (fake, H200 costs), scraped each
-    second so that every snapshot is rendered."""
+    second so that every snapshot is rendered; with `compat`, also the series compat
+    mode adds and the median render of its part and of ours, of the last snapshot."""
     exp = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, collector_host=True,
                           collector_infiniband=False, metrics_profile=profile,
-                          metrics_file=selection_file, scenario=SCENARIO[0]))
+                          metrics_file=selection_file, scenario=SCENARIO[0],
+                          metrics_compat=DCGM_EXPORTER if compat else NONE))
     exp.start()
     try:
         url = f"http://127.0.0.1:{exp.port}/metrics"
@@ -142,25 +151,43 @@ def exporter_cpu(profile: str, selection_file: str, seconds: float) -> float:
         while time.perf_counter() - start < seconds:
             urllib.request.urlopen(url, timeout=10).read()
             time.sleep(1)
-        return (time.process_time() - cpu) / (time.perf_counter() - start)
+        out = {"cpu": (time.process_time() - cpu) / (time.perf_counter() - start)}
+        current = exp.current
+        if compat and exp.compat is not None and current is not None:
+            snapshot, health = current.snapshot, current.health
+            body = exp.compat.render(snapshot, health)
+            out["series"] = sum(1 for line in body.splitlines() if not line.startswith(b"#"))
+            ours, theirs = [], []
+            for i in range(renders):  # in turns, on snapshots a second apart
+                fresh = dataclasses.replace(snapshot, time=snapshot.time + i + 1)
+                t = time.perf_counter()
+                render(fresh, selection=exp.selection)
+                ours.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                exp.compat.render(fresh, health)
+                theirs.append(time.perf_counter() - t)
+            out["ours_render"] = float(np.median(ours))
+            out["compat_render"] = float(np.median(theirs))
+        return out
     finally:
         exp.stop()
 
 
-def exporters_cpu(chosen: dict[str, Selection], seconds: float) -> dict[str, float]:
-    """exporter_cpu of every selection, each in a child process, all at once (a busy
-    machine then slows each alike)."""
+def exporters_cpu(runs: dict[str, tuple[str, str, bool]], seconds: float
+                  ) -> dict[str, dict[str, float]]:
+    """exporter_cpu of every (profile, selection file, compat), each in a child process,
+    all at once (a busy machine then slows each alike)."""
     children = {name: subprocess.Popen(
-        [sys.executable, __file__, "--child", selection.profile, "--file", selection.source,
-         "--seconds", str(seconds), "--scenario", SCENARIO[0]], stdout=subprocess.PIPE,
-        text=True)
-        for name, selection in chosen.items()}
+        [sys.executable, __file__, "--child", profile, "--file", path,
+         "--seconds", str(seconds), "--scenario", SCENARIO[0],
+         *(["--compat"] if compat else [])], stdout=subprocess.PIPE, text=True)
+        for name, (profile, path, compat) in runs.items()}
     out = {}
     for name, child in children.items():
         stdout, _ = child.communicate(timeout=seconds + 120)
         if child.returncode != 0:
             raise SystemExit(f"{name}: child exited {child.returncode}")
-        out[name] = json.loads(stdout.strip().splitlines()[-1])["cpu"]
+        out[name] = json.loads(stdout.strip().splitlines()[-1])
     return out
 
 
@@ -171,17 +198,21 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=40)
     parser.add_argument("--child", metavar="PROFILE", help=argparse.SUPPRESS)
     parser.add_argument("--file", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--compat", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", default="training", help="the fake node's scenario")
     args = parser.parse_args()
     SCENARIO[0] = args.scenario
     if args.child:
-        print(json.dumps({"cpu": exporter_cpu(args.child, args.file, args.seconds)}))
+        print(json.dumps(exporter_cpu(args.child, args.file, args.seconds, args.compat)))
         return
     with tempfile.TemporaryDirectory() as folder:
         chosen = selections(Path(folder))
         rendered = series_and_render(chosen, args.renders)
         health = health_reads(chosen, args.reads)
-        cpu = exporters_cpu(chosen, args.seconds)
+        runs = {name: (sel.profile, sel.source, False) for name, sel in chosen.items()}
+        runs.update({f"{p} + compat": (p, "", True) for p in COMPAT_PROFILES})
+        figures = exporters_cpu(runs, args.seconds)
+    cpu = {name: figures[name]["cpu"] for name in chosen}
     ref_lines, _, ref_render = rendered["full"]
     ref_wall, ref_cpu = health["full"]
     print(f"{'selection':28} {'series':>7} {'render ms':>10} {'health read ms (wall/CPU)':>27}"
@@ -204,6 +235,17 @@ def main() -> None:
                   and (total_limit is None or lines <= total_limit))
         print(f"{name:28} {per_gpu / GPUS:8.1f} {node:6d} {lines:6d}  ({per_gpu_limit}, "
               f"{node_limit or '-'}, {total_limit or '-'}): {'within' if within else 'PAST'}")
+
+    print(f"{'dcgm-exporter compat':28} {'series added':>13} {'render ms, ours + compat':>26}"
+          f" {'exporter CPU % with it':>23}")
+    for profile in COMPAT_PROFILES:
+        got = figures[f"{profile} + compat"]
+        ours_ms, compat_ms = got["ours_render"] * 1e3, got["compat_render"] * 1e3
+        print(f"{profile:28} {int(got['series']):13d} {ours_ms:8.2f} + {compat_ms:5.2f} "
+              f"(x{compat_ms / ours_ms:4.2f}) {got['cpu'] * 100:10.2f} "
+              f"x{got['cpu'] / cpu[profile]:4.2f}")
+    print("(compat render as a share of the profile's own, on the same snapshot; CPU "
+          "against the same profile without compat, in this run)")
 
 
 if __name__ == "__main__":

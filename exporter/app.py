@@ -18,6 +18,7 @@ from exporter.health.monitor import HealthMonitor
 from exporter.history.families import history_families
 from exporter.history.recorder import History
 from exporter.history.store import Store, StoreError
+from exporter.metrics.compat import dcgm
 from exporter.metrics.render import RenderedSnapshot
 from exporter.metrics.selection import Selection, load_selection
 from exporter.sampling.clock import SYSTEM, Clock
@@ -61,6 +62,13 @@ def sampler_settings(config: Config, selection: Selection | None = None) -> Samp
                                nvlink_reads=selection.nvlink_reads())
 
 
+def compat_summary(config: Config, selection: Selection) -> str:
+    """The start's one line on dcgm-exporter compatibility: what is served, what not."""
+    reads = selection.nvlink_reads()
+    profiling = any(s.name == "profiling" for s in registry.enabled(config.collectors))
+    return dcgm.summary(profiling, reads.traffic, reads.errors)
+
+
 class Exporter:
     """One running exporter: sampling threads plus the HTTP server."""
 
@@ -85,6 +93,8 @@ class Exporter:
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
+        self.compat = (dcgm.DcgmCompat(hostname_label=config.metrics.compat_hostname_label)
+                       if config.metrics.compat == dcgm.DCGM_EXPORTER else None)
         self.health = HealthMonitor(config.health)
         self.fake_lib = fake_lib
         self._collectors_from_config = collectors is None
@@ -106,7 +116,7 @@ class Exporter:
             history.observe_health(health)
         # rendered by its first scrape, with the serving side's own figures as of then
         self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection,
-                                        health)
+                                        health, self.compat)
 
     def _serving_families(self) -> list:
         server = self.server
@@ -211,6 +221,8 @@ class Exporter:
         log.info("serving on %s:%s (%s%s; %d GPUs, backend %s)", host, port,
                  "TLS" if self.web.tls else "plain HTTP",
                  ", basic auth" if self.web.auth else "", self.sampler.gpu_count, settings.backend)
+        if self.compat is not None:
+            log.info("%s", compat_summary(c, self.selection))
 
     @property
     def port(self) -> int:

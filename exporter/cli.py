@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import logging
 import signal
@@ -71,8 +72,8 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         fleet.start()
     except OSError as exc:
-        return fail("simulate", f"cannot start the fleet on {args.listen_host}:"
-                    f"{args.base_port}+: {exc.strerror or exc}", EXIT_FAILURE)
+        return fail("simulate", f"cannot start the fleet: {exc.strerror or exc}",
+                    EXIT_FAILURE)
     host = f"[{args.listen_host}]" if ":" in args.listen_host else args.listen_host
     print(f"simulating {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs "
           f"(scenario {scenario.name}); targets:", flush=True)
@@ -122,6 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--gpu", metavar="UUID|SERIAL",
                          help="only this GPU's episodes (node: the node's own)")
     return parser
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, command: str | None,
+                  extra: list[str]) -> str:
+    """" (did you mean --flag?)" for the first unknown flag close to one of the
+    subcommand's, as the config file's unknown keys get."""
+    commands = next((a for a in parser._actions
+                     if isinstance(a, argparse._SubParsersAction)), None)
+    sub = commands.choices.get(command) if commands is not None and command else None
+    flags = list(sub._option_string_actions) if sub is not None else []
+    for word in extra:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.75)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -192,7 +209,8 @@ def _check_config(path: str) -> int:
     security = ("TLS" if web.tls else "plain HTTP") + (
         f", basic auth for {len(web.users)} user(s)" if web.auth else "")
     selection = load_selection(config.metrics.profile, config.metrics.file)
-    collectors = ", ".join(s.name for s in registry.enabled(config.collectors)) or "none"
+    collectors = ", ".join(s.name for s in registry.enabled(config.collectors)
+                           if selection.needs_collector(s.name)) or "none"
     s = config.sampler
     print(f"{path}: ok (listen {config.serving.listen_address}, {security}; "
           f"power buffer drained every {s.power_drain_interval_seconds:g} s, "
@@ -206,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse would name the top-level parser, not the subcommand
-        return fail(args.command, f"unrecognized arguments: {' '.join(extra)} (see --help)")
+        return fail(args.command, f"unrecognized arguments: {' '.join(extra)}"
+                    f"{_did_you_mean(parser, args.command, extra)} (see --help)")
     try:
         if args.command == "run":
             return _run(args)

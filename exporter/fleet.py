@@ -466,7 +466,11 @@ class Fleet:
             prepared = [self._prepare_node(node) for node in range(sc.nodes)]
             self.start_time = self.clock()
             for node, (config, nvml) in enumerate(prepared):
-                self._start_node(Exporter, node, config, nvml)
+                try:
+                    self._start_node(Exporter, node, config, nvml)
+                except OSError as exc:  # name the port: which one is busy
+                    raise OSError(exc.errno, f"{st.listen_host}:{st.base_port + node}: "
+                                  f"{exc.strerror or exc}") from exc
         except BaseException:
             self.stop()
             raise

@@ -92,6 +92,9 @@ class Option:
         if value is None:
             return None if self.optional or self.default is None else "must be set"
         if self.kind is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
+                return (f"expected true or false, got {excerpt(value)}, a quoted string: "
+                        f"write {value.lower()} without quotes")
             return None if isinstance(value, bool) else (
                 f"expected true or false, got {excerpt(value)}")
         if self.kind in (int, float):

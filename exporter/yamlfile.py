@@ -17,6 +17,7 @@ into a MemoryError, and `--config /dev/zero` read without end):
 from __future__ import annotations
 
 import difflib
+import re
 import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -112,7 +113,33 @@ def _mapping(loader: _LineLoader, node: yaml.Node) -> LineDict:
     return loader.construct_mapping(node, deep=True)
 
 
+def kind_name(value: Any) -> str:
+    """A YAML value's kind as a user wrote it: list, str, int (never LineList/LineDict)."""
+    return "list" if isinstance(value, list) else (
+        "mapping" if isinstance(value, dict) else type(value).__name__)
+
+
+class LineList(list):
+    """A sequence from YAML that knows the line of each item (1-based)."""
+
+    lines: list[int]
+
+
+def _sequence(loader: _LineLoader, node: yaml.Node) -> LineList:
+    assert isinstance(node, yaml.SequenceNode)  # registered for the sequence tag only
+    items = LineList(loader.construct_sequence(node, deep=True))
+    items.lines = [item.start_mark.line + 1 for item in node.value]
+    return items
+
+
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
+# YAML 1.1 (PyYAML) reads 1.0e9 and 1e9 as strings: its floats need a dot and a signed
+# exponent. YAML 1.2 reads both as numbers, as a user writing a rate or a size expects.
+_LineLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -152,11 +179,15 @@ class Where:
     def child(self, key: str, mapping: Any = None) -> Where:
         return Where(self.source, mapping, f"{self.path}.{key}" if self.path else key)
 
-    def error(self, key: str | None, message: str) -> ConfigError:
+    def error(self, key: str | None, message: str, item: int | None = None) -> ConfigError:
+        """The error at `key`'s line, or at its `item`th list item's (0-based)."""
         line = None
         if isinstance(self.mapping, LineDict):
             line = self.mapping.lines.get(key, self.mapping.start_line) if key else (
                 self.mapping.start_line)
+            items = self.mapping.get(key) if key else None
+            if item is not None and isinstance(items, LineList) and item < len(items.lines):
+                line = items.lines[item]
         where = f"{self.source}:{line}" if line else self.source
         name = f"{self.path}.{key}" if key and self.path else (key or self.path)
         return ConfigError(f"{where}: {name}: {message}" if name else f"{where}: {message}")
@@ -185,7 +216,7 @@ def expect_mapping(value: Any, where: Where, allowed: set[str],
     if value is None:
         return LineDict()
     if not isinstance(value, dict):
-        raise where.error(None, f"expected a mapping, got {type(value).__name__}")
+        raise where.error(None, f"expected a mapping, got {kind_name(value)}")
     for key in value:
         if key not in allowed:
             raise where.error(str(key), unknown_key(str(key), allowed, aliases))

@@ -91,3 +91,8 @@ def test_bench_profiles_prints_each_selection_against_full():
     assert [row[:28].strip() for row in rows] == [
         "minimal", "standard", "full", "full + nvlink-per-gpu.yml"], out.stdout
     assert " x1.00 " in rows[2], out.stdout  # full is the reference
+    lines = out.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("dcgm-exporter compat"))
+    compat = {row[:28].strip(): row[28:].split() for row in lines[at + 1:at + 4]}
+    assert list(compat) == ["minimal", "standard", "full"], out.stdout
+    assert all(int(cols[0]) > 8 * 20 for cols in compat.values()), out.stdout  # series

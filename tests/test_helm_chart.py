@@ -64,6 +64,8 @@ VALUES_SETS: dict[str, dict[str, Any]] = {
                                 "basicAuth": {"username": "npd", "passwordSecret": "npd"}},
         "webConfig": {"existingSecret": "web", "tls": True},
     },
+    # dcgm-exporter's families beside ours, under its newest label spelling
+    "dcgm-compat": {"metrics": {"compat": "dcgm-exporter", "compatHostnameLabel": "hostname"}},
     # the DaemonSet alone: no Operator, no Grafana, no kubelet socket
     "plain": {
         "service": {"enabled": False}, "serviceMonitor": {"enabled": False},
@@ -174,6 +176,7 @@ def test_the_validators_catch_a_misspelt_field(helm):
 
 
     {"history": {"hostPath": "relative"}}, {"history": {"kernelLog": "yes"}},
+    {"metrics": {"compat": "dcgm"}}, {"metrics": {"compatHostnameLabel": "HOSTNAME"}},
 ])
 def test_values_schema_refuses_bad_values(helm, bad):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
@@ -324,6 +327,22 @@ def test_rbac_for_pod_labels_only_when_asked_for(helm):
     # no kubelet socket, no kubernetes collector: no RBAC either
     off = objects(helm, {"kubernetes": {"podResources": False, "copyPodLabels": "team"}})
     assert "ClusterRole" not in {d["kind"] for d in off}
+
+
+def test_dcgm_compat_reaches_the_exporter_with_the_node_name(helm):
+    """The chart's compat values become flags the exporter takes (parsed by its own
+    command line) and the node's name reaches it as NODE_NAME, dcgm-exporter's Hostname."""
+    from exporter.cli import build_parser
+
+    c = container(objects(helm, VALUES_SETS["dcgm-compat"]))
+    assert "--metrics.compat=dcgm-exporter" in c["args"]
+    args = build_parser().parse_args(c["args"])
+    assert (args.metrics_compat, args.metrics_compat_hostname_label) == (
+        "dcgm-exporter", "hostname")
+    node = next(e for e in c["env"] if e["name"] == "NODE_NAME")
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    default = container(objects(helm, {}))
+    assert not any(a.startswith("--metrics.compat") for a in default["args"])
 
 
 def test_the_history_lives_on_the_node_and_the_kernel_log_follows_privileges(helm):

@@ -225,7 +225,7 @@ aggregate:
      r"metrics.yml:1: include: item 1: 'gpu_powr_watts': unknown family \(did you mean "
      r"gpu_power_watts\?\)"),
     ("\nexclude:\n  - host_load1\n  - gpu_nvlink_link_upp\n",
-     r"metrics.yml:2: exclude: item 2: 'gpu_nvlink_link_upp': unknown family \(did you mean "
+     r"metrics.yml:4: exclude: item 2: 'gpu_nvlink_link_upp': unknown family \(did you mean "
      r"gpu_nvlink_link_up\?\)"),
     ("exclude: ['dcgm_*']\n", r"metrics.yml:1: exclude: item 1: 'dcgm_\*' matches no family"),
     ("exclude: 3\n", r"metrics.yml:1: exclude: expected a list of family names or globs"),

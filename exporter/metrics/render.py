@@ -11,6 +11,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import registry
 from exporter.health.model import NodeHealth
+from exporter.metrics.compat.dcgm import DcgmCompat
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.gpu_health import (
@@ -112,11 +113,14 @@ class RenderedSnapshot:
 
     def __init__(self, snapshot: Snapshot,
                  extra: Callable[[], Sequence[Metric]] = lambda: (),
-                 selection: Selection = DEFAULT, health: NodeHealth | None = None):
+                 selection: Selection = DEFAULT, health: NodeHealth | None = None,
+                 compat: DcgmCompat | None = None):
         """`extra`: families from outside the snapshot (the server's own figures), taken
         when the snapshot is rendered; `selection`: the families served; `health`: the
-        snapshot's verdicts (HealthMonitor.assess), rendered and served by the API."""
+        snapshot's verdicts (HealthMonitor.assess), rendered and served by the API;
+        `compat`: dcgm-exporter's families, written after ours (--metrics.compat)."""
         self.snapshot = snapshot
+        self.compat = compat
         self.health = health
         self.extra = extra
         self.selection = selection
@@ -132,7 +136,10 @@ class RenderedSnapshot:
                     health = self.health
                     verdicts = verdict_families(health, self.snapshot) if health else ()
                     extra = [*verdicts, *self.extra()]
-                    self._body = render(self.snapshot, extra=extra, selection=self.selection)
+                    body = render(self.snapshot, extra=extra, selection=self.selection)
+                    if self.compat is not None:
+                        body += self.compat.render(self.snapshot, health)
+                    self._body = body
         return self._body
 
     @property

@@ -168,12 +168,13 @@ def _patterns(mapping: dict, key: str, where: Where) -> tuple[str, ...]:
     for i, item in enumerate(items):
         if not isinstance(item, str) or not item.strip():
             raise where.error(key, f"item {i + 1}: expected a family name or glob, got "
-                                   f"{excerpt(item)}")
+                                   f"{excerpt(item)}", item=i)
         if _GLOB.search(item):
             if not any(fnmatch.fnmatchcase(name, item) for name in PROFILE):
-                raise where.error(key, f"item {i + 1}: {excerpt(item)} matches no family")
+                raise where.error(key, f"item {i + 1}: {excerpt(item)} matches no family",
+                                  item=i)
         elif problem := _known_family(item):
-            raise where.error(key, f"item {i + 1}: {excerpt(item)}: {problem}")
+            raise where.error(key, f"item {i + 1}: {excerpt(item)}: {problem}", item=i)
     return tuple(items)
 
 

@@ -1,10 +1,12 @@
-"""Which metric families are served: the profile and the selection file over it."""
+"""Which metric families are served: the profile and the selection file over it, and
+another exporter's families beside ours (compat)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from exporter.families import DEFAULT_PROFILE, PROFILES
+from exporter.metrics.compat.dcgm import CHOICES, HOSTNAME_LABELS, NONE
 from exporter.options import RUN, SIMULATE, setting
 
 
@@ -20,3 +22,15 @@ class MetricsSettings:
         "", "a selection over the profile: families included or excluded by name or glob, "
         "labels summed away (docs/metrics.md); reloaded on SIGHUP", key="metrics_file",
         flag="--metrics.file", metavar="FILE", commands=(RUN, SIMULATE))
+    compat: str = setting(
+        NONE, "also serve another exporter's families from the same readings: dcgm-exporter "
+        "(its DCGM_FI_* names, units and labels, for dashboards, alerts and autoscalers "
+        "written for it; docs/migrating-from-dcgm-exporter.md)", key="metrics_compat",
+        flag="--metrics.compat", choices=CHOICES, metavar="EXPORTER",
+        commands=(RUN, SIMULATE))
+    compat_hostname_label: str = setting(
+        HOSTNAME_LABELS[0], "the node-name label of the compat families: Hostname "
+        "(dcgm-exporter's long-standing spelling) or hostname (as its newest releases "
+        "spell it)",
+        key="metrics_compat_hostname_label", flag="--metrics.compat-hostname-label",
+        choices=HOSTNAME_LABELS, metavar="LABEL", commands=(RUN, SIMULATE))

@@ -104,8 +104,10 @@ class StragglerSettings:
 @dataclass(frozen=True)
 class SamplerSettings:
     power_sample_rate_hz: float = setting(
-        20.0, "polling rate of the instant-power field, for GPUs whose driver keeps no "
-        "buffer of power samples", flag="--power.sample-rate", low=1.0, high=100.0,
+        20.0, "polling rate of the instant-power field, used only for GPUs whose driver "
+        "keeps no buffer of power samples (where it does, as on Hopper, every sample of "
+        "the buffer is taken at the sensor's own rate and this is unused)",
+        flag="--power.sample-rate", low=1.0, high=100.0,
         metavar="HZ", commands=ALL)
     power_drain_interval_seconds: float = setting(
         1.0, "how often the driver's power-sample buffer is drained (it holds ~2.4 s)",

@@ -238,6 +238,12 @@ def load_scenario(name_or_path: str) -> Scenario:
         return parse_scenario(load_yaml(resource.read_text(encoding="utf-8"), source),
                               source, name_or_path)
     path = Path(name_or_path)
+    fleet = resources.files("exporter") / "fleet_scenarios" / f"{name_or_path}.yaml"
+    if not path.suffix and not path.exists() and fleet.is_file():
+        raise ConfigError(
+            f"{name_or_path!r} is a fleet scenario: run it with `simulate --scenario "
+            f"{name_or_path}` (many nodes); a node's scenarios are: "
+            f"{', '.join(builtin_names())}")
     if not path.suffix and not path.exists():
         raise ConfigError(
             f"unknown scenario {name_or_path!r} (built-in: {', '.join(builtin_names())}; "

@@ -46,7 +46,7 @@ from exporter.web.clientsans import normalized_sans
 from exporter.web.pemsource import Pem, inline_pem
 from exporter.web.ratelimit import parse_go_duration
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
-from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, load_yaml_file
+from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, kind_name, load_yaml_file
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -133,7 +133,7 @@ def _section(top: dict, key: str, where: Where) -> tuple[dict, Where]:
     if value is None:
         return LineDict(), where.child(key)
     if not isinstance(value, dict):
-        raise where.error(key, f"expected a mapping, got {type(value).__name__}")
+        raise where.error(key, f"expected a mapping, got {kind_name(value)}")
     return value, where.child(key, value)
 
 
@@ -366,7 +366,7 @@ def _headers(section: tuple[dict, Where]) -> dict[str, str]:
         raise where.error("http2", f"expected true or false, got {excerpt(mapping['http2'])}")
     raw = mapping.get("headers") or {}
     if not isinstance(raw, dict):
-        raise where.error("headers", f"expected a mapping, got {type(raw).__name__}")
+        raise where.error("headers", f"expected a mapping, got {kind_name(raw)}")
     hwhere = where.child("headers", raw)
     headers: dict[str, str] = {}
     for name, value in raw.items():

@@ -1,0 +1,1 @@
+"""Other exporters' metric families served from our own snapshot (`--metrics.compat`)."""
