@@ -70,6 +70,7 @@ class GoodputThresholds:
     busy_share: float = 0.5  # working: power past floor + this share of (level - floor) ...
     min_range_share: float = 0.3  # ... where the GPU's range (level - floor) is >= this * level
     working_tdp_share: float = 0.3  # flat power: working at >= this share of the power limit
+    idle_tdp_share: float = 0.25  # a floor above this share of the limit was never idle
     working_utilization: float = 0.5  # flat power, no limit known: working at this utilization
     working_watts: float = 100.0  # flat power, neither known: working above this
     wait_utilization: float = 0.9  # busy-waiting: utilization >= this ...
@@ -80,13 +81,17 @@ class GoodputThresholds:
     bridge_seconds: float = BRIDGE_SECONDS
 
 
+FLOOR_PERCENTILE, LEVEL_PERCENTILE = 1.0, 95.0  # of a GPU's power: near idle, computing
+
+
 def working(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
             utilization: np.ndarray | None = None, tdp: np.ndarray | None = None,
             th: GoodputThresholds = GoodputThresholds()) -> np.ndarray:
     """Whether each GPU works, from its power (N,) or (N, T) against its own floor and
-    compute level (N,) (e.g. the 5th and 95th percentiles of its power): past the midpoint
-    where the range is wide enough to split; where it is flat, the level against the power
-    limit, else the utilization, else ``working_watts``."""
+    compute level (N,) (:data:`FLOOR_PERCENTILE`, :data:`LEVEL_PERCENTILE` of its power):
+    past the midpoint where the range is wide enough to split (and, the power limit
+    known, the floor near idle); otherwise its power against the power limit, else the
+    utilization, else ``working_watts``."""
     p = np.asarray(power, dtype=np.float64)
     lo = np.asarray(floor, dtype=np.float64)
     hi = np.asarray(level, dtype=np.float64)
@@ -104,6 +109,7 @@ def working(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
             limit = limit[:, None] if p.ndim == 2 else limit
             by_limit = p >= th.working_tdp_share * limit
             flat = np.where(np.isfinite(limit), by_limit, flat)
+            split &= ~(lo > th.idle_tdp_share * limit)
         return np.where(split, by_power, flat) & np.isfinite(p)
 
 
@@ -138,7 +144,7 @@ class Second:
 class _Job:
     stepped: bool = False  # has stepped since it began (or since its last failure)
     starting_seconds: float = 0.0
-    working_seconds: float = 0.0  # in a row: it steps once this reaches fill_seconds
+    working_seconds: float = 0.0  # it steps once this reaches fill_seconds
 
 
 # how a pending second looked: the job's GPUs all low together, this GPU low alone, or
@@ -264,10 +270,8 @@ class Ledger:
             if mine.any() and works[rows].sum() >= 0.5 * mine.sum():
                 job.working_seconds += dt
                 job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
-            else:
-                job.working_seconds = 0.0
-                if not job.stepped:
-                    job.starting_seconds += dt
+            elif not job.stepped:
+                job.starting_seconds += dt
             low = mine & ~works[rows] & ~stalled[rows] & ~waiting[rows]
             together[name] = bool(mine.any() and low[mine].all())
         for gpu in range(n):
@@ -402,7 +406,7 @@ def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray |
     (N, T) (NaN: no reading), the seconds' lengths (T,) (the last may be partial),
     utilization (N, T), power limits (N,), the stall check's GPUs (N, T) and the failed
     GPUs (N, T) (None: :func:`lost_runs` of the missing readings), every GPU held by one
-    job. Each GPU's floor and level are the 5th and 95th percentiles of its power.
+    job. Each GPU's floor and level are percentiles of its power (see :func:`working`).
 
     With hindsight a hole is bridged whole or not at all: holes up to ``bridge_seconds``
     hold the readings before them, longer ones are ``unknown`` throughout (live, the
@@ -425,7 +429,7 @@ def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray |
     for i in range(n):
         fin = p[i][has[i]]
         if fin.size:
-            floor[i], level[i] = np.percentile(fin, [5, 95])
+            floor[i], level[i] = np.percentile(fin, [FLOOR_PERCENTILE, LEVEL_PERCENTILE])
     works = working(p, floor, level, utilization, tdp, thresholds)
     waits = busy_waiting(p, level, utilization, thresholds)
     if failed is None:

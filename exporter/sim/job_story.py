@@ -116,7 +116,8 @@ def timeline(story: Story) -> list[Stretch]:
     add(story.start_s, LOADING, "starting")
     for c in range(story.cycles_before):
         steps(story.steps_per_checkpoint, stall=c == 1)
-        add(story.checkpoint_s, PAUSE, "checkpoint")
+        if story.lost_gpu is not None or c < story.cycles_before - 1:
+            add(story.checkpoint_s, PAUSE, "checkpoint")  # the last is followed by no steps
     if story.lost_gpu is not None:
         steps(story.steps_before_failure)
         k = story.lost_gpu
@@ -136,7 +137,7 @@ def timeline(story: Story) -> list[Stretch]:
             add(gone - rest, looks, states)
         for c in range(story.cycles_after):
             steps(story.steps_per_checkpoint, hole=c == 0)
-            if c < story.cycles_after - 1:  # the last pause is followed by no steps: idle
+            if c < story.cycles_after - 1:
                 add(story.checkpoint_s, PAUSE, "checkpoint")
     add(story.tail_s, STOPPED, "idle")
     return out
