@@ -1,0 +1,88 @@
+"""The live goodput account on the fake's scenarios, in simulated time: the states add up
+to the time since the sampler started on every GPU, and each scenario shows its states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exporter.analysis.goodput import STATES
+from exporter.gpu.backend import NvmlBackend
+from exporter.metrics.render import render
+from exporter.sampling.clock import ManualClock
+from exporter.sampling.sampler import Sampler, SamplerSettings
+from exporter.sim import fake
+from exporter.sim.scenarios import load_scenario
+
+SECONDS = 130.0  # two of checkpoint-stall's minutes
+
+
+def run(name: str, groups: dict[int, str] | None = None):
+    clock = ManualClock()
+    with fake.installed(load_scenario(name), clock, costs=None):
+        sampler = Sampler(NvmlBackend(), SamplerSettings(xid_events=False, power=None),
+                          clock=clock)
+        if groups is not None:
+            sampler.job_groups = lambda: groups  # type: ignore[method-assign]
+        sampler.start(threads=False)
+        try:
+            sampler.advance(SECONDS)
+            return sampler.build_snapshot()
+        finally:
+            sampler.stop()
+
+
+def by_state(snapshot) -> dict[str, np.ndarray]:
+    """Seconds per state, by GPU."""
+    account = snapshot.goodput
+    return {state: account.seconds[:, i] for i, state in enumerate(STATES)}
+
+
+@pytest.fixture(scope="module", params=["training", "checkpoint-stall", "gpu-lost", "idle"])
+def scenario(request):
+    return request.param, run(request.param)
+
+
+def test_the_states_add_up_to_wall_time_on_every_gpu(scenario):
+    _, snap = scenario
+    account = snap.goodput
+    wall = snap.time - snap.started_at
+    assert account.seconds.shape == (8, len(STATES))
+    np.testing.assert_allclose(account.seconds.sum(axis=1) + account.pending, wall, atol=1e-6)
+    # energy only where there were readings, and never more than the power limit allows
+    assert (account.joules.sum(axis=1) <= 700.0 * wall).all()
+
+
+def test_each_scenario_shows_its_states(scenario):
+    name, snap = scenario
+    s = by_state(snap)
+    wall = snap.time - snap.started_at
+    if name == "training":
+        assert (s["productive"] >= 0.95 * wall).all()
+    elif name == "checkpoint-stall":  # rank 0 writes while its peers wait on it
+        assert ((s["checkpoint"] + s["stalled"]) >= 30.0).all()
+        assert (s["productive"] >= 0.5 * wall).all()
+    elif name == "gpu-lost":
+        assert s["failed"][5] >= wall - 15.0
+        assert s["failed"][[0, 1, 2, 3, 4, 6, 7]].sum() == 0.0
+        assert (np.delete(s["productive"], 5) >= 0.95 * wall).all()
+    else:
+        assert s["productive"].sum() == 0.0
+
+
+def test_the_exposition_keeps_a_lost_gpus_series(scenario):
+    name, snap = scenario
+    text = render(snap).decode()
+    uuid = snap.identities[5].uuid
+    line = f'gpu_time_seconds_total{{gpu="5",state="failed",uuid="{uuid}"}}'
+    assert line in text
+    value = float(text.split(line, 1)[1].split("\n", 1)[0])
+    assert (value > 100.0) == (name == "gpu-lost")
+    assert 'gpu_state_energy_joules_total{gpu="0",state="productive"' in text
+
+
+def test_gpus_no_job_holds_are_unallocated_and_a_job_starts_on_the_others():
+    snap = run("idle", groups={0: "job-1", 1: "job-1", **{g: "unassigned" for g in range(2, 8)}})
+    s = by_state(snap)
+    assert (s["unallocated"][2:] > 120.0).all() and s["unallocated"][:2].sum() == 0.0
+    assert (s["starting"][:2] > 120.0).all()
