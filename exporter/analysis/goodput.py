@@ -257,15 +257,18 @@ class Ledger:
         together: dict[str, bool] = {}
         for name, rows in rows_of.items():
             job = self._job(name, rows, failed)
-            # busy-waiting is waiting in a collective: on a hung (failed) peer (a stall at
-            # once), or, once the job steps, on a culprit here or on another node; a GPU
-            # low beside waiting peers is the culprit
-            if waits[rows].any() and (failed[rows].any() or job.stepped):
-                culprits = live[rows] & ~works[rows]
+            # busy-waiting is waiting in a collective: on a hung (failed) peer, a stall at
+            # once; or, once the job steps, on a culprit here (a GPU of the job low without
+            # busy-waiting): a stall if it lasts. Busy-waiting with no culprit in sight (one
+            # on another node, or a light kernel: power cannot tell them apart) is work.
+            if waits[rows].any():
+                culprit = live[rows] & ~works[rows] & ~waits[rows]
                 if failed[rows].any():
-                    stalled[rows] |= culprits
-                else:
-                    waiting[rows] = culprits & ~stalled[rows]
+                    stalled[rows] |= waits[rows]
+                elif job.stepped and culprit.any():
+                    waiting[rows] = (waits[rows] | culprit) & ~stalled[rows]
+                elif job.stepped:
+                    works[rows] |= waits[rows]
             mine = live[rows]
             if mine.any() and works[rows].sum() >= 0.5 * mine.sum():
                 job.working_seconds += dt

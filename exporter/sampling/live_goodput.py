@@ -38,6 +38,7 @@ class GoodputMonitor:
         to the time since."""
         self.ledger = Ledger(gpus)
         self._last = started_at
+        self.cpu_seconds = 0.0  # spent in update(), for bench/bench_cpu.py
 
     def update(self, now: float, means: tuple[np.ndarray, np.ndarray] | None,
                floor: np.ndarray | None, level: np.ndarray | None,
@@ -46,16 +47,17 @@ class GoodputMonitor:
                ) -> GoodputAnalysis:
         """One tick: the time since the last one goes to each GPU's state now. Without
         means (the stall check not yet running) every GPU's second has no reading."""
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
         if dt > 0:
             self.ledger.step(self._second(dt, means, floor, level, stall, set(failed),
                                           groups, tdp))
         lg = self.ledger
-        return GoodputAnalysis(now, lg.seconds.copy(), lg.joules.copy(), lg.pending_seconds(),
-                               lg.lost.failures, lg.lost.gpu_seconds,
-                               time.perf_counter() - t0)
+        out = GoodputAnalysis(now, lg.seconds.copy(), lg.joules.copy(), lg.pending_seconds(),
+                              lg.lost.failures, lg.lost.gpu_seconds, time.perf_counter() - t0)
+        self.cpu_seconds += time.thread_time() - cpu0
+        return out
 
     def _second(self, dt: float, means: tuple[np.ndarray, np.ndarray] | None,
                 floor: np.ndarray | None, level: np.ndarray | None,
