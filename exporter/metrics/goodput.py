@@ -8,6 +8,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.analysis.goodput import STATES
 from exporter.families import Family
+from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import GPU_LABELS
 from exporter.sampling.snapshot import Snapshot
 
@@ -47,15 +48,16 @@ def goodput_families(snapshot: Snapshot) -> Iterator[Metric]:
     account = snapshot.goodput
     if account is None:
         return
-    seconds, joules, pending = TIME.counter(), ENERGY.counter(), PENDING.gauge()
+    seconds, joules, pending = Rows.of(TIME), Rows.of(ENERGY), Rows.of(PENDING)
+    by_gpu = account.seconds.tolist(), account.joules.tolist(), account.pending.tolist()
     for gpu, ident in enumerate(snapshot.identities):
         # a lost GPU keeps its series: its failed time is the point
-        if ident is None or gpu >= account.seconds.shape[0]:
+        if ident is None or gpu >= len(by_gpu[2]):
             continue
-        labels = [str(gpu), ident.uuid]
-        for i, state in enumerate(STATES):
-            seconds.add_metric([*labels, state], float(account.seconds[gpu, i]))
-            joules.add_metric([*labels, state], float(account.joules[gpu, i]))
-        pending.add_metric(labels, float(account.pending[gpu]))
+        labels = (str(gpu), ident.uuid)
+        for state, s, j in zip(STATES, by_gpu[0][gpu], by_gpu[1][gpu], strict=True):
+            seconds.add((*labels, state), s)
+            joules.add((*labels, state), j)
+        pending.add(labels, by_gpu[2][gpu])
     yield from (seconds, joules, pending)
     yield DURATION.gauge(account.duration_seconds)
