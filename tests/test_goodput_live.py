@@ -7,29 +7,20 @@ import numpy as np
 import pytest
 
 from exporter.analysis.goodput import STATES
-from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import render
-from exporter.sampling.clock import ManualClock
-from exporter.sampling.sampler import Sampler, SamplerSettings
-from exporter.sim import fake
+from exporter.sampling.sampler import SamplerSettings
 from exporter.sim.scenarios import load_scenario
+from tests.tools import simulated_snapshot
 
 SECONDS = 130.0  # two of checkpoint-stall's minutes
 
 
 def run(name: str, groups: dict[int, str] | None = None):
-    clock = ManualClock()
-    with fake.installed(load_scenario(name), clock, costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(xid_events=False, power=None),
-                          clock=clock)
-        if groups is not None:
-            sampler.job_groups = lambda: groups  # type: ignore[method-assign]
-        sampler.start(threads=False)
-        try:
-            sampler.advance(SECONDS)
-            return sampler.build_snapshot()
-        finally:
-            sampler.stop()
+    def hold(sampler) -> None:
+        sampler.job_groups = lambda: groups
+    return simulated_snapshot(load_scenario(name), SECONDS,
+                              SamplerSettings(xid_events=False, power=None),
+                              hold if groups is not None else None)
 
 
 def by_state(snapshot) -> dict[str, np.ndarray]:
