@@ -77,3 +77,15 @@ def test_gpus_no_job_holds_are_unallocated_and_a_job_starts_on_the_others():
     s = by_state(snap)
     assert (s["unallocated"][2:] > 120.0).all() and s["unallocated"][:2].sum() == 0.0
     assert (s["starting"][:2] > 120.0).all()
+
+
+def test_a_gpu_whose_verdict_is_failed_counts_failed_time(running_exporter):
+    """Through the app: the health verdict (one judge) reaches the account. GPU 2's
+    uncorrectable ECC error at 12 s fails its verdict; it is not lost."""
+    exp = running_exporter.start(manual=True, scenario="ecc-dbe")
+    exp.sampler.advance(40)
+    snap = exp.current.snapshot
+    assert exp.current.health.gpus[2].state == "failed" and 2 not in snap.lost
+    s = by_state(snap)
+    assert s["failed"][2] >= 20.0
+    assert s["failed"][[0, 1, 3, 4, 5, 6, 7]].sum() == 0.0
