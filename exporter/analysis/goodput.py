@@ -6,8 +6,10 @@ Every second of every GPU gets one state (:data:`STATES`), from what the GPUs sh
 - ``failed``: held while its verdict is failed, or it is lost (NVML: GpuIsLost; offline:
   its readings stopped for good while its peers went on);
 - ``unknown``: no reading the account can bridge (a hole longer than ``bridge_seconds``);
-- ``stalled``: the stall check names it (peers busy-wait while a culprit differs), or it
-  busy-waits (high utilization at low power) while a GPU of its job has failed: a hung peer;
+- ``stalled``: the stall check names it (peers busy-wait while a culprit differs); or it
+  busy-waits (high utilization at low power) while a GPU of its job has failed (a hung
+  peer); or, once the job steps, it busy-waits beside a GPU of its job that is low
+  without busy-waiting (the culprit, stalled too) for longer than ``fill_seconds``;
 - ``productive``: it works (power at its compute level; utilization where power is flat),
   and short dips (a step's communication phase, under ``fill_seconds``) are part of it;
 - ``checkpoint``: a pause inside a running job, the job's GPUs low together, followed by
@@ -19,9 +21,10 @@ Every second of every GPU gets one state (:data:`STATES`), from what the GPUs sh
 
 One mechanism serves the live exporter and ``analyze``: :class:`Ledger` takes one second
 of evidence at a time.  A low stretch after steps is *pending* until it is decided: work
-again (productive when short, checkpoint for the seconds the job was low together, idle
-for the rest), too long (idle), a failure (starting: the recovery), or the end (idle).  So
-the live counters lag by at most ``max_checkpoint_seconds`` while a pause lasts.
+again (productive when short; else checkpoint for the seconds the job was low together,
+stalled for those it waited beside a culprit, idle for the rest), too long (idle), a
+failure (starting: the recovery), or the end (idle).  So the live counters lag by at most
+``max_checkpoint_seconds`` while a pause lasts.
 
 Pure numpy: no NVML, HTTP or Prometheus.
 """
@@ -35,10 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.analysis.stalls import StallThresholds
+
 PRODUCTIVE, CHECKPOINT, STALLED, STARTING, IDLE, FAILED, UNALLOCATED, UNKNOWN = range(8)
 STATES = ("productive", "checkpoint", "stalled", "starting", "idle", "failed", "unallocated",
           "unknown")
-BADPUT = STATES[1:6]  # held, and not productive: where the paid-for time went instead
 NOT_HELD = ("unallocated", "unknown")  # left out of the goodput ratio's denominator
 
 # The seam with the trace's gap rule: a hole in a GPU's readings up to this long (or
@@ -73,8 +77,10 @@ class GoodputThresholds:
     idle_tdp_share: float = 0.25  # a floor above this share of the limit was never idle
     working_utilization: float = 0.5  # flat power, no limit known: working at this utilization
     working_watts: float = 100.0  # flat power, neither known: working above this
-    wait_utilization: float = 0.9  # busy-waiting: utilization >= this ...
-    wait_level: float = 0.6  # ... at power <= this * its compute level (the stall check's)
+    # busy-waiting: utilization >= this at power <= wait_level * its compute level (the
+    # stall check's signature and numbers)
+    wait_utilization: float = StallThresholds().busy_utilization
+    wait_level: float = StallThresholds().wait_level
     fill_seconds: float = 3.0  # a low stretch shorter than this inside work is work
     max_checkpoint_seconds: float = 900.0  # a longer pause is idle, not a checkpoint
     max_start_seconds: float = 1800.0  # a longer start (or recovery) is idle
