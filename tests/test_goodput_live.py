@@ -8,8 +8,12 @@ import pytest
 
 from exporter.analysis.goodput import STATES
 from exporter.metrics.render import render
+from exporter.offline.analyze import analyse_trace
+from exporter.offline.request import AnalyzeRequest
 from exporter.sampling.sampler import SamplerSettings
+from exporter.sim.job_story import Story, truth, write_trace
 from exporter.sim.scenarios import load_scenario
+from exporter.traces.load import load_trace
 from tests.tools import simulated_snapshot
 
 SECONDS = 130.0  # two of checkpoint-stall's minutes
@@ -57,8 +61,13 @@ def test_each_scenario_shows_its_states(scenario):
         assert s["failed"][5] >= wall - 15.0
         assert s["failed"][[0, 1, 2, 3, 4, 6, 7]].sum() == 0.0
         assert (np.delete(s["productive"], 5) >= 0.95 * wall).all()
+        # the steps since the start (no checkpoint yet) on all 8 GPUs, estimated apart
+        assert snap.goodput.failures == 1
+        assert 8 * 5.0 <= snap.goodput.lost_progress_gpu_seconds <= 8 * 12.0
     else:
         assert s["productive"].sum() == 0.0
+    if name != "gpu-lost":
+        assert snap.goodput.failures == 0
 
 
 def test_the_exposition_keeps_a_lost_gpus_series(scenario):
@@ -91,3 +100,23 @@ def test_a_gpu_whose_verdict_is_failed_counts_failed_time(running_exporter):
     s = by_state(snap)
     assert s["failed"][2] >= 20.0
     assert s["failed"][[0, 1, 3, 4, 5, 6, 7]].sum() == 0.0
+
+
+def test_live_and_offline_agree_on_a_replayed_job(tmp_path, running_exporter):
+    """A synthetic job (start, steps, checkpoints, a stall, idle at the end) replayed at
+    speed 1 on a manual clock: the live account finds the truth, as analyze does; the idle
+    end is still pending (it is not decided until 15 minutes or the job's end)."""
+    story = Story(lost_gpu=None, tail_s=60.0)
+    path = write_trace(story, tmp_path / "job.cte")
+    want = truth(story)["seconds"]
+    exp = running_exporter.start(manual=True, fake=False, replay=str(path))
+    exp.sampler.advance(truth(story)["duration"])
+    account = exp.sampler.snapshot.goodput
+    live = dict(zip(STATES, account.seconds.mean(axis=0), strict=True))
+    for state in ("productive", "checkpoint", "stalled", "starting"):
+        assert live[state] == pytest.approx(want[state], rel=0.05), state
+    assert account.pending == pytest.approx(np.full(4, want["idle"]), abs=5.0)
+    offline = analyse_trace(load_trace(str(path)), AnalyzeRequest(str(path)))
+    for state in ("productive", "checkpoint", "stalled", "starting"):
+        assert live[state] == pytest.approx(
+            offline["time_accounting"]["seconds"][state], rel=0.05), state

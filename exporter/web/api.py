@@ -216,7 +216,12 @@ def _goodput(snapshot: Snapshot) -> dict[str, Any] | None:
     return {"ratio": None if ratio is None else number(ratio, 4),
             "gpu_seconds": {state: number(float(v), 1)
                             for state, v in zip(STATES, seconds, strict=True)},
-            "pending_gpu_seconds": number(float(account.pending.sum()), 1)}
+            "pending_gpu_seconds": number(float(account.pending.sum()), 1),
+            # an estimate: the productive time since the last checkpoint before each
+            # failure, never subtracted from productive (docs/goodput.md)
+            "lost_progress_estimate": {"failures": account.failures,
+                                       "gpu_seconds": number(account.lost_progress_gpu_seconds,
+                                                             1)}}
 
 
 def _step(snapshot: Snapshot) -> dict[str, Any] | None:

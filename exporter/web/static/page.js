@@ -210,8 +210,11 @@
     const bad = ["checkpoint", "stalled", "starting", "idle", "failed"]
       .filter((k) => sec[k] > 0).sort((a, b) => sec[b] - sec[a]).slice(0, 3)
       .map((k) => k + " " + (100 * sec[k] / held).toFixed(1) + " %");
+    const lost = g.lost_progress_estimate;
     return (100 * g.ratio).toFixed(1) + " % of held GPU time productive since start" +
-      (bad.length ? " (" + bad.join(", ") + ")" : "");
+      (bad.length ? " (" + bad.join(", ") + ")" : "") +
+      (lost.failures ? "; progress lost to " + lost.failures + " failure(s), estimated: " +
+        lost.gpu_seconds.toFixed(0) + " GPU-seconds" : "");
   }
 
   function drawSummary(s, now, flagged) {
