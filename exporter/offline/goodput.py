@@ -41,12 +41,13 @@ def time_accounting(trace: Trace, gpus: Sequence[int], start: float, duration: f
         power[i] = per_second(s.t, s.fields["power_watts"], start, bins)[0]
         if "utilization_gpu_ratio" in s.fields:
             util[i] = per_second(s.t, s.fields["utilization_gpu_ratio"], start, bins)[0]
-    # the last sample closes the trace: it falls in the partial last bin's start
     stalled = np.zeros((len(gpus), bins), dtype=bool)
     row = {gpu: i for i, gpu in enumerate(gpus)}
     for a, b, named in stalls:
         rows = [row[g] for g in named if g in row]
         stalled[np.ix_(rows, range(max(0, math.floor(a)), min(bins, math.ceil(b))))] = True
+    # the seam with the trace's gap rule (exporter/offline/gaps.py): holes up to the bridge
+    # hold the readings before them, longer ones are unknown
     th = GoodputThresholds(bridge_seconds=bridge_limit(sample_interval))
     ledger = account(power, weights=weights,
                      utilization=util if np.isfinite(util).any() else None,
