@@ -225,6 +225,10 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
         # the health checks (inside the publish loop's figure) and how often they judged
         out["health"], out["health_judgements"] = (exp.health.cpu_seconds,
                                                    float(exp.health.judgements))
+        # the goodput account (inside the stragglers loop's figure)
+        goodput = sampler.analyses.goodput if sampler.analyses is not None else None
+        if goodput is not None:
+            out["goodput"] = goodput.cpu_seconds
         for gpu, stats in sampler.power.stats().items():
             out[f"samples/{gpu}"] = float(stats.samples_total)
             out[f"lost/{gpu}"] = float(stats.lost_total)
@@ -481,6 +485,9 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
                   f"(fabric, InfoROM once a minute per GPU; H200 model, estimated) "
                   f"{board * 100:.4f} %; together {(rates['health'] + board) * 100:.4f} % of "
                   f"a core (budget 0.05 %)")
+        if "goodput" in rates:
+            print(f"  goodput account (inside the stragglers loop): "
+                  f"{rates['goodput'] * 100:.4f} % of a core (budget 0.05 %)")
         if "render_cpu_seconds" in res:
             renders = res["scrapes"]["count"] / res["wall_seconds"]
             print(f"  render + gzip of one snapshot (first scrape of it, in its connection's "

@@ -14,6 +14,7 @@ from exporter.collectors import registry
 from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
+from exporter.health.model import FAILED
 from exporter.health.monitor import HealthMonitor
 from exporter.history.families import history_families
 from exporter.history.recorder import History
@@ -105,6 +106,7 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
         self.history: History | None = None
         self.history_problem = ""  # why there is no history although one was asked for
+        self._failed: set[int] = set()  # the GPUs the last verdict judged failed
 
     def _publish(self, snapshot: Snapshot) -> None:
         history = self.history
@@ -112,6 +114,8 @@ class Exporter:
             snapshot = history.observe(snapshot)
         # judged now, once: the metrics, the API and the page share the verdict
         health = self.health.assess(snapshot)
+        # the goodput account's failed GPUs, from the next second on
+        self._failed = {gpu for gpu, v in health.gpus.items() if v.state == FAILED}
         if history is not None:  # a verdict that turned failed is an episode
             history.observe_health(health)
         # rendered by its first scrape, with the serving side's own figures as of then
@@ -203,6 +207,7 @@ class Exporter:
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
                                    self._publish, self.clock)
+            self.sampler.failed_verdict = lambda: self._failed
             self.sampler.open()  # NvmlUnavailable before any state directory is touched
             self._open_history()  # StoreBusy: another exporter holds the directory
             self.sampler.start(threads)

@@ -39,6 +39,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("exporter.collectors.profiling.families",)),
     ("power", "Power and swings", ("exporter.metrics.power",)),
     ("stragglers", "Stragglers and stalls", ("exporter.metrics.stragglers",)),
+    ("goodput", "Goodput: where GPU time goes", ("exporter.metrics.goodput",)),
     ("self", "Exporter self-metrics", ("exporter.metrics.self_metrics",)),
     ("serving", "Serving: HTTP connections, config reloads, TLS", ("exporter.web.families",)),
     ("infiniband", "InfiniBand / RoCE", ("exporter.collectors.infiniband.families",)),

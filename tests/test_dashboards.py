@@ -54,6 +54,11 @@ RECORDING_RULES = {
     "hpc_job:gpu_compute_active_ratio:avg", "hpc_job:gpu_wait_active_ratio:avg",
     "hpc_job:gpu_energy_joules_per_compute_second:ratio",
     "cluster:gpu_compute_active_ratio:avg", "cluster:gpu_wait_active_ratio:avg"} | {
+    # goodput (alerts/global-goodput.yml)
+    "cluster:gpu_goodput:ratio", "cluster:gpu_energy_per_productive_gpu_hour:joules",
+    "cluster_state:gpu_badput:ratio", "namespace_pod:gpu_goodput:ratio",
+    "hpc_job:gpu_goodput:ratio", "hpc_job_state:gpu_badput:ratio",
+    "hpc_job:gpu_energy_per_productive_gpu_hour:joules"} | {
     f"{prefix}:{name}"
     for prefix, names in (
         ("namespace", ("gpu_power_watts:avg5m", "gpu_power:share", "gpu_utilization_ratio:sum",

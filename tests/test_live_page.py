@@ -47,6 +47,9 @@ def _check_dom(dom: str) -> None:
     # the step period read from the compute phases' power, in the summary and the findings
     assert re.search(r'<dt>step period</dt><dd>\d+ ms \(\d\.\d\d Hz\), from the power', dom)
     assert 'data-kind="step_period"' in dom
+    # the goodput account since start: every GPU trains, a straggler's peers wait briefly
+    assert re.search(r"<dt>goodput</dt><dd>\d+\.\d % of held GPU time productive since "
+                     r"start", dom), dom[-3000:]
     assert re.search(r'<span id="gpus">8</span>', dom)
     assert re.search(r'<span id="readiness"[^>]*>ready(, degraded: [^<]+)?</span>', dom)
     # the straggler's clocks are held down (HW slowdown): the verdict warns of GPU 5
@@ -67,7 +70,12 @@ def test_live_page_under_the_straggler_scenario(running_exporter, tmp_path):
     for series in power["gpus"].values():
         assert len(series["timestamps"]) >= 20 * 30
     _, body = http_get(exp.port, "/api/v1/findings")
-    assert 5 in [f["gpu"] for f in json.loads(body)["findings"] if f["kind"] == "straggler"]
+    answer = json.loads(body)
+    assert 5 in [f["gpu"] for f in answer["findings"] if f["kind"] == "straggler"]
+    goodput = answer["summary"]["goodput"]
+    accounted = sum(goodput["gpu_seconds"].values()) + goodput["pending_gpu_seconds"]
+    assert accounted == pytest.approx(8 * (rendered.time - rendered.started_at), abs=1.0)
+    assert goodput["ratio"] > 0.8
 
     url = f"http://127.0.0.1:{exp.port}/"
     result = chromium(tmp_path, url, "--dump-dom")

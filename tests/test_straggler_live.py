@@ -13,22 +13,14 @@ from exporter.sampling.sampler import Sampler, SamplerSettings
 from exporter.sampling.settings import StragglerSettings
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
-from tests.tools import scenario_from_yaml
+from tests.tools import scenario_from_yaml, simulated_snapshot
 
 FAST = StragglerSettings(window_seconds=10, update_seconds=1, persistence_seconds=5)
 
 
 def run(scenario, seconds: float = 14):
-    clock = ManualClock()
-    with fake.installed(scenario, clock, costs=None):
-        sampler = Sampler(NvmlBackend(), SamplerSettings(stragglers=FAST, xid_events=False,
-                                                         power=None), clock=clock)
-        sampler.start(threads=False)
-        try:
-            sampler.advance(seconds)
-            return sampler.build_snapshot()
-        finally:
-            sampler.stop()
+    return simulated_snapshot(scenario, seconds, SamplerSettings(
+        stragglers=FAST, xid_events=False, power=None))
 
 
 def findings(snapshot) -> dict[int, set[str]]:

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from exporter.gpu.backend import NvmlBackend
 from exporter.sampling.clock import ManualClock
+from exporter.sampling.sampler import Sampler
+from exporter.sim import fake
 from exporter.sim.scenarios import Scenario, parse_scenario
 from exporter.yamlfile import load_yaml
 
@@ -248,3 +251,19 @@ def wake_ups(tid: int, pid: int | str = "self") -> int:
     its native id (threading.Thread.native_id; a process's main thread: its pid)."""
     status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
     return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def simulated_snapshot(scenario: Scenario, seconds: float, settings, prepare=None):
+    """The snapshot after `seconds` of simulated time on the fake `scenario` (a Sampler
+    with `settings`, ticked by hand; `prepare(sampler)` runs before it starts)."""
+    clock = ManualClock()
+    with fake.installed(scenario, clock, costs=None):
+        sampler = Sampler(NvmlBackend(), settings, clock=clock)
+        if prepare is not None:
+            prepare(sampler)
+        sampler.start(threads=False)
+        try:
+            sampler.advance(seconds)
+            return sampler.build_snapshot()
+        finally:
+            sampler.stop()

@@ -13,6 +13,7 @@ from exporter.collectors import registry
 from exporter.health.model import NodeHealth
 from exporter.metrics.compat.dcgm import DcgmCompat
 from exporter.metrics.exposition import WRITER
+from exporter.metrics.goodput import goodput_families
 from exporter.metrics.gpu import gpu_families
 from exporter.metrics.gpu_health import (
     health_families,
@@ -71,7 +72,8 @@ class CachedFamilies:
 # Each area adds its families here; the order is the order of the output.
 FAMILY_FUNCTIONS: list[FamilyFunction] = [
     gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
-    nvlink_traffic_families, power_families, straggler_families, collector_families, self_families]
+    nvlink_traffic_families, power_families, straggler_families, goodput_families,
+    collector_families, self_families]
 
 
 def _collect(snapshot: Snapshot, sources: list[FamilyFunction],

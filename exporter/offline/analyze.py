@@ -52,6 +52,7 @@ from exporter.offline.gaps import (
     overlaps,
     valid_mask,
 )
+from exporter.offline.goodput import time_accounting
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.request import AnalyzeRequest, analyze_options
 from exporter.offline.swings import (
@@ -451,6 +452,9 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
         "ramps": ramps,
         "dips": dips,
         **_straggler_json(strag, req),
+        "time_accounting": time_accounting(
+            trace, g.gpus, t_start, float(g.t[-1] - g.t[0]), g.dt, g.tdp,
+            [(s.start, s.end, (*s.waiting_gpus, *s.culprit_gpus)) for s in strag.stalls]),
         "notes": notes,
     }
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.offline.goodput import accounting_text
+
 
 def not_run_note(name: str, why: str) -> str:
     """The notes' sentence for a detector that did not run."""
@@ -133,6 +135,8 @@ def render_text(rep: dict[str, Any]) -> str:
     lines += [_swing_line(s) for s in swings]
     lines += _events(rep)
     lines += _stragglers(rep)
+    if "time_accounting" in rep:
+        lines += accounting_text(rep["time_accounting"])
     # the not-run sentences were said where each detector's result goes
     said = {not_run_note(k, v) for k, v in rep.get("not_run", {}).items()}
     notes = [n for n in rep["notes"] if n not in said]

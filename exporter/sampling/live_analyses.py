@@ -12,6 +12,7 @@ import numpy as np
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
+from exporter.sampling.live_goodput import GoodputAnalysis, GoodputMonitor
 from exporter.sampling.live_power import PowerAnalysis, PowerMonitor
 from exporter.sampling.live_stragglers import (
     StragglerAnalysis,
@@ -44,7 +45,8 @@ class Analyses:
                  power_settings: PowerSettings | None,
                  straggler_settings: StragglerSettings | None, sweep_interval: float,
                  job_groups: Callable[[], dict[int, str] | None],
-                 compute_history: Callable[[], dict | None] = lambda: None):
+                 compute_history: Callable[[], dict | None] = lambda: None,
+                 failed_gpus: Callable[[], set[int]] = set):
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
         self.compute_history = compute_history
@@ -57,6 +59,10 @@ class Analyses:
             if straggler_settings else None)
         self.power_analysis: PowerAnalysis | None = None
         self.straggler_analysis: StragglerAnalysis | None = None
+        # the goodput account rides on the stall check's reads (no reads of its own)
+        self.failed_gpus = failed_gpus
+        self.goodput = GoodputMonitor(gpus.count, clock.time()) if straggler_settings else None
+        self.goodput_analysis: GoodputAnalysis | None = None
 
     def _grid_step(self) -> float:
         intervals = [i for g in range(self.gpus.count) if (i := self.power.interval(g))]
@@ -84,7 +90,12 @@ class Analyses:
         monitor, buffer, sweep = self.straggler_monitor, self.power.buffer, self.sweep_buffer
         if monitor is None or buffer is None or sweep is None:
             return
-        self.straggler_analysis = monitor.update(
-            self.clock.time(), lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
+        now, groups = self.clock.time(), self.job_groups()
+        analysis = self.straggler_analysis = monitor.update(
+            now, lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
             lambda fields: sweep.window(monitor.settings.window_seconds, fields),
-            self.job_groups(), lambda: compute_rows(self.compute_history(), self.gpus.count))
+            groups, lambda: compute_rows(self.compute_history(), self.gpus.count))
+        if self.goodput is not None:
+            self.goodput_analysis = self.goodput.update(
+                now, monitor.means, monitor.floor, monitor.level, analysis.stall,
+                self.failed_gpus(), groups, self._tdp())

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from exporter.analysis.bridging import bridges_for, fill
+from exporter.analysis.goodput import FLOOR_PERCENTILE
 from exporter.analysis.stalls import StallResult, compute_level, detect_stall
 from exporter.analysis.straggler import (
     COUNTED_REASONS,
@@ -114,6 +115,10 @@ class StragglerMonitor:
         self.held = False
         self.coverage: dict[str, float] = {}
         self._level: np.ndarray | None = None  # each GPU's compute level, for the stall check
+        self.floor: np.ndarray | None = None  # and its power near idle (the goodput account)
+        # the last stall check's means over its window: power (W) and utilization (NaN
+        # where not read), by GPU
+        self.means: tuple[np.ndarray, np.ndarray] | None = None
         self._last_update = -1e18
         self.stalled = False
         self.stalls_total = 0
@@ -124,6 +129,11 @@ class StragglerMonitor:
         self._blind_since: float | None = None  # no instant with every GPU's power since
         self.bridges = bridges_for(stragglers=settings)
 
+    @property
+    def level(self) -> np.ndarray | None:
+        """Each GPU's compute level (the stall check's), once known."""
+        return self._level
+
     def update(self, now: float, power_window: PowerWindow, sweep_window: SweepWindow,
                groups: dict[int, str] | None, compute: ComputeRows = lambda: None
                ) -> StragglerAnalysis:
@@ -133,12 +143,14 @@ class StragglerMonitor:
         each GPU's recent profiling intervals, (gpus, k) (end times)."""
         t0 = time.perf_counter()
         s = self.settings
+        self.means = None
         sweeps: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
         if now - self._last_update >= s.update_seconds:
             t_row, power = power_window(max(s.stall_context_seconds, s.window_seconds))
             if t_row.size >= 10:
                 self._last_update = now
                 self._level = compute_level(power)
+                self.floor = compute_level(power, FLOOR_PERCENTILE)
                 sweeps = sweep_window([key for _, key in FEATURE_SWEEPS]
                                       + list(THROTTLE_COUNTERS.values()))
                 self._update_features(now, t_row, power, *sweeps, groups, compute())
@@ -187,8 +199,10 @@ class StragglerMonitor:
                      sweep: dict[str, np.ndarray], groups: dict[int, str] | None
                      ) -> StallResult | None:
         s = self.settings
+        mean_power = nan_row_means(power)  # NaN for a GPU with no sample in 2 s (lost)
         util = sweep.get(STALL_SWEEP)
         if util is None or not sweep_t.size:
+            self.means = (mean_power, np.full(mean_power.shape, np.nan))
             return None
         sweep_row = np.nanmax(sweep_t, axis=0)
         short_sweep = sweep_row >= sweep_row[-1] - s.stall_window_seconds
@@ -209,6 +223,7 @@ class StragglerMonitor:
             self._blind_since = None
         mean_power = nan_row_means(power[:, common])  # NaN for a GPU with none (lost)
         mean_util = nan_row_means(util[:, short_sweep])
+        self.means = (mean_power, mean_util)
         gpus = list(range(power.shape[0]))
         assert self._level is not None  # only checked once the level is known
         stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)

@@ -95,6 +95,8 @@ class Sampler:
         self._opened = False
         self._threads = False
         self._slot: Callable[[float], float | None] = lambda phase: None
+        # the GPUs the last verdict judged failed (the app sets it: health/ is the judge)
+        self.failed_verdict: Callable[[], set[int]] = set
 
     @property
     def backend(self) -> NvmlBackend:
@@ -123,7 +125,7 @@ class Sampler:
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
                                  s.sweep_interval_seconds, self.job_groups,
-                                 self.compute_history)
+                                 self.compute_history, self.failed_gpus)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
         self._threads = threads
@@ -274,6 +276,10 @@ class Sampler:
             groups.setdefault(gpu, "unassigned")
         return groups
 
+    def failed_gpus(self) -> set[int]:
+        """GPUs lost (NVML: GpuIsLost) or judged failed by the last verdict."""
+        return set(self.gpus.lost) | set(self.failed_verdict())
+
     def compute_history(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
         """GPU -> its recent (time, compute share), from the collector whose reading has
         them (`ComputeHistory`: the profiling collector); None without one."""
@@ -320,6 +326,7 @@ class Sampler:
             recoveries=dict(gpus.recoveries), hangs=hangs,
             power_analysis=analyses.power_analysis if analyses else None,
             straggler_analysis=analyses.straggler_analysis if analyses else None,
+            goodput=analyses.goodput_analysis if analyses else None,
             power_update_periods=dict(self.power.update_periods),
             observable_band_hz=self.power.band(),
             power_history=PowerHistory(buffer) if buffer is not None else None)

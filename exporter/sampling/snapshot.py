@@ -14,6 +14,7 @@ from exporter.gpu.board import BoardHealth
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuIdentity, GpuState
 from exporter.sampling.buffers import PowerHistory
+from exporter.sampling.live_goodput import GoodputAnalysis
 from exporter.sampling.live_power import PowerAnalysis
 from exporter.sampling.live_stragglers import StragglerAnalysis
 
@@ -101,6 +102,7 @@ class Snapshot:
     hangs: Mapping[int, int] = field(default_factory=dict)
     power_analysis: PowerAnalysis | None = None
     straggler_analysis: StragglerAnalysis | None = None
+    goodput: GoodputAnalysis | None = None
     power_update_periods: Mapping[int, float] = field(default_factory=dict)  # polled sensors
     observable_band_hz: tuple[float, float] = (0.0, 0.0)
     # the native samples, read-only and as of this snapshot (the live page's windows)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from exporter import __version__
+from exporter.analysis.goodput import STATES, goodput_ratio
 from exporter.health.model import (
     FAILED,
     NONE,
@@ -210,7 +211,26 @@ def summary(snapshot: Snapshot, readiness: Readiness, node: str) -> dict[str, An
                           "problems": list(readiness.problems)},
             "sample_interval_seconds": number(_interval(snapshot), 6),
             "observable_band_hz": [number(f, 4) for f in snapshot.observable_band_hz],
-            "step": _step(snapshot), "gpus": gpus}
+            "step": _step(snapshot), "goodput": _goodput(snapshot), "gpus": gpus}
+
+
+def _goodput(snapshot: Snapshot) -> dict[str, Any] | None:
+    """The node's goodput account since the exporter started (analysis.goodput): the
+    ratio of productive to held time and the GPU-seconds in each state."""
+    account = snapshot.goodput
+    if account is None:
+        return None
+    seconds = account.seconds.sum(axis=0)
+    ratio = goodput_ratio(seconds)
+    return {"ratio": None if ratio is None else number(ratio, 4),
+            "gpu_seconds": {state: number(float(v), 1)
+                            for state, v in zip(STATES, seconds, strict=True)},
+            "pending_gpu_seconds": number(float(account.pending.sum()), 1),
+            # an estimate: the productive time since the last checkpoint before each
+            # failure, never subtracted from productive (docs/goodput.md)
+            "lost_progress_estimate": {"failures": account.failures,
+                                       "gpu_seconds": number(account.lost_progress_gpu_seconds,
+                                                             1)}}
 
 
 def _step(snapshot: Snapshot) -> dict[str, Any] | None:

@@ -129,6 +129,45 @@ def compute_or_wait() -> list[Item]:
     ]
 
 
+def goodput() -> list[Item]:
+    held = ("Productive over held time over the last hour, read from the GPUs alone "
+            "(docs/goodput.md): held is every state but unallocated and unknown.")
+    return [
+        row("Goodput: where the GPU-hours go"),
+        stat("Cluster goodput (last hour)",
+             ('avg(cluster:gpu_goodput:ratio{cluster=~"$cluster"})', "goodput"),
+             unit="percentunit", w=6, description=f"`cluster:gpu_goodput:ratio`. {held}"),
+        stat("Energy per productive GPU-hour",
+             ('avg(cluster:gpu_energy_per_productive_gpu_hour:joules{cluster=~"$cluster"})',
+              "energy"), unit="joule", w=6,
+             description="All the GPUs' energy over the productive GPU-hours, last hour "
+                         "(`cluster:gpu_energy_per_productive_gpu_hour:joules`)."),
+        bargauge("Goodput by pod (lowest 10)",
+                 (f"bottomk(10, namespace_pod:gpu_goodput:ratio{{{C}}})", "{{namespace}}/{{pod}}"),
+                 unit="percentunit", minimum=0, maximum=1, w=12, h=4,
+                 description=f"`namespace_pod:gpu_goodput:ratio`. {held}"),
+        ts("Goodput by job",
+           ('hpc_job:gpu_goodput:ratio{hpc_job=~"$hpc_job"}', "{{hpc_job}}"),
+           unit="percentunit", minimum=0, maximum=1,
+           description=f"`hpc_job:gpu_goodput:ratio`. {held}"),
+        ts("Badput by state (selected clusters)",
+           ('sum by (state) (cluster_state:gpu_badput:ratio{cluster=~"$cluster"})', "{{state}}"),
+           unit="percentunit", stack=True, minimum=0,
+           description="Each held state other than productive, as a share of the held time "
+                       "(`cluster_state:gpu_badput:ratio`): checkpoint, stalled, starting, "
+                       "idle, failed."),
+        ts("Badput by state and job",
+           ('hpc_job_state:gpu_badput:ratio{hpc_job=~"$hpc_job"}', "{{hpc_job}} {{state}}"),
+           unit="percentunit", stack=True, minimum=0,
+           description="`hpc_job_state:gpu_badput:ratio`: what JobGoodputLow names."),
+        ts("Energy per productive GPU-hour by job",
+           ('hpc_job:gpu_energy_per_productive_gpu_hour:joules{hpc_job=~"$hpc_job"}',
+            "{{hpc_job}}"), unit="joule",
+           description="The job's GPU energy over its productive GPU-hours, last hour: "
+                       "badput raises it."),
+    ]
+
+
 def tenants() -> list[Item]:
     split = ("A GPU held by several containers or jobs (time-slicing, MIG instances) is "
              "split equally among them: power is measured per GPU.")
@@ -218,8 +257,8 @@ def board():
     return dashboard(
         "cte-cluster-overview", "GPU cluster overview",
         "GPUs up vs expected, firing alerts, power and coherent swings, compute vs wait, "
-        "who uses the GPUs (pods, namespaces, jobs), stragglers and fabric errors across "
-        "the cluster.",
-        [*fleet(), *power(), *compute_or_wait(), *tenants(), *stragglers(),
+        "goodput and badput by state, who uses the GPUs (pods, namespaces, jobs), "
+        "stragglers and fabric errors across the cluster.",
+        [*fleet(), *power(), *compute_or_wait(), *goodput(), *tenants(), *stragglers(),
          *hardware_and_fabric()],
         variables())

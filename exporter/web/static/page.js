@@ -198,6 +198,25 @@
     drawSummary(answer.summary, answer.time, flagged);
   }
 
+  // productive over held GPU time since the exporter started, and the largest badput
+  // states (docs/goodput.md)
+  function goodputLine(g) {
+    if (!g || g.ratio === null) return "no GPU time held yet";
+    const sec = g.gpu_seconds;
+    let held = 0;
+    for (const [state, v] of Object.entries(sec)) {
+      if (state !== "unallocated" && state !== "unknown") held += v;
+    }
+    const bad = ["checkpoint", "stalled", "starting", "idle", "failed"]
+      .filter((k) => sec[k] > 0).sort((a, b) => sec[b] - sec[a]).slice(0, 3)
+      .map((k) => k + " " + (100 * sec[k] / held).toFixed(1) + " %");
+    const lost = g.lost_progress_estimate;
+    return (100 * g.ratio).toFixed(1) + " % of held GPU time productive since start" +
+      (bad.length ? " (" + bad.join(", ") + ")" : "") +
+      (lost.failures ? "; progress lost to " + lost.failures + " failure(s), estimated: " +
+        lost.gpu_seconds.toFixed(0) + " GPU-seconds" : "");
+  }
+
   function drawSummary(s, now, flagged) {
     $("gpus").textContent = String(s.gpu_count);
     $("backend").textContent = s.backend + (s.backend === "fake" ? " (scenario " +
@@ -214,6 +233,7 @@
       ["step period", s.step ? (s.step.period_seconds * 1000).toFixed(0) + " ms (" +
         s.step.frequency_hz.toFixed(2) + " Hz), from the power of the compute phases" :
         "no clear step swing"],
+      ["goodput", goodputLine(s.goodput)],
       ["version", s.version + ", up " + age(now, s.started_at).replace(" ago", "")],
       ["updated", clock(now)],
     ];

@@ -1,0 +1,477 @@
+"""Goodput: where each GPU's seconds go, read from the GPUs alone (docs/goodput.md).
+
+Every second of every GPU gets one state (:data:`STATES`), from what the GPUs show:
+
+- ``unallocated``: no job holds it (only where attribution is known: Slurm, Kubernetes);
+- ``failed``: held while its verdict is failed, or it is lost (NVML: GpuIsLost; offline:
+  its readings stopped for good while its peers went on);
+- ``unknown``: no reading the account can bridge (a hole longer than ``bridge_seconds``);
+- ``stalled``: the stall check names it (peers busy-wait while a culprit differs); or it
+  busy-waits (high utilization at low power) while a GPU of its job has failed (a hung
+  peer); or, once the job steps, it busy-waits beside a GPU of its job that is low
+  without busy-waiting (the culprit, stalled too) for longer than ``fill_seconds``;
+- ``productive``: it works (power at its compute level; utilization where power is flat),
+  and short dips (a step's communication phase, under ``fill_seconds``) are part of it;
+- ``checkpoint``: a pause inside a running job, the job's GPUs low together, followed by
+  work again within ``max_checkpoint_seconds``;
+- ``starting``: held and low before the job's first steps, or after a failure until the
+  job steps again (a restart), for at most ``max_start_seconds``;
+- ``idle``: held and low otherwise (a GPU low alone, a pause too long for a checkpoint,
+  the time after a job's last steps).
+
+One mechanism serves the live exporter and ``analyze``: :class:`Ledger` takes one second
+of evidence at a time.  A low stretch after steps is *pending* until it is decided: work
+again (productive when short; else checkpoint for the seconds the job was low together,
+stalled for those it waited beside a culprit, idle for the rest), too long (idle), a
+failure (starting: the recovery), or the end (idle).  So the live counters lag by at most
+``max_checkpoint_seconds`` while a pause lasts.
+
+Pure numpy: no NVML, HTTP or Prometheus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter.analysis.stalls import StallThresholds
+
+PRODUCTIVE, CHECKPOINT, STALLED, STARTING, IDLE, FAILED, UNALLOCATED, UNKNOWN = range(8)
+STATES = ("productive", "checkpoint", "stalled", "starting", "idle", "failed", "unallocated",
+          "unknown")
+NOT_HELD = ("unallocated", "unknown")  # left out of the goodput ratio's denominator
+
+# The seam with the trace's gap rule: a hole in a GPU's readings up to this long (or
+# BRIDGE_INTERVALS of its sampling interval, whichever is longer) holds the GPU's last
+# state; a longer one is `unknown`.  Reasoned, not tuned: a checkpoint pause lasts longer
+# than this, so a bridged hole cannot hide one.
+BRIDGE_SECONDS = 5.0
+BRIDGE_INTERVALS = 3.0
+
+
+SMOOTH_SAMPLES = 5  # offline: each second judged on a mean over at least this many readings
+
+
+def smoothing_seconds(sample_interval_seconds: float) -> int:
+    """Seconds of readings each second is judged on (offline): one, or enough to hold
+    SMOOTH_SAMPLES readings, so one reading caught in a step's low phase is no pause."""
+    return max(1, math.ceil(SMOOTH_SAMPLES * sample_interval_seconds - 1e-9))
+
+
+def bridge_limit(sample_interval_seconds: float) -> float:
+    """The longest hole in a GPU's readings the account bridges (see BRIDGE_SECONDS)."""
+    return max(BRIDGE_SECONDS, BRIDGE_INTERVALS * sample_interval_seconds)
+
+
+@dataclass(frozen=True)
+class GoodputThresholds:
+    """The rules' numbers (docs/goodput.md says where each comes from)."""
+
+    busy_share: float = 0.5  # working: power past floor + this share of (level - floor) ...
+    min_range_share: float = 0.3  # ... where the GPU's range (level - floor) is >= this * level
+    working_tdp_share: float = 0.3  # flat power: working at >= this share of the power limit
+    idle_tdp_share: float = 0.25  # a floor above this share of the limit was never idle
+    working_utilization: float = 0.5  # flat power, no limit known: working at this utilization
+    working_watts: float = 100.0  # flat power, neither known: working above this
+    # busy-waiting: utilization >= this at power <= wait_level * its compute level (the
+    # stall check's signature and numbers)
+    wait_utilization: float = StallThresholds().busy_utilization
+    wait_level: float = StallThresholds().wait_level
+    fill_seconds: float = 3.0  # a low stretch shorter than this inside work is work
+    max_checkpoint_seconds: float = 900.0  # a longer pause is idle, not a checkpoint
+    max_start_seconds: float = 1800.0  # a longer start (or recovery) is idle
+    bridge_seconds: float = BRIDGE_SECONDS
+
+
+FLOOR_PERCENTILE, LEVEL_PERCENTILE = 1.0, 95.0  # of a GPU's power: near idle, computing
+
+
+def working(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
+            utilization: np.ndarray | None = None, tdp: np.ndarray | None = None,
+            th: GoodputThresholds = GoodputThresholds()) -> np.ndarray:
+    """Whether each GPU works, from its power (N,) or (N, T) against its own floor and
+    compute level (N,) (:data:`FLOOR_PERCENTILE`, :data:`LEVEL_PERCENTILE` of its power):
+    past the midpoint where the range is wide enough to split (and, the power limit
+    known, the floor near idle); otherwise its power against the power limit, else the
+    utilization, else ``working_watts``."""
+    p = np.asarray(power, dtype=np.float64)
+    lo = np.asarray(floor, dtype=np.float64)
+    hi = np.asarray(level, dtype=np.float64)
+    if p.ndim == 2:
+        lo, hi = lo[:, None], hi[:, None]
+    with np.errstate(invalid="ignore"):
+        split = (hi - lo) >= th.min_range_share * hi
+        by_power = p >= lo + th.busy_share * (hi - lo)
+        flat = np.broadcast_to(hi >= th.working_watts, p.shape).copy()
+        if utilization is not None:
+            u = np.asarray(utilization, dtype=np.float64)
+            flat = np.where(np.isfinite(u), u >= th.working_utilization, flat)
+        if tdp is not None:
+            limit = np.asarray(tdp, dtype=np.float64)
+            limit = limit[:, None] if p.ndim == 2 else limit
+            by_limit = p >= th.working_tdp_share * limit
+            flat = np.where(np.isfinite(limit), by_limit, flat)
+            split &= ~(lo > th.idle_tdp_share * limit)
+        return np.where(split, by_power, flat) & np.isfinite(p)
+
+
+def busy_waiting(power: np.ndarray, level: np.ndarray, utilization: np.ndarray | None,
+                 th: GoodputThresholds = GoodputThresholds()) -> np.ndarray:
+    """The stall check's waiting signature: high utilization at low power."""
+    p = np.asarray(power, dtype=np.float64)
+    if utilization is None:
+        return np.zeros(p.shape, dtype=bool)
+    lv = np.asarray(level, dtype=np.float64)
+    lv = lv[:, None] if p.ndim == 2 else lv
+    with np.errstate(invalid="ignore"):
+        return (np.asarray(utilization) >= th.wait_utilization) & (p <= th.wait_level * lv)
+
+
+@dataclass(frozen=True)
+class Second:
+    """One second (or ``dt``) of evidence, each array (N,) over the node's GPUs."""
+
+    dt: float
+    has: np.ndarray  # a reading (power) this second
+    power: np.ndarray  # watts (NaN without a reading)
+    working: np.ndarray
+    waiting: np.ndarray  # busy-waiting (see busy_waiting)
+    stalled: np.ndarray  # named by the stall check (waiting or culprit)
+    failed: np.ndarray  # lost, or its verdict is failed
+    held: np.ndarray | None = None  # a job holds it (None: attribution unknown: all held)
+    jobs: Sequence[str] | None = None  # which job, by GPU (None: one job holds every GPU)
+
+
+@dataclass
+class _Job:
+    stepped: bool = False  # has stepped since it began (or since its last failure)
+    starting_seconds: float = 0.0
+    working_seconds: float = 0.0  # it steps once this reaches fill_seconds
+
+
+# how a pending second looked: the job's GPUs all low together, this GPU low alone, or
+# waiting in a collective (busy-waiting, or the culprit beside busy-waiting peers)
+TOGETHER, ALONE, WAITING = range(3)
+
+
+@dataclass
+class _Pending:
+    """A GPU's undecided stretch after steps: seconds and joules by how they looked."""
+
+    seconds_by: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    joules_by: np.ndarray = field(default_factory=lambda: np.zeros(3))
+
+    @property
+    def seconds(self) -> float:
+        return float(self.seconds_by.sum())
+
+
+@dataclass
+class LostProgress:
+    """Progress a job likely lost to failures: the seconds it stepped since its last
+    checkpoint before each failure, on each of its GPUs. An estimate: power cannot see
+    what a job actually rolls back to."""
+
+    failures: int = 0
+    gpu_seconds: float = 0.0
+
+
+@dataclass
+class Ledger:
+    """The account of N GPUs: seconds and joules per state, one second at a time."""
+
+    gpus: int
+    thresholds: GoodputThresholds = field(default_factory=GoodputThresholds)
+
+    def __post_init__(self) -> None:
+        n = self.gpus
+        self.seconds = np.zeros((n, len(STATES)))
+        self.joules = np.zeros((n, len(STATES)))
+        self.lost = LostProgress()
+        self._jobs: dict[str, _Job] = {}
+        self._pending: list[_Pending | None] = [None] * n
+        self._long_low = [False] * n  # low past max_checkpoint: idle until it works again
+        self._last: list[int | None] = [None] * n  # last state (None: pending), to bridge
+        self._hole = [0.0] * n  # seconds without a reading so far
+        self._since_checkpoint = np.zeros(n)  # productive seconds since the last checkpoint
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _add(self, gpu: int, state: int, seconds: float, joules: float) -> None:
+        self.seconds[gpu, state] += seconds
+        self.joules[gpu, state] += joules
+        if state == PRODUCTIVE:
+            self._since_checkpoint[gpu] += seconds
+        elif state == CHECKPOINT and seconds > 0:
+            self._since_checkpoint[gpu] = 0.0  # the job saved its progress here
+
+    def _resolve(self, gpu: int, how: str) -> None:
+        """Decide a GPU's pending stretch: ``work`` (steps again), ``failure``, ``idle``.
+        A stretch shorter than fill_seconds that ends in work was work (a step's low
+        phase); otherwise its waiting seconds were a stall, and its low ones a
+        checkpoint (together, ending in work), a recovery (ending in a failure) or idle."""
+        p = self._pending[gpu]
+        if p is None:
+            return
+        self._pending[gpu] = None
+        th = self.thresholds
+        sec, jou = p.seconds_by, p.joules_by
+        if how == "work" and p.seconds < th.fill_seconds:
+            self._add(gpu, PRODUCTIVE, float(sec.sum()), float(jou.sum()))
+            return
+        self._add(gpu, STALLED, float(sec[WAITING]), float(jou[WAITING]))
+        if how == "failure":
+            low = STARTING, STARTING
+        elif how == "work" and p.seconds <= th.max_checkpoint_seconds:
+            low = CHECKPOINT, IDLE
+        else:
+            low = IDLE, IDLE
+        self._add(gpu, low[0], float(sec[TOGETHER]), float(jou[TOGETHER]))
+        self._add(gpu, low[1], float(sec[ALONE]), float(jou[ALONE]))
+
+    def pending_seconds(self) -> np.ndarray:
+        """Each GPU's seconds not yet decided (a pause under way)."""
+        return np.array([p.seconds if p else 0.0 for p in self._pending])
+
+    def close(self) -> None:
+        """The end of the account (offline): every pause still open is idle."""
+        for gpu in range(self.gpus):
+            self._resolve(gpu, "idle")
+
+    # ------------------------------------------------------------------ one second
+    def step(self, s: Second) -> None:
+        n, dt = self.gpus, s.dt
+        held = np.ones(n, dtype=bool) if s.held is None else np.asarray(s.held, dtype=bool)
+        jobs = [str(j) for j in s.jobs] if s.jobs is not None else ["node"] * n
+        joules = np.where(np.isfinite(s.power), s.power, 0.0) * dt
+        failed = np.asarray(s.failed, dtype=bool) & held
+        live = held & ~failed & np.asarray(s.has, dtype=bool)
+        works = live & np.asarray(s.working, dtype=bool)
+        waits = live & ~works & np.asarray(s.waiting, dtype=bool)
+        named = live & np.asarray(s.stalled, dtype=bool)
+        rows_of: dict[str, list[int]] = {}
+        for gpu in range(n):
+            if held[gpu]:
+                rows_of.setdefault(jobs[gpu], []).append(gpu)
+        for name in [j for j in self._jobs if j not in rows_of]:
+            del self._jobs[name]
+        stalled = named.copy()  # the stall check's: stalled at once
+        waiting = np.zeros(n, dtype=bool)  # pending: a stall if it lasts
+        together: dict[str, bool] = {}
+        for name, rows in rows_of.items():
+            job = self._job(name, rows, failed)
+            # busy-waiting is waiting in a collective: on a hung (failed) peer, a stall at
+            # once; or, once the job steps, on a culprit here (a GPU of the job low without
+            # busy-waiting): a stall if it lasts. Busy-waiting with no culprit in sight (one
+            # on another node, or a light kernel: power cannot tell them apart) is work.
+            if waits[rows].any():
+                culprit = live[rows] & ~works[rows] & ~waits[rows]
+                if failed[rows].any():
+                    stalled[rows] |= waits[rows]
+                elif job.stepped and culprit.any():
+                    waiting[rows] = (waits[rows] | culprit) & ~stalled[rows]
+                elif job.stepped:
+                    works[rows] |= waits[rows]
+            mine = live[rows]
+            if mine.any() and works[rows].sum() >= 0.5 * mine.sum():
+                job.working_seconds += dt
+                job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
+            elif not job.stepped:
+                job.starting_seconds += dt
+            low = mine & ~works[rows] & ~stalled[rows] & ~waiting[rows]
+            together[name] = bool(mine.any() and low[mine].all())
+        for gpu in range(n):
+            state = self._state(gpu, s, held, failed, works, stalled, waiting, jobs)
+            if state is None:
+                how = WAITING if waiting[gpu] else TOGETHER if together[jobs[gpu]] else ALONE
+                self._hold_back(gpu, how, dt, joules[gpu])
+            else:
+                self._add(gpu, state, dt, joules[gpu])
+            self._last[gpu] = state
+
+    def _job(self, name: str, rows: list[int], failed: np.ndarray) -> _Job:
+        """The job's state this second: a new name is a new job (starting); a GPU newly
+        failed restarts it, and the progress since its checkpoint counts as lost."""
+        job = self._jobs.setdefault(name, _Job())
+        if any(failed[g] and self._last[g] != FAILED for g in rows):
+            for g in rows:
+                self._resolve(g, "failure")
+                self._long_low[g] = False
+            if job.stepped:
+                self.lost.failures += 1
+                self.lost.gpu_seconds += float(self._since_checkpoint[rows].sum())
+            self._since_checkpoint[rows] = 0.0
+            job.stepped, job.starting_seconds, job.working_seconds = False, 0.0, 0.0
+        return job
+
+    def _hold_back(self, gpu: int, how: int, dt: float, joules: float) -> None:
+        """A second after steps that is not work: pending until its stretch is decided."""
+        p = self._pending[gpu] or _Pending()
+        self._pending[gpu] = p
+        p.seconds_by[how] += dt
+        p.joules_by[how] += joules
+        if p.seconds > self.thresholds.max_checkpoint_seconds:
+            self._resolve(gpu, "idle")
+            self._long_low[gpu] = True
+
+    def _state(self, gpu: int, s: Second, held: np.ndarray, failed: np.ndarray,
+               works: np.ndarray, stalled: np.ndarray, waiting: np.ndarray, jobs: list[str]
+               ) -> int | None:
+        """This second's state of one GPU; None: low after steps, pending."""
+        th = self.thresholds
+        if not held[gpu]:
+            self._resolve(gpu, "idle")
+            return UNALLOCATED
+        if failed[gpu]:
+            self._hole[gpu] = 0.0
+            return FAILED
+        if not s.has[gpu]:
+            self._hole[gpu] += s.dt
+            if self._hole[gpu] <= th.bridge_seconds and (
+                    self._last[gpu] is not None or self._pending[gpu] is not None):
+                return self._last[gpu]  # bridged: the state it was in
+            self._resolve(gpu, "idle")
+            return UNKNOWN
+        self._hole[gpu] = 0.0
+        job = self._jobs[jobs[gpu]]
+        if stalled[gpu]:
+            self._resolve(gpu, "work" if job.stepped else "failure")
+            return STALLED
+        if works[gpu]:
+            self._resolve(gpu, "work")
+            self._long_low[gpu] = False
+            return PRODUCTIVE
+        if not job.stepped:
+            self._resolve(gpu, "failure")
+            return STARTING if job.starting_seconds <= th.max_start_seconds else IDLE
+        if self._long_low[gpu] and not waiting[gpu]:
+            return IDLE
+        return None
+
+
+LOST_SECONDS = 30.0  # offline: readings gone this long, while peers report, is a lost GPU
+
+
+def lost_runs(has: np.ndarray, min_seconds: float) -> np.ndarray:
+    """Offline evidence of a lost GPU (N, T) from which seconds have readings (1 s bins):
+    a run of at least ``min_seconds`` without readings while another GPU of the node has
+    readings through most (90 %) of it. Live, NVML says lost itself."""
+    h = np.asarray(has, dtype=bool)
+    out = np.zeros(h.shape, dtype=bool)
+    if h.shape[0] < 2:
+        return out  # no peer to say the node went on
+    for gpu in range(h.shape[0]):
+        miss = np.concatenate([[0], (~h[gpu]).astype(np.int8), [0]])
+        edges = np.flatnonzero(np.diff(miss))
+        others = np.delete(h, gpu, axis=0)
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
+            if b - a >= min_seconds and others[:, a:b].mean(axis=1).max() >= 0.9:
+                out[gpu, a:b] = True
+    return out
+
+
+def hold_short_holes(has: np.ndarray, most: int) -> np.ndarray:
+    """Which seconds (N, T) lie in a hole of at most ``most`` seconds after a reading: the
+    ones an account holds over from the reading before."""
+    h = np.asarray(has, dtype=bool)
+    out = np.zeros(h.shape, dtype=bool)
+    for gpu in range(h.shape[0]):
+        miss = np.concatenate([[0], (~h[gpu]).astype(np.int8), [0]])
+        edges = np.flatnonzero(np.diff(miss))
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
+            if a > 0 and b - a <= most:
+                out[gpu, a:b] = True
+    return out
+
+
+def rolling_mean(x: np.ndarray, k: int) -> np.ndarray:
+    """Centred mean of each row's finite values over ``k`` seconds (NaN where none)."""
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    pad = ((0, 0), (k // 2 + 1, k - 1 - k // 2))
+    c = np.cumsum(np.pad(np.where(ok, x, 0.0), pad), axis=1)
+    m = np.cumsum(np.pad(ok.astype(np.float64), pad), axis=1)
+    total, count = c[:, k:] - c[:, :-k], m[:, k:] - m[:, :-k]
+    out = np.full(x.shape, np.nan)
+    np.divide(total, count, out=out, where=count > 0)
+    return out
+
+
+def _hold(x: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """x with each marked second taking the value of the last unmarked one before it."""
+    idx = np.where(where, 0, np.arange(x.shape[1])[None, :])
+    np.maximum.accumulate(idx, axis=1, out=idx)
+    return np.take_along_axis(x, idx, axis=1)
+
+
+def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray | None = None,
+            tdp: np.ndarray | None = None, stalled: np.ndarray | None = None,
+            failed: np.ndarray | None = None, smooth_seconds: int = 1,
+            thresholds: GoodputThresholds = GoodputThresholds()) -> Ledger:
+    """The whole account of a stretch seen with hindsight (``analyze``): per-second power
+    (N, T) (NaN: no reading), the seconds' lengths (T,) (the last may be partial),
+    utilization (N, T), power limits (N,), the stall check's GPUs (N, T) and the failed
+    GPUs (N, T) (None: :func:`lost_runs` of the missing readings), every GPU held by one
+    job. Each GPU's floor and level are percentiles of its power (see :func:`working`).
+
+    With hindsight a hole is bridged whole or not at all: holes up to ``bridge_seconds``
+    hold the readings before them, longer ones are ``unknown`` throughout (live, the
+    ledger holds the first ``bridge_seconds`` of any hole: it cannot know its length)."""
+    p = np.atleast_2d(np.asarray(power, dtype=np.float64))
+    n, t = p.shape
+    held_over = hold_short_holes(np.isfinite(p), int(round(thresholds.bridge_seconds)))
+    p = _hold(p, held_over)
+    if utilization is not None:
+        utilization = _hold(np.asarray(utilization, dtype=np.float64), held_over)
+    has = np.isfinite(p)
+    if smooth_seconds > 1:  # sparse readings of a fast step: judge a few together, and
+        # take a pause or stall to be as long as two such means at least
+        p = np.where(has, rolling_mean(p, smooth_seconds), np.nan)
+        thresholds = dataclasses.replace(
+            thresholds, fill_seconds=max(thresholds.fill_seconds, 2.0 * smooth_seconds))
+        if utilization is not None:
+            utilization = rolling_mean(utilization, smooth_seconds)
+    floor, level = np.full(n, np.nan), np.full(n, np.nan)
+    for i in range(n):
+        fin = p[i][has[i]]
+        if fin.size:
+            floor[i], level[i] = np.percentile(fin, [FLOOR_PERCENTILE, LEVEL_PERCENTILE])
+    works = working(p, floor, level, utilization, tdp, thresholds)
+    waits = busy_waiting(p, level, utilization, thresholds)
+    if failed is None:
+        failed = lost_runs(has, max(LOST_SECONDS, 2 * thresholds.bridge_seconds))
+    stall = np.zeros((n, t), dtype=bool) if stalled is None else np.asarray(stalled, bool)
+    ledger = Ledger(n, dataclasses.replace(thresholds, bridge_seconds=0.0))
+    for i in range(t):
+        ledger.step(Second(float(weights[i]), has[:, i], p[:, i], works[:, i], waits[:, i],
+                           stall[:, i], failed[:, i]))
+    ledger.close()
+    return ledger
+
+
+def per_second(t: np.ndarray, values: np.ndarray, start: float, bins: int) -> np.ndarray:
+    """Mean of each row's finite values (N, m) at times ``t`` (m,) or (N, m) in each
+    second [start + i, start + i + 1), i < bins; NaN for a second without one."""
+    v = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    tt = np.broadcast_to(np.asarray(t, dtype=np.float64), v.shape)
+    out = np.full((v.shape[0], bins), np.nan)
+    for i in range(v.shape[0]):
+        ok = np.isfinite(v[i]) & np.isfinite(tt[i])
+        idx = np.floor(tt[i, ok] - start).astype(np.int64)
+        keep = (idx >= 0) & (idx < bins)
+        idx, x = idx[keep], v[i, ok][keep]
+        count = np.bincount(idx, minlength=bins)
+        total = np.bincount(idx, weights=x, minlength=bins)
+        np.divide(total, count, out=out[i], where=count > 0)
+    return out
+
+
+def goodput_ratio(seconds: np.ndarray) -> float | None:
+    """Productive over held time (every state but unallocated and unknown), from seconds
+    by state (len(STATES),) or (N, len(STATES)); None when nothing was held."""
+    s = np.asarray(seconds, dtype=np.float64).reshape(-1, len(STATES)).sum(axis=0)
+    held = s[[STATES.index(x) for x in STATES if x not in NOT_HELD]].sum()
+    return float(s[PRODUCTIVE] / held) if held > 0 else None

@@ -1,0 +1,94 @@
+"""analyze's `time_accounting`: the goodput account of a trace (exporter.analysis.goodput),
+the whole trace taken as one job holding every GPU (docs/goodput.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from exporter.analysis.goodput import (
+    STATES,
+    GoodputThresholds,
+    account,
+    bridge_limit,
+    goodput_ratio,
+    per_second,
+    smoothing_seconds,
+)
+from exporter.traces.trace import Trace
+
+LOST_PROGRESS_NOTE = (
+    "an estimate: the productive time since the last checkpoint pause before each failure, "
+    "on every GPU of the job; power cannot see what a job really rolls back to. Reported "
+    "apart, never subtracted from productive")
+
+
+def time_accounting(trace: Trace, gpus: Sequence[int], start: float, duration: float,
+                    sample_interval: float, tdp: np.ndarray,
+                    stalls: Sequence[tuple[float, float, Sequence[int]]]) -> dict[str, Any]:
+    """The account of ``gpus`` over [start, start + duration] (Unix seconds), one-second
+    bins; ``stalls``: (start, end) from ``start`` and the GPUs the stall check named."""
+    bins = max(1, math.ceil(duration - 1e-9))
+    weights = np.ones(bins)
+    weights[-1] = duration - (bins - 1) if duration > 0 else 0.0
+    power = np.full((len(gpus), bins), np.nan)
+    util = np.full((len(gpus), bins), np.nan)
+    for i, gpu in enumerate(gpus):
+        s = trace.series[gpu]
+        power[i] = per_second(s.t, s.fields["power_watts"], start, bins)[0]
+        if "utilization_gpu_ratio" in s.fields:
+            util[i] = per_second(s.t, s.fields["utilization_gpu_ratio"], start, bins)[0]
+    stalled = np.zeros((len(gpus), bins), dtype=bool)
+    row = {gpu: i for i, gpu in enumerate(gpus)}
+    for a, b, named in stalls:
+        rows = [row[g] for g in named if g in row]
+        stalled[np.ix_(rows, range(max(0, math.floor(a)), min(bins, math.ceil(b))))] = True
+    # the seam with the trace's gap rule (exporter/offline/gaps.py): holes up to the bridge
+    # hold the readings before them, longer ones are unknown
+    th = GoodputThresholds(bridge_seconds=bridge_limit(sample_interval))
+    ledger = account(power, weights=weights,
+                     utilization=util if np.isfinite(util).any() else None,
+                     tdp=tdp if np.isfinite(tdp).any() else None, stalled=stalled,
+                     smooth_seconds=smoothing_seconds(sample_interval),
+                     thresholds=th)
+    n = len(gpus)
+    seconds = ledger.seconds.sum(axis=0) / n
+    return {
+        "seconds": {state: float(v) for state, v in zip(STATES, seconds, strict=True)},
+        "goodput_ratio": goodput_ratio(ledger.seconds),
+        "gpu_seconds": {state: float(v) for state, v in
+                        zip(STATES, ledger.seconds.sum(axis=0), strict=True)},
+        "energy_joules": {state: float(v) for state, v in
+                          zip(STATES, ledger.joules.sum(axis=0), strict=True)},
+        "per_gpu": {str(gpu): {state: float(v) for state, v in
+                               zip(STATES, ledger.seconds[i], strict=True)}
+                    for i, gpu in enumerate(gpus)},
+        "lost_progress_estimate": {
+            "failures": ledger.lost.failures,
+            "gpu_seconds": ledger.lost.gpu_seconds,
+            "note": LOST_PROGRESS_NOTE,
+        },
+        "bridged_seconds": th.bridge_seconds,
+        "job": "the whole trace as one job holding every GPU",
+    }
+
+
+def accounting_text(acc: dict[str, Any]) -> list[str]:
+    """The text report's lines for a `time_accounting`."""
+    ratio = acc["goodput_ratio"]
+    lines = [f"goodput ratio (productive / held): "
+             f"{'n/a' if ratio is None else f'{100 * ratio:.1f} %'} ({acc['job']})"]
+    total = sum(acc["seconds"].values())
+    for state, s in acc["seconds"].items():
+        if s > 0:
+            share = 100 * s / total if total else 0.0
+            joules = acc["energy_joules"][state]
+            lines.append(f"  {state:<12} {s:10.1f} s  {share:5.1f} %  {joules / 3.6e6:8.3f} kWh")
+    lost = acc["lost_progress_estimate"]
+    if lost["failures"]:
+        lines.append(f"  progress lost to {lost['failures']} failure(s), estimated: "
+                     f"{lost['gpu_seconds']:.0f} GPU-seconds ({lost['note']})")
+    return lines

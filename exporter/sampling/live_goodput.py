@@ -1,0 +1,92 @@
+"""The live goodput account (analysis/goodput.py): every second, each GPU's state from
+what the stall check just read (its means over the stall window, each GPU's compute
+level and floor), the stall it found, the GPUs lost or judged failed, and who holds
+each GPU (the job collectors' grouping). docs/goodput.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.analysis.goodput import Ledger, Second, busy_waiting, working
+from exporter.analysis.stalls import StallResult
+
+UNASSIGNED = "unassigned"  # the grouping's name for a GPU no job holds (Sampler.job_groups)
+
+
+@dataclass(frozen=True)
+class GoodputAnalysis:
+    """The account as of one second: seconds and joules by GPU and state (N, len(STATES)),
+    and each GPU's seconds not yet decided (a pause under way)."""
+
+    time: float
+    seconds: np.ndarray
+    joules: np.ndarray
+    pending: np.ndarray
+    failures: int
+    lost_progress_gpu_seconds: float  # an estimate (docs/goodput.md)
+    duration_seconds: float = 0.0
+
+
+class GoodputMonitor:
+    def __init__(self, gpus: int, started_at: float | None = None):
+        """`started_at`: when the account begins (the sampler's start): its states add up
+        to the time since."""
+        self.ledger = Ledger(gpus)
+        self._last = started_at
+        self.cpu_seconds = 0.0  # spent in update(), for bench/bench_cpu.py
+
+    def update(self, now: float, means: tuple[np.ndarray, np.ndarray] | None,
+               floor: np.ndarray | None, level: np.ndarray | None,
+               stall: StallResult | None, failed: Iterable[int],
+               groups: Mapping[int, str] | None, tdp: np.ndarray | None
+               ) -> GoodputAnalysis:
+        """One tick: the time since the last one goes to each GPU's state now. Without
+        means (the stall check not yet running) every GPU's second has no reading."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        dt = 0.0 if self._last is None else max(0.0, now - self._last)
+        self._last = now
+        if dt > 0:
+            self.ledger.step(self._second(dt, means, floor, level, stall, set(failed),
+                                          groups, tdp))
+        lg = self.ledger
+        out = GoodputAnalysis(now, lg.seconds.copy(), lg.joules.copy(), lg.pending_seconds(),
+                              lg.lost.failures, lg.lost.gpu_seconds, time.perf_counter() - t0)
+        self.cpu_seconds += time.thread_time() - cpu0
+        return out
+
+    def _second(self, dt: float, means: tuple[np.ndarray, np.ndarray] | None,
+                floor: np.ndarray | None, level: np.ndarray | None,
+                stall: StallResult | None, failed: set[int],
+                groups: Mapping[int, str] | None, tdp: np.ndarray | None) -> Second:
+        n = self.ledger.gpus
+        lost = np.array([g in failed for g in range(n)])
+        if means is None or floor is None or level is None:
+            nothing = np.zeros(n, dtype=bool)
+            power = np.full(n, np.nan)
+            return Second(dt, nothing, power, nothing, nothing, nothing, lost,
+                          *_holders(groups, n))
+        power, util = means
+        works = working(power, floor, level, util, tdp)
+        waits = busy_waiting(power, level, util)
+        named = np.zeros(n, dtype=bool)
+        if stall is not None and stall.stalled:
+            for g in (*stall.waiting_gpus, *stall.culprit_gpus):
+                if 0 <= g < n:
+                    named[g] = True
+        return Second(dt, np.isfinite(power), power, works, waits, named, lost,
+                      *_holders(groups, n))
+
+
+def _holders(groups: Mapping[int, str] | None, n: int
+             ) -> tuple[np.ndarray | None, list[str] | None]:
+    """(held, job by GPU) from the grouping; (None, None) where no collector says: every
+    GPU taken as held by one job."""
+    if groups is None:
+        return None, None
+    jobs = [groups.get(g, UNASSIGNED) for g in range(n)]
+    return np.array([j != UNASSIGNED for j in jobs]), jobs

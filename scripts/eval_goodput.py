@@ -1,0 +1,89 @@
+"""The goodput account against synthetic jobs with known truth (exporter/sim/job_story.py).
+
+Writes each story as a trace, runs `analyze` on it (the same path as the command) and
+prints, per state, the largest relative error over the stories and how many stories kept
+every state within 5 % of the truth, for the stories the rules were tuned on (seeds
+0-9) and, apart, for held-out ones (seeds 100 on) that were run once, after the tuning;
+then the goodput ratio of one job checkpointing every 1, 10, 100 and 1000 steps. The
+tables of docs/goodput.md. Not a pass/fail test (tests/test_goodput.py asserts the
+thresholds on a few tuning stories).
+
+    python scripts/eval_goodput.py [--held-out 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from exporter.analysis.goodput import STATES  # noqa: E402
+from exporter.offline.analyze import analyse_trace  # noqa: E402
+from exporter.offline.request import AnalyzeRequest  # noqa: E402
+from exporter.sim.job_story import Story, checkpoint_every, draw_story, truth, write_trace  # noqa: E402
+from exporter.traces.load import load_trace  # noqa: E402
+
+TUNING = range(10)
+HELD_OUT_FROM = 100
+TOLERANCE = 0.05
+ABSOLUTE = 0.5  # seconds: a state absent from the truth may show this much
+
+
+def accounting(story: Story, directory: Path) -> dict:
+    path = write_trace(story, directory / f"story-{story.seed}.cte")
+    return analyse_trace(load_trace(str(path)), AnalyzeRequest(str(path)))["time_accounting"]
+
+
+def evaluate(seeds: range, directory: Path) -> None:
+    worst = dict.fromkeys(STATES, 0.0)
+    within = 0
+    lost_errors = []
+    for seed in seeds:
+        story = draw_story(seed)
+        acc, want = accounting(story, directory), truth(story)
+        ok = True
+        for state in STATES:
+            got, true = acc["seconds"][state], want["seconds"][state]
+            error = abs(got - true)
+            if error > max(TOLERANCE * true, ABSOLUTE):
+                ok = False
+            if true > 0:
+                worst[state] = max(worst[state], error / true)
+        within += ok
+        lost = want["lost_progress_gpu_seconds"]
+        if lost:
+            lost_errors.append(abs(acc["lost_progress_estimate"]["gpu_seconds"] - lost) / lost)
+    print(f"  stories with every state within 5 %: {within} of {len(seeds)}")
+    print("  largest error by state: " + ", ".join(
+        f"{state} {100 * worst[state]:.1f} %" for state in STATES if state not in (
+            "unallocated",)))
+    if lost_errors:
+        print(f"  lost progress estimate: largest error {100 * max(lost_errors):.1f} %")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--held-out", type=int, default=20, help="held-out stories to run")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        print(f"tuning stories (seeds {TUNING.start}-{TUNING.stop - 1}):")
+        evaluate(TUNING, directory)
+        held = range(HELD_OUT_FROM, HELD_OUT_FROM + args.held_out)
+        print(f"held-out stories (seeds {held.start}-{held.stop - 1}):")
+        evaluate(held, directory)
+        print("checkpoint every N 1 s steps (10 s pauses): goodput ratio measured (true)")
+        for n in (1, 10, 100, 1000):
+            story = checkpoint_every(n)
+            acc, want = accounting(story, directory), truth(story)
+            seconds = want["seconds"]
+            true = seconds["productive"] / sum(
+                v for k, v in seconds.items() if k not in ("unallocated", "unknown"))
+            print(f"  every {n:>4}: {acc['goodput_ratio']:.3f} ({true:.3f})")
+
+
+if __name__ == "__main__":
+    main()
