@@ -108,6 +108,9 @@ def test_one_long_hole_is_named_and_no_window_across_it_is_analysed(real) -> Non
     hole = rep["gaps"]["holes"][0]
     assert hole["duration_seconds"] == pytest.approx(60.3, abs=0.5)
     assert all(a["left_out"] == 1 for a in rep["gaps"]["analyses"].values())
+    # the goodput account holds the first seconds, the rest of the hole is unknown time
+    assert "goodput" in rep["gaps"]["analyses"]
+    assert 50 <= rep["time_accounting"]["seconds"]["unknown"] <= 60.3
     assert any(n.startswith("1 gap(s) in the power samples") for n in rep["notes"])
     for found in (*rep["power_swings"], *rep["dips"], *rep["stalls"], *rep["outliers"]):
         assert not _overlap(found, hole), found
@@ -202,8 +205,10 @@ def test_each_analysis_bridges_a_share_of_its_own_time_scale() -> None:
     assert step.window_ok([(-5.0, 1.0)], 0.0, 30.0) is False  # a 6 s hole reaching in
     many = [(float(a), a + 2.5) for a in range(0, 30, 3)]  # each bridged, 83 % in all
     assert not step.window_ok(many, 0.0, 30.0)
+    # the goodput account holds through a hole up to its own limit, and says so in the JSON
+    assert bridge("goodput", 5.0).limit_seconds == 5.0 and bridge("goodput", 5.0).how == "hold"
     with pytest.raises(KeyError):
-        bridge("goodput", 60.0)
+        bridge("no such analysis", 60.0)
 
 
 def test_fill_bridges_a_grids_holes_or_says_it_cannot() -> None:

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from exporter.analysis.bridging import Bridge, bridges_for
+from exporter.analysis.bridging import Bridge, bridge, bridges_for
+from exporter.analysis.goodput import bridge_limit
 from exporter.analysis.power_swing import NodeSwing, analyse_window
 from exporter.analysis.straggler_scan import ScanResult, scan
 from exporter.errors import fail
@@ -446,7 +447,8 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
         "step_windows_analysed": n_windows,
         "skipped_lines": trace.skipped_lines,
         "rejected_values": dict(trace.rejected),
-        "gaps": gaps_json(g.gaps, t_start, list(bridges.values())),
+        "gaps": gaps_json(g.gaps, t_start,
+                          [*bridges.values(), bridge("goodput", bridge_limit(g.dt))]),
         "not_run": short,
         "power_swings": step + cycles,
         "ramps": ramps,

@@ -46,8 +46,8 @@ def time_accounting(trace: Trace, gpus: Sequence[int], start: float, duration: f
     for a, b, named in stalls:
         rows = [row[g] for g in named if g in row]
         stalled[np.ix_(rows, range(max(0, math.floor(a)), min(bins, math.ceil(b))))] = True
-    # the seam with the trace's gap rule (exporter/offline/gaps.py): holes up to the bridge
-    # hold the readings before them, longer ones are unknown
+    # the trace's gap rule (analysis/bridging.py, "goodput"): holes up to the bridge hold
+    # the readings before them, longer ones are unknown
     th = GoodputThresholds(bridge_seconds=bridge_limit(sample_interval))
     ledger = account(power, weights=weights,
                      utilization=util if np.isfinite(util).any() else None,
