@@ -183,7 +183,7 @@ class Exporter:
     def alive(self) -> bool:
         """Liveness, as /healthz says it: the publisher builds fresh snapshots."""
         server = self.server
-        return server is not None and not server.health.liveness(self.current)
+        return server is not None and not server.probes.liveness(self.current)
 
     def _install_fake(self) -> None:
         b = self.config.backend

@@ -199,7 +199,7 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     gi = group_index(ids, groups)
     stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
     if measured is not None and bridge is not None:
-        stalled = _hold_across_holes(stalled, _bad_windows(measured.all(axis=0), m, k),
+        stalled = _hold_across_holes(stalled, _bad_windows(np.asarray(measured.all(axis=0)), m, k),
                                      int(bridge.limit_seconds / dt))
     out: list[Stall] = []
     j = 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from exporter.collectors.infiniband.reading import InfinibandPort, InfinibandReading
 from exporter.health.context import Check
-from exporter.health.counters import CounterHistory
+from exporter.health.counters import CounterPoints
 from exporter.health.model import (
     DRAIN_AND_SERVICE,
     FAILED,
@@ -38,7 +38,7 @@ class NodeInputs:
     snapshot: Snapshot
     settings: HealthSettings
     gpus: dict[int, Verdict]
-    counters: CounterHistory
+    counters: CounterPoints
 
     def increase(self, name: str, value: float, window: float) -> tuple[float, float] | None:
         """(increase, seconds) of a node counter over `window`, None before a second read."""

@@ -1,5 +1,5 @@
 """What a GPU check reads: the snapshot's values for one GPU, the thresholds, and the
-counter history for rates."""
+counter points for rates."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuState
-from exporter.health.counters import CounterHistory
+from exporter.health.counters import CounterPoints
 from exporter.health.model import Outcome
 from exporter.health.settings import HealthSettings
 from exporter.sampling.snapshot import Snapshot
@@ -19,7 +19,7 @@ class GpuInputs:
     snapshot: Snapshot
     gpu: int
     settings: HealthSettings
-    counters: CounterHistory
+    counters: CounterPoints
     # the GPU's health read and sweep state, looked up once for all its checks
     health: GpuHealth | None = field(init=False)
     state: GpuState | None = field(init=False)

@@ -1,4 +1,4 @@
-"""The counter history the rate checks need: a few (time, value) points per counter.
+"""The counter points the rate checks need: a few (time, value) points per counter.
 
 DCGM's health watches compare a counter's change over the last minute; the snapshot
 holds only the latest read, so the monitor keeps the points of each counter it judges
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 
-class CounterHistory:
+class CounterPoints:
     def __init__(self) -> None:
         self._points: dict[tuple, deque[tuple[float, float]]] = {}
         self._latest: dict[tuple, float] = {}  # time of the newest read of each counter

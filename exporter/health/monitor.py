@@ -2,7 +2,7 @@
 
 Like rendering, the verdict is a function of the snapshot computed once and shared:
 /metrics, /api/v1/health, the live page and the `health` command read the same
-`NodeHealth`. The monitor keeps what a single snapshot cannot hold: the counter history
+`NodeHealth`. The monitor keeps what a single snapshot cannot hold: the counter points
 the rate checks compare against, and since when each check has been in its state. A
 check that raises becomes `unknown` for that snapshot and is counted; it never stops the
 others or the sweep.
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from exporter.collectors.infiniband.reading import InfinibandReading
 from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
-from exporter.health.counters import CounterHistory
+from exporter.health.counters import CounterPoints
 from exporter.health.model import (
     UNKNOWN,
     CheckResult,
@@ -61,7 +61,7 @@ class HealthMonitor:
                  node_checks: Sequence[Check] = NODE_CHECKS):
         self.settings = settings or HealthSettings()
         self.gpu_checks, self.node_checks = tuple(gpu_checks), tuple(node_checks)
-        self.counters = CounterHistory()
+        self.counters = CounterPoints()
         # (gpu, check) -> its last outcome and result: an unchanged outcome keeps its
         # result (and its `since`), and a GPU whose results all held keeps its verdict
         self._results: dict[tuple[int | None, str], tuple[Outcome, CheckResult]] = {}

@@ -156,7 +156,7 @@ class PowerBuffer:
         return grid, out
 
 
-class PowerHistory:
+class PowerRingView:
     """The power ring as one snapshot sees it: read-only, and ending at the newest sample
     when the snapshot was taken, so samples drained later never show in it. Each read
     copies what it returns under the ring's lock (PowerBuffer.window, .grid)."""

@@ -72,9 +72,9 @@ class HoldsResources(ABC):
         """Free what the collector holds."""
 
 
-class ComputeHistory(ABC):
+class ComputeShareSource(ABC):
     """A reading with each GPU's recent compute share (the straggler analysis uses it)."""
 
     @abstractmethod
-    def compute_history(self) -> ComputeShares:
+    def compute_shares(self) -> ComputeShares:
         """GPU -> its recent (time, compute share), oldest first."""

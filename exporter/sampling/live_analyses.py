@@ -45,11 +45,11 @@ class Analyses:
                  power_settings: PowerSettings | None,
                  straggler_settings: StragglerSettings | None, sweep_interval: float,
                  job_groups: Callable[[], dict[int, str] | None],
-                 compute_history: Callable[[], dict | None] = lambda: None,
+                 compute_shares: Callable[[], dict | None] = lambda: None,
                  failed_gpus: Callable[[], set[int]] = set):
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
-        self.compute_history = compute_history
+        self.compute_shares = compute_shares
         self.power_monitor = PowerMonitor(power_settings) if power_settings else None
         self.straggler_monitor = (StragglerMonitor(dataclasses.replace(
             straggler_settings, sweep_interval_seconds=sweep_interval))
@@ -94,7 +94,7 @@ class Analyses:
         analysis = self.straggler_analysis = monitor.update(
             now, lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
             lambda fields: sweep.window(monitor.settings.window_seconds, fields),
-            groups, lambda: compute_rows(self.compute_history(), self.gpus.count))
+            groups, lambda: compute_rows(self.compute_shares(), self.gpus.count))
         if self.goodput is not None:
             self.goodput_analysis = self.goodput.update(
                 now, monitor.means, monitor.floor, monitor.level, analysis.stall,

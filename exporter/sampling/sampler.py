@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.gpu.backend import NvmlBackend
-from exporter.sampling.buffers import PowerHistory
+from exporter.sampling.buffers import PowerRingView
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collector_api import (
     Collector,
     CollectorContext,
-    ComputeHistory,
+    ComputeShareSource,
     HoldsResources,
     JobGrouping,
 )
@@ -125,7 +125,7 @@ class Sampler:
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
                                  s.sweep_interval_seconds, self.job_groups,
-                                 self.compute_history, self.failed_gpus)
+                                 self.compute_shares, self.failed_gpus)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
         self._threads = threads
@@ -280,13 +280,13 @@ class Sampler:
         """GPUs lost (NVML: GpuIsLost) or judged failed by the last verdict."""
         return set(self.gpus.lost) | set(self.failed_verdict())
 
-    def compute_history(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
+    def compute_shares(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
         """GPU -> its recent (time, compute share), from the collector whose reading has
-        them (`ComputeHistory`: the profiling collector); None without one."""
+        them (`ComputeShareSource`: the profiling collector); None without one."""
         for runner in self.collectors:
             reading = runner.result.reading
-            if isinstance(reading, ComputeHistory):
-                return dict(reading.compute_history())
+            if isinstance(reading, ComputeShareSource):
+                return dict(reading.compute_shares())
         return None
 
     def publish(self) -> None:
@@ -329,7 +329,7 @@ class Sampler:
             goodput=analyses.goodput_analysis if analyses else None,
             power_update_periods=dict(self.power.update_periods),
             observable_band_hz=self.power.band(),
-            power_history=PowerHistory(buffer) if buffer is not None else None)
+            power_history=PowerRingView(buffer) if buffer is not None else None)
 
     @property
     def snapshot(self) -> Snapshot | None:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from exporter.gpu.board import BoardHealth
 from exporter.gpu.health import GpuHealth
 from exporter.gpu.state import GpuIdentity, GpuState
-from exporter.sampling.buffers import PowerHistory
+from exporter.sampling.buffers import PowerRingView
 from exporter.sampling.live_goodput import GoodputAnalysis
 from exporter.sampling.live_power import PowerAnalysis
 from exporter.sampling.live_stragglers import StragglerAnalysis
@@ -106,7 +106,7 @@ class Snapshot:
     power_update_periods: Mapping[int, float] = field(default_factory=dict)  # polled sensors
     observable_band_hz: tuple[float, float] = (0.0, 0.0)
     # the native samples, read-only and as of this snapshot (the live page's windows)
-    power_history: PowerHistory | None = None
+    power_history: PowerRingView | None = None
 
     def __post_init__(self) -> None:
         # read-only views: whoever renders or serves a snapshot cannot change it

@@ -72,16 +72,16 @@ class ExporterHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], current: Callable[[], RenderedSnapshot | None],
-                 health: Probes, web: WebConfig | None = None,
+                 probes: Probes, web: WebConfig | None = None,
                  limits: ServerLimits | None = None):
         self.current = current
-        self.health = health
+        self.probes = probes
         self.limits = limits or ServerLimits()
         self.security = _security(web or WebConfig())
         self.connections = Connections(self.limits.max_connections,
                                        self.limits.head_timeout_seconds)
         self.slots = threading.BoundedSemaphore(self.limits.max_active_requests)
-        self.api = api.Api(health.readiness)
+        self.api = api.Api(probes.readiness)
         self.busy_refusals = 0
         self._conn_of: dict[socket.socket, Conn] = {}  # accepted socket -> its bookkeeping
         self._conn_lock = threading.Lock()
@@ -516,7 +516,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _healthz(self, head: bool) -> None:
         """Liveness: the exporter samples and serves, whatever the GPUs do."""
-        problems = self.server.health.liveness(self.server.current())
+        problems = self.server.probes.liveness(self.server.current())
         if problems:
             detail = "; ".join(problems) if self.authorized else "see /healthz with credentials"
             body = f"unhealthy: {detail}\n".encode()
@@ -527,7 +527,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _readyz(self, head: bool) -> None:
         """Readiness and detail: 503 only while not serving fresh data; 200 when degraded,
         with one line per problem (for authenticated clients when auth is on)."""
-        readiness = self.server.health.readiness(self.server.current())
+        readiness = self.server.probes.readiness(self.server.current())
         lines = [readiness.status]
         if self.authorized:
             lines += [f"- {problem}" for problem in readiness.problems]
@@ -556,7 +556,7 @@ def _landing_page(server: ExporterHTTPServer) -> bytes:
         snap = rendered.snapshot
         backend = snap.backend + (f" (scenario {snap.scenario})" if snap.backend == "fake" else "")
         gpus = snap.gpu_count
-    readiness = server.health.readiness(rendered)
+    readiness = server.probes.readiness(rendered)
     verdict = api.verdict_summary(rendered.health if rendered is not None else None)
     return landing_page(gpus, backend, readiness.words, verdict, server.api.node)
 

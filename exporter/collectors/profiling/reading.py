@@ -35,8 +35,8 @@ from exporter.collectors.profiling.mig import MigEnergy, MigProfiler
 from exporter.gpu import gpm
 from exporter.sampling.collector_api import (
     CollectorContext,
-    ComputeHistory,
     ComputeShares,
+    ComputeShareSource,
     HoldsResources,
 )
 
@@ -56,7 +56,7 @@ class GpuProfile:
 
 
 @dataclass(frozen=True)
-class ProfilingReading(ComputeHistory):
+class ProfilingReading(ComputeShareSource):
     time: float
     gpus: Mapping[int, GpuProfile]
     # gpu -> ((end of interval, compute share), ...), oldest first, over HISTORY_SECONDS
@@ -67,7 +67,7 @@ class ProfilingReading(ComputeHistory):
     # GPU in MIG mode -> its energy split between its instances
     mig_energy: Mapping[int, MigEnergy] = field(default_factory=lambda: MappingProxyType({}))
 
-    def compute_history(self) -> ComputeShares:
+    def compute_shares(self) -> ComputeShares:
         """Each GPU's recent compute shares (the sampler hands them to the analyses)."""
         return self.history
 
