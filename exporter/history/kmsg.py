@@ -28,6 +28,7 @@ KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 MAX_RECORD = 8192  # the kernel's records are shorter (CONSOLE_EXT_LOG_MAX)
 MAX_RECORDS_PER_READ = 20_000  # a ring holds a few thousand; stop a runaway loop
+SLICE_BYTES_PER_RECORD = 256  # a file (tests) is read this much a record asked for
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
                   r"(?:\.[0-7])?\): (\d+)(?:,|$)")
@@ -133,19 +134,32 @@ class KmsgReader:
 
     def read(self) -> list[Record]:
         """Every record not read yet; raises OSError when the log cannot be read."""
+        out: list[Record] = []
+        for _ in range(MAX_RECORDS_PER_READ):
+            records, more = self.read_slice(MAX_RECORDS_PER_READ - len(out))
+            out += records
+            if not more or len(out) >= MAX_RECORDS_PER_READ:
+                break
+        return out
+
+    def read_slice(self, limit: int) -> tuple[list[Record], bool]:
+        """Up to about `limit` records not read yet, and whether more may wait; raises
+        OSError when the log cannot be read."""
         if self.fd is None:
             self.open()
         assert self.fd is not None
-        return self._read_file() if self.regular else self._read_device()
+        if self.regular:
+            return self._read_file(limit * SLICE_BYTES_PER_RECORD)
+        return self._read_device(limit)
 
-    def _read_device(self) -> list[Record]:
+    def _read_device(self, limit: int) -> tuple[list[Record], bool]:
         out: list[Record] = []
         assert self.fd is not None
-        for _ in range(MAX_RECORDS_PER_READ):
+        for _ in range(limit):
             try:
                 data = os.read(self.fd, MAX_RECORD)
             except BlockingIOError:
-                break
+                return out, False
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # overwritten: the next read goes on
                     self.overwritten += 1
@@ -154,23 +168,21 @@ class KmsgReader:
                     continue
                 raise
             if not data:
-                break
+                return out, False
             record = parse_record(data.decode("utf-8", errors="replace"))
             if record is not None:
                 out.append(record)
-        return out
+        return out, True
 
-    def _read_file(self) -> list[Record]:
+    def _read_file(self, size: int) -> tuple[list[Record], bool]:
         assert self.fd is not None
-        chunks = [self._partial]
-        while True:
-            data = os.read(self.fd, 65536)
-            if not data:
-                break
-            chunks.append(data)
-        text = b"".join(chunks)
-        lines = text.split(b"\n")
+        size = max(size, MAX_RECORD)
+        data = os.read(self.fd, size)
+        more = len(data) == size  # a regular file reads short only at its end
+        lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()  # an unfinished last line waits for the rest
+        if len(self._partial) > MAX_RECORD:  # no record is that long: drop it
+            self._partial = b""
         out = []
         for line in lines:
             if line[:1] in (b" ", b"\t"):  # a continuation (dictionary) line
@@ -178,4 +190,4 @@ class KmsgReader:
             record = parse_record(line.decode("utf-8", errors="replace"))
             if record is not None:
                 out.append(record)
-        return out
+        return out, more
