@@ -22,13 +22,14 @@ import os
 import re
 import stat
 import time
+from collections import deque
 from dataclasses import dataclass
 
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 MAX_RECORD = 8192  # the kernel's records are shorter (CONSOLE_EXT_LOG_MAX)
 MAX_RECORDS_PER_READ = 20_000  # a ring holds a few thousand; stop a runaway loop
-SLICE_BYTES_PER_RECORD = 256  # a file (tests) is read this much a record asked for
+FILE_CHUNK = 65536  # a regular file (tests) is read this much at a time
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
                   r"(?:\.[0-7])?\): (\d+)(?:,|$)")
@@ -117,6 +118,7 @@ class KmsgReader:
         self.fd: int | None = None
         self.regular = False
         self._partial = b""
+        self._lines: deque[bytes] = deque()  # a file's lines read, not yet parsed
         self.overwritten = 0  # times the ring overwrote records before we read them
 
     def open(self) -> None:
@@ -149,7 +151,7 @@ class KmsgReader:
             self.open()
         assert self.fd is not None
         if self.regular:
-            return self._read_file(limit * SLICE_BYTES_PER_RECORD)
+            return self._read_file(limit)
         return self._read_device(limit)
 
     def _read_device(self, limit: int) -> tuple[list[Record], bool]:
@@ -174,20 +176,23 @@ class KmsgReader:
                 out.append(record)
         return out, True
 
-    def _read_file(self, size: int) -> tuple[list[Record], bool]:
+    def _read_file(self, limit: int) -> tuple[list[Record], bool]:
         assert self.fd is not None
-        size = max(size, MAX_RECORD)
-        data = os.read(self.fd, size)
-        more = len(data) == size  # a regular file reads short only at its end
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()  # an unfinished last line waits for the rest
-        if len(self._partial) > MAX_RECORD:  # no record is that long: drop it
-            self._partial = b""
-        out = []
-        for line in lines:
+        at_end = False
+        while len(self._lines) < limit and not at_end:
+            data = os.read(self.fd, FILE_CHUNK)
+            at_end = not data
+            lines = (self._partial + data).split(b"\n")
+            self._partial = lines.pop()  # an unfinished last line waits for the rest
+            if len(self._partial) > MAX_RECORD:  # no record is that long: drop it
+                self._partial = b""
+            self._lines.extend(lines)
+        out: list[Record] = []
+        while self._lines and len(out) < limit:
+            line = self._lines.popleft()
             if line[:1] in (b" ", b"\t"):  # a continuation (dictionary) line
                 continue
             record = parse_record(line.decode("utf-8", errors="replace"))
             if record is not None:
                 out.append(record)
-        return out, more
+        return out, bool(self._lines) or not at_end
