@@ -91,3 +91,12 @@ def test_bench_profiles_prints_each_selection_against_full():
     assert [row[:28].strip() for row in rows] == [
         "minimal", "standard", "full", "full + nvlink-per-gpu.yml"], out.stdout
     assert " x1.00 " in rows[2], out.stdout  # full is the reference
+
+
+def test_bench_kmsg_reads_a_log_and_prints_the_phases():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_kmsg.py"), "--records", "3000",
+                          "--after", "1"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "kernel log of 3,000 XID records" in out.stdout
+    assert "/metrics before:" in out.stdout and "/metrics after:" in out.stdout
