@@ -38,42 +38,52 @@ def _served(port: int) -> float | None:
     return sum(s.value for s in samples(body).get("gpu_xid_errors_total", []))
 
 
+def _served_above(port: int, floor: float) -> float:
+    """The first count served above `floor` (-1: any answer), waiting for it."""
+    return wait_for(lambda: (v := _served(port)) is not None and v > floor and (v,), 30)[0]
+
+
+def _start_serve_kill(tmp_path, wait_after: float) -> tuple[float, float]:
+    """(the first count the exporter served, the highest it served before kill -9): killed
+    at once after a scrape saw the count rise (an XID just served), or `wait_after` s on."""
+    port = free_port()
+    log = tmp_path / "exporter.log"
+    with log.open("a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", "--fake", "--no-fake.costs",
+             "--scenario", str(tmp_path / "storm.yaml"), "--no-collector.host",
+             "--no-collector.infiniband", "--storage.path", str(tmp_path / "state"),
+             "--storage.kmsg-path", "", "--web.listen-address", f"127.0.0.1:{port}"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        first = _served_above(port, -1.0)
+        seen = _served_above(port, first)
+        if wait_after:
+            time.sleep(wait_after)
+            seen = max(seen, _served(port) or 0.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        return first, seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 def test_kill_9_never_takes_back_a_served_xid_count(tmp_path):
     """kill -9 at once after a scrape saw the count rise (just after an XID), and at
     other moments after it; the restarted exporter's first answer is never below the
     highest count served before the kill."""
-    scenario = tmp_path / "storm.yaml"
-    scenario.write_text(STORM)
-    log = tmp_path / "exporter.log"
+    (tmp_path / "storm.yaml").write_text(STORM)
     highest = 0.0
     moments = (0.0, 0.0, 0.05, 0.3)
     for wait_after in moments:
-        port = free_port()
-        with log.open("a") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "exporter", "run", "--fake", "--no-fake.costs",
-                 "--scenario", str(scenario), "--no-collector.host",
-                 "--no-collector.infiniband", "--storage.path", str(tmp_path / "state"),
-                 "--storage.kmsg-path", "", "--web.listen-address", f"127.0.0.1:{port}"],
-                stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-        try:
-            first = wait_for(lambda: _served(port) is not None and (_served(port),), 30)[0]
-            assert first >= highest, (wait_after, first, highest, log.read_text()[-3000:])
-            # wait for a scrape that sees the count rise: an XID was just served
-            risen = wait_for(lambda: (v := _served(port)) is not None and v > first and (v,),
-                             30)[0]
-            seen = risen
-            if wait_after:
-                time.sleep(wait_after)
-                seen = max(seen, _served(port) or 0.0)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-            highest = max(highest, seen)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-    assert highest >= len(moments)  # each run served at least one XID more
+        first, seen = _start_serve_kill(tmp_path, wait_after)
+        assert first >= highest, (wait_after, first, highest,
+                                  (tmp_path / "exporter.log").read_text()[-3000:])
+        highest = max(highest, seen)
+    first, _ = _start_serve_kill(tmp_path, 0.0)
+    assert first >= highest >= len(moments)  # each run served at least one XID more
     db = sqlite3.connect(tmp_path / "state" / FILE)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
