@@ -4,20 +4,25 @@ Ranks the nodes (and the GPUs the events name) by the lemon score
 (exporter.analysis.lemons) at each time T, from the events before T only. It reads the
 JSON Lines that `history --format jsonl` prints, one node's or many nodes' concatenated.
 Input it refuses, in one line naming file:line, with exit status 2: a line that is not an
-event (not JSON, a missing field, an unknown kind), a node's event earlier than that node's
-previous one (a file cut or merged wrongly; nodes may follow each other in any order),
-and a file with no events.
+event (not JSON, a missing field, an unknown kind), a line longer than MAX_LINE_BYTES or
+not UTF-8, a node's event earlier than that node's previous one (a file cut or merged
+wrongly; nodes may follow each other in any order), and a file with no events. The file
+is read as a stream, a line at a time, so what it holds in memory is its events, never
+its text (`/dev/zero` is one line too long). A time (`--at`) outside 1970 to 9999 is
+refused in one line too.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import BinaryIO
 
 from exporter.analysis.lemons import (
     DAY,
@@ -33,6 +38,8 @@ from exporter.options import inputs_of
 
 COMMAND = "lemons"
 GPUS_PER_NODE = 8
+MAX_LINE_BYTES = 16_384  # an event is about 150 bytes; a longer line is no event
+LATEST_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second datetime can write
 
 
 class InputError(ValueError):
@@ -41,27 +48,41 @@ class InputError(ValueError):
 
 def read_events(path: str) -> list[Event]:
     """Every event of the file, or InputError for the first line it refuses."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
-            from None
     events: list[Event] = []
     last: dict[str, tuple[float, int]] = {}
-    for number, got in parse_lines(lines):
-        if isinstance(got, EventError):
-            raise InputError(f"{path}:{number}: {got}")
-        before = last.get(got.node)
-        if before is not None and got.time < before[0]:
-            raise InputError(f"{path}:{number}: time {got.time:g} of node {got.node!r} is "
-                             f"before its previous event's ({before[0]:g}, line {before[1]}): "
-                             "each node's events must be in time order")
-        last[got.node] = (got.time, number)
-        events.append(got)
+    try:
+        with open(path, "rb") as f:
+            for number, got in parse_lines(_lines(f, path)):
+                if isinstance(got, EventError):
+                    raise InputError(f"{path}:{number}: {got}")
+                before = last.get(got.node)
+                if before is not None and got.time < before[0]:
+                    raise InputError(
+                        f"{path}:{number}: time {got.time:g} of node {got.node!r} is before "
+                        f"its previous event's ({before[0]:g}, line {before[1]}): each "
+                        "node's events must be in time order")
+                last[got.node] = (got.time, number)
+                events.append(got)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
     if not events:
         raise InputError(f"{path}: no events (an empty file ranks nothing)")
     return events
+
+
+def _lines(f: BinaryIO, path: str) -> Iterator[str]:
+    """The file's lines, each read with a cap: InputError for one too long or not UTF-8."""
+    for number in itertools.count(1):
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES:
+            raise InputError(f"{path}:{number}: line longer than {MAX_LINE_BYTES:,} bytes "
+                             "(an event is one short JSON object)")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}:{number}: not UTF-8") from None
 
 
 def members_at(events: Sequence[Event], at: float, key) -> list[Member]:
@@ -144,9 +165,11 @@ def parse_time(text: str) -> float:
                 f"{text!r} is neither unix seconds nor an ISO 8601 date-time") from None
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=UTC)
-        return parsed.timestamp()
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite time")
+        value = parsed.timestamp()
+    if not math.isfinite(value) or not 0.0 <= value <= LATEST_TIME:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a time from 1970 to 9999 (unix seconds 0 to "
+            f"{LATEST_TIME:.0f})")
     return value
 
 
