@@ -3,6 +3,7 @@ around one bad record, the exporter's answers while a long kernel log is read.""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sqlite3
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import pytest
 
 from exporter.history.kmsg import KmsgReader
 from exporter.history.recorder import KMSG_SLICE, History
@@ -259,3 +262,73 @@ def test_the_reader_takes_a_file_in_slices_and_drops_an_endless_line(tmp_path):
             break
     assert got == [1, 2]
 
+
+
+# -- /api/v1/history --------------------------------------------------------------------
+
+@pytest.fixture
+def exporter(tmp_path):
+    from tests.tools import ExporterFactory
+
+    (tmp_path / "boot_id").write_text(BOOT + "\n")
+    (tmp_path / "kmsg").write_text("")
+    factory = ExporterFactory()
+    exp = factory.start(manual=True, storage_path=str(tmp_path / "state"),
+                        storage_kmsg_path=str(tmp_path / "kmsg"),
+                        storage_boot_id_path=str(tmp_path / "boot_id"))
+    exp.sampler.advance(2.0)
+    yield exp
+    factory.stop_all()
+
+
+def _api(exp, query: str) -> tuple[int, dict]:
+    resp, body = http_get(exp.port, f"/api/v1/history?{query}")
+    return resp.status, json.loads(body)
+
+
+@pytest.mark.parametrize("unknown", ["9", "GPU-not-here", "1652221999999", "x y"])
+def test_an_unknown_gpu_is_refused_by_one_rule_numeric_or_not(exporter, unknown):
+    from urllib.parse import quote
+
+    status, answer = _api(exporter, f"gpu={quote(unknown)}")
+    assert status == 400 and f"no GPU {unknown!r} on this node or stored" in answer["error"]
+
+
+def test_parameters_are_percent_decoded(exporter):
+    h = exporter.history
+    uuid = exporter.current.snapshot.identities[1].uuid
+    with h.lock:
+        h._xid(h.key_of[1], 31, NOW, "nvml")
+    encoded = "".join(f"%{b:02X}" for b in uuid.encode())  # every character encoded
+    status, answer = _api(exporter, f"gpu={encoded}&since=1.79e%2B9")
+    assert status == 200, answer
+    assert [(e["gpu"], e["xid"]) for e in answer["episodes"]] == [(1, 31)]
+    assert answer["since"] == 1.79e9
+
+
+def test_episodes_come_in_pages(exporter):
+    from exporter.history.answer import DEFAULT_PAGE
+
+    h = exporter.history
+    total = DEFAULT_PAGE + 150
+    with h.lock:
+        for i in range(total):  # an episode each: 200 s apart, more than the merge gap
+            h._occurred(("", ""), "ib_link_down", NOW + 200.0 * i, detail=f"mlx5_{i % 3}/1")
+            if i == total // 2:
+                h._write_ahead()  # half stored, half in memory only
+    status, first = _api(exporter, "")
+    assert status == 200 and len(first["episodes"]) == DEFAULT_PAGE and first["next"]
+    status, rest = _api(exporter, f"after={first['next']}")
+    assert len(rest["episodes"]) == 150 and rest["next"] is None
+    seen, after = [], ""
+    while True:
+        status, page = _api(exporter, f"limit=400{after}")
+        assert status == 200 and len(page["episodes"]) <= 400
+        seen += [e["time"] for e in page["episodes"]]
+        if page["next"] is None:
+            break
+        after = f"&after={page['next']}"
+    assert seen == [NOW + 200.0 * i for i in range(total)]  # each once, in order
+    for bad in ("limit=0", "limit=10001", "limit=ten", "after=yesterday"):
+        status, answer = _api(exporter, bad)
+        assert status == 400 and "error" in answer, bad

@@ -441,10 +441,13 @@ def read_only(directory: str | Path) -> sqlite3.Connection:
 
 
 def query_episodes(db: sqlite3.Connection, since: float | None = None,
-                   until: float | None = None, gpu: str | None = None) -> list[Episode]:
-    """Stored episodes in [since, until), oldest first. `gpu`: a UUID or a serial, ""
-    for the node's own."""
-    return [_episode(r) for r in db.execute(*episode_query(since, until, gpu))]
+                   until: float | None = None, gpu: str | None = None,
+                   after: tuple[float, int] | None = None,
+                   limit: int | None = None) -> list[Episode]:
+    """Stored episodes in [since, until), oldest first (by start, then row id). `gpu`: a
+    UUID or a serial, "" for the node's own; `after`: only those past this (start, id);
+    `limit`: at most this many."""
+    return [_episode(r) for r in db.execute(*episode_query(since, until, gpu, after, limit))]
 
 
 def stored_gpus(db: sqlite3.Connection) -> list[dict[str, object]]:
@@ -471,7 +474,8 @@ def stored_node(db: sqlite3.Connection) -> str:
     return row[0] if row else ""
 
 
-def episode_query(since: float | None, until: float | None, gpu: str | None
+def episode_query(since: float | None, until: float | None, gpu: str | None,
+                  after: tuple[float, int] | None = None, limit: int | None = None
                   ) -> tuple[str, tuple]:
     where: list[str] = []
     args: list[object] = []
@@ -484,6 +488,12 @@ def episode_query(since: float | None, until: float | None, gpu: str | None
     if gpu is not None:
         where.append("(uuid = ? OR serial = ?)" if gpu else "serial = '' AND uuid = ''")
         args += [gpu, gpu] if gpu else []
+    if after is not None:
+        where.append("(start > ? OR (start = ? AND id > ?))")
+        args += [after[0], after[0], after[1]]
     sql = ("SELECT id, serial, uuid, kind, xid, detail, start, end, count FROM episodes"
            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY start, id")
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(limit)
     return sql, tuple(args)
