@@ -209,17 +209,17 @@ def test_matching_a_long_log_walks_each_entry_a_bounded_number_of_times(tmp_path
                                                                          monkeypatch):
     """Counted in steps, not timed: how often matching reads an entry's time, for 4,000
     XIDs of one burst from the log and NVML's count of it."""
-    from exporter.history import recorder
+    from exporter.history import matching
 
     steps = 0
 
-    class Counted(recorder._Seen):
+    class Counted(matching.Seen):
         def __getattribute__(self, name):
             nonlocal steps
             steps += name == "time"
             return super().__getattribute__(name)
 
-    monkeypatch.setattr(recorder, "_Seen", Counted)
+    monkeypatch.setattr(matching, "Seen", Counted)
     h = _history(tmp_path)
     with h.lock:
         for i in range(4_000):  # within one minute, as a burst logs them

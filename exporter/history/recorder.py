@@ -10,7 +10,7 @@ never continues from below what was served. A burst is one transaction.
 The publisher thread calls `observe(snapshot)` and serves the snapshot it returns: its
 XID counts are the stored totals plus what came since, so `gpu_xid_errors_total`
 continues across restarts. An XID seen both by NVML's events and in the kernel log
-within MATCH_SECONDS counts once.
+within MATCH_SECONDS (exporter/history/matching.py) counts once.
 
 Every record is checked before it reaches the store or a label: an XID code outside
 NVML's range, a kernel-log XID for a PCI slot where this node never had a GPU, and a row
@@ -25,13 +25,14 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.health.model import FAILED, WARNING, NodeHealth, Verdict
 from exporter.history import kmsg
 from exporter.history.episodes import NODE, Episode, GpuKey, Merger
+from exporter.history.matching import XidMatcher
 from exporter.history.store import Batch, Loaded, Replacement, Store
 from exporter.sampling.snapshot import Snapshot, XidRecord
 from exporter.sampling.xids import valid_xid
@@ -40,13 +41,6 @@ log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
 POLL_SECONDS = 5.0  # the kernel log: NVML's events tell at once, the log is the fallback
-# An NVML event and a log line of one XID on one GPU this close are one XID. Reasoned, not
-# measured: the event's time is when the watcher took it (within its 2-s wait, plus a busy
-# thread), the line's is the boot time estimated from the wall clock now plus the record's
-# stamp (off by any clock step or slew since: NTP slews at most 0.5 ms/s), and NVML counts
-# a burst at its last occurrence while the log has each. Wider, and two XIDs of one code
-# on one GPU, one only NVML saw and one only the log, would count once.
-MATCH_SECONDS = 30.0
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
@@ -67,22 +61,9 @@ LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (o
 # The kernel log is read in slices of this many records, the lock let go between them, so
 # the publisher and a scrape wait at most one slice's work however long the log is.
 KMSG_SLICE = 2_000
-MAX_UNMATCHED = 10_000  # XIDs of one GPU, code and source kept for matching (the oldest go)
 # Why a record is refused (cte_history_refused_records_total{reason}):
 REFUSED_REASONS = ("xid_code", "not_on_this_node", "unstorable")
 REFUSED_LOGGED = 10  # refusals named in the log per reason; the rest are counted only
-
-
-@dataclass
-class _Seen:
-    gpu: GpuKey
-    code: int
-    time: float
-    source: str  # "nvml" or "kmsg"
-    count: int  # occurrences not matched yet (a burst NVML counted at once)
-
-
-_OTHER_SOURCE = {"nvml": "kmsg", "kmsg": "nvml"}
 
 
 @dataclass(frozen=True)
@@ -137,19 +118,23 @@ class History:
         self._lost: frozenset[int] = frozenset()
         self._ib: object = None
         self._recoveries: dict[str, tuple[float, float]] = {}  # port -> count, time
-        # (GPU, code, source) -> XIDs not matched yet, oldest first
-        self._unmatched: dict[tuple[GpuKey, int, str], deque[_Seen]] = {}
+        self.matcher = XidMatcher()
         self.refused: Counter[str] = Counter()
         self.cursor = -1
         self.created = 0.0
         self.transactions = self.write_failures = self.dropped = 0
-        self.duplicates = self.kmsg_xids = 0
+        self.kmsg_xids = 0
         self.kmsg_problem = ""
         self.kmsg_readable: bool | None = None
         self.write_problem = ""
         self.identified = threading.Event()
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
+
+    @property
+    def duplicates(self) -> int:
+        """XIDs both sources saw, counted once."""
+        return self.matcher.duplicates
 
     # -- start and stop -----------------------------------------------------------
     def load(self) -> None:
@@ -345,25 +330,10 @@ class History:
     def _xid(self, gpu: GpuKey, code: int, at: float, source: str, count: int = 1) -> None:
         """`count` occurrences of an XID from one source, less those the other source
         already reported (within MATCH_SECONDS), added to the counter and the episode in
-        one step. A burst is one entry with its count; each entry is matched, and dropped,
-        once, so a long log costs time linear in its length."""
-        remaining = count
-        other = self._unmatched.get((gpu, code, _OTHER_SOURCE[source]))
-        if other:
-            for seen in other:
-                if seen.count and abs(seen.time - at) <= MATCH_SECONDS:
-                    taken = min(remaining, seen.count)
-                    seen.count -= taken
-                    remaining -= taken
-                    self.duplicates += taken
-                    if remaining == 0:
-                        break
-            _forget_unmatched(other, at)
+        one step."""
+        remaining = self.matcher.new(gpu, code, at, source, count)
         if remaining == 0:
             return
-        own = self._unmatched.setdefault((gpu, code, source), deque(maxlen=MAX_UNMATCHED))
-        _forget_unmatched(own, at)
-        own.append(_Seen(gpu, code, at, source, remaining))
         self._xid_count += remaining
         total = self.xids.setdefault((gpu, code), [0.0, 0.0])
         total[0] += remaining
@@ -598,7 +568,7 @@ class History:
     def stats(self) -> HistoryStats:
         with self.lock:
             return HistoryStats(self.transactions, self.write_failures, self.dropped,
-                                dict(self.store.resets), self.duplicates, self.kmsg_xids,
+                                dict(self.store.resets), self.matcher.duplicates, self.kmsg_xids,
                                 self.kmsg_readable, len(self.replacements), self.created,
                                 dict(self.refused))
 
@@ -611,12 +581,6 @@ class History:
         with self.lock:
             self.recent = [e for e in self.recent if e.start >= now - KEEP_SECONDS]
             self.merger.close_before(now)
-
-
-def _forget_unmatched(entries: deque[_Seen], at: float) -> None:
-    """Drop the entries matched whole, and those too old to match XIDs from `at` on."""
-    while entries and (entries[0].count == 0 or at - entries[0].time > 2 * MATCH_SECONDS):
-        entries.popleft()
 
 
 def _replaced(old: tuple[str, str], new: GpuKey) -> bool:
