@@ -332,3 +332,16 @@ def test_episodes_come_in_pages(exporter):
     for bad in ("limit=0", "limit=10001", "limit=ten", "after=yesterday"):
         status, answer = _api(exporter, bad)
         assert status == 400 and "error" in answer, bad
+
+
+def test_an_nvml_event_outside_the_xid_range_never_reaches_a_label(caplog):
+    from exporter.sampling.xids import XidWatcher
+
+    watcher = XidWatcher(None, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
+                         threading.Event())
+    with caplog.at_level(logging.WARNING):
+        for code in (0, 1000, 10**20):
+            watcher.record(0, code)
+        watcher.record(0, 999)  # NVML's "unknown": an XID
+    assert sorted(watcher.seen()) == [(0, 999)]
+    assert sum("outside NVML's range" in r.getMessage() for r in caplog.records) == 3

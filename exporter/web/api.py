@@ -58,15 +58,16 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode() + b"\n"
 
 
-def parse_query(query: str, allowed: tuple[str, ...],
-                limit: int = MAX_QUERY_BYTES) -> dict[str, str]:
-    """name -> value (percent-decoded, `+` a space) for a query of known, unrepeated
-    parameters, or BadRequest."""
+def parse_query(query: str, allowed: tuple[str, ...], limit: int = MAX_QUERY_BYTES,
+                decode: bool = False) -> dict[str, str]:
+    """name -> value for a query of known, unrepeated parameters, or BadRequest. `decode`:
+    percent-decoded, `+` a space (the history's UUIDs and cursors; the other answers take
+    plain digits only)."""
     if len(query) > limit:
         raise BadRequest("query string too long")
     out: dict[str, str] = {}
     for field in query.split("&") if query else ():
-        name, _, value = (unquote_plus(part) for part in field.partition("="))
+        name, _, value = (unquote_plus(p) if decode else p for p in field.partition("="))
         if name not in allowed:
             shown = name[:32].encode("ascii", "replace").decode()
             raise BadRequest(f"unknown parameter {shown!r}; allowed: {', '.join(allowed)}"
@@ -321,7 +322,7 @@ class Api:
         key: tuple
         if path == HISTORY:
             params = parse_query(query, ("gpu", "since", "until", "limit", "after"),
-                                 MAX_HISTORY_QUERY_BYTES)
+                                 MAX_HISTORY_QUERY_BYTES, decode=True)
             since, until = _seconds(params, "since"), _seconds(params, "until")
             limit = _page_size(params.get("limit"))
             key = (HISTORY, since, until, params.get("gpu"), limit, params.get("after"))
