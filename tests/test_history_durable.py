@@ -124,15 +124,17 @@ def test_a_bad_kernel_log_record_is_refused_alone_and_named(tmp_path, caplog):
              _xid_line(2, "0000:3a:00", "99999999999999999999999999999"),  # absurd code
              _xid_line(3, "0000:01:00", "0"),  # no XID is 0
              _xid_line(4, "0000:77:00", "79"),  # a slot where this node has no GPU
-             _xid_line(5, "0000:01:00", "31")]
+             _xid_line(5, "0000:01:00", "31"),
+             _xid_line(6, "0000:01:00", "9" * 5000)]  # past what int() converts
     h = _history(tmp_path, "".join(lines))
     with caplog.at_level(logging.WARNING):
         h.poll_kmsg()
     assert {code: n for (_, code), (n, _) in h.xids.items()} == {13: 1, 31: 1}
     assert _stored_xids(tmp_path) == {"13": 1.0, "31": 1.0}  # written ahead, the batch whole
-    assert h.stats().refused == {"xid_code": 2, "not_on_this_node": 1}
+    assert h.stats().refused == {"xid_code": 3, "not_on_this_node": 1}
+    assert h.cursor == 6  # past them all: none is read again
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    assert len(refused) == 3 and all("\n" not in line for line in refused)
+    assert len(refused) == 4 and all("\n" not in line for line in refused)
     assert any("record 4" in line and "0000:77:00" in line for line in refused)
     served = h.observe(make_snapshot(2))
     assert sorted(served.xids) == [(0, 13), (1, 31)]  # no absurd code, no gpu=""

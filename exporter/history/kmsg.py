@@ -29,6 +29,7 @@ KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 MAX_RECORD = 8192  # the kernel's records are shorter (CONSOLE_EXT_LOG_MAX)
 MAX_RECORDS_PER_READ = 20_000  # a ring holds a few thousand; stop a runaway loop
+MAX_CODE_DIGITS = 18  # a code this long is already no XID; int() refuses past 4,300
 FILE_CHUNK = 65536  # a regular file (tests) is read this much at a time
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
@@ -48,7 +49,7 @@ class KmsgXid:
     sequence: int
     time: float  # unix seconds (boot time plus the record's timestamp)
     pci: str  # DDDD:BB:DD, lower case, as pci_slot() writes it
-    code: int
+    code: int  # -1: more than MAX_CODE_DIGITS digits (no XID: the recorder refuses it)
 
 
 def parse_record(text: str) -> Record | None:
@@ -91,7 +92,8 @@ def parse_xid(record: Record, boot_time: float) -> KmsgXid | None:
         return None
     domain, bus, device, code = match.groups()
     return KmsgXid(record.sequence, boot_time + record.monotonic_us / 1e6,
-                   pci_slot(f"{domain}:{bus}:{device}"), int(code))
+                   pci_slot(f"{domain}:{bus}:{device}"),
+                   int(code) if len(code) <= MAX_CODE_DIGITS else -1)
 
 
 def read_boot_id(path: str = BOOT_ID) -> str:

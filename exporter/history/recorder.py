@@ -528,7 +528,8 @@ class History:
     def _kmsg_xid(self, xid: kmsg.KmsgXid) -> None:
         """One XID line, checked: a code in NVML's range, a slot of this node's GPUs."""
         self.kmsg_xids += 1
-        line = f"kernel log record {xid.sequence}: XID {xid.code} in PCI slot {xid.pci}"
+        code = xid.code if xid.code >= 0 else f"of more than {kmsg.MAX_CODE_DIGITS} digits"
+        line = f"kernel log record {xid.sequence}: XID {code} in PCI slot {xid.pci}"
         if not valid_xid(xid.code):
             self._refuse("xid_code", line)
             return
