@@ -149,6 +149,11 @@ def test_an_nvml_xid_outside_its_range_is_no_label_and_refused(tmp_path):
     assert h.stats().refused == {"xid_code": 1}
     assert _stored_xids(tmp_path) == {"48": 1.0}
     h.stop()
+    (tmp_path / "alone").mkdir()
+    alone = _history(tmp_path / "alone")  # nothing else counted: still no label
+    served = alone.observe(make_snapshot(2, xids={(0, 10**12): XidRecord(1, NOW)}))
+    assert served.xids == {}
+    alone.stop()
 
 
 def test_a_row_the_store_cannot_hold_is_refused_alone_and_the_rest_written(tmp_path):

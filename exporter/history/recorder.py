@@ -265,7 +265,7 @@ class History:
             self._infiniband(snapshot)
             if fresh:
                 self._write_ahead()
-            if not self.xids:
+            if not self.xids and all(valid_xid(code) for _, code in snapshot.xids):
                 return snapshot  # nothing to continue (a healthy node): serve it as it is
             xids = self._continued(snapshot)
         return dataclasses.replace(snapshot, xids=xids)
