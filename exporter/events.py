@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -92,7 +93,9 @@ def parse_event(text: str) -> Event:
     xid = obj.get("xid")
     if xid is not None and (isinstance(xid, bool) or not isinstance(xid, int) or xid < 0):
         raise EventError("'xid' must be a non-negative integer")
-    return Event(float(time), node, kind, None if gpu is None else str(gpu), xid)
+    # interned: a fleet's file names a few thousand nodes and GPUs in millions of lines
+    return Event(float(time), sys.intern(node), sys.intern(kind),
+                 None if gpu is None else sys.intern(str(gpu)), xid)
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, Event | EventError]]:

@@ -96,3 +96,12 @@ def test_bench_profiles_prints_each_selection_against_full():
     compat = {row[:28].strip(): row[28:].split() for row in lines[at + 1:at + 4]}
     assert list(compat) == ["minimal", "standard", "full"], out.stdout
     assert all(int(cols[0]) > 8 * 20 for cols in compat.values()), out.stdout  # series
+
+
+def test_bench_kmsg_reads_a_log_and_prints_the_phases():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_kmsg.py"), "--records", "3000",
+                          "--after", "1"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "kernel log of 3,000 XID records" in out.stdout
+    assert "/metrics before:" in out.stdout and "/metrics after:" in out.stdout

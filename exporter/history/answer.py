@@ -4,6 +4,7 @@ written yet, in time bounds, for one GPU or the node."""
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterator
 
@@ -12,31 +13,36 @@ from exporter.history.episodes import NODE, Episode
 from exporter.history.recorder import History
 from exporter.history.store import query_episodes, read_only, stored_gpus, stored_node
 
+DEFAULT_PAGE = 1_000  # episodes in one answer unless `limit` says otherwise
+MAX_PAGE = 10_000
+
 
 def gpu_filter(history: History, gpu: str | None) -> str | None:
     """A GPU's UUID for `gpu` (an index, a UUID or a serial), "" for "node" (the node's own
-    episodes), None for all. Raises ValueError for a GPU not on the node or stored."""
+    episodes), None for all. One rule for any other value, a number or not: ValueError
+    unless it names a GPU on the node or stored."""
     if gpu is None:
         return None
     if gpu == "node":
         return ""
-    if gpu.isdigit():
+    if gpu.isascii() and gpu.isdigit() and len(gpu) <= 4:
         key = history.key_of.get(int(gpu))
         if key is not None:
             return key[1]
-        # NVIDIA's serial numbers are all digits too (1652221000005)
-        if gpu not in _serials(history):
-            raise ValueError(f"no GPU {gpu} on this node or stored")
+    # NVIDIA's serial numbers are all digits too (1652221000005)
+    if gpu not in _known(history):
+        raise ValueError(f"no GPU {gpu[:64]!r} on this node or stored (an index, a UUID, a "
+                         "serial, or node)")
     return gpu
 
 
-def _serials(history: History) -> set[str]:
-    """The serials of the GPUs on the node and of those stored."""
-    known = {serial for serial, _ in history.key_of.values()}
+def _known(history: History) -> set[str]:
+    """The UUIDs and serials of the GPUs on the node and of those stored."""
+    known = {name for key in history.key_of.values() for name in key if name}
     try:
         db = read_only(history.store.directory)
         try:
-            known |= {str(g["serial"]) for g in stored_gpus(db)}
+            known |= {str(g[k]) for g in stored_gpus(db) for k in ("serial", "uuid") if g[k]}
         finally:
             db.close()
     except (sqlite3.Error, OSError):
@@ -44,14 +50,36 @@ def _serials(history: History) -> set[str]:
     return known
 
 
+def _order(e: Episode) -> tuple[float, int]:
+    """An episode's place in the answer, and the cursor `after` names: its start, then its
+    row id (one not written yet, negative, after none of the stored ones it ties with)."""
+    return e.start, e.id if e.id is not None else -id(e)
+
+
+def parse_after(text: str) -> tuple[float, int]:
+    """The `after` cursor, START:ID as an answer's `next` gives it; ValueError else."""
+    start, sep, row = text.partition(":")
+    try:
+        cursor = float(start), int(row)
+    except ValueError:
+        cursor = None
+    if not sep or cursor is None or not math.isfinite(cursor[0]):
+        raise ValueError(f"after: expected the `next` of the previous answer, got "
+                         f"{text[:40]!r}")
+    return cursor
+
+
 def episodes(history: History, since: float | None, until: float | None,
-             gpu: str | None) -> tuple[list[Episode], list[dict[str, object]]]:
-    """Stored episodes, updated and completed by those in memory; and the stored GPUs."""
+             gpu: str | None, after: tuple[float, int] | None = None,
+             limit: int = DEFAULT_PAGE
+             ) -> tuple[list[Episode], bool, list[dict[str, object]]]:
+    """A page of episodes past `after`: the stored ones, updated and completed by those in
+    memory; whether more follow; and the stored GPUs."""
     gpus: list[dict[str, object]] = []
     try:
         db = read_only(history.store.directory)
         try:
-            found = {e.id: e for e in query_episodes(db, since, until, gpu)}
+            found = {e.id: e for e in query_episodes(db, since, until, gpu, after, limit + 1)}
             gpus = stored_gpus(db)
         finally:
             db.close()
@@ -62,16 +90,21 @@ def episodes(history: History, since: float | None, until: float | None,
             continue
         if gpu is not None and (gpu != "" and gpu not in e.gpu or gpu == "" and e.gpu != NODE):
             continue
-        found[e.id if e.id is not None else -id(e)] = e
-    return sorted(found.values(), key=lambda e: (e.start, e.id or 0)), gpus
+        if after is not None and _order(e) <= after:
+            continue
+        found[_order(e)[1]] = e
+    ordered = sorted(found.values(), key=_order)
+    return ordered[:limit], len(ordered) > limit, gpus
 
 
 def history_body(history: History, since: float | None, until: float | None,
-                 gpu: str | None) -> bytes:
+                 gpu: str | None, after: str | None = None,
+                 limit: int = DEFAULT_PAGE) -> bytes:
     uuid = gpu_filter(history, gpu)
+    cursor = parse_after(after) if after else None
     stats = history.stats()
     rows = []
-    found, gpus = episodes(history, since, until, uuid)
+    found, more, gpus = episodes(history, since, until, uuid, cursor, limit)
     for e in found:
         row: dict[str, object] = {"time": e.start, "end": e.end, "count": e.count,
                                   "kind": e.kind}
@@ -83,13 +116,16 @@ def history_body(history: History, since: float | None, until: float | None,
         if e.detail:
             row["detail"] = e.detail
         rows.append(row)
+    last = _order(found[-1]) if found and more else None
     replacements = [{"time": r.time, "slot": r.slot,
                      "old": {"serial": r.old[0], "uuid": r.old[1]},
                      "new": {"serial": r.new[0], "uuid": r.new[1]}}
                     for r in history.replacements
                     if (since is None or r.time >= since) and (until is None or r.time < until)]
     return json.dumps({"node": history.node, "history_start": stats.created,
-                       "since": since, "until": until, "gpu": gpu, "episodes": rows,
+                       "since": since, "until": until, "gpu": gpu, "limit": limit,
+                       "after": after, "episodes": rows,
+                       "next": f"{last[0]!r}:{last[1]}" if last else None,
                        "replacements": replacements, "gpus": gpus}).encode()
 
 

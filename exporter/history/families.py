@@ -17,6 +17,7 @@ from exporter.history.episodes import NODE
 from exporter.history.recorder import (
     KEEP_SECONDS,
     MAX_PENDING_EPISODES,
+    REFUSED_REASONS,
     WINDOW_SECONDS,
     History,
 )
@@ -74,6 +75,15 @@ RESETS = Family(
     "replaced by a fresh one.", ("reason",), source="state directory",
     doc="Store files moved aside at start and replaced by a fresh one: `corrupt`, "
         "`unreadable`, `future` (a newer schema, or dated more than a day ahead)." + _KEPT)
+REFUSED = Family(
+    "cte_history_refused_records_total", "counter",
+    "Records refused alone, neither stored nor served (the rest of their batch is), by "
+    "reason: an XID code outside NVML's range, a kernel-log XID for a PCI slot not on this "
+    "node, a row the store cannot hold.", ("reason",), source="state directory",
+    doc="Records refused alone, each named in a log line; the batch around them is written: "
+        "`xid_code` (an XID code outside NVML's 1-999), `not_on_this_node` (a kernel-log "
+        "XID for a PCI slot where the node never had a GPU), `unstorable` (a value the "
+        "store cannot hold)." + _KEPT)
 XID_DUPLICATES = Family(
     "cte_history_xid_duplicates_total", "counter",
     "XIDs seen both by NVML's events and in the kernel log, counted once.",
@@ -92,7 +102,7 @@ KMSG_READABLE = Family(
         "`kernel.dmesg_restrict=1`: `/readyz` says degraded)." + _KEPT)
 
 DECLARED = (GPU_EPISODES, NODE_EPISODES, HISTORY_START, REPLACEMENTS, TRANSACTIONS,
-            WRITE_FAILURES, DROPPED, RESETS, XID_DUPLICATES, KMSG_XIDS, KMSG_READABLE)
+            WRITE_FAILURES, DROPPED, RESETS, REFUSED, XID_DUPLICATES, KMSG_XIDS, KMSG_READABLE)
 
 
 def history_families(history: History, now: float) -> Iterator[Metric]:
@@ -123,6 +133,7 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
     yield WRITE_FAILURES.counter(stats.write_failures)
     yield DROPPED.counter(stats.dropped)
     yield RESETS.by_label({r: stats.resets.get(r, 0) for r in ("corrupt", "unreadable", "future")})
+    yield REFUSED.by_label({r: stats.refused.get(r, 0) for r in REFUSED_REASONS})
     yield XID_DUPLICATES.counter(stats.duplicates)
     yield KMSG_XIDS.counter(stats.kmsg_xids)
     if history.reader.path:  # not when the log is turned off

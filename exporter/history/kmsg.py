@@ -22,12 +22,15 @@ import os
 import re
 import stat
 import time
+from collections import deque
 from dataclasses import dataclass
 
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 MAX_RECORD = 8192  # the kernel's records are shorter (CONSOLE_EXT_LOG_MAX)
 MAX_RECORDS_PER_READ = 20_000  # a ring holds a few thousand; stop a runaway loop
+MAX_CODE_DIGITS = 18  # a code this long is already no XID; int() refuses past 4,300
+FILE_CHUNK = 65536  # a regular file (tests) is read this much at a time
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
                   r"(?:\.[0-7])?\): (\d+)(?:,|$)")
@@ -46,7 +49,7 @@ class KmsgXid:
     sequence: int
     time: float  # unix seconds (boot time plus the record's timestamp)
     pci: str  # DDDD:BB:DD, lower case, as pci_slot() writes it
-    code: int
+    code: int  # -1: more than MAX_CODE_DIGITS digits (no XID: the recorder refuses it)
 
 
 def parse_record(text: str) -> Record | None:
@@ -89,7 +92,8 @@ def parse_xid(record: Record, boot_time: float) -> KmsgXid | None:
         return None
     domain, bus, device, code = match.groups()
     return KmsgXid(record.sequence, boot_time + record.monotonic_us / 1e6,
-                   pci_slot(f"{domain}:{bus}:{device}"), int(code))
+                   pci_slot(f"{domain}:{bus}:{device}"),
+                   int(code) if len(code) <= MAX_CODE_DIGITS else -1)
 
 
 def read_boot_id(path: str = BOOT_ID) -> str:
@@ -116,6 +120,7 @@ class KmsgReader:
         self.fd: int | None = None
         self.regular = False
         self._partial = b""
+        self._lines: deque[bytes] = deque()  # a file's lines read, not yet parsed
         self.overwritten = 0  # times the ring overwrote records before we read them
 
     def open(self) -> None:
@@ -133,19 +138,32 @@ class KmsgReader:
 
     def read(self) -> list[Record]:
         """Every record not read yet; raises OSError when the log cannot be read."""
+        out: list[Record] = []
+        for _ in range(MAX_RECORDS_PER_READ):
+            records, more = self.read_slice(MAX_RECORDS_PER_READ - len(out))
+            out += records
+            if not more or len(out) >= MAX_RECORDS_PER_READ:
+                break
+        return out
+
+    def read_slice(self, limit: int) -> tuple[list[Record], bool]:
+        """Up to about `limit` records not read yet, and whether more may wait; raises
+        OSError when the log cannot be read."""
         if self.fd is None:
             self.open()
         assert self.fd is not None
-        return self._read_file() if self.regular else self._read_device()
+        if self.regular:
+            return self._read_file(limit)
+        return self._read_device(limit)
 
-    def _read_device(self) -> list[Record]:
+    def _read_device(self, limit: int) -> tuple[list[Record], bool]:
         out: list[Record] = []
         assert self.fd is not None
-        for _ in range(MAX_RECORDS_PER_READ):
+        for _ in range(limit):
             try:
                 data = os.read(self.fd, MAX_RECORD)
             except BlockingIOError:
-                break
+                return out, False
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # overwritten: the next read goes on
                     self.overwritten += 1
@@ -154,28 +172,29 @@ class KmsgReader:
                     continue
                 raise
             if not data:
-                break
+                return out, False
             record = parse_record(data.decode("utf-8", errors="replace"))
             if record is not None:
                 out.append(record)
-        return out
+        return out, True
 
-    def _read_file(self) -> list[Record]:
+    def _read_file(self, limit: int) -> tuple[list[Record], bool]:
         assert self.fd is not None
-        chunks = [self._partial]
-        while True:
-            data = os.read(self.fd, 65536)
-            if not data:
-                break
-            chunks.append(data)
-        text = b"".join(chunks)
-        lines = text.split(b"\n")
-        self._partial = lines.pop()  # an unfinished last line waits for the rest
-        out = []
-        for line in lines:
+        at_end = False
+        while len(self._lines) < limit and not at_end:
+            data = os.read(self.fd, FILE_CHUNK)
+            at_end = not data
+            lines = (self._partial + data).split(b"\n")
+            self._partial = lines.pop()  # an unfinished last line waits for the rest
+            if len(self._partial) > MAX_RECORD:  # no record is that long: drop it
+                self._partial = b""
+            self._lines.extend(lines)
+        out: list[Record] = []
+        while self._lines and len(out) < limit:
+            line = self._lines.popleft()
             if line[:1] in (b" ", b"\t"):  # a continuation (dictionary) line
                 continue
             record = parse_record(line.decode("utf-8", errors="replace"))
             if record is not None:
                 out.append(record)
-        return out
+        return out, bool(self._lines) or not at_end

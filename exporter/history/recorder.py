@@ -2,10 +2,20 @@
 written to the store by one thread in batches (at most one transaction every
 FLUSH_SECONDS, none when nothing happened).
 
+XIDs are written ahead: the thread that sees new XIDs (the publisher for NVML's, the
+history's thread for the kernel log's) commits them, with all that is pending, before it
+lets go of the lock, so a count is on disk before any snapshot serves it and a restart
+never continues from below what was served. A burst is one transaction.
+
 The publisher thread calls `observe(snapshot)` and serves the snapshot it returns: its
 XID counts are the stored totals plus what came since, so `gpu_xid_errors_total`
 continues across restarts. An XID seen both by NVML's events and in the kernel log
-within MATCH_SECONDS counts once.
+within MATCH_SECONDS (exporter/history/matching.py) counts once.
+
+Every record is checked before it reaches the store or a label: an XID code outside
+NVML's range, a kernel-log XID for a PCI slot where this node never had a GPU, and a row
+the store cannot hold are refused alone, counted by reason (`refused`) and named in a log
+line; the batch around them is written.
 """
 
 from __future__ import annotations
@@ -13,29 +23,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.health.model import FAILED, WARNING, NodeHealth, Verdict
 from exporter.history import kmsg
 from exporter.history.episodes import NODE, Episode, GpuKey, Merger
+from exporter.history.matching import XidMatcher
 from exporter.history.store import Batch, Loaded, Replacement, Store
 from exporter.sampling.snapshot import Snapshot, XidRecord
+from exporter.sampling.xids import valid_xid
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
 POLL_SECONDS = 5.0  # the kernel log: NVML's events tell at once, the log is the fallback
-# An NVML event and a log line of one XID on one GPU this close are one XID. Reasoned, not
-# measured: the event's time is when the watcher took it (within its 2-s wait, plus a busy
-# thread), the line's is the boot time estimated from the wall clock now plus the record's
-# stamp (off by any clock step or slew since: NTP slews at most 0.5 ms/s), and NVML counts
-# a burst at its last occurrence while the log has each. Wider, and two XIDs of one code
-# on one GPU, one only NVML saw and one only the log, would count once.
-MATCH_SECONDS = 30.0
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
@@ -53,15 +58,12 @@ IB_RECOVERY_PER_MINUTE = 5.0  # the monitor's link_error_recovery rate past whic
 # first time they are read, they are an episode (the others' first value is a baseline).
 _FLAGS = frozenset({"row_remap_failure", "row_remap_pending"})
 LAST_SEEN_SECONDS = 3600.0  # how often the GPUs' last-seen times are written (one row each)
-
-
-@dataclass
-class _Seen:
-    gpu: GpuKey
-    code: int
-    time: float
-    source: str  # "nvml" or "kmsg"
-    count: int  # occurrences not matched yet (a burst NVML counted at once)
+# The kernel log is read in slices of this many records, the lock let go between them, so
+# the publisher and a scrape wait at most one slice's work however long the log is.
+KMSG_SLICE = 2_000
+# Why a record is refused (cte_history_refused_records_total{reason}):
+REFUSED_REASONS = ("xid_code", "not_on_this_node", "unstorable")
+REFUSED_LOGGED = 10  # refusals named in the log per reason; the rest are counted only
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class HistoryStats:
     kmsg_readable: bool | None  # None: not tried yet
     replacements: int
     created: float
+    refused: dict[str, int]  # records refused, by reason (REFUSED_REASONS)
 
 
 class History:
@@ -91,6 +94,9 @@ class History:
         self.boot_time = boot_time
         self.flush_seconds, self.poll_seconds = flush_seconds, poll_seconds
         self.lock = threading.Lock()
+        # one write at a time, taken before `lock`: a write ahead of XIDs (under `lock`)
+        # never runs beside a flush, nor commits before a flush that failed is taken back
+        self.writing = threading.Lock()
         self.batch = Batch()
         self.merger = Merger()
         self.recent: list[Episode] = []
@@ -112,17 +118,23 @@ class History:
         self._lost: frozenset[int] = frozenset()
         self._ib: object = None
         self._recoveries: dict[str, tuple[float, float]] = {}  # port -> count, time
-        self._unmatched: list[_Seen] = []
+        self.matcher = XidMatcher()
+        self.refused: Counter[str] = Counter()
         self.cursor = -1
         self.created = 0.0
         self.transactions = self.write_failures = self.dropped = 0
-        self.duplicates = self.kmsg_xids = 0
+        self.kmsg_xids = 0
         self.kmsg_problem = ""
         self.kmsg_readable: bool | None = None
         self.write_problem = ""
         self.identified = threading.Event()
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
+
+    @property
+    def duplicates(self) -> int:
+        """XIDs both sources saw, counted once."""
+        return self.matcher.duplicates
 
     # -- start and stop -----------------------------------------------------------
     def load(self) -> None:
@@ -181,28 +193,55 @@ class History:
     def flush(self) -> bool:
         """Write what is pending in one transaction; False if the write failed (it is
         kept for the next one)."""
-        with self.lock:
-            batch, self.batch = self.batch, Batch()
-        if not batch:
-            return True
-        try:
-            self.store.write(batch)
-        except (sqlite3.Error, OSError) as exc:
+        with self.writing:
             with self.lock:
-                self.write_failures += 1
-                if not self.write_problem:
-                    log.warning("history: write failed (%s); keeping it in memory and "
-                                "retrying", exc)
-                self.write_problem = str(exc)[:200]
-                self.batch.absorb(batch)
-                self._bound_pending()
+                batch, self.batch = self.batch, Batch()
+            if not batch:
+                return True
+            refused, problem = self._write(batch)
+            with self.lock:
+                return self._settle(batch, refused, problem)
+
+    def _write_ahead(self) -> None:
+        """Commit what is pending now, new XIDs with it (the caller holds `writing` and
+        `lock`): the counts are on disk before the lock lets a snapshot serve them."""
+        batch, self.batch = self.batch, Batch()
+        if batch:
+            self._settle(batch, *self._write(batch))
+
+    def _write(self, batch: Batch) -> tuple[list[str], str]:
+        """(the rows the store refused, named; why the write failed, "" if it did not)."""
+        try:
+            return self.store.write(batch), ""
+        except Exception as exc:  # noqa: BLE001 - any failure is counted, its batch kept
+            return [], f"{type(exc).__name__}: {exc}"[:200]
+
+    def _settle(self, batch: Batch, refused: list[str], problem: str) -> bool:
+        """Count the write's outcome (under `lock`); a failed batch is taken back."""
+        for what in refused:
+            self._refuse("unstorable", what)
+        if problem:
+            self.write_failures += 1
+            if not self.write_problem:
+                log.warning("history: write failed (%s); keeping it in memory and "
+                            "retrying", problem)
+            self.write_problem = problem
+            self.batch.absorb(batch)
+            self._bound_pending()
             return False
-        with self.lock:
-            self.transactions += 1
-            if self.write_problem:
-                log.info("history: writes succeed again")
-            self.write_problem = ""
+        self.transactions += 1
+        if self.write_problem:
+            log.info("history: writes succeed again")
+        self.write_problem = ""
         return True
+
+    def _refuse(self, reason: str, what: str) -> None:
+        """A record refused alone (under `lock`): counted, and named in one log line."""
+        self.refused[reason] += 1
+        if self.refused[reason] <= REFUSED_LOGGED:
+            log.warning("history: refused %s (%s)%s", what, reason.replace("_", " "),
+                        "; further ones are only counted" if self.refused[reason] ==
+                        REFUSED_LOGGED else "")
 
     def _bound_pending(self) -> None:
         new = [k for k, e in self.batch.episodes.items() if e.id is None]
@@ -212,8 +251,10 @@ class History:
 
     # -- what a snapshot adds (the publisher's thread) ------------------------------
     def observe(self, snapshot: Snapshot) -> Snapshot:
-        """Record what is new in the snapshot; the snapshot with continued XID counts."""
-        with self.lock:
+        """Record what is new in the snapshot; the snapshot with continued XID counts. New
+        XIDs are written before they are served (a write ahead, on this thread)."""
+        fresh = any(r.count > self._seen_nvml.get(k, 0) for k, r in snapshot.xids.items())
+        with self.writing if fresh else contextlib.nullcontext(), self.lock:
             if snapshot.identities is not self._identities and self._new_identities(snapshot):
                 self._identify(snapshot)
             elif snapshot.time - self._last_seen_written >= LAST_SEEN_SECONDS:
@@ -222,7 +263,9 @@ class History:
             self._health_changes(snapshot)
             self._lost_gpus(snapshot)
             self._infiniband(snapshot)
-            if not self.xids:
+            if fresh:
+                self._write_ahead()
+            if not self.xids and all(valid_xid(code) for _, code in snapshot.xids):
                 return snapshot  # nothing to continue (a healthy node): serve it as it is
             xids = self._continued(snapshot)
         return dataclasses.replace(snapshot, xids=xids)
@@ -279,28 +322,18 @@ class History:
             if new <= 0:
                 continue
             self._seen_nvml[(gpu, code)] = record.count
+            if not valid_xid(code):
+                self._refuse("xid_code", f"NVML XID {code} on GPU {gpu}")
+                continue
             self._xid(self.key_of.get(gpu, NODE), code, record.last_seen, "nvml", new)
 
     def _xid(self, gpu: GpuKey, code: int, at: float, source: str, count: int = 1) -> None:
         """`count` occurrences of an XID from one source, less those the other source
         already reported (within MATCH_SECONDS), added to the counter and the episode in
-        one step. A burst is one entry of `_unmatched` with its count, so matching costs
-        one pass over the entries, whatever the burst's size."""
-        remaining = count
-        for seen in self._unmatched:
-            if (seen.gpu == gpu and seen.code == code and seen.source != source
-                    and abs(seen.time - at) <= MATCH_SECONDS):
-                taken = min(remaining, seen.count)
-                seen.count -= taken
-                remaining -= taken
-                self.duplicates += taken
-                if remaining == 0:
-                    break
-        self._unmatched = [s for s in self._unmatched
-                           if s.count > 0 and at - s.time <= 2 * MATCH_SECONDS]
+        one step."""
+        remaining = self.matcher.new(gpu, code, at, source, count)
         if remaining == 0:
             return
-        self._unmatched.append(_Seen(gpu, code, at, source, remaining))
         self._xid_count += remaining
         total = self.xids.setdefault((gpu, code), [0.0, 0.0])
         total[0] += remaining
@@ -418,7 +451,9 @@ class History:
         if self._continued_cache is not None and self._continued_cache[0] == version and (
                 self._continued_cache[1] == snapshot.xids):
             return self._continued_cache[2]
-        out = dict(snapshot.xids)  # a GPU without identity keeps this process's count
+        # a GPU without identity keeps this process's count; a code outside NVML's range
+        # is no label
+        out = {k: r for k, r in snapshot.xids.items() if valid_xid(k[1])}
         for (gpu_key, code), (count, last) in self.xids.items():
             gpu = self.index_of.get(gpu_key, -1 if gpu_key == NODE else None)
             if gpu is not None:
@@ -454,49 +489,65 @@ class History:
 
     # -- the kernel log (the history's thread) --------------------------------------
     def poll_kmsg(self) -> None:
-        """Take the log's XIDs not taken yet (once the GPUs are known)."""
+        """Take the log's XIDs not taken yet (once the GPUs are known), in slices of
+        KMSG_SLICE records: each is parsed without the lock and its XIDs, with the
+        cursor past them, written ahead in one transaction."""
         if (not self.reader.path or not self.identified.is_set()
                 or self.kmsg_readable is False):
             return
-        try:
-            records = self.reader.read()
-        except OSError as exc:
-            self.kmsg_readable = False
-            self.kmsg_problem = (
-                f"kernel log {self.reader.path} cannot be read ({exc.strerror or exc}): "
-                "XIDs come from NVML events only; it needs CAP_SYSLOG where "
-                "kernel.dmesg_restrict=1 (docs/history.md)")
-            log.warning("history: %s", self.kmsg_problem)
-            return
-        self.kmsg_readable = True
         boot = self.boot_time()
-        with self.lock:
-            newest, taken = self.cursor, False
-            for record in records:
-                if record.sequence <= self.cursor:
-                    continue
-                newest = max(newest, record.sequence)
-                xid = kmsg.parse_xid(record, boot)
-                if xid is None:
-                    continue
-                self.kmsg_xids += 1
-                taken = True
-                self._xid(self._gpu_in(xid.pci), xid.code, xid.time, "kmsg")
-            self.cursor = newest
-            # written with the XIDs it covers, in their transaction; other records are
-            # only read again after a restart (and skipped), so they cause no write
-            if taken or self.stop_event.is_set():
-                self._store_cursor()
+        more = True
+        while more:
+            try:
+                records, more = self.reader.read_slice(KMSG_SLICE)
+            except OSError as exc:
+                with self.lock:
+                    self.kmsg_readable = False
+                    self.kmsg_problem = (
+                        f"kernel log {self.reader.path} cannot be read ({exc.strerror or exc}):"
+                        " XIDs come from NVML events only; it needs CAP_SYSLOG where "
+                        "kernel.dmesg_restrict=1 (docs/history.md)")
+                    log.warning("history: %s", self.kmsg_problem)
+                return
+            self.kmsg_readable = True
+            cursor = self.cursor  # only this thread moves it
+            fresh = [r for r in records if r.sequence > cursor]
+            xids = [x for x in (kmsg.parse_xid(r, boot) for r in fresh) if x is not None]
+            with self.writing, self.lock:
+                if fresh:
+                    self.cursor = max(cursor, max(r.sequence for r in fresh))
+                for xid in xids:
+                    self._kmsg_xid(xid)
+                # written with the XIDs it covers, in their transaction; other records are
+                # only read again after a restart (and skipped), so they cause no write
+                if xids or (not more and self.stop_event.is_set()):
+                    self._store_cursor()
+                if xids:
+                    self._write_ahead()
+
+    def _kmsg_xid(self, xid: kmsg.KmsgXid) -> None:
+        """One XID line, checked: a code in NVML's range, a slot of this node's GPUs."""
+        self.kmsg_xids += 1
+        code = xid.code if xid.code >= 0 else f"of more than {kmsg.MAX_CODE_DIGITS} digits"
+        line = f"kernel log record {xid.sequence}: XID {code} in PCI slot {xid.pci}"
+        if not valid_xid(xid.code):
+            self._refuse("xid_code", line)
+            return
+        gpu = self._gpu_in(xid.pci)
+        if gpu is None:
+            self._refuse("not_on_this_node", line)
+            return
+        self._xid(gpu, xid.code, xid.time, "kmsg")
 
     def _store_cursor(self) -> None:
         if self.boot_id and self.cursor >= 0:
             self.batch.cursors[self.boot_id] = (self.cursor, self.clock())
 
-    def _gpu_in(self, slot: str) -> GpuKey:
+    def _gpu_in(self, slot: str) -> GpuKey | None:
         """The GPU last seen in a PCI slot (the one there now: _identify keeps `slots`; else
-        one that fell off the bus before we started), else the node."""
+        one that fell off the bus before we started), else None: not on this node."""
         stored = self.slots.get(slot)
-        return (stored[0], stored[1]) if stored is not None else NODE
+        return (stored[0], stored[1]) if stored is not None else None
 
     # -- what is served -------------------------------------------------------------
     def problems(self) -> list[str]:
@@ -518,8 +569,9 @@ class History:
     def stats(self) -> HistoryStats:
         with self.lock:
             return HistoryStats(self.transactions, self.write_failures, self.dropped,
-                                dict(self.store.resets), self.duplicates, self.kmsg_xids,
-                                self.kmsg_readable, len(self.replacements), self.created)
+                                dict(self.store.resets), self.matcher.duplicates, self.kmsg_xids,
+                                self.kmsg_readable, len(self.replacements), self.created,
+                                dict(self.refused))
 
     def episodes_since(self, since: float) -> list[Episode]:
         with self.lock:

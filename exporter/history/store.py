@@ -14,11 +14,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from exporter.history.episodes import GAP_SECONDS, STICKY_GAP_SECONDS, Episode, GpuKey
 
@@ -38,6 +41,8 @@ PRUNE_SECONDS = 3600.0
 PRUNE_EPISODES = 5_000
 MAX_ASIDE = 3  # moved-aside bad files kept (each with its -wal and -shm)
 BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
+MAX_TEXT = 4096  # characters in one stored text (a slot, a port, a UUID are far shorter)
+_INT64 = 2**63
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -95,6 +100,34 @@ class Batch:
         return bool(self.episodes or self.counters or self.gpus or self.boots or self.cursors
                     or self.slots or self.replacements)
 
+    def take_unstorable(self) -> list[str]:
+        """Remove the rows SQLite would refuse (an integer past 64 bits, a NaN or infinite
+        number, an absurdly long or unencodable text), each named; the rest is written."""
+        out: list[str] = []
+        for key, e in list(self.episodes.items()):
+            if not storable((*e.gpu, e.kind, e.xid, e.detail, e.start, e.end, e.count)):
+                del self.episodes[key]
+                out.append(f"episode {e.kind} {e.xid if e.xid is not None else ''} of "
+                           f"{e.gpu[1] or 'the node'} at {e.start!r}")
+        rows: tuple[tuple[str, dict, Callable[[Any, Any], tuple]], ...] = (
+            ("counter", self.counters, lambda k, v: (*k, *v)),
+            ("GPU", self.gpus, lambda k, v: (*k, *v)),
+            ("cursor", self.cursors, lambda k, v: (k, *v)),
+            ("slot", self.slots, lambda k, v: (k, *v)))
+        for name, table, row in rows:
+            for key, value in list(table.items()):
+                if not storable(row(key, value)):
+                    del table[key]
+                    out.append(f"{name} {_shown(row(key, value))}")
+        for boot in [b for b in self.boots if not storable(b)]:
+            self.boots.discard(boot)
+            out.append(f"boot {_shown(boot)}")
+        for r in [r for r in self.replacements if not storable((r.time, r.slot, *r.old,
+                                                                *r.new))]:
+            self.replacements.remove(r)
+            out.append(f"replacement in slot {_shown((r.slot,))} at {r.time!r}")
+        return out
+
     def absorb(self, older: Batch) -> None:
         """Take a failed batch back in, under this newer one."""
         self.episodes = {**older.episodes, **self.episodes}
@@ -117,6 +150,39 @@ class Loaded:
     slots: dict[str, tuple[str, str, float]]
     cursors: dict[str, int]
     replacements: list[Replacement]
+
+
+def storable(values: tuple) -> bool:
+    """Whether SQLite takes each value as it is: None, an integer in 64 bits, a finite
+    number, a text of at most MAX_TEXT characters that UTF-8 can encode."""
+    for v in values:
+        if v is None or isinstance(v, bool):
+            continue
+        if isinstance(v, int):
+            if not -_INT64 <= v < _INT64:
+                return False
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                return False
+        elif isinstance(v, str):
+            if len(v) > MAX_TEXT or not _encodable(v):
+                return False
+        else:
+            return False
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(values: tuple) -> str:
+    """A refused row in a log line: each value cut short."""
+    return " ".join(repr(v)[:40] for v in values)
 
 
 def _episode(row: tuple) -> Episode:
@@ -296,10 +362,12 @@ class Store:
         return self.db
 
     # -- writing ----------------------------------------------------------------
-    def write(self, batch: Batch) -> None:
-        """One transaction; on any error nothing of it is stored (raises sqlite3.Error
-        or OSError) and episodes keep no row id."""
+    def write(self, batch: Batch) -> list[str]:
+        """One transaction; the rows it cannot store are taken out of the batch first and
+        returned, named. On any error nothing of it is stored (raises sqlite3.Error,
+        OSError) and episodes keep no row id."""
         db = self._db()
+        refused = batch.take_unstorable()
         new = [e for e in batch.episodes.values() if e.id is None]
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -340,6 +408,7 @@ class Store:
         self._new_since_pruned = 0 if due else self._new_since_pruned + len(new)
         if due:
             self.pruned = self.now()
+        return refused
 
     def _prune(self, db: sqlite3.Connection) -> None:
         """Keep the bounds (in the caller's transaction)."""
@@ -372,10 +441,13 @@ def read_only(directory: str | Path) -> sqlite3.Connection:
 
 
 def query_episodes(db: sqlite3.Connection, since: float | None = None,
-                   until: float | None = None, gpu: str | None = None) -> list[Episode]:
-    """Stored episodes in [since, until), oldest first. `gpu`: a UUID or a serial, ""
-    for the node's own."""
-    return [_episode(r) for r in db.execute(*episode_query(since, until, gpu))]
+                   until: float | None = None, gpu: str | None = None,
+                   after: tuple[float, int] | None = None,
+                   limit: int | None = None) -> list[Episode]:
+    """Stored episodes in [since, until), oldest first (by start, then row id). `gpu`: a
+    UUID or a serial, "" for the node's own; `after`: only those past this (start, id);
+    `limit`: at most this many."""
+    return [_episode(r) for r in db.execute(*episode_query(since, until, gpu, after, limit))]
 
 
 def stored_gpus(db: sqlite3.Connection) -> list[dict[str, object]]:
@@ -402,7 +474,8 @@ def stored_node(db: sqlite3.Connection) -> str:
     return row[0] if row else ""
 
 
-def episode_query(since: float | None, until: float | None, gpu: str | None
+def episode_query(since: float | None, until: float | None, gpu: str | None,
+                  after: tuple[float, int] | None = None, limit: int | None = None
                   ) -> tuple[str, tuple]:
     where: list[str] = []
     args: list[object] = []
@@ -415,6 +488,12 @@ def episode_query(since: float | None, until: float | None, gpu: str | None
     if gpu is not None:
         where.append("(uuid = ? OR serial = ?)" if gpu else "serial = '' AND uuid = ''")
         args += [gpu, gpu] if gpu else []
+    if after is not None:
+        where.append("(start > ? OR (start = ? AND id > ?))")
+        args += [after[0], after[0], after[1]]
     sql = ("SELECT id, serial, uuid, kind, xid, detail, start, end, count FROM episodes"
            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY start, id")
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(limit)
     return sql, tuple(args)

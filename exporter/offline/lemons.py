@@ -6,22 +6,27 @@ It reads the JSON Lines that `history --format jsonl` prints, one node's or many
 concatenated, or InfiniteHBD-Trace's fault_trace.json; the format is sniffed (a file that
 starts with `[` is one JSON document: the trace) or named with `--input-format`.
 Input it refuses, in one line naming file:line, with exit status 2: a line that is not an
-event (not JSON, a missing field, an unknown kind), a node's event earlier than that node's
-previous one (a file cut or merged wrongly; nodes may follow each other in any order),
-a file with no events, a trace record that is not a fault record, and a JSON document
-that is neither (with a hint: JSON Lines is one event a line).
+event (not JSON, a missing field, an unknown kind), a line longer than MAX_LINE_BYTES or
+not UTF-8, a node's event earlier than that node's previous one (a file cut or merged
+wrongly; nodes may follow each other in any order), a file with no events, a trace
+record that is not a fault record, and a JSON document that is neither (with a hint:
+JSON Lines is one event a line). JSON Lines are read as a stream, a line at a time, so
+what it holds in memory is its events, never its text (`/dev/zero` is one line too
+long). A time (`--at`) outside 1970 to 9999 is refused in one line too.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import BinaryIO
 
 from exporter.analysis.lemons import (
     DAY,
@@ -45,6 +50,8 @@ from exporter.options import inputs_of
 
 COMMAND = "lemons"
 GPUS_PER_NODE = 8
+MAX_LINE_BYTES = 16_384  # an event is about 150 bytes; a longer line is no event
+LATEST_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second datetime can write
 
 
 class InputError(ValueError):
@@ -53,30 +60,31 @@ class InputError(ValueError):
 
 def read_events(path: str) -> list[Event]:
     """Every event of the file, or InputError for the first line it refuses."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
-            from None
     events: list[Event] = []
     last: dict[str, tuple[float, int]] = {}
-    for number, got in parse_lines(lines):
-        if isinstance(got, EventError):
-            raise InputError(f"{path}:{number}: {got}")
-        before = last.get(got.node)
-        if before is not None and got.time < before[0]:
-            raise InputError(f"{path}:{number}: time {got.time:g} of node {got.node!r} is "
-                             f"before its previous event's ({before[0]:g}, line {before[1]}): "
-                             "each node's events must be in time order")
-        last[got.node] = (got.time, number)
-        events.append(got)
+    try:
+        with open(path, "rb") as f:
+            for number, got in parse_lines(_lines(f, path)):
+                if isinstance(got, EventError):
+                    raise InputError(f"{path}:{number}: {got}")
+                before = last.get(got.node)
+                if before is not None and got.time < before[0]:
+                    raise InputError(
+                        f"{path}:{number}: time {got.time:g} of node {got.node!r} is before "
+                        f"its previous event's ({before[0]:g}, line {before[1]}): each "
+                        "node's events must be in time order")
+                last[got.node] = (got.time, number)
+                events.append(got)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
     if not events:
         raise InputError(f"{path}: no events (an empty file ranks nothing)")
     return events
 
 
 JSONL, INFINITEHBD = "jsonl", "infinitehbd"
+# A trace is one JSON document, read whole: a bound on it, far above any real trace's size
+MAX_TRACE_BYTES = 256 << 20
 INPUT_FORMATS = ("auto", JSONL, INFINITEHBD)
 NOT_JSON_LINES = ("lemons reads JSON Lines, one event object a line (history --format jsonl), "
                   "or InfiniteHBD-Trace's fault_trace.json; a JSON document spread over "
@@ -97,8 +105,13 @@ def sniff(path: str) -> str:
 def read_trace(path: str) -> list[Fault]:
     """InfiniteHBD-Trace's records, or InputError (a hint where they are events)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            records = json.load(f)
+        with open(path, "rb") as f:
+            text = f.read(MAX_TRACE_BYTES + 1)
+        if len(text) > MAX_TRACE_BYTES:
+            raise InputError(f"{path}: a JSON document over {MAX_TRACE_BYTES >> 20} MiB "
+                             "(InfiniteHBD-Trace's is under 1 MiB); JSON Lines are read as "
+                             "a stream")
+        records = json.loads(text.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
             from None
@@ -126,6 +139,21 @@ def load_input(path: str, input_format: str = "auto") -> tuple[str, list]:
         if f"{path}:1: not JSON" in str(err):  # a JSON document spread over lines?
             raise InputError(f"{err}; {NOT_JSON_LINES}") from None
         raise
+
+
+def _lines(f: BinaryIO, path: str) -> Iterator[str]:
+    """The file's lines, each read with a cap: InputError for one too long or not UTF-8."""
+    for number in itertools.count(1):
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES:
+            raise InputError(f"{path}:{number}: line longer than {MAX_LINE_BYTES:,} bytes "
+                             "(an event is one short JSON object)")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}:{number}: not UTF-8") from None
 
 
 def members_at(events: Sequence[Event], at: float, key) -> list[Member]:
@@ -208,9 +236,11 @@ def parse_time(text: str) -> float:
                 f"{text!r} is neither unix seconds nor an ISO 8601 date-time") from None
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=UTC)
-        return parsed.timestamp()
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite time")
+        value = parsed.timestamp()
+    if not math.isfinite(value) or not 0.0 <= value <= LATEST_TIME:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a time from 1970 to 9999 (unix seconds 0 to "
+            f"{LATEST_TIME:.0f})")
     return value
 
 

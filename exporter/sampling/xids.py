@@ -16,6 +16,14 @@ log = logging.getLogger(__name__)
 # CPU, so 2 s (0.5 a second) rather than 0.5 s. Stopping waits for the wait to end
 # (NVML has no way to cut it short): up to WAIT_MS.
 WAIT_MS = 2000
+# NVML's XID codes: an event's eventData is the code, 999 where the driver does not know it
+# (REFERENCE: nvmlEventSetWait). Anything else is no XID, and never a label.
+MAX_XID = 999
+
+
+def valid_xid(code: int) -> bool:
+    """Whether `code` is an XID code in NVML's range (1 to MAX_XID)."""
+    return 1 <= code <= MAX_XID
 
 
 class XidWatcher:
@@ -69,6 +77,10 @@ class XidWatcher:
         return True
 
     def record(self, gpu: int, code: int) -> None:
+        if not valid_xid(code):
+            log.warning("event with XID %d on GPU %d refused: outside NVML's range 1-%d",
+                        code, gpu, MAX_XID)
+            return
         log.warning("XID %d on GPU %d", code, gpu)
         with self._lock:
             previous = self.records.get((gpu, code))

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_plus
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from exporter.health.model import (
     Verdict,
     action_words,
 )
-from exporter.history.answer import history_body, replacement_findings
+from exporter.history.answer import DEFAULT_PAGE, MAX_PAGE, history_body, replacement_findings
 from exporter.history.recorder import History
 from exporter.metrics.render import RenderedSnapshot
 from exporter.sampling.collector_api import JobHolders
@@ -54,7 +55,7 @@ MAX_POINTS_PER_SERIES = 6000
 TIME_DECIMALS = 3  # ms: samples are ~20 ms apart
 WATT_DECIMALS = 1  # 0.1 W, well inside the sensor's +-5 W
 MAX_QUERY_BYTES = 64
-MAX_HISTORY_QUERY_BYTES = 160  # a GPU's UUID and two times
+MAX_HISTORY_QUERY_BYTES = 320  # a GPU's UUID, two times and a page, percent-encoded
 MAX_ANSWERS_KEPT = 16  # per snapshot: distinct queries beyond this are built, not kept
 
 
@@ -66,14 +67,16 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode() + b"\n"
 
 
-def parse_query(query: str, allowed: tuple[str, ...],
-                limit: int = MAX_QUERY_BYTES) -> dict[str, str]:
-    """name -> value for a query of known, unrepeated parameters, or BadRequest."""
+def parse_query(query: str, allowed: tuple[str, ...], limit: int = MAX_QUERY_BYTES,
+                decode: bool = False) -> dict[str, str]:
+    """name -> value for a query of known, unrepeated parameters, or BadRequest. `decode`:
+    percent-decoded, `+` a space (the history's UUIDs and cursors; the other answers take
+    plain digits only)."""
     if len(query) > limit:
         raise BadRequest("query string too long")
     out: dict[str, str] = {}
     for field in query.split("&") if query else ():
-        name, _, value = field.partition("=")
+        name, _, value = (unquote_plus(p) if decode else p for p in field.partition("="))
         if name not in allowed:
             shown = name[:32].encode("ascii", "replace").decode()
             raise BadRequest(f"unknown parameter {shown!r}; allowed: {', '.join(allowed)}"
@@ -343,6 +346,15 @@ def _seconds(params: dict[str, str], name: str) -> float | None:
     return value
 
 
+def _page_size(text: str | None) -> int:
+    if text is None or text == "":
+        return DEFAULT_PAGE
+    if not (text.isascii() and text.isdigit() and len(text) <= 6
+            and 1 <= int(text) <= MAX_PAGE):
+        raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
+    return int(text)
+
+
 class Api:
     """Builds and keeps the answers for the snapshot being served."""
 
@@ -361,10 +373,13 @@ class Api:
         build: Callable[[], bytes]
         key: tuple
         if path == HISTORY:
-            params = parse_query(query, ("gpu", "since", "until"), MAX_HISTORY_QUERY_BYTES)
+            params = parse_query(query, ("gpu", "since", "until", "limit", "after"),
+                                 MAX_HISTORY_QUERY_BYTES, decode=True)
             since, until = _seconds(params, "since"), _seconds(params, "until")
-            key = (HISTORY, since, until, params.get("gpu"))
-            build = lambda: self._history(since, until, params.get("gpu"))  # noqa: E731
+            limit = _page_size(params.get("limit"))
+            key = (HISTORY, since, until, params.get("gpu"), limit, params.get("after"))
+            build = lambda: self._history(since, until, params.get("gpu"),  # noqa: E731
+                                          params.get("after"), limit)
         elif path == POWER:
             q = power_query(query, snap)
             key = (POWER, q.seconds, q.gpu)
@@ -391,12 +406,14 @@ class Api:
                     self._answers[key] = answer
             return answer
 
-    def _history(self, since: float | None, until: float | None, gpu: str | None) -> bytes:
-        """/api/v1/history?gpu=I|UUID|SERIAL|node&since=S&until=U (unix seconds): read from
-        the state directory, once per snapshot and query like the other answers."""
+    def _history(self, since: float | None, until: float | None, gpu: str | None,
+                 after: str | None, limit: int) -> bytes:
+        """/api/v1/history?gpu=I|UUID|SERIAL|node&since=S&until=U&limit=N&after=NEXT (unix
+        seconds; a page of episodes): read from the state directory, once per snapshot and
+        query like the other answers."""
         if self.history is None:
             raise BadRequest("no history is kept here (--storage.path)")
         try:
-            return history_body(self.history, since, until, gpu)
+            return history_body(self.history, since, until, gpu, after, limit)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
