@@ -86,3 +86,15 @@ def test_the_file_is_read_as_a_stream(tmp_path, monkeypatch):
     monkeypatch.setattr(lemons, "open", recording_open, raising=False)
     events = lemons.read_events(_fleet(tmp_path))
     assert events and asked and all(0 < size <= lemons.MAX_LINE_BYTES + 1 for size in asked)
+
+
+def test_a_trace_document_past_its_bound_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A file that opens with `[` is one JSON document, read whole: bounded too."""
+    from exporter.offline import lemons
+
+    monkeypatch.setattr(lemons, "MAX_TRACE_BYTES", 1 << 20)
+    path = tmp_path / "huge.json"
+    path.write_text("[" + ", ".join(["{}"] * 400_000) + "]")
+    assert main(["lemons", str(path), f"--at={T}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a JSON document over 1 MiB" in err[0], err
