@@ -165,7 +165,7 @@ def test_a_row_the_store_cannot_hold_is_refused_alone_and_the_rest_written(tmp_p
         h._occurred(("", "GPU-00000000"), "xid", NOW, 2**70)  # past sqlite's 64 bits
     assert h.flush()
     assert h.stats().refused == {"unstorable": 2}
-    assert h.write_failures == 0 and h.problems() == []
+    assert h.writer.write_failures == 0 and h.problems() == []
     assert _stored_xids(tmp_path) == {"13": 1.0}
     h.stop()
 
@@ -180,7 +180,7 @@ def test_a_write_that_fails_for_any_reason_is_counted_and_on_readyz(tmp_path, mo
 
     monkeypatch.setattr(h.store, "write", broken)
     assert not h.flush()
-    assert h.write_failures == 1
+    assert h.writer.write_failures == 1
     assert any("OverflowError" in p for p in h.problems())
     monkeypatch.undo()
     assert h.flush() and h.problems() == []
@@ -305,7 +305,7 @@ def test_parameters_are_percent_decoded(exporter):
     h = exporter.history
     uuid = exporter.current.snapshot.identities[1].uuid
     with h.lock:
-        h._xid(h.key_of[1], 31, NOW, "nvml")
+        h._xid(h.gpus.key_of[1], 31, NOW, "nvml")
     encoded = "".join(f"%{b:02X}" for b in uuid.encode())  # every character encoded
     status, answer = _api(exporter, f"gpu={encoded}&since=1.79e%2B9")
     assert status == 200, answer
@@ -322,7 +322,7 @@ def test_episodes_come_in_pages(exporter):
         for i in range(total):  # an episode each: 200 s apart, more than the merge gap
             h._occurred(("", ""), "ib_link_down", NOW + 200.0 * i, detail=f"mlx5_{i % 3}/1")
             if i == total // 2:
-                h._write_ahead()  # half stored, half in memory only
+                h.writer.write_ahead()  # half stored, half in memory only
     status, first = _api(exporter, "")
     assert status == 200 and len(first["episodes"]) == DEFAULT_PAGE and first["next"]
     status, rest = _api(exporter, f"after={first['next']}")

@@ -304,7 +304,7 @@ def test_a_quiet_node_writes_once_at_start_and_then_nothing(node):
         exporter.sampler.advance(5.0)
         history.poll_kmsg()
         history.flush()
-    assert history.transactions == 1  # the GPUs, their boot and slots, at start
+    assert history.writer.transactions == 1  # the GPUs, their boot and slots, at start
 
 
 def test_the_live_page_shows_the_replacement(node, tmp_path):

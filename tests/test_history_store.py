@@ -47,7 +47,7 @@ def test_episodes_and_counts_survive_a_reopen(tmp_path):
     h = history(tmp_path)
     for t in (0.0, 10.0, 500.0):
         add_xid(h, 1_790_000_000.0 - 1000 + t)
-    assert h.flush() and h.transactions == 1
+    assert h.flush() and h.writer.transactions == 1
     h.stop()
     again = history(tmp_path)
     assert again.xids[(GPU, 13)][0] == 3
@@ -58,11 +58,11 @@ def test_episodes_and_counts_survive_a_reopen(tmp_path):
 def test_no_transaction_when_nothing_happened(tmp_path):
     h = history(tmp_path)
     assert h.flush() and h.flush()
-    assert h.transactions == 0
+    assert h.writer.transactions == 0
     add_xid(h, 1_790_000_000.0)
     h.flush()
     h.flush()
-    assert h.transactions == 1
+    assert h.writer.transactions == 1
     h.stop()
 
 
@@ -164,7 +164,7 @@ FULL_DISK = textwrap.dedent("""
     for i in range(2000):
         add_xid(h, 1_790_000_000.0 + 400 * i, code=31)
     ok = h.flush()
-    failures = h.write_failures
+    failures = h.writer.write_failures
     problems = h.problems()
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     later = h.flush()
@@ -245,7 +245,7 @@ def test_years_of_events_stay_within_the_bound(tmp_path):
             if int(t) % 3600 < step:
                 h._occurred(NODE, "ib_link_down", t, detail="mlx5_0/1")
         t += step
-        if len(h.batch.episodes) > 20_000:
+        if len(h.writer.batch.episodes) > 20_000:
             assert h.flush()
             h.forget_old(t)
     assert h.flush()
@@ -302,26 +302,6 @@ def test_episode_windows_per_gpu_and_node_only_for_kinds_seen_in_28_days(tmp_pat
     h.stop()
 
 
-def test_health_changes_become_episodes_once(tmp_path):
-    from exporter.gpu.health import GpuHealth
-
-    def health(t, dbe, failure):
-        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe}, {}, None,
-                         {}, 0.0, failure, None, ())
-
-    h = history(tmp_path)
-    h.observe(make_snapshot(2, health={0: health(1.0, 0.0, 0.0)}))
-    h.observe(make_snapshot(2, health={0: health(2.0, 2.0, 0.0)}))
-    h.observe(make_snapshot(2, health={0: health(3.0, 2.0, 1.0)}, lost=frozenset({1})))
-    h.observe(make_snapshot(2, health={0: health(4.0, 2.0, 1.0)}, lost=frozenset({1})))
-    assert sorted(e.kind for e in h.recent) == ["ecc_dbe", "gpu_lost", "row_remap_failure"]
-    h.stop()
-    again = history(tmp_path)  # the same levels after a restart: nothing new
-    again.observe(make_snapshot(2, health={0: health(9.0, 2.0, 1.0)}))
-    again.stop()
-    assert len(stored(tmp_path)) == 3
-
-
 def test_gpus_first_and_last_seen_boots_and_driver_versions(tmp_path):
     import dataclasses
 
@@ -342,34 +322,6 @@ def test_gpus_first_and_last_seen_boots_and_driver_versions(tmp_path):
     assert boots == [("GPU-00000000", "580.159"), ("GPU-00000001", "580.159")]
 
 
-def test_infiniband_ports_down_and_in_trouble_are_node_episodes_per_port(tmp_path):
-    from exporter.collectors.infiniband.reading import (
-        InfinibandDevice,
-        InfinibandPort,
-        InfinibandReading,
-    )
-    from exporter.sampling.snapshot import CollectorResult
-
-    def snap(t, downed, state, integrity):
-        port = InfinibandPort("mlx5_0", 1, state_id=state, counters={
-            "link_downed": downed, "local_link_integrity_errors": integrity})
-        other = InfinibandPort("mlx5_1", 1, state_id=4, counters={"link_downed": 0.0})
-        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),
-                                     InfinibandDevice("mlx5_1", ports=(other,))), {})
-        return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
-            "infiniband": CollectorResult(reading, 0.0, True, 0)})
-
-    h = history(tmp_path)
-    h.observe(snap(0, 0.0, 4, 0.0))
-    h.observe(snap(10, 1.0, 1, 0.0))  # went down
-    h.observe(snap(20, 1.0, 4, 0.0))  # back
-    h.observe(snap(30, 1.0, 4, 3.0))  # link integrity errors
-    got = sorted((e.kind, e.detail, e.count) for e in h.recent)
-    assert got == [("ib_degraded", "mlx5_0/1", 1), ("ib_link_down", "mlx5_0/1", 2)]
-    assert all(e.gpu == NODE for e in h.recent)
-    h.stop()
-
-
 def test_each_commit_is_synced_so_a_power_loss_loses_at_most_the_last_batch(tmp_path):
     """In WAL mode synchronous=NORMAL syncs only at checkpoints: a power loss may take
     every commit since the last one. FULL syncs the log at each commit."""
@@ -380,59 +332,6 @@ def test_each_commit_is_synced_so_a_power_loss_loses_at_most_the_last_batch(tmp_
         assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         store.close()
-
-
-def ib_snapshot(t: float, **ports):
-    """One snapshot with an InfiniBand port per keyword: name=(state_id, counters)."""
-    from exporter.collectors.infiniband.reading import (
-        InfinibandDevice,
-        InfinibandPort,
-        InfinibandReading,
-    )
-    from exporter.sampling.snapshot import CollectorResult
-
-    devices = tuple(InfinibandDevice(name, ports=(InfinibandPort(name, 1, state_id=state,
-                                                                 counters=counters),))
-                    for name, (state, counters) in ports.items())
-    return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
-        "infiniband": CollectorResult(InfinibandReading(devices, {}), 0.0, True, 0)})
-
-
-def test_the_first_counts_seen_are_a_baseline_not_an_episode(tmp_path):
-    """A first start (or a GPU just fitted) reads lifetime counts a GPU gathered long ago,
-    and ports still training or uncabled: none of it happened now."""
-    from exporter.gpu.health import GpuHealth, NvLink
-
-    def health(t, dbe, pages, replays, up):
-        links = (NvLink(0, True, errors={"replay": replays}), NvLink(1, up))
-        return GpuHealth(1_789_999_000.0 + t, {("uncorrected", "aggregate"): dbe},
-                         {"double_bit": pages}, None, {}, 0.0, 0.0, None, links)
-
-    h = history(tmp_path)
-    h.observe(make_snapshot(1, health={0: health(1.0, 4.0, 2.0, 9.0, False)}))
-    h.observe(ib_snapshot(2, mlx5_0=(1, {"link_downed": 3.0,
-                                         "local_link_integrity_errors": 5.0})))
-    assert h.recent == []
-    h.stop()
-    again = history(tmp_path)  # the baseline was stored: the same values add nothing
-    again.observe(make_snapshot(1, health={0: health(3.0, 4.0, 2.0, 9.0, False)}))
-    again.observe(ib_snapshot(4, mlx5_0=(1, {"link_downed": 3.0,
-                                             "local_link_integrity_errors": 5.0})))
-    assert again.recent == []
-    again.observe(make_snapshot(1, health={0: health(5.0, 5.0, 3.0, 10.0, False)}))
-    assert sorted(e.kind for e in again.recent) == ["ecc_dbe", "nvlink_errors",
-                                                    "retired_pages"]
-    again.stop()
-
-
-def test_a_port_not_active_is_an_episode_only_when_it_leaves_active(tmp_path):
-    h = history(tmp_path)
-    h.observe(ib_snapshot(0, mlx5_0=(2, {}), mlx5_1=(1, {})))  # training, uncabled
-    h.observe(ib_snapshot(10, mlx5_0=(4, {}), mlx5_1=(1, {})))  # mlx5_0 came up
-    assert h.recent == []
-    h.observe(ib_snapshot(20, mlx5_0=(1, {}), mlx5_1=(1, {})))  # and went down
-    assert [(e.kind, e.detail) for e in h.recent] == [("ib_link_down", "mlx5_0/1")]
-    h.stop()
 
 
 def test_a_burst_of_xids_is_counted_whole_in_one_episode(tmp_path):
@@ -493,38 +392,6 @@ def test_without_a_boot_id_the_log_is_read_from_the_start_of_the_process(tmp_pat
     again = start()
     assert {code: n for (_, code), (n, _) in again.xids.items()} == {31: 1}
     again.stop()
-
-
-def test_nic_monitor_counters_any_increase_and_link_recovery_by_rate(tmp_path):
-    """NVSentinel's NIC monitor: any increase of rnr_nak_retry_err (with the buffer
-    overrun and link integrity counters) is a port in trouble; link_error_recovery only
-    past 5 a minute."""
-    from exporter.collectors.infiniband.reading import (
-        InfinibandDevice,
-        InfinibandPort,
-        InfinibandReading,
-    )
-    from exporter.sampling.snapshot import CollectorResult
-
-    def snap(t, recovery, rnr):
-        port = InfinibandPort("mlx5_0", 1, state_id=4, counters={
-            "link_error_recovery": recovery}, hw_counters={"rnr_nak_retry_err": rnr})
-        reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
-        return make_snapshot(1, time=1_790_000_000.0 + t, collectors={
-            "infiniband": CollectorResult(reading, 0.0, True, 0)})
-
-    h = history(tmp_path)
-    h.observe(snap(0, 100.0, 7.0))  # the baseline
-    h.observe(snap(30, 102.0, 7.0))
-    h.observe(snap(60, 104.0, 7.0))  # 4 in a minute: a link that retrains now and then
-    assert h.recent == []
-    h.observe(snap(90, 104.0, 8.0))  # an RNR NAK retry error
-    assert [(e.kind, e.start) for e in h.recent] == [("ib_degraded", 1_790_000_090.0)]
-    h.observe(snap(200, 109.0, 8.0))  # 5 in 140 s
-    assert len(h.recent) == 1
-    h.observe(snap(230, 115.0, 8.0))  # 6 in 30 s: past the rate
-    assert [(e.kind, e.count) for e in h.recent] == [("ib_degraded", 2)]  # within 180 s
-    h.stop()
 
 
 def test_the_bounds_are_kept_at_open_and_hourly_not_in_every_transaction(tmp_path):

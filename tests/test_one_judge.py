@@ -1,6 +1,6 @@
-"""One judge: a health setting changed in one place moves the verdict, the page's finding
-and the alert's threshold together (NVLink, memory, PCIe, InfiniBand, XIDs), and the
-committed rule files carry the settings' defaults."""
+"""One judge: a health setting changed in one place moves the verdict, the page's finding,
+the history's episode and the alert's threshold together (NVLink, memory, PCIe,
+InfiniBand, XIDs), and the committed rule files carry the settings' defaults."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from exporter.gpu.health import NvLink
 from exporter.health.alert_rules import FILES, THRESHOLDS, alert_block, apply
 from exporter.health.monitor import HealthMonitor
 from exporter.health.settings import HealthSettings
+from exporter.history.recorder import CHECK_KINDS
 from exporter.sampling.snapshot import XidRecord
 from exporter.web.findings import findings
 from tests.test_health_infiniband import ib_snapshot
 from tests.test_health_verdict import LINK, health, snap
+from tests.test_history_store import history as open_history
 from tests.tools import REPO, require_binary
 
 GPU = 1
@@ -57,12 +59,22 @@ CASES = {
 }
 
 
-def judge(settings: HealthSettings, make, readings):
+def judge(settings: HealthSettings, make, readings, history=None):
+    """The verdict on each reading, as the app judges it, the history seeing both."""
     monitor = HealthMonitor(settings)
     for t, value in readings:
         snapshot = make(t, value)
         verdict = monitor.assess(snapshot)
+        if history is not None:
+            history.observe(snapshot)
+            history.observe_health(verdict)
     return snapshot, verdict
+
+
+def episode_kinds(history) -> set[str]:
+    kinds = {e.kind for e in history.recent}
+    history.stop()
+    return kinds
 
 
 def severity(state: str) -> str:
@@ -70,12 +82,13 @@ def severity(state: str) -> str:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_one_setting_moves_the_verdict_the_page_and_the_alert(case):
+def test_one_setting_moves_the_verdict_the_page_the_history_and_the_alert(case, tmp_path):
     setting, changed, make, readings, check, before, after, kind, alert = CASES[case]
     default = HealthSettings()
     moved = HealthSettings(**{setting: changed})
     for settings, state in ((default, before), (moved, after)):
-        snapshot, verdict = judge(settings, make, readings)
+        history = open_history(tmp_path / str(settings == default))
+        snapshot, verdict = judge(settings, make, readings, history)
         result = next(c for c in verdict.gpus[GPU].checks if c.name == check)
         assert result.state == state, (case, settings, result)
         if kind is not None:
@@ -84,15 +97,24 @@ def test_one_setting_moves_the_verdict_the_page_and_the_alert(case):
             assert page in ([severity(state)], [] if state == "ok" else None), (case, page)
         if alert is not None:
             assert threshold_of(alert, settings) == getattr(settings, setting)
+        # the history records the check's turn (an XID is an event, recorded either way:
+        # what moves with the hold is the verdict's failed episode)
+        episode = "health_failed" if check == "xid" else CHECK_KINDS[check]
+        assert (episode in episode_kinds(history)) == (state != "ok"), (case, state)
 
 
-def test_infiniband_setting_moves_the_node_verdict_and_the_alert():
+def test_infiniband_setting_moves_the_node_verdict_the_history_and_the_alert(tmp_path):
     rate = 20.0  # symbol errors a second: above the default 10, below 30
     for settings, state in ((HealthSettings(), "warning"),
                             (HealthSettings(infiniband_symbol_errors_per_second=30.0), "ok")):
         monitor = HealthMonitor(settings)
+        history = open_history(tmp_path / state)
         for t in (0.0, 100.0):
-            verdict = monitor.assess(ib_snapshot(t, symbol_error=rate * t))
+            snapshot = ib_snapshot(t, symbol_error=rate * t)
+            verdict = monitor.assess(snapshot)
+            history.observe(snapshot)
+            history.observe_health(verdict)
+        assert ("ib_degraded" in episode_kinds(history)) == (state == "warning")
         check = next(c for c in verdict.node.checks if c.name == "infiniband_link_errors")
         assert check.state == state
         assert threshold_of("InfinibandSymbolErrorRate", settings) == \

@@ -26,7 +26,7 @@ def gpu_filter(history: History, gpu: str | None) -> str | None:
     if gpu == "node":
         return ""
     if gpu.isascii() and gpu.isdigit() and len(gpu) <= 4:
-        key = history.key_of.get(int(gpu))
+        key = history.gpus.key_of.get(int(gpu))
         if key is not None:
             return key[1]
     # NVIDIA's serial numbers are all digits too (1652221000005)
@@ -38,7 +38,7 @@ def gpu_filter(history: History, gpu: str | None) -> str | None:
 
 def _known(history: History) -> set[str]:
     """The UUIDs and serials of the GPUs on the node and of those stored."""
-    known = {name for key in history.key_of.values() for name in key if name}
+    known = {name for key in history.gpus.key_of.values() for name in key if name}
     try:
         db = read_only(history.store.directory)
         try:
@@ -111,7 +111,7 @@ def history_body(history: History, since: float | None, until: float | None,
         if e.xid is not None:
             row["xid"] = e.xid
         if e.gpu != NODE:
-            row["gpu"] = history.index_of.get(e.gpu)
+            row["gpu"] = history.gpus.index_of.get(e.gpu)
             row["uuid"], row["serial"] = e.gpu[1], e.gpu[0]
         if e.detail:
             row["detail"] = e.detail
@@ -120,7 +120,7 @@ def history_body(history: History, since: float | None, until: float | None,
     replacements = [{"time": r.time, "slot": r.slot,
                      "old": {"serial": r.old[0], "uuid": r.old[1]},
                      "new": {"serial": r.new[0], "uuid": r.new[1]}}
-                    for r in history.replacements
+                    for r in history.gpus.replacements
                     if (since is None or r.time >= since) and (until is None or r.time < until)]
     return json.dumps({"node": history.node, "history_start": stats.created,
                        "since": since, "until": until, "gpu": gpu, "limit": limit,
@@ -135,10 +135,10 @@ REPLACEMENT_FINDING_SECONDS = 7 * 86_400.0
 def replacement_findings(history: History, now: float) -> list[dict[str, object]]:
     """The live page's findings: each GPU replaced in its slot in the past week."""
     out: list[dict[str, object]] = []
-    for r in history.replacements:
+    for r in history.gpus.replacements:
         if now - r.time > REPLACEMENT_FINDING_SECONDS:
             continue
-        gpu = history.index_of.get(r.new)
+        gpu = history.gpus.index_of.get(r.new)
         out.append({"kind": "gpu_replaced", "severity": "info", "gpu": gpu, "time": r.time,
                     "since": None,
                     "message": f"GPU {gpu if gpu is not None else '?'} in slot {r.slot} was "

@@ -14,13 +14,8 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
 from exporter.history.episodes import NODE
-from exporter.history.recorder import (
-    KEEP_SECONDS,
-    MAX_PENDING_EPISODES,
-    REFUSED_REASONS,
-    WINDOW_SECONDS,
-    History,
-)
+from exporter.history.recorder import KEEP_SECONDS, WINDOW_SECONDS, History
+from exporter.history.writer import MAX_PENDING_EPISODES, REFUSED_REASONS
 
 _KEPT = " (present only when a state directory is kept)"
 
@@ -119,7 +114,7 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
             if e.gpu != NODE:
                 per_gpu[(e.gpu, e.kind, window)] += inside
     for (key, kind, window), count in sorted(per_gpu.items()):
-        index = history.index_of.get(key)
+        index = history.gpus.index_of.get(key)
         if index is not None:
             gpu.add_metric([str(index), key[1], kind, window], count)
     for (kind, window), count in sorted(per_node.items()):
