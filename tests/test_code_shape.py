@@ -119,7 +119,7 @@ LAYERS = (
     ("exporter.web",),
     ("exporter.config",),
     ("exporter.sim",),
-    ("exporter.offline", "exporter.tell"),
+    ("exporter.offline", "exporter.commands.health"),
     ("exporter.app",),
     ("exporter.service", "exporter.fleet"),
     ("exporter.cli", "exporter.entry", "exporter.__main__"),
