@@ -1,4 +1,4 @@
-"""The exporter's own health: build, loops, collectors, NVML errors, hung and lost GPUs."""
+"""The exporter's own state: build, loops, collectors, NVML errors, hung and lost GPUs."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class _Security:
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Bounds on what clients can make the server hold (see docs/architecture.md)."""
+    """Bounds on what clients can make the server hold (see docs/http.md)."""
 
     max_connections: int = 128  # open connections, one thread each; slow ones are evicted first
     max_active_requests: int = 8  # requests answered at once
