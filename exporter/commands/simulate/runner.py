@@ -48,7 +48,7 @@ class Fleet:
         self.settings = settings or FleetSettings()
         self.clock = clock
         self.start_time = 0.0
-        self.exporters: list = []
+        self.exporters: list[Exporter] = []
         self.fabrics: list[NodeFabric] = []
         self.workdir: Path | None = None
         self._stop = threading.Event()
@@ -62,7 +62,6 @@ class Fleet:
         return [e.port for e in self.exporters]
 
     def start(self) -> None:
-
         sc, st = self.scenario, self.settings
         self.workdir = Path(tempfile.mkdtemp(prefix="cte-fleet-"))
         try:
@@ -72,7 +71,7 @@ class Fleet:
             self.start_time = self.clock()
             for node, (config, nvml) in enumerate(prepared):
                 try:
-                    self._start_node(Exporter, node, config, nvml)
+                    self._start_node(node, config, nvml)
                 except OSError as exc:  # name the port: which one is busy
                     raise OSError(exc.errno, f"{st.listen_host}:{st.base_port + node}: "
                                   f"{exc.strerror or exc}") from exc
@@ -109,12 +108,12 @@ class Fleet:
             hpc_job_mapping_dir=str(jobs_dir), expected_gpus=sc.gpus_per_node)
         return config, private_nvml_module(f"fleet{id(self)}_node{node}")
 
-    def _start_node(self, exporter_class, node: int, config: Config, nvml: ModuleType) -> None:
+    def _start_node(self, node: int, config: Config, nvml: ModuleType) -> None:
         # The node's fault times count from the fleet's start: its fake starts then too.
         lib = FakeNvmlLibrary(self.scenario.node_scenario(node), self.clock,
                               costs.H200 if config.backend.fake_costs else None,
                               start=self.start_time)
-        exporter = exporter_class(config, fake_clock=self.clock, fake_lib=lib, nvml=nvml)
+        exporter = Exporter(config, fake_clock=self.clock, fake_lib=lib, nvml=nvml)
         exporter.start()
         self.exporters.append(exporter)
 
