@@ -6,10 +6,9 @@ import argparse
 import difflib
 import gc
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
+from types import ModuleType
 
 from exporter import __version__
 from exporter.collectors import registry
@@ -18,7 +17,7 @@ from exporter.errors import EXIT_FAILURE, EXIT_USAGE, PROG, fail
 from exporter.gpu.backend import NvmlUnavailable
 from exporter.history.store import StoreBusy
 from exporter.metrics.selection import load_selection
-from exporter.options import RUN, SIMULATE, add_flags, resolve
+from exporter.options import RUN, add_flags
 from exporter.sim.scenarios import load_scenario
 from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
@@ -38,52 +37,23 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, RUN, all_options())
 
 
-def _add_simulate_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, metavar="N",
-                        help="virtual nodes (default: the scenario's, 8)")
-    parser.add_argument("--base-port", type=int, default=9955, metavar="P",
-                        help="node i serves on port P+i (default 9955)")
-    parser.add_argument("--listen-host", default="127.0.0.1", metavar="HOST",
-                        help="address every node binds (default 127.0.0.1)")
-    parser.add_argument("--scenario", dest="fleet_scenario", default="healthy",
-                        metavar="NAME|FILE", help="fleet scenario: a built-in name (healthy, "
-                        "faults, two-jobs, ...) or a YAML file (default healthy)")
-    parser.add_argument("--gpus-per-node", type=int, metavar="G",
-                        help="GPUs per node (default: the scenario's, 8)")
-    add_flags(parser, SIMULATE, all_options())
+def _commands() -> dict[str, tuple[ModuleType, str]]:
+    """The commands of exporter/commands/, in --help's order: name -> (module, help)."""
+    from exporter.commands import analyze, history, lemons, record
+    from exporter.commands.health import command as health
+    from exporter.commands.simulate import command as simulate
 
-
-def _simulate(args: argparse.Namespace) -> int:
-    from exporter.fleet import MAX_NODES, Fleet, FleetSettings, load_fleet_scenario
-
-    if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
-        raise ConfigError(f"--nodes: expected 1-{MAX_NODES}, got {args.nodes}")
-    if args.gpus_per_node is not None and not 1 <= args.gpus_per_node <= 64:
-        raise ConfigError(f"--gpus-per-node: expected 1-64, got {args.gpus_per_node}")
-    options = resolve(args, SIMULATE, all_options())
-    scenario = load_fleet_scenario(args.fleet_scenario, args.nodes, args.gpus_per_node)
-    if args.base_port < 1 or args.base_port + scenario.nodes - 1 > 65535:
-        raise ConfigError(f"--base-port: ports {args.base_port}-"
-                          f"{args.base_port + scenario.nodes - 1} are out of range")
-    logging.basicConfig(level=str(options["log_level"]).upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fleet = Fleet(scenario, FleetSettings(base_port=args.base_port,
-                                          listen_host=args.listen_host, options=options))
-    try:
-        fleet.start()
-    except OSError as exc:
-        return fail("simulate", f"cannot start the fleet: {exc.strerror or exc}",
-                    EXIT_FAILURE)
-    host = f"[{args.listen_host}]" if ":" in args.listen_host else args.listen_host
-    print(f"simulating {scenario.nodes} nodes x {scenario.gpus_per_node} GPUs "
-          f"(scenario {scenario.name}); targets:", flush=True)
-    print(" ".join(f"{host}:{port}" for port in fleet.ports), flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    fleet.stop()
-    return 0
+    return {
+        "simulate": (simulate, "run a fleet of simulated nodes in one process, one port each"),
+        "record": (record, "record GPU samples (power at full rate) to a trace file"),
+        "analyze": (analyze, "analyse a trace (ours or an nvidia-smi CSV log) offline"),
+        "lemons": (lemons, "rank nodes and GPUs by how likely they fail again (fault events)"),
+        "health": (health, "ask the local exporter for its verdict: one line, exit 0 OK, 1 "
+                   "problem, 2 unknown (node-problem-detector); --slurm-drain drains via "
+                   "scontrol"),
+        "history": (history, "print the episodes stored in a state directory, one JSON line "
+                    "each (docs/history.md)"),
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,33 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
-    _add_simulate_flags(commands.add_parser(
-        "simulate", help="run a fleet of simulated nodes in one process, one port each"))
-    from exporter.offline import analyze, lemons, record
-
-    record.add_arguments(commands.add_parser(
-        "record", help="record GPU samples (power at full rate) to a trace file"))
-    analyze.add_arguments(commands.add_parser(
-        "analyze", help="analyse a trace (ours or an nvidia-smi CSV log) offline"))
-    lemons.add_arguments(commands.add_parser(
-        "lemons", help="rank nodes and GPUs by how likely they fail again (fault events)"))
-    from exporter.tell import command as health
-
-    health.add_arguments(commands.add_parser(
-        "health", help="ask the local exporter for its verdict: one line, exit 0 OK, 1 "
-        "problem, 2 unknown (node-problem-detector); --slurm-drain drains via scontrol"))
-    history = commands.add_parser("history", help="print the episodes stored in a state "
-                                  "directory, one JSON line each (docs/history.md)")
-    history.add_argument("--storage.path", dest="storage_path", required=True, metavar="DIR",
-                         help="the state directory (run's --storage.path)")
-    history.add_argument("--format", choices=("jsonl",), default="jsonl",
-                         help="output format (default jsonl: the fault-event lines)")
-    history.add_argument("--since", type=float, metavar="UNIX_SECONDS",
-                         help="only episodes that started at or after this time")
-    history.add_argument("--until", type=float, metavar="UNIX_SECONDS",
-                         help="only episodes that started before this time")
-    history.add_argument("--gpu", metavar="UUID|SERIAL",
-                         help="only this GPU's episodes (node: the node's own)")
+    for name, (module, help_text) in _commands().items():
+        module.add_arguments(commands.add_parser(name, help=help_text))
     return parser
 
 
@@ -139,22 +84,6 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: str | None,
             if close:
                 return f" (did you mean {close[0]}?)"
     return ""
-
-
-def _history(args: argparse.Namespace) -> int:
-    import sqlite3
-
-    from exporter.history.answer import jsonl_lines
-
-    gpu = "" if args.gpu == "node" else args.gpu
-    try:
-        for line in jsonl_lines(args.storage_path, args.since, args.until, gpu):
-            sys.stdout.write(line + "\n")
-    except BrokenPipeError:
-        return 0
-    except (OSError, sqlite3.Error) as exc:
-        return fail("history", f"{args.storage_path}: {exc}", EXIT_FAILURE)
-    return 0
 
 
 def tune_interpreter() -> None:
@@ -229,28 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
-        if args.command == "record":
-            from exporter.offline import record
-
-            return record.main(args)
-        if args.command == "simulate":
-            return _simulate(args)
-        if args.command == "analyze":
-            from exporter.offline import analyze
-
-            return analyze.main(args)
-        if args.command == "lemons":
-            from exporter.offline import lemons
-
-            return lemons.main(args)
-        if args.command == "history":
-            return _history(args)
+        command = _commands().get(args.command)
+        if command is not None:
+            return command[0].main(args)
         if args.command == "check-config":
             return _check_config(args.file)
-        if args.command == "health":
-            from exporter.tell import command as health
-
-            return health.main(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (ConfigError, TraceError) as exc:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["health"]:
-        from exporter.tell.command import run
+        from exporter.commands.health.command import run
 
         return run(args[1:])
     from exporter.cli import main as full

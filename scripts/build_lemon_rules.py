@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from exporter.analysis.lemons import NAME, WINDOWS, Model, window_counts  # noqa: E402
+from exporter.commands.lemons import rank  # noqa: E402
 from exporter.events import Event  # noqa: E402
-from exporter.offline.lemons import rank  # noqa: E402
 
 BUDGET = 0.99  # the alerts' gate: a member must reach the cluster's 99th percentile score
 RUNBOOK = "https://github.com/cluster-telemetry-exporter/cluster-telemetry-exporter/blob/main/docs/runbooks.md#"

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.analysis.goodput import STATES  # noqa: E402
-from exporter.offline.analyze import analyse_trace  # noqa: E402
+from exporter.commands.analyze import analyse_trace  # noqa: E402
 from exporter.offline.request import AnalyzeRequest  # noqa: E402
 from exporter.sim.job_story import Story, checkpoint_every, draw_story, truth, write_trace  # noqa: E402
 from exporter.traces.load import load_trace  # noqa: E402

@@ -52,9 +52,9 @@ from exporter.analysis.lemons import (  # noqa: E402
     Model,
     counted,
 )
+from exporter.commands.lemons import INFINITEHBD, load_input, rank  # noqa: E402
 from exporter.events import Event  # noqa: E402
 from exporter.offline.infinitehbd import DAY, EPOCH, Fault, to_events  # noqa: E402
-from exporter.offline.lemons import INFINITEHBD, load_input, rank  # noqa: E402
 
 TRACE_SERVERS = 400  # the trace's README: 400 servers sampled
 HORIZON = 7

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from exporter.offline import analyze  # noqa: E402
+from exporter.commands import analyze  # noqa: E402
 from exporter.traces.load import load_trace  # noqa: E402
 from exporter.traces.trace import TraceError  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.offline import analyze
+from exporter.commands import analyze
 from exporter.traces.trace import TraceWriter
 from tests.tools import REAL_TRACE
 
@@ -147,7 +147,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_module_entry_point_no_traceback(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "exporter.offline.analyze",
+    r = subprocess.run([sys.executable, "-m", "exporter.commands.analyze",
                         str(tmp_path / "missing.csv")],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.offline import analyze
+from exporter.commands import analyze
 from exporter.offline.band import decide_band
 from exporter.offline.gpu_models import gpu_model
 from exporter.traces.load import load_trace

@@ -8,12 +8,11 @@ import pytest
 
 from exporter.cli import main
 from exporter.collectors.infiniband.reading import InfinibandCollector
-from exporter.fleet import (
-    Fleet,
-    FleetSettings,
+from exporter.commands.simulate.fabric import NodeFabric
+from exporter.commands.simulate.runner import Fleet, FleetSettings
+from exporter.commands.simulate.scenario import (
     IbFault,
     InfinibandSpec,
-    NodeFabric,
     builtin_fleet_names,
     load_fleet_scenario,
     parse_fleet_scenario,

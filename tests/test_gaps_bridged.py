@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from exporter.analysis.bridging import Bridge, bridge, bridges_for, fill, holes_of
-from exporter.offline import analyze
+from exporter.commands import analyze
 from exporter.sampling.live_power import PowerMonitor
 from exporter.sampling.settings import PowerSettings
 from tests.punch import at_random, every, punch

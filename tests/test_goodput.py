@@ -23,7 +23,7 @@ from exporter.analysis.goodput import (
     rolling_mean,
     working,
 )
-from exporter.offline.analyze import analyse_trace
+from exporter.commands.analyze import analyse_trace
 from exporter.offline.request import AnalyzeRequest
 from exporter.sim.job_story import Story, checkpoint_every, draw_story, truth, write_trace
 from exporter.traces.load import load_trace

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from exporter.analysis.goodput import STATES
+from exporter.commands.analyze import analyse_trace
 from exporter.metrics.render import render
-from exporter.offline.analyze import analyse_trace
 from exporter.offline.request import AnalyzeRequest
 from exporter.sampling.sampler import SamplerSettings
 from exporter.sim.job_story import Story, truth, write_trace

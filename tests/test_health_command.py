@@ -384,7 +384,7 @@ def test_the_health_check_program_never_holds_slurmd_back(slurm, tmp_path):
      {"MIXED", "DRAIN"}, "cte: reboot_node: GPU 5: lost", True, True),
 ])
 def test_scontrol_show_node_is_read(text, states, reason, jobs, drained):
-    from exporter.tell.slurm import parse_node
+    from exporter.commands.health.slurm import parse_node
 
     node = parse_node(text)
     assert node is not None
@@ -393,7 +393,7 @@ def test_scontrol_show_node_is_read(text, states, reason, jobs, drained):
 
 
 def test_no_state_is_no_answer():
-    from exporter.tell.slurm import parse_node
+    from exporter.commands.health.slurm import parse_node
 
     assert parse_node("slurm_load_node error: Invalid node name specified") is None
 
@@ -405,7 +405,7 @@ def test_no_state_is_no_answer():
     ("10.1.2.3", "10.1.2.3", "http://10.1.2.3:9955/api/v1/health"),
 ])
 def test_every_address_is_asked_on_loopback(listen, host, url):
-    from exporter.tell.client import Target, connect_host
+    from exporter.commands.health.client import Target, connect_host
 
     assert connect_host(listen) == host
     assert Target(host, 9955).url == url

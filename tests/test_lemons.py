@@ -14,6 +14,7 @@ import pytest
 
 from exporter.analysis.lemons import GROUP_OF, GROUPS, Member, Model, counted, score_fleet
 from exporter.cli import main
+from exporter.commands.lemons import rank
 from exporter.events import KINDS, Event
 from exporter.offline.infinitehbd import (
     CLASS_KINDS,
@@ -23,7 +24,6 @@ from exporter.offline.infinitehbd import (
     load_faults,
     to_events,
 )
-from exporter.offline.lemons import rank
 from tests.tools import REPO
 
 _SHARED = (REPO.parent / "shared", REPO.parent.parent / "shared")

@@ -66,7 +66,7 @@ def test_the_file_is_read_as_a_stream(tmp_path, monkeypatch):
     """Never the whole text at once: each read asks for at most a line's cap."""
     import io
 
-    from exporter.offline import lemons
+    from exporter.commands import lemons
 
     asked = []
     real_open = open
@@ -90,7 +90,7 @@ def test_the_file_is_read_as_a_stream(tmp_path, monkeypatch):
 
 def test_a_trace_document_past_its_bound_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     """A file that opens with `[` is one JSON document, read whole: bounded too."""
-    from exporter.offline import lemons
+    from exporter.commands import lemons
 
     monkeypatch.setattr(lemons, "MAX_TRACE_BYTES", 1 << 20)
     path = tmp_path / "huge.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.offline import analyze
+from exporter.commands import analyze
 from exporter.traces.load import load_trace
 from tests.synth_power import FOLDED, MATRIX, NONE, RESOLVED, T0, UNRESOLVED, Truth, write_trace
 

@@ -56,11 +56,14 @@ def test_readme_install_lines_build_a_wheel_that_installs_and_runs(tmp_path):
     version = subprocess.run([command, "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.stdout.strip() == f"cluster-telemetry-exporter {__version__}", version
-    # package data made it into the wheel: a scenario loads, the live page's files exist
+    # package data made it into the wheel: a scenario and a fleet scenario (read by the
+    # commands' subpackage) load, the live page's files exist
     check = subprocess.run([str(opt / "bin" / "python"), "-c",
                             "from exporter.sim.scenarios import load_scenario;"
+                            "from exporter.commands.simulate.scenario import "
+                            "load_fleet_scenario;"
                             "import exporter.web, pathlib;"
-                            "load_scenario('mig');"
+                            "load_scenario('mig'); load_fleet_scenario('two-jobs');"
                             "print(len(list((pathlib.Path(exporter.web.__file__).parent"
                             " / 'static').iterdir())))"],
                            capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from exporter.collectors.profiling.reading import ProfilingCollector
+from exporter.commands import analyze
 from exporter.gpu import gpm
 from exporter.gpu.backend import NvmlBackend
-from exporter.offline import analyze
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sampling.settings import StragglerSettings

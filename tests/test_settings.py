@@ -10,8 +10,8 @@ import pytest
 
 from exporter.app import sampler_settings
 from exporter.cli import build_parser
+from exporter.commands import analyze, record
 from exporter.config import Config, all_options, build_config
-from exporter.offline import analyze, record
 from exporter.offline.request import AnalyzeRequest
 from exporter.options import (
     ANALYZE,

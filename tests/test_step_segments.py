@@ -12,8 +12,8 @@ import pytest
 
 from exporter.analysis.power_swing import analyse_window
 from exporter.analysis.step_segments import find_step_swing, grid_relevant, plateaus
+from exporter.commands.analyze import build_parser
 from exporter.metrics.render import render
-from exporter.offline.analyze import build_parser
 from exporter.offline.swings import merge_step
 from exporter.sim.step_family import (
     StepCase,
@@ -186,7 +186,7 @@ def test_live_and_offline_agree_on_a_replayed_trace(tmp_path, running_exporter):
     case = held_out_like(seed=5, seconds=150.0)
     path = write_trace(case, tmp_path / "replayed.cte")
     args = build_parser().parse_args([str(path)])
-    from exporter.offline.analyze import analyse_trace
+    from exporter.commands.analyze import analyse_trace
     from exporter.traces.load import load_trace
 
     offline = [s for s in analyse_trace(load_trace(path), args)["power_swings"]

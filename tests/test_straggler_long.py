@@ -11,10 +11,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from exporter.commands import analyze
 from exporter.gpu import catalogue
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.state import read_values
-from exporter.offline import analyze
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 from exporter.traces.load import load_trace

@@ -9,7 +9,7 @@ across it on its grid, ``hold`` its last verdict through it, or ``fold`` only th
 measured samples). A window that holds a longer hole, or that is less than half
 measured, is left out of that analysis alone; the others still read it.
 
-One rule for the offline ``analyze`` (exporter.offline) and the live analyses
+One rule for the offline ``analyze`` (exporter.commands.analyze) and the live analyses
 (exporter.sampling): both build their bridges with :func:`bridge` and ask
 :meth:`Bridge.window_ok` (or :func:`fill`, on a grid with NaN in its holes). Any other
 analysis over time (an accounting of where the time went, say) can do the same: name

@@ -23,8 +23,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporter.commands.health.verdict import Verdict, cut
 from exporter.health.model import DRAIN_AND_SERVICE, REBOOT_NODE, RESET_GPU
-from exporter.tell.verdict import Verdict, cut
 
 SCONTROL_TIMEOUT = 20.0  # seconds per call
 DEFAULT_PREFIX = "cte"

@@ -1,4 +1,4 @@
-"""`cluster-telemetry-exporter health`: the command line (see exporter/tell/__init__.py).
+"""`cluster-telemetry-exporter health`: the command line (see this package's __init__.py).
 
     health [--config FILE | --web.listen-address ADDR --web.config.file FILE]
            [--format line|json] [--fail-on failed|warning] [--timeout SECONDS]
@@ -21,11 +21,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from exporter.errors import PROG, fail
-from exporter.health.model import FAILED, UNKNOWN
-from exporter.options import HEALTH, Option, add_flags, build, options_of, positive
-from exporter.tell import client, slurm
-from exporter.tell.verdict import (
+from exporter.commands.health import client, slurm
+from exporter.commands.health.verdict import (
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_UNKNOWN,
@@ -35,6 +32,9 @@ from exporter.tell.verdict import (
     cut,
     parse,
 )
+from exporter.errors import PROG, fail
+from exporter.health.model import FAILED, UNKNOWN
+from exporter.options import HEALTH, Option, add_flags, build, options_of, positive
 from exporter.web.settings import ServingSettings
 from exporter.yamlfile import ConfigError
 

@@ -22,7 +22,7 @@ Gaps in the samples (exporter.offline.gaps) are named in the notes and the JSON;
 each analysis judges them against its own time scale (exporter.analysis.bridging):
 it bridges the short ones and leaves out only its windows across the longer ones.
 
-Also runnable as ``python -m exporter.offline.analyze FILE``.
+Also runnable as ``python -m exporter.commands.analyze FILE``.
 """
 
 from __future__ import annotations
