@@ -19,9 +19,17 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporter.analysis.lemons import NAME, WINDOWS, Model, window_counts  # noqa: E402
+from exporter.analysis.lemons import (  # noqa: E402
+    HARDWARE_XID_ACTIONS,
+    NAME,
+    WINDOWS,
+    Model,
+    counted,
+    window_counts,
+)
 from exporter.commands.lemons import rank  # noqa: E402
 from exporter.events import Event  # noqa: E402
+from exporter.gpu.xid import xid_action  # noqa: E402
 
 BUDGET = 0.99  # the alerts' gate: a member must reach the cluster's 99th percentile score
 RUNBOOK = "https://github.com/cluster-telemetry-exporter/cluster-telemetry-exporter/blob/main/docs/runbooks.md#"
@@ -38,10 +46,24 @@ def _regex(kinds) -> str:
     return "|".join(kinds)
 
 
+# An XID's kind carries no code: the XIDs the score counts are read by the XID table's action
+XID_EPISODES = {"gpu_node_episodes": "gpu_node_xid_episodes", "gpu_episodes": "gpu_xid_episodes"}
+
+
 def _decayed(metric: str, by: str, model: Model) -> str:
-    """Each member's episodes per weighed kind, weighed by age (window coefficients)."""
-    terms = [f'{_f(c)} * {metric}{{window="{w}", kind=~"{_regex(model.kinds)}"}}'
-             for w, c in model.window_coefficients().items() if c]  # a count: 28d alone
+    """Each member's episodes per weighed kind, weighed by age (window coefficients); the
+    XIDs those whose action asks for a reset, a reboot or service (lemons.counted)."""
+    kinds = [k for k in model.kinds if k != "xid"]
+    actions = _regex(sorted(HARDWARE_XID_ACTIONS))
+    terms = []
+    for w, c in model.window_coefficients().items():
+        if not c:  # a count: 28d alone
+            continue
+        terms.append(f'{_f(c)} * {metric}{{window="{w}", kind=~"{_regex(kinds)}"}}')
+        if "xid" in model.kinds:
+            terms.append(f'label_replace(\n    {_f(c)} * sum without (action) ('
+                         f'{XID_EPISODES[metric]}{{window="{w}", action=~"{actions}"}}),\n'
+                         '    "kind", "xid", "", "")')
     return f"sum by ({by}, kind) (\n  " + "\n  or ".join(terms) + "\n)"
 
 
@@ -98,8 +120,7 @@ WHAT = (f"{NAME} as the cluster's average (the lemon score, against the mean of 
 def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
            model: Model) -> dict:
     score = f"{'instance' if level == 'gpu_node' else 'instance_gpu'}:{level}_lemon_score:ratio"
-    reasons = ("{{ range printf `sort_desc(" + episodes + "{" + match +
-               ", window=\"28d\", kind=~\"" + _regex(model.kinds) + "\"})` " +
+    reasons = ("{{ range printf `sort_desc(" + episodes + "{" + match + "})` " +
                ("$labels.instance" if level == "gpu_node" else "$labels.instance $labels.gpu") +
                " | query }}{{ .Labels.kind }} {{ .Value }} in 28 d; {{ end }}")
     return {
@@ -121,9 +142,9 @@ def _alert(name: str, level: str, by: str, what: str, episodes: str, match: str,
 def global_rules(model: Model) -> dict:
     alerts = [
         _alert("GpuNodeLemon", "gpu_node", NODE, "Node {{ $labels.instance }}",
-               "gpu_node_episodes", "instance=%q", model),
+               "instance_kind:gpu_node_episodes:by_age", "instance=%q", model),
         _alert("GpuLemon", "gpu", GPU, "GPU {{ $labels.gpu }} on {{ $labels.instance }}",
-               "gpu_episodes", "instance=%q, gpu=%q", model),
+               "instance_gpu_kind:gpu_episodes:by_age", "instance=%q, gpu=%q", model),
     ]
     return {"groups": [{"name": "cte-lemon-node-fleet",
                         "rules": _fleet("gpu_node", NODE, FLEET_NODES)},
@@ -137,17 +158,19 @@ T = 1800.0  # promtool's clock at the evaluation below (30m)
 NODES = 100
 GPUS = 2
 INSTANCE = "node-{:02d}:9955"
-# node -> (age in days, kind, gpu); zero-valued windows too (node 3), a kind the score
-# weighs 0 (ib_link_down, thermal, ...), a young node (its history began 3 days ago: it counts in the fleet the same)
-FLEET: dict[int, list[tuple[float, str, str | None]]] = {
-    3: [(0.5, "ecc_dbe", "1"), (3.0, "ecc_dbe", "1"), (8.0, "ecc_dbe", "1"), (10.0, "xid", "1"),
-        (12.0, "xid", "0")],
+# node -> (age in days, kind, gpu[, XID code]); zero-valued windows too (node 3), a kind the
+# score weighs 0 (ib_link_down, thermal, ...), XIDs that ask for a reset or reboot (48, 79)
+# and ones that do not (13, 94: not counted), a young node (its history began 3 days ago: it
+# counts in the fleet the same)
+FLEET: dict[int, list[tuple]] = {
+    3: [(0.5, "ecc_dbe", "1"), (3.0, "ecc_dbe", "1"), (8.0, "ecc_dbe", "1"),
+        (10.0, "xid", "1", 79), (12.0, "xid", "0", 48)],
     7: [(2.0, "ib_link_down", None)],
     11: [(20.0, "unknown", None)],
     15: [(5.0, "thermal", None), (6.0, "thermal", None)],
     20: [(0.2, "health_failed", None), (15.0, "software", None)],
     42: [(25.0, "gpu_lost", "0")],
-    50: [(1.5, "xid", "0"), (2.5, "xid", "0")],
+    50: [(1.5, "xid", "0", 13), (2.5, "xid", "0", 48), (4.0, "xid", "1", 94)],
 }
 YOUNG = {7: 3.0}
 HISTORY_DAYS = 40.0
@@ -158,8 +181,8 @@ REPEAT: dict[int, list[tuple[float, str, str | None]]] = {
 
 
 def fleet_events(fleet=FLEET) -> list[Event]:
-    out = [Event(T - age * DAY, INSTANCE.format(n), kind, gpu)
-           for n, evs in fleet.items() for age, kind, gpu in evs]
+    out = [Event(T - ev[0] * DAY, INSTANCE.format(n), ev[1], ev[2], *ev[3:])
+           for n, evs in fleet.items() for ev in evs]
     return sorted(out, key=lambda e: e.time)
 
 
@@ -179,26 +202,44 @@ def _series(fleet, young) -> list[dict]:
         for g in range(GPUS):
             out.append({"series": f'gpu_up{{instance="{inst}", job="gpu", gpu="{g}", '
                         f'uuid="GPU-{n}-{g}"}}', "values": "1x40"})
-        evs = fleet.get(n, [])
-        for kind in sorted({k for _, k, _ in evs}):
-            for w, c in _windows([a for a, k, _ in evs if k == kind]).items():
+        evs = [(ev[0], ev[1], ev[2], _action(ev)) for ev in fleet.get(n, [])]
+        for kind in sorted({k for _, k, _, _ in evs}):
+            for w, c in _windows([a for a, k, _, _ in evs if k == kind]).items():
                 if c or n == 3:  # node 3 exports its zero windows, the others leave them out
                     out.append({"series": f'gpu_node_episodes{{instance="{inst}", job="gpu", '
                                 f'kind="{kind}", window="{w}"}}', "values": f"{c}x40"})
-        for gpu in sorted({g for _, _, g in evs if g is not None}):
-            for kind in sorted({k for _, k, g in evs if g == gpu}):
-                for w, c in _windows([a for a, k, g in evs if k == kind and g == gpu]).items():
+        for action in sorted({x for _, _, _, x in evs if x}):
+            for w, c in _windows([a for a, _, _, x in evs if x == action]).items():
+                if c:
+                    out.append({"series": f'gpu_node_xid_episodes{{instance="{inst}", '
+                                f'job="gpu", action="{action}", window="{w}"}}',
+                                "values": f"{c}x40"})
+        for gpu in sorted({g for _, _, g, _ in evs if g is not None}):
+            for kind in sorted({k for _, k, g, _ in evs if g == gpu}):
+                for w, c in _windows([a for a, k, g, _ in evs if k == kind and g == gpu]).items():
                     if c:
                         out.append({"series": f'gpu_episodes{{instance="{inst}", job="gpu", '
                                     f'gpu="{gpu}", uuid="GPU-{n}-{gpu}", kind="{kind}", '
                                     f'window="{w}"}}', "values": f"{c}x40"})
+            for action in sorted({x for _, _, g, x in evs if g == gpu and x}):
+                for w, c in _windows([a for a, _, g, x in evs if x == action and g == gpu]).items():
+                    if c:
+                        out.append({"series": f'gpu_xid_episodes{{instance="{inst}", job="gpu", '
+                                    f'gpu="{gpu}", uuid="GPU-{n}-{gpu}", action="{action}", '
+                                    f'window="{w}"}}', "values": f"{c}x40"})
     return out
+
+
+def _action(ev: tuple) -> str:
+    """An XID event's action, as the node's history exports it ("" for another kind)."""
+    return xid_action(ev[3])[1] if ev[1] == "xid" and len(ev) > 3 else ""
 
 
 def _reasons(fleet, n: int, gpu: str | None, model: Model) -> str:
     kinds = {}
-    for age, kind, g in fleet.get(n, []):
-        if age < 28 and (gpu is None or g == gpu) and model.weight(kind) > 0:
+    for age, kind, g, *xid in fleet.get(n, []):
+        if age < 28 and (gpu is None or g == gpu) and model.weight(kind) > 0 and counted(
+                kind, xid[0] if xid else None):
             kinds[kind] = kinds.get(kind, 0) + 1
     return "".join(f"{k} {c} in 28 d; " for k, c in sorted(kinds.items(), key=lambda x: (-x[1], x[0])))
 
@@ -304,7 +345,8 @@ def tests_file(model: Model) -> dict:
 
 HEADERS = {
     "lemons.yml": "# The lemon score, node-local half: each node's and GPU's episodes (gpu_node_episodes,\n"
-                  "# gpu_episodes) of the kinds the score weighs, summed (the score's numerator).\n"
+                  "# gpu_episodes) of the kinds the score weighs, summed (the score's numerator); its\n"
+                  "# XIDs those whose action asks for a reset, a reboot or service (gpu_*xid_episodes).\n"
                   "# Written by scripts/build_lemon_rules.py from exporter/analysis/lemons.py: edit those.\n",
     "global-lemons.yml": "# The lemon score, global half: each member's count against the mean of the\n"
                          "# cluster's members (every node keeping a history, and its GPUs; quiet ones at 0), and\n"

@@ -81,3 +81,27 @@ def test_infiniband_episodes_are_per_port_and_a_port_back_can_fail_again(tmp_pat
     assert all(e.gpu == NODE for e in h.recent)
     h.stop()
 
+
+
+def test_xid_episodes_are_also_counted_by_the_xid_tables_action(tmp_path):
+    """The lemon score's rules count only the XIDs that ask for a reset, a reboot or
+    service; an episode's kind carries no code, so the node says the action beside it."""
+    from exporter.history.families import history_families
+    from exporter.sampling.snapshot import XidRecord
+
+    h = history(tmp_path)
+    h.observe(make_snapshot(2, time=T0, xids={(0, 13): XidRecord(1, T0),
+                                               (0, 48): XidRecord(1, T0),
+                                               (1, 79): XidRecord(1, T0)}))
+    fams = {f.name: f for f in history_families(h, T0 + 60)}
+    h.stop()
+
+    def samples(name: str, label: str) -> dict:
+        return {(s.labels.get("gpu"), s.labels[label]): s.value for s in fams[name].samples
+                if s.labels["window"] == "28d"}
+
+    assert samples("gpu_xid_episodes", "action") == {
+        ("0", "restart_application"): 1, ("0", "reset_gpu"): 1, ("1", "reboot_node"): 1}
+    assert samples("gpu_node_xid_episodes", "action") == {
+        (None, "restart_application"): 1, (None, "reset_gpu"): 1, (None, "reboot_node"): 1}
+    assert samples("gpu_episodes", "kind") == {("0", "xid"): 2, ("1", "xid"): 1}

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
+from exporter.gpu.xid import xid_action
 from exporter.history.episodes import NODE
 from exporter.history.recorder import KEEP_SECONDS, WINDOW_SECONDS, History
 from exporter.history.writer import MAX_PENDING_EPISODES, REFUSED_REASONS
@@ -35,6 +36,23 @@ NODE_EPISODES = Family(
     doc="Fault episodes on the node that started within the window: its GPUs' (also GPUs "
         "since replaced) and its own kinds (`ib_link_down`, `ib_degraded`, ...). (present "
         "only when a state directory is kept and the node had an episode in 28 days)")
+XID_EPISODES = Family(
+    "gpu_xid_episodes", "gauge",
+    "XID episodes of the GPU that started within the window (1d, 7d, 28d), by the action "
+    "the XID table asks for (the lemon score counts reset_gpu, reboot_node and "
+    "drain_and_service). Absent: 0.", ("gpu", "uuid", "action", "window"),
+    source="state directory", profile=MINIMAL,
+    doc="The `xid` episodes of `gpu_episodes` by the action the XID table "
+        "(docs/health.md) asks for: `none`, `restart_application`, `reset_gpu`, "
+        "`reboot_node`, `drain_and_service`; the lemon score's rules count the last three. "
+        "(present only when a state directory is kept and the GPU had an XID in 28 days)")
+NODE_XID_EPISODES = Family(
+    "gpu_node_xid_episodes", "gauge",
+    "XID episodes on the node that started within the window, by the action the XID table "
+    "asks for. Absent: 0.", ("action", "window"), source="state directory", profile=MINIMAL,
+    doc="The node's `xid` episodes (its GPUs', also GPUs since replaced) by the action the "
+        "XID table asks for, as `gpu_xid_episodes`. (present only when a state directory is "
+        "kept and the node had an XID in 28 days)")
 HISTORY_START = Family(
     "gpu_node_history_start_timestamp_seconds", "gauge",
     "When the node's stored history begins (the state directory was first used): the time "
@@ -96,31 +114,42 @@ KMSG_READABLE = Family(
     doc="1 if the kernel log can be read for XIDs; 0 if not (no `CAP_SYSLOG` under "
         "`kernel.dmesg_restrict=1`: `/readyz` says degraded)." + _KEPT)
 
-DECLARED = (GPU_EPISODES, NODE_EPISODES, HISTORY_START, REPLACEMENTS, TRANSACTIONS,
-            WRITE_FAILURES, DROPPED, RESETS, REFUSED, XID_DUPLICATES, KMSG_XIDS, KMSG_READABLE)
+DECLARED = (GPU_EPISODES, NODE_EPISODES, XID_EPISODES, NODE_XID_EPISODES, HISTORY_START,
+            REPLACEMENTS, TRANSACTIONS, WRITE_FAILURES, DROPPED, RESETS, REFUSED, XID_DUPLICATES,
+            KMSG_XIDS, KMSG_READABLE)
 
 
 def history_families(history: History, now: float) -> Iterator[Metric]:
     episodes = history.episodes_since(now - KEEP_SECONDS)
     gpu = GPU_EPISODES.gauge()
     node = NODE_EPISODES.gauge()
+    xid_gpu = XID_EPISODES.gauge()
+    xid_node = NODE_XID_EPISODES.gauge()
     per_gpu: Counter = Counter()
     per_node: Counter = Counter()
     for e in episodes:
         age = now - e.start
+        # an XID also by its action (exporter/gpu/xid.py), which its kind does not carry
+        groups = [e.kind] + ([f"xid:{xid_action(e.xid)[1]}"] if e.kind == "xid"
+                             and e.xid is not None else [])
         for window, seconds in WINDOW_SECONDS.items():
             inside = age <= seconds
-            per_node[(e.kind, window)] += inside
-            if e.gpu != NODE:
-                per_gpu[(e.gpu, e.kind, window)] += inside
-    for (key, kind, window), count in sorted(per_gpu.items()):
+            for group in groups:
+                per_node[(group, window)] += inside
+                if e.gpu != NODE:
+                    per_gpu[(e.gpu, group, window)] += inside
+    for (key, group, window), count in sorted(per_gpu.items()):
         index = history.gpus.index_of.get(key)
         if index is not None:
-            gpu.add_metric([str(index), key[1], kind, window], count)
-    for (kind, window), count in sorted(per_node.items()):
-        node.add_metric([kind, window], count)
+            family, what = (xid_gpu, group[4:]) if group.startswith("xid:") else (gpu, group)
+            family.add_metric([str(index), key[1], what, window], count)
+    for (group, window), count in sorted(per_node.items()):
+        family, what = (xid_node, group[4:]) if group.startswith("xid:") else (node, group)
+        family.add_metric([what, window], count)
     yield gpu
     yield node
+    yield xid_gpu
+    yield xid_node
     stats = history.stats()
     yield HISTORY_START.gauge(stats.created)
     yield REPLACEMENTS.counter(stats.replacements)
