@@ -125,7 +125,8 @@ class History:
         for (serial, uuid, name, key), (value, last) in loaded.counters.items():
             if name == "xid":
                 self.xids[((serial, uuid), int(key))] = [value, last]
-            elif name == "level":
+            elif name == "level" and (key == "verdict_failed" or key.startswith("check ")):
+                # a check's state (levels of older versions' own rules are left unread)
                 self.levels[((serial, uuid), key)] = value
         for episode in loaded.episodes:
             self.merger.resume(episode)
@@ -222,13 +223,10 @@ class History:
             self.recent.append(episode)
             self.version += 1
 
-    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float,
-               first_counts: bool = False) -> bool:
-        """Store a level (a count, a flag); True when it rose since the last one seen.
-        The first value seen for a GPU (a first start, a GPU just fitted) is a baseline:
-        lifetime counts and ports still training at boot did not happen now. Flags that
-        say what a GPU needs now (a remap failure, a verdict) pass `first_counts`: set the
-        first time, they are an episode."""
+    def _level(self, gpu: GpuKey, name: str, value: float | None, at: float) -> bool:
+        """Store a level (a check's state, 1 while it is bad); True when it rose since the
+        last one seen. A check already bad at its first read is an episode: it says what
+        the GPU needs now."""
         if value is None:
             return False
         previous = self.levels.get((gpu, name))
@@ -237,7 +235,7 @@ class History:
         self.levels[(gpu, name)] = value
         self.writer.batch.counters[(*gpu, "level", name)] = (value, at)
         if previous is None:
-            return first_counts and value > 0.0
+            return value > 0.0
         return value > previous
 
     def _continued(self, snapshot: Snapshot) -> dict[tuple[int, int], XidRecord]:
@@ -274,7 +272,7 @@ class History:
 
     def _judged(self, key: GpuKey, verdict: Verdict, at: float) -> None:
         failed = any(c.state == FAILED for c in verdict.checks)
-        if self._level(key, "verdict_failed", float(failed), at, first_counts=True):
+        if self._level(key, "verdict_failed", float(failed), at):
             self._occurred(key, "health_failed", at)
         for check in verdict.checks:
             kind = CHECK_KINDS.get(check.name)
@@ -284,7 +282,7 @@ class History:
                 kind = "gpu_lost"
             for subject, bad in self._subjects(key, check).items():
                 name = f"check {check.name}" + (f" {subject}" if subject else "")
-                if self._level(key, name, float(bad), at, first_counts=True):
+                if self._level(key, name, float(bad), at):
                     self._occurred(key, kind, at, detail=subject)
 
     def _subjects(self, key: GpuKey, check: CheckResult) -> dict[str, bool]:
