@@ -8,6 +8,10 @@ counter (so rules can alert on `class="critical"` without code lists), the healt
 verdict's state and action (exporter/health/), the live page's finding severity and the
 lemon score's XID weights.
 
+Two lists of codes stand apart on purpose: dcgm-exporter's own `err_msg` wording
+(exporter/metrics/compat/xid_messages.csv, served as that exporter serves it) and the
+sticky XIDs NVSentinel merges over hours (exporter/history/episodes.py).
+
 The class keeps its words as a label value (the alerts key on it); how a class maps to the
 one severity vocabulary (critical, warning, info) is in docs/health.md ("One vocabulary").
 """

@@ -186,28 +186,32 @@ class DcgmCompat:
     def render(self, snapshot: Snapshot, health: NodeHealth | None = None) -> bytes:
         devices = self.devices(snapshot)
         whole = [d for d in devices if d.instance is None]
+        # what several fields read, worked out once a render
+        xids = list(_xids(snapshot, whole))
+        memory = _mig_memory(snapshot) if len(devices) > len(whole) else {}
         out: list[str] = []
         for f in FIELDS:
             if not f.served or f.type == "label":
                 continue
-            lines = list(self._lines(f, snapshot, health, whole, devices))
+            lines = list(self._lines(f, snapshot, health, whole, devices, xids, memory))
             if lines:
                 out.append(f"# HELP {f.name} {f.help}\n# TYPE {f.name} {f.type}\n")
                 out.extend(lines)
         return "".join(out).encode()
 
     def _lines(self, f: DcgmField, snapshot: Snapshot, health: NodeHealth | None,
-               whole: list[_Device], devices: list[_Device]) -> Iterator[str]:
+               whole: list[_Device], devices: list[_Device], xids: list[tuple],
+               memory: Mapping[tuple[int, int | None], Mapping[str, float]]) -> Iterator[str]:
         kind, _, key = f.source.partition(":")
         if kind == "gpm":
             yield from self._gpm_lines(f, key, snapshot, devices)
         elif kind == "xid_last":
             yield from _xid_last_lines(f, snapshot, whole)
         elif kind == "xid_total":
-            for d, code, record in _xids(snapshot, whole):
+            for d, code, record in xids:
                 yield f'{f.name}{d.labels},xid="{code}"}} {go_float(record.count)}\n'
         elif kind == "xid_window":
-            yield from self._xid_window_lines(f, snapshot, whole)
+            yield from self._xid_window_lines(f, snapshot, xids)
         elif kind == "health":
             yield from _health_lines(f, health, whole)
         else:
@@ -215,8 +219,7 @@ class DcgmCompat:
                 value = _value(kind, key, d.gpu, snapshot)
                 if value is not None:
                     yield f"{f.name}{d.labels}}} {go_float(value * f.scale)}\n"
-            if f.mig and len(devices) > len(whole):
-                memory = _mig_memory(snapshot)
+            if f.mig and memory:
                 for d in devices:
                     value = memory.get((d.gpu, d.instance), {}).get(f.mig.partition(":")[2])
                     if d.instance is not None and value is not None:
@@ -238,14 +241,14 @@ class DcgmCompat:
                 yield f"{f.name}{d.labels}}} {go_float(value * f.scale)}\n"
 
     def _xid_window_lines(self, f: DcgmField, snapshot: Snapshot,
-                          whole: list[_Device]) -> Iterator[str]:
+                          xids: list[tuple]) -> Iterator[str]:
         """XIDs of each code in the last window: the count now less the count the newest
         render at or before the window's start saw (before the exporter has rendered one
         that old: the count, if the newest XID of the code is in the window)."""
         window = XID_WINDOW_MS / 1000
         start = snapshot.time - window
         with self._lock:
-            for d, code, record in _xids(snapshot, whole):
+            for d, code, record in xids:
                 seen = self._xid_seen.setdefault((d.gpu, code), deque())
                 seen.append((snapshot.time, record.count))
                 while len(seen) > 1 and seen[1][0] <= start:
