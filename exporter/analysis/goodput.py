@@ -53,7 +53,9 @@ BRIDGE_SECONDS = 5.0
 BRIDGE_INTERVALS = 3.0
 
 
-SMOOTH_SAMPLES = 5  # offline: each second judged on a mean over at least this many readings
+# offline: each second judged on a mean over at least this many readings, so one reading
+# caught in a step's low phase (the nanoGPT log polls every 0.3 s) is no pause
+SMOOTH_SAMPLES = 5
 
 
 def smoothing_seconds(sample_interval_seconds: float) -> int:
@@ -69,14 +71,21 @@ def bridge_limit(sample_interval_seconds: float) -> float:
 
 @dataclass(frozen=True)
 class GoodputThresholds:
-    """The rules' numbers (docs/goodput.md says where each comes from)."""
+    """The rules' numbers (docs/goodput.md says where each comes from: the busy-wait pair is
+    the stall check's; the rest are reasoned, not measured on hardware)."""
 
+    # halfway from idle to the compute level: a step's low phase sits below, its compute
+    # phase above (the midpoint the power-swing analyses split phases at)
     busy_share: float = 0.5  # working: power past floor + this share of (level - floor) ...
+    # a range under 30 % of the level is no swing to split (an idle or a flat GPU)
     min_range_share: float = 0.3  # ... where the GPU's range (level - floor) is >= this * level
+    # an idle H100 draws about a tenth of its 700 W limit (the nanoGPT log's 1st percentile:
+    # 72-82 W per GPU): three times that is work, a floor past a quarter never idled
     working_tdp_share: float = 0.3  # flat power: working at >= this share of the power limit
     idle_tdp_share: float = 0.25  # a floor above this share of the limit was never idle
     working_utilization: float = 0.5  # flat power, no limit known: working at this utilization
-    working_watts: float = 100.0  # flat power, neither known: working above this
+    working_watts: float = 100.0  # flat power, neither known: working above this (idle H100)
+    job_working_share: float = 0.5  # a job works while most of its live GPUs do
     # busy-waiting: utilization >= this at power <= wait_level * its compute level (the
     # stall check's signature and numbers)
     wait_utilization: float = StallThresholds().busy_utilization
@@ -87,7 +96,8 @@ class GoodputThresholds:
     bridge_seconds: float = BRIDGE_SECONDS
 
 
-FLOOR_PERCENTILE, LEVEL_PERCENTILE = 1.0, 95.0  # of a GPU's power: near idle, computing
+# of a GPU's power: near idle, and computing (the stall check's compute level is its p95 too)
+FLOOR_PERCENTILE, LEVEL_PERCENTILE = 1.0, 95.0
 
 
 def working(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
@@ -276,7 +286,8 @@ class Ledger:
                 elif job.stepped:
                     works[rows] |= waits[rows]
             mine = live[rows]
-            if mine.any() and works[rows].sum() >= 0.5 * mine.sum():
+            if mine.any() and works[rows].sum() >= (
+                    self.thresholds.job_working_share * mine.sum()):
                 job.working_seconds += dt
                 job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
             elif not job.stepped:
@@ -352,23 +363,25 @@ class Ledger:
         return None
 
 
-LOST_SECONDS = 30.0  # offline: readings gone this long, while peers report, is a lost GPU
+# offline: readings gone this long while peers report through PEERS_REPORTING of it is a
+# lost GPU: far past the longest poll stall of a busy host (1-3 s in real logs, and the
+# bridge), short against the minutes a lost GPU stays gone
+LOST_SECONDS = 30.0
+PEERS_REPORTING = 0.9
 
 
 def lost_runs(has: np.ndarray, min_seconds: float) -> np.ndarray:
     """Offline evidence of a lost GPU (N, T) from which seconds have readings (1 s bins):
     a run of at least ``min_seconds`` without readings while another GPU of the node has
-    readings through most (90 %) of it. Live, NVML says lost itself."""
+    readings through most (PEERS_REPORTING) of it. Live, NVML says lost itself."""
     h = np.asarray(has, dtype=bool)
     out = np.zeros(h.shape, dtype=bool)
     if h.shape[0] < 2:
         return out  # no peer to say the node went on
     for gpu in range(h.shape[0]):
-        miss = np.concatenate([[0], (~h[gpu]).astype(np.int8), [0]])
-        edges = np.flatnonzero(np.diff(miss))
         others = np.delete(h, gpu, axis=0)
-        for a, b in zip(edges[::2], edges[1::2], strict=True):
-            if b - a >= min_seconds and others[:, a:b].mean(axis=1).max() >= 0.9:
+        for a, b in _missing_runs(h[gpu]):
+            if b - a >= min_seconds and others[:, a:b].mean(axis=1).max() >= PEERS_REPORTING:
                 out[gpu, a:b] = True
     return out
 
@@ -379,12 +392,16 @@ def hold_short_holes(has: np.ndarray, most: int) -> np.ndarray:
     h = np.asarray(has, dtype=bool)
     out = np.zeros(h.shape, dtype=bool)
     for gpu in range(h.shape[0]):
-        miss = np.concatenate([[0], (~h[gpu]).astype(np.int8), [0]])
-        edges = np.flatnonzero(np.diff(miss))
-        for a, b in zip(edges[::2], edges[1::2], strict=True):
+        for a, b in _missing_runs(h[gpu]):
             if a > 0 and b - a <= most:
                 out[gpu, a:b] = True
     return out
+
+
+def _missing_runs(has: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of seconds without readings in one GPU's row."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], (~has).astype(np.int8), [0]])))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
 def rolling_mean(x: np.ndarray, k: int) -> np.ndarray:
