@@ -11,14 +11,25 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 
-from exporter.history.kmsg import KmsgReader
-from exporter.history.recorder import KMSG_SLICE, History
+from exporter.history.recorder import History
 from exporter.history.store import FILE, Batch, Store
-from exporter.sampling.snapshot import XidRecord
-from tests.tools import REPO, free_port, http_get, make_snapshot, samples, wait_for
+from exporter.sampling.kmsg import KmsgReader
+from exporter.sampling.xid_kmsg import SLICE, KernelLogFollower
+from exporter.sampling.xid_ledger import Occurrence, XidLedger
+from exporter.sampling.xids import XidWatcher
+from tests.tools import (
+    REPO,
+    free_port,
+    http_get,
+    make_snapshot,
+    samples,
+    wait_for,
+    xid_sources,
+)
 
 NOW = 1_790_000_000.0
 BOOT = "7d1c9a52-0b7e-4a33-9b1a-0c5a0f00b001"
@@ -94,16 +105,30 @@ def test_kill_9_never_takes_back_a_served_xid_count(tmp_path):
 
 # -- one bad record, refused alone -----------------------------------------------------
 
-def _history(tmp_path, log_text: str = "", **kw) -> History:
+@dataclass
+class Node:
+    """A history with the sampler's XID side wired to it, as the exporter wires them."""
+
+    history: History
+    ledger: XidLedger
+    log: KernelLogFollower
+
+    def stop(self) -> None:
+        self.log.finish()
+        self.history.stop()
+
+
+def _node(tmp_path, log_text: str = "") -> Node:
     (tmp_path / "boot_id").write_text(BOOT + "\n")
     (tmp_path / "kmsg").write_text(log_text)
     store = Store(tmp_path / "state", lambda: NOW)
     store.open()
-    h = History(store, "node-a", clock=lambda: NOW, kmsg_path=str(tmp_path / "kmsg"),
-                boot_id_path=str(tmp_path / "boot_id"), boot_time=lambda: NOW - 1000.0, **kw)
+    h = History(store, "node-a", clock=lambda: NOW, boot_id_path=str(tmp_path / "boot_id"))
     h.load()
-    h.observe(make_snapshot(2))  # GPUs 0 and 1, in slots 0000:00:00 and 0000:01:00
-    return h
+    # GPUs 0 and 1, in slots 0000:00:00 and 0000:01:00
+    ledger, follower = xid_sources(h, make_snapshot(2), str(tmp_path / "kmsg"),
+                                   boot_time=lambda: NOW - 1000.0)
+    return Node(h, ledger, follower)
 
 
 def _xid_line(sequence: int, slot: str, code: str) -> str:
@@ -126,9 +151,10 @@ def test_a_bad_kernel_log_record_is_refused_alone_and_named(tmp_path, caplog):
              _xid_line(4, "0000:77:00", "79"),  # a slot where this node has no GPU
              _xid_line(5, "0000:01:00", "31"),
              _xid_line(6, "0000:01:00", "9" * 5000)]  # past what int() converts
-    h = _history(tmp_path, "".join(lines))
+    node = _node(tmp_path, "".join(lines))
     with caplog.at_level(logging.WARNING):
-        h.poll_kmsg()
+        node.log.tick()
+    h = node.history
     assert {code: n for (_, code), (n, _) in h.xids.items()} == {13: 1, 31: 1}
     assert _stored_xids(tmp_path) == {"13": 1.0, "31": 1.0}  # written ahead, the batch whole
     assert h.stats().refused == {"xid_code": 3, "not_on_this_node": 1}
@@ -136,56 +162,68 @@ def test_a_bad_kernel_log_record_is_refused_alone_and_named(tmp_path, caplog):
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == 4 and all("\n" not in line for line in refused)
     assert any("record 4" in line and "0000:77:00" in line for line in refused)
-    served = h.observe(make_snapshot(2))
-    assert sorted(served.xids) == [(0, 13), (1, 31)]  # no absurd code, no gpu=""
-    h.stop()
+    assert sorted(node.ledger.seen()) == [(0, 13), (1, 31)]  # no absurd code, no gpu=""
+    node.stop()
 
 
-def test_an_nvml_xid_outside_its_range_is_no_label_and_refused(tmp_path):
-    h = _history(tmp_path)
-    snapshot = make_snapshot(2, xids={(0, 10**12): XidRecord(1, NOW), (1, 48): XidRecord(1, NOW)})
-    served = h.observe(snapshot)
-    assert sorted(served.xids) == [(1, 48)]
-    assert h.stats().refused == {"xid_code": 1}
-    assert _stored_xids(tmp_path) == {"48": 1.0}
-    h.stop()
-    (tmp_path / "alone").mkdir()
-    alone = _history(tmp_path / "alone")  # nothing else counted: still no label
-    served = alone.observe(make_snapshot(2, xids={(0, 10**12): XidRecord(1, NOW)}))
-    assert served.xids == {}
-    alone.stop()
+def test_an_nvml_xid_outside_its_range_is_no_label_and_refused(tmp_path, caplog):
+    node = _node(tmp_path)
+    watcher = XidWatcher(None, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
+                         threading.Event(), node.ledger)
+    with caplog.at_level(logging.WARNING):
+        for code in (0, 1000, 10**20):
+            watcher.record(0, code)
+        watcher.record(1, 48)
+        watcher.record(0, 999)  # NVML's "unknown": an XID
+    assert sorted(node.ledger.seen()) == [(0, 999), (1, 48)]
+    assert node.history.stats().refused == {"xid_code": 3}
+    assert _stored_xids(tmp_path) == {"48": 1.0, "999": 1.0}
+    assert sum("refused NVML event" in r.getMessage() for r in caplog.records) == 3
+    node.stop()
+
+
+def test_without_a_state_directory_a_bad_xid_is_no_label_and_named(caplog):
+    ledger = XidLedger()
+    with caplog.at_level(logging.WARNING):
+        ledger.add([Occurrence(0, 10**12, NOW, "nvml", what="NVML event: XID 1e12"),
+                    Occurrence(None, 79, NOW, "kmsg", slot="0000:77:00", what="record 4"),
+                    Occurrence(1, 48, NOW, "nvml")])
+    assert sorted(ledger.seen()) == [(1, 48)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused NVML event: XID 1e12 (xid code)", "refused record 4 (not on this node)"]
 
 
 def test_a_row_the_store_cannot_hold_is_refused_alone_and_the_rest_written(tmp_path):
-    h = _history(tmp_path)
+    node = _node(tmp_path)
+    h = node.history
     with h.lock:
         h._level(("", "GPU-00000000"), "ecc_dbe", float("nan"), NOW)  # NOT NULL refuses NaN
         h._level(("", "GPU-00000000"), "retired_pages", 2.0**70, NOW)
-        h._xid(("", "GPU-00000000"), 13, NOW, "nvml")
+        h._xid(("", "GPU-00000000"), 13, NOW, 1)
         h._occurred(("", "GPU-00000000"), "xid", NOW, 2**70)  # past sqlite's 64 bits
     assert h.flush()
     assert h.stats().refused == {"unstorable": 2}
     assert h.writer.write_failures == 0 and h.problems() == []
     assert _stored_xids(tmp_path) == {"13": 1.0}
-    h.stop()
+    node.stop()
 
 
 def test_a_write_that_fails_for_any_reason_is_counted_and_on_readyz(tmp_path, monkeypatch):
-    h = _history(tmp_path)
-    with h.lock:
-        h._xid(("", "GPU-00000000"), 13, NOW, "nvml")
+    node = _node(tmp_path)
+    h = node.history
 
     def broken(batch: Batch) -> list[str]:
         raise OverflowError("Python int too large to convert to SQLite INTEGER")
 
     monkeypatch.setattr(h.store, "write", broken)
-    assert not h.flush()
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])  # served from memory meanwhile
+    assert node.ledger.seen()[(0, 13)].count == 1
     assert h.writer.write_failures == 1
     assert any("OverflowError" in p for p in h.problems())
     monkeypatch.undo()
     assert h.flush() and h.problems() == []
     assert _stored_xids(tmp_path) == {"13": 1.0}  # kept, and written once it could be
-    h.stop()
+    node.stop()
 
 
 # -- a long kernel log ------------------------------------------------------------------
@@ -195,20 +233,22 @@ def _long_log(records: int, slot: str = "0000:00:00") -> str:
 
 
 def test_a_long_log_is_read_in_slices_each_written_with_its_cursor(tmp_path):
-    records = 3 * KMSG_SLICE + 17
-    h = _history(tmp_path, _long_log(records))
+    records = 3 * SLICE + 17
+    node = _node(tmp_path, _long_log(records))
+    h = node.history
     writes = []
     real = h.store.write
     h.store.write = lambda batch: writes.append(dict(batch.cursors)) or real(batch)
-    h.poll_kmsg()
+    node.log.tick()
     assert h.xids[(("", "GPU-00000000"), 13)][0] == records
     assert h.cursor == records
     assert len(writes) >= 4  # one transaction a slice, each with the cursor past it
     assert all(w.get(BOOT) for w in writes)
-    h.stop()
-    again = _history(tmp_path, _long_log(records))
-    again.poll_kmsg()  # the same boot: nothing taken twice
-    assert again.xids[(("", "GPU-00000000"), 13)][0] == records
+    node.stop()
+    again = _node(tmp_path, _long_log(records))
+    again.log.tick()  # the same boot: nothing taken twice
+    assert again.history.xids[(("", "GPU-00000000"), 13)][0] == records
+    assert again.ledger.seen()[(0, 13)].count == records
     again.stop()
 
 
@@ -216,7 +256,7 @@ def test_matching_a_long_log_walks_each_entry_a_bounded_number_of_times(tmp_path
                                                                          monkeypatch):
     """Counted in steps, not timed: how often matching reads an entry's time, for 4,000
     XIDs of one burst from the log and NVML's count of it."""
-    from exporter.history import matching
+    from exporter.sampling import xid_matching as matching
 
     steps = 0
 
@@ -227,33 +267,35 @@ def test_matching_a_long_log_walks_each_entry_a_bounded_number_of_times(tmp_path
             return super().__getattribute__(name)
 
     monkeypatch.setattr(matching, "Seen", Counted)
-    h = _history(tmp_path)
-    with h.lock:
-        for i in range(4_000):  # within one minute, as a burst logs them
-            h._xid(("", "GPU-00000000"), 13, NOW + i * 0.01, "kmsg")
-    h.observe(make_snapshot(2, xids={(0, 13): XidRecord(4_000, NOW + 20.0)}))
-    assert h.duplicates == 4_000 and h.xids[(("", "GPU-00000000"), 13)][0] == 4_000
+    node = _node(tmp_path)
+    # within one minute, as a burst logs them
+    node.ledger.add([Occurrence(0, 13, NOW + i * 0.01, "kmsg", slot="0000:00:00")
+                     for i in range(4_000)])
+    node.ledger.add([Occurrence(0, 13, NOW + 20.0, "nvml", 4_000)])
+    assert node.ledger.duplicates == 4_000
+    assert node.history.xids[(("", "GPU-00000000"), 13)][0] == 4_000
     assert steps <= 4 * 4_000  # each entry a few times, not once for each other entry
-    h.stop()
+    node.stop()
 
 
-def test_scrapes_answer_while_a_long_log_is_read(tmp_path):
-    """The lock is let go between slices: a scrape's figures (stats()) never wait for the
-    whole log."""
-    records = 10 * KMSG_SLICE
-    h = _history(tmp_path, _long_log(records))
-    reader = threading.Thread(target=h.poll_kmsg)
+def test_snapshots_and_scrapes_never_wait_for_a_long_log(tmp_path):
+    """The counts are taken without a lock and the history's lock is let go between
+    slices: neither the publisher nor a scrape's figures wait for the whole log."""
+    records = 10 * SLICE
+    node = _node(tmp_path, _long_log(records))
+    reader = threading.Thread(target=node.log.tick)
     waits = []
     reader.start()
     while reader.is_alive():
         started = time.monotonic()
-        h.stats()
+        node.history.stats()
+        node.ledger.seen()
         waits.append(time.monotonic() - started)
         time.sleep(0.001)
     reader.join()
-    assert h.xids[(("", "GPU-00000000"), 13)][0] == records
+    assert node.ledger.seen()[(0, 13)].count == records
     assert len(waits) >= 5  # stats() got the lock while the log was read, again and again
-    h.stop()
+    node.stop()
 
 
 def test_the_reader_takes_a_file_in_slices_and_drops_an_endless_line(tmp_path):
@@ -305,7 +347,7 @@ def test_parameters_are_percent_decoded(exporter):
     h = exporter.history
     uuid = exporter.current.snapshot.identities[1].uuid
     with h.lock:
-        h._xid(h.gpus.key_of[1], 31, NOW, "nvml")
+        h._xid(h.gpus.key_of[1], 31, NOW, 1)
     encoded = "".join(f"%{b:02X}" for b in uuid.encode())  # every character encoded
     status, answer = _api(exporter, f"gpu={encoded}&since=1.79e%2B9")
     assert status == 200, answer
@@ -339,16 +381,3 @@ def test_episodes_come_in_pages(exporter):
     for bad in ("limit=0", "limit=10001", "limit=ten", "after=yesterday"):
         status, answer = _api(exporter, bad)
         assert status == 400 and "error" in answer, bad
-
-
-def test_an_nvml_event_outside_the_xid_range_never_reaches_a_label(caplog):
-    from exporter.sampling.xids import XidWatcher
-
-    watcher = XidWatcher(None, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
-                         threading.Event())
-    with caplog.at_level(logging.WARNING):
-        for code in (0, 1000, 10**20):
-            watcher.record(0, code)
-        watcher.record(0, 999)  # NVML's "unknown": an XID
-    assert sorted(watcher.seen()) == [(0, 999)]
-    assert sum("outside NVML's range" in r.getMessage() for r in caplog.records) == 3

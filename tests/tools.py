@@ -246,6 +246,25 @@ def make_snapshot(gpus: int = 2, **fields):
     return Snapshot(**values)
 
 
+def xid_sources(history, snapshot, kmsg_path: str = "", boot_time=lambda: 0.0):
+    """The sampler's XID side wired to `history` as the exporter wires it (the history
+    hands its counts and cursor at start, and keeps what is new): (the ledger, the kernel
+    log's follower, None without `kmsg_path`)."""
+    from exporter.sampling.kmsg import pci_slot
+    from exporter.sampling.xid_kmsg import KernelLogFollower
+    from exporter.sampling.xid_ledger import XidLedger
+
+    ledger = XidLedger()
+    start = history.begin(snapshot.identities, snapshot.driver_version)
+    ledger.begin(start, history)
+    if not kmsg_path:
+        return ledger, None
+    slots = {pci_slot(i.pci_bus_id): i.index for i in snapshot.identities if i is not None}
+    follower = KernelLogFollower(kmsg_path, ledger, lambda: slots, boot_time)
+    follower.begin(start.kmsg_cursor, start.kmsg_from_end)
+    return ledger, follower
+
+
 def wake_ups(tid: int, pid: int | str = "self") -> int:
     """A live thread's voluntary context switches so far: its wake-ups (Linux). `tid`:
     its native id (threading.Thread.native_id; a process's main thread: its pid)."""

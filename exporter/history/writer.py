@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 
 from exporter.history.store import Batch, Store
+from exporter.sampling.xid_ledger import Refusals
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
 # Why a record is refused (cte_history_refused_records_total{reason}):
 REFUSED_REASONS = ("xid_code", "not_on_this_node", "unstorable")
-REFUSED_LOGGED = 10  # refusals named in the log per reason; the rest are counted only
 
 
 class Writer:
@@ -28,7 +27,7 @@ class Writer:
         self.store, self.lock = store, lock
         self.writing = threading.Lock()
         self.batch = Batch()
-        self.refused: Counter[str] = Counter()
+        self.refused = Refusals()  # with the XIDs the sampler refused
         self.transactions = self.write_failures = self.dropped = 0
         self.problem = ""  # why the last write failed; "" once one succeeds
 
@@ -79,11 +78,7 @@ class Writer:
 
     def refuse(self, reason: str, what: str) -> None:
         """A record refused alone (under `lock`): counted, and named in one log line."""
-        self.refused[reason] += 1
-        if self.refused[reason] <= REFUSED_LOGGED:
-            log.warning("history: refused %s (%s)%s", what, reason.replace("_", " "),
-                        "; further ones are only counted" if self.refused[reason] ==
-                        REFUSED_LOGGED else "")
+        self.refused.add(reason, what)
 
     def _bound_pending(self) -> None:
         new = [k for k, e in self.batch.episodes.items() if e.id is None]

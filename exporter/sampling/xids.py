@@ -1,4 +1,5 @@
-"""XID events: a thread blocked in NVML's event wait, registered on every GPU."""
+"""XID events: a thread blocked in NVML's event wait, registered on every GPU, handing
+each event to the ledger (sampling/xid_ledger.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from exporter.gpu.backend import NvmlEventError
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.snapshot import XidRecord
+from exporter.sampling.xid_ledger import Occurrence, XidLedger
 
 log = logging.getLogger(__name__)
 
@@ -16,23 +17,13 @@ log = logging.getLogger(__name__)
 # CPU, so 2 s (0.5 a second) rather than 0.5 s. Stopping waits for the wait to end
 # (NVML has no way to cut it short): up to WAIT_MS.
 WAIT_MS = 2000
-# NVML's XID codes: an event's eventData is the code, 999 where the driver does not know it
-# (REFERENCE: nvmlEventSetWait). Anything else is no XID, and never a label.
-MAX_XID = 999
-
-
-def valid_xid(code: int) -> bool:
-    """Whether `code` is an XID code in NVML's range (1 to MAX_XID)."""
-    return 1 <= code <= MAX_XID
 
 
 class XidWatcher:
-    def __init__(self, gpus: GpuSet, clock: Clock, stop: threading.Event):
-        self.gpus, self.clock, self.stop = gpus, clock, stop
-        self.records: dict[tuple[int, int], XidRecord] = {}
+    def __init__(self, gpus: GpuSet, clock: Clock, stop: threading.Event, ledger: XidLedger):
+        self.gpus, self.clock, self.stop, self.ledger = gpus, clock, stop, ledger
         self.registered = 0
         self.thread: threading.Thread | None = None
-        self._lock = threading.Lock()
         self._event_set = None
         self._registered = False
 
@@ -77,17 +68,6 @@ class XidWatcher:
         return True
 
     def record(self, gpu: int, code: int) -> None:
-        if not valid_xid(code):
-            log.warning("event with XID %d on GPU %d refused: outside NVML's range 1-%d",
-                        code, gpu, MAX_XID)
-            return
         log.warning("XID %d on GPU %d", code, gpu)
-        with self._lock:
-            previous = self.records.get((gpu, code))
-            self.records[(gpu, code)] = XidRecord((previous.count if previous else 0) + 1,
-                                                  self.clock.time())
-
-    def seen(self) -> dict[tuple[int, int], XidRecord]:
-        """A copy of every XID seen, by (GPU, code)."""
-        with self._lock:
-            return dict(self.records)
+        self.ledger.add([Occurrence(gpu, code, self.clock.time(), "nvml",
+                                    what=f"NVML event: XID {code} on GPU {gpu}")])

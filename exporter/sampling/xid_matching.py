@@ -1,5 +1,6 @@
 """One XID that NVML's events and the kernel log both report counts once: the
-occurrences of each source not matched yet, by GPU and code, matched against the other's.
+occurrences of each source not matched yet, by GPU (its index, or the PCI slot of
+a GPU no longer on the bus) and code, matched against the other's.
 
 Each entry (a burst NVML counted at once is one, with its count) is matched, and dropped,
 once, so matching costs time linear in what the sources report, however long the log.
@@ -8,9 +9,8 @@ once, so matching costs time linear in what the sources report, however long the
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass
-
-from exporter.history.episodes import GpuKey
 
 # An NVML event and a log line of one XID on one GPU this close are one XID. Reasoned, not
 # measured: the event's time is when the watcher took it (within its 2-s wait, plus a busy
@@ -32,10 +32,10 @@ class Seen:
 class XidMatcher:
     def __init__(self) -> None:
         # (GPU, code, source: "nvml" or "kmsg") -> its entries not matched yet, oldest first
-        self.unmatched: dict[tuple[GpuKey, int, str], deque[Seen]] = {}
+        self.unmatched: dict[tuple[Hashable, int, str], deque[Seen]] = {}
         self.duplicates = 0  # occurrences both sources reported, counted once
 
-    def new(self, gpu: GpuKey, code: int, at: float, source: str, count: int) -> int:
+    def new(self, gpu: Hashable, code: int, at: float, source: str, count: int) -> int:
         """Of `count` occurrences at `at` from `source`, those the other source did not
         report within MATCH_SECONDS (kept, for the other source to match)."""
         remaining = count
