@@ -216,16 +216,15 @@ class Exporter:
         settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
-                                   self._publish, self.clock)
-            self.sampler.failed_verdict = lambda: self._failed
+                                   on_snapshot=self._publish, clock=self.clock,
+                                   failed_verdict=lambda: self._failed)
             self.sampler.open()  # NvmlUnavailable before any state directory is touched
             self._open_history(self.sampler)  # StoreBusy: another exporter holds it
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
                                              Probes(c.serving.stale_after_seconds,
                                                          self.clock.time, self._problems),
-                                             self.web, self.limits)
-            self.server.api.history = self.history
+                                             self.web, self.limits, history=self.history)
             if self.history is not None and threads:
                 self.history.start()
         except BaseException:

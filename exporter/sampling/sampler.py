@@ -67,6 +67,7 @@ COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 # Loops that never call NVML share one thread (loops.start_together), in this order:
 # due together, the snapshot comes after the analyses it publishes.
 ANALYSES = ("power_watch", "analysis", "stragglers", "publish")
+READERS = ("power", "sweep")  # the loops that read every GPU through NVML
 # The power loop is watched this long after each of its ticks (at most once a second,
 # in the analyses' thread), and a drain inside one GPU's call for POWER_PATIENCE by then
 # is left behind: the other GPUs are drained at once, well within the ~2.4 s their
@@ -78,7 +79,10 @@ POWER_PATIENCE = 0.1
 class Sampler:
     def __init__(self, backend: NvmlBackend, settings: SamplerSettings,
                  collectors: list[Collector | CollectorMaker] | None = None,
-                 on_snapshot: Callable[[Snapshot], None] | None = None, clock: Clock = SYSTEM):
+                 on_snapshot: Callable[[Snapshot], None] | None = None, clock: Clock = SYSTEM,
+                 failed_verdict: Callable[[], set[int]] = set):
+        """`on_snapshot`: each snapshot published; `failed_verdict`: the GPUs the last
+        verdict judged failed (the app's: health/ is the judge), for the goodput account."""
         s = self.settings = settings
         self.clock = clock
         self.on_snapshot = on_snapshot
@@ -89,9 +93,8 @@ class Sampler:
                                   s.power_sample_rate_hz, s.power_history_seconds)
         self.sweep = SweepSampler(self.gpus, clock, s.sweep_interval_seconds,
                                   s.gpu_health_interval_seconds, s.energy_interval_seconds,
-                                  s.gpu_board_interval_seconds)
-        self.sweep.on_recovered = self.power.reset
-        self.sweep.nvlink_reads = s.nvlink_reads
+                                  s.gpu_board_interval_seconds, on_recovered=self.power.reset,
+                                  nvlink_reads=s.nvlink_reads)
         self._collector_specs = list(collectors or [])
         self.collectors: list[CollectorRunner] = []
         self.analyses: Analyses | None = None
@@ -106,8 +109,7 @@ class Sampler:
         self._opened = False
         self._threads = False
         self._slot: Callable[[float], float | None] = lambda phase: None
-        # the GPUs the last verdict judged failed (the app sets it: health/ is the judge)
-        self.failed_verdict: Callable[[], set[int]] = set
+        self.failed_verdict = failed_verdict
 
     @property
     def backend(self) -> NvmlBackend:
@@ -119,6 +121,10 @@ class Sampler:
 
     def loop(self, name: str) -> Loop | None:
         return next((loop for loop in self.loops if loop.name == name), None)
+
+    def _readers(self) -> list[Loop]:
+        """The loops that read every GPU through NVML (power, sweep): those a hang stops."""
+        return [loop for loop in self.loops if loop.name in READERS]
 
     # -- lifecycle -----------------------------------------------------------------
     def open(self) -> int:
@@ -161,7 +167,7 @@ class Sampler:
         self._threads = threads
         self.loops = self._make_loops(manual=not threads)
         if not threads:
-            for loop in self.loops[:2] + [r.loop for r in self.collectors]:
+            for loop in [*self._readers(), *(r.loop for r in self.collectors)]:
                 loop.tick()
             self.publish()
             return
@@ -174,7 +180,7 @@ class Sampler:
         # NVML call at start-up only delays it.
         wait = max(s.startup_wait_seconds, 2 * s.sweep_interval_seconds)
         deadline = self.clock.monotonic() + wait
-        for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
+        for loop in [*self._readers(), *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
         start_together([found for name in ANALYSES if (found := self.loop(name)) is not None],
@@ -232,10 +238,11 @@ class Sampler:
         base = s.sweep_interval_seconds
         slot = (lambda phase: None) if manual else (lambda phase: t0 + phase * base)
         self._slot = slot
-        loops = [Loop("power", self.power.period, lambda: self.power.tick(loops[0]), stop,
-                      clock, slot=slot(PHASES["power"])),
-                 Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
-                      stop, clock, slot=slot(PHASES["sweep"]))]
+        power = Loop("power", self.power.period, lambda: self.power.tick(power), stop, clock,
+                     slot=slot(PHASES["power"]))
+        sweep = Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(sweep), stop,
+                     clock, slot=slot(PHASES["sweep"]))
+        loops = [power, sweep]
         if s.power is not None:
             loops.append(Loop("analysis", s.power.update_seconds, analyses.power_tick,
                               stop, clock, first_delay=s.power.update_seconds,
@@ -264,7 +271,9 @@ class Sampler:
 
     def _watch_power(self) -> None:
         """Leave behind a power drain stuck in one GPU's call (see POWER_PATIENCE)."""
-        self.gpus.move_on(self.loops[0], POWER_PATIENCE)
+        power = self.loop("power")
+        if power is not None:
+            self.gpus.move_on(power, POWER_PATIENCE)
 
     def drain_power(self) -> None:
         """One more read of every GPU's power (after stop(): the samples since the last
@@ -327,7 +336,7 @@ class Sampler:
         return None
 
     def publish(self) -> None:
-        self.gpus.check_hangs(self.loops[:2])
+        self.gpus.check_hangs(self._readers())
         snapshot = self.build_snapshot()
         self._snapshot = snapshot
         if self.on_snapshot is not None:

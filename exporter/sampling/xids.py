@@ -9,7 +9,7 @@ import threading
 from exporter.gpu.backend import NvmlEventError
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.xid_ledger import Occurrence, XidLedger
+from exporter.sampling.xid_ledger import Occurrence, XidLedger, valid_xid
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class XidWatcher:
         return True
 
     def record(self, gpu: int, code: int) -> None:
-        log.warning("XID %d on GPU %d", code, gpu)
+        if valid_xid(code):  # the ledger names the others, refused
+            log.warning("XID %d on GPU %d", code, gpu)
         self.ledger.add([Occurrence(gpu, code, self.clock.time(), "nvml",
                                     what=f"NVML event: XID {code} on GPU {gpu}")])
