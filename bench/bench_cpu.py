@@ -250,7 +250,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
         result["rss_bytes"] = proc.memory_info().rss
         if exp.history is not None:
             stats = exp.history.stats()
-            log_ = sampler.kernel_log
+            log_ = sampler.xids.kernel_log
             result["history"] = {"transactions": stats.transactions,
                                  "kmsg_readable": log_ is not None and log_.readable}
     finally:

@@ -135,7 +135,7 @@ class Exporter:
 
     def _problems(self) -> list[str]:
         """The kernel log's and the history's degraded states, for /readyz."""
-        out = self.sampler.problems() if self.sampler is not None else []
+        out = self.sampler.xids.problems() if self.sampler is not None else []
         if self.history is not None:
             return out + self.history.problems()
         return out + ([self.history_problem] if self.history_problem else [])
@@ -148,7 +148,7 @@ class Exporter:
         h = self.config.history
         directory = h.directory(self.config.backend.name)
         if not directory:
-            sampler.begin_xids(XidStart(), None)
+            sampler.xids.begin(XidStart(), None)
             return
         store = Store(directory, self.clock.time)
         try:
@@ -156,13 +156,13 @@ class Exporter:
         except StoreError as exc:
             self.history_problem = f"history off: {exc}"
             log.warning("%s", self.history_problem)
-            sampler.begin_xids(XidStart(kmsg_from_end=self.history_problem), None)
+            sampler.xids.begin(XidStart(kmsg_from_end=self.history_problem), None)
             return
         history = History(store, socket.gethostname(), clock=self.clock.time,
-                          reads_kernel_log=bool(sampler.kernel_log),
+                          reads_kernel_log=sampler.xids.kernel_log is not None,
                           boot_id_path=h.boot_id_path)
         history.load()
-        sampler.begin_xids(history.begin(sampler.gpus.identities,
+        sampler.xids.begin(history.begin(sampler.gpus.identities,
                                          sampler.backend.driver_version), history)
         self.history = history
         log.info("history in %s", directory)

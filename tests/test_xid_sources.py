@@ -43,10 +43,10 @@ def _run(factory, tmp_path, state: bool):
         manual=True, scenario=str(where / "xids.yaml"), storage_kmsg_path=str(kmsg),
         storage_boot_id_path=str(where / "boot_id"),
         storage_path=str(where / "state") if state else "")
-    exporter.sampler.kernel_log.boot_time = lambda: 0.0
+    exporter.sampler.xids.kernel_log.boot_time = lambda: 0.0
     exporter.sampler.advance(3.0)
     seen = exporter.current.snapshot.xids[(0, 13)].last_seen
-    slot = exporter.sampler.kernel_log.slots()
+    slot = exporter.sampler.xids.slots()
     gpu0 = next(s for s, i in slot.items() if i == 0)
     with open(kmsg, "a") as f:
         f.write(f"3,2,{int((seen + 0.4) * 1e6)},-;NVRM: Xid (PCI:{gpu0}): 13, pid=9, name=x\n")
@@ -95,7 +95,7 @@ def test_a_node_without_a_kernel_log_serves_no_kernel_log_figures(factory, tmp_p
     (tmp_path / "xids.yaml").write_text(XIDS)
     exporter = factory.start(manual=True, scenario=str(tmp_path / "xids.yaml"))
     exporter.sampler.advance(3.0)
-    assert exporter.sampler.kernel_log is None  # auto: none on the fake
+    assert exporter.sampler.xids.kernel_log is None  # auto: none on the fake
     body = samples(exporter.current.body)
     assert "cte_kmsg_readable" not in body and "cte_kmsg_xids_total" not in body
     assert _counts(exporter) == {("0", "13"): 1, ("1", "79"): 1}

@@ -247,22 +247,21 @@ def make_snapshot(gpus: int = 2, **fields):
 
 
 def xid_sources(history, snapshot, kmsg_path: str = "", boot_time=lambda: 0.0):
-    """The sampler's XID side wired to `history` as the exporter wires it (the history
-    hands its counts and cursor at start, and keeps what is new): (the ledger, the kernel
-    log's follower, None without `kmsg_path`)."""
-    from exporter.sampling.kmsg import pci_slot
-    from exporter.sampling.xid_kmsg import KernelLogFollower
-    from exporter.sampling.xid_ledger import XidLedger
+    """The sampler's XID side for `snapshot`'s GPUs, begun with what `history` hands over
+    as the exporter begins it: (the ledger, the kernel log's follower, None without
+    `kmsg_path`)."""
+    import threading
+    from types import SimpleNamespace
 
-    ledger = XidLedger()
-    start = history.begin(snapshot.identities, snapshot.driver_version)
-    ledger.begin(start, history)
-    if not kmsg_path:
-        return ledger, None
-    slots = {pci_slot(i.pci_bus_id): i.index for i in snapshot.identities if i is not None}
-    follower = KernelLogFollower(kmsg_path, ledger, lambda: slots, boot_time)
-    follower.begin(start.kmsg_cursor, start.kmsg_from_end)
-    return ledger, follower
+    from exporter.sampling.clock import SYSTEM
+    from exporter.sampling.xid_sources import XidSources
+
+    sources = XidSources(SimpleNamespace(identities=snapshot.identities), SYSTEM,
+                         threading.Event(), kmsg_path)
+    if sources.kernel_log is not None:
+        sources.kernel_log.boot_time = boot_time
+    sources.begin(history.begin(snapshot.identities, snapshot.driver_version), history)
+    return sources.ledger, sources.kernel_log
 
 
 def wake_ups(tid: int, pid: int | str = "self") -> int:

@@ -9,7 +9,7 @@ Loops (each its own thread, or ticked in simulated time by advance()):
   publishing is apart from reading, a hung NVML call never stops /metrics.
 - kmsg: the kernel log's XIDs, where it is read (sampling/xid_kmsg.py).
 XID events come on their own thread (sampling/xids.py). Both XID sources report to one
-ledger (sampling/xid_ledger.py), which the store (where a state directory is kept) hands
+ledger (sampling/xid_sources.py), which the store (where a state directory is kept) hands
 its counts at start and writes new XIDs to before a snapshot serves them.
 """
 
@@ -32,16 +32,16 @@ from exporter.sampling.collector_api import (
 )
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.kmsg import pci_slot
 from exporter.sampling.live_analyses import Analyses
 from exporter.sampling.loops import Loop, run_due, start_together
 from exporter.sampling.power_loop import PowerSampler
 from exporter.sampling.settings import SamplerSettings
-from exporter.sampling.snapshot import Snapshot, XidSourceStats
+from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
-from exporter.sampling.xid_kmsg import POLL_SECONDS, KernelLogFollower
-from exporter.sampling.xid_ledger import XidLedger, XidSink, XidStart
-from exporter.sampling.xids import WAIT_MS, XidWatcher
+from exporter.sampling.xid_kmsg import POLL_SECONDS
+from exporter.sampling.xid_ledger import XidStart
+from exporter.sampling.xid_sources import XidSources
+from exporter.sampling.xids import WAIT_MS
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,7 @@ class Sampler:
         self.collectors: list[CollectorRunner] = []
         self.analyses: Analyses | None = None
         self._stop = threading.Event()
-        self.xid_ledger = XidLedger()
-        self.xids = XidWatcher(self.gpus, clock, self._stop, self.xid_ledger)
-        self.kernel_log = (KernelLogFollower(s.kmsg_path, self.xid_ledger, self._slots)
-                           if s.kmsg_path else None)
-        self._xids_begun = False
+        self.xids = XidSources(self.gpus, clock, self._stop, s.kmsg_path)
         self.loops: list[Loop] = []
         self._snapshot: Snapshot | None = None
         self._opened = False
@@ -134,30 +130,13 @@ class Sampler:
             self._opened = True
         return self.gpus.count
 
-    def begin_xids(self, start: XidStart, sink: XidSink | None) -> None:
-        """Before start(): the XID counts to continue from, where new XIDs are written
-        before they are served, and where the kernel log is read from. Without it, the
-        counts start from zero and the log from its end."""
-        self.xid_ledger.begin(start, sink)
-        if self.kernel_log is not None:
-            self.kernel_log.begin(start.kmsg_cursor, start.kmsg_from_end)
-        self._xids_begun = True
-
-    def _slots(self) -> dict[str, int]:
-        """Each GPU's PCI slot, as the kernel log names it -> its index."""
-        return {pci_slot(i.pci_bus_id): i.index for i in self.gpus.identities if i is not None}
-
-    def problems(self) -> list[str]:
-        """Degraded states for /readyz: a kernel log that cannot be read."""
-        return [self.kernel_log.problem] if self.kernel_log and self.kernel_log.problem else []
-
     def start(self, threads: bool = True) -> None:
         """Open NVML and start sampling: in threads, or (threads=False) only when
         advance() is called, in the clock's simulated time."""
         s = self.settings
         self.open()
-        if not self._xids_begun:
-            self.begin_xids(XidStart(), None)
+        if not self.xids.begun:
+            self.xids.begin(XidStart(), None)
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
                                  s.sweep_interval_seconds, self.job_groups,
@@ -175,7 +154,7 @@ class Sampler:
             if loop.name not in ANALYSES:
                 loop.start_thread()
         if s.xid_events:
-            self.xids.start()
+            self.xids.events.start()
         # Wait (bounded) for first values, so the first snapshot is complete; a hung
         # NVML call at start-up only delays it.
         wait = max(s.startup_wait_seconds, 2 * s.sweep_interval_seconds)
@@ -255,9 +234,9 @@ class Sampler:
             runner.loop.slot = slot(lo + (hi - lo) * i / max(1, len(self.collectors)))
             loops.append(runner.loop)
         if s.xid_events and manual:  # in threads, XIDs have a blocking thread of their own
-            loops.append(Loop("xids", 0.1, self.xids.poll, stop, clock))
-        if self.kernel_log is not None:
-            loops.append(Loop("kmsg", POLL_SECONDS, self.kernel_log.tick, stop, clock,
+            loops.append(Loop("xids", 0.1, self.xids.events.poll, stop, clock))
+        if self.xids.kernel_log is not None:
+            loops.append(Loop("kmsg", POLL_SECONDS, self.xids.kernel_log.tick, stop, clock,
                               slot=slot(PHASES["kmsg"])))
         if not manual:  # in simulated time no call holds a loop while time passes
             power_slot = slot(PHASES["power"])
@@ -290,15 +269,16 @@ class Sampler:
         """Stop the loops; close NVML unless `close` is False (the caller will)."""
         self._stop.set()
         threads = [(loop.thread, timeout) for loop in self.loops if loop.thread is not None]
-        if self.xids.thread is not None:  # inside an event wait that nothing can cut short
-            threads.append((self.xids.thread, max(timeout, WAIT_MS / 1000 + 0.5)))
+        events = self.xids.events.thread
+        if events is not None:  # inside an event wait that nothing can cut short
+            threads.append((events, max(timeout, WAIT_MS / 1000 + 0.5)))
         for thread, wait in threads:
             if thread.is_alive():
                 thread.join(wait)
         kmsg = self.loop("kmsg")
-        if self.kernel_log is not None and kmsg is not None and not (
+        if self.xids.kernel_log is not None and kmsg is not None and not (
                 kmsg.thread is not None and kmsg.thread.is_alive()):
-            self.kernel_log.finish()  # the XIDs logged since its last tick, and its cursor
+            self.xids.kernel_log.finish()  # the XIDs logged since its last tick, and its cursor
         for runner in self.collectors:  # free what they hold in NVML, unless still reading
             reading = runner.loop.thread
             if isinstance(runner.collector, HoldsResources) and (
@@ -367,8 +347,8 @@ class Sampler:
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
             health=fresh(self.sweep.health), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
-            xids=self.xid_ledger.seen(), xid_events_registered=self.xids.registered,
-            xid_sources=self._xid_sources(),
+            xids=self.xids.ledger.seen(), xid_events_registered=self.xids.events.registered,
+            xid_sources=self.xids.stats(),
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),
             recoveries=dict(gpus.recoveries), hangs=hangs,
             power_analysis=analyses.power_analysis if analyses else None,
@@ -377,11 +357,6 @@ class Sampler:
             power_update_periods=dict(self.power.update_periods),
             observable_band_hz=self.power.band(),
             power_history=PowerRingView(buffer) if buffer is not None else None)
-
-    def _xid_sources(self) -> XidSourceStats:
-        log_ = self.kernel_log
-        return XidSourceStats(self.xid_ledger.duplicates, log_ is not None,
-                              log_.xids if log_ else 0, log_.readable if log_ else None)
 
     @property
     def snapshot(self) -> Snapshot | None:
