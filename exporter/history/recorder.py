@@ -171,7 +171,7 @@ class History:
             for o in occurrences:
                 gpu = (self.gpus.key_of.get(o.gpu, NODE) if o.gpu is not None
                        else self.gpus.in_slot(o.slot))
-                if gpu is None:  # the sampler found the slot in the store: it is there
+                if gpu is None:  # none here now nor stored for the slot (the ledger checks)
                     self.writer.refuse("not_on_this_node", o.what)
                     continue
                 self._xid(gpu, o.code, o.time, o.count)
