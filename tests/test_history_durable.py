@@ -17,9 +17,11 @@ import pytest
 
 from exporter.history.recorder import History
 from exporter.history.store import FILE, Batch, Store
+from exporter.sampling.clock import SYSTEM
 from exporter.sampling.kmsg import KmsgReader
 from exporter.sampling.xid_kmsg import SLICE, KernelLogFollower
 from exporter.sampling.xid_ledger import Occurrence, XidLedger
+from exporter.sampling.xid_sources import XidSources
 from exporter.sampling.xids import XidWatcher
 from tests.tools import (
     REPO,
@@ -171,10 +173,8 @@ def test_an_nvml_xid_outside_its_range_is_no_label_and_refused(tmp_path, caplog)
     watcher = XidWatcher(None, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
                          threading.Event(), node.ledger)
     with caplog.at_level(logging.WARNING):
-        for code in (0, 1000, 10**20):
-            watcher.record(0, code)
-        watcher.record(1, 48)
-        watcher.record(0, 999)  # NVML's "unknown": an XID
+        watcher.record([(0, 0), (0, 1000), (0, 10**20), (1, 48),
+                        (0, 999)])  # 999: NVML's "unknown", an XID
     assert sorted(node.ledger.seen()) == [(0, 999), (1, 48)]
     assert node.history.stats().refused == {"xid_code": 3}
     assert _stored_xids(tmp_path) == {"48": 1.0, "999": 1.0}
@@ -360,11 +360,11 @@ def test_episodes_come_in_pages(exporter):
 
     h = exporter.history
     total = DEFAULT_PAGE + 150
-    with h.lock:
-        for i in range(total):  # an episode each: 200 s apart, more than the merge gap
+    for i in range(total):  # an episode each: 200 s apart, more than the merge gap
+        with h.lock:
             h._occurred(("", ""), "ib_link_down", NOW + 200.0 * i, detail=f"mlx5_{i % 3}/1")
-            if i == total // 2:
-                h.writer.write_ahead()  # half stored, half in memory only
+        if i == total // 2:
+            h.flush()  # half stored, half in memory only
     status, first = _api(exporter, "")
     assert status == 200 and len(first["episodes"]) == DEFAULT_PAGE and first["next"]
     status, rest = _api(exporter, f"after={first['next']}")
@@ -381,3 +381,118 @@ def test_episodes_come_in_pages(exporter):
     for bad in ("limit=0", "limit=10001", "limit=ten", "after=yesterday"):
         status, answer = _api(exporter, bad)
         assert status == 400 and "error" in answer, bad
+
+
+# -- the XID path under load, a slow disk, a late GPU and a stop -------------------------
+
+def _stored_cursor(tmp_path) -> int | None:
+    db = sqlite3.connect(tmp_path / "state" / FILE)
+    try:
+        row = db.execute("SELECT sequence FROM cursors WHERE boot_id = ?", (BOOT,)).fetchone()
+        return row[0] if row else None
+    finally:
+        db.close()
+
+
+def test_a_log_slice_of_xids_nvml_already_counted_commits_its_cursor_at_once(tmp_path):
+    """Else a kill before the next flush would read the line again after the restart,
+    with nothing left to match it against, and count the XID twice."""
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    with open(tmp_path / "kmsg", "a") as f:  # boot at NOW - 1000 s: the line is at NOW
+        f.write("3,1,1000000000,-;NVRM: Xid (PCI:0000:00:00): 13, pid=1, name=x\n")
+    node.log.tick()
+    assert node.ledger.duplicates == 1 and node.ledger.seen()[(0, 13)].count == 1
+    assert _stored_cursor(tmp_path) == 1  # committed, no flush needed
+    node.stop()
+
+
+def test_a_slow_disk_holds_the_xids_thread_never_the_publisher_or_a_scrape(tmp_path):
+    node = _node(tmp_path)
+    h = node.history
+    writing, release = threading.Event(), threading.Event()
+    real = h.store.write
+
+    def slow(batch):
+        writing.set()
+        release.wait(30)
+        return real(batch)
+
+    h.store.write = slow
+    xid = threading.Thread(target=node.ledger.add, args=([Occurrence(0, 13, NOW, "nvml")],))
+    xid.start()
+    assert writing.wait(10)
+    meanwhile = threading.Thread(target=lambda: (h.observe(make_snapshot(2)), h.stats(),
+                                                 h.problems(), node.ledger.seen()))
+    meanwhile.start()
+    meanwhile.join(10)
+    served_while_writing = dict(node.ledger.seen())
+    release.set()
+    xid.join(10)
+    assert not meanwhile.is_alive()  # done while the write still waited
+    assert served_while_writing == {}  # and the XID not served before it is on disk
+    assert node.ledger.seen()[(0, 13)].count == 1 and _stored_xids(tmp_path) == {"13": 1.0}
+    node.stop()
+
+
+class _Events:
+    """NVML's event calls for a watcher: `pending` events, then none."""
+
+    def __init__(self, pending: list[tuple[int, int]]):
+        self.pending = pending
+        self.uuids = dict
+
+    def register_xid_events(self):
+        return "set", 2
+
+    def wait_xid(self, event_set, timeout_ms):
+        return self.pending.pop(0) if self.pending else None
+
+    def gpu_of(self, handle, uuids):
+        return handle
+
+    def call(self, *args, **kwargs):
+        return None
+
+
+def test_a_burst_of_nvml_events_is_one_transaction(tmp_path):
+    node = _node(tmp_path)
+    backend = _Events([(i % 2, 13) for i in range(50)])
+    gpus = type("Gpus", (), {"backend": backend, "uuids": staticmethod(dict)})()
+    watcher = XidWatcher(gpus, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
+                         threading.Event(), node.ledger)
+    before = node.history.writer.transactions
+    watcher.poll()
+    assert node.ledger.seen()[(0, 13)].count == 25 and node.ledger.seen()[(1, 13)].count == 25
+    assert node.history.writer.transactions == before + 1
+    node.stop()
+
+
+def test_a_gpu_lost_at_start_gets_its_stored_count_once_it_is_back(tmp_path):
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(1, 79, NOW, "nvml", 2)])
+    node.stop()
+    store = Store(tmp_path / "state", lambda: NOW)
+    store.open()
+    h = History(store, "node-a", clock=lambda: NOW, boot_id_path=str(tmp_path / "boot_id"))
+    h.load()
+    both = make_snapshot(2).identities
+    identities = [both[0], None]  # GPU 1 lost when the exporter starts
+    sources = XidSources(type("Gpus", (), {"identities": identities})(), SYSTEM,
+                         threading.Event(), "")
+    sources.begin(h.begin(identities, "1"), h)
+    assert (1, 79) not in sources.seen()
+    identities[1] = both[1]  # recovered
+    h.observe(make_snapshot(2))
+    sources.ledger.add([Occurrence(1, 79, NOW + 5, "nvml")])
+    assert sources.seen()[(1, 79)].count == 3  # never below what the last run served
+    assert h.xids[(("", both[1].uuid), 79)][0] == 3  # and stored under its own GPU
+    h.stop()
+
+
+def test_after_the_sampler_stops_nothing_reaches_the_closed_store(tmp_path):
+    node = _node(tmp_path)
+    node.ledger.close()
+    node.history.stop()
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])  # an event thread that outlived stop
+    assert node.ledger.seen()[(0, 13)].count == 1 and node.history.xids == {}

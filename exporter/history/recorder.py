@@ -123,8 +123,12 @@ class History:
                 gpu = self.gpus.index_of.get(key, -1 if key == NODE else None)
                 if gpu is not None:  # a GPU gone keeps its count on disk, not served
                     counts[(gpu, code)] = XidRecord(int(count), last)
+            later: dict[GpuKey, dict[int, XidRecord]] = {}  # GPUs lost at start: theirs later
+            for (key, code), (count, last) in self.xids.items():
+                if key != NODE and key not in self.gpus.index_of:
+                    later.setdefault(key, {})[code] = XidRecord(int(count), last)
             here = {kmsg.pci_slot(i.pci_bus_id) for i in identities if i is not None}
-            return XidStart(counts, frozenset(self.gpus.slots) - here,
+            return XidStart(counts, later, frozenset(self.gpus.slots) - here,
                             self.cursor if self.boot_id else None,
                             "" if self.boot_id else f"no boot id: {self.boot_id_path} "
                             "cannot be read")
@@ -166,19 +170,21 @@ class History:
     # -- new XIDs (the sampler's XID sources: their sink) -----------------------------
     def write_xids(self, occurrences: Sequence[Occurrence], kmsg_cursor: int | None) -> None:
         """Count the sampler's new XIDs (each already counted once across both sources)
-        and, with the kernel log's cursor past them, commit them before returning."""
-        with self.writer.writing, self.lock:
-            for o in occurrences:
-                gpu = (self.gpus.key_of.get(o.gpu, NODE) if o.gpu is not None
-                       else self.gpus.in_slot(o.slot))
-                if gpu is None:  # none here now nor stored for the slot (the ledger checks)
-                    self.writer.refuse("not_on_this_node", o.what)
-                    continue
-                self._xid(gpu, o.code, o.time, o.count)
-            if kmsg_cursor is not None:
-                self.cursor = kmsg_cursor
-                self._store_cursor()
-            if occurrences:
+        and commit them, with the kernel log's cursor past them, before returning: a
+        cursor moved over XIDs of the other source alone is committed too, or a restart
+        would read them again and count them twice."""
+        with self.writer.writing:
+            with self.lock:
+                for o in occurrences:
+                    gpu = o.key or (self.gpus.in_slot(o.slot) if o.gpu is None else NODE)
+                    if gpu is None:  # none here now nor stored for the slot (the ledger checks)
+                        self.writer.refuse("not_on_this_node", o.what)
+                        continue
+                    self._xid(gpu, o.code, o.time, o.count)
+                if kmsg_cursor is not None:
+                    self.cursor = kmsg_cursor
+                    self._store_cursor()
+            if occurrences or kmsg_cursor is not None:
                 self.writer.write_ahead()
 
     def refuse(self, reason: str, what: str) -> None:

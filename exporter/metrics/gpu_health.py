@@ -59,7 +59,7 @@ XIDS = per_gpu(
 XID_LAST_SEEN = per_gpu(
     "gpu_xid_last_seen_timestamp_seconds", "gauge",
     "When an XID code was last seen on the GPU (Unix time).", "xid", "class", unit="s",
-    source="`nvmlEventSetWait`", profile=MINIMAL,
+    source="`nvmlEventSetWait`; the kernel log (`/dev/kmsg`)", profile=MINIMAL,
     doc="When that code was last seen on the GPU (Unix time).")
 RECOVERY_ACTION = per_gpu(
     "gpu_recovery_action", "gauge", "The recovery action NVML asks for; value 1 on the "

@@ -279,6 +279,7 @@ class Sampler:
         if self.xids.kernel_log is not None and kmsg is not None and not (
                 kmsg.thread is not None and kmsg.thread.is_alive()):
             self.xids.kernel_log.finish()  # the XIDs logged since its last tick, and its cursor
+        self.xids.ledger.close()  # the store closes next
         for runner in self.collectors:  # free what they hold in NVML, unless still reading
             reading = runner.loop.thread
             if isinstance(runner.collector, HoldsResources) and (
@@ -347,7 +348,7 @@ class Sampler:
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
             health=fresh(self.sweep.health), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
-            xids=self.xids.ledger.seen(), xid_events_registered=self.xids.events.registered,
+            xids=self.xids.seen(), xid_events_registered=self.xids.events.registered,
             xid_sources=self.xids.stats(),
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),
             recoveries=dict(gpus.recoveries), hangs=hangs,

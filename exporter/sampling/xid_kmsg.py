@@ -69,12 +69,13 @@ class KernelLogFollower:
             fresh = [r for r in records if r.sequence > self.cursor]
             if not fresh:
                 continue
-            self.cursor = max(r.sequence for r in fresh)
+            cursor = max(r.sequence for r in fresh)
             xids = [x for x in (kmsg.parse_xid(r, boot) for r in fresh) if x is not None]
             if xids:  # the cursor goes with the XIDs it covers; other records cause no write
                 self.xids += len(xids)
                 slots = self.slots()
-                self.ledger.add([_occurrence(x, slots) for x in xids], self.cursor)
+                self.ledger.add([_occurrence(x, slots) for x in xids], cursor)
+            self.cursor = cursor  # past them once they are counted (add may raise)
 
     def finish(self) -> None:
         """A last read, and the cursor kept (the sampler has stopped)."""

@@ -16,10 +16,11 @@ store, ever had) are refused alone, told to the sink, and named in a log line.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 MAX_XID = 999
 REFUSED_LOGGED = 10  # refusals named in the log per reason; the rest are counted only
 NO_STATE_DIRECTORY = "no state directory is kept"
+GpuKey = tuple[str, str]  # a GPU's serial and UUID: who it is, whatever its index
 
 
 def valid_xid(code: int) -> bool:
@@ -51,6 +53,7 @@ class Occurrence:
     count: int = 1
     slot: str = ""  # the PCI slot the kernel log names (DDDD:BB:DD); "" for NVML's
     what: str = ""  # how a refusal's log line names it
+    key: GpuKey | None = None  # the GPU's (serial, UUID), where it is identified
 
     @property
     def matched_as(self) -> object:
@@ -63,6 +66,9 @@ class XidStart:
     """What the store hands the sampler at start."""
 
     counts: Mapping[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
+    # the stored counts of GPUs not identified at start (lost then), by code: served once
+    # the GPU is identified, so its count never falls below what an earlier run served
+    later: Mapping[GpuKey, Mapping[int, XidRecord]] = field(default_factory=dict)
     # PCI slots of GPUs the node had before and has no longer: their kernel-log XIDs are
     # stored (the lemon score counts them), not served
     former_slots: frozenset[str] = frozenset()
@@ -108,7 +114,9 @@ class Unstored:
 
 
 class XidLedger:
-    def __init__(self) -> None:
+    def __init__(self, keys: Callable[[], Mapping[int, GpuKey]] = dict) -> None:
+        """`keys`: each identified GPU's index -> its (serial, UUID), for the sink."""
+        self.keys = keys
         self.matcher = XidMatcher()
         self._adding = threading.Lock()  # one source's report at a time, sink included
         self.sink: XidSink = Unstored()
@@ -141,6 +149,10 @@ class XidLedger:
                     new.append(o if remaining == o.count else
                                Occurrence(o.gpu, o.code, o.time, o.source, remaining,
                                           o.slot, o.what))
+            if new:
+                keys = self.keys()
+                new = [dataclasses.replace(o, key=keys.get(o.gpu)) if o.gpu is not None
+                       else o for o in new]
             if new or kmsg_cursor is not None:
                 self.sink.write_xids(new, kmsg_cursor)
             served = [((o.gpu, o.code), o) for o in new if o.gpu is not None]
@@ -150,6 +162,22 @@ class XidLedger:
                     before = counts.get(key, XidRecord(0, 0.0))
                     counts[key] = XidRecord(before.count + o.count, max(before.last_seen, o.time))
                 self._counts = counts  # replaced whole: a snapshot holds the one it took
+
+    def continue_from(self, gpu: int, stored: Mapping[int, XidRecord]) -> None:
+        """A GPU identified late: its stored counts, by code, under this process's."""
+        with self._adding:
+            counts = dict(self._counts)
+            for code, record in stored.items():
+                now = counts.get((gpu, code), XidRecord(0, 0.0))
+                counts[(gpu, code)] = XidRecord(now.count + record.count,
+                                                max(now.last_seen, record.last_seen))
+            self._counts = counts
+
+    def close(self) -> None:
+        """Nothing more goes to the sink (the store closes; an event thread NVML's wait
+        still holds reports to no one)."""
+        with self._adding:
+            self.sink = Unstored()
 
     def seen(self) -> Mapping[tuple[int, int], XidRecord]:
         """Every XID counted, by (GPU, code): the store's counts and this process's."""
