@@ -16,8 +16,9 @@ from dataclasses import dataclass
 # measured: the event's time is when the watcher took it (within its 2-s wait, plus a busy
 # thread), the line's is the boot time estimated from the wall clock now plus the record's
 # stamp (off by any clock step or slew since: NTP slews at most 0.5 ms/s), and a burst
-# NVML's events bring at once carries the time it was taken while the log has each line's. Wider, and two XIDs of one code
-# on one GPU, one only NVML saw and one only the log, would count once.
+# NVML's events bring at once carries the time it was taken while the log has each
+# line's. Wider, and two XIDs of one code on one GPU, one only NVML saw and one only the
+# log, would count once.
 MATCH_SECONDS = 30.0
 MAX_UNMATCHED = 10_000  # entries kept for one GPU, code and source (the oldest go)
 _OTHER_SOURCE = {"nvml": "kmsg", "kmsg": "nvml"}
