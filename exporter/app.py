@@ -26,6 +26,7 @@ from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collector_api import Collector
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sampling.snapshot import Snapshot
+from exporter.sampling.xid_ledger import XidStart
 from exporter.sim import costs, fake
 from exporter.sim.replay import replay_library
 from exporter.sim.scenarios import load_scenario
@@ -60,7 +61,8 @@ def sampler_settings(config: Config, selection: Selection | None = None) -> Samp
     selection = selection or load_selection(config.metrics.profile, config.metrics.file)
     return dataclasses.replace(config.sampler, backend=config.backend.name,
                                scenario=config.backend.scenario_name,
-                               nvlink_reads=selection.nvlink_reads())
+                               nvlink_reads=selection.nvlink_reads(),
+                               kmsg_path=config.history.kernel_log(config.backend.name))
 
 
 def compat_summary(config: Config, selection: Selection) -> str:
@@ -110,8 +112,8 @@ class Exporter:
 
     def _publish(self, snapshot: Snapshot) -> None:
         history = self.history
-        if history is not None:  # XID counts that continue across restarts
-            snapshot = history.observe(snapshot)
+        if history is not None:  # the GPUs' identities (a GPU replaced in its slot)
+            history.observe(snapshot)
         # judged now, once: the metrics, the API and the page share the verdict
         health = self.health.assess(snapshot)
         # the goodput account's failed GPUs, from the next second on
@@ -132,17 +134,21 @@ class Exporter:
         return serving
 
     def _problems(self) -> list[str]:
-        """The history's degraded states, for /readyz."""
+        """The kernel log's and the history's degraded states, for /readyz."""
+        out = self.sampler.xids.problems() if self.sampler is not None else []
         if self.history is not None:
-            return self.history.problems()
-        return [self.history_problem] if self.history_problem else []
+            return out + self.history.problems()
+        return out + ([self.history_problem] if self.history_problem else [])
 
-    def _open_history(self) -> None:
-        """The state directory's history, if one is configured. Raises StoreBusy (another
-        exporter holds it); any other failure leaves the exporter running without."""
+    def _open_history(self, sampler: Sampler) -> None:
+        """The state directory's history, if one is configured, handing the sampler its
+        XID counts; without one, the sampler counts from zero and reads the kernel log from
+        its end. Raises StoreBusy (another exporter holds it); any other failure leaves the
+        exporter running without."""
         h = self.config.history
         directory = h.directory(self.config.backend.name)
         if not directory:
+            sampler.xids.begin(XidStart(), None)
             return
         store = Store(directory, self.clock.time)
         try:
@@ -150,10 +156,14 @@ class Exporter:
         except StoreError as exc:
             self.history_problem = f"history off: {exc}"
             log.warning("%s", self.history_problem)
+            sampler.xids.begin(XidStart(kmsg_from_end=self.history_problem), None)
             return
         history = History(store, socket.gethostname(), clock=self.clock.time,
-                          kmsg_path=h.kmsg_path, boot_id_path=h.boot_id_path)
+                          reads_kernel_log=sampler.xids.kernel_log is not None,
+                          boot_id_path=h.boot_id_path)
         history.load()
+        sampler.xids.begin(history.begin(sampler.gpus.identities,
+                                         sampler.backend.driver_version), history)
         self.history = history
         log.info("history in %s", directory)
 
@@ -206,16 +216,15 @@ class Exporter:
         settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
-                                   self._publish, self.clock)
-            self.sampler.failed_verdict = lambda: self._failed
+                                   on_snapshot=self._publish, clock=self.clock,
+                                   failed_verdict=lambda: self._failed)
             self.sampler.open()  # NvmlUnavailable before any state directory is touched
-            self._open_history()  # StoreBusy: another exporter holds the directory
+            self._open_history(self.sampler)  # StoreBusy: another exporter holds it
             self.sampler.start(threads)
             self.server = ExporterHTTPServer(c.host_port, lambda: self.current,
                                              Probes(c.serving.stale_after_seconds,
                                                          self.clock.time, self._problems),
-                                             self.web, self.limits)
-            self.server.api.history = self.history
+                                             self.web, self.limits, history=self.history)
             if self.history is not None and threads:
                 self.history.start()
         except BaseException:

@@ -3,6 +3,7 @@ added without a word on what it is for fails here."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 from tests.tools import REPO
@@ -58,3 +59,25 @@ def test_every_package_the_table_names_exists():
     for head in rows():
         for path in re.findall(r"`(exporter/[^`]+)`", head):
             assert (REPO / path).exists(), path
+
+
+# The fake driver stands in for NVML's C API, one method per symbol it answers: it is as
+# wide as the API it fakes.
+FAKE_DRIVER = ("exporter/sim/fake.py", "exporter/sim/fake_device.py",
+               "exporter/sim/fake_model.py")
+MAX_METHODS = 25
+
+
+def test_no_class_outside_the_fake_driver_has_more_than_25_methods():
+    wide = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = str(path.relative_to(REPO))
+        if module in FAKE_DRIVER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = sum(isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                              for item in node.body)
+                if methods > MAX_METHODS:
+                    wide.append(f"{module}: {node.name} ({methods})")
+    assert not wide, f"split by job: {wide}"

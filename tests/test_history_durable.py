@@ -11,14 +11,27 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 
-from exporter.history.kmsg import KmsgReader
-from exporter.history.recorder import KMSG_SLICE, History
+from exporter.history.recorder import History
 from exporter.history.store import FILE, Batch, Store
-from exporter.sampling.snapshot import XidRecord
-from tests.tools import REPO, free_port, http_get, make_snapshot, samples, wait_for
+from exporter.sampling.clock import SYSTEM
+from exporter.sampling.kmsg import KmsgReader
+from exporter.sampling.xid_kmsg import SLICE, KernelLogFollower
+from exporter.sampling.xid_ledger import Occurrence, XidLedger
+from exporter.sampling.xid_sources import XidSources
+from exporter.sampling.xids import XidWatcher
+from tests.tools import (
+    REPO,
+    free_port,
+    http_get,
+    make_snapshot,
+    samples,
+    wait_for,
+    xid_sources,
+)
 
 NOW = 1_790_000_000.0
 BOOT = "7d1c9a52-0b7e-4a33-9b1a-0c5a0f00b001"
@@ -94,16 +107,30 @@ def test_kill_9_never_takes_back_a_served_xid_count(tmp_path):
 
 # -- one bad record, refused alone -----------------------------------------------------
 
-def _history(tmp_path, log_text: str = "", **kw) -> History:
+@dataclass
+class Node:
+    """A history with the sampler's XID side wired to it, as the exporter wires them."""
+
+    history: History
+    ledger: XidLedger
+    log: KernelLogFollower
+
+    def stop(self) -> None:
+        self.log.finish()
+        self.history.stop()
+
+
+def _node(tmp_path, log_text: str = "") -> Node:
     (tmp_path / "boot_id").write_text(BOOT + "\n")
     (tmp_path / "kmsg").write_text(log_text)
     store = Store(tmp_path / "state", lambda: NOW)
     store.open()
-    h = History(store, "node-a", clock=lambda: NOW, kmsg_path=str(tmp_path / "kmsg"),
-                boot_id_path=str(tmp_path / "boot_id"), boot_time=lambda: NOW - 1000.0, **kw)
+    h = History(store, "node-a", clock=lambda: NOW, boot_id_path=str(tmp_path / "boot_id"))
     h.load()
-    h.observe(make_snapshot(2))  # GPUs 0 and 1, in slots 0000:00:00 and 0000:01:00
-    return h
+    # GPUs 0 and 1, in slots 0000:00:00 and 0000:01:00
+    ledger, follower = xid_sources(h, make_snapshot(2), str(tmp_path / "kmsg"),
+                                   boot_time=lambda: NOW - 1000.0)
+    return Node(h, ledger, follower)
 
 
 def _xid_line(sequence: int, slot: str, code: str) -> str:
@@ -126,9 +153,10 @@ def test_a_bad_kernel_log_record_is_refused_alone_and_named(tmp_path, caplog):
              _xid_line(4, "0000:77:00", "79"),  # a slot where this node has no GPU
              _xid_line(5, "0000:01:00", "31"),
              _xid_line(6, "0000:01:00", "9" * 5000)]  # past what int() converts
-    h = _history(tmp_path, "".join(lines))
+    node = _node(tmp_path, "".join(lines))
     with caplog.at_level(logging.WARNING):
-        h.poll_kmsg()
+        node.log.tick()
+    h = node.history
     assert {code: n for (_, code), (n, _) in h.xids.items()} == {13: 1, 31: 1}
     assert _stored_xids(tmp_path) == {"13": 1.0, "31": 1.0}  # written ahead, the batch whole
     assert h.stats().refused == {"xid_code": 3, "not_on_this_node": 1}
@@ -136,56 +164,66 @@ def test_a_bad_kernel_log_record_is_refused_alone_and_named(tmp_path, caplog):
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == 4 and all("\n" not in line for line in refused)
     assert any("record 4" in line and "0000:77:00" in line for line in refused)
-    served = h.observe(make_snapshot(2))
-    assert sorted(served.xids) == [(0, 13), (1, 31)]  # no absurd code, no gpu=""
-    h.stop()
+    assert sorted(node.ledger.seen()) == [(0, 13), (1, 31)]  # no absurd code, no gpu=""
+    node.stop()
 
 
-def test_an_nvml_xid_outside_its_range_is_no_label_and_refused(tmp_path):
-    h = _history(tmp_path)
-    snapshot = make_snapshot(2, xids={(0, 10**12): XidRecord(1, NOW), (1, 48): XidRecord(1, NOW)})
-    served = h.observe(snapshot)
-    assert sorted(served.xids) == [(1, 48)]
-    assert h.stats().refused == {"xid_code": 1}
-    assert _stored_xids(tmp_path) == {"48": 1.0}
-    h.stop()
-    (tmp_path / "alone").mkdir()
-    alone = _history(tmp_path / "alone")  # nothing else counted: still no label
-    served = alone.observe(make_snapshot(2, xids={(0, 10**12): XidRecord(1, NOW)}))
-    assert served.xids == {}
-    alone.stop()
+def test_an_nvml_xid_outside_its_range_is_no_label_and_refused(tmp_path, caplog):
+    node = _node(tmp_path)
+    watcher = XidWatcher(None, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
+                         threading.Event(), node.ledger)
+    with caplog.at_level(logging.WARNING):
+        watcher.record([(0, 0), (0, 1000), (0, 10**20), (1, 48),
+                        (0, 999)])  # 999: NVML's "unknown", an XID
+    assert sorted(node.ledger.seen()) == [(0, 999), (1, 48)]
+    assert node.history.stats().refused == {"xid_code": 3}
+    assert _stored_xids(tmp_path) == {"48": 1.0, "999": 1.0}
+    assert sum("refused NVML event" in r.getMessage() for r in caplog.records) == 3
+    node.stop()
+
+
+def test_without_a_state_directory_a_bad_xid_is_no_label_and_named(caplog):
+    ledger = XidLedger()
+    with caplog.at_level(logging.WARNING):
+        ledger.add([Occurrence(0, 10**12, NOW, "nvml", what="NVML event: XID 1e12"),
+                    Occurrence(None, 79, NOW, "kmsg", slot="0000:77:00", what="record 4"),
+                    Occurrence(1, 48, NOW, "nvml")])
+    assert sorted(ledger.seen()) == [(1, 48)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused NVML event: XID 1e12 (xid code)", "refused record 4 (not on this node)"]
 
 
 def test_a_row_the_store_cannot_hold_is_refused_alone_and_the_rest_written(tmp_path):
-    h = _history(tmp_path)
+    node = _node(tmp_path)
+    h = node.history
     with h.lock:
         h._level(("", "GPU-00000000"), "ecc_dbe", float("nan"), NOW)  # NOT NULL refuses NaN
         h._level(("", "GPU-00000000"), "retired_pages", 2.0**70, NOW)
-        h._xid(("", "GPU-00000000"), 13, NOW, "nvml")
+        h._xid(("", "GPU-00000000"), 13, NOW, 1)
         h._occurred(("", "GPU-00000000"), "xid", NOW, 2**70)  # past sqlite's 64 bits
     assert h.flush()
     assert h.stats().refused == {"unstorable": 2}
     assert h.writer.write_failures == 0 and h.problems() == []
     assert _stored_xids(tmp_path) == {"13": 1.0}
-    h.stop()
+    node.stop()
 
 
 def test_a_write_that_fails_for_any_reason_is_counted_and_on_readyz(tmp_path, monkeypatch):
-    h = _history(tmp_path)
-    with h.lock:
-        h._xid(("", "GPU-00000000"), 13, NOW, "nvml")
+    node = _node(tmp_path)
+    h = node.history
 
     def broken(batch: Batch) -> list[str]:
         raise OverflowError("Python int too large to convert to SQLite INTEGER")
 
     monkeypatch.setattr(h.store, "write", broken)
-    assert not h.flush()
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])  # served from memory meanwhile
+    assert node.ledger.seen()[(0, 13)].count == 1
     assert h.writer.write_failures == 1
     assert any("OverflowError" in p for p in h.problems())
     monkeypatch.undo()
     assert h.flush() and h.problems() == []
     assert _stored_xids(tmp_path) == {"13": 1.0}  # kept, and written once it could be
-    h.stop()
+    node.stop()
 
 
 # -- a long kernel log ------------------------------------------------------------------
@@ -195,20 +233,22 @@ def _long_log(records: int, slot: str = "0000:00:00") -> str:
 
 
 def test_a_long_log_is_read_in_slices_each_written_with_its_cursor(tmp_path):
-    records = 3 * KMSG_SLICE + 17
-    h = _history(tmp_path, _long_log(records))
+    records = 3 * SLICE + 17
+    node = _node(tmp_path, _long_log(records))
+    h = node.history
     writes = []
     real = h.store.write
     h.store.write = lambda batch: writes.append(dict(batch.cursors)) or real(batch)
-    h.poll_kmsg()
+    node.log.tick()
     assert h.xids[(("", "GPU-00000000"), 13)][0] == records
     assert h.cursor == records
     assert len(writes) >= 4  # one transaction a slice, each with the cursor past it
     assert all(w.get(BOOT) for w in writes)
-    h.stop()
-    again = _history(tmp_path, _long_log(records))
-    again.poll_kmsg()  # the same boot: nothing taken twice
-    assert again.xids[(("", "GPU-00000000"), 13)][0] == records
+    node.stop()
+    again = _node(tmp_path, _long_log(records))
+    again.log.tick()  # the same boot: nothing taken twice
+    assert again.history.xids[(("", "GPU-00000000"), 13)][0] == records
+    assert again.ledger.seen()[(0, 13)].count == records
     again.stop()
 
 
@@ -216,7 +256,7 @@ def test_matching_a_long_log_walks_each_entry_a_bounded_number_of_times(tmp_path
                                                                          monkeypatch):
     """Counted in steps, not timed: how often matching reads an entry's time, for 4,000
     XIDs of one burst from the log and NVML's count of it."""
-    from exporter.history import matching
+    from exporter.sampling import xid_matching as matching
 
     steps = 0
 
@@ -227,33 +267,35 @@ def test_matching_a_long_log_walks_each_entry_a_bounded_number_of_times(tmp_path
             return super().__getattribute__(name)
 
     monkeypatch.setattr(matching, "Seen", Counted)
-    h = _history(tmp_path)
-    with h.lock:
-        for i in range(4_000):  # within one minute, as a burst logs them
-            h._xid(("", "GPU-00000000"), 13, NOW + i * 0.01, "kmsg")
-    h.observe(make_snapshot(2, xids={(0, 13): XidRecord(4_000, NOW + 20.0)}))
-    assert h.duplicates == 4_000 and h.xids[(("", "GPU-00000000"), 13)][0] == 4_000
+    node = _node(tmp_path)
+    # within one minute, as a burst logs them
+    node.ledger.add([Occurrence(0, 13, NOW + i * 0.01, "kmsg", slot="0000:00:00")
+                     for i in range(4_000)])
+    node.ledger.add([Occurrence(0, 13, NOW + 20.0, "nvml", 4_000)])
+    assert node.ledger.duplicates == 4_000
+    assert node.history.xids[(("", "GPU-00000000"), 13)][0] == 4_000
     assert steps <= 4 * 4_000  # each entry a few times, not once for each other entry
-    h.stop()
+    node.stop()
 
 
-def test_scrapes_answer_while_a_long_log_is_read(tmp_path):
-    """The lock is let go between slices: a scrape's figures (stats()) never wait for the
-    whole log."""
-    records = 10 * KMSG_SLICE
-    h = _history(tmp_path, _long_log(records))
-    reader = threading.Thread(target=h.poll_kmsg)
+def test_snapshots_and_scrapes_never_wait_for_a_long_log(tmp_path):
+    """The counts are taken without a lock and the history's lock is let go between
+    slices: neither the publisher nor a scrape's figures wait for the whole log."""
+    records = 10 * SLICE
+    node = _node(tmp_path, _long_log(records))
+    reader = threading.Thread(target=node.log.tick)
     waits = []
     reader.start()
     while reader.is_alive():
         started = time.monotonic()
-        h.stats()
+        node.history.stats()
+        node.ledger.seen()
         waits.append(time.monotonic() - started)
         time.sleep(0.001)
     reader.join()
-    assert h.xids[(("", "GPU-00000000"), 13)][0] == records
+    assert node.ledger.seen()[(0, 13)].count == records
     assert len(waits) >= 5  # stats() got the lock while the log was read, again and again
-    h.stop()
+    node.stop()
 
 
 def test_the_reader_takes_a_file_in_slices_and_drops_an_endless_line(tmp_path):
@@ -305,7 +347,7 @@ def test_parameters_are_percent_decoded(exporter):
     h = exporter.history
     uuid = exporter.current.snapshot.identities[1].uuid
     with h.lock:
-        h._xid(h.gpus.key_of[1], 31, NOW, "nvml")
+        h._xid(h.gpus.key_of[1], 31, NOW, 1)
     encoded = "".join(f"%{b:02X}" for b in uuid.encode())  # every character encoded
     status, answer = _api(exporter, f"gpu={encoded}&since=1.79e%2B9")
     assert status == 200, answer
@@ -318,11 +360,11 @@ def test_episodes_come_in_pages(exporter):
 
     h = exporter.history
     total = DEFAULT_PAGE + 150
-    with h.lock:
-        for i in range(total):  # an episode each: 200 s apart, more than the merge gap
+    for i in range(total):  # an episode each: 200 s apart, more than the merge gap
+        with h.lock:
             h._occurred(("", ""), "ib_link_down", NOW + 200.0 * i, detail=f"mlx5_{i % 3}/1")
-            if i == total // 2:
-                h.writer.write_ahead()  # half stored, half in memory only
+        if i == total // 2:
+            h.flush()  # half stored, half in memory only
     status, first = _api(exporter, "")
     assert status == 200 and len(first["episodes"]) == DEFAULT_PAGE and first["next"]
     status, rest = _api(exporter, f"after={first['next']}")
@@ -341,14 +383,116 @@ def test_episodes_come_in_pages(exporter):
         assert status == 400 and "error" in answer, bad
 
 
-def test_an_nvml_event_outside_the_xid_range_never_reaches_a_label(caplog):
-    from exporter.sampling.xids import XidWatcher
+# -- the XID path under load, a slow disk, a late GPU and a stop -------------------------
 
-    watcher = XidWatcher(None, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
-                         threading.Event())
-    with caplog.at_level(logging.WARNING):
-        for code in (0, 1000, 10**20):
-            watcher.record(0, code)
-        watcher.record(0, 999)  # NVML's "unknown": an XID
-    assert sorted(watcher.seen()) == [(0, 999)]
-    assert sum("outside NVML's range" in r.getMessage() for r in caplog.records) == 3
+def _stored_cursor(tmp_path) -> int | None:
+    db = sqlite3.connect(tmp_path / "state" / FILE)
+    try:
+        row = db.execute("SELECT sequence FROM cursors WHERE boot_id = ?", (BOOT,)).fetchone()
+        return row[0] if row else None
+    finally:
+        db.close()
+
+
+def test_a_log_slice_of_xids_nvml_already_counted_commits_its_cursor_at_once(tmp_path):
+    """Else a kill before the next flush would read the line again after the restart,
+    with nothing left to match it against, and count the XID twice."""
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    with open(tmp_path / "kmsg", "a") as f:  # boot at NOW - 1000 s: the line is at NOW
+        f.write("3,1,1000000000,-;NVRM: Xid (PCI:0000:00:00): 13, pid=1, name=x\n")
+    node.log.tick()
+    assert node.ledger.duplicates == 1 and node.ledger.seen()[(0, 13)].count == 1
+    assert _stored_cursor(tmp_path) == 1  # committed, no flush needed
+    node.stop()
+
+
+def test_a_slow_disk_holds_the_xids_thread_never_the_publisher_or_a_scrape(tmp_path):
+    node = _node(tmp_path)
+    h = node.history
+    writing, release = threading.Event(), threading.Event()
+    real = h.store.write
+
+    def slow(batch):
+        writing.set()
+        release.wait(30)
+        return real(batch)
+
+    h.store.write = slow
+    xid = threading.Thread(target=node.ledger.add, args=([Occurrence(0, 13, NOW, "nvml")],))
+    xid.start()
+    assert writing.wait(10)
+    meanwhile = threading.Thread(target=lambda: (h.observe(make_snapshot(2)), h.stats(),
+                                                 h.problems(), node.ledger.seen()))
+    meanwhile.start()
+    meanwhile.join(10)
+    served_while_writing = dict(node.ledger.seen())
+    release.set()
+    xid.join(10)
+    assert not meanwhile.is_alive()  # done while the write still waited
+    assert served_while_writing == {}  # and the XID not served before it is on disk
+    assert node.ledger.seen()[(0, 13)].count == 1 and _stored_xids(tmp_path) == {"13": 1.0}
+    node.stop()
+
+
+class _Events:
+    """NVML's event calls for a watcher: `pending` events, then none."""
+
+    def __init__(self, pending: list[tuple[int, int]]):
+        self.pending = pending
+        self.uuids = dict
+
+    def register_xid_events(self):
+        return "set", 2
+
+    def wait_xid(self, event_set, timeout_ms):
+        return self.pending.pop(0) if self.pending else None
+
+    def gpu_of(self, handle, uuids):
+        return handle
+
+    def call(self, *args, **kwargs):
+        return None
+
+
+def test_a_burst_of_nvml_events_is_one_transaction(tmp_path):
+    node = _node(tmp_path)
+    backend = _Events([(i % 2, 13) for i in range(50)])
+    gpus = type("Gpus", (), {"backend": backend, "uuids": staticmethod(dict)})()
+    watcher = XidWatcher(gpus, type("Clock", (), {"time": staticmethod(lambda: NOW)})(),
+                         threading.Event(), node.ledger)
+    before = node.history.writer.transactions
+    watcher.poll()
+    assert node.ledger.seen()[(0, 13)].count == 25 and node.ledger.seen()[(1, 13)].count == 25
+    assert node.history.writer.transactions == before + 1
+    node.stop()
+
+
+def test_a_gpu_lost_at_start_gets_its_stored_count_once_it_is_back(tmp_path):
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(1, 79, NOW, "nvml", 2)])
+    node.stop()
+    store = Store(tmp_path / "state", lambda: NOW)
+    store.open()
+    h = History(store, "node-a", clock=lambda: NOW, boot_id_path=str(tmp_path / "boot_id"))
+    h.load()
+    both = make_snapshot(2).identities
+    identities = [both[0], None]  # GPU 1 lost when the exporter starts
+    sources = XidSources(type("Gpus", (), {"identities": identities})(), SYSTEM,
+                         threading.Event(), "")
+    sources.begin(h.begin(identities, "1"), h)
+    assert (1, 79) not in sources.seen()
+    identities[1] = both[1]  # recovered
+    h.observe(make_snapshot(2))
+    sources.ledger.add([Occurrence(1, 79, NOW + 5, "nvml")])
+    assert sources.seen()[(1, 79)].count == 3  # never below what the last run served
+    assert h.xids[(("", both[1].uuid), 79)][0] == 3  # and stored under its own GPU
+    h.stop()
+
+
+def test_after_the_sampler_stops_nothing_reaches_the_closed_store(tmp_path):
+    node = _node(tmp_path)
+    node.ledger.close()
+    node.history.stop()
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])  # an event thread that outlived stop
+    assert node.ledger.seen()[(0, 13)].count == 1 and node.history.xids == {}

@@ -10,7 +10,7 @@ from exporter.health.settings import HealthSettings
 from exporter.history.episodes import NODE
 from tests.test_health_infiniband import ib_snapshot
 from tests.test_history_store import history, stored
-from tests.tools import make_snapshot
+from tests.tools import make_snapshot, xid_sources
 
 T0 = 1_790_000_000.0
 
@@ -87,12 +87,12 @@ def test_xid_episodes_are_also_counted_by_the_xid_tables_action(tmp_path):
     """The lemon score's rules count only the XIDs that ask for a reset, a reboot or
     service; an episode's kind carries no code, so the node says the action beside it."""
     from exporter.history.families import history_families
-    from exporter.sampling.snapshot import XidRecord
+    from exporter.sampling.xid_ledger import Occurrence
 
     h = history(tmp_path)
-    h.observe(make_snapshot(2, time=T0, xids={(0, 13): XidRecord(1, T0),
-                                               (0, 48): XidRecord(1, T0),
-                                               (1, 79): XidRecord(1, T0)}))
+    ledger, _ = xid_sources(h, make_snapshot(2, time=T0))
+    ledger.add([Occurrence(0, 13, T0, "nvml"), Occurrence(0, 48, T0, "nvml"),
+                Occurrence(1, 79, T0, "nvml")])
     fams = {f.name: f for f in history_families(h, T0 + 60)}
     h.stop()
 

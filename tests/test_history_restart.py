@@ -44,7 +44,7 @@ def start(node, scenario: str, kmsg: str = "kmsg"):
                              storage_path=str(tmp / "state"), storage_kmsg_path=str(tmp / kmsg),
                              storage_boot_id_path=str(tmp / "boot_id"))
     exporter.sampler.advance(3.0)
-    exporter.history.poll_kmsg()
+    exporter.sampler.xids.kernel_log.tick()
     exporter.sampler.advance(1.0)
     return exporter
 
@@ -113,7 +113,7 @@ def test_an_xid_logged_while_stopped_is_counted_once_after_the_start(node):
 
 def test_an_xid_both_nvml_and_the_log_saw_counts_once(node):
     exporter = start(node, "xids")
-    exporter.history.boot_time = lambda: 0.0
+    exporter.sampler.xids.kernel_log.boot_time = lambda: 0.0
     slot = slot_of(exporter, 0)
     seen = exporter.current.snapshot.xids[(0, 13)].last_seen
     with open(node[0] / "kmsg", "a") as f:
@@ -121,7 +121,7 @@ def test_an_xid_both_nvml_and_the_log_saw_counts_once(node):
                 "name=python, Graphics SM Warp Exception\n")
         f.write(f"3,6,{int((seen + 0.5) * 1e6)},-;NVRM: Xid (PCI:{slot}): 31, pid=99, "
                 "name=python, MMU Fault\n")  # only the log saw this one
-    exporter.history.poll_kmsg()
+    exporter.sampler.xids.kernel_log.tick()
     exporter.sampler.advance(1.0)
     assert xid_counts(exporter) == {("0", "13"): 1, ("0", "31"): 1, ("1", "79"): 1}
     assert value(exporter, "cte_history_xid_duplicates_total") == 1
@@ -137,7 +137,7 @@ def test_the_log_is_followed_where_nvml_events_are_unsupported(node):
     with open(tmp / "kmsg", "a") as f:
         f.write(f"3,9,9000000,-;NVRM: Xid (PCI:{slot_of(exporter, 0)}): 48, pid=1, name=x, "
                 "DBE\n")
-    exporter.history.poll_kmsg()
+    exporter.sampler.xids.kernel_log.tick()
     exporter.sampler.advance(1.0)
     assert xid_counts(exporter) == {("0", "48"): 1}
 
@@ -301,8 +301,7 @@ def test_a_quiet_node_writes_once_at_start_and_then_nothing(node):
     exporter = start(node, "quiet")
     history = exporter.history
     for _ in range(12):  # a minute of a healthy node, the history's thread's work by hand
-        exporter.sampler.advance(5.0)
-        history.poll_kmsg()
+        exporter.sampler.advance(5.0)  # the kernel log read too
         history.flush()
     assert history.writer.transactions == 1  # the GPUs, their boot and slots, at start
 

@@ -4,6 +4,7 @@ of events; batched writes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sqlite3
@@ -16,7 +17,9 @@ import pytest
 from exporter.history.episodes import NODE
 from exporter.history.recorder import History
 from exporter.history.store import BOUND_BYTES, FILE, MAX_EPISODES, PRUNE_EPISODES, Store
-from tests.tools import REPO, make_snapshot, wait_for
+from exporter.sampling.snapshot import XidRecord
+from exporter.sampling.xid_ledger import Occurrence
+from tests.tools import REPO, make_snapshot, wait_for, xid_sources
 
 GPU = ("1652221000000", "GPU-00000000")
 
@@ -24,7 +27,7 @@ GPU = ("1652221000000", "GPU-00000000")
 def history(directory, now=lambda: 1_790_000_000.0, **kw) -> History:
     store = Store(directory, now)
     store.open()
-    h = History(store, "node-a", clock=now, kmsg_path=str(directory) + "-no-kmsg",
+    h = History(store, "node-a", clock=now, reads_kernel_log=False,
                 boot_id_path=str(directory) + "-no-boot", **kw)
     h.load()
     return h
@@ -32,7 +35,7 @@ def history(directory, now=lambda: 1_790_000_000.0, **kw) -> History:
 
 def add_xid(h: History, at: float, code: int = 13, gpu=GPU) -> None:
     with h.lock:
-        h._xid(gpu, code, at, "nvml")
+        h._xid(gpu, code, at, 1)
 
 
 def stored(directory) -> list[tuple]:
@@ -241,7 +244,7 @@ def test_years_of_events_stay_within_the_bound(tmp_path):
     while t < 1_790_000_000.0:
         with h.lock:
             for gpu in gpus:
-                h._xid(gpu, 31, t, "nvml")
+                h._xid(gpu, 31, t, 1)
             if int(t) % 3600 < step:
                 h._occurred(NODE, "ib_link_down", t, detail="mlx5_0/1")
         t += step
@@ -264,17 +267,27 @@ def test_years_of_events_stay_within_the_bound(tmp_path):
     again.stop()
 
 
-def test_the_snapshot_served_carries_the_continued_counts(tmp_path):
-    from exporter.sampling.snapshot import XidRecord
-
+def test_the_counts_served_continue_from_the_store(tmp_path):
     h = history(tmp_path)
-    snap = make_snapshot(2, xids={(1, 48): XidRecord(2, 1_790_000_000.0)})
-    h.observe(snap)
+    snap = make_snapshot(2)
+    ledger, _ = xid_sources(h, snap)
+    ledger.add([Occurrence(1, 48, 1_790_000_000.0, "nvml", 2)])
+    assert _stored_codes(tmp_path) == {"48": 2.0}  # written before add() returned
     h.stop()
     again = history(tmp_path)
-    served = again.observe(make_snapshot(2, xids={(1, 48): XidRecord(1, 1_790_000_100.0)}))
-    assert served.xids[(1, 48)].count == 3
+    ledger, _ = xid_sources(again, snap)
+    assert ledger.seen()[(1, 48)] == XidRecord(2, 1_790_000_000.0)  # handed at start
+    ledger.add([Occurrence(1, 48, 1_790_000_100.0, "nvml")])
+    assert ledger.seen()[(1, 48)] == XidRecord(3, 1_790_000_100.0)
     again.stop()
+
+
+def _stored_codes(directory) -> dict[str, float]:
+    db = sqlite3.connect(directory / FILE)
+    try:
+        return dict(db.execute("SELECT key, value FROM counters WHERE name = 'xid'"))
+    finally:
+        db.close()
 
 
 def test_episode_windows_per_gpu_and_node_only_for_kinds_seen_in_28_days(tmp_path):
@@ -285,8 +298,8 @@ def test_episode_windows_per_gpu_and_node_only_for_kinds_seen_in_28_days(tmp_pat
     h.observe(make_snapshot(2))  # GPUs 0 and 1: serial "", UUID GPU-0000000N
     gpu1 = ("", "GPU-00000001")
     with h.lock:
-        h._xid(gpu1, 79, now - 2 * 86_400, "nvml")
-        h._xid(gpu1, 79, now - 3600, "nvml")
+        h._xid(gpu1, 79, now - 2 * 86_400, 1)
+        h._xid(gpu1, 79, now - 3600, 1)
         h._occurred(gpu1, "ecc_dbe", now - 30 * 86_400)  # past the longest window
         h._occurred(NODE, "ib_link_down", now - 60, detail="mlx5_0/1")
     got = {f.name: f for f in history_families(h, now)}
@@ -335,12 +348,11 @@ def test_each_commit_is_synced_so_a_power_loss_loses_at_most_the_last_batch(tmp_
 
 
 def test_a_burst_of_xids_is_counted_whole_in_one_episode(tmp_path):
-    from exporter.sampling.snapshot import XidRecord
-
     h = history(tmp_path)
-    h.observe(make_snapshot(1, xids={(0, 13): XidRecord(2, 1_790_000_000.0)}))
-    served = h.observe(make_snapshot(1, xids={(0, 13): XidRecord(5_002, 1_790_000_010.0)}))
-    assert served.xids[(0, 13)].count == 5_002
+    ledger, _ = xid_sources(h, make_snapshot(1))
+    ledger.add([Occurrence(0, 13, 1_790_000_000.0, "nvml", 2)])
+    ledger.add([Occurrence(0, 13, 1_790_000_010.0, "nvml", 5_000)])
+    assert ledger.seen()[(0, 13)].count == 5_002
     assert [(e.kind, e.xid, e.count) for e in h.recent] == [("xid", 13, 5_002)]
     h.stop()
     again = history(tmp_path)
@@ -349,48 +361,49 @@ def test_a_burst_of_xids_is_counted_whole_in_one_episode(tmp_path):
 
 
 def test_a_burst_counts_once_what_the_kernel_log_saw_of_it(tmp_path):
-    from exporter.sampling.snapshot import XidRecord
-
     h = history(tmp_path)
-    h.observe(make_snapshot(1))
+    ledger, _ = xid_sources(h, make_snapshot(1))
     gpu = ("", "GPU-00000000")
-    with h.lock:
-        for i in range(3):  # the log's lines came first
-            h._xid(gpu, 31, 1_790_000_000.0 + i, "kmsg")
-    h.observe(make_snapshot(1, xids={(0, 31): XidRecord(2_000, 1_790_000_005.0)}))
-    assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 3
-    with h.lock:
-        h._xid(gpu, 31, 1_790_000_006.0, "kmsg")  # and one more of the burst after it
-    assert h.xids[(gpu, 31)][0] == 2_000 and h.duplicates == 4
+    for i in range(3):  # the log's lines came first
+        ledger.add([Occurrence(0, 31, 1_790_000_000.0 + i, "kmsg", slot="0000:00:00")])
+    ledger.add([Occurrence(0, 31, 1_790_000_005.0, "nvml", 2_000)])
+    assert h.xids[(gpu, 31)][0] == 2_000 and ledger.duplicates == 3
+    ledger.add([Occurrence(0, 31, 1_790_000_006.0, "kmsg", slot="0000:00:00")])  # one more
+    assert h.xids[(gpu, 31)][0] == 2_000 and ledger.duplicates == 4
+    assert ledger.seen()[(0, 31)].count == 2_000
     h.stop()
 
 
-def test_without_a_boot_id_the_log_is_read_from_the_start_of_the_process(tmp_path):
+def test_without_a_boot_id_the_log_is_read_from_the_start_of_the_process(tmp_path, caplog):
     """No boot id: no cursor can be stored, so the log is read from its end at each start,
     never again from its oldest record (which would count its XIDs once more)."""
     log = tmp_path / "kmsg"
     log.write_text("3,1,1000000,-;NVRM: Xid (PCI:0000:00:00): 13, pid=1, name=x, old\n")
 
-    def start() -> History:
+    def start():
         store = Store(tmp_path / "state", lambda: 1_790_000_000.0)
         store.open()
-        h = History(store, "node-a", clock=lambda: 1_790_000_000.0, kmsg_path=str(log),
-                    boot_id_path=str(tmp_path / "no-boot-id"), boot_time=lambda: 0.0)
+        h = History(store, "node-a", clock=lambda: 1_790_000_000.0,
+                    boot_id_path=str(tmp_path / "no-boot-id"))
         h.load()
-        h.observe(make_snapshot(1))
-        h.poll_kmsg()
-        return h
+        _, follower = xid_sources(h, make_snapshot(1), str(log))
+        follower.tick()
+        return h, follower
 
-    h = start()
+    with caplog.at_level(logging.INFO):
+        h, follower = start()
     assert h.xids == {}
+    assert any("read from its end (no boot id" in r.getMessage() for r in caplog.records)
     with open(log, "a") as f:
         f.write("3,2,2000000,-;NVRM: Xid (PCI:0000:00:00): 31, pid=1, name=x, new\n")
-    h.poll_kmsg()
+    follower.tick()
     assert {code: n for (_, code), (n, _) in h.xids.items()} == {31: 1}
     assert any("boot id" in p for p in h.problems())
+    follower.finish()
     h.stop()
-    again = start()
+    again, follower = start()
     assert {code: n for (_, code), (n, _) in again.xids.items()} == {31: 1}
+    follower.finish()
     again.stop()
 
 

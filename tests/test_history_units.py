@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.history import kmsg
 from exporter.history.episodes import Merger
+from exporter.sampling import kmsg
 
 GPU = ("1652221000001", "GPU-a")
 

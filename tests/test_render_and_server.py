@@ -149,7 +149,7 @@ def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
     calls = []
     real = render_module.render
     monkeypatch.setattr(render_module, "render",
-                        lambda snap, **kw: calls.append(snap) or real(snap, **kw))
+                        lambda snap, *args: calls.append(snap) or real(snap, *args))
     rendered = render_module.RenderedSnapshot(make_snapshot())
     assert calls == []  # published, not scraped: nothing rendered
     body, gz = rendered.body, rendered.gzipped

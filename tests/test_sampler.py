@@ -296,7 +296,7 @@ def test_the_xid_thread_waits_2_s_at_a_time_when_no_event_comes():
         sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake"))
         sampler.start()
         try:
-            wait_for(lambda: sampler.xids.registered == 8, timeout=5)
+            wait_for(lambda: sampler.xids.events.registered == 8, timeout=5)
             before = lib.calls.get("nvmlEventSetWait_v2", 0)
             time.sleep(4.0)
             assert lib.calls.get("nvmlEventSetWait_v2", 0) - before <= 3  # at 0.5 s: 8

@@ -45,10 +45,12 @@ def _simulate_config() -> Config:
 
 def test_record_and_run_sample_with_the_same_settings():
     run, rec = sampler_settings(_run_config()), record.sampler_settings(_record_config())
-    # what record leaves out on purpose: the live analyses and XID events; and the NVLink
-    # fields follow the metric selection run serves, which record has none of
+    # what record leaves out on purpose: the live analyses and both XID sources (NVML's
+    # events, the kernel log); and the NVLink fields follow the metric selection run
+    # serves, which record has none of
+    assert run.kmsg_path == "/dev/kmsg" and rec.kmsg_path == ""
     expected = dataclasses.replace(run, power=None, stragglers=None, xid_events=False,
-                                   nvlink_reads=rec.nvlink_reads)
+                                   kmsg_path="", nvlink_reads=rec.nvlink_reads)
     assert rec == expected
     assert _run_config().collectors == _record_config().collectors
 

@@ -246,6 +246,24 @@ def make_snapshot(gpus: int = 2, **fields):
     return Snapshot(**values)
 
 
+def xid_sources(history, snapshot, kmsg_path: str = "", boot_time=lambda: 0.0):
+    """The sampler's XID side for `snapshot`'s GPUs, begun with what `history` hands over
+    as the exporter begins it: (the ledger, the kernel log's follower, None without
+    `kmsg_path`)."""
+    import threading
+    from types import SimpleNamespace
+
+    from exporter.sampling.clock import SYSTEM
+    from exporter.sampling.xid_sources import XidSources
+
+    sources = XidSources(SimpleNamespace(identities=snapshot.identities), SYSTEM,
+                         threading.Event(), kmsg_path)
+    if sources.kernel_log is not None:
+        sources.kernel_log.boot_time = boot_time
+    sources.begin(history.begin(snapshot.identities, snapshot.driver_version), history)
+    return sources.ledger, sources.kernel_log
+
+
 def wake_ups(tid: int, pid: int | str = "self") -> int:
     """A live thread's voluntary context switches so far: its wake-ups (Linux). `tid`:
     its native id (threading.Thread.native_id; a process's main thread: its pid)."""

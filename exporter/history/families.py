@@ -97,26 +97,8 @@ REFUSED = Family(
         "`xid_code` (an XID code outside NVML's 1-999), `not_on_this_node` (a kernel-log "
         "XID for a PCI slot where the node never had a GPU), `unstorable` (a value the "
         "store cannot hold)." + _KEPT)
-XID_DUPLICATES = Family(
-    "cte_history_xid_duplicates_total", "counter",
-    "XIDs seen both by NVML's events and in the kernel log, counted once.",
-    source="state directory",
-    doc="XIDs seen both by NVML's events and in the kernel log within 30 s, counted once."
-        + _KEPT)
-KMSG_XIDS = Family(
-    "cte_kmsg_xids_total", "counter", "XID lines read from the kernel log.",
-    source="`/dev/kmsg`",
-    doc="XID lines the driver wrote to the kernel log, read since start." + _KEPT)
-KMSG_READABLE = Family(
-    "cte_kmsg_readable", "gauge",
-    "1 if the kernel log (/dev/kmsg) can be read for XIDs, 0 if not (no CAP_SYSLOG under "
-    "kernel.dmesg_restrict).", source="`/dev/kmsg`",
-    doc="1 if the kernel log can be read for XIDs; 0 if not (no `CAP_SYSLOG` under "
-        "`kernel.dmesg_restrict=1`: `/readyz` says degraded)." + _KEPT)
-
 DECLARED = (GPU_EPISODES, NODE_EPISODES, XID_EPISODES, NODE_XID_EPISODES, HISTORY_START,
-            REPLACEMENTS, TRANSACTIONS, WRITE_FAILURES, DROPPED, RESETS, REFUSED, XID_DUPLICATES,
-            KMSG_XIDS, KMSG_READABLE)
+            REPLACEMENTS, TRANSACTIONS, WRITE_FAILURES, DROPPED, RESETS, REFUSED)
 
 
 def history_families(history: History, now: float) -> Iterator[Metric]:
@@ -158,7 +140,3 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
     yield DROPPED.counter(stats.dropped)
     yield RESETS.by_label({r: stats.resets.get(r, 0) for r in ("corrupt", "unreadable", "future")})
     yield REFUSED.by_label({r: stats.refused.get(r, 0) for r in REFUSED_REASONS})
-    yield XID_DUPLICATES.counter(stats.duplicates)
-    yield KMSG_XIDS.counter(stats.kmsg_xids)
-    if history.reader.path:  # not when the log is turned off
-        yield KMSG_READABLE.gauge(0.0 if stats.kmsg_readable is False else 1.0)

@@ -1,18 +1,19 @@
 """Which GPU is which: each GPU's serial and UUID against its index now and its PCI slot,
 the slots as last seen (so a kernel-log XID of a GPU that fell off the bus before the
-exporter started still finds it), and the replacements seen in a slot. Fed the snapshot's
-identities by the history (under its lock); what changes goes into the history's batch.
+exporter started still finds it), and the replacements seen in a slot. Fed the GPUs'
+identities by the history (under its lock): the sampler's at start, then each snapshot's;
+what changes goes into the history's batch.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Sequence
 
-from exporter.history import kmsg
+from exporter.gpu.state import GpuIdentity
 from exporter.history.episodes import GpuKey
 from exporter.history.store import Batch, Replacement
-from exporter.sampling.snapshot import Snapshot
+from exporter.sampling import kmsg
 
 log = logging.getLogger(__name__)
 
@@ -26,40 +27,40 @@ class GpuIdentities:
         self.index_of: dict[GpuKey, int] = {}
         self.key_of: dict[int, GpuKey] = {}
         self.key: tuple | None = None  # the identities last seen, in brief
-        self.identified = threading.Event()  # set once the GPUs are known
         self._identities: object = None
         self._last_seen_written = 0.0
 
-    def observe(self, snapshot: Snapshot, batch: Batch, boot_id: str) -> None:
+    def observe(self, identities: Sequence[GpuIdentity | None], driver_version: str,
+                now: float, batch: Batch, boot_id: str) -> None:
         """New GPUs (or the same ones in a new order) are identified; the same ones have
         their last-seen time written every LAST_SEEN_SECONDS."""
-        if snapshot.identities is not self._identities and self._changed(snapshot):
-            self._identify(snapshot, batch, boot_id)
-        elif snapshot.time - self._last_seen_written >= LAST_SEEN_SECONDS:
-            self._seen_now(snapshot, batch)
+        if identities is not self._identities and self._changed(identities):
+            self._identify(identities, driver_version, now, batch, boot_id)
+        elif now - self._last_seen_written >= LAST_SEEN_SECONDS:
+            self._seen_now(identities, now, batch)
 
-    def _changed(self, snapshot: Snapshot) -> bool:
+    def _changed(self, identities: Sequence[GpuIdentity | None]) -> bool:
         """Whether the GPUs are others than last time (the sampler may publish the same
         identities in a new tuple)."""
         key = tuple(None if i is None else (i.index, i.serial, i.uuid, i.pci_bus_id)
-                    for i in snapshot.identities)
-        self._identities = snapshot.identities
+                    for i in identities)
+        self._identities = identities
         if key == self.key:
             return False
         self.key = key
         return True
 
-    def _identify(self, snapshot: Snapshot, batch: Batch, boot_id: str) -> None:
-        now = snapshot.time
+    def _identify(self, identities: Sequence[GpuIdentity | None], driver_version: str,
+                  now: float, batch: Batch, boot_id: str) -> None:
         self.index_of, self.key_of = {}, {}
-        for identity in snapshot.identities:
+        for identity in identities:
             if identity is None:
                 continue
             key: GpuKey = (identity.serial, identity.uuid)
             slot = kmsg.pci_slot(identity.pci_bus_id)
             self.index_of[key], self.key_of[identity.index] = identity.index, key
             batch.gpus[key] = (slot, now, now)
-            batch.boots.add((*key, boot_id, snapshot.driver_version, now))
+            batch.boots.add((*key, boot_id, driver_version, now))
             stored = self.slots.get(slot)
             if stored is not None and _replaced(stored[:2], key):
                 replacement = Replacement(now, slot, (stored[0], stored[1]), key)
@@ -71,17 +72,17 @@ class GpuIdentities:
                 self.slots[slot] = (*key, now)
                 batch.slots[slot] = (*key, now)
         self._last_seen_written = now
-        self.identified.set()
 
-    def _seen_now(self, snapshot: Snapshot, batch: Batch) -> None:
-        self._last_seen_written = snapshot.time
-        for identity in snapshot.identities:
+    def _seen_now(self, identities: Sequence[GpuIdentity | None], now: float,
+                  batch: Batch) -> None:
+        self._last_seen_written = now
+        for identity in identities:
             if identity is not None:
                 key = (identity.serial, identity.uuid)
                 # the upsert keeps a stored first_seen, but a row not written yet (the
                 # batch _identify filled, unwritten while writes fail) needs its own
-                first = batch.gpus.get(key, ("", snapshot.time, 0.0))[1]
-                batch.gpus[key] = (kmsg.pci_slot(identity.pci_bus_id), first, snapshot.time)
+                first = batch.gpus.get(key, ("", now, 0.0))[1]
+                batch.gpus[key] = (kmsg.pci_slot(identity.pci_bus_id), first, now)
 
     def in_slot(self, slot: str) -> GpuKey | None:
         """The GPU last seen in a PCI slot (the one there now; else one that fell off the

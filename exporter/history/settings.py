@@ -9,6 +9,7 @@ from exporter.options import RUN, setting
 
 AUTO = "auto"
 DEFAULT_DIRECTORY = "/var/lib/cluster-telemetry-exporter"
+KMSG = "/dev/kmsg"
 
 
 @dataclass(frozen=True)
@@ -19,14 +20,21 @@ class HistorySettings:
         "none on --fake or --replay; empty: keep no history", flag="--storage.path",
         metavar="DIR", commands=(RUN,))
     kmsg_path: str = setting(
-        "/dev/kmsg", "the kernel log read for XIDs (a regular file stands in for tests); empty: "
-        "read none",
+        AUTO, "the kernel log read for XIDs, with a state directory or without (a regular "
+        "file stands in for tests); auto: /dev/kmsg on NVML, none on --fake or --replay; "
+        "empty: read none",
         flag="--storage.kmsg-path", key="storage_kmsg_path", metavar="FILE", commands=(RUN,))
     boot_id_path: str = setting(
         "/proc/sys/kernel/random/boot_id", "the file that names this boot (the kernel "
         "log's sequence restarts at boot)", flag="--storage.boot-id-path",
         key="storage_boot_id_path", metavar="FILE",
         commands=(RUN,))
+
+    def kernel_log(self, backend: str) -> str:
+        """The kernel log to read, "" for none."""
+        if self.kmsg_path != AUTO:
+            return self.kmsg_path
+        return KMSG if backend == "nvml" else ""
 
     def directory(self, backend: str) -> str:
         """The state directory to use, "" for none."""

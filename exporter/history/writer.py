@@ -3,24 +3,24 @@ transaction at a time; a write that fails is counted, kept and retried; a row th
 cannot hold is refused alone, counted by reason and named in a log line.
 
 Two locks: the history's `lock` (shared, passed in) guards the batch; `writing`, taken
-before it, keeps to one write at a time, so a write ahead of XIDs (under `lock`) never
-runs beside a flush, nor commits before a flush that failed is taken back.
+before it, keeps to one write at a time, so a write ahead of XIDs never runs beside a
+flush, nor commits before a flush that failed is taken back. The disk is written holding
+`writing` only: the publisher and a scrape, which take `lock`, never wait for it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 
 from exporter.history.store import Batch, Store
+from exporter.sampling.xid_ledger import Refusals
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_EPISODES = 10_000  # held in memory while writes fail; the oldest go first
 # Why a record is refused (cte_history_refused_records_total{reason}):
 REFUSED_REASONS = ("xid_code", "not_on_this_node", "unstorable")
-REFUSED_LOGGED = 10  # refusals named in the log per reason; the rest are counted only
 
 
 class Writer:
@@ -28,7 +28,7 @@ class Writer:
         self.store, self.lock = store, lock
         self.writing = threading.Lock()
         self.batch = Batch()
-        self.refused: Counter[str] = Counter()
+        self.refused = Refusals()  # with the XIDs the sampler refused
         self.transactions = self.write_failures = self.dropped = 0
         self.problem = ""  # why the last write failed; "" once one succeeds
 
@@ -36,20 +36,19 @@ class Writer:
         """Write what is pending in one transaction; False if the write failed (it is
         kept for the next one)."""
         with self.writing:
-            with self.lock:
-                batch, self.batch = self.batch, Batch()
-            if not batch:
-                return True
-            refused, problem = self._write(batch)
-            with self.lock:
-                return self._settle(batch, refused, problem)
+            return self.write_ahead()
 
-    def write_ahead(self) -> None:
-        """Commit what is pending now, new XIDs with it (the caller holds `writing` and
-        `lock`): the counts are on disk before the lock lets a snapshot serve them."""
-        batch, self.batch = self.batch, Batch()
-        if batch:
-            self._settle(batch, *self._write(batch))
+    def write_ahead(self) -> bool:
+        """Commit what is pending now (the caller holds `writing`, not `lock`: what others
+        add meanwhile waits for the next write, and nobody waits for the disk but the
+        caller); False if the write failed."""
+        with self.lock:
+            batch, self.batch = self.batch, Batch()
+        if not batch:
+            return True
+        refused, problem = self._write(batch)
+        with self.lock:
+            return self._settle(batch, refused, problem)
 
     def _write(self, batch: Batch) -> tuple[list[str], str]:
         """(the rows the store refused, named; why the write failed, "" if it did not)."""
@@ -79,11 +78,7 @@ class Writer:
 
     def refuse(self, reason: str, what: str) -> None:
         """A record refused alone (under `lock`): counted, and named in one log line."""
-        self.refused[reason] += 1
-        if self.refused[reason] <= REFUSED_LOGGED:
-            log.warning("history: refused %s (%s)%s", what, reason.replace("_", " "),
-                        "; further ones are only counted" if self.refused[reason] ==
-                        REFUSED_LOGGED else "")
+        self.refused.add(reason, what)
 
     def _bound_pending(self) -> None:
         new = [k for k, e in self.batch.episodes.items() if e.id is None]

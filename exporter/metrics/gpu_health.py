@@ -49,16 +49,17 @@ EXPECTED = Family(
 XIDS = per_gpu(
     "gpu_xid_errors_total", "counter", "XID events by code and severity class (critical, "
     "warning, application, unknown).", "xid", "class", profile=MINIMAL,
-    source="`nvmlEventSetWait`; the kernel log (`/dev/kmsg`) where a state directory is "
-           "kept",
-    doc="XID events by code and severity class. An XID whose GPU cannot be identified has "
-        "empty `gpu`/`uuid`. With a state directory ([history.md](history.md)) the count "
-        "continues across restarts and reboots, and an XID both NVML and the kernel log "
-        "saw counts once.")
+    source="`nvmlEventSetWait`; the kernel log (`/dev/kmsg`)",
+    doc="XID events by code and severity class, from NVML's events and the kernel log, an "
+        "XID both saw counted once. An XID whose GPU cannot be identified has empty "
+        "`gpu`/`uuid`. With a state directory ([history.md](history.md)) the count "
+        "continues across restarts and reboots, and XIDs the kernel log holds from before "
+        "the start are counted; without one it starts at the start, the log read from its "
+        "end.")
 XID_LAST_SEEN = per_gpu(
     "gpu_xid_last_seen_timestamp_seconds", "gauge",
     "When an XID code was last seen on the GPU (Unix time).", "xid", "class", unit="s",
-    source="`nvmlEventSetWait`", profile=MINIMAL,
+    source="`nvmlEventSetWait`; the kernel log (`/dev/kmsg`)", profile=MINIMAL,
     doc="When that code was last seen on the GPU (Unix time).")
 RECOVERY_ACTION = per_gpu(
     "gpu_recovery_action", "gauge", "The recovery action NVML asks for; value 1 on the "

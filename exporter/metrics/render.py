@@ -69,7 +69,9 @@ class CachedFamilies:
         return body
 
 
-# Each area adds its families here; the order is the order of the output.
+# Each area adds its families here; the order is the order of the output. A rendered
+# snapshot adds its verdict's families and the serving side's figures after them
+# (RenderedSnapshot.sources): one list, one way to /metrics.
 FAMILY_FUNCTIONS: list[FamilyFunction] = [
     gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
     nvlink_traffic_families, power_families, straggler_families, goodput_families,
@@ -82,14 +84,11 @@ def _collect(snapshot: Snapshot, sources: list[FamilyFunction],
         yield from selection.apply(source(snapshot))
 
 
-def render(snapshot: Snapshot, sources: list[FamilyFunction] | None = None,
-           extra: Sequence[Metric] = (), selection: Selection = DEFAULT) -> bytes:
-    """The exposition of the families `selection` wants; cached parts are reused, the
-    rest rendered anew.
-
-    `extra` are families from outside the snapshot (the server's own figures, built by
-    the app when it publishes), written last. Each family is written whole by one
-    write, so joining the parts is a valid exposition."""
+def render(snapshot: Snapshot, sources: Sequence[FamilyFunction] | None = None,
+           selection: Selection = DEFAULT) -> bytes:
+    """The exposition of the families `selection` wants from `sources` (default
+    FAMILY_FUNCTIONS), in order; cached parts are reused, the rest rendered anew. Each
+    family is written whole by one write, so joining the parts is a valid exposition."""
     parts: list[bytes] = []
     plain: list[FamilyFunction] = []
     for source in sources or FAMILY_FUNCTIONS:
@@ -100,8 +99,6 @@ def render(snapshot: Snapshot, sources: list[FamilyFunction] | None = None,
             parts.append(source.render(snapshot, selection))
         else:
             plain.append(source)
-    if extra:
-        plain.append(lambda _snapshot: extra)
     if plain:
         parts.append(WRITER.write(_collect(snapshot, plain, selection)))
     return b"".join(parts)
@@ -135,14 +132,22 @@ class RenderedSnapshot:
         if self._body is None:
             with self._lock:
                 if self._body is None:
-                    health = self.health
-                    verdicts = verdict_families(health, self.snapshot) if health else ()
-                    extra = [*verdicts, *self.extra()]
-                    body = render(self.snapshot, extra=extra, selection=self.selection)
-                    if self.compat is not None:
-                        body += self.compat.render(self.snapshot, health)
+                    body = render(self.snapshot, self.sources(), self.selection)
+                    if self.compat is not None:  # another exporter's names, after ours
+                        body += self.compat.render(self.snapshot, self.health)
                     self._body = body
         return self._body
+
+    def sources(self) -> list[FamilyFunction]:
+        """Every family source of this exposition, in the order of the output: the
+        snapshot's, its verdict's, then the serving side's own figures."""
+        return [*FAMILY_FUNCTIONS, self._verdict_families, self._extra_families]
+
+    def _verdict_families(self, snapshot: Snapshot) -> Iterable[Metric]:
+        return verdict_families(self.health, snapshot) if self.health else ()
+
+    def _extra_families(self, snapshot: Snapshot) -> Iterable[Metric]:
+        return self.extra()
 
     @property
     def gzipped(self) -> bytes:

@@ -127,6 +127,23 @@ XID_EVENT_GPUS = Family(
     source="`nvmlDeviceRegisterEvents`",
     doc="GPUs registered for XID events (fewer than `cte_gpus` means some XIDs cannot be "
         "seen).")
+_READ = " (present only when the kernel log is read: by default on NVML, not on the fake)"
+XID_DUPLICATES = Family(
+    "cte_history_xid_duplicates_total", "counter",
+    "XIDs seen both by NVML's events and in the kernel log, counted once.",
+    source="`nvmlEventSetWait`, `/dev/kmsg`",
+    doc="XIDs seen both by NVML's events and in the kernel log within 30 s, counted once."
+        + _READ)
+KMSG_XIDS = Family(
+    "cte_kmsg_xids_total", "counter", "XID lines read from the kernel log.",
+    source="`/dev/kmsg`",
+    doc="XID lines the driver wrote to the kernel log, read since start." + _READ)
+KMSG_READABLE = Family(
+    "cte_kmsg_readable", "gauge",
+    "1 if the kernel log (/dev/kmsg) can be read for XIDs, 0 if not (no CAP_SYSLOG under "
+    "kernel.dmesg_restrict).", source="`/dev/kmsg`",
+    doc="1 if the kernel log can be read for XIDs; 0 if not (no `CAP_SYSLOG` under "
+        "`kernel.dmesg_restrict=1`: `/readyz` says degraded)." + _READ)
 POWER_BUFFER = Family(
     "cte_power_buffer_bytes", "gauge", "Memory held by the power ring buffers.",
     unit="bytes", source="sampler",
@@ -136,7 +153,7 @@ DECLARED = (BUILD, BACKEND, START_TIME, GPUS, LOOP_TARGET, LOOP_ACHIEVED, LOOP_I
             LOOP_OVERRUNS, LOOP_JITTER, LOOP_AGE, LOOP_DURATION, LOOP_CPU, SNAPSHOT_TIME,
             NVML_ERRORS, SOURCE_DURATION, SOURCE_SUCCESS, SOURCE_ERRORS, SOURCE_STUCK,
             RECOVERY_ATTEMPTS, RECOVERIES, HANGS, GPU_STUCK, LOOP_RESTARTS, XID_EVENT_GPUS,
-            POWER_BUFFER)
+            XID_DUPLICATES, KMSG_XIDS, KMSG_READABLE, POWER_BUFFER)
 
 
 def self_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -150,6 +167,11 @@ def self_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from _collector_families(snapshot)
     yield from _gpu_supervision_families(snapshot)
     yield XID_EVENT_GPUS.gauge(snapshot.xid_events_registered)
+    sources = snapshot.xid_sources
+    if sources is not None and sources.kmsg_read:
+        yield XID_DUPLICATES.counter(sources.duplicates)
+        yield KMSG_XIDS.counter(sources.kmsg_xids)
+        yield KMSG_READABLE.gauge(0.0 if sources.kmsg_readable is False else 1.0)
     yield POWER_BUFFER.gauge(snapshot.power_buffer_bytes)
 
 

@@ -7,7 +7,10 @@ Loops (each its own thread, or ticked in simulated time by advance()):
 - one loop per collector (sampling/collectors.py);
 - publish: builds a Snapshot from the latest values and hands it on. Because
   publishing is apart from reading, a hung NVML call never stops /metrics.
-XID events come on their own thread (sampling/xids.py).
+- kmsg: the kernel log's XIDs, where it is read (sampling/xid_kmsg.py).
+XID events come on their own thread (sampling/xids.py). Both XID sources report to one
+ledger (sampling/xid_sources.py), which the store (where a state directory is kept) hands
+its counts at start and writes new XIDs to before a snapshot serves them.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from exporter.sampling.power_loop import PowerSampler
 from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
-from exporter.sampling.xids import WAIT_MS, XidWatcher
+from exporter.sampling.xid_kmsg import POLL_SECONDS
+from exporter.sampling.xid_ledger import XidStart
+from exporter.sampling.xid_sources import XidSources
+from exporter.sampling.xids import WAIT_MS
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +61,13 @@ class CollectorMaker:
 # tens of µs of CPU on a VM. Apart, they made 4-6x fewer wake-ups and took 0.1-0.2 % of
 # a core off (docs/performance.md). The readers come first, the analyses of what they
 # read next, the snapshot after them.
-PHASES = {"power": 0.0, "sweep": 0.1, "analysis": 0.5, "stragglers": 0.5, "publish": 0.5}
+PHASES = {"power": 0.0, "sweep": 0.1, "kmsg": 0.3, "analysis": 0.5, "stragglers": 0.5,
+          "publish": 0.5}
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 # Loops that never call NVML share one thread (loops.start_together), in this order:
 # due together, the snapshot comes after the analyses it publishes.
 ANALYSES = ("power_watch", "analysis", "stragglers", "publish")
+READERS = ("power", "sweep")  # the loops that read every GPU through NVML
 # The power loop is watched this long after each of its ticks (at most once a second,
 # in the analyses' thread), and a drain inside one GPU's call for POWER_PATIENCE by then
 # is left behind: the other GPUs are drained at once, well within the ~2.4 s their
@@ -71,7 +79,10 @@ POWER_PATIENCE = 0.1
 class Sampler:
     def __init__(self, backend: NvmlBackend, settings: SamplerSettings,
                  collectors: list[Collector | CollectorMaker] | None = None,
-                 on_snapshot: Callable[[Snapshot], None] | None = None, clock: Clock = SYSTEM):
+                 on_snapshot: Callable[[Snapshot], None] | None = None, clock: Clock = SYSTEM,
+                 failed_verdict: Callable[[], set[int]] = set):
+        """`on_snapshot`: each snapshot published; `failed_verdict`: the GPUs the last
+        verdict judged failed (the app's: health/ is the judge), for the goodput account."""
         s = self.settings = settings
         self.clock = clock
         self.on_snapshot = on_snapshot
@@ -82,21 +93,19 @@ class Sampler:
                                   s.power_sample_rate_hz, s.power_history_seconds)
         self.sweep = SweepSampler(self.gpus, clock, s.sweep_interval_seconds,
                                   s.gpu_health_interval_seconds, s.energy_interval_seconds,
-                                  s.gpu_board_interval_seconds)
-        self.sweep.on_recovered = self.power.reset
-        self.sweep.nvlink_reads = s.nvlink_reads
+                                  s.gpu_board_interval_seconds, on_recovered=self.power.reset,
+                                  nvlink_reads=s.nvlink_reads)
         self._collector_specs = list(collectors or [])
         self.collectors: list[CollectorRunner] = []
         self.analyses: Analyses | None = None
         self._stop = threading.Event()
-        self.xids = XidWatcher(self.gpus, clock, self._stop)
+        self.xids = XidSources(self.gpus, clock, self._stop, s.kmsg_path)
         self.loops: list[Loop] = []
         self._snapshot: Snapshot | None = None
         self._opened = False
         self._threads = False
         self._slot: Callable[[float], float | None] = lambda phase: None
-        # the GPUs the last verdict judged failed (the app sets it: health/ is the judge)
-        self.failed_verdict: Callable[[], set[int]] = set
+        self.failed_verdict = failed_verdict
 
     @property
     def backend(self) -> NvmlBackend:
@@ -108,6 +117,10 @@ class Sampler:
 
     def loop(self, name: str) -> Loop | None:
         return next((loop for loop in self.loops if loop.name == name), None)
+
+    def _readers(self) -> list[Loop]:
+        """The loops that read every GPU through NVML (power, sweep): those a hang stops."""
+        return [loop for loop in self.loops if loop.name in READERS]
 
     # -- lifecycle -----------------------------------------------------------------
     def open(self) -> int:
@@ -122,6 +135,8 @@ class Sampler:
         advance() is called, in the clock's simulated time."""
         s = self.settings
         self.open()
+        if not self.xids.begun:
+            self.xids.begin(XidStart(), None)
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
                                  s.sweep_interval_seconds, self.job_groups,
@@ -131,7 +146,7 @@ class Sampler:
         self._threads = threads
         self.loops = self._make_loops(manual=not threads)
         if not threads:
-            for loop in self.loops[:2] + [r.loop for r in self.collectors]:
+            for loop in [*self._readers(), *(r.loop for r in self.collectors)]:
                 loop.tick()
             self.publish()
             return
@@ -139,12 +154,12 @@ class Sampler:
             if loop.name not in ANALYSES:
                 loop.start_thread()
         if s.xid_events:
-            self.xids.start()
+            self.xids.events.start()
         # Wait (bounded) for first values, so the first snapshot is complete; a hung
         # NVML call at start-up only delays it.
         wait = max(s.startup_wait_seconds, 2 * s.sweep_interval_seconds)
         deadline = self.clock.monotonic() + wait
-        for loop in [*self.loops[:2], *(r.loop for r in self.collectors)]:
+        for loop in [*self._readers(), *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
         start_together([found for name in ANALYSES if (found := self.loop(name)) is not None],
@@ -202,10 +217,11 @@ class Sampler:
         base = s.sweep_interval_seconds
         slot = (lambda phase: None) if manual else (lambda phase: t0 + phase * base)
         self._slot = slot
-        loops = [Loop("power", self.power.period, lambda: self.power.tick(loops[0]), stop,
-                      clock, slot=slot(PHASES["power"])),
-                 Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(loops[1]),
-                      stop, clock, slot=slot(PHASES["sweep"]))]
+        power = Loop("power", self.power.period, lambda: self.power.tick(power), stop, clock,
+                     slot=slot(PHASES["power"]))
+        sweep = Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(sweep), stop,
+                     clock, slot=slot(PHASES["sweep"]))
+        loops = [power, sweep]
         if s.power is not None:
             loops.append(Loop("analysis", s.power.update_seconds, analyses.power_tick,
                               stop, clock, first_delay=s.power.update_seconds,
@@ -218,7 +234,10 @@ class Sampler:
             runner.loop.slot = slot(lo + (hi - lo) * i / max(1, len(self.collectors)))
             loops.append(runner.loop)
         if s.xid_events and manual:  # in threads, XIDs have a blocking thread of their own
-            loops.append(Loop("xids", 0.1, self.xids.poll, stop, clock))
+            loops.append(Loop("xids", 0.1, self.xids.events.poll, stop, clock))
+        if self.xids.kernel_log is not None:
+            loops.append(Loop("kmsg", POLL_SECONDS, self.xids.kernel_log.tick, stop, clock,
+                              slot=slot(PHASES["kmsg"])))
         if not manual:  # in simulated time no call holds a loop while time passes
             power_slot = slot(PHASES["power"])
             assert power_slot is not None
@@ -231,7 +250,9 @@ class Sampler:
 
     def _watch_power(self) -> None:
         """Leave behind a power drain stuck in one GPU's call (see POWER_PATIENCE)."""
-        self.gpus.move_on(self.loops[0], POWER_PATIENCE)
+        power = self.loop("power")
+        if power is not None:
+            self.gpus.move_on(power, POWER_PATIENCE)
 
     def drain_power(self) -> None:
         """One more read of every GPU's power (after stop(): the samples since the last
@@ -248,11 +269,17 @@ class Sampler:
         """Stop the loops; close NVML unless `close` is False (the caller will)."""
         self._stop.set()
         threads = [(loop.thread, timeout) for loop in self.loops if loop.thread is not None]
-        if self.xids.thread is not None:  # inside an event wait that nothing can cut short
-            threads.append((self.xids.thread, max(timeout, WAIT_MS / 1000 + 0.5)))
+        events = self.xids.events.thread
+        if events is not None:  # inside an event wait that nothing can cut short
+            threads.append((events, max(timeout, WAIT_MS / 1000 + 0.5)))
         for thread, wait in threads:
             if thread.is_alive():
                 thread.join(wait)
+        kmsg = self.loop("kmsg")
+        if self.xids.kernel_log is not None and kmsg is not None and not (
+                kmsg.thread is not None and kmsg.thread.is_alive()):
+            self.xids.kernel_log.finish()  # the XIDs logged since its last tick, and its cursor
+        self.xids.ledger.close()  # the store closes next
         for runner in self.collectors:  # free what they hold in NVML, unless still reading
             reading = runner.loop.thread
             if isinstance(runner.collector, HoldsResources) and (
@@ -290,7 +317,7 @@ class Sampler:
         return None
 
     def publish(self) -> None:
-        self.gpus.check_hangs(self.loops[:2])
+        self.gpus.check_hangs(self._readers())
         snapshot = self.build_snapshot()
         self._snapshot = snapshot
         if self.on_snapshot is not None:
@@ -321,7 +348,8 @@ class Sampler:
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
             health=fresh(self.sweep.health), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
-            xids=self.xids.seen(), xid_events_registered=self.xids.registered,
+            xids=self.xids.seen(), xid_events_registered=self.xids.events.registered,
+            xid_sources=self.xids.stats(),
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),
             recoveries=dict(gpus.recoveries), hangs=hangs,
             power_analysis=analyses.power_analysis if analyses else None,

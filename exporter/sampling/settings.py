@@ -148,4 +148,5 @@ class SamplerSettings:
     # start() waits this long (or two sweep intervals, if longer) for the first values
     startup_wait_seconds: float = 2.0
     xid_events: bool = True
+    kmsg_path: str = ""  # the kernel log read for XIDs; "": none
     nvlink_reads: NvlinkReads = field(default_factory=NvlinkReads)  # what the selection needs

@@ -53,6 +53,16 @@ class XidRecord:
 
 
 @dataclass(frozen=True)
+class XidSourceStats:
+    """How the two XID sources fare (sampling/xid_ledger.py)."""
+
+    duplicates: int  # XIDs both NVML's events and the kernel log reported, counted once
+    kmsg_read: bool  # whether the kernel log is read at all
+    kmsg_xids: int  # XID lines read from it, refused ones too
+    kmsg_readable: bool | None  # None: not tried yet
+
+
+@dataclass(frozen=True)
 class PowerReading:
     time: float  # epoch seconds: the driver's timestamp of the sample
     watts: float
@@ -95,6 +105,7 @@ class Snapshot:
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)
     xids: Mapping[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
     xid_events_registered: int = 0
+    xid_sources: XidSourceStats | None = None
     lost: frozenset[int] = frozenset()  # GPUs NVML reports lost (GpuIsLost)
     hung: Mapping[int, float] = field(default_factory=dict)  # GPU stuck in a call -> since
     recovery_attempts: Mapping[int, int] = field(default_factory=dict)

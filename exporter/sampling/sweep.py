@@ -24,7 +24,11 @@ from exporter.sampling.loops import Loop
 
 class SweepSampler:
     def __init__(self, gpus: GpuSet, clock: Clock, interval: float, health_interval: float,
-                 energy_interval: float, board_interval: float = 60.0):
+                 energy_interval: float, board_interval: float = 60.0, *,
+                 on_recovered: Callable[[int], None] | None = None,
+                 nvlink_reads: NvlinkReads | None = None):
+        """`on_recovered(gpu)`: a lost GPU answers again; `nvlink_reads`: the NVLink fields
+        the metric selection needs (swapped whole on a reload)."""
         self.gpus, self.clock = gpus, clock
         self.interval = interval
         self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
@@ -37,9 +41,8 @@ class SweepSampler:
         self._last_state_time: dict[int, float] = {}
         self.buffer: SweepBuffer | None = None
         self.recorder: Callable[[int, GpuState], None] | None = None
-        self.on_recovered: Callable[[int], None] | None = None
-        # the NVLink fields the metric selection needs; swapped whole on a reload
-        self.nvlink_reads = NvlinkReads()
+        self.on_recovered = on_recovered
+        self.nvlink_reads = nvlink_reads or NvlinkReads()
 
     def _due(self, gpu: int, now: float) -> list[str]:
         """The cadences due for this GPU now (a little early rather than a sweep late)."""

@@ -1,4 +1,5 @@
-"""XID events: a thread blocked in NVML's event wait, registered on every GPU."""
+"""XID events: a thread blocked in NVML's event wait, registered on every GPU, handing
+each event to the ledger (sampling/xid_ledger.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from exporter.gpu.backend import NvmlEventError
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.snapshot import XidRecord
+from exporter.sampling.xid_ledger import Occurrence, XidLedger, valid_xid
 
 log = logging.getLogger(__name__)
 
@@ -16,23 +17,14 @@ log = logging.getLogger(__name__)
 # CPU, so 2 s (0.5 a second) rather than 0.5 s. Stopping waits for the wait to end
 # (NVML has no way to cut it short): up to WAIT_MS.
 WAIT_MS = 2000
-# NVML's XID codes: an event's eventData is the code, 999 where the driver does not know it
-# (REFERENCE: nvmlEventSetWait). Anything else is no XID, and never a label.
-MAX_XID = 999
-
-
-def valid_xid(code: int) -> bool:
-    """Whether `code` is an XID code in NVML's range (1 to MAX_XID)."""
-    return 1 <= code <= MAX_XID
+MAX_BURST = 1000  # events taken at once behind the first (a storm is cut in such bursts)
 
 
 class XidWatcher:
-    def __init__(self, gpus: GpuSet, clock: Clock, stop: threading.Event):
-        self.gpus, self.clock, self.stop = gpus, clock, stop
-        self.records: dict[tuple[int, int], XidRecord] = {}
+    def __init__(self, gpus: GpuSet, clock: Clock, stop: threading.Event, ledger: XidLedger):
+        self.gpus, self.clock, self.stop, self.ledger = gpus, clock, stop, ledger
         self.registered = 0
         self.thread: threading.Thread | None = None
-        self._lock = threading.Lock()
         self._event_set = None
         self._registered = False
 
@@ -51,8 +43,11 @@ class XidWatcher:
         if not self._register():
             return
         while not self.stop.is_set():
-            if not self._take(WAIT_MS):
-                continue
+            try:
+                self._take(WAIT_MS)
+            except Exception:  # noqa: BLE001 - XIDs must go on being watched
+                log.exception("XID events: unexpected error; carrying on")
+                self.stop.wait(1.0)
         self.gpus.backend.call("nvmlEventSetFree", self._event_set)
 
     def poll(self) -> None:
@@ -62,32 +57,40 @@ class XidWatcher:
                 pass
 
     def _take(self, timeout_ms: int) -> bool:
-        """Wait up to timeout_ms for one event and record it; False if none came."""
+        """Wait up to timeout_ms for an event, take those already waiting behind it (a
+        burst: one report to the ledger, one transaction), and record them; False if none
+        came."""
+        events: list[tuple[int, int]] = []
+        event = self._wait(timeout_ms)
+        while event is not None:
+            events.append(event)
+            if len(events) >= MAX_BURST:
+                break
+            event = self._wait(0)
+        if events:
+            self.record(events)
+        return bool(events)
+
+    def _wait(self, timeout_ms: int) -> tuple[int, int] | None:
+        """One event as (GPU index, -1 if unknown; code), or None if none came."""
         backend = self.gpus.backend
         try:
             event = backend.wait_xid(self._event_set, timeout_ms)
         except NvmlEventError:
             self.stop.wait(1.0 if timeout_ms else 0.0)
-            return False
+            return None
         if event is None:
-            return False
+            return None
         handle, code = event
         gpu = backend.gpu_of(handle, self.gpus.uuids())
-        self.record(-1 if gpu is None else gpu, code)
-        return True
+        return -1 if gpu is None else gpu, code
 
-    def record(self, gpu: int, code: int) -> None:
-        if not valid_xid(code):
-            log.warning("event with XID %d on GPU %d refused: outside NVML's range 1-%d",
-                        code, gpu, MAX_XID)
-            return
-        log.warning("XID %d on GPU %d", code, gpu)
-        with self._lock:
-            previous = self.records.get((gpu, code))
-            self.records[(gpu, code)] = XidRecord((previous.count if previous else 0) + 1,
-                                                  self.clock.time())
-
-    def seen(self) -> dict[tuple[int, int], XidRecord]:
-        """A copy of every XID seen, by (GPU, code)."""
-        with self._lock:
-            return dict(self.records)
+    def record(self, events: list[tuple[int, int]]) -> None:
+        """(GPU, code) events taken together, reported to the ledger at once."""
+        now = self.clock.time()
+        for gpu, code in events:
+            if valid_xid(code):  # the ledger names the others, refused
+                log.warning("XID %d on GPU %d", code, gpu)
+        self.ledger.add([Occurrence(gpu, code, now, "nvml",
+                                    what=f"NVML event: XID {code} on GPU {gpu}")
+                         for gpu, code in events])

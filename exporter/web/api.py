@@ -359,13 +359,14 @@ class Api:
     """Builds and keeps the answers for the snapshot being served."""
 
     def __init__(self, readiness: Callable[[RenderedSnapshot], Readiness],
-                 node: str | None = None):
+                 node: str | None = None, history: History | None = None):
+        """`history`: the app's, where a state directory is kept."""
         self.readiness = readiness
         self.node = node or socket.gethostname()
         self._lock = threading.Lock()
         self._for: RenderedSnapshot | None = None
         self._answers: dict[tuple, Answer] = {}
-        self.history: History | None = None  # the app's, where a state directory is kept
+        self.history = history
 
     def answer(self, rendered: RenderedSnapshot, path: str, query: str) -> Answer:
         """The answer to GET path?query; BadRequest for a query it refuses."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from exporter.history.recorder import History
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
 from exporter.web import api, clientsans, static
 from exporter.web.auth import BasicAuth, Verdict
@@ -73,7 +74,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], current: Callable[[], RenderedSnapshot | None],
                  probes: Probes, web: WebConfig | None = None,
-                 limits: ServerLimits | None = None):
+                 limits: ServerLimits | None = None, history: History | None = None):
+        """`history`: the state directory's, for /api/v1/history (None: none kept)."""
         self.current = current
         self.probes = probes
         self.limits = limits or ServerLimits()
@@ -81,7 +83,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self.connections = Connections(self.limits.max_connections,
                                        self.limits.head_timeout_seconds)
         self.slots = threading.BoundedSemaphore(self.limits.max_active_requests)
-        self.api = api.Api(probes.readiness)
+        self.api = api.Api(probes.readiness, history=history)
         self.busy_refusals = 0
         self._conn_of: dict[socket.socket, Conn] = {}  # accepted socket -> its bookkeeping
         self._conn_lock = threading.Lock()
