@@ -496,3 +496,17 @@ def test_after_the_sampler_stops_nothing_reaches_the_closed_store(tmp_path):
     node.history.stop()
     node.ledger.add([Occurrence(0, 13, NOW, "nvml")])  # an event thread that outlived stop
     assert node.ledger.seen()[(0, 13)].count == 1 and node.history.xids == {}
+
+
+def test_an_xid_nvml_reported_before_a_stop_counts_once_when_its_log_line_comes_after(
+        tmp_path):
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    node.history.stop()  # stopped (or killed) before the log's next read
+    with open(tmp_path / "kmsg", "a") as f:  # boot at NOW - 1000 s: the line is at NOW + 0.4
+        f.write("3,1,1000400000,-;NVRM: Xid (PCI:0000:00:00): 13, pid=1, name=x\n")
+    again = _node(tmp_path, (tmp_path / "kmsg").read_text())
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 1 and again.ledger.duplicates == 1
+    assert _stored_xids(tmp_path) == {"13": 1.0}
+    again.stop()

@@ -129,6 +129,12 @@ class XidLedger:
             self.sink = sink if sink is not None else Unstored()
             self.former_slots = start.former_slots
             self._counts = dict(start.counts)
+            # Each GPU's and code's last stored XID, as if NVML had just reported it: its
+            # log line, read only after this start (the exporter stopped between the
+            # event and the log's next read), matches it instead of counting again.
+            self.matcher = XidMatcher()
+            for (gpu, code), record in start.counts.items():
+                self.matcher.new(gpu, code, record.last_seen, "nvml", 1)
 
     @property
     def duplicates(self) -> int:
