@@ -8,18 +8,11 @@ import logging
 
 import pytest
 
+from tests.test_history_restart import BOOT, XIDS
 from tests.tools import ExporterFactory, samples
 
-BOOT = "7d1c9a52-0b7e-4a33-9b1a-0c5a0f00b00c"
-# NVML raises 13 on GPU 0 and 79 on GPU 1; the kernel log will say 13 again (the same one)
-# and 31, which only the log saw
-XIDS = """
-gpus: 2
-workload: {type: training}
-events:
-  - {kind: xid, at: 1, gpu: 0, code: 13}
-  - {kind: xid, at: 2, gpu: 1, code: 79}
-"""
+# In XIDS, NVML raises 13 on GPU 0 and 79 on GPU 1; the kernel log will say 13 again (the
+# same one) and 31, which only the log saw.
 OLD_LINE = "3,1,1000,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=x, DBE before the start\n"
 
 

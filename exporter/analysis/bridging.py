@@ -41,10 +41,10 @@ SHARES: dict[str, tuple[float, str, str]] = {
     "dips": (0.2, INTERPOLATE, "the 25 s of steady power either side of a dip"),
     "outliers": (0.1, INTERPOLATE, "the straggler window (--outlier-window)"),
     "stalls": (0.05, HOLD, "the stall context (--stall-context)"),
-    # the goodput account holds a GPU's state through a hole up to its own limit (one
-    # place: analysis.goodput.bridge_limit, which the account and this report both use)
-    # (analysis.goodput.bridge_limit: 5 s or 3 sampling intervals, shorter than any
-    # checkpoint pause); past it those seconds are `unknown`
+    # the goodput account holds a GPU's state through a hole up to its own limit,
+    # analysis.goodput.bridge_limit (5 s or 3 sampling intervals, shorter than any
+    # checkpoint pause), which the account and this report both use; past it those
+    # seconds are `unknown`
     "goodput": (1.0, HOLD, "the account's hold (5 s, or 3 sampling intervals)"),
 }
 RAMP_HOLD_SECONDS = 25.0  # analysis.ramps: steady power either side of a ramp

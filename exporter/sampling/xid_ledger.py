@@ -152,9 +152,7 @@ class XidLedger:
                     self.sink.refuse("not_on_this_node", o.what or f"XID in slot {o.slot}")
                 elif remaining := self.matcher.new(o.matched_as, o.code, o.time, o.source,
                                                    o.count):
-                    new.append(o if remaining == o.count else
-                               Occurrence(o.gpu, o.code, o.time, o.source, remaining,
-                                          o.slot, o.what))
+                    new.append(dataclasses.replace(o, count=remaining))
             if new:
                 keys = self.keys()
                 new = [dataclasses.replace(o, key=keys.get(o.gpu)) if o.gpu is not None

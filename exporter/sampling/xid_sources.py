@@ -33,7 +33,10 @@ class XidSources:
         before they are served, where the kernel log is read from. Without it, the counts
         start from zero and the log from its end."""
         self.ledger.begin(start, sink)
-        self._later = dict(start.later)
+        # only a GPU lost now can be identified later (a GPU here keeps its identity), so
+        # without one no snapshot looks for the stored counts of GPUs not here
+        lost = any(i is None for i in self.gpus.identities)
+        self._later = dict(start.later) if lost else {}
         if self.kernel_log is not None:
             self.kernel_log.begin(start.kmsg_cursor, start.kmsg_from_end)
         self.begun = True

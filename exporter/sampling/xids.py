@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 # CPU, so 2 s (0.5 a second) rather than 0.5 s. Stopping waits for the wait to end
 # (NVML has no way to cut it short): up to WAIT_MS.
 WAIT_MS = 2000
-MAX_BURST = 1000  # events taken at once behind the first (a storm is cut in such bursts)
+# Events taken at once behind the first: a bound, not a tuned figure. A report of this
+# many is one transaction of as many rows (milliseconds), and a storm goes on in the next.
+MAX_BURST = 1000
 
 
 class XidWatcher:
