@@ -131,9 +131,10 @@ def test_busy_waiting_that_lasts_is_a_stall_and_a_short_one_a_step():
     ledger.step(_second(3, works=[False, True, True], waits=[False, True, True]))
     for _ in range(5):
         ledger.step(_second(3))
-    for _ in range(12):  # GPU 0 stops, its peers wait on it
-        ledger.step(_second(3, works=False, waits=[False, True, True]))
-    ledger.step(_second(3, stalled=True, works=False))  # named by the stall check
+    for _ in range(12):  # GPU 1 (not the first rank) stops, its peers wait on it
+        ledger.step(_second(3, works=False, waits=[True, False, True]))
+    # named by the stall check
+    ledger.step(_second(3, stalled=True, works=False, waits=[True, False, True]))
     for _ in range(5):
         ledger.step(_second(3))
     assert _states(ledger) == {"productive": 63.0, "stalled": 39.0}

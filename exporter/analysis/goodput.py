@@ -38,6 +38,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.analysis.checkpoints import (
+    CHECKPOINT_LOOKS,
+    CULPRIT,
+    ELSEWHERE,
+    SPIN_CEILING_SHARE,
+    SPIN_FLOOR_SHARE,
+    TOGETHER,
+    WRITER,
+    Pause,
+    Rhythm,
+    pause_look,
+)
 from exporter.analysis.stalls import StallThresholds
 
 PRODUCTIVE, CHECKPOINT, STALLED, STARTING, IDLE, FAILED, UNALLOCATED, UNKNOWN = range(8)
@@ -90,6 +102,9 @@ class GoodputThresholds:
     # stall check's signature and numbers)
     wait_utilization: float = StallThresholds().busy_utilization
     wait_level: float = StallThresholds().wait_level
+    # ... and, the power limit known, bounded by these shares of it (analysis.checkpoints)
+    spin_floor_share: float = SPIN_FLOOR_SHARE
+    spin_ceiling_share: float = SPIN_CEILING_SHARE
     fill_seconds: float = 3.0  # a low stretch shorter than this inside work is work
     max_checkpoint_seconds: float = 900.0  # a longer pause is idle, not a checkpoint
     max_start_seconds: float = 1800.0  # a longer start (or recovery) is idle
@@ -130,15 +145,44 @@ def working(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
 
 
 def busy_waiting(power: np.ndarray, level: np.ndarray, utilization: np.ndarray | None,
-                 th: GoodputThresholds = GoodputThresholds()) -> np.ndarray:
-    """The stall check's waiting signature: high utilization at low power."""
+                 th: GoodputThresholds = GoodputThresholds(),
+                 tdp: np.ndarray | None = None) -> np.ndarray:
+    """Waiting in a collective: high utilization at power under ``wait_level`` of the
+    GPU's compute level (the stall check's rule); the power limit known, always under
+    ``spin_floor_share`` of it and never over ``spin_ceiling_share`` (NCCL's busy-wait sits
+    near a fifth of the limit whatever the job computes: analysis.checkpoints)."""
     p = np.asarray(power, dtype=np.float64)
     if utilization is None:
         return np.zeros(p.shape, dtype=bool)
     lv = np.asarray(level, dtype=np.float64)
     lv = lv[:, None] if p.ndim == 2 else lv
     with np.errstate(invalid="ignore"):
-        return (np.asarray(utilization) >= th.wait_utilization) & (p <= th.wait_level * lv)
+        ceiling = th.wait_level * lv
+        if tdp is not None:
+            limit = np.asarray(tdp, dtype=np.float64)
+            limit = limit[:, None] if p.ndim == 2 else limit
+            bounded = np.maximum(th.spin_floor_share * limit,
+                                 np.fmin(ceiling, th.spin_ceiling_share * limit))
+            ceiling = np.where(np.isfinite(limit), bounded, ceiling)
+        return (np.asarray(utilization) >= th.wait_utilization) & (p <= ceiling)
+
+
+def work_and_waiting(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
+                     utilization: np.ndarray | None, tdp: np.ndarray | None,
+                     limit: np.ndarray | None,
+                     th: GoodputThresholds = GoodputThresholds()
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each GPU works and whether it busy-waits: :func:`working`, or busy (high
+    utilization) above the spin level, which is a kernel that computes (so a compute level
+    set high by minutes at the power cap does not make later, lighter steps idle); and
+    :func:`busy_waiting` against ``limit`` (the power limit, or a stand-in for it)."""
+    works = working(power, floor, level, utilization, tdp, th)
+    waits = busy_waiting(power, level, utilization, th, limit)
+    if utilization is not None:
+        with np.errstate(invalid="ignore"):
+            works |= (np.asarray(utilization) >= th.wait_utilization) & ~waits & (
+                np.isfinite(np.asarray(power, dtype=np.float64)))
+    return works & ~waits, waits
 
 
 @dataclass(frozen=True)
@@ -154,6 +198,46 @@ class Second:
     failed: np.ndarray  # lost, or its verdict is failed
     held: np.ndarray | None = None  # a job holds it (None: attribution unknown: all held)
     jobs: Sequence[str] | None = None  # which job, by GPU (None: one job holds every GPU)
+    # the job's first rank (global rank 0) where the processes say; None: each job's
+    # lowest-numbered GPU here is taken for it (the launchers' usual order)
+    first: np.ndarray | None = None
+
+
+# how a pending second of a GPU looked: its job paused in one of analysis.checkpoints'
+# looks, or the GPU low alone while its job works
+ALONE = "alone"
+LOOKS = (TOGETHER, WRITER, ELSEWHERE, CULPRIT, ALONE)
+_AT = {look: i for i, look in enumerate(LOOKS)}
+_WAITS = [_AT[WRITER], _AT[ELSEWHERE], _AT[CULPRIT]]  # waiting in a collective
+
+
+@dataclass
+class _Pending:
+    """A GPU's undecided stretch after steps: seconds and joules by how they looked, and
+    the job's pause it lay in (its serial number)."""
+
+    seconds_by: np.ndarray = field(default_factory=lambda: np.zeros(len(LOOKS)))
+    joules_by: np.ndarray = field(default_factory=lambda: np.zeros(len(LOOKS)))
+    pause: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return float(self.seconds_by.sum())
+
+
+@dataclass
+class _JobPause:
+    """A job's pause under way: when it began, the work before it, seconds by look."""
+
+    serial: int
+    start: float
+    work_before: float
+    work_since_look: float
+    writer: int | None = None
+    seconds_by: dict[str, float] = field(default_factory=dict)
+
+    def look(self) -> str:
+        return max(self.seconds_by, key=self.seconds_by.__getitem__)
 
 
 @dataclass
@@ -161,23 +245,29 @@ class _Job:
     stepped: bool = False  # has stepped since it began (or since its last failure)
     starting_seconds: float = 0.0
     working_seconds: float = 0.0  # it steps once this reaches fill_seconds
+    worked: float = 0.0  # seconds it stepped since its last checkpoint (or first steps)
+    worked_since_look: float = 0.0  # ... since its last pause that looked like one
+    pause: _JobPause | None = None
+    serials: int = 0
+    verdicts: dict[int, bool] = field(default_factory=dict)  # closed pauses: checkpoint?
+    rhythm: Rhythm = field(default_factory=Rhythm)
 
+    def is_checkpoint(self, serial: int | None, seconds: float) -> bool:
+        """The verdict on a pause of this job: as decided when it closed, else (a GPU
+        back at work before its job) as its look and length so far say."""
+        if serial in self.verdicts:
+            return self.verdicts[serial]
+        p = self.pause
+        if p is None or p.serial != serial:
+            return False
+        return self.judge(p, seconds)
 
-# how a pending second looked: the job's GPUs all low together, this GPU low alone, or
-# waiting in a collective (busy-waiting, or the culprit beside busy-waiting peers)
-TOGETHER, ALONE, WAITING = range(3)
-
-
-@dataclass
-class _Pending:
-    """A GPU's undecided stretch after steps: seconds and joules by how they looked."""
-
-    seconds_by: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    joules_by: np.ndarray = field(default_factory=lambda: np.zeros(3))
-
-    @property
-    def seconds(self) -> float:
-        return float(self.seconds_by.sum())
+    def judge(self, p: _JobPause, seconds: float) -> bool:
+        """A checkpoint: every GPU low together, or a look a checkpoint can have that keeps
+        the job's rhythm (analysis.checkpoints)."""
+        look = p.look()
+        return look == TOGETHER or (look in CHECKPOINT_LOOKS and self.rhythm.admits(
+            look, (p.work_before, p.work_since_look), seconds))
 
 
 @dataclass
@@ -202,6 +292,8 @@ class Ledger:
         self.seconds = np.zeros((n, len(STATES)))
         self.joules = np.zeros((n, len(STATES)))
         self.lost = LostProgress()
+        self.clock = 0.0  # seconds since the account began
+        self.pauses: list[Pause] = []  # every job's pauses as decided, the last MAX_PAUSES
         self._jobs: dict[str, _Job] = {}
         self._pending: list[_Pending | None] = [None] * n
         self._long_low = [False] * n  # low past max_checkpoint: idle until it works again
@@ -218,11 +310,14 @@ class Ledger:
         elif state == CHECKPOINT and seconds > 0:
             self._since_checkpoint[gpu] = 0.0  # the job saved its progress here
 
-    def _resolve(self, gpu: int, how: str) -> None:
+    def _resolve(self, gpu: int, how: str, job: _Job | None = None) -> None:
         """Decide a GPU's pending stretch: ``work`` (steps again), ``failure``, ``idle``.
         A stretch shorter than fill_seconds that ends in work was work (a step's low
-        phase); otherwise its waiting seconds were a stall, and its low ones a
-        checkpoint (together, ending in work), a recovery (ending in a failure) or idle."""
+        phase). Otherwise, ending in work, a pause its job's verdict calls a checkpoint is
+        checkpoint (its seconds low alone too: the writer starts before its peers wait),
+        else its waiting seconds were a stall, the job's together a checkpoint, its own
+        idle; ending in a failure, waiting was a stall and low a recovery (starting);
+        else waiting was a stall and low idle."""
         p = self._pending[gpu]
         if p is None:
             return
@@ -232,15 +327,21 @@ class Ledger:
         if how == "work" and p.seconds < th.fill_seconds:
             self._add(gpu, PRODUCTIVE, float(sec.sum()), float(jou.sum()))
             return
-        self._add(gpu, STALLED, float(sec[WAITING]), float(jou[WAITING]))
+        if how == "work" and p.seconds <= th.max_checkpoint_seconds and job is not None and (
+                job.is_checkpoint(p.pause, p.seconds)):
+            self._add(gpu, CHECKPOINT, float(sec.sum()), float(jou.sum()))
+            return
+        waits = sec[_WAITS].sum(), jou[_WAITS].sum()
+        self._add(gpu, STALLED, float(waits[0]), float(waits[1]))
+        together, alone = _AT[TOGETHER], _AT[ALONE]
         if how == "failure":
             low = STARTING, STARTING
         elif how == "work" and p.seconds <= th.max_checkpoint_seconds:
             low = CHECKPOINT, IDLE
         else:
             low = IDLE, IDLE
-        self._add(gpu, low[0], float(sec[TOGETHER]), float(jou[TOGETHER]))
-        self._add(gpu, low[1], float(sec[ALONE]), float(jou[ALONE]))
+        self._add(gpu, low[0], float(sec[together]), float(jou[together]))
+        self._add(gpu, low[1], float(sec[alone]), float(jou[alone]))
 
     def pending_seconds(self) -> np.ndarray:
         """Each GPU's seconds not yet decided (a pause under way)."""
@@ -259,8 +360,9 @@ class Ledger:
         joules = np.where(np.isfinite(s.power), s.power, 0.0) * dt
         failed = np.asarray(s.failed, dtype=bool) & held
         live = held & ~failed & np.asarray(s.has, dtype=bool)
-        works = live & np.asarray(s.working, dtype=bool)
-        waits = live & ~works & np.asarray(s.waiting, dtype=bool)
+        # busy-waiting is never work, whatever the power says
+        waits = live & np.asarray(s.waiting, dtype=bool)
+        works = live & np.asarray(s.working, dtype=bool) & ~waits
         named = live & np.asarray(s.stalled, dtype=bool)
         rows_of: dict[str, list[int]] = {}
         for gpu in range(n):
@@ -268,40 +370,92 @@ class Ledger:
                 rows_of.setdefault(jobs[gpu], []).append(gpu)
         for name in [j for j in self._jobs if j not in rows_of]:
             del self._jobs[name]
-        stalled = named.copy()  # the stall check's: stalled at once
-        waiting = np.zeros(n, dtype=bool)  # pending: a stall if it lasts
-        together: dict[str, bool] = {}
+        stalled = np.zeros(n, dtype=bool)  # stalled at once
+        look: list[str | None] = [None] * n  # a pending second's look
         for name, rows in rows_of.items():
             job = self._job(name, rows, failed)
-            # busy-waiting is waiting in a collective: on a hung (failed) peer, a stall at
-            # once; or, once the job steps, on a culprit here (a GPU of the job low without
-            # busy-waiting): a stall if it lasts. Busy-waiting with no culprit in sight (one
-            # on another node, or a light kernel: power cannot tell them apart) is work.
-            if waits[rows].any():
-                culprit = live[rows] & ~works[rows] & ~waits[rows]
-                if failed[rows].any():
-                    stalled[rows] |= waits[rows]
-                elif job.stepped and culprit.any():
-                    waiting[rows] = (waits[rows] | culprit) & ~stalled[rows]
-                elif job.stepped:
-                    works[rows] |= waits[rows]
-            mine = live[rows]
-            if mine.any() and works[rows].sum() >= (
-                    self.thresholds.job_working_share * mine.sum()):
+            # a job works while most of its live GPUs do and no more than a few wait
+            mine, share = live[rows], self.thresholds.job_working_share
+            job_works = bool(mine.any()) and works[rows].sum() >= share * mine.sum() and (
+                waits[rows].sum() < share * mine.sum())
+            if job_works:
                 job.working_seconds += dt
                 job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
             elif not job.stepped:
                 job.starting_seconds += dt
-            low = mine & ~works[rows] & ~stalled[rows] & ~waiting[rows]
-            together[name] = bool(mine.any() and low[mine].all())
+            if failed[rows].any():  # busy-waiting on a hung (failed) peer: a stall at once
+                stalled[rows] |= waits[rows]
+                continue
+            if not job.stepped:
+                continue
+            first = self._first_rank(rows, s.first)
+            if job_works:
+                self._close_pause(name, job)
+                job.worked += dt
+                job.worked_since_look += dt
+                for g in rows:  # the job works: a GPU low or waiting is so alone
+                    if live[g] and (not works[g] or named[g]):
+                        look[g] = CULPRIT if waits[g] or named[g] else ALONE
+                continue
+            live_rows = [g for g in rows if live[g]]
+            seen = pause_look([not works[g] and not waits[g] for g in live_rows],
+                              [bool(waits[g]) for g in live_rows],
+                              live_rows.index(first) if first in live_rows else None)
+            if seen is None:  # still computing while it does not count as working
+                continue
+            self._open_pause(job, seen, dt, first if seen == WRITER else None)
+            for g in live_rows:
+                # a GPU that holds up its peers while still computing is stalled with them
+                if not works[g] or seen == CULPRIT or named[g]:
+                    look[g] = seen
         for gpu in range(n):
-            state = self._state(gpu, s, held, failed, works, stalled, waiting, jobs)
+            job = self._jobs.get(jobs[gpu]) if held[gpu] else None
+            state = self._state(gpu, s, held, failed, works, stalled, look, job)
             if state is None:
-                how = WAITING if waiting[gpu] else TOGETHER if together[jobs[gpu]] else ALONE
-                self._hold_back(gpu, how, dt, joules[gpu])
+                self._hold_back(gpu, look[gpu] or ALONE, dt, joules[gpu], job)
             else:
                 self._add(gpu, state, dt, joules[gpu])
             self._last[gpu] = state
+        self.clock += dt
+
+    @staticmethod
+    def _first_rank(rows: list[int], first: np.ndarray | None) -> int | None:
+        """The GPU of the job's first rank here: as the processes say, else its lowest."""
+        if first is None:
+            return rows[0]
+        marked = [g for g in rows if first[g]]
+        return marked[0] if marked else None
+
+    def _open_pause(self, job: _Job, seen: str, dt: float, writer: int | None) -> None:
+        if job.pause is None:
+            job.serials += 1
+            job.pause = _JobPause(job.serials, self.clock, job.worked, job.worked_since_look)
+        job.pause.seconds_by[seen] = job.pause.seconds_by.get(seen, 0.0) + dt
+        if writer is not None:
+            job.pause.writer = writer
+
+    def _close_pause(self, name: str, job: _Job) -> None:
+        """The job works again: its pause, if one was under way, is decided. A pause shorter
+        than fill_seconds was a step's low phase; a longer one is a checkpoint by its look
+        and the job's rhythm (analysis.checkpoints), else a stall."""
+        p, job.pause = job.pause, None
+        if p is None:
+            return
+        seconds = sum(p.seconds_by.values())
+        if seconds < self.thresholds.fill_seconds:
+            return
+        look = p.look()
+        ckpt = seconds <= self.thresholds.max_checkpoint_seconds and job.judge(p, seconds)
+        if look in CHECKPOINT_LOOKS:
+            job.worked_since_look = 0.0
+        job.verdicts = {k: v for k, v in job.verdicts.items() if k > p.serial - 4}
+        job.verdicts[p.serial] = ckpt
+        if ckpt:
+            job.rhythm.add(look, p.work_before, seconds)
+            job.worked = 0.0
+        self.pauses.append(Pause(name, p.start, seconds, look,
+                                 "checkpoint" if ckpt else "stall", p.writer, p.work_before))
+        del self.pauses[:-MAX_PAUSES]
 
     def _job(self, name: str, rows: list[int], failed: np.ndarray) -> _Job:
         """The job's state this second: a new name is a new job (starting); a GPU newly
@@ -316,24 +470,29 @@ class Ledger:
                 self.lost.gpu_seconds += float(self._since_checkpoint[rows].sum())
             self._since_checkpoint[rows] = 0.0
             job.stepped, job.starting_seconds, job.working_seconds = False, 0.0, 0.0
+            # the restart counts its period anew
+            job.worked, job.worked_since_look, job.pause = 0.0, 0.0, None
         return job
 
-    def _hold_back(self, gpu: int, how: int, dt: float, joules: float) -> None:
+    def _hold_back(self, gpu: int, look: str, dt: float, joules: float,
+                   job: _Job | None) -> None:
         """A second after steps that is not work: pending until its stretch is decided."""
         p = self._pending[gpu] or _Pending()
         self._pending[gpu] = p
-        p.seconds_by[how] += dt
-        p.joules_by[how] += joules
+        p.seconds_by[_AT[look]] += dt
+        p.joules_by[_AT[look]] += joules
+        if job is not None and job.pause is not None and look != ALONE:
+            p.pause = job.pause.serial
         if p.seconds > self.thresholds.max_checkpoint_seconds:
             self._resolve(gpu, "idle")
             self._long_low[gpu] = True
 
     def _state(self, gpu: int, s: Second, held: np.ndarray, failed: np.ndarray,
-               works: np.ndarray, stalled: np.ndarray, waiting: np.ndarray, jobs: list[str]
-               ) -> int | None:
+               works: np.ndarray, stalled: np.ndarray, look: list[str | None],
+               job: _Job | None) -> int | None:
         """This second's state of one GPU; None: low after steps, pending."""
         th = self.thresholds
-        if not held[gpu]:
+        if not held[gpu] or job is None:
             self._resolve(gpu, "idle")
             return UNALLOCATED
         if failed[gpu]:
@@ -347,20 +506,23 @@ class Ledger:
             self._resolve(gpu, "idle")
             return UNKNOWN
         self._hole[gpu] = 0.0
-        job = self._jobs[jobs[gpu]]
         if stalled[gpu]:
-            self._resolve(gpu, "work" if job.stepped else "failure")
+            self._resolve(gpu, "work" if job.stepped else "failure", job)
             return STALLED
-        if works[gpu]:
-            self._resolve(gpu, "work")
+        if works[gpu] and look[gpu] is None:
+            self._resolve(gpu, "work", job)
             self._long_low[gpu] = False
             return PRODUCTIVE
         if not job.stepped:
             self._resolve(gpu, "failure")
             return STARTING if job.starting_seconds <= th.max_start_seconds else IDLE
-        if self._long_low[gpu] and not waiting[gpu]:
+        if self._long_low[gpu] and look[gpu] in (None, ALONE, TOGETHER):
             return IDLE
         return None
+
+
+# the pauses the ledger keeps for its reports (a day of one checkpoint a minute is more)
+MAX_PAUSES = 2000
 
 
 # offline: readings gone this long while peers report through PEERS_REPORTING of it is a
@@ -456,8 +618,12 @@ def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray |
         fin = p[i][has[i]]
         if fin.size:
             floor[i], level[i] = np.percentile(fin, [FLOOR_PERCENTILE, LEVEL_PERCENTILE])
-    works = working(p, floor, level, utilization, tdp, thresholds)
-    waits = busy_waiting(p, level, utilization, thresholds)
+    # the power limit, where unknown the GPU's highest power (never above its limit:
+    # spinning may be missed, light work is not taken for it)
+    top = np.array([np.max(row[np.isfinite(row)]) if np.isfinite(row).any() else np.nan
+                    for row in p])
+    limit = top if tdp is None else np.where(np.isfinite(tdp), tdp, top)
+    works, waits = work_and_waiting(p, floor, level, utilization, tdp, limit, thresholds)
     if failed is None:
         failed = lost_runs(has, max(LOST_SECONDS, 2 * thresholds.bridge_seconds))
     stall = np.zeros((n, t), dtype=bool) if stalled is None else np.asarray(stalled, bool)

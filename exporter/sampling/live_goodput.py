@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.analysis.goodput import Ledger, Second, busy_waiting, working
+from exporter.analysis.goodput import Ledger, Second, work_and_waiting
 from exporter.analysis.stalls import StallResult
 
 UNASSIGNED = "unassigned"  # the grouping's name for a GPU no job holds (Sampler.job_groups)
@@ -71,8 +71,7 @@ class GoodputMonitor:
             return Second(dt, nothing, power, nothing, nothing, nothing, lost,
                           *_holders(groups, n))
         power, util = means
-        works = working(power, floor, level, util, tdp)
-        waits = busy_waiting(power, level, util)
+        works, waits = work_and_waiting(power, floor, level, util, tdp, tdp)
         named = np.zeros(n, dtype=bool)
         if stall is not None and stall.stalled:
             for g in (*stall.waiting_gpus, *stall.culprit_gpus):

@@ -4,12 +4,17 @@ A :class:`Story` is one job on a node of GPUs, seen by a sensor polled every
 ``interval_s`` (instant readings, 2 % noise, 5 % jitter), with utilization, in this
 order: it starts (GPUs held near idle, loading); it steps (each step a compute phase near
 its level and a communication phase lower down), checkpointing every
-``steps_per_checkpoint`` steps (the GPUs together near idle); once, a GPU (``culprit``)
-stops while its peers busy-wait in the collective (high utilization at low power): a
-stall; later a GPU (``lost_gpu``) is lost (no readings) while its peers hang in the
-collective, then are killed (near idle), the job restarts (loading) and steps again,
-the lost GPU back after a reset; the logger may stop for ``hole_s`` (no readings at
-all); after its last steps the job holds its GPUs, idle, for ``tail_s``.
+``steps_per_checkpoint`` steps as ``checkpoint_kind`` says: ``rank0`` (data-parallel code
+saving from rank 0: GPU 0 near idle while the others spin in the collective at ~100 %
+utilization and about a fifth of the power limit) or ``sharded`` (every rank writes its
+shard: the GPUs together near idle); once, at ``stall_at`` of a cycle's steps (an
+irregular time), a GPU (``culprit``) holds up its peers, who busy-wait in the collective
+(high utilization at low power): hung (``stall_kind`` ``hung``: it stops) or slow
+(``slow``: it still computes): a stall; later a GPU (``lost_gpu``) is lost (no
+readings) while its peers hang in the collective, then are killed (near idle), the job
+restarts (loading) and steps again, the lost GPU back after a reset; the logger may
+stop for ``hole_s`` (no readings at all); after its last steps the job holds its GPUs,
+idle, for ``tail_s``.
 
 :func:`truth` gives each GPU's seconds per state as the story wrote them, and the
 progress lost to the failure (the steps since the checkpoint before it, on every GPU).
@@ -44,6 +49,9 @@ class Story:
     cycles_after: int = 3
     stall_s: float = 45.0  # 0: no stall (in the second cycle's steps)
     culprit: int = 1
+    checkpoint_kind: str = "sharded"  # or "rank0"
+    stall_kind: str = "hung"  # or "slow"
+    stall_at: float = 0.5  # where in the second cycle's steps the stall comes
     lost_gpu: int | None = 2  # None: no failure
     hang_s: float = 60.0  # peers busy-wait on the lost GPU
     restart_s: float = 120.0  # killed, rescheduled, loading: until the first steps again
@@ -70,12 +78,15 @@ def draw_story(seed: int) -> Story:
         culprit=int(rng.integers(0, gpus)), lost_gpu=int(rng.integers(0, gpus)),
         hang_s=float(rng.uniform(30, 120)), restart_s=float(rng.uniform(60, 180)),
         lost_s=float(rng.uniform(60, 200)), hole_s=float(rng.choice([0.0, 30.0, 60.0])),
-        tail_s=float(rng.uniform(30, 120)))
+        tail_s=float(rng.uniform(30, 120)),
+        # drawn last, so the draws above stay the ones earlier stories had
+        checkpoint_kind=str(rng.choice(["rank0", "sharded"])),
+        stall_kind=str(rng.choice(["hung", "slow"])), stall_at=float(rng.uniform(0.2, 0.8)))
 
 
 # what a stretch of the story is, per GPU: a state of STATES and how the GPU looks
-STEP, PAUSE, WAIT, STOPPED, GONE, LOADING, HOLE = (
-    "step", "pause", "wait", "stopped", "gone", "loading", "hole")
+STEP, PAUSE, WAIT, STOPPED, GONE, LOADING, HOLE, SLOW = (
+    "step", "pause", "wait", "stopped", "gone", "loading", "hole", "slow")
 
 
 @dataclass(frozen=True)
@@ -101,11 +112,11 @@ def timeline(story: Story) -> list[Stretch]:
     def steps(count: int, stall: bool = False, hole: bool = False) -> None:
         seconds = count * story.step_s
         if stall and story.stall_s > 0:
-            add(seconds / 2, STEP, "productive")
+            add(seconds * story.stall_at, STEP, "productive")
             looks = [WAIT] * n
-            looks[story.culprit] = PAUSE
+            looks[story.culprit] = SLOW if story.stall_kind == "slow" else PAUSE
             add(story.stall_s, looks, "stalled")
-            add(seconds / 2, STEP, "productive")
+            add(seconds * (1 - story.stall_at), STEP, "productive")
         elif hole and story.hole_s > 0:
             add(seconds / 2, STEP, "productive")
             add(story.hole_s, HOLE, "unknown")
@@ -113,11 +124,17 @@ def timeline(story: Story) -> list[Stretch]:
         else:
             add(seconds, STEP, "productive")
 
+    def checkpoint() -> None:
+        looks = [PAUSE] * n
+        if story.checkpoint_kind == "rank0":
+            looks = [PAUSE] + [WAIT] * (n - 1)
+        add(story.checkpoint_s, looks, "checkpoint")
+
     add(story.start_s, LOADING, "starting")
     for c in range(story.cycles_before):
         steps(story.steps_per_checkpoint, stall=c == 1)
         if story.lost_gpu is not None or c < story.cycles_before - 1:
-            add(story.checkpoint_s, PAUSE, "checkpoint")  # the last is followed by no steps
+            checkpoint()  # the last is followed by no steps
     if story.lost_gpu is not None:
         steps(story.steps_before_failure)
         k = story.lost_gpu
@@ -138,7 +155,7 @@ def timeline(story: Story) -> list[Stretch]:
         for c in range(story.cycles_after):
             steps(story.steps_per_checkpoint, hole=c == 0)
             if c < story.cycles_after - 1:
-                add(story.checkpoint_s, PAUSE, "checkpoint")
+                checkpoint()
     add(story.tail_s, STOPPED, "idle")
     return out
 
@@ -149,7 +166,8 @@ def _levels(story: Story) -> dict[str, np.ndarray]:
     level = rng.uniform(350, 680, n)
     return {"compute": level, "comm": level * rng.uniform(0.25, 0.4, n),
             "idle": rng.uniform(60, 110, n), "loading": rng.uniform(100, 140, n),
-            "wait": level * rng.uniform(0.2, 0.3, n)}
+            # NCCL spinning: about a fifth of the power limit (700 W), whatever the level
+            "wait": 700.0 * rng.uniform(0.17, 0.25, n)}
 
 
 def readings(story: Story) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,6 +195,8 @@ def readings(story: Story) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 hi = phase[at] < story.compute_fraction
                 watts = np.where(hi, lv["compute"][g], lv["comm"][g])
                 busy = 1.0
+            elif look == SLOW:  # computing, slowly: its compute level, all the time
+                watts, busy = np.full(at.sum(), lv["compute"][g]), 1.0
             elif look == WAIT:
                 watts, busy = np.full(at.sum(), lv["wait"][g]), 1.0
             elif look == LOADING:
@@ -220,11 +240,11 @@ def write_trace(story: Story, path: Path, tdp_w: float | None = 700.0) -> Path:
     return path
 
 
-def checkpoint_every(steps: int, seconds: float = 2400.0) -> Story:
-    """One job, checkpointing every ``steps`` 1 s steps for 10 s, nothing else going wrong:
-    its goodput must fall as checkpoints come more often."""
+def checkpoint_every(steps: int, seconds: float = 2400.0, kind: str = "sharded") -> Story:
+    """One job, checkpointing (``kind``) every ``steps`` 1 s steps for 10 s, nothing else
+    going wrong: its goodput must fall as checkpoints come more often."""
     cycle = steps * 1.0 + 10.0
     return dataclasses.replace(
         Story(seed=11, gpus=4, interval_s=0.5, step_s=1.0, checkpoint_s=10.0, start_s=30.0,
-              stall_s=0.0, lost_gpu=None, tail_s=10.0),
+              stall_s=0.0, lost_gpu=None, tail_s=10.0, checkpoint_kind=kind),
         steps_per_checkpoint=steps, cycles_before=max(1, int(seconds / cycle)))

@@ -1,0 +1,153 @@
+"""Checkpoints against fault stalls: what a job's pause looks like from its GPUs, and
+whether it keeps the job's rhythm (docs/goodput.md, "Checkpoints and stalls").
+
+A pause inside a running job has one of four looks, second by second:
+
+- ``TOGETHER``: every GPU of the job near idle at once: a sharded checkpoint (every rank
+  writes its shard), or an evaluation or data wait of the whole job;
+- ``WRITER``: the job's first rank near idle while every other GPU busy-waits in a
+  collective: a checkpoint saved by rank 0 (``if rank == 0: torch.save(...)``), the others
+  spinning in NCCL until it joins them;
+- ``ELSEWHERE``: every GPU busy-waits, none here holds them up: they wait on a GPU of
+  another node (its rank 0 writing, or a fault there);
+- ``CULPRIT``: a GPU other than the first rank is low or still computing while its
+  peers busy-wait: a fault stall (a hung or slow GPU).
+
+A checkpoint recurs every N steps and lasts about as long as the last one (its size over
+the disk's speed); a fault comes at irregular times with irregular lengths. So a
+``WRITER`` or ``ELSEWHERE`` pause is a checkpoint while it keeps the job's rhythm
+(:class:`Rhythm`), a stall when it breaks it; a ``TOGETHER`` pause is a checkpoint (no
+fault stops every GPU of a job at once and lets it go on); a ``CULPRIT`` pause is a stall.
+
+Pure Python: no NVML, HTTP or Prometheus.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+TOGETHER, WRITER, ELSEWHERE, CULPRIT = "together", "writer", "elsewhere", "culprit"
+CHECKPOINT_LOOKS = (TOGETHER, WRITER, ELSEWHERE)  # the looks a checkpoint can have
+
+
+@dataclass(frozen=True)
+class PowerLevels:
+    """A GPU model's power levels as shares of its power limit (TDP), each with its source."""
+
+    idle: float
+    spin: float  # busy-waiting in a NCCL collective: ~100 % utilization at this power
+    compute: float  # a training step's compute phase
+    sources: str
+
+
+# Busy-waiting is high utilization at low power; "low" from the table, as shares of the
+# power limit. Under SPIN_FLOOR_SHARE it is always low: the spin level (0.21) plus the
+# spread between boards and noise (NCCL's spin measured 0.17-0.25 of the limit), so a job
+# that never shows its compute level (a checkpoint every step) is still seen waiting.
+# Over SPIN_CEILING_SHARE it is never low: halfway from the spin level to the lightest
+# compute level seen on real hardware (the nanoGPT log's 124M-parameter steps at ~390 W of
+# 700 W, 0.56), so a level set high by minutes at the power cap does not make later,
+# lighter steps look like waiting. In between, the GPU's own compute level decides.
+SPIN_FLOOR_SHARE = 0.3
+SPIN_CEILING_SHARE = 0.4
+
+
+@dataclass(frozen=True)
+class RhythmThresholds:
+    """How far a checkpoint may stray from the job's last ones (reasoned, not tuned: a
+    checkpoint's length follows its size over the disk's speed, which varies with the
+    file system's load; its period is N steps, which varies with the step time)."""
+
+    length_factor: float = 2.0  # length within [median / 2, median * 2]
+    gap_share: float = 0.3  # work since the last checkpoint within +-30 % of the median ...
+    gap_slack_seconds: float = 5.0  # ... or this much, whichever is larger (short periods)
+    memory: int = 8  # the last checkpoints the rhythm is taken from
+
+
+@dataclass
+class Rhythm:
+    """One job's checkpoints so far: the look of each, the work before it (seconds the
+    job stepped since the previous one, or since its first steps) and its length."""
+
+    thresholds: RhythmThresholds = field(default_factory=RhythmThresholds)
+    looks: list[str] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    lengths: list[float] = field(default_factory=list)
+
+    def admits(self, look: str, gaps: tuple[float, ...], length: float) -> bool:
+        """Whether a pause of ``look``, ``length`` long, keeps the rhythm: the look its
+        checkpoints had, a length near theirs, and work before it near their period, from
+        one of ``gaps`` (since the last checkpoint, or since the last pause that looked
+        like one: a checkpoint taken for a stall does not throw the next one off). With
+        no checkpoint yet there is nothing it could break: it does (the commonest pause
+        of rank 0 is its checkpoint; docs/goodput.md says the limit)."""
+        if not self.lengths:
+            return True
+        if look not in self.looks:
+            return False
+        th = self.thresholds
+        typical = statistics.median(self.lengths)
+        if not typical / th.length_factor <= length <= typical * th.length_factor:
+            return False
+        period = statistics.median(self.gaps)
+        slack = max(th.gap_share * period, th.gap_slack_seconds)
+        return any(abs(gap - period) <= slack for gap in gaps)
+
+    def add(self, look: str, gap: float, length: float) -> None:
+        keep = -self.thresholds.memory
+        self.looks = (self.looks + [look])[keep:]
+        self.gaps = (self.gaps + [gap])[keep:]
+        self.lengths = (self.lengths + [length])[keep:]
+
+
+def pause_look(low: list[bool], waits: list[bool], first: int | None) -> str | None:
+    """How a second of a paused job looks, from its live GPUs: each GPU ``low`` (not
+    working, not busy-waiting) or busy-waiting (``waits``); a GPU neither is still
+    computing. ``first``: the position of the job's first rank among them (None: not on
+    this node). None: not a pause (no GPU low or waiting)."""
+    if not any(waits):
+        return TOGETHER if low and all(low) else None
+    others = [i for i, w in enumerate(waits) if not w]
+    if not others:
+        return ELSEWHERE
+    if others == [first] and low[first]:
+        return WRITER
+    return CULPRIT
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A job's pause as the account decided it (seconds since the account began)."""
+
+    job: str
+    start: float
+    seconds: float
+    look: str  # the look it had most seconds
+    cause: str  # "checkpoint" or "stall"
+    writer: int | None  # the GPU that wrote (a WRITER pause), by position in the node
+    work_before: float  # seconds the job stepped since its previous checkpoint
+
+
+def describe_checkpoints(pauses: list[Pause], gpu_name: str = "GPU") -> str | None:
+    """One line on a job's checkpoints: who writes, for how long, how often; None when
+    there was none."""
+    ckpt = [p for p in pauses if p.cause == "checkpoint"]
+    if not ckpt:
+        return None
+    length = statistics.median(p.seconds for p in ckpt)
+    starts = [p.start for p in ckpt]
+    periods = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    every = f" every ~{statistics.median(periods):.0f} s" if periods else ""
+    writers = {p.writer for p in ckpt if p.look == WRITER}
+    looks = {p.look for p in ckpt}
+    if looks == {WRITER} and len(writers) == 1:
+        who = f"{gpu_name} {writers.pop()} writes a checkpoint"
+        rest = "; the others wait"
+    elif looks == {TOGETHER}:
+        who, rest = "all GPUs pause together (a sharded checkpoint)", ""
+    elif looks == {ELSEWHERE}:
+        who, rest = "all GPUs wait on another node's checkpoint", ""
+    else:
+        who, rest = "the job checkpoints", ""
+    return f"{who} for ~{length:.0f} s{every} ({len(ckpt)} seen){rest}"
