@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,12 +11,14 @@ import sys
 import numpy as np
 import pytest
 
+from exporter.analysis.checkpoints import Rhythm, describe_checkpoints
 from exporter.analysis.goodput import (
     STATES,
     GoodputThresholds,
     Ledger,
     Second,
     account,
+    busy_waiting,
     goodput_ratio,
     hold_short_holes,
     lost_runs,
@@ -24,6 +27,7 @@ from exporter.analysis.goodput import (
     working,
 )
 from exporter.commands.analyze import analyse_trace
+from exporter.offline.report import render_text
 from exporter.offline.request import AnalyzeRequest
 from exporter.sim.job_story import Story, checkpoint_every, draw_story, truth, write_trace
 from exporter.traces.load import load_trace
@@ -222,11 +226,12 @@ def test_each_state_within_5_percent_of_the_truth(seed, tmp_path):
     assert lost["gpu_seconds"] == pytest.approx(want["lost_progress_gpu_seconds"], rel=0.1)
 
 
-def test_goodput_falls_as_checkpoints_come_more_often(tmp_path):
-    ratios = [_accounting(checkpoint_every(n), tmp_path)["goodput_ratio"]
-              for n in (1000, 100, 10, 1)]
-    assert ratios == sorted(ratios, reverse=True) and len(set(ratios)) == 4
-    assert ratios[0] > 0.95 and ratios[-1] < 0.5
+@pytest.mark.parametrize("kind", ["rank0", "sharded"])
+def test_goodput_falls_as_checkpoints_come_more_often(kind, tmp_path):
+    ratios = [_accounting(checkpoint_every(n, kind=kind), tmp_path)["goodput_ratio"]
+              for n in (1000, 500, 100, 50, 10, 1)]
+    assert ratios == sorted(ratios, reverse=True) and len(set(ratios)) == 6
+    assert ratios[0] > 0.95 and ratios[-1] < 0.3
 
 
 def test_analyze_json_and_text_carry_the_account(tmp_path):
@@ -241,3 +246,138 @@ def test_analyze_json_and_text_carry_the_account(tmp_path):
     text = subprocess.run([*CLI, "analyze", str(path)], capture_output=True, text=True,
                           check=True).stdout
     assert "goodput ratio (productive / held)" in text and "estimated" in text
+
+
+# ------------------------------------------------------------------ checkpoints and stalls
+
+
+def _writer_pause(ledger: Ledger, n: int, writer: int, seconds: int, first=None) -> None:
+    """`writer` near idle while every other GPU busy-waits in the collective."""
+    low = [g == writer for g in range(n)]
+    for _ in range(seconds):
+        ledger.step(dataclasses.replace(
+            _second(n, works=False, waits=[not x for x in low], power=150.0), first=first))
+
+
+def _steps(ledger: Ledger, n: int, seconds: int) -> None:
+    for _ in range(seconds):
+        ledger.step(_second(n))
+
+
+def test_rank_0_writing_while_the_others_spin_is_a_checkpoint_and_a_fault_is_a_stall():
+    ledger = Ledger(4)
+    for _ in range(3):  # three checkpoints by GPU 0, 60 s of steps apart, 20 s each
+        _steps(ledger, 4, 60)
+        _writer_pause(ledger, 4, 0, 20)
+    _steps(ledger, 4, 25)
+    _writer_pause(ledger, 4, 0, 45)  # rank 0 again, but mid-period and twice as long
+    _steps(ledger, 4, 35)
+    _writer_pause(ledger, 4, 2, 20)  # GPU 2 is no first rank: a fault, whatever its rhythm
+    _steps(ledger, 4, 10)
+    causes = [(p.cause, p.look, p.writer) for p in ledger.pauses]
+    assert causes == [("checkpoint", "writer", 0)] * 3 + [
+        ("stall", "writer", 0), ("stall", "culprit", None)]
+    s = _states(ledger)
+    assert s["checkpoint"] == 4 * 60.0 and s["stalled"] == 4 * 65.0
+    # the others' spinning is never productive
+    assert s["productive"] == 4 * (3 * 60 + 25 + 35 + 10)
+    assert describe_checkpoints(ledger.pauses) == (
+        "GPU 0 writes a checkpoint for ~20 s every ~80 s (3 seen); the others wait")
+
+
+def test_the_processes_name_the_first_rank():
+    """Where the processes say GPU 2 holds rank 0, its pauses are the checkpoints and
+    GPU 0's are faults."""
+    first = np.array([False, False, True, False])
+    ledger = Ledger(4)
+    for writer in (2, 0):
+        _steps(ledger, 4, 60)
+        _writer_pause(ledger, 4, writer, 20, first=first)
+    _steps(ledger, 4, 5)
+    assert [(p.cause, p.writer) for p in ledger.pauses] == [("checkpoint", 2), ("stall", None)]
+
+
+def test_waiting_on_another_node_in_rhythm_is_a_checkpoint_and_never_productive():
+    ledger = Ledger(2)
+    for _ in range(3):
+        _steps(ledger, 2, 50)
+        for _ in range(15):  # every GPU here spins: rank 0 writes on another node
+            ledger.step(_second(2, works=True, waits=True, power=150.0))
+    _steps(ledger, 2, 10)
+    assert {p.look for p in ledger.pauses} == {"elsewhere"}
+    assert _states(ledger) == {"productive": 2 * 160.0, "checkpoint": 2 * 45.0}
+
+
+def test_a_job_that_checkpoints_sharded_does_not_take_a_rank_0_pause_for_one():
+    ledger = Ledger(4)
+    for _ in range(2):
+        _steps(ledger, 4, 60)
+        for _ in range(20):
+            ledger.step(_second(4, works=False, power=90.0))  # every rank writes its shard
+    _steps(ledger, 4, 60)
+    _writer_pause(ledger, 4, 0, 20)  # in the rhythm, but not the job's look
+    _steps(ledger, 4, 5)
+    assert [p.cause for p in ledger.pauses] == ["checkpoint", "checkpoint", "stall"]
+
+
+def test_the_live_judge_says_checkpoint_only_within_the_rhythm():
+    ledger = Ledger(4)
+    for _ in range(2):
+        _steps(ledger, 4, 60)
+        _writer_pause(ledger, 4, 0, 20)
+    _steps(ledger, 4, 60)
+    assert ledger.stall_cause("node", [0], 0) == "checkpoint"
+    assert ledger.stall_cause("node", [1], 0) == "stall"
+    _writer_pause(ledger, 4, 0, 41)  # past twice its checkpoints' length: a stall now
+    assert ledger.stall_cause("node", [0], 0) == "stall"
+    assert ledger.stall_cause("no-such-job", [0], 0) == "stall"
+
+
+def test_busy_waiting_is_bounded_by_the_power_limit():
+    util = np.array([1.0, 1.0, 1.0])
+    power = np.array([150.0, 250.0, 390.0])
+    limit = np.full(3, 700.0)
+    # a level set at the cap (700 W) would call 390 W waiting; the limit says it computes
+    assert busy_waiting(power, np.full(3, 700.0), util, tdp=limit).tolist() == [
+        True, True, False]
+    # a GPU that never showed its compute level: spinning is still waiting
+    assert busy_waiting(power, np.full(3, 160.0), util, tdp=limit).tolist() == [
+        True, False, False]
+    assert busy_waiting(power, np.full(3, 700.0), util).tolist() == [True, True, True]
+    assert not busy_waiting(power, np.full(3, 700.0), None).any()
+
+
+def test_rhythm_on_edges():
+    r = Rhythm()
+    assert r.admits("writer", (10.0,), 5.0)  # nothing to break yet
+    r.add("writer", 100.0, 20.0)
+    assert r.admits("writer", (100.0,), 20.0) and not r.admits("together", (100.0,), 20.0)
+    assert not r.admits("writer", (100.0,), 9.0) and not r.admits("writer", (100.0,), 41.0)
+    assert r.admits("writer", (50.0, 128.0), 20.0)  # since the last look-alike pause
+    assert r.admits("writer", (100.0,), 1.0, ongoing=True)
+    for i in range(20):
+        r.add("writer", 100.0, 20.0 + i)
+    assert len(r.lengths) == r.thresholds.memory
+    assert describe_checkpoints([]) is None
+
+
+def test_analyze_says_each_stalls_cause_and_the_jobs_checkpoints(tmp_path):
+    story = checkpoint_every(100, kind="rank0", seconds=600)
+    path = write_trace(story, tmp_path / "rank0.cte")
+    rep = analyse_trace(load_trace(str(path)), AnalyzeRequest(str(path)))
+    assert len(rep["stalls"]) == 4
+    assert {(s["cause"], tuple(s["culprit_gpus"])) for s in rep["stalls"]} == {
+        ("checkpoint", (0,))}
+    acc = rep["time_accounting"]
+    assert acc["checkpoints"].startswith("GPU 0 writes a checkpoint for ~9 s every ~110 s")
+    assert [p["cause"] for p in acc["pauses"]] == ["checkpoint"] * 4
+    assert acc["seconds"]["stalled"] == 0.0
+    text = render_text(rep)
+    assert "checkpoint: GPU(s) 0 write" in text and "checkpoints: GPU 0 writes" in text
+
+
+@pytest.mark.parametrize("kind", ["rank0", "sharded"])
+def test_a_checkpoint_every_step_reads_as_mostly_checkpoint(kind, tmp_path):
+    acc = _accounting(checkpoint_every(1, seconds=600, kind=kind), tmp_path)
+    s = acc["seconds"]
+    assert s["checkpoint"] > 0.6 * sum(s.values()) and s["stalled"] == 0.0

@@ -75,11 +75,13 @@ class Rhythm:
     gaps: list[float] = field(default_factory=list)
     lengths: list[float] = field(default_factory=list)
 
-    def admits(self, look: str, gaps: tuple[float, ...], length: float) -> bool:
+    def admits(self, look: str, gaps: tuple[float, ...], length: float,
+               ongoing: bool = False) -> bool:
         """Whether a pause of ``look``, ``length`` long, keeps the rhythm: the look its
         checkpoints had, a length near theirs, and work before it near their period, from
         one of ``gaps`` (since the last checkpoint, or since the last pause that looked
-        like one: a checkpoint taken for a stall does not throw the next one off). With
+        like one: a checkpoint taken for a stall does not throw the next one off);
+        ``ongoing``: the pause is still under way, only too long breaks it. With
         no checkpoint yet there is nothing it could break: it does (the commonest pause
         of rank 0 is its checkpoint; docs/goodput.md says the limit)."""
         if not self.lengths:
@@ -88,7 +90,8 @@ class Rhythm:
             return False
         th = self.thresholds
         typical = statistics.median(self.lengths)
-        if not typical / th.length_factor <= length <= typical * th.length_factor:
+        shortest = 0.0 if ongoing else typical / th.length_factor
+        if not shortest <= length <= typical * th.length_factor:
             return False
         period = statistics.median(self.gaps)
         slack = max(th.gap_share * period, th.gap_slack_seconds)

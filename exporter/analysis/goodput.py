@@ -343,6 +343,23 @@ class Ledger:
         self._add(gpu, low[0], float(sec[together]), float(jou[together]))
         self._add(gpu, low[1], float(sec[alone]), float(jou[alone]))
 
+    def stall_cause(self, job: str, culprits: Sequence[int], first: int | None) -> str:
+        """The cause of a stall the stall check sees now (live): ``checkpoint`` when its
+        one culprit is the job's first rank and the pause keeps the job's rhythm so far
+        (not yet longer than its checkpoints), else ``stall``."""
+        j = self._jobs.get(job)
+        if j is None or not j.stepped or list(culprits) != [first]:
+            return "stall"
+        p = j.pause
+        length = sum(p.seconds_by.values()) if p is not None else 0.0
+        gaps = (p.work_before, p.work_since_look) if p is not None else (
+            j.worked, j.worked_since_look)
+        ckpt = j.rhythm.admits(WRITER, gaps, length, ongoing=True)
+        return "checkpoint" if ckpt else "stall"
+
+    def job_pauses(self, job: str) -> list[Pause]:
+        return [p for p in self.pauses if p.job == job]
+
     def pending_seconds(self) -> np.ndarray:
         """Each GPU's seconds not yet decided (a pause under way)."""
         return np.array([p.seconds if p else 0.0 for p in self._pending])

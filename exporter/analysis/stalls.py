@@ -31,6 +31,9 @@ class StallResult:
     waiting_gpus: tuple[int, ...]
     culprit_gpus: tuple[int, ...]
     groups: tuple[str, ...]  # the groups that stalled
+    # "checkpoint": the signature, but the job's first rank writing a checkpoint in its
+    # rhythm (analysis.checkpoints): not a stall (``stalled`` is False), said apart
+    cause: str = "stall"
 
 
 def compute_level(power: np.ndarray, percentile: float = 95.0) -> np.ndarray:

@@ -53,7 +53,7 @@ from exporter.offline.gaps import (
     overlaps,
     valid_mask,
 )
-from exporter.offline.goodput import time_accounting
+from exporter.offline.goodput import stall_causes, time_accounting
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.request import AnalyzeRequest, analyze_options
 from exporter.offline.swings import (
@@ -431,7 +431,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     if g.gaps:
         notes.append(gaps_note(g.gaps, t_start, g.gpus, list(bridges.values())))
     notes += _input_notes(trace)
-    return {
+    report = {
         "source": trace.source,
         "format": trace.format,
         "gpus": g.gpus,
@@ -459,6 +459,9 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
             [(s.start, s.end, (*s.waiting_gpus, *s.culprit_gpus)) for s in strag.stalls]),
         "notes": notes,
     }
+    if isinstance(report["stalls"], list):
+        stall_causes(report["stalls"], report["time_accounting"])
+    return report
 
 
 def _clear_of_gaps(g: Grid, ramps: list[dict[str, Any]], dips: list[dict[str, Any]],

@@ -3,12 +3,14 @@ the whole trace taken as one job holding every GPU (docs/goodput.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from exporter.analysis.checkpoints import describe_checkpoints
 from exporter.analysis.goodput import (
     STATES,
     GoodputThresholds,
@@ -73,7 +75,27 @@ def time_accounting(trace: Trace, gpus: Sequence[int], start: float, duration: f
         },
         "bridged_seconds": th.bridge_seconds,
         "job": "the whole trace as one job holding every GPU",
+        # each pause of the job and its cause; the writer by GPU index, as in the trace
+        "pauses": [{
+            "start": p.start, "end": p.start + p.seconds, "look": p.look, "cause": p.cause,
+            "writer": None if p.writer is None else gpus[p.writer],
+        } for p in ledger.pauses],
+        "checkpoints": describe_checkpoints(
+            [dataclasses.replace(p, writer=None if p.writer is None else gpus[p.writer])
+             for p in ledger.pauses]),
     }
+
+
+def stall_causes(stalls: list[dict[str, Any]], acc: dict[str, Any]) -> None:
+    """Each stall the scan found gets its ``cause``: ``checkpoint`` where it lies mostly in
+    a pause the account judged a checkpoint (its culprit then the GPU that wrote), else
+    ``stall``."""
+    ckpt = [p for p in acc["pauses"] if p["cause"] == "checkpoint"]
+    for s in stalls:
+        span = max(s["end"] - s["start"], 1e-9)
+        inside = sum(max(0.0, min(s["end"], p["end"]) - max(s["start"], p["start"]))
+                     for p in ckpt)
+        s["cause"] = "checkpoint" if inside >= 0.5 * span else "stall"
 
 
 def accounting_text(acc: dict[str, Any]) -> list[str]:
@@ -87,6 +109,8 @@ def accounting_text(acc: dict[str, Any]) -> list[str]:
             share = 100 * s / total if total else 0.0
             joules = acc["energy_joules"][state]
             lines.append(f"  {state:<12} {s:10.1f} s  {share:5.1f} %  {joules / 3.6e6:8.3f} kWh")
+    if acc.get("checkpoints"):
+        lines.append(f"  checkpoints: {acc['checkpoints']}")
     lost = acc["lost_progress_estimate"]
     if lost["failures"]:
         lines.append(f"  progress lost to {lost['failures']} failure(s), estimated: "

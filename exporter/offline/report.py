@@ -122,6 +122,11 @@ def _stragglers(rep: dict[str, Any]) -> list[str]:
     stalls = rep["stalls"]
     lines.append(f"stalls: {_count(stalls, rep, 'stalls')}")
     for s in stalls:
+        if s.get("cause") == "checkpoint":
+            lines.append(f"  {s['start']:.1f}-{s['end']:.1f} s: checkpoint: GPU(s) "
+                         f"{', '.join(map(str, s['culprit_gpus']))} write; waiting "
+                         f"{', '.join(map(str, s['waiting_gpus']))} (not a fault)")
+            continue
         lines.append(f"  {s['start']:.1f}-{s['end']:.1f} s: culprit GPU(s) "
                      f"{', '.join(map(str, s['culprit_gpus']))}; waiting "
                      f"{', '.join(map(str, s['waiting_gpus']))}")

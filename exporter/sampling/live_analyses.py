@@ -51,17 +51,19 @@ class Analyses:
         self.job_groups = job_groups
         self.compute_shares = compute_shares
         self.power_monitor = PowerMonitor(power_settings) if power_settings else None
+        # the goodput account rides on the stall check's reads (no reads of its own), and
+        # tells the stall check which of its stalls are a job's checkpoints
+        self.goodput = GoodputMonitor(gpus.count, clock.time()) if straggler_settings else None
         self.straggler_monitor = (StragglerMonitor(dataclasses.replace(
-            straggler_settings, sweep_interval_seconds=sweep_interval))
+            straggler_settings, sweep_interval_seconds=sweep_interval),
+            judge=self.goodput.judge if self.goodput else None)
             if straggler_settings else None)
         self.sweep_buffer = (SweepBuffer(gpus.count, max(2, int(
             straggler_settings.window_seconds * 1.5 / sweep_interval)))
             if straggler_settings else None)
         self.power_analysis: PowerAnalysis | None = None
         self.straggler_analysis: StragglerAnalysis | None = None
-        # the goodput account rides on the stall check's reads (no reads of its own)
         self.failed_gpus = failed_gpus
-        self.goodput = GoodputMonitor(gpus.count, clock.time()) if straggler_settings else None
         self.goodput_analysis: GoodputAnalysis | None = None
 
     def _grid_step(self) -> float:

@@ -6,12 +6,14 @@ each GPU (the job collectors' grouping). docs/goodput.md.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from exporter.analysis.checkpoints import describe_checkpoints
 from exporter.analysis.goodput import Ledger, Second, work_and_waiting
 from exporter.analysis.stalls import StallResult
 
@@ -30,6 +32,9 @@ class GoodputAnalysis:
     failures: int
     lost_progress_gpu_seconds: float  # an estimate (docs/goodput.md)
     duration_seconds: float = 0.0
+    # each job's checkpoints in a line ("GPU 0 writes a checkpoint for ~20 s every ~60 s;
+    # the others wait"), for the jobs that had one
+    checkpoints: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class GoodputMonitor:
@@ -54,10 +59,27 @@ class GoodputMonitor:
             self.ledger.step(self._second(dt, means, floor, level, stall, set(failed),
                                           groups, tdp))
         lg = self.ledger
+        jobs = {p.job for p in lg.pauses}
+        lines = {job: describe_checkpoints(lg.job_pauses(job)) for job in sorted(jobs)}
         out = GoodputAnalysis(now, lg.seconds.copy(), lg.joules.copy(), lg.pending_seconds(),
-                              lg.lost.failures, lg.lost.gpu_seconds, time.perf_counter() - t0)
+                              lg.lost.failures, lg.lost.gpu_seconds, time.perf_counter() - t0,
+                              {job: line for job, line in lines.items() if line})
         self.cpu_seconds += time.thread_time() - cpu0
         return out
+
+    def judge(self, stall: StallResult, groups: Mapping[int, str] | None) -> StallResult:
+        """The stall as the account sees it: a checkpoint of the culprit's job (its first
+        rank writing, in the job's rhythm) is no stall (analysis.checkpoints)."""
+        if not stall.stalled or not stall.culprit_gpus:
+            return stall
+        culprit = stall.culprit_gpus[0]
+        job = "node" if groups is None else groups.get(culprit, UNASSIGNED)
+        rows = sorted(g for g in range(self.ledger.gpus)
+                      if groups is None or groups.get(g, UNASSIGNED) == job)
+        first = rows[0] if rows else None
+        if self.ledger.stall_cause(job, stall.culprit_gpus, first) != "checkpoint":
+            return stall
+        return dataclasses.replace(stall, stalled=False, cause="checkpoint")
 
     def _second(self, dt: float, means: tuple[np.ndarray, np.ndarray] | None,
                 floor: np.ndarray | None, level: np.ndarray | None,

@@ -106,9 +106,15 @@ def coverage(power: np.ndarray, sweep_t: np.ndarray, sweep_interval: float
     return {"power": power_share, "sweep": sweep_share}
 
 
+# (stall, groups) -> the stall, or the same signature said to be a job's checkpoint
+StallJudge = Callable[[StallResult, dict[int, str] | None], StallResult]
+
+
 class StragglerMonitor:
-    def __init__(self, settings: StragglerSettings):
+    def __init__(self, settings: StragglerSettings, judge: StallJudge | None = None):
+        """`judge`: the goodput account's word on each stall (a checkpoint is none)."""
         self.settings = settings
+        self.judge = judge
         self.detector = StragglerDetector(settings.thresholds())
         self.features: WindowFeatures | None = None
         self.report: StragglerReport | None = None
@@ -227,6 +233,8 @@ class StragglerMonitor:
         gpus = list(range(power.shape[0]))
         assert self._level is not None  # only checked once the level is known
         stall = detect_stall(mean_util, mean_power, self._level, gpus=gpus, groups=groups)
+        if self.judge is not None:
+            stall = self.judge(stall, groups)
         if stall.stalled:
             self._count_stall(stall, elapsed, new=not self.stalled)
         self.stalled = stall.stalled

@@ -34,7 +34,7 @@ from exporter.web.wording import (
 )
 
 # Kinds in the order a person should read them, at equal severity.
-KINDS = ("stall", "gpu_hung", "gpu_lost", "gpus_missing", "straggler", "xid", "ecc",
+KINDS = ("stall", "checkpoint", "gpu_hung", "gpu_lost", "gpus_missing", "straggler", "xid", "ecc",
          "row_remap", "retired_pages", "recovery_action", "nvlink", "clock_event",
          "power_swing", "step_period", "power_cycle", "ramp")
 
@@ -155,6 +155,8 @@ def straggler_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
             "straggler", WARNING, message, report_time, gpu=gpu, since=since,
             group=g.group, signals={sig: _score_details(g.scores[sig]) for sig in g.signals}))
     stall = analysis.stall
+    if stall is not None and stall.cause == "checkpoint" and stall.culprit_gpus:
+        out.append(_checkpoint_finding(snapshot, stall, analysis.time))
     if stall is not None and stall.stalled:
         for gpu in stall.culprit_gpus:
             waiting = [w for w in stall.waiting_gpus if w != gpu]
@@ -168,6 +170,20 @@ def straggler_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
                 groups=list(stall.groups), stalls_total=analysis.stalls_total,
                 culprit_seconds=number(analysis.culprit_seconds.get(gpu, 0.0), 1)))
     return out
+
+
+def _checkpoint_finding(snapshot: Snapshot, stall: Any, time: float) -> dict[str, Any]:
+    """A job's first rank writing a checkpoint while the others wait: the stall signature,
+    in the job's rhythm, and no fault (analysis.checkpoints)."""
+    gpu = stall.culprit_gpus[0]
+    account = snapshot.goodput
+    lines = account.checkpoints if account is not None else {}
+    line = next(iter(lines.values()), None) if len(lines) == 1 else None
+    message = (f"{line[0].upper()}{line[1:]}" if line else
+               f"GPU {gpu} writes a checkpoint; the others wait") + (
+        " (a checkpoint, not a fault: stall alerts stay silent)")
+    return finding("checkpoint", INFO, message, time, gpu=gpu,
+                   waiting_gpus=[w for w in stall.waiting_gpus if w != gpu])
 
 
 def _signal_phrase(signal: str, score: Any) -> str:
