@@ -10,6 +10,7 @@ import pytest
 
 from exporter.collectors.processes.families import processes_families
 from exporter.collectors.processes.procfs import ProcReader, container_id, parse_comm
+from exporter.collectors.processes.ranks import gpu_ranks
 from exporter.collectors.processes.reading import ProcessesCollector, split_energy
 from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.scenarios import load_scenario
@@ -184,11 +185,12 @@ def test_command_names_are_bounded_and_printable():
     assert parse_comm(b"a\x1bb\xffcdefghijklmnopqrstuvwxyz\n") == "a?b\ufffdcdefghijklm"
 
 
-def write_proc(root, pid: int, comm: str, cgroup: str) -> None:
+def write_proc(root, pid: int, comm: str, cgroup: str, environ: bytes = b"") -> None:
     entry = root / str(pid)
     entry.mkdir(parents=True)
     (entry / "comm").write_text(comm + "\n")
     (entry / "cgroup").write_text(cgroup)
+    (entry / "environ").write_bytes(environ)
 
 
 def test_proc_entries_that_vanish_or_deny_are_counted(tmp_path):
@@ -200,7 +202,7 @@ def test_proc_entries_that_vanish_or_deny_are_counted(tmp_path):
     assert reader.labels(7).command == "python" and reader.labels(7).container_id == CID
     assert reader.labels(6) is None and reader.labels(8) is None
     assert reader.labels(9) is None
-    assert reader.errors == {"vanished": 2, "read_error": 1}
+    assert reader.errors == {"vanished": 2, "read_error": 1, "environ_denied": 0}
 
 
 # ---------------------------------------------------------------- on the fake
@@ -219,8 +221,11 @@ def test_processes_on_the_training_fake(running_exporter, tmp_path):
     for spec in scenario.process_specs():  # a /proc tree for the fake's PIDs
         for slot in range(len(spec.gpus)):
             for run in range(2):
+                ranks = (f"RANK={8 + slot}\0LOCAL_RANK={slot}\0".encode()
+                         if spec.name == "python" else b"")  # evaluation: no rank
                 write_proc(tmp_path, spec.pid_of(slot, run), spec.name,
-                           f"0::/kubepods/cri-containerd-{spec.container}.scope\n")
+                           f"0::/kubepods/cri-containerd-{spec.container}.scope\n",
+                           b"PATH=/usr/bin\0" + ranks)
     exp = running_exporter.start(manual=True, collector_processes=True,
                                  path_procfs=str(tmp_path))
     exp.sampler.advance(16)  # reads at 0 and 15 s: the evaluation process runs 10-30 s
@@ -235,6 +240,10 @@ def test_processes_on_the_training_fake(running_exporter, tmp_path):
             if s.labels["gpu"] == "0"}
     assert info["4100"]["command"] == "python" and info["9000"]["command"] == "eval"
     assert info["9000"]["container_id"] == scenario.process_specs()[1].container
+    assert (info["4100"]["rank"], info["4100"]["local_rank"]) == ("8", "0")
+    assert (info["9000"]["rank"], info["9000"]["local_rank"]) == ("", "")
+    reading = exp.current.snapshot.collectors["processes"].reading
+    assert gpu_ranks(reading) == {gpu: 8 + gpu for gpu in range(8)}  # eval has no rank
     before = series(got, "gpu_process_energy_joules_total")
     exp.sampler.advance(30)  # t = 46: the evaluation process exited at 30 s
     got = scrape(exp)
@@ -254,8 +263,8 @@ def test_a_fake_node_reads_no_proc_labels_from_this_host(running_exporter):
     exp = running_exporter.start(manual=True, collector_processes=True)
     exp.sampler.advance(1)
     got = scrape(exp)
-    assert {(s.labels["command"], s.labels["container_id"]) for s in got["gpu_process_info"]
-            } == {("", "")}
+    assert {(s.labels["command"], s.labels["container_id"], s.labels["rank"],
+             s.labels["local_rank"]) for s in got["gpu_process_info"]} == {("", "", "", "")}
 
 
 def test_processes_off_by_default(running_exporter):

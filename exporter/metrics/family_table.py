@@ -483,7 +483,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "gpu_power_swing_phase_radians": ("gpu", "uuid"),
     "gpu_power_watts": ("gpu", "uuid"),
     "gpu_process_energy_joules_total": ("gpu", "uuid", "pid"),
-    "gpu_process_info": ("gpu", "uuid", "pid", "command", "container_id", "gpu_instance"),
+    "gpu_process_info": (
+        "gpu", "uuid", "pid", "command", "container_id", "gpu_instance", "rank", "local_rank"),
     "gpu_process_memory_used_bytes": ("gpu", "uuid", "pid"),
     "gpu_process_sm_utilization_ratio": ("gpu", "uuid", "pid"),
     "gpu_profiling_supported": ("gpu", "uuid", "reason"),

@@ -1,7 +1,7 @@
 """Processes reading -> per-process families on `gpu, uuid, pid`.
 
-Every family keeps the same three labels (a process's command and container are on
-``gpu_process_info``, joined on ``pid``), so series stay few and a process's series all
+Every family keeps the same three labels (a process's command, container and ranks are
+on ``gpu_process_info``, joined on ``pid``), so series stay few and a process's series all
 go when it exits. The energy family adds one ``pid="idle"`` series per GPU: the energy
 no listed process used, so that ``sum by (gpu)`` of the counter is the GPU's energy.
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.processes.procfs import PROC_ERRORS
+from exporter.collectors.processes.procfs import PROC_ERRORS, ProcLabels
 from exporter.collectors.processes.reading import ProcessesReading
 from exporter.families import Family
 from exporter.sampling.snapshot import Snapshot
@@ -41,11 +41,16 @@ ENERGY = Family(
         f"holds the rest (present only when {_ON}, on GPUs not in MIG mode).")
 INFO = Family(
     "gpu_process_info", "info",
-    "A GPU process: its command name and container id (from /proc, empty where unreadable) "
-    "and MIG GPU instance (empty on a whole GPU); value 1.",
-    (*_LABELS, "command", "container_id", "gpu_instance"),
-    source="`/proc/PID/comm`, `/proc/PID/cgroup`; NVML's instance id",
-    doc=f"A GPU process; value 1. Empty labels where unknown (present only when {_ON}).")
+    "A GPU process: its command name and container id (from /proc, empty where unreadable), "
+    "MIG GPU instance (empty on a whole GPU), and global and local rank (from its "
+    "environment, empty where unknown); value 1.",
+    (*_LABELS, "command", "container_id", "gpu_instance", "rank", "local_rank"),
+    source="`/proc/PID/comm`, `/proc/PID/cgroup`, `/proc/PID/environ`; NVML's instance id",
+    doc="A GPU process; value 1. `rank` and `local_rank` come from the environment the "
+        "process started with (`RANK`, else `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, "
+        "`SLURM_PROCID`; `LOCAL_RANK`, else `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`), "
+        "which only the process's user or `CAP_SYS_PTRACE` may read. Empty labels where "
+        f"unknown (present only when {_ON}).")
 DROPPED = Family(
     "cte_gpu_processes_dropped_total", "counter",
     "Processes left out at --collector.processes.max, counted on every read they are left "
@@ -54,12 +59,17 @@ DROPPED = Family(
         f"(present only when {_ON}).")
 PROC_ERRORS_TOTAL = Family(
     "cte_gpu_process_proc_errors_total", "counter",
-    "New processes whose /proc entry could not be read for gpu_process_info, by reason.",
-    ("reason",), source="exporter",
-    doc="New processes whose `/proc` entry could not be read: `vanished`, `read_error` "
+    "New processes whose /proc entry, or environment, could not be read for "
+    "gpu_process_info, by reason.", ("reason",), source="exporter",
+    doc="New processes whose `/proc` entry could not be read: `vanished`, `read_error`; "
+        "`environ_denied`: its environment was refused, its ranks are unknown "
         f"(present only when {_ON}).")
 
 DECLARED = (MEMORY, SM, ENERGY, INFO, DROPPED, PROC_ERRORS_TOTAL)
+
+
+def _text(number: int | None) -> str:
+    return "" if number is None else str(number)
 
 
 def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterator[Metric]:
@@ -77,11 +87,10 @@ def processes_families(reading: ProcessesReading, snapshot: Snapshot) -> Iterato
             sm.add_metric(key, process.sm_utilization_ratio)
         if process.energy_joules is not None:
             energy.add_metric(key, process.energy_joules)
-        labels = process.labels
-        info.add_metric(key + [labels.command if labels else "",
-                               labels.container_id if labels else "",
-                               "" if process.gpu_instance is None else str(process.gpu_instance)],
-                        {})
+        labels = process.labels or ProcLabels()
+        info.add_metric(key + [labels.command, labels.container_id,
+                               _text(process.gpu_instance), _text(labels.rank),
+                               _text(labels.local_rank)], {})
     for gpu, joules in sorted(reading.idle_energy_joules.items()):
         if gpu in uuids:
             energy.add_metric([str(gpu), uuids[gpu], IDLE_PID], joules)

@@ -55,7 +55,7 @@ class GpuProcess:
     sm_utilization_ratio: float | None  # None: the GPU gives no per-process utilization
     energy_joules: float | None  # attributed since it first showed; None as above
     gpu_instance: int | None = None  # MIG: the GPU instance it runs in
-    labels: ProcLabels | None = None  # command and container, where read
+    labels: ProcLabels | None = None  # command, container and ranks, where read
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ class ProcessesSettings:
         key="processes_max", flag="--collector.processes.max", low=1, high=100000,
         metavar="N")
     proc_labels: bool = setting(
-        True, "read each new process's command name and container id from --path.procfs "
-        "(gpu_process_info)", key="processes_proc_labels",
+        True, "read each new process's command name, container id and ranks from "
+        "--path.procfs (gpu_process_info)", key="processes_proc_labels",
         flag="--collector.processes.proc-labels")
     procfs: str = setting(
         "/proc", "procfs mount point (as node_exporter's flag); the host's, for the PIDs "
