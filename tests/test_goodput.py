@@ -19,6 +19,7 @@ from exporter.analysis.goodput import (
     Second,
     account,
     busy_waiting,
+    first_rank,
     goodput_ratio,
     hold_short_holes,
     lost_runs,
@@ -251,12 +252,12 @@ def test_analyze_json_and_text_carry_the_account(tmp_path):
 # ------------------------------------------------------------------ checkpoints and stalls
 
 
-def _writer_pause(ledger: Ledger, n: int, writer: int, seconds: int, first=None) -> None:
+def _writer_pause(ledger: Ledger, n: int, writer: int, seconds: int, ranks=None) -> None:
     """`writer` near idle while every other GPU busy-waits in the collective."""
     low = [g == writer for g in range(n)]
     for _ in range(seconds):
         ledger.step(dataclasses.replace(
-            _second(n, works=False, waits=[not x for x in low], power=150.0), first=first))
+            _second(n, works=False, waits=[not x for x in low], power=150.0), ranks=ranks))
 
 
 def _steps(ledger: Ledger, n: int, seconds: int) -> None:
@@ -288,11 +289,11 @@ def test_rank_0_writing_while_the_others_spin_is_a_checkpoint_and_a_fault_is_a_s
 def test_the_processes_name_the_first_rank():
     """Where the processes say GPU 2 holds rank 0, its pauses are the checkpoints and
     GPU 0's are faults."""
-    first = np.array([False, False, True, False])
+    ranks = np.array([3.0, 1.0, 0.0, np.nan])
     ledger = Ledger(4)
     for writer in (2, 0):
         _steps(ledger, 4, 60)
-        _writer_pause(ledger, 4, writer, 20, first=first)
+        _writer_pause(ledger, 4, writer, 20, ranks=ranks)
     _steps(ledger, 4, 5)
     assert [(p.cause, p.writer) for p in ledger.pauses] == [("checkpoint", 2), ("stall", None)]
 
@@ -381,3 +382,11 @@ def test_a_checkpoint_every_step_reads_as_mostly_checkpoint(kind, tmp_path):
     acc = _accounting(checkpoint_every(1, seconds=600, kind=kind), tmp_path)
     s = acc["seconds"]
     assert s["checkpoint"] > 0.6 * sum(s.values()) and s["stalled"] == 0.0
+
+
+def test_the_first_rank_from_the_processes_or_the_lowest_gpu():
+    assert first_rank([2, 3], None) == 2
+    assert first_rank([2, 3], np.array([np.nan, np.nan, np.nan, np.nan])) == 2
+    assert first_rank([2, 3], np.array([0.0, 1.0, 9.0, 0.0])) == 3
+    assert first_rank([0, 1], np.array([8.0, 9.0])) is None  # rank 0 on another node
+    assert first_rank([], None) is None

@@ -157,3 +157,16 @@ def test_the_page_says_who_writes_a_checkpoint_while_it_is_written():
     assert 'gpu_collective_stall_culprit{gpu="0"' in text
     assert not any(line.startswith("gpu_collective_stall_culprit{") and line.endswith(" 1.0")
                    for line in text.splitlines())
+
+
+def test_the_processes_ranks_name_the_writer():
+    """The processes say GPU 0 holds rank 5 and GPU 4 rank 0: GPU 0 stopping is then a
+    fault (rank 0 writes nothing there), a stall."""
+    ranks = {0: 5, 1: 1, 2: 2, 3: 3, 4: 0, 5: 6, 6: 7, 7: 4}
+
+    def hold(sampler) -> None:
+        sampler.gpu_ranks = lambda: ranks
+    snap = simulated_snapshot(load_scenario("checkpoint-stall"), SECONDS,
+                              SamplerSettings(xid_events=False, power=None), hold)
+    s = by_state(snap)
+    assert (s["stalled"] >= 30.0).all() and s["checkpoint"].sum() == 0.0

@@ -1,6 +1,6 @@
 """A GPU process's ranks, from its environment: the launchers' names and their order,
 garbage and the read's bound, an environment the kernel refuses, the cache, the family's
-labels, and `gpu_ranks` (GPU -> global rank)."""
+labels, and `ProcessesReading.gpu_ranks` (GPU -> global rank)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from exporter.collectors.processes.procfs import (
     ProcReader,
     parse_ranks,
 )
-from exporter.collectors.processes.ranks import gpu_ranks
 from exporter.collectors.processes.reading import (
     GpuProcess,
     ProcessesCollector,
@@ -213,5 +212,5 @@ def test_each_gpu_maps_to_the_one_rank_that_holds_it():
         held(4, 50, labels=False),  # no /proc labels read
         held(5, 60, 7),
     ), {})
-    assert gpu_ranks(reading) == {0: 0, 1: 1, 5: 7}
-    assert gpu_ranks(ProcessesReading((), {})) == {}
+    assert reading.gpu_ranks() == {0: 0, 1: 1, 5: 7}
+    assert ProcessesReading((), {}).gpu_ranks() == {}

@@ -10,7 +10,6 @@ import pytest
 
 from exporter.collectors.processes.families import processes_families
 from exporter.collectors.processes.procfs import ProcReader, container_id, parse_comm
-from exporter.collectors.processes.ranks import gpu_ranks
 from exporter.collectors.processes.reading import ProcessesCollector, split_energy
 from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.scenarios import load_scenario
@@ -243,7 +242,7 @@ def test_processes_on_the_training_fake(running_exporter, tmp_path):
     assert (info["4100"]["rank"], info["4100"]["local_rank"]) == ("8", "0")
     assert (info["9000"]["rank"], info["9000"]["local_rank"]) == ("", "")
     reading = exp.current.snapshot.collectors["processes"].reading
-    assert gpu_ranks(reading) == {gpu: 8 + gpu for gpu in range(8)}  # eval has no rank
+    assert reading.gpu_ranks() == {gpu: 8 + gpu for gpu in range(8)}  # eval has no rank
     before = series(got, "gpu_process_energy_joules_total")
     exp.sampler.advance(30)  # t = 46: the evaluation process exited at 30 s
     got = scrape(exp)

@@ -198,9 +198,10 @@ class Second:
     failed: np.ndarray  # lost, or its verdict is failed
     held: np.ndarray | None = None  # a job holds it (None: attribution unknown: all held)
     jobs: Sequence[str] | None = None  # which job, by GPU (None: one job holds every GPU)
-    # the job's first rank (global rank 0) where the processes say; None: each job's
-    # lowest-numbered GPU here is taken for it (the launchers' usual order)
-    first: np.ndarray | None = None
+    # each GPU's global rank where the processes say (NaN: not known); a job none of whose
+    # GPUs here has a known rank takes its lowest-numbered GPU for rank 0 (the launchers'
+    # usual order)
+    ranks: np.ndarray | None = None
 
 
 # how a pending second of a GPU looked: its job paused in one of analysis.checkpoints'
@@ -405,7 +406,7 @@ class Ledger:
                 continue
             if not job.stepped:
                 continue
-            first = self._first_rank(rows, s.first)
+            first = first_rank(rows, s.ranks)
             if job_works:
                 self._close_pause(name, job)
                 job.worked += dt
@@ -434,14 +435,6 @@ class Ledger:
                 self._add(gpu, state, dt, joules[gpu])
             self._last[gpu] = state
         self.clock += dt
-
-    @staticmethod
-    def _first_rank(rows: list[int], first: np.ndarray | None) -> int | None:
-        """The GPU of the job's first rank here: as the processes say, else its lowest."""
-        if first is None:
-            return rows[0]
-        marked = [g for g in rows if first[g]]
-        return marked[0] if marked else None
 
     def _open_pause(self, job: _Job, seen: str, dt: float, writer: int | None) -> None:
         if job.pause is None:
@@ -536,6 +529,16 @@ class Ledger:
         if self._long_low[gpu] and look[gpu] in (None, ALONE, TOGETHER):
             return IDLE
         return None
+
+
+def first_rank(rows: Sequence[int], ranks: np.ndarray | None) -> int | None:
+    """The GPU of a job's rank 0 among its GPUs here (``rows``): as the processes say
+    where they know a rank of the job (None: rank 0 is on another node), else its
+    lowest-numbered GPU."""
+    known = [g for g in rows if ranks is not None and np.isfinite(ranks[g])]
+    if not known:
+        return rows[0] if rows else None
+    return next((g for g in known if ranks is not None and ranks[g] == 0), None)
 
 
 # the pauses the ledger keeps for its reports (a day of one checkpoint a minute is more)

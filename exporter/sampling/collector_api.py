@@ -72,6 +72,15 @@ class HoldsResources(ABC):
         """Free what the collector holds."""
 
 
+class RankSource(ABC):
+    """A reading that knows the global rank working on GPUs (the goodput account uses it
+    to find a job's rank 0)."""
+
+    @abstractmethod
+    def gpu_ranks(self) -> Mapping[int, int]:
+        """GPU index -> the global rank of the process that holds it, where known."""
+
+
 class ComputeShareSource(ABC):
     """A reading with each GPU's recent compute share (the straggler analysis uses it)."""
 

@@ -5,7 +5,7 @@ seconds, stragglers and stalls every second (sampling/live_power.py, live_stragg
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -46,7 +46,8 @@ class Analyses:
                  straggler_settings: StragglerSettings | None, sweep_interval: float,
                  job_groups: Callable[[], dict[int, str] | None],
                  compute_shares: Callable[[], dict | None] = lambda: None,
-                 failed_gpus: Callable[[], set[int]] = set):
+                 failed_gpus: Callable[[], set[int]] = set,
+                 gpu_ranks: Callable[[], Mapping[int, int] | None] = lambda: None):
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
         self.compute_shares = compute_shares
@@ -64,6 +65,7 @@ class Analyses:
         self.power_analysis: PowerAnalysis | None = None
         self.straggler_analysis: StragglerAnalysis | None = None
         self.failed_gpus = failed_gpus
+        self.gpu_ranks = gpu_ranks
         self.goodput_analysis: GoodputAnalysis | None = None
 
     def _grid_step(self) -> float:
@@ -100,4 +102,4 @@ class Analyses:
         if self.goodput is not None:
             self.goodput_analysis = self.goodput.update(
                 now, monitor.means, monitor.floor, monitor.level, analysis.stall,
-                self.failed_gpus(), groups, self._tdp())
+                self.failed_gpus(), groups, self._tdp(), self.gpu_ranks())

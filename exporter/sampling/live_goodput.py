@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from exporter.analysis.checkpoints import describe_checkpoints
-from exporter.analysis.goodput import Ledger, Second, work_and_waiting
+from exporter.analysis.goodput import Ledger, Second, first_rank, work_and_waiting
 from exporter.analysis.stalls import StallResult
 
 UNASSIGNED = "unassigned"  # the grouping's name for a GPU no job holds (Sampler.job_groups)
@@ -42,22 +42,26 @@ class GoodputMonitor:
         """`started_at`: when the account begins (the sampler's start): its states add up
         to the time since."""
         self.ledger = Ledger(gpus)
+        self._ranks: np.ndarray | None = None  # by GPU, NaN where not known
         self._last = started_at
         self.cpu_seconds = 0.0  # spent in update(), for bench/bench_cpu.py
 
     def update(self, now: float, means: tuple[np.ndarray, np.ndarray] | None,
                floor: np.ndarray | None, level: np.ndarray | None,
                stall: StallResult | None, failed: Iterable[int],
-               groups: Mapping[int, str] | None, tdp: np.ndarray | None
-               ) -> GoodputAnalysis:
+               groups: Mapping[int, str] | None, tdp: np.ndarray | None,
+               ranks: Mapping[int, int] | None = None) -> GoodputAnalysis:
         """One tick: the time since the last one goes to each GPU's state now. Without
-        means (the stall check not yet running) every GPU's second has no reading."""
+        means (the stall check not yet running) every GPU's second has no reading.
+        `ranks`: GPU -> the global rank working on it, where the processes say."""
+        self._ranks = self._rank_array(ranks)
         t0, cpu0 = time.perf_counter(), time.thread_time()
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
         if dt > 0:
-            self.ledger.step(self._second(dt, means, floor, level, stall, set(failed),
-                                          groups, tdp))
+            self.ledger.step(dataclasses.replace(
+                self._second(dt, means, floor, level, stall, set(failed), groups, tdp),
+                ranks=self._ranks))
         lg = self.ledger
         jobs = {p.job for p in lg.pauses}
         lines = {job: describe_checkpoints(lg.job_pauses(job)) for job in sorted(jobs)}
@@ -74,12 +78,21 @@ class GoodputMonitor:
             return stall
         culprit = stall.culprit_gpus[0]
         job = "node" if groups is None else groups.get(culprit, UNASSIGNED)
-        rows = sorted(g for g in range(self.ledger.gpus)
-                      if groups is None or groups.get(g, UNASSIGNED) == job)
-        first = rows[0] if rows else None
+        rows = [g for g in range(self.ledger.gpus)
+                if groups is None or groups.get(g, UNASSIGNED) == job]
+        first = first_rank(rows, self._ranks)
         if self.ledger.stall_cause(job, stall.culprit_gpus, first) != "checkpoint":
             return stall
         return dataclasses.replace(stall, stalled=False, cause="checkpoint")
+
+    def _rank_array(self, ranks: Mapping[int, int] | None) -> np.ndarray | None:
+        if not ranks:
+            return None
+        out = np.full(self.ledger.gpus, np.nan)
+        for gpu, rank in ranks.items():
+            if 0 <= gpu < out.size:
+                out[gpu] = rank
+        return out
 
     def _second(self, dt: float, means: tuple[np.ndarray, np.ndarray] | None,
                 floor: np.ndarray | None, level: np.ndarray | None,

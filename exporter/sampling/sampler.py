@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter.gpu.backend import NvmlBackend
@@ -29,6 +29,7 @@ from exporter.sampling.collector_api import (
     ComputeShareSource,
     HoldsResources,
     JobGrouping,
+    RankSource,
 )
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
@@ -140,7 +141,7 @@ class Sampler:
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
                                  s.sweep_interval_seconds, self.job_groups,
-                                 self.compute_shares, self.failed_gpus)
+                                 self.compute_shares, self.failed_gpus, self.gpu_ranks)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
         self._threads = threads
@@ -306,6 +307,15 @@ class Sampler:
     def failed_gpus(self) -> set[int]:
         """GPUs lost (NVML: GpuIsLost) or judged failed by the last verdict."""
         return set(self.gpus.lost) | set(self.failed_verdict())
+
+    def gpu_ranks(self) -> Mapping[int, int] | None:
+        """GPU -> the global rank working on it, from the collector whose reading knows
+        (`RankSource`: the processes collector); None without one."""
+        for runner in self.collectors:
+            reading = runner.result.reading
+            if isinstance(reading, RankSource):
+                return reading.gpu_ranks()
+        return None
 
     def compute_shares(self) -> dict[int, tuple[tuple[float, float], ...]] | None:
         """GPU -> its recent (time, compute share), from the collector whose reading has

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from exporter.collectors.processes.procfs import ProcLabels, ProcReader
-from exporter.sampling.collector_api import CollectorContext
+from exporter.sampling.collector_api import CollectorContext, RankSource
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX", "GpuProcess", "ProcessesReading",
            "ProcessesCollector", "split_energy"]
@@ -59,11 +59,28 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
-class ProcessesReading:
+class ProcessesReading(RankSource):
     processes: tuple[GpuProcess, ...]  # by GPU, then PID
     idle_energy_joules: Mapping[int, float]  # GPU -> energy no listed process used
     dropped_total: int = 0  # processes left out at the cap, summed over reads
     proc_errors_total: Mapping[str, int] = field(default_factory=dict)
+
+    def gpu_ranks(self) -> dict[int, int]:
+        """GPU index -> the global rank of the process that holds it.
+
+        Processes without a known rank (not a distributed job's, their environment refused,
+        ``--no-collector.processes.proc-labels``) are left aside. A GPU is in the map only
+        when the ranked processes on it all carry one rank: two ranks on one GPU (processes
+        of two jobs, or a job restarted with another layout, whose exited process is still
+        in the reading for one read) say nothing about which rank the GPU's time belongs to.
+        """
+        seen: dict[int, set[int]] = {}
+        for process in self.processes:
+            rank = process.labels.rank if process.labels is not None else None
+            if rank is not None:
+                seen.setdefault(process.gpu, set()).add(rank)
+        return {gpu: next(iter(ranks)) for gpu, ranks in sorted(seen.items())
+                if len(ranks) == 1}
 
 
 def split_energy(delta: float, shares: Mapping[int, float]) -> tuple[dict[int, float], float]:
