@@ -17,15 +17,17 @@ from exporter.analysis.goodput import (
     GoodputThresholds,
     Ledger,
     Second,
-    account,
     busy_waiting,
     first_rank,
     goodput_ratio,
+    working,
+)
+from exporter.analysis.goodput_trace import (
+    account,
     hold_short_holes,
     lost_runs,
     per_second,
     rolling_mean,
-    working,
 )
 from exporter.commands.analyze import analyse_trace
 from exporter.offline.report import render_text

@@ -31,8 +31,6 @@ Pure numpy: no NVML, HTTP or Prometheus.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -63,17 +61,6 @@ NOT_HELD = ("unallocated", "unknown")  # left out of the goodput ratio's denomin
 # than this, so a bridged hole cannot hide one.
 BRIDGE_SECONDS = 5.0
 BRIDGE_INTERVALS = 3.0
-
-
-# offline: each second judged on a mean over at least this many readings, so one reading
-# caught in a step's low phase (the nanoGPT log polls every 0.3 s) is no pause
-SMOOTH_SAMPLES = 5
-
-
-def smoothing_seconds(sample_interval_seconds: float) -> int:
-    """Seconds of readings each second is judged on (offline): one, or enough to hold
-    SMOOTH_SAMPLES readings, so one reading caught in a step's low phase is no pause."""
-    return max(1, math.ceil(SMOOTH_SAMPLES * sample_interval_seconds - 1e-9))
 
 
 def bridge_limit(sample_interval_seconds: float) -> float:
@@ -543,133 +530,6 @@ def first_rank(rows: Sequence[int], ranks: np.ndarray | None) -> int | None:
 
 # the pauses the ledger keeps for its reports (a day of one checkpoint a minute is more)
 MAX_PAUSES = 2000
-
-
-# offline: readings gone this long while peers report through PEERS_REPORTING of it is a
-# lost GPU: far past the longest poll stall of a busy host (1-3 s in real logs, and the
-# bridge), short against the minutes a lost GPU stays gone
-LOST_SECONDS = 30.0
-PEERS_REPORTING = 0.9
-
-
-def lost_runs(has: np.ndarray, min_seconds: float) -> np.ndarray:
-    """Offline evidence of a lost GPU (N, T) from which seconds have readings (1 s bins):
-    a run of at least ``min_seconds`` without readings while another GPU of the node has
-    readings through most (PEERS_REPORTING) of it. Live, NVML says lost itself."""
-    h = np.asarray(has, dtype=bool)
-    out = np.zeros(h.shape, dtype=bool)
-    if h.shape[0] < 2:
-        return out  # no peer to say the node went on
-    for gpu in range(h.shape[0]):
-        others = np.delete(h, gpu, axis=0)
-        for a, b in _missing_runs(h[gpu]):
-            if b - a >= min_seconds and others[:, a:b].mean(axis=1).max() >= PEERS_REPORTING:
-                out[gpu, a:b] = True
-    return out
-
-
-def hold_short_holes(has: np.ndarray, most: int) -> np.ndarray:
-    """Which seconds (N, T) lie in a hole of at most ``most`` seconds after a reading: the
-    ones an account holds over from the reading before."""
-    h = np.asarray(has, dtype=bool)
-    out = np.zeros(h.shape, dtype=bool)
-    for gpu in range(h.shape[0]):
-        for a, b in _missing_runs(h[gpu]):
-            if a > 0 and b - a <= most:
-                out[gpu, a:b] = True
-    return out
-
-
-def _missing_runs(has: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) of each run of seconds without readings in one GPU's row."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], (~has).astype(np.int8), [0]])))
-    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
-
-
-def rolling_mean(x: np.ndarray, k: int) -> np.ndarray:
-    """Centred mean of each row's finite values over ``k`` seconds (NaN where none)."""
-    x = np.asarray(x, dtype=np.float64)
-    ok = np.isfinite(x)
-    pad = ((0, 0), (k // 2 + 1, k - 1 - k // 2))
-    c = np.cumsum(np.pad(np.where(ok, x, 0.0), pad), axis=1)
-    m = np.cumsum(np.pad(ok.astype(np.float64), pad), axis=1)
-    total, count = c[:, k:] - c[:, :-k], m[:, k:] - m[:, :-k]
-    out = np.full(x.shape, np.nan)
-    np.divide(total, count, out=out, where=count > 0)
-    return out
-
-
-def _hold(x: np.ndarray, where: np.ndarray) -> np.ndarray:
-    """x with each marked second taking the value of the last unmarked one before it."""
-    idx = np.where(where, 0, np.arange(x.shape[1])[None, :])
-    np.maximum.accumulate(idx, axis=1, out=idx)
-    return np.take_along_axis(x, idx, axis=1)
-
-
-def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray | None = None,
-            tdp: np.ndarray | None = None, stalled: np.ndarray | None = None,
-            failed: np.ndarray | None = None, smooth_seconds: int = 1,
-            thresholds: GoodputThresholds = GoodputThresholds()) -> Ledger:
-    """The whole account of a stretch seen with hindsight (``analyze``): per-second power
-    (N, T) (NaN: no reading), the seconds' lengths (T,) (the last may be partial),
-    utilization (N, T), power limits (N,), the stall check's GPUs (N, T) and the failed
-    GPUs (N, T) (None: :func:`lost_runs` of the missing readings), every GPU held by one
-    job. Each GPU's floor and level are percentiles of its power (see :func:`working`).
-
-    With hindsight a hole is bridged whole or not at all: holes up to ``bridge_seconds``
-    hold the readings before them, longer ones are ``unknown`` throughout (live, the
-    ledger holds the first ``bridge_seconds`` of any hole: it cannot know its length)."""
-    p = np.atleast_2d(np.asarray(power, dtype=np.float64))
-    n, t = p.shape
-    held_over = hold_short_holes(np.isfinite(p), int(round(thresholds.bridge_seconds)))
-    p = _hold(p, held_over)
-    if utilization is not None:
-        utilization = _hold(np.asarray(utilization, dtype=np.float64), held_over)
-    has = np.isfinite(p)
-    if smooth_seconds > 1:  # sparse readings of a fast step: judge a few together, and
-        # take a pause or stall to be as long as two such means at least
-        p = np.where(has, rolling_mean(p, smooth_seconds), np.nan)
-        thresholds = dataclasses.replace(
-            thresholds, fill_seconds=max(thresholds.fill_seconds, 2.0 * smooth_seconds))
-        if utilization is not None:
-            utilization = rolling_mean(utilization, smooth_seconds)
-    floor, level = np.full(n, np.nan), np.full(n, np.nan)
-    for i in range(n):
-        fin = p[i][has[i]]
-        if fin.size:
-            floor[i], level[i] = np.percentile(fin, [FLOOR_PERCENTILE, LEVEL_PERCENTILE])
-    # the power limit, where unknown the GPU's highest power (never above its limit:
-    # spinning may be missed, light work is not taken for it)
-    top = np.array([np.max(row[np.isfinite(row)]) if np.isfinite(row).any() else np.nan
-                    for row in p])
-    limit = top if tdp is None else np.where(np.isfinite(tdp), tdp, top)
-    works, waits = work_and_waiting(p, floor, level, utilization, tdp, limit, thresholds)
-    if failed is None:
-        failed = lost_runs(has, max(LOST_SECONDS, 2 * thresholds.bridge_seconds))
-    stall = np.zeros((n, t), dtype=bool) if stalled is None else np.asarray(stalled, bool)
-    ledger = Ledger(n, dataclasses.replace(thresholds, bridge_seconds=0.0))
-    for i in range(t):
-        ledger.step(Second(float(weights[i]), has[:, i], p[:, i], works[:, i], waits[:, i],
-                           stall[:, i], failed[:, i]))
-    ledger.close()
-    return ledger
-
-
-def per_second(t: np.ndarray, values: np.ndarray, start: float, bins: int) -> np.ndarray:
-    """Mean of each row's finite values (N, m) at times ``t`` (m,) or (N, m) in each
-    second [start + i, start + i + 1), i < bins; NaN for a second without one."""
-    v = np.atleast_2d(np.asarray(values, dtype=np.float64))
-    tt = np.broadcast_to(np.asarray(t, dtype=np.float64), v.shape)
-    out = np.full((v.shape[0], bins), np.nan)
-    for i in range(v.shape[0]):
-        ok = np.isfinite(v[i]) & np.isfinite(tt[i])
-        idx = np.floor(tt[i, ok] - start).astype(np.int64)
-        keep = (idx >= 0) & (idx < bins)
-        idx, x = idx[keep], v[i, ok][keep]
-        count = np.bincount(idx, minlength=bins)
-        total = np.bincount(idx, weights=x, minlength=bins)
-        np.divide(total, count, out=out[i], where=count > 0)
-    return out
 
 
 def goodput_ratio(seconds: np.ndarray) -> float | None:

@@ -11,15 +11,8 @@ from typing import Any
 import numpy as np
 
 from exporter.analysis.checkpoints import describe_checkpoints
-from exporter.analysis.goodput import (
-    STATES,
-    GoodputThresholds,
-    account,
-    bridge_limit,
-    goodput_ratio,
-    per_second,
-    smoothing_seconds,
-)
+from exporter.analysis.goodput import STATES, GoodputThresholds, bridge_limit, goodput_ratio
+from exporter.analysis.goodput_trace import account, per_second, smoothing_seconds
 from exporter.traces.trace import Trace
 
 LOST_PROGRESS_NOTE = (
