@@ -510,3 +510,74 @@ def test_an_xid_nvml_reported_before_a_stop_counts_once_when_its_log_line_comes_
     assert again.ledger.seen()[(0, 13)].count == 1 and again.ledger.duplicates == 1
     assert _stored_xids(tmp_path) == {"13": 1.0}
     again.stop()
+
+
+def _log_xid(sequence: int, at: float, code: int = 13, slot: str = "0000:00:00") -> str:
+    """A kernel-log XID line at `at` (the nodes of _node booted at NOW - 1000 s)."""
+    stamp = round((at - NOW + 1000.0) * 1e6)
+    return f"3,{sequence},{stamp},-;NVRM: Xid (PCI:{slot}): {code}, pid=1, name=x\n"
+
+
+def test_xids_from_the_log_leave_nothing_waiting_after_a_restart(tmp_path):
+    """Three log lines, a clean restart, a fourth line within 30 s: four XIDs, none of
+    them taken for an NVML report still waiting for its line."""
+    lines = "".join(_log_xid(i, NOW + i) for i in (1, 2, 3))
+    node = _node(tmp_path, lines)
+    node.log.tick()
+    assert node.ledger.seen()[(0, 13)].count == 3
+    node.stop()
+    again = _node(tmp_path, lines + _log_xid(4, NOW + 4))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 4 and again.ledger.duplicates == 0
+    assert _stored_xids(tmp_path) == {"13": 4.0}
+    again.stop()
+
+
+def test_an_xid_matched_before_a_restart_leaves_nothing_waiting(tmp_path):
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    with open(tmp_path / "kmsg", "a") as f:
+        f.write(_log_xid(1, NOW + 0.4))
+    node.log.tick()
+    assert node.ledger.seen()[(0, 13)].count == 1 and node.ledger.duplicates == 1
+    node.stop()
+    again = _node(tmp_path, (tmp_path / "kmsg").read_text() + _log_xid(2, NOW + 5))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 2 and again.ledger.duplicates == 0
+    again.stop()
+
+
+def _as_an_older_version_left_it(tmp_path) -> None:
+    """The store as a version that kept no XID's source wrote it."""
+    db = sqlite3.connect(tmp_path / "state" / FILE)
+    db.execute("DELETE FROM counters WHERE name != 'xid' AND name != 'level'")
+    db.commit()
+    db.close()
+
+
+def test_an_older_store_s_xid_waits_for_its_line_only_if_the_log_was_not_read_since(
+        tmp_path):
+    # killed after NVML's event, before the log was read: its line, read after the
+    # restart, is the same XID
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    node.history.stop()
+    _as_an_older_version_left_it(tmp_path)
+    again = _node(tmp_path, _log_xid(1, NOW + 0.4))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 1 and again.ledger.duplicates == 1
+    again.stop()
+    # an XID the log was read after (the cursor stored at a clean stop, at NOW): a new
+    # line of the same code within 30 s is a new XID
+    other = tmp_path / "other"
+    other.mkdir()
+    boot = "6,1,1000,-;Linux version 6.8.0\n"
+    node = _node(other, boot)
+    node.ledger.add([Occurrence(0, 13, NOW - 10, "nvml")])
+    node.stop()
+    assert _stored_cursor(other) == 1
+    _as_an_older_version_left_it(other)
+    again = _node(other, boot + _log_xid(2, NOW - 5))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 2 and again.ledger.duplicates == 0
+    again.stop()

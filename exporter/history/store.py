@@ -148,7 +148,7 @@ class Loaded:
     counters: dict[tuple[str, str, str, str], tuple[float, float]]
     episodes: list[Episode]  # those that started within `since`, or may still merge
     slots: dict[str, tuple[str, str, float]]
-    cursors: dict[str, int]
+    cursors: dict[str, tuple[int, float]]  # boot id -> (sequence, when it was stored)
     replacements: list[Replacement]
 
 
@@ -348,7 +348,8 @@ class Store:
             "WHERE start >= ? OR end >= ? ORDER BY start",
             (since, self.now() - max(GAP_SECONDS, STICKY_GAP_SECONDS)))]
         slots = {r[0]: (r[1], r[2], r[3]) for r in db.execute("SELECT * FROM slots")}
-        cursors = {r[0]: r[1] for r in db.execute("SELECT boot_id, sequence FROM cursors")}
+        cursors = {r[0]: (r[1], r[2]) for r in db.execute(
+            "SELECT boot_id, sequence, time FROM cursors")}
         return Loaded(created, counters, episodes, slots, cursors, self.replacements())
 
     def replacements(self) -> list[Replacement]:
