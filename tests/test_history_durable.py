@@ -383,6 +383,17 @@ def test_episodes_come_in_pages(exporter):
         assert status == 400 and "error" in answer, bad
 
 
+@pytest.mark.parametrize("bad", [
+    "after=0:9223372036854775808", "after=0:-9223372036854775809",
+    f"after=0:{2**64}", f"after=0:{'9' * 5000}", "after=1e999:1", "after=nan:1",
+    "after=0:1.5", "after=:1", "limit=99999999999999999999", "limit=-1", "since=1e999",
+    "until=nan", "gpu=99999999999999999999"])
+def test_a_number_past_what_the_store_holds_is_a_bad_request(exporter, bad):
+    status, answer = _api(exporter, bad)
+    assert status == 400 and "error" in answer, (bad, answer)
+    assert _api(exporter, "")[0] == 200  # and the exporter answers on
+
+
 # -- the XID path under load, a slow disk, a late GPU and a stop -------------------------
 
 def _stored_cursor(tmp_path) -> int | None:

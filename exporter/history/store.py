@@ -42,7 +42,7 @@ PRUNE_EPISODES = 5_000
 MAX_ASIDE = 3  # moved-aside bad files kept (each with its -wal and -shm)
 BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
 MAX_TEXT = 4096  # characters in one stored text (a slot, a port, a UUID are far shorter)
-_INT64 = 2**63
+INT64 = 2**63  # SQLite's integers: -INT64 to INT64 - 1
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -159,7 +159,7 @@ def storable(values: tuple) -> bool:
         if v is None or isinstance(v, bool):
             continue
         if isinstance(v, int):
-            if not -_INT64 <= v < _INT64:
+            if not -INT64 <= v < INT64:
                 return False
         elif isinstance(v, float):
             if not math.isfinite(v):
