@@ -154,8 +154,9 @@ def replacement_findings(history: History, now: float) -> list[dict[str, object]
 def jsonl_lines(directory: str, since: float | None = None, until: float | None = None,
                 gpu: str | None = None) -> Iterator[str]:
     """The stored episodes as the fault-event JSON lines (exporter/events.py), one an
-    episode at its start. Raises sqlite3.Error, OSError."""
-    db = read_only(directory)
+    episode at its start, once SQLite's quick check passed. Raises sqlite3.Error, OSError,
+    DamagedStore."""
+    db = read_only(directory, check=True)
     try:
         node = stored_node(db) or "unknown"
         for e in query_episodes(db, since, until, gpu):
