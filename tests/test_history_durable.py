@@ -313,6 +313,52 @@ def test_the_reader_takes_a_file_in_slices_and_drops_an_endless_line(tmp_path):
 
 
 
+def test_a_record_longer_than_the_reader_takes_is_skipped_whole(tmp_path, caplog):
+    """A user's line (anyone may write one) longer than a record can be, with a kernel XID
+    record's text where the reader's first chunk ends, and a kernel line too long to be a
+    record: neither is an XID, and the tail of neither is read as a record of its own."""
+    from exporter.sampling import kmsg
+
+    head, user = "6,1,10,-;first\n", "14,2,20,-;"  # facility 1: a user's line
+    inner = "3,3,30,-;NVRM: Xid (PCI:0000:00:00): 79, pid=1, name=x"
+    pad = "A" * (kmsg.FILE_CHUNK - len(head) - len(user))  # `inner` starts the next chunk
+    long_kernel = ("3,4,40,-;NVRM: Xid (PCI:0000:01:00): 31, pid=1, name=x, "
+                   + "B" * kmsg.MAX_RECORD + "\n")
+    node = _node(tmp_path, head + user + pad + inner + "\n" + long_kernel
+                 + _xid_line(5, "0000:00:00", "13"))
+    with caplog.at_level(logging.WARNING):
+        node.log.tick()
+    assert {code for (_, code) in node.history.xids} == {13}
+    assert node.log.skipped == 2 and node.history.cursor == 5
+    lines = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert lines and all("longer than" in line for line in lines)
+    node.stop()
+
+
+def test_a_record_numbered_past_64_bits_is_skipped_and_later_ones_are_read(tmp_path):
+    """The cursor never moves past what the store holds: a record whose sequence (or
+    stamp) is past 64 bits is skipped, and the records after it are read."""
+    xid = "NVRM: Xid (PCI:0000:01:00): {}, pid=1, name=x\n"
+    node = _node(tmp_path, "".join([
+        _xid_line(1, "0000:00:00", "13"),
+        f"3,{2**63},2000,-;" + xid.format(31),
+        f"3,{2**64 + 7},3000,-;" + xid.format(48),
+        f"3,3,{2**63},-;" + xid.format(63),
+        f"3,4,{'9' * 400},-;" + xid.format(64),  # a stamp no float holds
+        _xid_line(5, "0000:01:00", "79")]))
+    node.log.tick()
+    h = node.history
+    assert {code for (_, code) in h.xids} == {13, 79}
+    assert node.log.skipped == 4 and h.stats().refused == {}
+    assert h.cursor == 5 and _stored_cursor(tmp_path) == 5
+    with open(tmp_path / "kmsg", "a") as f:
+        f.write(_xid_line(6, "0000:00:00", "48"))
+    node.log.tick()  # a later record is read, not skipped as "already taken"
+    assert {code for (_, code) in h.xids} == {13, 48, 79}
+    assert _stored_cursor(tmp_path) == 6
+    node.stop()
+
+
 # -- /api/v1/history --------------------------------------------------------------------
 
 @pytest.fixture

@@ -142,6 +142,21 @@ def test_the_log_is_followed_where_nvml_events_are_unsupported(node):
     assert xid_counts(exporter) == {("0", "48"): 1}
 
 
+def test_records_the_reader_cannot_take_are_skipped_whole_and_counted(node):
+    tmp, _ = node
+    exporter = start(node, "quiet")
+    assert value(exporter, "cte_kmsg_skipped_records_total") == 0
+    slot = slot_of(exporter, 0)
+    with open(tmp / "kmsg", "a") as f:
+        f.write(f"3,2,2000,-;NVRM: Xid (PCI:{slot}): 31, pid=1, name=x, {'x' * 9000}\n")
+        f.write(f"3,{2**64},3000,-;NVRM: Xid (PCI:{slot}): 43, pid=1, name=x\n")
+        f.write(f"3,3,4000,-;NVRM: Xid (PCI:{slot}): 48, pid=1, name=x\n")
+    exporter.sampler.xids.kernel_log.tick()
+    exporter.sampler.advance(1.0)
+    assert xid_counts(exporter) == {("0", "48"): 1}
+    assert value(exporter, "cte_kmsg_skipped_records_total") == 2
+
+
 def test_a_gpu_whose_serial_changes_in_its_slot_shows_as_replaced(node):
     first = start(node, "xids")
     old = first.current.snapshot.identities[1]
