@@ -6,7 +6,8 @@ MAX_BOOTS boots, MAX_CURSORS kernel-log cursors, MAX_REPLACEMENTS replacements.
 A bad file (corrupt, unreadable, or written by a newer version) is moved aside and the
 store starts fresh; a file that cannot be opened for another reason (locked, an I/O
 error, a full disk) is left alone and open() raises StoreError; a second process on the
-same directory is refused (`StoreBusy`).
+same directory is refused (`StoreBusy`). A reader (`read_only`) never writes the file nor
+creates one beside it, and may check it as a start does (`DamagedStore`).
 """
 
 from __future__ import annotations
