@@ -313,6 +313,52 @@ def test_the_reader_takes_a_file_in_slices_and_drops_an_endless_line(tmp_path):
 
 
 
+def test_a_record_longer_than_the_reader_takes_is_skipped_whole(tmp_path, caplog):
+    """A user's line (anyone may write one) longer than a record can be, with a kernel XID
+    record's text where the reader's first chunk ends, and a kernel line too long to be a
+    record: neither is an XID, and the tail of neither is read as a record of its own."""
+    from exporter.sampling import kmsg
+
+    head, user = "6,1,10,-;first\n", "14,2,20,-;"  # facility 1: a user's line
+    inner = "3,3,30,-;NVRM: Xid (PCI:0000:00:00): 79, pid=1, name=x"
+    pad = "A" * (kmsg.FILE_CHUNK - len(head) - len(user))  # `inner` starts the next chunk
+    long_kernel = ("3,4,40,-;NVRM: Xid (PCI:0000:01:00): 31, pid=1, name=x, "
+                   + "B" * kmsg.MAX_RECORD + "\n")
+    node = _node(tmp_path, head + user + pad + inner + "\n" + long_kernel
+                 + _xid_line(5, "0000:00:00", "13"))
+    with caplog.at_level(logging.WARNING):
+        node.log.tick()
+    assert {code for (_, code) in node.history.xids} == {13}
+    assert node.log.skipped == 2 and node.history.cursor == 5
+    lines = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert lines and all("longer than" in line for line in lines)
+    node.stop()
+
+
+def test_a_record_numbered_past_64_bits_is_skipped_and_later_ones_are_read(tmp_path):
+    """The cursor never moves past what the store holds: a record whose sequence (or
+    stamp) is past 64 bits is skipped, and the records after it are read."""
+    xid = "NVRM: Xid (PCI:0000:01:00): {}, pid=1, name=x\n"
+    node = _node(tmp_path, "".join([
+        _xid_line(1, "0000:00:00", "13"),
+        f"3,{2**63},2000,-;" + xid.format(31),
+        f"3,{2**64 + 7},3000,-;" + xid.format(48),
+        f"3,3,{2**63},-;" + xid.format(63),
+        f"3,4,{'9' * 400},-;" + xid.format(64),  # a stamp no float holds
+        _xid_line(5, "0000:01:00", "79")]))
+    node.log.tick()
+    h = node.history
+    assert {code for (_, code) in h.xids} == {13, 79}
+    assert node.log.skipped == 4 and h.stats().refused == {}
+    assert h.cursor == 5 and _stored_cursor(tmp_path) == 5
+    with open(tmp_path / "kmsg", "a") as f:
+        f.write(_xid_line(6, "0000:00:00", "48"))
+    node.log.tick()  # a later record is read, not skipped as "already taken"
+    assert {code for (_, code) in h.xids} == {13, 48, 79}
+    assert _stored_cursor(tmp_path) == 6
+    node.stop()
+
+
 # -- /api/v1/history --------------------------------------------------------------------
 
 @pytest.fixture
@@ -381,6 +427,17 @@ def test_episodes_come_in_pages(exporter):
     for bad in ("limit=0", "limit=10001", "limit=ten", "after=yesterday"):
         status, answer = _api(exporter, bad)
         assert status == 400 and "error" in answer, bad
+
+
+@pytest.mark.parametrize("bad", [
+    "after=0:9223372036854775808", "after=0:-9223372036854775809",
+    f"after=0:{2**64}", f"after=0:{'9' * 5000}", "after=1e999:1", "after=nan:1",
+    "after=0:1.5", "after=:1", "limit=99999999999999999999", "limit=-1", "since=1e999",
+    "until=nan", "gpu=99999999999999999999"])
+def test_a_number_past_what_the_store_holds_is_a_bad_request(exporter, bad):
+    status, answer = _api(exporter, bad)
+    assert status == 400 and "error" in answer, (bad, answer)
+    assert _api(exporter, "")[0] == 200  # and the exporter answers on
 
 
 # -- the XID path under load, a slow disk, a late GPU and a stop -------------------------
@@ -509,4 +566,75 @@ def test_an_xid_nvml_reported_before_a_stop_counts_once_when_its_log_line_comes_
     again.log.tick()
     assert again.ledger.seen()[(0, 13)].count == 1 and again.ledger.duplicates == 1
     assert _stored_xids(tmp_path) == {"13": 1.0}
+    again.stop()
+
+
+def _log_xid(sequence: int, at: float, code: int = 13, slot: str = "0000:00:00") -> str:
+    """A kernel-log XID line at `at` (the nodes of _node booted at NOW - 1000 s)."""
+    stamp = round((at - NOW + 1000.0) * 1e6)
+    return f"3,{sequence},{stamp},-;NVRM: Xid (PCI:{slot}): {code}, pid=1, name=x\n"
+
+
+def test_xids_from_the_log_leave_nothing_waiting_after_a_restart(tmp_path):
+    """Three log lines, a clean restart, a fourth line within 30 s: four XIDs, none of
+    them taken for an NVML report still waiting for its line."""
+    lines = "".join(_log_xid(i, NOW + i) for i in (1, 2, 3))
+    node = _node(tmp_path, lines)
+    node.log.tick()
+    assert node.ledger.seen()[(0, 13)].count == 3
+    node.stop()
+    again = _node(tmp_path, lines + _log_xid(4, NOW + 4))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 4 and again.ledger.duplicates == 0
+    assert _stored_xids(tmp_path) == {"13": 4.0}
+    again.stop()
+
+
+def test_an_xid_matched_before_a_restart_leaves_nothing_waiting(tmp_path):
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    with open(tmp_path / "kmsg", "a") as f:
+        f.write(_log_xid(1, NOW + 0.4))
+    node.log.tick()
+    assert node.ledger.seen()[(0, 13)].count == 1 and node.ledger.duplicates == 1
+    node.stop()
+    again = _node(tmp_path, (tmp_path / "kmsg").read_text() + _log_xid(2, NOW + 5))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 2 and again.ledger.duplicates == 0
+    again.stop()
+
+
+def _as_an_older_version_left_it(tmp_path) -> None:
+    """The store as a version that kept no XID's source wrote it."""
+    db = sqlite3.connect(tmp_path / "state" / FILE)
+    db.execute("DELETE FROM counters WHERE name != 'xid' AND name != 'level'")
+    db.commit()
+    db.close()
+
+
+def test_an_older_store_s_xid_waits_for_its_line_only_if_the_log_was_not_read_since(
+        tmp_path):
+    # killed after NVML's event, before the log was read: its line, read after the
+    # restart, is the same XID
+    node = _node(tmp_path)
+    node.ledger.add([Occurrence(0, 13, NOW, "nvml")])
+    node.history.stop()
+    _as_an_older_version_left_it(tmp_path)
+    again = _node(tmp_path, _log_xid(1, NOW + 0.4))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 1 and again.ledger.duplicates == 1
+    again.stop()
+    # an XID the log was read after (the cursor stored at a clean stop, at NOW): a new
+    # line of the same code within 30 s is a new XID
+    other = tmp_path / "other"
+    other.mkdir()
+    boot = "6,1,1000,-;Linux version 6.8.0\n"
+    node = _node(other, boot)
+    node.ledger.add([Occurrence(0, 13, NOW - 10, "nvml")])
+    node.stop()
+    assert _stored_cursor(other) == 1
+    _as_an_older_version_left_it(other)
+    again = _node(other, boot + _log_xid(2, NOW - 5))
+    again.log.tick()
+    assert again.ledger.seen()[(0, 13)].count == 2 and again.ledger.duplicates == 0
     again.stop()

@@ -111,6 +111,32 @@ def test_an_xid_logged_while_stopped_is_counted_once_after_the_start(node):
     assert xid_counts(fourth) == {("1", "79"): 1}
 
 
+def test_a_log_line_after_a_clean_restart_is_a_new_xid(node):
+    """Three XIDs from the log, a clean restart, a fourth line within 30 s: four."""
+    first = start(node, "quiet")
+    slot = slot_of(first, 1)
+    first.sampler.xids.kernel_log.boot_time = lambda: 0.0
+    at = first.sampler.clock.time()
+    with open(node[0] / "kmsg", "a") as f:
+        for i in (2, 3, 4):
+            f.write(f"3,{i},{int((at + i) * 1e6)},-;NVRM: Xid (PCI:{slot}): 31, pid=1, name=x\n")
+    first.sampler.xids.kernel_log.tick()
+    first.sampler.advance(1.0)
+    assert xid_counts(first) == {("1", "31"): 3}
+    stop(node, first)
+    with open(node[0] / "kmsg", "a") as f:
+        f.write(f"3,5,{int((at + 5) * 1e6)},-;NVRM: Xid (PCI:{slot}): 31, pid=1, name=x\n")
+    tmp, factory = node
+    second = factory.start(manual=True, scenario=str(tmp / "quiet.yaml"),
+                           storage_path=str(tmp / "state"), storage_kmsg_path=str(tmp / "kmsg"),
+                           storage_boot_id_path=str(tmp / "boot_id"))
+    second.sampler.xids.kernel_log.boot_time = lambda: 0.0
+    second.sampler.xids.kernel_log.tick()
+    second.sampler.advance(1.0)
+    assert xid_counts(second) == {("1", "31"): 4}
+    assert value(second, "cte_history_xid_duplicates_total") == 0
+
+
 def test_an_xid_both_nvml_and_the_log_saw_counts_once(node):
     exporter = start(node, "xids")
     exporter.sampler.xids.kernel_log.boot_time = lambda: 0.0
@@ -140,6 +166,21 @@ def test_the_log_is_followed_where_nvml_events_are_unsupported(node):
     exporter.sampler.xids.kernel_log.tick()
     exporter.sampler.advance(1.0)
     assert xid_counts(exporter) == {("0", "48"): 1}
+
+
+def test_records_the_reader_cannot_take_are_skipped_whole_and_counted(node):
+    tmp, _ = node
+    exporter = start(node, "quiet")
+    assert value(exporter, "cte_kmsg_skipped_records_total") == 0
+    slot = slot_of(exporter, 0)
+    with open(tmp / "kmsg", "a") as f:
+        f.write(f"3,2,2000,-;NVRM: Xid (PCI:{slot}): 31, pid=1, name=x, {'x' * 9000}\n")
+        f.write(f"3,{2**64},3000,-;NVRM: Xid (PCI:{slot}): 43, pid=1, name=x\n")
+        f.write(f"3,3,4000,-;NVRM: Xid (PCI:{slot}): 48, pid=1, name=x\n")
+    exporter.sampler.xids.kernel_log.tick()
+    exporter.sampler.advance(1.0)
+    assert xid_counts(exporter) == {("0", "48"): 1}
+    assert value(exporter, "cte_kmsg_skipped_records_total") == 2
 
 
 def test_a_gpu_whose_serial_changes_in_its_slot_shows_as_replaced(node):

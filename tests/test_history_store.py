@@ -152,6 +152,85 @@ def test_a_second_store_on_one_directory_is_refused(tmp_path):
     Store(tmp_path).open()
 
 
+# -- the `history` command: a read ---------------------------------------------------------
+
+def history_command(directory) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "exporter", "history", "--storage.path",
+                           str(directory)], capture_output=True, text=True, cwd=REPO,
+                          timeout=60)
+
+
+def files(directory) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def damage_a_table(directory, table: str = "replacements") -> None:
+    """Break one table's b-tree page (the episodes stay readable): SQLite's quick check
+    fails."""
+    db = sqlite3.connect(directory / FILE)
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    with open(directory / FILE, "r+b") as f:
+        f.seek(size * (root - 1))
+        f.write(b"\x07")  # no page type
+
+
+def test_the_history_command_reads_the_store_without_writing_a_byte(tmp_path):
+    h = history(tmp_path)
+    add_xid(h, 1_790_000_000.0)
+    h.stop()
+    before = files(tmp_path)
+    assert sorted(before) == [FILE, "lock"]
+    out = history_command(tmp_path)
+    assert out.returncode == 0 and '"xid": 13' in out.stdout, out.stderr
+    assert files(tmp_path) == before  # no -wal or -shm left, nothing changed
+
+
+def test_the_history_command_reads_what_a_running_exporter_wrote(tmp_path):
+    h = history(tmp_path)
+    add_xid(h, 1_790_000_000.0)
+    assert h.flush()  # in the write-ahead log, the store still open
+    try:
+        out = history_command(tmp_path)
+    finally:
+        h.stop()
+    assert out.returncode == 0 and '"xid": 13' in out.stdout, out.stderr
+
+
+def test_the_history_command_reads_a_killed_exporter_s_log_without_its_index(tmp_path):
+    """A write-ahead log left without its index (-shm): read from a copy, the directory
+    left as it was."""
+    h = history(tmp_path / "live")
+    add_xid(h, 1_790_000_000.0)
+    assert h.flush()
+    left = tmp_path / "left"
+    left.mkdir()
+    for name in (FILE, f"{FILE}-wal"):  # as kill -9 left them, the index gone
+        (left / name).write_bytes((tmp_path / "live" / name).read_bytes())
+    h.stop()
+    before = files(left)
+    out = history_command(left)
+    assert out.returncode == 0 and '"xid": 13' in out.stdout, out.stderr
+    assert files(left) == before
+
+
+def test_the_history_command_says_a_damaged_store_is_damaged_and_leaves_it(tmp_path):
+    h = history(tmp_path)
+    add_xid(h, 1_790_000_000.0)
+    h.stop()
+    damage_a_table(tmp_path)
+    before = files(tmp_path)
+    out = history_command(tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and out.stdout == "", out
+    assert len(lines) == 1 and "damaged" in lines[0] and "quick check" in lines[0], lines
+    assert files(tmp_path) == before
+    again = history(tmp_path)  # where `run` moves the same file aside, by the same check
+    assert again.store.resets == {"corrupt": 1}
+    again.stop()
+
+
 FULL_DISK = textwrap.dedent("""
     import json, os, resource, signal, sys
     sys.path.insert(0, {repo!r})

@@ -26,6 +26,7 @@ def main(args: argparse.Namespace) -> int:
     import sqlite3  # here: cli.py builds every command's parser, few run this one
 
     from exporter.history.answer import jsonl_lines
+    from exporter.history.store import DamagedStore
 
     gpu = "" if args.gpu == "node" else args.gpu
     try:
@@ -33,6 +34,8 @@ def main(args: argparse.Namespace) -> int:
             sys.stdout.write(line + "\n")
     except BrokenPipeError:
         return 0
+    except DamagedStore as exc:
+        return fail("history", str(exc), EXIT_FAILURE)
     except (OSError, sqlite3.Error) as exc:
         return fail("history", f"{args.storage_path}: {exc}", EXIT_FAILURE)
     return 0

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from exporter.events import Event
 from exporter.history.episodes import NODE, Episode
 from exporter.history.recorder import History
-from exporter.history.store import query_episodes, read_only, stored_gpus, stored_node
+from exporter.history.store import INT64, query_episodes, read_only, stored_gpus, stored_node
 
 DEFAULT_PAGE = 1_000  # episodes in one answer unless `limit` says otherwise
 MAX_PAGE = 10_000
@@ -57,13 +57,15 @@ def _order(e: Episode) -> tuple[float, int]:
 
 
 def parse_after(text: str) -> tuple[float, int]:
-    """The `after` cursor, START:ID as an answer's `next` gives it; ValueError else."""
+    """The `after` cursor, START:ID as an answer's `next` gives it; ValueError else (also
+    for an ID past the 64-bit integers SQLite holds, which it could not compare)."""
     start, sep, row = text.partition(":")
     try:
         cursor = float(start), int(row)
     except ValueError:
         cursor = None
-    if not sep or cursor is None or not math.isfinite(cursor[0]):
+    if (not sep or cursor is None or not math.isfinite(cursor[0])
+            or not -INT64 <= cursor[1] < INT64):
         raise ValueError(f"after: expected the `next` of the previous answer, got "
                          f"{text[:40]!r}")
     return cursor
@@ -152,8 +154,9 @@ def replacement_findings(history: History, now: float) -> list[dict[str, object]
 def jsonl_lines(directory: str, since: float | None = None, until: float | None = None,
                 gpu: str | None = None) -> Iterator[str]:
     """The stored episodes as the fault-event JSON lines (exporter/events.py), one an
-    episode at its start. Raises sqlite3.Error, OSError."""
-    db = read_only(directory)
+    episode at its start, once SQLite's quick check passed. Raises sqlite3.Error, OSError,
+    DamagedStore."""
+    db = read_only(directory, check=True)
     try:
         node = stored_node(db) or "unknown"
         for e in query_episodes(db, since, until, gpu):

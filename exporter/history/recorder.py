@@ -3,7 +3,8 @@ to the store by one thread in batches (at most one transaction every FLUSH_SECON
 when nothing happened).
 
 At start the history hands the sampler what it stored (`begin`): each GPU's XID counts,
-the slots of GPUs since gone, and where the kernel log was left this boot. The sampler
+the last XIDs NVML reported whose log line was not read yet, the slots of GPUs since gone,
+and where the kernel log was left this boot. The sampler
 reads both XID sources and counts each XID once (exporter/sampling/xid_ledger.py); the
 history is its sink: `write_xids` commits new XIDs, with all that is pending, before it
 returns, so a count is on disk before any snapshot serves it and a restart never
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 FLUSH_SECONDS = 5.0
 WINDOW_SECONDS = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 KEEP_SECONDS = WINDOW_SECONDS["28d"]
+# Which source saw a GPU's and code's last XID, stored beside its count (bits): NVML only
+# (its log line not read yet), the kernel log only, or both (matched).
+NVML_ONLY, LOG_ONLY, BOTH = 1, 2, 3
+_SOURCE = {"nvml": NVML_ONLY, "kmsg": LOG_ONLY}
 # The history judges nothing: a check of the verdict (exporter/health/) turning warning or
 # failed is an episode of its kind, so a threshold changed in the health settings moves the
 # history with the verdict. XIDs are events, recorded as they come; a failed verdict is a
@@ -82,10 +87,13 @@ class History:
         self.recent: list[Episode] = []
         self.version = 0  # bumped by each new episode (the families' cache key)
         self.xids: dict[tuple[GpuKey, int], list[float]] = {}  # -> [count, last seen]
+        # -> [who saw the last XID (NVML_ONLY, LOG_ONLY, BOTH), its time]
+        self.xid_seen_by: dict[tuple[GpuKey, int], list[float]] = {}
         self.levels: dict[tuple[GpuKey, str], float] = {}
         self.gpus = GpuIdentities()
         self._last_health: NodeHealth | None = None
         self.cursor = -1  # the kernel log's, as stored for this boot
+        self.cursor_stored: float | None = None  # when that was stored; None: never
         self.created = 0.0
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
@@ -98,6 +106,8 @@ class History:
         for (serial, uuid, name, key), (value, last) in loaded.counters.items():
             if name == "xid":
                 self.xids[((serial, uuid), int(key))] = [value, last]
+            elif name == "xid_source":
+                self.xid_seen_by[((serial, uuid), int(key))] = [value, last]
             elif name == "level" and (key == "verdict_failed" or key.startswith("check ")):
                 # a check's state (levels of older versions' own rules are left unread)
                 self.levels[((serial, uuid), key)] = value
@@ -107,7 +117,8 @@ class History:
                 self.recent.append(episode)
         self.gpus.slots = dict(loaded.slots)
         self.gpus.replacements = loaded.replacements
-        self.cursor = loaded.cursors.get(self.boot_id, -1) if self.boot_id else -1
+        stored = loaded.cursors.get(self.boot_id) if self.boot_id else None
+        self.cursor, self.cursor_stored = stored if stored is not None else (-1, None)
         self.store.set_node(self.node)
         if self.reads_kernel_log and not self.boot_id:
             log.warning("history: %s", self._no_boot_id())
@@ -119,10 +130,13 @@ class History:
             self.gpus.observe(identities, driver_version, self.clock(), self.writer.batch,
                               self.boot_id)
             counts = {}
+            waiting = {}
             for (key, code), (count, last) in self.xids.items():
                 gpu = self.gpus.index_of.get(key, -1 if key == NODE else None)
                 if gpu is not None:  # a GPU gone keeps its count on disk, not served
                     counts[(gpu, code)] = XidRecord(int(count), last)
+                    if self._waits_for_its_line(key, code, last):
+                        waiting[(gpu, code)] = last
             later: dict[GpuKey, dict[int, XidRecord]] = {}  # GPUs lost at start: theirs later
             for (key, code), (count, last) in self.xids.items():
                 if key != NODE and key not in self.gpus.index_of:
@@ -131,7 +145,19 @@ class History:
             return XidStart(counts, later, frozenset(self.gpus.slots) - here,
                             self.cursor if self.boot_id else None,
                             "" if self.boot_id else f"no boot id: {self.boot_id_path} "
-                            "cannot be read")
+                            "cannot be read", waiting)
+
+    def _waits_for_its_line(self, key: GpuKey, code: int, last: float) -> bool:
+        """Whether the last XID of `code` on GPU `key` (at `last`) is an NVML report whose
+        kernel-log line was not read yet, and will be: the log goes on from this boot's
+        cursor. Where the store does not say who saw it (an older version wrote it), it
+        waits unless the log was read after it."""
+        if not self.boot_id:
+            return False  # the log is read from its end: a line logged before is never read
+        seen = self.xid_seen_by.get((key, code))
+        if seen is not None and seen[1] == last:
+            return int(seen[0]) == NVML_ONLY
+        return self.cursor_stored is None or self.cursor_stored < last
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="cte-history", daemon=True)
@@ -178,9 +204,12 @@ class History:
                 for o in occurrences:
                     gpu = o.key or (self.gpus.in_slot(o.slot) if o.gpu is None else NODE)
                     if gpu is None:  # none here now nor stored for the slot (the ledger checks)
-                        self.writer.refuse("not_on_this_node", o.what)
+                        if o.count:
+                            self.writer.refuse("not_on_this_node", o.what)
                         continue
-                    self._xid(gpu, o.code, o.time, o.count)
+                    if o.count:
+                        self._xid(gpu, o.code, o.time, o.count)
+                    self._seen_by(gpu, o)
                 if kmsg_cursor is not None:
                     self.cursor = kmsg_cursor
                     self._store_cursor()
@@ -199,6 +228,21 @@ class History:
         total[1] = max(total[1], at)
         self.writer.batch.counters[(*gpu, "xid", str(code))] = (total[0], total[1])
         self._occurred(gpu, "xid", at, code, count=count)
+
+    def _seen_by(self, gpu: GpuKey, o: Occurrence) -> None:
+        """Who saw the last XID of `o.code` on `gpu`: `o`'s source where `o` is (one of)
+        it, or where it matched it, besides the other one."""
+        total = self.xids.get((gpu, o.code))
+        if total is None:
+            return
+        last = total[1]
+        before = self.xid_seen_by.get((gpu, o.code))
+        seen = int(before[0]) if before is not None and before[1] == last else 0
+        if (o.count and o.time == last) or last in o.matched:
+            seen |= _SOURCE[o.source]
+        if seen and [seen, last] != before:
+            self.xid_seen_by[(gpu, o.code)] = [seen, last]
+            self.writer.batch.counters[(*gpu, "xid_source", str(o.code))] = (seen, last)
 
     def _occurred(self, gpu: GpuKey, kind: str, at: float, xid: int | None = None,
                   detail: str = "", count: int = 1) -> None:

@@ -6,7 +6,8 @@ MAX_BOOTS boots, MAX_CURSORS kernel-log cursors, MAX_REPLACEMENTS replacements.
 A bad file (corrupt, unreadable, or written by a newer version) is moved aside and the
 store starts fresh; a file that cannot be opened for another reason (locked, an I/O
 error, a full disk) is left alone and open() raises StoreError; a second process on the
-same directory is refused (`StoreBusy`).
+same directory is refused (`StoreBusy`). A reader (`read_only`) never writes the file nor
+creates one beside it, and may check it as a start does (`DamagedStore`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import fcntl
 import logging
 import math
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from exporter.history.episodes import GAP_SECONDS, STICKY_GAP_SECONDS, Episode, GpuKey
 
@@ -42,7 +46,7 @@ PRUNE_EPISODES = 5_000
 MAX_ASIDE = 3  # moved-aside bad files kept (each with its -wal and -shm)
 BOUND_BYTES = 16 * 1024 * 1024  # what the limits above keep the file under (tested)
 MAX_TEXT = 4096  # characters in one stored text (a slot, a port, a UUID are far shorter)
-_INT64 = 2**63
+INT64 = 2**63  # SQLite's integers: -INT64 to INT64 - 1
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -148,7 +152,7 @@ class Loaded:
     counters: dict[tuple[str, str, str, str], tuple[float, float]]
     episodes: list[Episode]  # those that started within `since`, or may still merge
     slots: dict[str, tuple[str, str, float]]
-    cursors: dict[str, int]
+    cursors: dict[str, tuple[int, float]]  # boot id -> (sequence, when it was stored)
     replacements: list[Replacement]
 
 
@@ -159,7 +163,7 @@ def storable(values: tuple) -> bool:
         if v is None or isinstance(v, bool):
             continue
         if isinstance(v, int):
-            if not -_INT64 <= v < _INT64:
+            if not -INT64 <= v < INT64:
                 return False
         elif isinstance(v, float):
             if not math.isfinite(v):
@@ -270,13 +274,10 @@ class Store:
                 f.read(100)
             db = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, isolation_level=None)
             try:
-                version = db.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA:
-                    return "future"
-                if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                    return "corrupt"
+                problem = file_problem(db)
                 row = db.execute("SELECT value FROM meta WHERE key='created'").fetchone() \
-                    if version else None
+                    if problem is None and db.execute("PRAGMA user_version").fetchone()[0] \
+                    else None
                 if row is not None and float(row[0]) > self.now() + 86_400:
                     # this clock (or the one that wrote it) is wrong, not the file
                     log.warning("history: %s says it was created at %s, more than a day "
@@ -284,19 +285,9 @@ class Store:
                                 _utc(float(row[0])), _utc(self.now()))
             finally:
                 db.close()
-        except PermissionError:
+        except OSError:  # PermissionError among them
             return "unreadable"
-        except sqlite3.DatabaseError as exc:
-            # the primary code (the low byte: SQLITE_CORRUPT_INDEX is still corrupt)
-            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT,
-                                                                 sqlite3.SQLITE_NOTADB):
-                return "corrupt"
-            raise
-        except ValueError:  # `created` is not a number: the quick check cannot see that
-            return "corrupt"
-        except OSError:
-            return "unreadable"
-        return None
+        return problem
 
     def _move_aside(self, reason: str) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.now()))
@@ -348,7 +339,8 @@ class Store:
             "WHERE start >= ? OR end >= ? ORDER BY start",
             (since, self.now() - max(GAP_SECONDS, STICKY_GAP_SECONDS)))]
         slots = {r[0]: (r[1], r[2], r[3]) for r in db.execute("SELECT * FROM slots")}
-        cursors = {r[0]: r[1] for r in db.execute("SELECT boot_id, sequence FROM cursors")}
+        cursors = {r[0]: (r[1], r[2]) for r in db.execute(
+            "SELECT boot_id, sequence, time FROM cursors")}
         return Loaded(created, counters, episodes, slots, cursors, self.replacements())
 
     def replacements(self) -> list[Replacement]:
@@ -427,17 +419,86 @@ class Store:
                    "id DESC LIMIT 1 OFFSET ?)", (MAX_REPLACEMENTS,))
 
 
+def file_problem(db: sqlite3.Connection) -> str | None:
+    """Why an open store file cannot be used as it is: 'future' (a newer schema), 'corrupt'
+    (SQLite says so, its quick check fails, or `created` is no number), or None. Any other
+    error (locked, an I/O error) raises sqlite3.Error: it says nothing of the file."""
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA:
+            return "future"
+        if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+            return "corrupt"
+        row = db.execute("SELECT value FROM meta WHERE key='created'").fetchone() \
+            if version else None
+        if row is not None:
+            float(row[0])
+    except sqlite3.DatabaseError as exc:
+        # the primary code (the low byte: SQLITE_CORRUPT_INDEX is still corrupt)
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT,
+                                                            sqlite3.SQLITE_NOTADB):
+            return "corrupt"
+        raise
+    except (ValueError, TypeError):  # `created` is not a number: the quick check cannot see it
+        return "corrupt"
+    return None
+
+
 def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def read_only(directory: str | Path) -> sqlite3.Connection:
-    """A reader's connection (the `history` command, the API): never writes, and another
-    process may be writing. Raises sqlite3.Error, FileNotFoundError."""
+class DamagedStore(RuntimeError):
+    """A reader found the store's file damaged (or written by a newer version)."""
+
+
+def read_only(directory: str | Path, check: bool = False) -> sqlite3.Connection:
+    """A reader's connection (the `history` command, the API): it never changes the file
+    nor creates one beside it (no -wal, no -shm), and another process may be writing.
+    `check`: SQLite's quick check first, as an exporter's start does (DamagedStore where it
+    would move the file aside). Raises sqlite3.Error, FileNotFoundError, DamagedStore."""
     path = Path(directory) / FILE
     if not path.is_file():
         raise FileNotFoundError(f"no history in {directory} ({FILE} not found)")
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    uri = f"file:{quote(str(path.absolute()))}"
+    if not Path(f"{path}-wal").exists():
+        # no write-ahead log, so no writer has it open (a clean stop leaves none): all is
+        # in the file, read as immutable, for which SQLite creates no -wal or -shm
+        db = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+    elif Path(f"{path}-shm").exists():
+        # a writer has it open (or was killed): read through its log and the log's index
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    else:
+        db = _recovered_copy(path)  # a log without its index, which SQLite would create
+    if check:
+        try:
+            problem = file_problem(db)
+        except BaseException:
+            db.close()
+            raise
+        if problem is not None:
+            db.close()
+            raise DamagedStore(
+                f"{path} is damaged (SQLite's quick check fails); an exporter starting on "
+                "it moves it aside and starts afresh" if problem == "corrupt" else
+                f"{path} was written by a newer version of the exporter")
+    return db
+
+
+def _recovered_copy(path: Path) -> sqlite3.Connection:
+    """The file and its write-ahead log, copied aside and the log applied there: the result,
+    in memory."""
+    with tempfile.TemporaryDirectory(prefix="cte-history-") as tmp:
+        copy = Path(tmp) / FILE
+        shutil.copyfile(path, copy)
+        shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+        source = sqlite3.connect(copy)
+        try:
+            db = sqlite3.connect(":memory:")
+            source.backup(db)
+        finally:
+            source.close()
+    return db
 
 
 def query_episodes(db: sqlite3.Connection, since: float | None = None,

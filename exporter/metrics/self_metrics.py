@@ -138,6 +138,13 @@ KMSG_XIDS = Family(
     "cte_kmsg_xids_total", "counter", "XID lines read from the kernel log.",
     source="`/dev/kmsg`",
     doc="XID lines the driver wrote to the kernel log, read since start." + _READ)
+KMSG_SKIPPED = Family(
+    "cte_kmsg_skipped_records_total", "counter",
+    "Kernel-log records skipped whole: longer than a record can be, or numbered past 64 "
+    "bits.", source="`/dev/kmsg`",
+    doc="Kernel-log records skipped whole since start (a log line says why): longer "
+        "than 8,192 bytes (no tail of one is read as a record of its own), or with a "
+        "sequence or stamp past 64 bits (no cursor can be kept there)." + _READ)
 KMSG_READABLE = Family(
     "cte_kmsg_readable", "gauge",
     "1 if the kernel log (/dev/kmsg) can be read for XIDs, 0 if not (no CAP_SYSLOG under "
@@ -153,7 +160,7 @@ DECLARED = (BUILD, BACKEND, START_TIME, GPUS, LOOP_TARGET, LOOP_ACHIEVED, LOOP_I
             LOOP_OVERRUNS, LOOP_JITTER, LOOP_AGE, LOOP_DURATION, LOOP_CPU, SNAPSHOT_TIME,
             NVML_ERRORS, SOURCE_DURATION, SOURCE_SUCCESS, SOURCE_ERRORS, SOURCE_STUCK,
             RECOVERY_ATTEMPTS, RECOVERIES, HANGS, GPU_STUCK, LOOP_RESTARTS, XID_EVENT_GPUS,
-            XID_DUPLICATES, KMSG_XIDS, KMSG_READABLE, POWER_BUFFER)
+            XID_DUPLICATES, KMSG_XIDS, KMSG_SKIPPED, KMSG_READABLE, POWER_BUFFER)
 
 
 def self_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -171,6 +178,7 @@ def self_families(snapshot: Snapshot) -> Iterator[Metric]:
     if sources is not None and sources.kmsg_read:
         yield XID_DUPLICATES.counter(sources.duplicates)
         yield KMSG_XIDS.counter(sources.kmsg_xids)
+        yield KMSG_SKIPPED.counter(sources.kmsg_skipped)
         yield KMSG_READABLE.gauge(0.0 if sources.kmsg_readable is False else 1.0)
     yield POWER_BUFFER.gauge(snapshot.power_buffer_bytes)
 

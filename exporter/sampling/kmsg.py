@@ -9,6 +9,12 @@ that the ring overwrote records since the last read. The sequence restarts at bo
 which `/proc/sys/kernel/random/boot_id` names. Tests give a regular file instead of the
 device: it is read the same way, line by line, from where the last read stopped.
 
+A record the reader cannot take whole is skipped whole and counted (`skipped`, by reason):
+one longer than MAX_RECORD (the device refuses it to our buffer; a file's line is dropped
+to its end, so no tail of it is ever read as a record of its own), and one whose sequence
+or stamp is past 64 bits (no store holds such a cursor, and a cursor there would pass
+every later record).
+
 NVIDIA's driver writes `NVRM: Xid (PCI:DDDD:BB:DD): CODE, pid=PID, name=NAME, TEXT`
 (older drivers `NVRM: Xid (DDDD:BB:DD): CODE, ...`, newer ones `pid='<unknown>'`;
 NVIDIA's "XID Errors" guide). Only kernel records (facility 0) count: anyone may write
@@ -22,7 +28,7 @@ import os
 import re
 import stat
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 KMSG = "/dev/kmsg"
@@ -31,6 +37,10 @@ MAX_RECORD = 8192  # the kernel's records are shorter (CONSOLE_EXT_LOG_MAX)
 MAX_RECORDS_PER_READ = 20_000  # a ring holds a few thousand; stop a runaway loop
 MAX_CODE_DIGITS = 18  # a code this long is already no XID; int() refuses past 4,300
 FILE_CHUNK = 65536  # a regular file (tests) is read this much at a time
+MAX_NUMBER = 2**63 - 1  # a record's sequence and stamp: what SQLite's INTEGER holds
+# why a record was skipped whole (KmsgReader.skipped)
+TOO_LONG = f"longer than {MAX_RECORD} bytes"
+PAST_64_BITS = "numbered past 64 bits"
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
                   r"(?:\.[0-7])?\): (\d+)(?:,|$)")
@@ -120,8 +130,10 @@ class KmsgReader:
         self.fd: int | None = None
         self.regular = False
         self._partial = b""
+        self._skipping = False  # dropping the rest of a file's line too long to take
         self._lines: deque[bytes] = deque()  # a file's lines read, not yet parsed
         self.overwritten = 0  # times the ring overwrote records before we read them
+        self.skipped: Counter[str] = Counter()  # records skipped whole, by reason
 
     def open(self) -> None:
         """Raises OSError (EPERM/EACCES without CAP_SYSLOG under dmesg_restrict)."""
@@ -169,14 +181,23 @@ class KmsgReader:
                     self.overwritten += 1
                     continue
                 if exc.errno == errno.EINVAL:  # a record larger than our buffer
+                    self.skipped[TOO_LONG] += 1
                     continue
                 raise
             if not data:
                 return out, False
-            record = parse_record(data.decode("utf-8", errors="replace"))
-            if record is not None:
-                out.append(record)
+            self._take(data, out)
         return out, True
+
+    def _take(self, data: bytes, out: list[Record]) -> None:
+        """The record `data` holds, onto `out`, unless it is none or cannot be taken."""
+        record = parse_record(data.decode("utf-8", errors="replace"))
+        if record is None:
+            return
+        if record.sequence > MAX_NUMBER or record.monotonic_us > MAX_NUMBER:
+            self.skipped[PAST_64_BITS] += 1
+            return
+        out.append(record)
 
     def _read_file(self, limit: int) -> tuple[list[Record], bool]:
         assert self.fd is not None
@@ -184,17 +205,24 @@ class KmsgReader:
         while len(self._lines) < limit and not at_end:
             data = os.read(self.fd, FILE_CHUNK)
             at_end = not data
+            if self._skipping:  # the rest of a line too long to take, up to its end
+                end = data.find(b"\n")
+                if end < 0:
+                    continue
+                data, self._skipping = data[end + 1:], False
             lines = (self._partial + data).split(b"\n")
             self._partial = lines.pop()  # an unfinished last line waits for the rest
-            if len(self._partial) > MAX_RECORD:  # no record is that long: drop it
-                self._partial = b""
+            if len(self._partial) > MAX_RECORD:  # no record is that long: drop it whole
+                self._partial, self._skipping = b"", True
+                self.skipped[TOO_LONG] += 1
             self._lines.extend(lines)
         out: list[Record] = []
         while self._lines and len(out) < limit:
             line = self._lines.popleft()
             if line[:1] in (b" ", b"\t"):  # a continuation (dictionary) line
                 continue
-            record = parse_record(line.decode("utf-8", errors="replace"))
-            if record is not None:
-                out.append(record)
+            if len(line) > MAX_RECORD:  # longer than the device would hand over
+                self.skipped[TOO_LONG] += 1
+                continue
+            self._take(line, out)
         return out, bool(self._lines) or not at_end

@@ -60,6 +60,7 @@ class XidSourceStats:
     kmsg_read: bool  # whether the kernel log is read at all
     kmsg_xids: int  # XID lines read from it, refused ones too
     kmsg_readable: bool | None  # None: not tried yet
+    kmsg_skipped: int = 0  # records skipped whole: too long, or numbered past 64 bits
 
 
 @dataclass(frozen=True)

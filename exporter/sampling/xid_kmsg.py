@@ -34,6 +34,7 @@ class KernelLogFollower:
         self.reader = kmsg.KmsgReader(path)
         self.cursor = -1  # the last record taken (the sequence restarts at boot)
         self.xids = 0  # XID lines read, refused ones too
+        self._skipped_said: dict[str, int] = {}  # the reader's skipped records, as logged
         self.readable: bool | None = None  # None: not tried yet
         self.problem = ""
 
@@ -41,6 +42,7 @@ class KernelLogFollower:
         """Take the records after `cursor`; None: only those logged from now on."""
         self.reader.close()
         self.reader = kmsg.KmsgReader(self.path, from_end=cursor is None)
+        self._skipped_said = {}
         self.cursor = -1 if cursor is None else cursor
         if cursor is None:
             log.info("kernel log %s read from its end (%s): XIDs it logged before this "
@@ -66,6 +68,7 @@ class KernelLogFollower:
                 log.warning("%s", self.problem)
                 return
             self.readable = True
+            self._say_skipped()
             fresh = [r for r in records if r.sequence > self.cursor]
             if not fresh:
                 continue
@@ -76,6 +79,20 @@ class KernelLogFollower:
                 slots = self.slots()
                 self.ledger.add([_occurrence(x, slots) for x in xids], cursor)
             self.cursor = cursor  # past them once they are counted (add may raise)
+
+    @property
+    def skipped(self) -> int:
+        """Records skipped whole (too long, or numbered past 64 bits)."""
+        return sum(self.reader.skipped.values())
+
+    def _say_skipped(self) -> None:
+        """One log line for each reason the last read skipped records for."""
+        for reason, count in self.reader.skipped.items():
+            new = count - self._skipped_said.get(reason, 0)
+            if new:
+                self._skipped_said[reason] = count
+                log.warning("kernel log %s: %d record(s) %s skipped whole (%d since start)",
+                            self.path, new, reason, count)
 
     def finish(self) -> None:
         """A last read, and the cursor kept (the sampler has stopped)."""

@@ -54,6 +54,9 @@ class Occurrence:
     slot: str = ""  # the PCI slot the kernel log names (DDDD:BB:DD); "" for NVML's
     what: str = ""  # how a refusal's log line names it
     key: GpuKey | None = None  # the GPU's (serial, UUID), where it is identified
+    # the times of the other source's reports of the same XIDs this one matched (its
+    # `count` is then what is new: 0 where it only confirmed XIDs already counted)
+    matched: tuple[float, ...] = ()
 
     @property
     def matched_as(self) -> object:
@@ -75,12 +78,16 @@ class XidStart:
     kmsg_cursor: int | None = None  # the last kernel-log record taken this boot, -1 none
     # None above: the log is read from its end, and this says why
     kmsg_from_end: str = NO_STATE_DIRECTORY
+    # (gpu, code) -> the time of the GPU's and code's last XID where NVML reported it and
+    # its log line had not been read: the line, read only after this start, is that XID
+    waiting: Mapping[tuple[int, int], float] = field(default_factory=dict)
 
 
 class XidSink(Protocol):
     def write_xids(self, occurrences: Sequence[Occurrence], kmsg_cursor: int | None) -> None:
         """Keep the new XIDs (and the kernel log's cursor past them) before they are
-        served."""
+        served; an occurrence's `matched` says which counted XIDs the other source has
+        now reported too."""
 
     def refuse(self, reason: str, what: str) -> None:
         """An occurrence refused alone (`reason`: xid_code, not_on_this_node)."""
@@ -129,12 +136,13 @@ class XidLedger:
             self.sink = sink if sink is not None else Unstored()
             self.former_slots = start.former_slots
             self._counts = dict(start.counts)
-            # Each GPU's and code's last stored XID, as if NVML had just reported it: its
-            # log line, read only after this start (the exporter stopped between the
-            # event and the log's next read), matches it instead of counting again.
+            # A GPU's and code's last stored XID that NVML reported and the log had not
+            # yet (the exporter stopped between the event and the log's next read), as if
+            # NVML had just reported it: its log line, read after this start, matches it
+            # instead of counting again. XIDs the log had reported wait for nothing.
             self.matcher = XidMatcher()
-            for (gpu, code), record in start.counts.items():
-                self.matcher.new(gpu, code, record.last_seen, "nvml", 1)
+            for (gpu, code), at in start.waiting.items():
+                self.matcher.new(gpu, code, at, "nvml", 1)
 
     @property
     def duplicates(self) -> int:
@@ -150,16 +158,19 @@ class XidLedger:
                     self.sink.refuse("xid_code", o.what or f"XID {o.code} on GPU {o.gpu}")
                 elif o.gpu is None and o.slot not in self.former_slots:
                     self.sink.refuse("not_on_this_node", o.what or f"XID in slot {o.slot}")
-                elif remaining := self.matcher.new(o.matched_as, o.code, o.time, o.source,
-                                                   o.count):
-                    new.append(dataclasses.replace(o, count=remaining))
+                else:
+                    remaining, matched = self.matcher.match(o.matched_as, o.code, o.time,
+                                                            o.source, o.count)
+                    if remaining or matched:  # the sink keeps which source saw what
+                        new.append(dataclasses.replace(o, count=remaining,
+                                                       matched=tuple(matched)))
             if new:
                 keys = self.keys()
                 new = [dataclasses.replace(o, key=keys.get(o.gpu)) if o.gpu is not None
                        else o for o in new]
             if new or kmsg_cursor is not None:
                 self.sink.write_xids(new, kmsg_cursor)
-            served = [((o.gpu, o.code), o) for o in new if o.gpu is not None]
+            served = [((o.gpu, o.code), o) for o in new if o.gpu is not None and o.count]
             if served:
                 counts = dict(self._counts)
                 for key, o in served:

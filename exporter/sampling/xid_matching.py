@@ -39,15 +39,23 @@ class XidMatcher:
     def new(self, gpu: Hashable, code: int, at: float, source: str, count: int) -> int:
         """Of `count` occurrences at `at` from `source`, those the other source did not
         report within MATCH_SECONDS (kept, for the other source to match)."""
+        return self.match(gpu, code, at, source, count)[0]
+
+    def match(self, gpu: Hashable, code: int, at: float, source: str,
+              count: int) -> tuple[int, list[float]]:
+        """As `new`, and the times of the other source's reports these matched (each
+        once)."""
         remaining = count
+        matched: list[float] = []
         other = self.unmatched.get((gpu, code, _OTHER_SOURCE[source]))
         if other:
             for seen in other:
-                if seen.count and abs(seen.time - at) <= MATCH_SECONDS:
+                if seen.count and abs((when := seen.time) - at) <= MATCH_SECONDS:
                     taken = min(remaining, seen.count)
                     seen.count -= taken
                     remaining -= taken
                     self.duplicates += taken
+                    matched.append(when)
                     if remaining == 0:
                         break
             _forget(other, at)
@@ -55,7 +63,7 @@ class XidMatcher:
             own = self.unmatched.setdefault((gpu, code, source), deque(maxlen=MAX_UNMATCHED))
             _forget(own, at)
             own.append(Seen(at, remaining))
-        return remaining
+        return remaining, matched
 
 
 def _forget(entries: deque[Seen], at: float) -> None:

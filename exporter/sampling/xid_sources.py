@@ -67,4 +67,5 @@ class XidSources:
     def stats(self) -> XidSourceStats:
         log_ = self.kernel_log
         return XidSourceStats(self.ledger.duplicates, log_ is not None,
-                              log_.xids if log_ else 0, log_.readable if log_ else None)
+                              log_.xids if log_ else 0, log_.readable if log_ else None,
+                              log_.skipped if log_ else 0)
