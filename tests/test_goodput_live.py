@@ -4,6 +4,7 @@ to the time since the sampler started on every GPU, and each scenario shows its 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from exporter.web.findings import findings
 from tests.tools import simulated_snapshot
 
 SECONDS = 130.0  # two of checkpoint-stall's minutes
+# checkpoint-stall's checkpoints, as the account tells them (its edges take a second)
+CHECKPOINTS = r"GPU 0 writes a checkpoint for ~(19|20) s every ~60 s \(2 seen\); the others wait"
 
 
 def run(name: str, groups: dict[int, str] | None = None):
@@ -62,8 +65,8 @@ def test_each_scenario_shows_its_states(scenario):
         assert (s["productive"] >= 0.6 * wall).all()
         # no stall: the stall check counted none, its alerts' gauges stayed 0
         assert snap.straggler_analysis.stalls_total == 0
-        assert snap.goodput.checkpoints == {
-            "node": "GPU 0 writes a checkpoint for ~20 s every ~60 s (2 seen); the others wait"}
+        assert list(snap.goodput.checkpoints) == ["node"]
+        assert re.fullmatch(CHECKPOINTS, snap.goodput.checkpoints["node"])
     elif name == "gpu-lost":
         assert s["failed"][5] >= wall - 15.0
         assert s["failed"][[0, 1, 2, 3, 4, 6, 7]].sum() == 0.0
@@ -150,8 +153,7 @@ def test_the_page_says_who_writes_a_checkpoint_while_it_is_written():
     assert stall.cause == "checkpoint" and not stall.stalled and stall.culprit_gpus == (0,)
     found = [f for f in findings(snap) if f["kind"] in ("checkpoint", "stall")]
     assert [(f["kind"], f["severity"], f["gpu"]) for f in found] == [("checkpoint", "info", 0)]
-    assert found[0]["message"].startswith(
-        "GPU 0 writes a checkpoint for ~20 s every ~60 s (2 seen); the others wait")
+    assert re.match(CHECKPOINTS, found[0]["message"])
     text = render(snap).decode()
     assert "gpu_node_collective_stall_active 0.0" in text
     assert 'gpu_collective_stall_culprit{gpu="0"' in text

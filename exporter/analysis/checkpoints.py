@@ -41,16 +41,15 @@ class PowerLevels:
     sources: str
 
 
-# Busy-waiting is high utilization at low power; "low" from the table, as shares of the
-# power limit. Under SPIN_FLOOR_SHARE it is always low: the spin level (0.21) plus the
-# spread between boards and noise (NCCL's spin measured 0.17-0.25 of the limit), so a job
-# that never shows its compute level (a checkpoint every step) is still seen waiting.
-# Over SPIN_CEILING_SHARE it is never low: halfway from the spin level to the lightest
-# compute level seen on real hardware (the nanoGPT log's 124M-parameter steps at ~390 W of
-# 700 W, 0.56), so a level set high by minutes at the power cap does not make later,
-# lighter steps look like waiting. In between, the GPU's own compute level decides.
-SPIN_FLOOR_SHARE = 0.3
-SPIN_CEILING_SHARE = 0.4
+# Busy-waiting is high utilization at power under this share of the power limit: the spin
+# level (0.21) plus the spread between boards and noise, below the lightest compute level
+# seen on real hardware (the nanoGPT log's 124M-parameter steps at ~390 W of 700 W, 0.56)
+# and below what a light job's steps average to (a step's compute phase with a
+# communication phase at a quarter of it). Against the limit, not the GPU's own compute
+# level: a level set high by minutes at the power cap must not make later, lighter steps
+# look like waiting, and a job that never shows its level (a checkpoint every step) must
+# still be seen waiting.
+SPIN_CEILING_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,10 @@ class RhythmThresholds:
 
 @dataclass
 class Rhythm:
-    """One job's checkpoints so far: the look of each, the work before it (seconds the
-    job stepped since the previous one, or since its first steps) and its length."""
+    """One job's checkpoints so far: the look of each, its length, and the work between
+    checkpoints (seconds the job stepped from one to the next; not the work before its
+    first, nor the first after a restart: a job warms up, or resumes mid-period from the
+    checkpoint it loaded)."""
 
     thresholds: RhythmThresholds = field(default_factory=RhythmThresholds)
     looks: list[str] = field(default_factory=list)
@@ -93,15 +94,20 @@ class Rhythm:
         shortest = 0.0 if ongoing else typical / th.length_factor
         if not shortest <= length <= typical * th.length_factor:
             return False
+        if not self.gaps:  # no period seen yet: the length alone
+            return True
         period = statistics.median(self.gaps)
         slack = max(th.gap_share * period, th.gap_slack_seconds)
         return any(abs(gap - period) <= slack for gap in gaps)
 
-    def add(self, look: str, gap: float, length: float) -> None:
+    def add(self, look: str, gap: float | None, length: float) -> None:
+        """A checkpoint; ``gap``: the work since the previous one (None: since the job's
+        start or restart)."""
         keep = -self.thresholds.memory
         self.looks = (self.looks + [look])[keep:]
-        self.gaps = (self.gaps + [gap])[keep:]
         self.lengths = (self.lengths + [length])[keep:]
+        if gap is not None:
+            self.gaps = (self.gaps + [gap])[keep:]
 
 
 def pause_look(low: list[bool], waits: list[bool], first: int | None) -> str | None:

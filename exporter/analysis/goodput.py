@@ -41,7 +41,6 @@ from exporter.analysis.checkpoints import (
     CULPRIT,
     ELSEWHERE,
     SPIN_CEILING_SHARE,
-    SPIN_FLOOR_SHARE,
     TOGETHER,
     WRITER,
     Pause,
@@ -89,8 +88,7 @@ class GoodputThresholds:
     # stall check's signature and numbers)
     wait_utilization: float = StallThresholds().busy_utilization
     wait_level: float = StallThresholds().wait_level
-    # ... and, the power limit known, bounded by these shares of it (analysis.checkpoints)
-    spin_floor_share: float = SPIN_FLOOR_SHARE
+    # ... or, the power limit known, at power <= this share of it (analysis.checkpoints)
     spin_ceiling_share: float = SPIN_CEILING_SHARE
     fill_seconds: float = 3.0  # a low stretch shorter than this inside work is work
     max_checkpoint_seconds: float = 900.0  # a longer pause is idle, not a checkpoint
@@ -134,10 +132,10 @@ def working(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
 def busy_waiting(power: np.ndarray, level: np.ndarray, utilization: np.ndarray | None,
                  th: GoodputThresholds = GoodputThresholds(),
                  tdp: np.ndarray | None = None) -> np.ndarray:
-    """Waiting in a collective: high utilization at power under ``wait_level`` of the
-    GPU's compute level (the stall check's rule); the power limit known, always under
-    ``spin_floor_share`` of it and never over ``spin_ceiling_share`` (NCCL's busy-wait sits
-    near a fifth of the limit whatever the job computes: analysis.checkpoints)."""
+    """Waiting in a collective: high utilization at low power. Low: under
+    ``spin_ceiling_share`` of the power limit where it is known (NCCL's busy-wait sits near
+    a fifth of it whatever the job computes: analysis.checkpoints), else under
+    ``wait_level`` of the GPU's own compute level (the stall check's rule)."""
     p = np.asarray(power, dtype=np.float64)
     if utilization is None:
         return np.zeros(p.shape, dtype=bool)
@@ -148,9 +146,7 @@ def busy_waiting(power: np.ndarray, level: np.ndarray, utilization: np.ndarray |
         if tdp is not None:
             limit = np.asarray(tdp, dtype=np.float64)
             limit = limit[:, None] if p.ndim == 2 else limit
-            bounded = np.maximum(th.spin_floor_share * limit,
-                                 np.fmin(ceiling, th.spin_ceiling_share * limit))
-            ceiling = np.where(np.isfinite(limit), bounded, ceiling)
+            ceiling = np.where(np.isfinite(limit), th.spin_ceiling_share * limit, ceiling)
         return (np.asarray(utilization) >= th.wait_utilization) & (p <= ceiling)
 
 
@@ -202,15 +198,17 @@ _WAITS = [_AT[WRITER], _AT[ELSEWHERE], _AT[CULPRIT]]  # waiting in a collective
 @dataclass
 class _Pending:
     """A GPU's undecided stretch after steps: seconds and joules by how they looked, and
-    the job's pause it lay in (its serial number)."""
+    its seconds in each of its job's pauses (by serial number)."""
 
     seconds_by: np.ndarray = field(default_factory=lambda: np.zeros(len(LOOKS)))
     joules_by: np.ndarray = field(default_factory=lambda: np.zeros(len(LOOKS)))
-    pause: int | None = None
+    in_pause: dict[int, float] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
         return float(self.seconds_by.sum())
+
+
 
 
 @dataclass
@@ -235,20 +233,24 @@ class _Job:
     working_seconds: float = 0.0  # it steps once this reaches fill_seconds
     worked: float = 0.0  # seconds it stepped since its last checkpoint (or first steps)
     worked_since_look: float = 0.0  # ... since its last pause that looked like one
+    checkpointed: bool = False  # a checkpoint since it began (or restarted)
     pause: _JobPause | None = None
     serials: int = 0
     verdicts: dict[int, bool] = field(default_factory=dict)  # closed pauses: checkpoint?
     rhythm: Rhythm = field(default_factory=Rhythm)
 
-    def is_checkpoint(self, serial: int | None, seconds: float) -> bool:
-        """The verdict on a pause of this job: as decided when it closed, else (a GPU
-        back at work before its job) as its look and length so far say."""
-        if serial in self.verdicts:
-            return self.verdicts[serial]
-        p = self.pause
-        if p is None or p.serial != serial:
-            return False
-        return self.judge(p, seconds)
+    def is_checkpoint(self, in_pause: dict[int, float]) -> bool:
+        """Whether a GPU's stretch, by its seconds in each of the job's pauses, was mostly
+        checkpoint: each pause as decided when it closed, else (a GPU back at work before
+        its job) as its look and length so far say."""
+        def verdict(serial: int) -> bool:
+            if serial in self.verdicts:
+                return self.verdicts[serial]
+            p = self.pause
+            return p is not None and p.serial == serial and self.judge(
+                p, sum(p.seconds_by.values()))
+        yes = sum(s for serial, s in in_pause.items() if verdict(serial))
+        return yes > 0 and yes >= 0.5 * sum(in_pause.values())
 
     def judge(self, p: _JobPause, seconds: float) -> bool:
         """A checkpoint: every GPU low together, or a look a checkpoint can have that keeps
@@ -316,7 +318,7 @@ class Ledger:
             self._add(gpu, PRODUCTIVE, float(sec.sum()), float(jou.sum()))
             return
         if how == "work" and p.seconds <= th.max_checkpoint_seconds and job is not None and (
-                job.is_checkpoint(p.pause, p.seconds)):
+                job.is_checkpoint(p.in_pause)):
             self._add(gpu, CHECKPOINT, float(sec.sum()), float(jou.sum()))
             return
         waits = sec[_WAITS].sum(), jou[_WAITS].sum()
@@ -445,10 +447,11 @@ class Ledger:
         ckpt = seconds <= self.thresholds.max_checkpoint_seconds and job.judge(p, seconds)
         if look in CHECKPOINT_LOOKS:
             job.worked_since_look = 0.0
-        job.verdicts = {k: v for k, v in job.verdicts.items() if k > p.serial - 4}
         job.verdicts[p.serial] = ckpt
+        job.verdicts.pop(p.serial - MAX_PAUSES, None)  # no stretch lasts that many pauses
         if ckpt:
-            job.rhythm.add(look, p.work_before, seconds)
+            job.rhythm.add(look, p.work_before if job.checkpointed else None, seconds)
+            job.checkpointed = True
             job.worked = 0.0
         self.pauses.append(Pause(name, p.start, seconds, look,
                                  "checkpoint" if ckpt else "stall", p.writer, p.work_before))
@@ -469,6 +472,7 @@ class Ledger:
             job.stepped, job.starting_seconds, job.working_seconds = False, 0.0, 0.0
             # the restart counts its period anew
             job.worked, job.worked_since_look, job.pause = 0.0, 0.0, None
+            job.checkpointed = False
         return job
 
     def _hold_back(self, gpu: int, look: str, dt: float, joules: float,
@@ -479,7 +483,8 @@ class Ledger:
         p.seconds_by[_AT[look]] += dt
         p.joules_by[_AT[look]] += joules
         if job is not None and job.pause is not None and look != ALONE:
-            p.pause = job.pause.serial
+            serial = job.pause.serial
+            p.in_pause[serial] = p.in_pause.get(serial, 0.0) + dt
         if p.seconds > self.thresholds.max_checkpoint_seconds:
             self._resolve(gpu, "idle")
             self._long_low[gpu] = True

@@ -164,10 +164,13 @@ def _levels(story: Story) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(story.seed + 3)
     n = story.gpus
     level = rng.uniform(350, 680, n)
-    return {"compute": level, "comm": level * rng.uniform(0.25, 0.4, n),
-            "idle": rng.uniform(60, 110, n), "loading": rng.uniform(100, 140, n),
-            # NCCL spinning: about a fifth of the power limit (700 W), whatever the level
-            "wait": 700.0 * rng.uniform(0.17, 0.25, n)}
+    comm = level * rng.uniform(0.25, 0.4, n)
+    idle, loading = rng.uniform(60, 110, n), rng.uniform(100, 140, n)
+    # NCCL spinning: about a fifth of the power limit (700 W), whatever the level
+    wait = 700.0 * rng.uniform(0.17, 0.25, n)
+    # the communication phase runs NCCL's kernels, moving data: never below their spin
+    return {"compute": level, "comm": np.maximum(comm, wait), "idle": idle,
+            "loading": loading, "wait": wait}
 
 
 def readings(story: Story) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
