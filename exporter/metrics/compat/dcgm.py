@@ -86,8 +86,11 @@ FIELDS: tuple[DcgmField, ...] = tuple(
 BY_NAME = {f.name: f for f in FIELDS}
 MIG_SOURCES = ("", "mig:used", "mig:free", "mig:total")
 # the sources a row may name (the part before `:`), each a rule below
-SOURCES = ("-", "state", "identity", "gpm", "fb_used", "nvlink_traffic", "nvlink_errors",
-           "xid_last", "xid_total", "xid_window", "health", "driver_version")
+SOURCES = ("-", "state", "identity", "gpm", "pcie_rate", "fb_used", "nvlink_traffic",
+           "nvlink_errors", "xid_last", "xid_total", "xid_window", "health", "driver_version")
+#: pcie_rate:KEY -> (its place in the sweep's (sent, received) rates, GPM's key)
+PCIE_RATES = {"transmit": (0, "pcie_transmit_bytes_per_second"),
+              "receive": (1, "pcie_receive_bytes_per_second")}
 for _f in FIELDS:
     if (_f.source.partition(":")[0] not in SOURCES or _f.mig not in MIG_SOURCES
             or _f.type not in ("gauge", "counter", "label")):
@@ -275,6 +278,8 @@ def _value(kind: str, key: str, gpu: int, snapshot: Snapshot) -> float | None:
         if used is None:
             return None
         return used - (snapshot.states[gpu].get("memory_reserved_bytes") or 0.0)
+    if kind == "pcie_rate":
+        return _pcie_rate(key, gpu, snapshot)
     h = snapshot.health.get(gpu)
     if h is None:
         return None
@@ -288,6 +293,21 @@ def _value(kind: str, key: str, gpu: int, snapshot: Snapshot) -> float | None:
     if kind == "nvlink_errors":
         return _sum(link.errors.get(key) for link in h.nvlinks)
     raise ValueError(f"unknown source {kind!r} in dcgm_fields.csv")
+
+
+def _pcie_rate(key: str, gpu: int, snapshot: Snapshot) -> float | None:
+    """PCIe bytes per second: GPM's, over the last profiling interval, where GPM is read;
+    else the PCIe byte counters' rate between the sweep's last two reads of them. Both are
+    the sampler's: a render (a scrape) never keeps a previous value of its own."""
+    side, gpm_key = PCIE_RATES[key]
+    reading = _reading(snapshot, "profiling", ProfilingReading)
+    profile = reading.gpus.get(gpu) if reading is not None else None
+    if profile is not None and profile.reading is not None:
+        rate = profile.reading.rates.get(gpm_key)
+        if rate is not None:
+            return rate
+    rates = snapshot.pcie_rates.get(gpu)
+    return rates[side] if rates is not None else None
 
 
 def _sum(values: Iterable[float | None]) -> float | None:
