@@ -255,7 +255,14 @@ def test_pods_and_jobs_label_the_devices_that_hold_them():
     assert 'namespace="ml"' in by_gpu[0] and 'pod="trainer-0"' in by_gpu[0]
     assert 'container="main"' in by_gpu[0] and "hpc_job" not in by_gpu[0]
     assert 'hpc_job="4242"' in by_gpu[1] and 'pod="trainer-1"' in by_gpu[1]
-    assert "pod=" not in by_gpu[2] and "hpc_job" not in by_gpu[2]  # absent, not empty
+    # a GPU no container holds: empty, as dcgm-exporter writes it, so a scrape with
+    # honor_labels never gives it the exporter's own pod (the target's label)
+    for label in ("namespace", "pod", "container"):
+        assert f'{label}=""' in by_gpu[2], label
+    assert "hpc_job" not in by_gpu[2]  # absent, not empty
+    # without the Kubernetes mapping: no pod labels at all
+    (plain,) = dcgm.DcgmCompat("n1").devices(make_snapshot(1))
+    assert "pod=" not in plain.labels and "namespace=" not in plain.labels
 
 
 def test_hostname_label_is_spelt_as_asked():

@@ -12,8 +12,9 @@ snapshot, with the rest of the exposition (exporter/metrics/render.py).
 The label set follows dcgm-exporter's template: `gpu`, `UUID`, `pci_bus_id`, `device`
 (`nvidia<N>`), `modelName`, `Hostname` (or `hostname`), `DCGM_FI_DRIVER_VERSION`;
 `GPU_I_PROFILE` and `GPU_I_ID` only on a MIG instance's samples (its profiling and
-framebuffer fields); `pod`, `namespace`, `container` where a Kubernetes container holds
-the device; `hpc_job` where a Slurm job does. Every sample of one device carries the
+framebuffer fields); `pod`, `namespace`, `container` where the Kubernetes mapping is on
+(empty on a device no container holds, as dcgm-exporter writes them); `hpc_job` where a
+Slurm job holds the device. Every sample of one device carries the
 same set; `DCGM_FI_DEV_XID_ERRORS` adds `err_code` and `err_msg`, the XID families `xid`,
 the health family `health_watch` and `health_error_code`, as dcgm-exporter does.
 """
@@ -100,6 +101,11 @@ HEALTH_CHECKS = {r["check"]: (r["health_watch"], r["health_error_code"])
                  for r in _rows("dcgm_health.csv")}
 XID_MESSAGES = {int(r["xid"]): r["message"] for r in _rows("xid_messages.csv")}
 UNKNOWN_XID = "Unknown Error"
+#: namespace, pod and container of a device no container holds, where the Kubernetes
+#: mapping is on: empty, as dcgm-exporter writes them. An empty label is no label in a
+#: query, and it keeps the scrape target's own pod off the sample under honor_labels
+#: (Prometheus adds a target label only where the sample has none).
+NO_POD = ("", "", "")
 
 
 def unserved(profiling: bool = True, nvlink_traffic: bool = True,
@@ -160,6 +166,7 @@ class DcgmCompat:
     def devices(self, snapshot: Snapshot) -> list[_Device]:
         """Every identified GPU, then each MIG GPU instance, each with its label text."""
         pods = _pods(snapshot)
+        k8s = "kubernetes" in snapshot.collectors  # the mapping is on (read or not yet)
         jobs = _jobs(snapshot)
         profiles = _mig_profiles(snapshot)
         out: list[_Device] = []
@@ -179,7 +186,7 @@ class DcgmCompat:
                 job = jobs.get((gpu, instance))
                 if job:
                     labels["hpc_job"] = job
-                pod = pods.get((gpu, instance))
+                pod = pods.get((gpu, instance), NO_POD if k8s else None)
                 if pod is not None:
                     labels.update(zip(("namespace", "pod", "container"), pod, strict=True))
                 out.append(_Device(gpu, instance, WRITER.labels(labels)[:-1]))
