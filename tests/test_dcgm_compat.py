@@ -319,7 +319,7 @@ def test_every_health_check_maps_to_a_watch():
 
 def test_what_is_not_served_is_said_once_with_why():
     line = dcgm.summary(profiling=False, nvlink_traffic=False)
-    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS (vGPU only" in line
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS (the license of a vGPU" in line
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE (the profiling collector is off)" in line
     assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (NVLink traffic is not read" in line
     assert "\n" not in line

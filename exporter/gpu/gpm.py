@@ -3,7 +3,8 @@ dcgm-exporter exports as `DCGM_FI_PROF_*`, read through pynvml without DCGM.
 
 GPM works on pairs of samples: `nvmlGpmSampleGet` fills a sample buffer (52 us on an
 H200), and `nvmlGpmMetricsGet` turns two of them into metrics averaged over the time
-between them (1.0-1.9 ms for 8 metrics, 5 ms the first time). `GpmReader` keeps two
+between them (1.0-1.9 ms for 8 metrics, 5 ms the first time; a whole GPU's call also asks
+the two PCIe rates, 10 metrics). `GpmReader` keeps two
 buffers per GPU and alternates them, so each reading takes one new sample and covers the
 whole time since the previous one: no gaps, one SampleGet and one MetricsGet per GPU and
 reading.

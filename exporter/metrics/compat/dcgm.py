@@ -128,8 +128,8 @@ def summary(profiling: bool = True, nvlink_traffic: bool = True,
     """The start's one log line: how many fields are served, and which are not, why."""
     missing = unserved(profiling, nvlink_traffic, nvlink_errors)
     served = sum(1 for f in FIELDS if f.type != "label") - len(missing)
-    return (f"metrics compat dcgm-exporter: {served} DCGM fields served (DCGM_FI_PROF_* "
-            "where the GPU has GPM: Hopper and later); not served: "
+    return (f"metrics compat dcgm-exporter: {served} DCGM fields served (the DCGM_FI_PROF_* "
+            "ratios where the GPU has GPM: Hopper and later); not served: "
             + "; ".join(f"{f.name} ({why})" for f, why in missing))
 
 
