@@ -188,11 +188,15 @@ class GpmReader:
             return {}, {}
         values: dict[str, float] = {}
         rates: dict[str, float] = {}
-        for i, (_, key) in enumerate(asked):
+        for i, (metric_id, key) in enumerate(asked):
             entry = answer.metrics[i]
             if entry.nvmlReturn != 0:
-                self.backend.errors.add(f"nvmlGpmMetricsGet({key})",
-                                        _error_name(nvml, entry.nvmlReturn))
+                error = _error_name(nvml, entry.nvmlReturn)
+                self.backend.errors.add(f"nvmlGpmMetricsGet({key})", error)
+                if i >= len(self.metrics) and error == "NotSupported":
+                    # a driver without it: counted once, not every interval (the sweep's
+                    # PCIe counters stand in)
+                    self.rates = tuple(r for r in self.rates if r[0] != metric_id)
                 continue
             if not math.isfinite(entry.value):
                 continue
