@@ -30,6 +30,8 @@ def _conversion(field: DcgmField) -> str:
         return "not served"
     if field.type == "label":
         return "label"
+    if field.source.startswith("pcie_rate:"):
+        return "per second (`rate()` of ours)"
     return CONVERSIONS.get(field.scale, "same" if field.scale == 1 else f"x {field.scale:g}")
 
 

@@ -19,43 +19,53 @@ from exporter.collectors.kubernetes.reading import KubernetesReading, PodDevice
 from exporter.health.model import FAILED, OK, WARNING, CheckResult, NodeHealth, Verdict
 from exporter.metrics.compat import dcgm
 from exporter.sampling.snapshot import CollectorResult, XidRecord
+from exporter.sim.scenarios import Workload
 from tests.tools import families, http_get, make_snapshot
 
 MIB = 2.0 ** -20
 
-# dcgm-exporter's etc/default-counters.csv (main, 7ad58324): every uncommented field with
-# its TYPE, and how its value follows from ours: (our sample name, our labels that pick
-# the series, factor into DCGM's unit). None: not served here.
+# dcgm-exporter's etc/default-counters.csv (main, 7ad58324; the same rows as its 4.8.3
+# release's): every uncommented field with its TYPE, the unit its value is in (DCGM's,
+# as its help text or DCGM's field documentation states it; "-": a count or a code) and
+# how its value follows from ours: (our sample name, our labels that pick the series,
+# factor into DCGM's unit). None: not served here. That file declares
+# DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL a gauge (its releases before 4.x declared counter).
 DEFAULT_COUNTERS = {
-    "DCGM_FI_DEV_SM_CLOCK": ("gauge", ("gpu_sm_clock_hertz", {}, 1e-6)),  # MHz
-    "DCGM_FI_DEV_MEM_CLOCK": ("gauge", ("gpu_memory_clock_hertz", {}, 1e-6)),
-    "DCGM_FI_DEV_MEMORY_TEMP": ("gauge", ("gpu_memory_temperature_celsius", {}, 1.0)),
-    "DCGM_FI_DEV_GPU_TEMP": ("gauge", ("gpu_temperature_celsius", {}, 1.0)),
-    "DCGM_FI_DEV_POWER_USAGE": ("gauge", ("gpu_power_average_watts", {}, 1.0)),  # W
+    "DCGM_FI_DEV_SM_CLOCK": ("gauge", "MHz", ("gpu_sm_clock_hertz", {}, 1e-6)),
+    "DCGM_FI_DEV_MEM_CLOCK": ("gauge", "MHz", ("gpu_memory_clock_hertz", {}, 1e-6)),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("gauge", "C", ("gpu_memory_temperature_celsius", {}, 1.0)),
+    "DCGM_FI_DEV_GPU_TEMP": ("gauge", "C", ("gpu_temperature_celsius", {}, 1.0)),
+    "DCGM_FI_DEV_POWER_USAGE": ("gauge", "W", ("gpu_power_average_watts", {}, 1.0)),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": (
-        "counter", ("gpu_energy_joules_total", {}, 1000.0)),  # mJ
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("counter", ("gpu_pcie_replays_total", {}, 1.0)),
-    "DCGM_FI_DEV_GPU_UTIL": ("gauge", ("gpu_utilization_ratio", {}, 100.0)),  # %
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("gauge", ("gpu_memory_utilization_ratio", {}, 100.0)),
-    "DCGM_FI_DEV_ENC_UTIL": ("gauge", ("gpu_encoder_utilization_ratio", {}, 100.0)),
-    "DCGM_FI_DEV_DEC_UTIL": ("gauge", ("gpu_decoder_utilization_ratio", {}, 100.0)),
-    "DCGM_FI_DEV_XID_ERRORS": ("gauge", "xid"),
-    "DCGM_FI_DEV_FB_FREE": ("gauge", ("gpu_memory_free_bytes", {}, MIB)),
-    "DCGM_FI_DEV_FB_USED": ("gauge", "fb_used"),
-    "DCGM_FI_DEV_FB_RESERVED": ("gauge", ("gpu_memory_reserved_bytes", {}, MIB)),
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("gauge", "nvlink"),
-    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": ("gauge", None),
+        "counter", "mJ", ("gpu_energy_joules_total", {}, 1000.0)),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("counter", "-", ("gpu_pcie_replays_total", {}, 1.0)),
+    "DCGM_FI_DEV_GPU_UTIL": ("gauge", "%", ("gpu_utilization_ratio", {}, 100.0)),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("gauge", "%", ("gpu_memory_utilization_ratio", {}, 100.0)),
+    "DCGM_FI_DEV_ENC_UTIL": ("gauge", "%", ("gpu_encoder_utilization_ratio", {}, 100.0)),
+    "DCGM_FI_DEV_DEC_UTIL": ("gauge", "%", ("gpu_decoder_utilization_ratio", {}, 100.0)),
+    "DCGM_FI_DEV_XID_ERRORS": ("gauge", "XID", "xid"),
+    "DCGM_FI_DEV_FB_FREE": ("gauge", "MiB", ("gpu_memory_free_bytes", {}, MIB)),
+    "DCGM_FI_DEV_FB_USED": ("gauge", "MiB", "fb_used"),
+    "DCGM_FI_DEV_FB_RESERVED": ("gauge", "MiB", ("gpu_memory_reserved_bytes", {}, MIB)),
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("gauge", "KiB", "nvlink"),
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": ("gauge", "-", None),
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": (
-        "counter", ("gpu_remapped_rows_total", {"type": "uncorrectable"}, 1.0)),
+        "counter", "-", ("gpu_remapped_rows_total", {"type": "uncorrectable"}, 1.0)),
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": (
-        "counter", ("gpu_remapped_rows_total", {"type": "correctable"}, 1.0)),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", ("gpu_row_remap_failure", {}, 1.0)),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", ("gpu_graphics_engine_active_ratio", {}, 1.0)),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", ("gpu_tensor_active_ratio", {}, 1.0)),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("gauge", ("gpu_dram_active_ratio", {}, 1.0)),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": ("gauge", None),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": ("gauge", None),
+        "counter", "-", ("gpu_remapped_rows_total", {"type": "correctable"}, 1.0)),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", "-", ("gpu_row_remap_failure", {}, 1.0)),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (
+        "gauge", "ratio", ("gpu_graphics_engine_active_ratio", {}, 1.0)),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (
+        "gauge", "ratio", ("gpu_tensor_active_ratio", {}, 1.0)),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("gauge", "ratio", ("gpu_dram_active_ratio", {}, 1.0)),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("gauge", "B/s", "pcie_tx"),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("gauge", "B/s", "pcie_rx"),
 }
+#: the file's one `label` row: a label on every sample, not a family
+DEFAULT_LABELS = {"DCGM_FI_DRIVER_VERSION"}
+#: default fields not served, each because NVML cannot give it on this kind of node
+NOT_FROM_NVML = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}  # a vGPU guest's license: no vGPU here
 # the label set of every sample of a whole GPU (dcgm-exporter's GPU template)
 GPU_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
               "DCGM_FI_DRIVER_VERSION"}
@@ -93,13 +103,16 @@ def test_every_default_counter_has_its_name_type_unit_and_value(training):
     fams = families(training)
     compat = compat_families(training)
     served = {f.name for f in dcgm.FIELDS if f.served and f.type != "label"}
-    for name, (kind, how) in DEFAULT_COUNTERS.items():
+    for name, (kind, unit, how) in DEFAULT_COUNTERS.items():
         field = dcgm.BY_NAME[name]
         assert field.list == "default" and field.type == kind, name
+        assert field.unit == unit, name
         if how is None:
+            assert name in NOT_FROM_NVML, name  # every default field NVML can give is served
             assert name not in compat and name not in served, name
             continue
         assert compat[name].type == kind, name
+        assert compat[name].documentation == field.help, name
         if "(in " in field.help:  # the unit its help states is the unit served
             assert f"(in {field.unit})" in field.help, name
         samples = {s.labels["gpu"]: s for s in compat[name].samples}
@@ -114,6 +127,11 @@ def test_every_default_counter_has_its_name_type_unit_and_value(training):
             elif how == "nvlink":
                 want = (ours(fams, "gpu_nvlink_transmit_bytes_total", gpu, {})
                         + ours(fams, "gpu_nvlink_receive_bytes_total", gpu, {})) / 1024
+            elif how in ("pcie_tx", "pcie_rx"):  # bytes per second: the fake's PCIe rate
+                share = 0.55 if how == "pcie_tx" else 0.45
+                want = Workload().pcie_bytes_per_second * share
+                assert math.isclose(sample.value, want, rel_tol=1e-3), (name, gpu)
+                continue
             else:
                 sample_name, where, factor = how
                 want = ours(fams, sample_name, gpu, where) * factor
@@ -121,6 +139,8 @@ def test_every_default_counter_has_its_name_type_unit_and_value(training):
     # the table's default list is the file's, no more
     assert {f.name for f in dcgm.FIELDS if f.list == "default" and f.type != "label"} == set(
         DEFAULT_COUNTERS)
+    assert {f.name for f in dcgm.FIELDS if f.list == "default" and f.type == "label"} == (
+        DEFAULT_LABELS)
 
 
 def test_every_sample_of_a_gpu_has_dcgm_exporters_labels(training):
@@ -235,7 +255,14 @@ def test_pods_and_jobs_label_the_devices_that_hold_them():
     assert 'namespace="ml"' in by_gpu[0] and 'pod="trainer-0"' in by_gpu[0]
     assert 'container="main"' in by_gpu[0] and "hpc_job" not in by_gpu[0]
     assert 'hpc_job="4242"' in by_gpu[1] and 'pod="trainer-1"' in by_gpu[1]
-    assert "pod=" not in by_gpu[2] and "hpc_job" not in by_gpu[2]  # absent, not empty
+    # a GPU no container holds: empty, as dcgm-exporter writes it, so a scrape with
+    # honor_labels never gives it the exporter's own pod (the target's label)
+    for label in ("namespace", "pod", "container"):
+        assert f'{label}=""' in by_gpu[2], label
+    assert "hpc_job" not in by_gpu[2]  # absent, not empty
+    # without the Kubernetes mapping: no pod labels at all
+    (plain,) = dcgm.DcgmCompat("n1").devices(make_snapshot(1))
+    assert "pod=" not in plain.labels and "namespace=" not in plain.labels
 
 
 def test_hostname_label_is_spelt_as_asked():
@@ -292,7 +319,7 @@ def test_every_health_check_maps_to_a_watch():
 
 def test_what_is_not_served_is_said_once_with_why():
     line = dcgm.summary(profiling=False, nvlink_traffic=False)
-    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS (vGPU only" in line
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS (the license of a vGPU" in line
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE (the profiling collector is off)" in line
     assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (NVLink traffic is not read" in line
     assert "\n" not in line
@@ -338,9 +365,85 @@ def test_the_migration_page_lists_what_is_served(training):
     for name, cells in rows.items():
         if cells[5] == "not served":
             assert name not in served, name
+            # no default field NVML can give is left out
+            assert cells[4] != "yes" or name in NOT_FROM_NVML, name
     # served but absent here only where this node has nothing to say: an H100 retires
     # no pages (it remaps rows), its SXM boards have no fan, and no XID happened
     absent = {n for n, c in rows.items() if c[5] not in ("not served", "label")} - set(served)
     assert absent == {"DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
                       "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_FAN_SPEED",
                       "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_XID_ERRORS_TOTAL"}, absent
+
+
+def _pcie(body: bytes, name: str = "DCGM_FI_PROF_PCIE_TX_BYTES") -> dict[str, float]:
+    return {s.labels["gpu"]: s.value for s in compat_families(body)[name].samples}
+
+
+def _counter(body: bytes, name: str = "gpu_pcie_transmit_bytes_total") -> dict[str, float]:
+    family = families(body)[name.removesuffix("_total")]
+    return {s.labels["gpu"]: s.value for s in family.samples if s.name == name}
+
+
+def test_pcie_rates_without_gpm_come_from_the_sweeps_own_reads(running_exporter):
+    """Profiling off: DCGM_FI_PROF_PCIE_*_BYTES is the PCIe counters' rate between the
+    sweep's last two reads of them (--sweep.health-interval apart), whatever the scrapes."""
+    exp = running_exporter.start(manual=True, metrics_compat="dcgm-exporter",
+                                 collector_profiling=False)
+    exp.sampler.advance(1)
+    _, body = http_get(exp.port)
+    assert "DCGM_FI_PROF_PCIE_TX_BYTES" not in compat_families(body)  # one read: no rate yet
+    exp.sampler.advance(20)
+    _, before = http_get(exp.port)
+    exp.sampler.advance(5)  # one health interval: one more read of the counters
+    for _ in range(3):  # scrapes in between change nothing: the rate is the sampler's
+        _, after = http_get(exp.port)
+    tx, rx = _pcie(after), _pcie(after, "DCGM_FI_PROF_PCIE_RX_BYTES")
+    sent_before, sent_after = _counter(before), _counter(after)
+    received_before = _counter(before, "gpu_pcie_receive_bytes_total")
+    received_after = _counter(after, "gpu_pcie_receive_bytes_total")
+    assert set(tx) == set(rx) == {str(g) for g in range(8)}
+    for gpu in tx:
+        assert math.isclose(tx[gpu], (sent_after[gpu] - sent_before[gpu]) / 5.0)
+        assert math.isclose(rx[gpu], (received_after[gpu] - received_before[gpu]) / 5.0)
+        assert tx[gpu] > 0 and rx[gpu] > 0
+    assert compat_families(after)["DCGM_FI_PROF_PCIE_TX_BYTES"].type == "gauge"
+    # profiling off leaves the PCIe rates served: the start's line does not list them
+    assert "DCGM_FI_PROF_PCIE" not in dcgm.summary(profiling=False)
+
+
+def test_pcie_rate_prefers_gpm_and_falls_back_to_the_sweep():
+    from exporter.collectors.profiling.reading import GpuProfile, ProfilingReading
+    from exporter.gpu import gpm
+
+    interval = gpm.GpmReading(0.0, 10.0, {}, {"pcie_transmit_bytes_per_second": 7e9,
+                                              "pcie_receive_bytes_per_second": 3e9})
+    profiling = ProfilingReading(10.0, {0: GpuProfile(gpm.SUPPORTED, interval),
+                                        1: GpuProfile(gpm.SUPPORTED, None)}, {})
+    snap = make_snapshot(3, collectors={"profiling": CollectorResult(profiling, 0.0, True, 0)},
+                         pcie_rates={0: (1.0, 2.0), 1: (4e8, None)})
+    text = dcgm.DcgmCompat("n1").render(snap).decode()
+    tx = {line.split('gpu="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+          for line in text.splitlines() if line.startswith("DCGM_FI_PROF_PCIE_TX_BYTES{")}
+    rx = {line.split('gpu="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+          for line in text.splitlines() if line.startswith("DCGM_FI_PROF_PCIE_RX_BYTES{")}
+    assert tx == {"0": 7e9, "1": 4e8}  # GPM's where read; the sweep's until GPM's first
+    assert rx == {"0": 3e9}  # a counter gone backwards gives none; GPU 2: no reads yet
+
+
+def test_the_sweeps_pcie_rate_is_over_its_own_previous_read():
+    from exporter.gpu.state import GpuState
+    from exporter.sampling.sweep import SweepSampler
+
+    sweep = SweepSampler(None, None, 1.0, 5.0, 30.0)  # type: ignore[arg-type]
+
+    def read(t: float, sent: float | None, received: float | None) -> tuple | None:
+        values = {k: v for k, v in (("pcie_transmit_bytes", sent),
+                                    ("pcie_receive_bytes", received)) if v is not None}
+        sweep._rate_pcie(0, GpuState(t, values))
+        return sweep.pcie_rates.get(0)
+
+    assert read(100.0, 1000.0, 500.0) is None  # one read: no rate
+    assert read(105.0, 6000.0, 1500.0) == (1000.0, 200.0)
+    assert read(110.0, 100.0, 2500.0) == (None, 200.0)  # reset: no rate, not a negative one
+    assert read(115.0, 600.0, None) == (100.0, None)  # a counter NVML did not give
+    assert read(115.0, 700.0, 3000.0) == (100.0, None)  # no time passed: the last rate kept

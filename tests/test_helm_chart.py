@@ -177,6 +177,7 @@ def test_the_validators_catch_a_misspelt_field(helm):
 
     {"history": {"hostPath": "relative"}}, {"history": {"kernelLog": "yes"}},
     {"metrics": {"compat": "dcgm"}}, {"metrics": {"compatHostnameLabel": "HOSTNAME"}},
+    {"serviceMonitor": {"honorLabels": "false"}}, {"podMonitor": {"honorLabels": 0}},
 ])
 def test_values_schema_refuses_bad_values(helm, bad):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
@@ -205,6 +206,38 @@ def test_monitors_keep_pod_labels_and_name_the_node(helm, name, kind):
     assert "release" in only(docs, kind)["metadata"]["labels"]
     other = "PodMonitor" if kind == "ServiceMonitor" else "ServiceMonitor"
     assert by_kind(docs, other) == []
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
+def test_compat_scrapes_as_the_gpu_operator_unless_told_otherwise(helm, kind):
+    """With dcgm-exporter's families on, the monitors leave honorLabels false as the GPU
+    Operator's ServiceMonitor does (its users' queries say exported_pod), and give our own
+    gpu_pod_info its namespace, pod and container back; one value turns it around."""
+    key = "serviceMonitor" if kind == "ServiceMonitor" else "podMonitor"
+    monitors = {"serviceMonitor": {"enabled": kind == "ServiceMonitor"},
+                "podMonitor": {"enabled": kind == "PodMonitor"}}
+    compat = {**monitors, "metrics": {"compat": "dcgm-exporter"}}
+    ep = endpoint(objects(helm, compat), kind)
+    assert ep["honorLabels"] is False
+    restored = {r["targetLabel"]: r for r in ep["metricRelabelings"]
+                if r["targetLabel"] in ("namespace", "pod", "container")}
+    assert set(restored) == {"namespace", "pod", "container"}
+    assert restored["pod"]["sourceLabels"] == ["__name__", "exported_pod"]
+    assert "gpu_pod_info" in restored["pod"]["regex"]
+    assert not any("DCGM" in r["regex"] for r in ep["metricRelabelings"])
+    # the user's own metric relabelings come after the chart's
+    mine = {"action": "drop", "sourceLabels": ["__name__"], "regex": "DCGM_FI_DEV_VGPU.*"}
+    ep = endpoint(objects(helm, {**compat, key: {**compat[key], "metricRelabelings": [mine]}}),
+                  kind)
+    assert ep["metricRelabelings"][-1] == mine
+    # told otherwise: as OpenCost's documented setup scrapes
+    told = {**compat, key: {**compat[key], "honorLabels": True}}
+    ep = endpoint(objects(helm, told), kind)
+    assert ep["honorLabels"] is True and "metricRelabelings" not in ep
+    # without compat: honorLabels stays on, unless set off
+    assert endpoint(objects(helm, monitors), kind)["honorLabels"] is True
+    off = {**monitors, key: {**monitors[key], "honorLabels": False}}
+    assert endpoint(objects(helm, off), kind)["honorLabels"] is False
 
 
 def test_tls_and_cluster_reach_the_monitor_and_the_probes(helm):

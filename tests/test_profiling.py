@@ -291,3 +291,40 @@ def test_bindings_without_gpm_count_as_a_driver_without_it(fake_nvml, monkeypatc
     assert reader.read(2.0) is None
     assert backend.errors.totals() == {("nvmlGpmQueryDeviceSupport", "FunctionNotFound"): 1}
     backend.close()
+
+
+def test_gpm_pcie_rates_are_bytes_per_second_over_the_interval():
+    """GPM's PCIe rates (MiB/s in NVML) come in bytes per second, beside the ratios; on a
+    whole GPU only, and a driver without them is asked once."""
+    from exporter.sim.scenarios import Workload
+
+    with readers(load_scenario("training")) as (rs, clock, _):
+        start = ManualClock().now
+        clock.now = start + 1.0
+        rs[0].read(clock.now)
+        clock.now = start + 11.0
+        reading = rs[0].read(clock.now)
+        assert reading is not None
+        rate = Workload().pcie_bytes_per_second
+        assert reading.rates["pcie_transmit_bytes_per_second"] == pytest.approx(0.55 * rate,
+                                                                               rel=1e-6)
+        assert reading.rates["pcie_receive_bytes_per_second"] == pytest.approx(0.45 * rate,
+                                                                              rel=1e-6)
+        assert set(reading.values) == set(gpm.KEYS)  # the ratios are as before
+        assert gpm.GpmMigReader.rates == ()
+
+
+def test_a_driver_without_gpm_pcie_rates_is_asked_once(monkeypatch):
+    import exporter.sim.fake_gpm as fake_gpm
+
+    monkeypatch.setattr(fake_gpm, "_PCIE_COUNTER", {})  # an older driver: NotSupported
+    with readers(load_scenario("training")) as (rs, clock, lib):
+        start = ManualClock().now
+        for t in (1.0, 3.0, 5.0, 7.0):
+            clock.now = start + t
+            reading = rs[0].read(clock.now)
+        assert reading is not None and reading.rates == {} and reading.values
+        assert rs[0].rates == ()
+        errors = rs[0].backend.errors.totals()
+        assert errors[("nvmlGpmMetricsGet(pcie_transmit_bytes_per_second)",
+                       "NotSupported")] == 1

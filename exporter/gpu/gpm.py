@@ -3,7 +3,8 @@ dcgm-exporter exports as `DCGM_FI_PROF_*`, read through pynvml without DCGM.
 
 GPM works on pairs of samples: `nvmlGpmSampleGet` fills a sample buffer (52 us on an
 H200), and `nvmlGpmMetricsGet` turns two of them into metrics averaged over the time
-between them (1.0-1.9 ms for 8 metrics, 5 ms the first time). `GpmReader` keeps two
+between them (1.0-1.9 ms for 8 metrics, 5 ms the first time; a whole GPU's call also asks
+the two PCIe rates, 10 metrics). `GpmReader` keeps two
 buffers per GPU and alternates them, so each reading takes one new sample and covers the
 whole time since the previous one: no gaps, one SampleGet and one MetricsGet per GPU and
 reading.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # reading needs the backend; the dataclasses (rendered) must not need NVML
@@ -63,6 +64,12 @@ METRICS: tuple[GpmMetric, ...] = (
        "(0-1)."),
 )
 KEYS = tuple(m.key for m in METRICS)
+#: GPM's PCIe traffic (nvml.h: MiB/s), asked of whole GPUs in the same nvmlGpmMetricsGet
+#: as the ratios: dcgm-exporter's DCGM_FI_PROF_PCIE_TX_BYTES and _RX_BYTES (bytes per
+#: second). Not a family of ours: gpu_pcie_*_bytes_total count the same traffic.
+PCIE_RATES: tuple[tuple[int, str], ...] = ((20, "pcie_transmit_bytes_per_second"),
+                                           (21, "pcie_receive_bytes_per_second"))
+MIB = 2.0 ** 20
 #: What is read per MIG GPU instance (the activity the energy split and dashboards use).
 MIG_KEYS = ("graphics_engine_active_ratio", "sm_active_ratio", "sm_occupancy_ratio",
             "tensor_active_ratio", "dram_active_ratio")
@@ -94,12 +101,15 @@ class GpmReading:
     start: float  # epoch seconds of the earlier sample
     end: float  # of the later one: the values are averages over (start, end]
     values: Mapping[str, float]  # key -> 0-1; a metric NVML did not give is absent
+    # PCIE_RATES key -> bytes per second over the same interval (whole GPUs only)
+    rates: Mapping[str, float] = field(default_factory=dict)
 
 
 class GpmReader:
     """GPM on one GPU: support asked once, two sample buffers used in turn."""
 
     metrics = METRICS
+    rates = PCIE_RATES
 
     def __init__(self, backend: NvmlBackend, gpu: int):
         self.backend, self.gpu = backend, gpu
@@ -142,7 +152,8 @@ class GpmReader:
         self._next ^= 1
         if previous is None:
             return None
-        return GpmReading(previous[1], now, self._metrics(previous[0], buffer))
+        values, rates = self._metrics(previous[0], buffer)
+        return GpmReading(previous[1], now, values, rates)
 
     def _sample(self, handle: Any, buffer: Any) -> tuple[Any, str | None]:
         return self.backend.attempt("nvmlGpmSampleGet", handle, buffer, gpu=self.gpu)
@@ -162,27 +173,38 @@ class GpmReader:
             self._buffers.append(buffer)
         return True
 
-    def _metrics(self, first: Any, second: Any) -> dict[str, float]:
+    def _metrics(self, first: Any, second: Any) -> tuple[dict[str, float], dict[str, float]]:
+        """The ratios (0-1) and the PCIe rates (bytes per second) between two samples."""
         nvml = self.backend.nvml  # its own struct types: the fleet runs private pynvml copies
+        asked = [(m.id, m.key) for m in self.metrics] + list(self.rates)
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(self.metrics)
+        request.numMetrics = len(asked)
         request.sample1, request.sample2 = first, second
-        for i, metric in enumerate(self.metrics):
-            request.metrics[i].metricId = metric.id
+        for i, (metric_id, _) in enumerate(asked):
+            request.metrics[i].metricId = metric_id
         answer = self.backend.call("nvmlGpmMetricsGet", request, gpu=self.gpu)
         if answer is None:
-            return {}
-        out: dict[str, float] = {}
-        for i, metric in enumerate(self.metrics):
+            return {}, {}
+        values: dict[str, float] = {}
+        rates: dict[str, float] = {}
+        for i, (metric_id, key) in enumerate(asked):
             entry = answer.metrics[i]
             if entry.nvmlReturn != 0:
-                self.backend.errors.add(f"nvmlGpmMetricsGet({metric.key})",
-                                        _error_name(nvml, entry.nvmlReturn))
+                error = _error_name(nvml, entry.nvmlReturn)
+                self.backend.errors.add(f"nvmlGpmMetricsGet({key})", error)
+                if i >= len(self.metrics) and error == "NotSupported":
+                    # a driver without it: counted once, not every interval (the sweep's
+                    # PCIe counters stand in)
+                    self.rates = tuple(r for r in self.rates if r[0] != metric_id)
                 continue
-            if math.isfinite(entry.value):  # GPM gives percent; rounding may pass 100
-                out[metric.key] = min(1.0, max(0.0, entry.value / 100.0))
-        return out
+            if not math.isfinite(entry.value):
+                continue
+            if i >= len(self.metrics):  # MiB/s; never negative
+                rates[key] = max(0.0, entry.value) * MIB
+            else:  # GPM gives percent; rounding may pass 100
+                values[key] = min(1.0, max(0.0, entry.value / 100.0))
+        return values, rates
 
     def close(self) -> None:
         """Free the sample buffers (only once no read can be using them)."""
@@ -197,6 +219,7 @@ class GpmMigReader(GpmReader):
     instance's NotFound, when it was destroyed, must not stop the parent's other reads)."""
 
     metrics = MIG_METRICS
+    rates = ()  # PCIe traffic is the whole GPU's
 
     def __init__(self, backend: NvmlBackend, gpu: int, gpu_instance: int):
         super().__init__(backend, gpu)

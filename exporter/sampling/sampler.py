@@ -358,6 +358,7 @@ class Sampler:
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
             health=fresh(self.sweep.health), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
+            pcie_rates=fresh(self.sweep.pcie_rates),
             xids=self.xids.seen(), xid_events_registered=self.xids.events.registered,
             xid_sources=self.xids.stats(),
             lost=lost, hung=hung, recovery_attempts=dict(gpus.recovery_attempts),

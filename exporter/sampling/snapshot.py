@@ -104,6 +104,8 @@ class Snapshot:
     # fabric and InfoROM, read once a minute; kept for a lost GPU (its identity's labels)
     board: Mapping[int, BoardHealth] = field(default_factory=dict)
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)
+    # gpu -> PCIe bytes per second (sent, received) between the sweep's last two reads
+    pcie_rates: Mapping[int, tuple[float | None, float | None]] = field(default_factory=dict)
     xids: Mapping[tuple[int, int], XidRecord] = field(default_factory=dict)  # (gpu, code)
     xid_events_registered: int = 0
     xid_sources: XidSourceStats | None = None

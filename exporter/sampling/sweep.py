@@ -4,7 +4,9 @@ Every sweep reads the cheap values; the health interval adds the slowly changing
 costly ones (PCIe counters, ECC, row remapping) to the sweep's batched call, and the
 health read's own batched call per GPU (the recovery action and NVLink); the energy
 interval adds the energy counter. Clock-event reasons are accumulated into
-seconds sweep to sweep, and each sweep feeds the straggler window.
+seconds sweep to sweep, the PCIe byte counters give a rate over the sweep's own previous
+read of them (dcgm-exporter's DCGM_FI_PROF_PCIE_*_BYTES where GPM is not read), and each
+sweep feeds the straggler window.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
 from exporter.sampling.loops import Loop
+
+#: the PCIe byte counters a rate is kept of: sent, received
+PCIE_COUNTERS = ("pcie_transmit_bytes", "pcie_receive_bytes")
 
 
 class SweepSampler:
@@ -37,6 +42,9 @@ class SweepSampler:
         self.board: dict[int, BoardHealth] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
+        # gpu -> bytes per second sent and received over PCIe between the last two reads
+        self.pcie_rates: dict[int, tuple[float | None, float | None]] = {}
+        self._pcie_read: dict[int, tuple[float, tuple[float | None, ...]]] = {}
         self._last_read: dict[tuple[int, str], float] = {}  # (gpu, cadence) -> epoch
         self._last_state_time: dict[int, float] = {}
         self.buffer: SweepBuffer | None = None
@@ -64,6 +72,8 @@ class SweepSampler:
             if state is not None:
                 self._count_clock_events(gpu, state)
                 self.states[gpu] = state
+                if catalogue.HEALTH in due:  # the PCIe counters were read now
+                    self._rate_pcie(gpu, state)
             ident = self.gpus.identities[gpu]
             if catalogue.HEALTH in due and state is not None:
                 health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
@@ -76,6 +86,9 @@ class SweepSampler:
 
         if self.gpus.each(loop, read):
             for gpu in self.gpus.recover_lost():
+                # its counters may have restarted (a reset): a rate starts afresh
+                self._pcie_read.pop(gpu, None)
+                self.pcie_rates.pop(gpu, None)
                 if self.on_recovered is not None:
                     self.on_recovered(gpu)
             self._feed_window()
@@ -98,6 +111,19 @@ class SweepSampler:
             if state is not None and self.gpus.readable(gpu):
                 rows[gpu] = (state.time, {k: state.get(k) for k in SweepBuffer.FIELDS})
         self.buffer.append(rows)
+
+    def _rate_pcie(self, gpu: int, state: GpuState) -> None:
+        """Bytes per second over PCIe since this sweep's previous read of the counters
+        (never over what scrapes saw); none for a counter absent or gone backwards."""
+        counts = tuple(state.get(key) for key in PCIE_COUNTERS)
+        previous = self._pcie_read.get(gpu)
+        self._pcie_read[gpu] = (state.time, counts)
+        if previous is None or state.time <= previous[0]:
+            return
+        elapsed = state.time - previous[0]
+        sent, received = (None if a is None or b is None or b < a else (b - a) / elapsed
+                          for a, b in zip(previous[1], counts, strict=True))
+        self.pcie_rates[gpu] = (sent, received)
 
     def _count_clock_events(self, gpu: int, state: GpuState) -> None:
         """Accumulate seconds each clock-event reason was active, sweep to sweep."""

@@ -60,6 +60,9 @@ class FakeCore:
         raise NotImplementedError
 
     # fake_model.py
+    def model(self, gpu: FakeGpu, key: str, t: float | None = None) -> float | None:
+        raise NotImplementedError
+
     def nvml_units(self, gpu: FakeGpu, key: str) -> int | None:
         raise NotImplementedError
 

@@ -50,6 +50,8 @@ _LEVELS: dict[str, dict[int, float]] = {
 }
 _METRIC_IDS = {m.id for m in gpm.METRICS} | {4, 6, 7, 8, 9}
 _KEY_OF = {m.id: m.key for m in gpm.METRICS}
+# GPM's PCIe rates (MiB/s): the model's PCIe byte counters over the interval
+_PCIE_COUNTER = {20: "pcie_transmit_bytes", 21: "pcie_receive_bytes"}
 
 
 @dataclass
@@ -151,7 +153,11 @@ class GpmSymbols(FakeCore):
                                                               second.time).items()}
         for i in range(request.numMetrics):
             entry = request.metrics[i]
-            value = self._gpm_percent(gpu, entry.metricId, shares, second.time)
+            if entry.metricId in _PCIE_COUNTER and first.gpu_instance is None:
+                value = self._gpm_pcie(gpu, _PCIE_COUNTER[entry.metricId], first.time,
+                                       second.time)
+            else:
+                value = self._gpm_percent(gpu, entry.metricId, shares, second.time)
             entry.nvmlReturn = SUCCESS if value is not None else ERROR_NOT_SUPPORTED
             entry.value = value if value is not None else 0.0
         self._gpm_metrics_calls += 1
@@ -165,6 +171,13 @@ class GpmSymbols(FakeCore):
         busy = sum(p.sm_util * p.overlap(a, b) for p in self.running(gpu, t0, t1)
                    if p.gpu_instance == gpu_instance)
         return min(1.0, busy / (b - a))
+
+    def _gpm_pcie(self, gpu: FakeGpu, counter: str, t0: float, t1: float) -> float | None:
+        """The PCIe traffic over (t0, t1] in MiB/s, from the model's byte counter."""
+        first, second = self.model(gpu, counter, t0), self.model(gpu, counter, t1)
+        if first is None or second is None:
+            return None
+        return max(0.0, second - first) / (t1 - t0) / gpm.MIB
 
     def _gpm_percent(self, gpu: FakeGpu, metric: int, shares: dict[str, float],
                      t: float) -> float | None:

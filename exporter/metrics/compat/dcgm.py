@@ -12,8 +12,9 @@ snapshot, with the rest of the exposition (exporter/metrics/render.py).
 The label set follows dcgm-exporter's template: `gpu`, `UUID`, `pci_bus_id`, `device`
 (`nvidia<N>`), `modelName`, `Hostname` (or `hostname`), `DCGM_FI_DRIVER_VERSION`;
 `GPU_I_PROFILE` and `GPU_I_ID` only on a MIG instance's samples (its profiling and
-framebuffer fields); `pod`, `namespace`, `container` where a Kubernetes container holds
-the device; `hpc_job` where a Slurm job does. Every sample of one device carries the
+framebuffer fields); `pod`, `namespace`, `container` where the Kubernetes mapping is on
+(empty on a device no container holds, as dcgm-exporter writes them); `hpc_job` where a
+Slurm job holds the device. Every sample of one device carries the
 same set; `DCGM_FI_DEV_XID_ERRORS` adds `err_code` and `err_msg`, the XID families `xid`,
 the health family `health_watch` and `health_error_code`, as dcgm-exporter does.
 """
@@ -86,8 +87,11 @@ FIELDS: tuple[DcgmField, ...] = tuple(
 BY_NAME = {f.name: f for f in FIELDS}
 MIG_SOURCES = ("", "mig:used", "mig:free", "mig:total")
 # the sources a row may name (the part before `:`), each a rule below
-SOURCES = ("-", "state", "identity", "gpm", "fb_used", "nvlink_traffic", "nvlink_errors",
-           "xid_last", "xid_total", "xid_window", "health", "driver_version")
+SOURCES = ("-", "state", "identity", "gpm", "pcie_rate", "fb_used", "nvlink_traffic",
+           "nvlink_errors", "xid_last", "xid_total", "xid_window", "health", "driver_version")
+#: pcie_rate:KEY -> (its place in the sweep's (sent, received) rates, GPM's key)
+PCIE_RATES = {"transmit": (0, "pcie_transmit_bytes_per_second"),
+              "receive": (1, "pcie_receive_bytes_per_second")}
 for _f in FIELDS:
     if (_f.source.partition(":")[0] not in SOURCES or _f.mig not in MIG_SOURCES
             or _f.type not in ("gauge", "counter", "label")):
@@ -97,6 +101,11 @@ HEALTH_CHECKS = {r["check"]: (r["health_watch"], r["health_error_code"])
                  for r in _rows("dcgm_health.csv")}
 XID_MESSAGES = {int(r["xid"]): r["message"] for r in _rows("xid_messages.csv")}
 UNKNOWN_XID = "Unknown Error"
+#: namespace, pod and container of a device no container holds, where the Kubernetes
+#: mapping is on: empty, as dcgm-exporter writes them. An empty label is no label in a
+#: query, and it keeps the scrape target's own pod off the sample under honor_labels
+#: (Prometheus adds a target label only where the sample has none).
+NO_POD = ("", "", "")
 
 
 def unserved(profiling: bool = True, nvlink_traffic: bool = True,
@@ -119,8 +128,8 @@ def summary(profiling: bool = True, nvlink_traffic: bool = True,
     """The start's one log line: how many fields are served, and which are not, why."""
     missing = unserved(profiling, nvlink_traffic, nvlink_errors)
     served = sum(1 for f in FIELDS if f.type != "label") - len(missing)
-    return (f"metrics compat dcgm-exporter: {served} DCGM fields served (DCGM_FI_PROF_* "
-            "where the GPU has GPM: Hopper and later); not served: "
+    return (f"metrics compat dcgm-exporter: {served} DCGM fields served (the DCGM_FI_PROF_* "
+            "ratios where the GPU has GPM: Hopper and later); not served: "
             + "; ".join(f"{f.name} ({why})" for f, why in missing))
 
 
@@ -157,6 +166,7 @@ class DcgmCompat:
     def devices(self, snapshot: Snapshot) -> list[_Device]:
         """Every identified GPU, then each MIG GPU instance, each with its label text."""
         pods = _pods(snapshot)
+        k8s = "kubernetes" in snapshot.collectors  # the mapping is on (read or not yet)
         jobs = _jobs(snapshot)
         profiles = _mig_profiles(snapshot)
         out: list[_Device] = []
@@ -176,7 +186,7 @@ class DcgmCompat:
                 job = jobs.get((gpu, instance))
                 if job:
                     labels["hpc_job"] = job
-                pod = pods.get((gpu, instance))
+                pod = pods.get((gpu, instance), NO_POD if k8s else None)
                 if pod is not None:
                     labels.update(zip(("namespace", "pod", "container"), pod, strict=True))
                 out.append(_Device(gpu, instance, WRITER.labels(labels)[:-1]))
@@ -275,6 +285,8 @@ def _value(kind: str, key: str, gpu: int, snapshot: Snapshot) -> float | None:
         if used is None:
             return None
         return used - (snapshot.states[gpu].get("memory_reserved_bytes") or 0.0)
+    if kind == "pcie_rate":
+        return _pcie_rate(key, gpu, snapshot)
     h = snapshot.health.get(gpu)
     if h is None:
         return None
@@ -288,6 +300,21 @@ def _value(kind: str, key: str, gpu: int, snapshot: Snapshot) -> float | None:
     if kind == "nvlink_errors":
         return _sum(link.errors.get(key) for link in h.nvlinks)
     raise ValueError(f"unknown source {kind!r} in dcgm_fields.csv")
+
+
+def _pcie_rate(key: str, gpu: int, snapshot: Snapshot) -> float | None:
+    """PCIe bytes per second: GPM's, over the last profiling interval, where GPM is read;
+    else the PCIe byte counters' rate between the sweep's last two reads of them. Both are
+    the sampler's: a render (a scrape) never keeps a previous value of its own."""
+    side, gpm_key = PCIE_RATES[key]
+    reading = _reading(snapshot, "profiling", ProfilingReading)
+    profile = reading.gpus.get(gpu) if reading is not None else None
+    if profile is not None and profile.reading is not None:
+        rate = profile.reading.rates.get(gpm_key)
+        if rate is not None:
+            return rate
+    rates = snapshot.pcie_rates.get(gpu)
+    return rates[side] if rates is not None else None
 
 
 def _sum(values: Iterable[float | None]) -> float | None:

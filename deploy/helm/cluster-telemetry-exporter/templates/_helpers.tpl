@@ -58,11 +58,40 @@ restarts, and what node_exporter's chart gives), node too, and cluster when set.
 {{- end -}}
 
 {{/* The scrape settings both monitors share. */}}
+{{/* Whether the exposed namespace, pod and container labels win over the target's (the
+exporter's own pod): as set, else as the GPU Operator scrapes dcgm-exporter (false) with
+dcgm-exporter's families on, else true. */}}
+{{- define "cte.honorLabels" -}}
+{{- if kindIs "invalid" .monitor.honorLabels -}}
+{{- ne .root.Values.metrics.compat "dcgm-exporter" -}}
+{{- else -}}
+{{- .monitor.honorLabels -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Without honorLabels, our own families that name a GPU's holder (gpu_pod_info,
+gpu_pod_labels_info) would carry it as exported_*: these give them back namespace, pod
+and container (none where the family has none), so the per-pod rules and dashboards keep
+working. The DCGM families keep the GPU Operator's exported_* form. */}}
+{{- define "cte.ownPodLabels" -}}
+{{- range list "namespace" "pod" "container" }}
+- sourceLabels: [__name__, exported_{{ . }}]
+  regex: (gpu_pod_info|gpu_pod_labels_info);(.*)
+  targetLabel: {{ . }}
+  replacement: $2
+- sourceLabels: [__name__]
+  regex: gpu_pod_info|gpu_pod_labels_info
+  targetLabel: exported_{{ . }}
+  replacement: ""
+{{- end }}
+{{- end -}}
+
 {{- define "cte.endpoint" -}}
+{{- $honor := include "cte.honorLabels" . | eq "true" -}}
 path: /metrics
 interval: {{ .monitor.interval }}
 scrapeTimeout: {{ .monitor.scrapeTimeout }}
-honorLabels: {{ .monitor.honorLabels }}
+honorLabels: {{ $honor }}
 {{- $scheme := .monitor.scheme | default (ternary "https" "" .root.Values.webConfig.tls) }}
 {{- with $scheme }}
 scheme: {{ . }}
@@ -77,9 +106,14 @@ basicAuth:
 {{- end }}
 relabelings:
   {{- include "cte.relabelings" . | nindent 2 }}
-{{- with .monitor.metricRelabelings }}
+{{- if or (not $honor) .monitor.metricRelabelings }}
 metricRelabelings:
+{{- if not $honor }}
+  {{- include "cte.ownPodLabels" . | nindent 2 }}
+{{- end }}
+{{- with .monitor.metricRelabelings }}
   {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
