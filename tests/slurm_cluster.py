@@ -211,6 +211,11 @@ PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
         pairs = (line.split("|", 1) for line in out.splitlines() if "|" in line)
         return {node: reason for node, reason in pairs}
 
+    def reason_stamp(self) -> str | None:
+        """Who set the node's reason and when, as Slurm stamps it: root@2026-12-01T10:00:00."""
+        found = re.search(r"\bReason=.*\[(\S+@\S+)\]", self.node())
+        return found.group(1) if found else None
+
     def submit(self, *args: str) -> str:
         return self.run("sbatch", "--parsable", "-o", "/dev/null", "-D", str(self.root),
                         *args).strip().split(";")[0]

@@ -296,10 +296,11 @@ def test_a_failed_verdict_drains_the_node_through_the_health_check_program(node)
         assert line == f"0 failed: {reason.removeprefix('cte: ')}; slurm: drained {NODE}"
         state = cluster.node_state()
         assert "DRAIN" in state, state
-        # later runs see their own drain and leave it (its timestamp says when it began)
+        # later runs see their own drain and leave it, its time stamp too
+        stamp = cluster.reason_stamp()
         later = node.next_runs(1)
         assert later[0].endswith(f"slurm: {NODE} is already drained for this reason"), later
-        assert cluster.drain_reasons()[NODE] == reason
+        assert cluster.drain_reasons()[NODE] == reason and cluster.reason_stamp() == stamp
     finally:
         node.health_check_points_at("healthy")
 
