@@ -199,8 +199,11 @@ exit "$code"
                 scenario = str(scenario_file)
             exporters.append(_start_exporter(root, name, scenario, configs[name]))
         # slurmd's own environment, which its scripts never see
-        cluster.start(CTE_HPC_JOB_MAPPING_DIR=str(root / "from-slurmd"),
-                      CTE_BIN="/from-slurmd")
+        try:
+            cluster.start(CTE_HPC_JOB_MAPPING_DIR=str(root / "from-slurmd"),
+                          CTE_BIN="/from-slurmd")
+        except PermissionError as exc:  # a container without CAP_MKNOD
+            _cannot(f"cannot make the GPU device files: {exc}")
         for port in ports.values():
             wait_for(lambda port=port: _ready(port), timeout=60, interval=0.2)
         yield found
