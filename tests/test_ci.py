@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.tools import REPO
 
 PACKAGES = ("prometheus prometheus-node-exporter victoria-metrics prometheus-alertmanager openssl "
-            "systemd chromium buildah debootstrap python3-venv")
+            "systemd chromium buildah debootstrap slurmctld slurmd munge python3-venv")
 
 
 def readme_test_command() -> str:

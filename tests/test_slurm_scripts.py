@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from exporter.collectors.jobs.attributes import JobAttributesReader, parse_attributes
 from exporter.collectors.jobs.reading import BadFile, JobAttributes, JobsCollector
-from tests.tools import REPO, http_get, samples
+from tests.tools import REPO, free_port, http_get, samples
 
 SLURM = REPO / "deploy" / "slurm"
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
@@ -158,6 +159,53 @@ def shared_part(text: str) -> str:
 def test_prolog_and_epilog_share_the_same_common_part():
     assert shared_part((SLURM / "prolog.sh").read_text()) == shared_part(
         (SLURM / "epilog.sh").read_text())
+
+
+def as_slurmd_runs(shell: str, script: str, settings: Path,
+                   **env: str) -> subprocess.CompletedProcess:
+    """As slurmd runs a prolog, epilog or HealthCheckProgram: with the variables it makes
+    (the job's), no PATH and none of slurmd's own environment; the settings file's path
+    is the one thing added (on a node it is the default)."""
+    result = subprocess.run([shutil.which(shell) or shell, str(SLURM / script)],
+                            env={"CTE_SLURM_ENV": str(settings), **env}, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_the_mapping_directory_comes_from_the_settings_file(shell, mapping, tmp_path):
+    settings = tmp_path / "slurm.env"
+    # only CTE_* names are read: a PATH here would leave the scripts without mkdir
+    settings.write_text(f'# this node\nCTE_HPC_JOB_MAPPING_DIR="{mapping}"\nPATH=/nowhere\n'
+                        "CTE_odd-name=1\n")
+    as_slurmd_runs(shell, "prolog.sh", settings, SLURM_JOB_ID="101", SLURM_JOB_GPUS="0,1",
+                   SLURM_JOB_USER="alice")
+    assert contents(mapping) == {"0": "101\n", "1": "101\n"}
+    assert (mapping / ".jobs" / "101").read_text() == "user=alice\n"
+    # a variable that is set wins over the file
+    other = tmp_path / "other"
+    as_slurmd_runs(shell, "prolog.sh", settings, SLURM_JOB_ID="102", SLURM_JOB_GPUS="2",
+                   CTE_HPC_JOB_MAPPING_DIR=str(other))
+    assert contents(other) == {"2": "102\n"} and "2" not in contents(mapping)
+    as_slurmd_runs(shell, "epilog.sh", settings, SLURM_JOB_ID="101", SLURM_JOB_GPUS="0,1")
+    assert contents(mapping) == {} and not (mapping / ".jobs" / "101").exists()
+
+
+def test_the_health_check_takes_its_command_config_and_flags_from_the_settings_file(
+        shell, tmp_path):
+    port = free_port()  # nothing listens there
+    command = tmp_path / "cte"
+    command.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m exporter "$@"\n')
+    command.chmod(0o755)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"listen_address: '127.0.0.1:{port}'\n")
+    settings = tmp_path / "slurm.env"
+    settings.write_text(f"CTE_BIN={command}\nCTE_CONFIG='{config}'\n"
+                        "CTE_HEALTH_ARGS='--timeout 2'\n")
+    result = as_slurmd_runs(shell, "health-check.sh", settings, SLURMD_NODENAME="n1")
+    assert result.stdout.startswith(
+        f"unknown: cannot reach the exporter at http://127.0.0.1:{port}/"), result.stdout
+    assert "; slurm: nothing done" in result.stdout
 
 
 SLURM_WHO = {"SLURM_JOB_USER": "alice", "SLURM_JOB_ACCOUNT": "physics",

@@ -12,8 +12,35 @@
 #                           renumbered from 0, so do not run this as a TaskProlog)
 #   CTE_HPC_JOB_MAPPING_DIR the exporter's --hpc-job-mapping-dir
 #                           (default /run/cluster-telemetry-exporter/hpc-jobs)
+#   CTE_SLURM_ENV           a file of settings (below)
 # A failing prolog or epilog makes Slurm drain the node, so this script never fails:
 # problems go to stderr and it exits 0.
+
+# slurmd runs its prolog and epilog with an environment of its own making (the job's
+# SLURM_* variables; no PATH, none of slurmd's own variables), so the settings above come
+# from a file of NAME=value lines, CTE_SLURM_ENV (default
+# /etc/cluster-telemetry-exporter/slurm.env), where slurmd's environment cannot set them.
+# Only CTE_* names are read; a variable already set wins; quotes around a value go.
+cte_read_settings() {
+    [ -f "$1" ] && [ -r "$1" ] || return 0
+    while IFS= read -r cte_line || [ -n "$cte_line" ]; do
+        case $cte_line in
+            CTE_*=*) ;;
+            *) continue ;;
+        esac
+        cte_name=${cte_line%%=*}
+        case $cte_name in *[!A-Z_]*) continue ;; esac
+        eval "cte_set=\${$cte_name+set}"
+        [ -z "$cte_set" ] || continue
+        cte_value=${cte_line#*=}
+        case $cte_value in
+            \"*\") cte_value=${cte_value#\"}; cte_value=${cte_value%\"} ;;
+            \'*\') cte_value=${cte_value#\'}; cte_value=${cte_value%\'} ;;
+        esac
+        eval "$cte_name=\$cte_value"
+    done < "$1"
+}
+cte_read_settings "${CTE_SLURM_ENV:-/etc/cluster-telemetry-exporter/slurm.env}"
 
 CTE_DIR=${CTE_HPC_JOB_MAPPING_DIR:-/run/cluster-telemetry-exporter/hpc-jobs}
 
