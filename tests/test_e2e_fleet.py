@@ -202,11 +202,25 @@ def test_fleet_alerts_through_prometheus(fleets):
     assert apart(estimate), estimate
     assert not _has(alerts, "ClusterPowerSwingCoherent", cluster="two-jobs")
     # the healthy fleet: nothing firing; pending only the informational swing notice
-    # (every training node swings; it would fire after its 30 minutes), every GPU up
+    # (every training node swings; it would fire after its 30 minutes), every GPU up;
+    # its job checkpoints from rank 0 (node 0, GPU 0) every 30 s: no stall alert on it,
+    # once a checkpoint has been written and accounted
+    ckpt = _by(prom, 'sum by (cluster) (gpu_time_seconds_total{cluster="healthy", '
+               'state="checkpoint"})', "cluster", {"healthy"}, timeout=75)
+    assert ckpt.get("healthy", 0) > 0, ckpt
+    stalls = _by(prom, 'sum by (cluster) (gpu_node_collective_stalls_total{cluster="healthy"})',
+                 "cluster", {"healthy"})
+    assert stalls == {"healthy": 0.0}, stalls
     healthy = [a for a in prom.api("alerts")["alerts"]
                if a["labels"].get("cluster") == "healthy"]
-    assert [a["labels"] for a in healthy if a["state"] == "firing"] == []
-    assert {a["labels"]["alertname"] for a in healthy} <= {"NodePowerSwingSustained"}
+    # the checkpoints' power falls and rises are ramps, information (the others: none)
+    firing = [a["labels"] for a in healthy if a["state"] == "firing"]
+    assert all(a["alertname"] == "NodePowerRamp" and a["severity"] == "info"
+               for a in firing), firing
+    # pending at most: the swing notice, and a checkpoint's GPUs computing nothing for a
+    # moment (GpuAllocatedNotComputing needs 30 minutes of it)
+    assert {a["labels"]["alertname"] for a in healthy} <= {
+        "NodePowerSwingSustained", "NodePowerRamp", "GpuAllocatedNotComputing"}
     gpus = NODES["healthy"] * 8
     up = _by(prom, 'cluster:gpus_up:sum{cluster="healthy"} == ' + str(gpus), "cluster",
              {"healthy"})

@@ -172,3 +172,13 @@ def test_the_processes_ranks_name_the_writer():
                               SamplerSettings(xid_events=False, power=None), hold)
     s = by_state(snap)
     assert (s["stalled"] >= 30.0).all() and s["checkpoint"].sum() == 0.0
+
+
+def test_rank_0_writing_its_checkpoints_is_no_straggler():
+    """Past the straggler persistence (300 s), rank 0's checkpoints (20 s of every
+    minute at 0 % utilization) would make it a utilization straggler: windows that hold a
+    checkpoint update no finding."""
+    snap = _writer(0, 420.0)
+    report = snap.straggler_analysis.report
+    assert report is not None and not any(g.straggler for g in report.gpus.values())
+    assert snap.straggler_analysis.stalls_total == 0

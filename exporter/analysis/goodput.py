@@ -347,6 +347,24 @@ class Ledger:
         ckpt = j.rhythm.admits(WRITER, gaps, length, ongoing=True)
         return "checkpoint" if ckpt else "stall"
 
+    def checkpoint_within(self, seconds: float) -> bool:
+        """Whether a job checkpointed in the last ``seconds``: a pause decided a checkpoint
+        that ended then, or one under way that looks like one and keeps its job's rhythm."""
+        since = self.clock - seconds
+        for p in reversed(self.pauses):
+            if p.start + p.seconds < since:
+                break
+            if p.cause == "checkpoint":
+                return True
+        for j in self._jobs.values():
+            p = j.pause
+            if p is not None and p.look() in CHECKPOINT_LOOKS and (
+                    p.look() == TOGETHER or j.rhythm.admits(
+                        p.look(), (p.work_before, p.work_since_look),
+                        sum(p.seconds_by.values()), ongoing=True)):
+                return True
+        return False
+
     def job_pauses(self, job: str) -> list[Pause]:
         return [p for p in self.pauses if p.job == job]
 

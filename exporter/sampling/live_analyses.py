@@ -57,7 +57,8 @@ class Analyses:
         self.goodput = GoodputMonitor(gpus.count, clock.time()) if straggler_settings else None
         self.straggler_monitor = (StragglerMonitor(dataclasses.replace(
             straggler_settings, sweep_interval_seconds=sweep_interval),
-            judge=self.goodput.judge if self.goodput else None)
+            judge=self.goodput.judge if self.goodput else None,
+            checkpoint_within=self.goodput.ledger.checkpoint_within if self.goodput else None)
             if straggler_settings else None)
         self.sweep_buffer = (SweepBuffer(gpus.count, max(2, int(
             straggler_settings.window_seconds * 1.5 / sweep_interval)))

@@ -111,10 +111,15 @@ StallJudge = Callable[[StallResult, dict[int, str] | None], StallResult]
 
 
 class StragglerMonitor:
-    def __init__(self, settings: StragglerSettings, judge: StallJudge | None = None):
-        """`judge`: the goodput account's word on each stall (a checkpoint is none)."""
+    def __init__(self, settings: StragglerSettings, judge: StallJudge | None = None,
+                 checkpoint_within: Callable[[float], bool] | None = None):
+        """`judge`: the goodput account's word on each stall (a checkpoint is none);
+        `checkpoint_within(seconds)`: whether a job checkpointed in the last `seconds` (a
+        window that holds a checkpoint updates no straggler finding: rank 0, writing,
+        differs from its peers by design)."""
         self.settings = settings
         self.judge = judge
+        self.checkpoint_within = checkpoint_within
         self.detector = StragglerDetector(settings.thresholds())
         self.features: WindowFeatures | None = None
         self.report: StragglerReport | None = None
@@ -199,6 +204,8 @@ class StragglerMonitor:
             series["compute"] = (times, np.where(inside, shares, np.nan))
         gpus = list(range(power.shape[0]))
         self.features = window_features(t_row[recent], bridged, gpus=gpus, **series)
+        if self.checkpoint_within is not None and self.checkpoint_within(s.window_seconds):
+            return  # findings stay as they were over a window that holds a checkpoint
         self.report = self.detector.update(self.features, t=now, groups=groups)
 
     def _check_stall(self, now: float, power: np.ndarray, sweep_t: np.ndarray,

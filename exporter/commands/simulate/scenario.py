@@ -62,6 +62,10 @@ class FleetJob:
     step_period_seconds: float = 2.0
     phase_seconds: float = 0.0
     compute_fraction: float = 0.65
+    # rank 0 (GPU 0 of the job's first node) writes a checkpoint every this many seconds
+    # (0: never), aligned to the wall clock, while every other GPU of the job spins
+    checkpoint_every_seconds: float = 0.0
+    checkpoint_seconds: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,10 @@ class FleetScenario:
                 fraction = compute / period
             workload = dataclasses.replace(
                 base.workload, step_period_seconds=period, phase_seconds=job.phase_seconds,
-                compute_fraction=fraction)
+                compute_fraction=fraction, checkpoint_every_seconds=job.checkpoint_every_seconds,
+                checkpoint_seconds=job.checkpoint_seconds,
+                # rank 0 writes on the job's first node; elsewhere no GPU does, all spin
+                checkpoint_gpu=0 if node == job.nodes[0] else -1)
         events = tuple(sorted((e for n, e in self.gpu_faults if n == node), key=lambda e: e.at))
         return Scenario(name=f"{self.name}/node{node}", description=self.description,
                         gpus=self.gpus_per_node, seed=self.seed * 1000 + node,
@@ -228,7 +235,8 @@ def _parse_jobs(raw_jobs: list, where: Where, n: int, clip: bool) -> list[FleetJ
     for item in raw_jobs:
         jw = where.child("jobs", item)
         expect_mapping(item, jw, {"name", "nodes", "step_period_seconds", "phase_seconds",
-                                  "compute_fraction"})
+                                  "compute_fraction", "checkpoint_every_seconds",
+                                  "checkpoint_seconds"})
         job_name = item.get("name")
         if not isinstance(job_name, str | int) or isinstance(job_name, bool) or not str(
                 job_name).strip() or any(c.isspace() for c in str(job_name)):
@@ -240,7 +248,11 @@ def _parse_jobs(raw_jobs: list, where: Where, n: int, clip: bool) -> list[FleetJ
                                            high=60),
             phase_seconds=get_number(item, "phase_seconds", jw, 0.0, low=-1e6, high=1e6),
             compute_fraction=get_number(item, "compute_fraction", jw, 0.65, low=0.05,
-                                        high=0.95))
+                                        high=0.95),
+            checkpoint_every_seconds=get_number(item, "checkpoint_every_seconds", jw, 0.0,
+                                                low=0.0, high=86400),
+            checkpoint_seconds=get_number(item, "checkpoint_seconds", jw, 20.0, low=1.0,
+                                          high=3600))
         if not job.nodes:
             continue  # --nodes left this job no node
         for node in job.nodes:
