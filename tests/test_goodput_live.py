@@ -39,7 +39,8 @@ def by_state(snapshot) -> dict[str, np.ndarray]:
     return {state: account.seconds[:, i] for i, state in enumerate(STATES)}
 
 
-@pytest.fixture(scope="module", params=["training", "checkpoint-stall", "gpu-lost", "idle"])
+@pytest.fixture(scope="module", params=["training", "checkpoint-stall", "checkpoint-sharded",
+                                        "gpu-lost", "idle"])
 def scenario(request):
     return request.param, run(request.param)
 
@@ -67,6 +68,10 @@ def test_each_scenario_shows_its_states(scenario):
         assert snap.straggler_analysis.stalls_total == 0
         assert list(snap.goodput.checkpoints) == ["node"]
         assert re.fullmatch(CHECKPOINTS, snap.goodput.checkpoints["node"])
+    elif name == "checkpoint-sharded":  # every GPU near idle together
+        assert (s["checkpoint"] >= 35.0).all() and s["stalled"].sum() == 0.0
+        assert re.fullmatch(r"all GPUs pause together \(a sharded checkpoint\) for ~(19|20|21) s "
+                            r"every ~60 s \(2 seen\)", snap.goodput.checkpoints["node"])
     elif name == "gpu-lost":
         assert s["failed"][5] >= wall - 15.0
         assert s["failed"][[0, 1, 2, 3, 4, 6, 7]].sum() == 0.0

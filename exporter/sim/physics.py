@@ -88,7 +88,7 @@ class FakeGpu:
         self.x0 = (start + self.phase) % self.wave.period
         self.every = work.checkpoint_every_seconds if self.training else 0.0
         self.ckpt_seconds = min(work.checkpoint_seconds, self.every)
-        self.writer = index == work.checkpoint_gpu
+        self.writer = work.checkpoint_sharded or index == work.checkpoint_gpu
         self.ckpt_watts = work.idle_watts + 40 if self.writer else work.wait_watts
         self._ckpt_prefix = [0.0]  # energy corrections of completed checkpoints, summed
         self.energy0_mj = 1.2e9 + index * 3.7e7

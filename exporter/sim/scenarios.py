@@ -150,6 +150,9 @@ class Workload:
     checkpoint_seconds: float = 20.0
     checkpoint_gpu: int = 0
     wait_watts: float = 150.0
+    # a sharded checkpoint instead (FSDP, DeepSpeed, Megatron's distributed checkpoint):
+    # every rank writes its shard, every GPU near idle together
+    checkpoint_sharded: bool = False
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,7 @@ def parse_scenario(data: object, source: str, name: str) -> Scenario:
     workload = _spec(Workload, top.get("workload") or {},
                      where.child("workload", top.get("workload")),
                      strings=("type",), ints=("memory_used_bytes", "checkpoint_gpu"),
+                     bools=("checkpoint_sharded",),
                      bounds={"step_period_seconds": (0.01, 3600), "compute_fraction": (0, 1),
                              "phase_seconds": (-1e6, 1e6)})
     if workload.type not in ("training", "idle"):
