@@ -105,6 +105,26 @@ def _check_screenshot(image: np.ndarray) -> None:
                                               "#9467bd", "#8c564b", "#e377c2", "#17becf")) >= 4
 
 
+def test_the_page_says_who_writes_the_checkpoints(running_exporter, tmp_path):
+    """checkpoint-stall inside its third checkpoint (160-180 s): the summary says who
+    writes, how long and how often; the finding is information, and no stall is named."""
+    require_binary("chromium")
+    exp = running_exporter.start(manual=True, scenario="checkpoint-stall")
+    exp.sampler.advance(170)
+    _, body = http_get(exp.port, "/api/v1/findings")
+    answer = json.loads(body)
+    line = answer["summary"]["goodput"]["checkpoints"]["node"]
+    assert re.fullmatch(r"GPU 0 writes a checkpoint for ~(19|20) s every ~60 s \(2 seen\); "
+                        r"the others wait", line), line
+    kinds = [(f["kind"], f["severity"]) for f in answer["findings"]]
+    assert ("checkpoint", "info") in kinds and "stall" not in [k for k, _ in kinds]
+    result = chromium(tmp_path, f"http://127.0.0.1:{exp.port}/", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert f"<dt>checkpoints</dt><dd>{line}</dd>" in dom, dom[-3000:]
+    assert re.search(r'<li class="finding sev-info" data-kind="checkpoint" data-gpu="0"', dom)
+
+
 USER, PASSWORD = "oncall", "a page behind the same door"
 
 

@@ -138,12 +138,17 @@ class Pause:
     work_before: float  # seconds the job stepped since its previous checkpoint
 
 
+# the recent checkpoints a description is taken from (their rhythm now, not a day's)
+DESCRIBED = 8
+
+
 def describe_checkpoints(pauses: list[Pause], gpu_name: str = "GPU") -> str | None:
-    """One line on a job's checkpoints: who writes, for how long, how often; None when
-    there was none."""
-    ckpt = [p for p in pauses if p.cause == "checkpoint"]
-    if not ckpt:
+    """One line on a job's checkpoints: who writes, for how long, how often (its last
+    DESCRIBED), how many there were; None when there was none."""
+    every_ckpt = [p for p in pauses if p.cause == "checkpoint"]
+    if not every_ckpt:
         return None
+    ckpt = every_ckpt[-DESCRIBED:]
     length = statistics.median(p.seconds for p in ckpt)
     starts = [p.start for p in ckpt]
     periods = [b - a for a, b in zip(starts, starts[1:], strict=False)]
@@ -159,4 +164,4 @@ def describe_checkpoints(pauses: list[Pause], gpu_name: str = "GPU") -> str | No
         who, rest = "all GPUs wait on another node's checkpoint", ""
     else:
         who, rest = "the job checkpoints", ""
-    return f"{who} for ~{length:.0f} s{every} ({len(ckpt)} seen){rest}"
+    return f"{who} for ~{length:.0f} s{every} ({len(every_ckpt)} seen){rest}"

@@ -284,6 +284,7 @@ class Ledger:
         self.lost = LostProgress()
         self.clock = 0.0  # seconds since the account began
         self.pauses: list[Pause] = []  # every job's pauses as decided, the last MAX_PAUSES
+        self.pauses_decided = 0  # ever (the list keeps the last MAX_PAUSES)
         self._jobs: dict[str, _Job] = {}
         self._pending: list[_Pending | None] = [None] * n
         self._long_low = [False] * n  # low past max_checkpoint: idle until it works again
@@ -473,6 +474,7 @@ class Ledger:
             job.worked = 0.0
         self.pauses.append(Pause(name, p.start, seconds, look,
                                  "checkpoint" if ckpt else "stall", p.writer, p.work_before))
+        self.pauses_decided += 1
         del self.pauses[:-MAX_PAUSES]
 
     def _job(self, name: str, rows: list[int], failed: np.ndarray) -> _Job:

@@ -43,6 +43,7 @@ class GoodputMonitor:
         to the time since."""
         self.ledger = Ledger(gpus)
         self._ranks: np.ndarray | None = None  # by GPU, NaN where not known
+        self._described: tuple[int, dict[str, str]] = (0, {})  # (pauses decided, lines)
         self._last = started_at
         self.cpu_seconds = 0.0  # spent in update(), for bench/bench_cpu.py
 
@@ -63,13 +64,22 @@ class GoodputMonitor:
                 self._second(dt, means, floor, level, stall, set(failed), groups, tdp),
                 ranks=self._ranks))
         lg = self.ledger
-        jobs = {p.job for p in lg.pauses}
-        lines = {job: describe_checkpoints(lg.job_pauses(job)) for job in sorted(jobs)}
         out = GoodputAnalysis(now, lg.seconds.copy(), lg.joules.copy(), lg.pending_seconds(),
                               lg.lost.failures, lg.lost.gpu_seconds, time.perf_counter() - t0,
-                              {job: line for job, line in lines.items() if line})
+                              self._checkpoint_lines())
         self.cpu_seconds += time.thread_time() - cpu0
         return out
+
+    def _checkpoint_lines(self) -> dict[str, str]:
+        """Each job's checkpoints in a line, worked out again only when a pause was
+        decided (a few times an hour, not every second)."""
+        lg = self.ledger
+        if self._described[0] != lg.pauses_decided:
+            lines = {job: describe_checkpoints(lg.job_pauses(job))
+                     for job in sorted({p.job for p in lg.pauses})}
+            self._described = (lg.pauses_decided,
+                               {job: line for job, line in lines.items() if line})
+        return self._described[1]
 
     def judge(self, stall: StallResult, groups: Mapping[int, str] | None) -> StallResult:
         """The stall as the account sees it: a checkpoint of the culprit's job (its first

@@ -233,7 +233,9 @@ def _goodput(snapshot: Snapshot) -> dict[str, Any] | None:
             # failure, never subtracted from productive (docs/goodput.md)
             "lost_progress_estimate": {"failures": account.failures,
                                        "gpu_seconds": number(account.lost_progress_gpu_seconds,
-                                                             1)}}
+                                                             1)},
+            # each job's checkpoints in a line, by job ("node": no job mapping)
+            "checkpoints": dict(account.checkpoints)}
 
 
 def _step(snapshot: Snapshot) -> dict[str, Any] | None:

@@ -217,6 +217,14 @@
         lost.gpu_seconds.toFixed(0) + " GPU-seconds" : "");
   }
 
+  // who writes the jobs' checkpoints, for how long and how often (docs/goodput.md)
+  function checkpointsLine(g) {
+    const lines = g ? Object.entries(g.checkpoints || {}) : [];
+    if (!lines.length) return "none seen";
+    if (lines.length === 1 && lines[0][0] === "node") return lines[0][1];
+    return lines.map(([job, line]) => "job " + job + ": " + line).join("; ");
+  }
+
   function drawSummary(s, now, flagged) {
     $("gpus").textContent = String(s.gpu_count);
     $("backend").textContent = s.backend + (s.backend === "fake" ? " (scenario " +
@@ -234,6 +242,7 @@
         s.step.frequency_hz.toFixed(2) + " Hz), from the power of the compute phases" :
         "no clear step swing"],
       ["goodput", goodputLine(s.goodput)],
+      ["checkpoints", checkpointsLine(s.goodput)],
       ["version", s.version + ", up " + age(now, s.started_at).replace(" ago", "")],
       ["updated", clock(now)],
     ];
