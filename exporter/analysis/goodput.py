@@ -209,8 +209,6 @@ class _Pending:
         return float(self.seconds_by.sum())
 
 
-
-
 @dataclass
 class _JobPause:
     """A job's pause under way: when it began, the work before it, seconds by look."""
@@ -252,12 +250,24 @@ class _Job:
         yes = sum(s for serial, s in in_pause.items() if verdict(serial))
         return yes > 0 and yes >= 0.5 * sum(in_pause.values())
 
-    def judge(self, p: _JobPause, seconds: float) -> bool:
+    def judge(self, p: _JobPause, seconds: float, ongoing: bool = False) -> bool:
         """A checkpoint: every GPU low together, or a look a checkpoint can have that keeps
-        the job's rhythm (analysis.checkpoints)."""
+        the job's rhythm (analysis.checkpoints; ``ongoing``: still under way)."""
         look = p.look()
         return look == TOGETHER or (look in CHECKPOINT_LOOKS and self.rhythm.admits(
-            look, (p.work_before, p.work_since_look), seconds))
+            look, (p.work_before, p.work_since_look), seconds, ongoing))
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """A second's evidence by GPU (N,): with a reading and held and not failed (live),
+    working, busy-waiting, named by the stall check, failed."""
+
+    live: np.ndarray
+    works: np.ndarray
+    waits: np.ndarray
+    named: np.ndarray
+    failed: np.ndarray
 
 
 @dataclass
@@ -337,7 +347,7 @@ class Ledger:
     def stall_cause(self, job: str, culprits: Sequence[int], first: int | None) -> str:
         """The cause of a stall the stall check sees now (live): ``checkpoint`` when its
         one culprit is the job's first rank and the pause keeps the job's rhythm so far
-        (not yet longer than its checkpoints), else ``stall``."""
+        (not yet twice as long as its checkpoints), else ``stall``."""
         j = self._jobs.get(job)
         if j is None or not j.stepped or list(culprits) != [first]:
             return "stall"
@@ -357,14 +367,9 @@ class Ledger:
                 break
             if p.cause == "checkpoint":
                 return True
-        for j in self._jobs.values():
-            p = j.pause
-            if p is not None and p.look() in CHECKPOINT_LOOKS and (
-                    p.look() == TOGETHER or j.rhythm.admits(
-                        p.look(), (p.work_before, p.work_since_look),
-                        sum(p.seconds_by.values()), ongoing=True)):
-                return True
-        return False
+        return any(j.pause is not None and j.judge(
+            j.pause, sum(j.pause.seconds_by.values()), ongoing=True)
+            for j in self._jobs.values())
 
     def job_pauses(self, job: str) -> list[Pause]:
         return [p for p in self.pauses if p.job == job]
@@ -399,41 +404,8 @@ class Ledger:
         stalled = np.zeros(n, dtype=bool)  # stalled at once
         look: list[str | None] = [None] * n  # a pending second's look
         for name, rows in rows_of.items():
-            job = self._job(name, rows, failed)
-            # a job works while most of its live GPUs do and no more than a few wait
-            mine, share = live[rows], self.thresholds.job_working_share
-            job_works = bool(mine.any()) and works[rows].sum() >= share * mine.sum() and (
-                waits[rows].sum() < share * mine.sum())
-            if job_works:
-                job.working_seconds += dt
-                job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
-            elif not job.stepped:
-                job.starting_seconds += dt
-            if failed[rows].any():  # busy-waiting on a hung (failed) peer: a stall at once
-                stalled[rows] |= waits[rows]
-                continue
-            if not job.stepped:
-                continue
-            first = first_rank(rows, s.ranks)
-            if job_works:
-                self._close_pause(name, job)
-                job.worked += dt
-                job.worked_since_look += dt
-                for g in rows:  # the job works: a GPU low or waiting is so alone
-                    if live[g] and (not works[g] or named[g]):
-                        look[g] = CULPRIT if waits[g] or named[g] else ALONE
-                continue
-            live_rows = [g for g in rows if live[g]]
-            seen = pause_look([not works[g] and not waits[g] for g in live_rows],
-                              [bool(waits[g]) for g in live_rows],
-                              live_rows.index(first) if first in live_rows else None)
-            if seen is None:  # still computing while it does not count as working
-                continue
-            self._open_pause(job, seen, dt, first if seen == WRITER else None)
-            for g in live_rows:
-                # a GPU that holds up its peers while still computing is stalled with them
-                if not works[g] or seen == CULPRIT or named[g]:
-                    look[g] = seen
+            self._job_second(name, rows, dt, _Evidence(live, works, waits, named, failed),
+                             s.ranks, stalled, look)
         for gpu in range(n):
             job = self._jobs.get(jobs[gpu]) if held[gpu] else None
             state = self._state(gpu, s, held, failed, works, stalled, look, job)
@@ -443,6 +415,47 @@ class Ledger:
                 self._add(gpu, state, dt, joules[gpu])
             self._last[gpu] = state
         self.clock += dt
+
+    def _job_second(self, name: str, rows: list[int], dt: float, e: _Evidence,
+                    ranks: np.ndarray | None, stalled: np.ndarray,
+                    look: list[str | None]) -> None:
+        """One job's second: whether it works (and so steps), and, paused after steps,
+        how its pause looks; marks the GPUs stalled at once and each pending GPU's look."""
+        job = self._job(name, rows, e.failed)
+        # a job works while most of its live GPUs do and no more than a few wait
+        mine, share = e.live[rows], self.thresholds.job_working_share
+        job_works = bool(mine.any()) and e.works[rows].sum() >= share * mine.sum() and (
+            e.waits[rows].sum() < share * mine.sum())
+        if job_works:
+            job.working_seconds += dt
+            job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
+        elif not job.stepped:
+            job.starting_seconds += dt
+        if e.failed[rows].any():  # busy-waiting on a hung (failed) peer: a stall at once
+            stalled[rows] |= e.waits[rows]
+            return
+        if not job.stepped:
+            return
+        if job_works:
+            self._close_pause(name, job)
+            job.worked += dt
+            job.worked_since_look += dt
+            for g in rows:  # the job works: a GPU low or waiting is so alone
+                if e.live[g] and (not e.works[g] or e.named[g]):
+                    look[g] = CULPRIT if e.waits[g] or e.named[g] else ALONE
+            return
+        first = first_rank(rows, ranks)
+        live_rows = [g for g in rows if e.live[g]]
+        seen = pause_look([not e.works[g] and not e.waits[g] for g in live_rows],
+                          [bool(e.waits[g]) for g in live_rows],
+                          live_rows.index(first) if first in live_rows else None)
+        if seen is None:  # still computing while it does not count as working
+            return
+        self._open_pause(job, seen, dt, first if seen == WRITER else None)
+        for g in live_rows:
+            # a GPU that holds up its peers while still computing is stalled with them
+            if not e.works[g] or seen == CULPRIT or e.named[g]:
+                look[g] = seen
 
     def _open_pause(self, job: _Job, seen: str, dt: float, writer: int | None) -> None:
         if job.pause is None:
