@@ -243,7 +243,9 @@ def test_real_trace_stragglers_and_stall(capsys: pytest.CaptureFixture[str]) -> 
     # rank 0 keeps computing near 690 W at ~91 % while GPUs 1-7 sit at 100 % and ~160 W
     assert rep["stalls"] == [{"start": pytest.approx(466.5, abs=1.0),
                               "end": pytest.approx(470, abs=1.0),
-                              "waiting_gpus": [1, 2, 3, 4, 5, 6, 7], "culprit_gpus": [0]}]
+                              "waiting_gpus": [1, 2, 3, 4, 5, 6, 7], "culprit_gpus": [0],
+                              # rank 0 still computes: no checkpoint writer, a stall
+                              "cause": "stall"}]
     # GPU 1 is the hottest throughout, but during training its peers spread over
     # ~11 degC and it scores |M| ~ 2.3: no finding at the default 5 minutes
     assert rep["outliers"] == []

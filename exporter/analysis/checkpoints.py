@@ -120,7 +120,7 @@ def pause_look(low: list[bool], waits: list[bool], first: int | None) -> str | N
     others = [i for i, w in enumerate(waits) if not w]
     if not others:
         return ELSEWHERE
-    if others == [first] and low[first]:
+    if first is not None and others == [first] and low[first]:
         return WRITER
     return CULPRIT
 
