@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "for the node (reset_gpu, reboot_node, drain_and_service); "
                         "default failed")
     parser.add_argument("--timeout", type=positive, default=5.0, metavar="SECONDS",
-                        help="how long to wait for the exporter (default 5)")
+                        help="the most the whole exchange with the exporter may take (connect, "
+                        "request, the full answer; default 5); past it: unknown")
     parser.add_argument("--auth.username", dest="auth_username", metavar="NAME",
                         help="basic-auth user, where the web config asks for one")
     parser.add_argument("--auth.password-file", dest="auth_password_file", metavar="FILE",
