@@ -39,6 +39,7 @@ from exporter.analysis.lemons import (
 )
 from exporter.errors import error_line, fail
 from exporter.events import Event, EventError, parse_lines
+from exporter.jsontext import loads
 from exporter.offline.infinitehbd import (
     Fault,
     TraceFormatError,
@@ -111,7 +112,7 @@ def read_trace(path: str) -> list[Fault]:
             raise InputError(f"{path}: a JSON document over {MAX_TRACE_BYTES >> 20} MiB "
                              "(InfiniteHBD-Trace's is under 1 MiB); JSON Lines are read as "
                              "a stream")
-        records = json.loads(text.decode("utf-8"))
+        records = loads(text.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
             from None
