@@ -102,6 +102,20 @@ def tls_context(web_config_file: str, client_cert: str | None = None,
     context.verify_mode = ssl.CERT_REQUIRED
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     context.load_verify_locations(cafile=cert_file, cadata=inline)
+    _client_certificate(context, client_cert, client_key)
+    return context
+
+
+def system_tls_context(client_cert: str | None = None,
+                       client_key: str | None = None) -> ssl.SSLContext:
+    """An https:// URL without a web config: the system's CAs, the host name checked."""
+    context = ssl.create_default_context()
+    _client_certificate(context, client_cert, client_key)
+    return context
+
+
+def _client_certificate(context: ssl.SSLContext, client_cert: str | None,
+                        client_key: str | None) -> None:
     if client_cert:
         try:
             context.load_cert_chain(client_cert, client_key or None)
@@ -110,7 +124,6 @@ def tls_context(web_config_file: str, client_cert: str | None = None,
                               f"key ({getattr(exc, 'strerror', None) or exc})") from None
     elif client_key:
         raise ConfigError("--tls.client-key needs --tls.client-cert")
-    return context
 
 
 def authorization(username: str | None, password_file: str | None) -> str | None:
