@@ -228,7 +228,8 @@ def ask(target: Target) -> bytes:
     if target.authorization:
         headers["Authorization"] = target.authorization
     try:
-        conn.sock = _DeadlineSocket(_connect(target, deadline), deadline)  # type: ignore[assignment]
+        # http.client connects only without a socket: it is handed ours, deadline and all
+        conn.sock = _DeadlineSocket(_connect(target, deadline), deadline)
         conn.request("GET", PATH, headers=headers)
         response = conn.getresponse()
         body = response.read(MAX_ANSWER_BYTES + 1)
