@@ -7,6 +7,7 @@ import difflib
 import gc
 import logging
 import sys
+import textwrap
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -18,7 +19,7 @@ from exporter.gpu.backend import NvmlUnavailable
 from exporter.history.store import StoreBusy
 from exporter.metrics.selection import load_selection
 from exporter.options import RUN, add_flags
-from exporter.sim.scenarios import load_scenario
+from exporter.sim.scenarios import builtin_names, load_scenario
 from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
@@ -61,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "clusters: high-rate power, swings, stragglers and failing hardware.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    run = commands.add_parser("run", help="sample GPUs and serve /metrics")
+    scenarios = textwrap.fill(  # a name is never broken at its hyphen
+        "built-in scenarios for --fake --scenario NAME (docs/scenarios.md): "
+        f"{', '.join(builtin_names())}.", 79, break_on_hyphens=False)
+    run = commands.add_parser("run", help="sample GPUs and serve /metrics", epilog=scenarios,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")

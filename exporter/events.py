@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from exporter.jsontext import loads
+
 # Every kind, with what it means (docs/history.md lists them from here).
 KINDS: dict[str, str] = {
     # GPU memory and bus
@@ -73,7 +75,7 @@ class Event:
 def parse_event(text: str) -> Event:
     """One event from one JSON line, or EventError saying what is wrong with it."""
     try:
-        obj = json.loads(text)
+        obj = loads(text)
     except json.JSONDecodeError as err:
         raise EventError(f"not JSON ({err.msg} at column {err.colno})") from None
     if not isinstance(obj, dict):

@@ -13,6 +13,13 @@ rule file: the reference. The test shows
 - the same job and cluster rules evaluated on one shard's nodes alone are wrong: half the
   GPUs, half the swing, below the threshold the whole cluster is above.
 
+On a machine too loaded to run it (the fleet, the store, the rulers and Prometheus share a
+few CPUs with whatever else runs), a test waits for its condition with a deadline and, if
+it still does not hold, asks what the components measured: exporters that held their
+straggler windows or sampled them badly, loops that skipped ticks, scrapes that failed or
+ran past their interval, rulers that missed evaluations. Any of those skips the test,
+saying so with the figures ("machine too loaded to judge"); none of them, it fails.
+
 The rule files are copies of alerts/*.yml with `for:` cut to 5 s (the expressions are the
 shipped ones) and a swing threshold of 75 kW for the test's cluster: its coherent swing is
 about 90 kW (each job of 16 nodes about 64 kW, in two frequency buckets, as the straggler
@@ -24,10 +31,12 @@ so 32 nodes fit on 2 CPUs.
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,6 +124,7 @@ class World:
                 if not line and self.sim.poll() is not None:
                     raise RuntimeError("simulate exited")
             assert line.split() == self.targets, line
+            self.serving = time.monotonic()
         except BaseException:
             self.stop()
             raise
@@ -152,6 +162,62 @@ def _until(probe: Callable[[], object], timeout: float, interval: float = 2.0):
         time.sleep(interval)
 
 
+# How far back _too_loaded looks at most: about the longest wait of a test below.
+LOAD_WINDOW_SECONDS = 480
+
+
+def _one(base: str, expr: str) -> float:
+    """The single value of an aggregating query, 0 when it has none."""
+    return sum(_values(base, expr).values())
+
+
+def _missed_evaluations(base: str) -> float:
+    """A vmalert's missed group evaluations (an iteration that ran past its interval)."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vmalert_iteration_missed_total"))
+
+
+def _too_loaded(world) -> str | None:
+    """Why the machine was too loaded for the deployment to be judged, as its components
+    measured it since the fleet served (LOAD_WINDOW_SECONDS at most), or None when none of
+    them says so."""
+    vm, prom = world.stack.vm, f"http://127.0.0.1:{world.prom.port}"
+    # since the fleet served: Prometheus scraped its targets before they listened
+    w = f"{max(10, min(LOAD_WINDOW_SECONDS, int(time.monotonic() - world.serving)))}s"
+    signs = []
+    held = _one(vm, f"count(max_over_time(gpu_node_straggler_analysis_held[{w}]) > 0)")
+    if held:
+        signs.append(f"{held:.0f} exporters held their straggler windows (sampled badly)")
+    skipped = _one(vm, f"sum(increase(cte_loop_overruns_total[{w}])) / "
+                       f"sum(increase(cte_loop_iterations_total[{w}]))")
+    if skipped > 0.05:
+        signs.append(f"{skipped:.0%} of the sampling ticks skipped")
+    failed = _one(prom, f"count(min_over_time(up[{w}]) == 0)")
+    slow = _one(prom, f"count(max_over_time(scrape_duration_seconds[{w}]) > 4)")
+    if failed or slow:
+        signs.append(f"scrapes of {failed:.0f} nodes failed, of {slow:.0f} took over 4 s")
+    missed = sum(_missed_evaluations(b) for b in (world.stack.vmalert_node,
+                                                   world.stack.vmalert_global))
+    if missed:
+        signs.append(f"{missed:.0f} rule evaluations missed")
+    if not signs:
+        return None
+    load = os.getloadavg()[0]
+    return f"load average {load:.1f} on {os.cpu_count()} CPUs: " + "; ".join(signs)
+
+
+def _judge(world, ok: bool, what: str, detail: object) -> None:
+    """Passes when ok; else a skip where load measurably is the cause, a failure where not."""
+    if ok:
+        return
+    why = _too_loaded(world)
+    if why:
+        pytest.skip(f"machine too loaded to judge {what}: {why}")
+    pytest.fail(f"{what}: {detail}")
+
+
 def _key(metric: dict) -> tuple:
     """The labels a global rule keeps (VictoriaMetrics keeps the name where Prometheus drops it)."""
     return tuple(sorted((k, v) for k, v in metric.items() if k in {
@@ -186,8 +252,8 @@ def test_every_service_runs_under_its_units_hardening(world):
 @pytest.mark.e2e
 def test_shards_split_the_nodes_and_each_job_spans_both(world):
     shards, ok = _until(lambda: (s := world.stack.shard_targets(),
-                                 sum(map(len, s)) == NODES), 60)
-    assert ok, shards
+                                 sum(map(len, s)) == NODES), 180)
+    _judge(world, ok, "the shards' targets", shards)
     zero, one = shards
     assert zero and one and not zero & one and zero | one == set(world.targets)
     jobs = {"5001": set(world.targets[:16]), "5002": set(world.targets[16:])}
@@ -210,11 +276,12 @@ def test_global_alerts_fire_in_vmalert_and_reach_alertmanager(world):
         return names, want <= names
 
     names, ok = _until(outliers, 420)
-    assert ok, (names, world.stack.log("vmalert-global")[-3000:])
+    _judge(world, ok, "the global alerts", (names, world.stack.log("vmalert-global")[-3000:]))
     # every rule of both rulers evaluates without error: every shipped rule, and the
-    # threshold this test adds
-    for base in (world.stack.vmalert_node, world.stack.vmalert_global):
-        assert world.stack.rule_errors(base) == {}, base
+    # threshold this test adds (an evaluation that timed out under load is retried)
+    errors, ok = _until(lambda: (e := {b: world.stack.rule_errors(b) for b in (
+        world.stack.vmalert_node, world.stack.vmalert_global)}, not any(e.values())), 60)
+    _judge(world, ok, "the rules' evaluations", errors)
     shipped = sum(len(g["rules"]) for p in (REPO / "alerts").glob("*.yml")
                   for g in yaml.safe_load(p.read_text())["groups"])
     assert sum(len(world.stack.rules(b)) for b in (world.stack.vmalert_node,
@@ -229,8 +296,8 @@ def test_global_alerts_fire_in_vmalert_and_reach_alertmanager(world):
                for a in get_json(f"{world.stack.alertmanager}/api/v2/alerts")}
         return got, ("GpuJobOutlier", instance, gpu) in got
 
-    got, ok = _until(in_alertmanager, 60)
-    assert ok, got
+    got, ok = _until(in_alertmanager, 120)
+    _judge(world, ok, "Alertmanager's alerts", got)
 
 
 @pytest.mark.e2e
@@ -252,7 +319,8 @@ def test_recording_rules_agree_with_one_prometheus(world):
         return (diffs, missing), not diffs and not missing
 
     (diffs, missing), ok = _until(compare, 240, interval=5)
-    assert ok, {"differ": diffs, "missing": missing}
+    _judge(world, ok, "the recording rules against Prometheus",
+           {"differ": diffs, "missing": missing})
 
 
 @pytest.mark.e2e
@@ -275,21 +343,24 @@ def test_a_job_rule_on_one_shard_alone_is_wrong(world):
         return (whole, alone), complete
 
     (whole, alone), complete = _until(counts, 120, interval=5)
-    if not complete:
-        # the exporters say why: they sampled their windows too badly to judge (a starved
-        # fleet, 32 nodes in one process on a loaded machine). Anything else still fails.
-        held = _values(vm, "sum(gpu_node_straggler_analysis_held)")
-        if sum(held.values()) > 0:
-            pytest.skip(f"{sum(held.values()):.0f} nodes hold their straggler windows "
-                        f"(sampled badly under load): the count cannot be judged {whole}")
+    # the exporters may say why not: they sampled their windows too badly to judge (a
+    # starved fleet, 32 nodes in one process on a loaded machine). Anything else fails.
+    _judge(world, complete, "the job's GPU count", (whole, alone))
     jobs = {"5001": world.targets[:16], "5002": world.targets[16:]}
-    assert set(whole) == set(alone) and len(whole) == 2, (whole, alone)
     for key, gpus in whole.items():
         nodes = len(shard & set(jobs[dict(key)["hpc_job"]]))
         assert gpus == 128 and alone[key] == 8 * nodes < 128, (key, gpus, alone)
 
     swing = "cluster_frequency_bucket:power_swing_coherent_amplitude_watts:estimate"
-    whole_swing = math.hypot(*_values(vm, swing).values())
-    alone_swing = math.hypot(*_values(vm, _rule_expr(swing), **only).values())
-    assert whole_swing > THRESHOLD_WATTS > alone_swing > 0, (whole_swing, alone_swing)
+
+    def swings():
+        # both answers present, the whole cluster's above the threshold: a starved fleet
+        # may lose its swing for a while (samples dropped), never a wrong one
+        whole_swing = math.hypot(*_values(vm, swing).values())
+        alone_swing = math.hypot(*_values(vm, _rule_expr(swing), **only).values())
+        return (whole_swing, alone_swing), whole_swing > THRESHOLD_WATTS and alone_swing > 0
+
+    (whole_swing, alone_swing), ok = _until(swings, 120, interval=5)
+    _judge(world, ok, "the cluster's swing", (whole_swing, alone_swing))
+    assert alone_swing < THRESHOLD_WATTS, (whole_swing, alone_swing)
     assert alone_swing < 0.75 * whole_swing, (whole_swing, alone_swing)

@@ -98,3 +98,17 @@ def test_check_config_lists_only_collectors_that_serve_something(tmp_path, capsy
     # host_* families are standard: under minimal the host collector serves nothing
     assert "host" not in minimal.split("collectors:")[1].split(";")[0]
     assert "host" in standard.split("collectors:")[1].split(";")[0]
+
+
+def test_run_help_lists_the_built_in_scenarios(capsys):
+    from exporter.sim.scenarios import builtin_names
+
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the epilog
+    names = builtin_names()
+    assert {"training", "gpu-lost", "straggler", "xid"} <= set(names)
+    assert "built-in scenarios" in text
+    for name in names:
+        assert f" {name}," in text or f" {name}." in text or f" {name} " in text, name

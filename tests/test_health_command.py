@@ -428,3 +428,67 @@ def test_the_program_answers_health_without_loading_the_sampler(exporters, capsy
     line, summary = result.stdout.splitlines()
     assert summary == "1 []", result.stderr
     assert (1, line + "\n") == health(capsys, port)
+
+
+# -- --url, the address as people write it ---------------------------------------------------
+
+def test_the_exporter_can_be_named_by_its_url(exporters, capsys):
+    port = exporters["lost"].port
+    for url in (f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/",
+                f"http://127.0.0.1:{port}/api/v1/health", f"HTTP://localhost:{port}"):
+        code, out = health(capsys, None, "--url", url)
+        assert code == 1 and out.startswith("failed: reboot_node"), (url, out)
+    # the old flag still works, alone
+    assert health(capsys, port)[0] == 1
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://127.0.0.1:9955/metrics", "a path other than /api/v1/health"),
+    ("ftp://127.0.0.1:9955", "expected http://HOST:PORT or https://HOST:PORT"),
+    ("node:9955", "expected http://HOST:PORT or https://HOST:PORT"),
+    ("http://:9955", "no host"),
+    ("http://127.0.0.1:99999", "port"),
+    ("http://npd:secret@127.0.0.1:9955", "--auth.username"),
+    ("http://127.0.0.1:9955/?x=1", "query"),
+])
+def test_a_url_health_cannot_use_is_one_line_and_unknown(capsys, url, says):
+    assert main(["health", "--url", url]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("cluster-telemetry-exporter: health: --url")
+    assert says in err, err
+    assert out.startswith("unknown: ") and "secret" not in out + err
+
+
+def test_url_and_listen_address_are_one_or_the_other(capsys):
+    assert main(["health", "--url", "http://127.0.0.1:9955",
+                 "--web.listen-address", "127.0.0.1:9955"]) == 2
+    assert "give one of --url and --web.listen-address" in capsys.readouterr().err
+
+
+def test_a_url_without_a_port_asks_the_default_port(capsys):
+    from exporter.commands.health.command import url_address
+
+    assert url_address("http://gpu-a17") == ("http", "gpu-a17:9955")
+    assert url_address("https://[fd00::7]:9100/") == ("https", "[fd00::7]:9100")
+
+
+def test_the_url_scheme_must_agree_with_the_web_config(tmp_path, capsys):
+    certs = make_certs(tmp_path / "certs")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
+                   f"  key_file: {certs.server_key}\n")
+    factory = ExporterFactory()
+    try:
+        exporter = factory.start(manual=True, web_config_file=str(web))
+        exporter.sampler.advance(16)
+        flags = ("--web.config.file", str(web))
+        code, out = health(capsys, None, "--url", f"https://127.0.0.1:{exporter.port}", *flags)
+        assert code == 0 and out.startswith("ok: "), out
+        code, out = health(capsys, None, "--url", f"http://127.0.0.1:{exporter.port}", *flags)
+        assert code == 2 and "serves TLS" in out and "https://" in out
+        # https without the web config: the system's trust store, which does not know the
+        # test's CA: no verdict
+        code, out = health(capsys, None, "--url", f"https://127.0.0.1:{exporter.port}")
+        assert code == 2 and "CERTIFICATE_VERIFY_FAILED" in out
+    finally:
+        factory.stop_all()

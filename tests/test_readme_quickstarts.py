@@ -107,3 +107,13 @@ def test_the_install_line_sets_values_the_chart_has(line):
                 assert part in props or node.get("additionalProperties") not in (False, None), (
                     words[i + 1])
                 node = props.get(part, {})
+
+
+def test_the_helm_lines_say_what_installs_helm():
+    """No helm binary comes with the repository (the tests render through
+    helm-python-sdk): the sentence before the `helm template` recipe says where Helm's own
+    install guide is."""
+    section = README.split("## Quick start: Kubernetes", 1)[1].split("\n## ", 1)[0]
+    before = section[:section.index("helm template")].rsplit("```sh", 1)[0]
+    lead = before.strip().rsplit("\n\n", 1)[-1]
+    assert "https://helm.sh/docs/intro/install/" in lead, lead

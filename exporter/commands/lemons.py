@@ -7,10 +7,11 @@ concatenated, or InfiniteHBD-Trace's fault_trace.json; the format is sniffed (a 
 starts with `[` is one JSON document: the trace) or named with `--input-format`.
 Input it refuses, in one line naming file:line, with exit status 2: a line that is not an
 event (not JSON, a missing field, an unknown kind), a line longer than MAX_LINE_BYTES or
-not UTF-8, a node's event earlier than that node's previous one (a file cut or merged
-wrongly; nodes may follow each other in any order), a file with no events, a trace
-record that is not a fault record, and a JSON document that is neither (with a hint:
-JSON Lines is one event a line). JSON Lines are read as a stream, a line at a time, so
+not UTF-8, a file with no events, a trace record that is not a fault record, and a JSON
+document that is neither (with a hint: JSON Lines is one event a line). Events out of time
+order (a node's event before its previous one: files merged by node, or by hand) are
+sorted, and it says how many on stderr, as it says which events the score did not count
+and why (one line, counts by reason). JSON Lines are read as a stream, a line at a time, so
 what it holds in memory is its events, never its text (`/dev/zero` is one line too
 long). A time (`--at`) outside 1970 to 9999 is refused in one line too.
 """
@@ -23,6 +24,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +32,8 @@ from typing import BinaryIO
 
 from exporter.analysis.lemons import (
     DAY,
+    NAME,
+    WINDOWS,
     Member,
     Model,
     Scored,
@@ -39,6 +43,7 @@ from exporter.analysis.lemons import (
 )
 from exporter.errors import error_line, fail
 from exporter.events import Event, EventError, parse_lines
+from exporter.jsontext import loads
 from exporter.offline.infinitehbd import (
     Fault,
     TraceFormatError,
@@ -52,33 +57,41 @@ COMMAND = "lemons"
 GPUS_PER_NODE = 8
 MAX_LINE_BYTES = 16_384  # an event is about 150 bytes; a longer line is no event
 LATEST_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second datetime can write
+# what a score's number means, said in the text output and the help
+SCALE = (f"{NAME} over the fleet's mean, quiet members counted at 0 (1.0 = the fleet's "
+         "mean, 3.0 = three times the fleet's mean, 0 = none in the windows)")
 
 
 class InputError(ValueError):
     """Input lemons refuses: the message starts with file:line where there is one."""
 
 
-def read_events(path: str) -> list[Event]:
-    """Every event of the file, or InputError for the first line it refuses."""
+def read_events(path: str, notes: list[str] | None = None) -> list[Event]:
+    """Every event of the file in time order (stable), or InputError for the first line it
+    refuses. Events out of order are sorted; `notes` gets a line saying how many."""
     events: list[Event] = []
-    last: dict[str, tuple[float, int]] = {}
+    latest: dict[str, float] = {}
+    reordered = 0
     try:
         with open(path, "rb") as f:
             for number, got in parse_lines(_lines(f, path)):
                 if isinstance(got, EventError):
                     raise InputError(f"{path}:{number}: {got}")
-                before = last.get(got.node)
-                if before is not None and got.time < before[0]:
-                    raise InputError(
-                        f"{path}:{number}: time {got.time:g} of node {got.node!r} is before "
-                        f"its previous event's ({before[0]:g}, line {before[1]}): each "
-                        "node's events must be in time order")
-                last[got.node] = (got.time, number)
+                before = latest.get(got.node)
+                if before is not None and got.time < before:
+                    reordered += 1  # a file merged by node, or by hand: sorted below
+                else:
+                    latest[got.node] = got.time
                 events.append(got)
     except OSError as err:
         raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
     if not events:
         raise InputError(f"{path}: no events (an empty file ranks nothing)")
+    if reordered:
+        events.sort(key=lambda e: e.time)
+        if notes is not None:
+            notes.append(f"{path}: {reordered} event{'s' if reordered > 1 else ''} came before "
+                         "their node's previous one: sorted by time")
     return events
 
 
@@ -111,7 +124,7 @@ def read_trace(path: str) -> list[Fault]:
             raise InputError(f"{path}: a JSON document over {MAX_TRACE_BYTES >> 20} MiB "
                              "(InfiniteHBD-Trace's is under 1 MiB); JSON Lines are read as "
                              "a stream")
-        records = json.loads(text.decode("utf-8"))
+        records = loads(text.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") \
             from None
@@ -128,13 +141,15 @@ def read_trace(path: str) -> list[Fault]:
                          f"{NOT_JSON_LINES}") from None
 
 
-def load_input(path: str, input_format: str = "auto") -> tuple[str, list]:
-    """(format, its records): InfiniteHBD-Trace's faults, or the events of JSON Lines."""
+def load_input(path: str, input_format: str = "auto",
+               notes: list[str] | None = None) -> tuple[str, list]:
+    """(format, its records): InfiniteHBD-Trace's faults, or the events of JSON Lines
+    (`notes`: what the reading had to say, such as events it sorted)."""
     fmt = sniff(path) if input_format == "auto" else input_format
     if fmt == INFINITEHBD:
         return fmt, read_trace(path)
     try:
-        return fmt, read_events(path)
+        return fmt, read_events(path, notes)
     except InputError as err:
         if f"{path}:1: not JSON" in str(err):  # a JSON document spread over lines?
             raise InputError(f"{err}; {NOT_JSON_LINES}") from None
@@ -194,6 +209,45 @@ def rank(events: Sequence[Event], at: float, fleet_nodes: int,
     return Ranking(at, nodes, gpus)
 
 
+def uncounted(events: Sequence[Event], times: Sequence[float],
+              model: Model | None = None) -> str:
+    """Which events no score counted and why, in one phrase ("" when every one counted):
+    each event under its first reason, its kind weighed 0, its XID not one for the
+    hardware, then, at each ranking time, after it or older than the longest window."""
+    model = model or Model()
+    kinds: Counter[str] = Counter()
+    xids: Counter[int | None] = Counter()
+    timed = []
+    for e in events:
+        if model.weight(e.kind) <= 0:
+            kinds[e.kind] += 1
+        elif not counted(e.kind, e.xid):
+            xids[e.xid] += 1
+        else:
+            timed.append(e.time)
+    longest = WINDOWS[-1][1]
+    parts = []
+    if kinds:
+        listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        parts.append(f"{kinds.total()} of kinds the score weighs 0 ({listed})")
+    if xids:
+        listed = ", ".join(f"XID {x}: {n}" for x, n in sorted(xids.items()))
+        parts.append(f"{xids.total()} XID{'s' if xids.total() > 1 else ''} the catalogue "
+                     f"does not send to the hardware ({listed})")
+    left_out = 0
+    for at in times:
+        after = sum(1 for t in timed if t >= at)
+        older = sum(1 for t in timed if t < at and (at - t) / DAY >= longest)
+        if after or older:
+            parts.append(f"at {at:.0f}: {after} at or after it, {older} older than "
+                         f"{longest:g} days")
+        left_out = max(left_out, after + older)
+    total = kinds.total() + xids.total() + left_out
+    if not parts:
+        return ""
+    return f"{total} of {len(events)} events not counted: " + "; ".join(parts)
+
+
 def _number(x: float) -> float:
     return float(f"{x:.6g}")
 
@@ -221,6 +275,7 @@ def to_text(rankings: Sequence[Ranking]) -> str:
             lines.append(f"  {s.score:8.2f}  {s.key}: " + "; ".join(s.reasons))
             for gpu, g in r.gpus.get(s.key, []):
                 lines.append(f"  {g.score:8.2f}    GPU {gpu}: " + "; ".join(g.reasons))
+    lines.append(f"score: {SCALE}")
     return "\n".join(lines) + "\n"
 
 
@@ -255,6 +310,8 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (f"Rank nodes and GPUs by the lemon score: {SCALE}. Events it does "
+                          "not count, and why, are summed up in one line on stderr.")
     parser.add_argument("events", metavar="FILE",
                         help="fault events, one JSON object a line (history --format jsonl), "
                         "or InfiniteHBD-Trace's fault_trace.json")
@@ -286,10 +343,13 @@ class LemonsRequest:
 
 def main(args: argparse.Namespace) -> int:
     req = inputs_of(LemonsRequest, args)
+    notes: list[str] = []
     try:
-        fmt, loaded = load_input(req.events, req.input_format)
+        fmt, loaded = load_input(req.events, req.input_format, notes)
     except InputError as err:
         return fail(COMMAND, str(err))
+    for note in notes:
+        print(error_line(COMMAND, note), file=sys.stderr)
     if fmt == INFINITEHBD:
         for note in fallback_notes(loaded):
             print(error_line(COMMAND, f"{req.events}: {note}"), file=sys.stderr)
@@ -305,6 +365,9 @@ def main(args: argparse.Namespace) -> int:
         return fail(COMMAND, f"--fleet-nodes {fleet}: the events name {named} nodes")
     times = req.at or [float(int(time.time()))]  # default: now, to the second
     rankings = [rank(events, at, fleet, req.gpus_per_node) for at in times]
+    summary = uncounted(events, times)
+    if summary:
+        print(error_line(COMMAND, f"{req.events}: {summary}"), file=sys.stderr)
     if req.format == "json":
         json.dump(to_json(rankings), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -11,13 +11,13 @@ classes that mean different things (a failed stress test, software, nothing know
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.events import KINDS, Event
+from exporter.jsontext import loads
 
 # Day 0 of the trace (it gives days since its first event, no dates): 2024-01-01 00:00 UTC.
 EPOCH = 1704067200
@@ -133,7 +133,7 @@ def faults_of(records: object) -> list[Fault]:
 def load_faults(path: str | Path) -> list[Fault]:
     """Every record of the trace file, sorted by time (stable: the file's order on ties)."""
     with open(path, encoding="utf-8") as f:
-        return faults_of(json.load(f))
+        return faults_of(loads(f.read()))
 
 
 def fallback_notes(faults: Iterable[Fault]) -> list[str]:

@@ -34,6 +34,7 @@ from typing import IO
 
 import numpy as np
 
+from exporter.jsontext import loads
 from exporter.regularfile import read_regular
 from exporter.traces.checks import gpu_index_problem, screen, time_bounds
 
@@ -266,7 +267,7 @@ def _merge_equal_times(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _cte_header(path: str, line: str) -> dict[str, object]:
     try:
-        meta = json.loads(line[len(CTE_MAGIC):].strip() or "{}")
+        meta = loads(line[len(CTE_MAGIC):].strip() or "{}")
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}:1: bad cte header JSON: {exc.msg}") from None
     if not isinstance(meta, dict):

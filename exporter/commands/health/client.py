@@ -6,6 +6,10 @@ cert_file or inline cert), as a trust anchor of its own, so a self-signed certif
 one from a CA both verify, and the host name (we connect to a loopback address, the
 certificate names the node) is not compared. Basic auth: the web config holds only bcrypt
 hashes, so the user and a password file are the command's own flags.
+
+The timeout is a deadline over the whole exchange (connect, TLS handshake, request, the
+full answer): each socket call waits only for what is left of it, so a server that
+answers a byte at a time cannot hold the command (or Slurm's HealthCheckProgram) longer.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import io
 import logging
+import socket
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +102,20 @@ def tls_context(web_config_file: str, client_cert: str | None = None,
     context.verify_mode = ssl.CERT_REQUIRED
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     context.load_verify_locations(cafile=cert_file, cadata=inline)
+    _client_certificate(context, client_cert, client_key)
+    return context
+
+
+def system_tls_context(client_cert: str | None = None,
+                       client_key: str | None = None) -> ssl.SSLContext:
+    """An https:// URL without a web config: the system's CAs, the host name checked."""
+    context = ssl.create_default_context()
+    _client_certificate(context, client_cert, client_key)
+    return context
+
+
+def _client_certificate(context: ssl.SSLContext, client_cert: str | None,
+                        client_key: str | None) -> None:
     if client_cert:
         try:
             context.load_cert_chain(client_cert, client_key or None)
@@ -103,7 +124,6 @@ def tls_context(web_config_file: str, client_cert: str | None = None,
                               f"key ({getattr(exc, 'strerror', None) or exc})") from None
     elif client_key:
         raise ConfigError("--tls.client-key needs --tls.client-cert")
-    return context
 
 
 def authorization(username: str | None, password_file: str | None) -> str | None:
@@ -121,20 +141,101 @@ def authorization(username: str | None, password_file: str | None) -> str | None
     return f"Basic {token}"
 
 
+class _Deadline:
+    """The end of the exchange; left() is what remains, TimeoutError once it is over."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline passed")
+        return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's bytes for http.client's reader, each receive bounded by the deadline."""
+
+    def __init__(self, owner: _DeadlineSocket) -> None:
+        self._owner = owner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # noqa: ANN001 - io's signature
+        sock = self._owner.sock
+        sock.settimeout(self._owner.deadline.left())
+        return sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            super().close()
+            self._owner.release()
+
+
+class _DeadlineSocket:
+    """What http.client asks of its socket (sendall, makefile, close), each call bounded by
+    what is left of the deadline: its own timeout bounds each call, not their sum. As a
+    socket's, its reader keeps it open after close() (http.client closes the connection
+    and reads on when the server closes after its answer)."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self.sock, self.deadline = sock, deadline
+        self._users = 1  # this and each open reader
+        self._closed = False
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.settimeout(self.deadline.left())
+        self.sock.sendall(data)
+
+    def makefile(self, mode: str = "rb", *args: object, **kwargs: object) -> io.BufferedReader:
+        self._users += 1
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self.sock.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.release()
+
+
+def _connect(target: Target, deadline: _Deadline) -> socket.socket:
+    """A connected socket (TLS handshake done), within the deadline."""
+    sock = socket.create_connection((target.host, target.port), timeout=deadline.left())
+    try:
+        # the handshake is one call, bounded as a whole by the socket's timeout
+        sock.settimeout(deadline.left())
+        if target.context is not None:
+            sock = target.context.wrap_socket(sock, server_hostname=target.host)
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
 def ask(target: Target) -> bytes:
-    """The body of a 200 answer to GET /api/v1/health; Unreachable otherwise."""
-    if target.context is not None:
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-            target.host, target.port, timeout=target.timeout, context=target.context)
-    else:
-        conn = http.client.HTTPConnection(target.host, target.port, timeout=target.timeout)
+    """The body of a 200 answer to GET /api/v1/health, the whole exchange within
+    target.timeout; Unreachable otherwise."""
+    deadline = _Deadline(target.timeout)
+    conn = http.client.HTTPConnection(target.host, target.port)
     headers = {"Accept-Encoding": "identity"}
     if target.authorization:
         headers["Authorization"] = target.authorization
     try:
+        # http.client connects only without a socket: it is handed ours, deadline and all
+        conn.sock = _DeadlineSocket(_connect(target, deadline), deadline)
         conn.request("GET", PATH, headers=headers)
         response = conn.getresponse()
         body = response.read(MAX_ANSWER_BYTES + 1)
+    except TimeoutError:  # socket.timeout too
+        raise Unreachable(f"cannot reach the exporter at {target.url}: no full answer "
+                          f"within {deadline.seconds:g} s") from None
     except (OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
         raise Unreachable(f"cannot reach the exporter at {target.url}: "

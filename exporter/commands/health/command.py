@@ -1,6 +1,6 @@
 """`cluster-telemetry-exporter health`: the command line (see this package's __init__.py).
 
-    health [--config FILE | --web.listen-address ADDR --web.config.file FILE]
+    health [--config FILE | --url URL | --web.listen-address ADDR --web.config.file FILE]
            [--format line|json] [--fail-on failed|warning] [--timeout SECONDS]
            [--auth.username NAME --auth.password-file FILE]
            [--tls.client-cert FILE --tls.client-key FILE]
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
+import urllib.parse
 from collections.abc import Sequence
 
 from exporter.commands.health import client, slurm
@@ -34,7 +36,15 @@ from exporter.commands.health.verdict import (
 )
 from exporter.errors import PROG, fail
 from exporter.health.model import FAILED, UNKNOWN
-from exporter.options import HEALTH, Option, add_flags, build, options_of, positive
+from exporter.options import (
+    DEFAULT_PORT,
+    HEALTH,
+    Option,
+    add_flags,
+    build,
+    options_of,
+    positive,
+)
 from exporter.web.settings import ServingSettings
 from exporter.yamlfile import ConfigError
 
@@ -48,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="the exporter's YAML config file: "
                         "its listen address and web config (flags win over it)")
     add_flags(parser, HEALTH, _options())
+    parser.add_argument("--url", metavar="URL", help="the exporter as a URL, "
+                        f"http://HOST[:PORT] or https://HOST[:PORT] (default port {DEFAULT_PORT}), "
+                        "instead of --web.listen-address; a path other than /api/v1/health "
+                        "is refused")
     parser.add_argument("--format", choices=("line", "json"), default="line",
                         help="one line (default), or one JSON object for scripts")
     parser.add_argument("--fail-on", choices=FAIL_ON, default=FAILED,
@@ -55,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "for the node (reset_gpu, reboot_node, drain_and_service); "
                         "default failed")
     parser.add_argument("--timeout", type=positive, default=5.0, metavar="SECONDS",
-                        help="how long to wait for the exporter (default 5)")
+                        help="the most the whole exchange with the exporter may take (connect, "
+                        "request, the full answer; default 5); past it: unknown")
     parser.add_argument("--auth.username", dest="auth_username", metavar="NAME",
                         help="basic-auth user, where the web config asks for one")
     parser.add_argument("--auth.password-file", dest="auth_password_file", metavar="FILE",
@@ -80,12 +95,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "PATH)")
 
 
+def url_address(url: str) -> tuple[str, str]:
+    """(scheme, listen address HOST:PORT) of --url; ConfigError for a URL health cannot
+    ask (another scheme, no host, a path, a query, credentials: those are flags)."""
+    parts = urllib.parse.urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    shown = url if parts.password is None else url.replace(parts.password, "***")
+    if scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"--url {shown[:100]!r}: expected http://HOST:PORT or "
+                          "https://HOST:PORT")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"--url {shown[:100]!r}: no credentials in the URL: give "
+                          "--auth.username and --auth.password-file")
+    if parts.path.rstrip("/") not in ("", client.PATH):
+        raise ConfigError(f"--url {shown[:100]!r}: a path other than {client.PATH} (health "
+                          "asks that one): give the exporter's address, http://HOST:PORT")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"--url {shown[:100]!r}: no query or fragment: give the exporter's "
+                          "address, http://HOST:PORT")
+    try:
+        port = parts.port if parts.port is not None else DEFAULT_PORT
+    except ValueError:
+        raise ConfigError(f"--url {shown[:100]!r}: the port must be 1-65535") from None
+    host = parts.hostname or ""
+    if not host:
+        raise ConfigError(f"--url {shown[:100]!r}: no host")
+    return scheme, f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _serving(args: argparse.Namespace) -> ServingSettings:
     """The listen address and web config: from the config file, checked whole as `run`
     checks it, with the flags over it; from the flags alone without a file (then
     nothing but these two settings is loaded: a run costs a quarter of the CPU)."""
     given = {o.key: getattr(args, o.key) for o in _options()
              if getattr(args, o.key, None) is not None}
+    if args.url is not None:
+        if "listen_address" in given:
+            raise ConfigError("--url and --web.listen-address both name the exporter: give "
+                              "one of --url and --web.listen-address")
+        given["listen_address"] = url_address(args.url)[1]
     if args.config:
         from exporter.config import build_config  # the whole config, every collector's
 
@@ -97,6 +145,24 @@ def _serving(args: argparse.Namespace) -> ServingSettings:
     return build(ServingSettings, given)
 
 
+def _tls(args: argparse.Namespace, serving: ServingSettings) -> ssl.SSLContext | None:
+    """The web config's TLS (the served certificate pinned); with --url, its scheme must
+    agree, and https without a web config that serves TLS trusts the system's CAs."""
+    context = client.tls_context(serving.web_config_file, args.client_cert, args.client_key) \
+        if args.url is None or serving.web_config_file else None
+    if args.url is None:
+        return context
+    scheme = url_address(args.url)[0]
+    if scheme == "http" and context is not None:
+        raise ConfigError(f"--url {args.url}: the web config serves TLS: write https://")
+    if scheme == "https" and context is None:
+        if serving.web_config_file:
+            raise ConfigError(f"--url {args.url}: the web config serves plain HTTP: write "
+                              "http://")
+        return client.system_tls_context(args.client_cert, args.client_key)
+    return context
+
+
 def _target(args: argparse.Namespace) -> client.Target:
     serving = _serving(args)
     host, port = serving.host_port
@@ -105,9 +171,7 @@ def _target(args: argparse.Namespace) -> client.Target:
                           "chosen at start; give the exporter's port")
     if not args.slurm_prefix.strip() or ":" in args.slurm_prefix:
         raise ConfigError("--slurm.reason-prefix: expected a short word without ':'")
-    return client.Target(client.connect_host(host), port,
-                         client.tls_context(serving.web_config_file, args.client_cert,
-                                            args.client_key),
+    return client.Target(client.connect_host(host), port, _tls(args, serving),
                          client.authorization(args.auth_username, args.auth_password_file),
                          args.timeout)
 

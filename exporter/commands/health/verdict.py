@@ -10,7 +10,6 @@ verdict is unknown: never a problem, so a stopped exporter never drains a node.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from exporter.health.model import (
     UNKNOWN,
     WARNING,
 )
+from exporter.jsontext import loads
 
 EXIT_OK, EXIT_PROBLEM, EXIT_UNKNOWN = 0, 1, 2
 # actions the node's operator (or scheduler) must take; the others the job can
@@ -98,7 +98,7 @@ def _verdict_of(value: Any, where: str) -> tuple[str, str, str]:
 def parse(body: bytes) -> Verdict:
     """The verdict in /api/v1/health's answer; NotAVerdict for anything else."""
     try:
-        answer = json.loads(body)
+        answer = loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise NotAVerdict(f"not JSON ({exc})") from None
     if not isinstance(answer, dict):
