@@ -285,3 +285,14 @@ def test_gpu_hpc_job_info_carries_them_and_a_plain_file_is_as_before(running_exp
     assert got == {"101": {"hpc_user": "alice", "hpc_account": "physics",
                            "hpc_partition": "gpu-h200"},
                    "202": {}, "303": {}}
+
+
+def test_the_three_scripts_read_their_settings_the_same_way():
+    """Each script is installed on its own (prolog.d, epilog.d, the health check), so each
+    carries the settings reader: the three copies must stay the same."""
+    def reader(name: str) -> str:
+        text = (REPO / "deploy" / "slurm" / name).read_text()
+        start = text.index("cte_read_settings() {")
+        return text[start:text.index("\n}\n", start)]
+    copies = {name: reader(name) for name in ("prolog.sh", "epilog.sh", "health-check.sh")}
+    assert len(set(copies.values())) == 1, copies
