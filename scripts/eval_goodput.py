@@ -3,7 +3,7 @@
 Writes each story as a trace, runs `analyze` on it (the same path as the command) and
 prints, per state, the largest relative error over the stories and how many stories kept
 every state within 5 % of the truth (and the misses by checkpoint and stall kind), for the
-stories the rules were tuned on (seeds 0-29) and, apart, for held-out ones (seeds 100 on)
+stories the rules were tuned on (seeds 0-79) and, apart, for held-out ones (seeds 100 on)
 that were run once, after the tuning; then the goodput ratio of one job checkpointing
 every 1, 10, 50, 100, 500 and 1000 steps, saved by rank 0 and sharded, with its rank
 correlation against the number of steps. The tables of docs/goodput.md. Not a pass/fail
@@ -30,7 +30,7 @@ from exporter.offline.request import AnalyzeRequest  # noqa: E402
 from exporter.sim.job_story import Story, checkpoint_every, draw_story, truth, write_trace  # noqa: E402
 from exporter.traces.load import load_trace  # noqa: E402
 
-TUNING = range(30)
+TUNING = range(80)
 HELD_OUT_FROM = 100
 TOLERANCE = 0.05
 ABSOLUTE = 0.5  # seconds: a state absent from the truth may show this much
