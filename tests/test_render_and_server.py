@@ -27,7 +27,7 @@ from exporter.metrics.render import CachedFamilies, render
 from exporter.metrics.selection import Selection
 from exporter.web.probes import Probes
 from exporter.web.server import accepts_gzip
-from tests.tools import make_snapshot, require_binary, scenario_from_yaml, wait_for
+from tests.tools import http_get, make_snapshot, require_binary, scenario_from_yaml, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -256,3 +256,19 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
         in texts[1]  # traffic: from each reading
     crc = 'gpu_nvlink_errors_total{gpu="0",link="3",type="crc_flit",uuid="GPU-00000000"}'
     assert f"{crc} 0.0" in texts[1] and f"{crc} 7.0" in texts[2]
+
+
+def test_an_api_handler_that_fails_answers_500_and_logs_it(running_exporter, caplog):
+    """A bug in an API handler is one 500 answer and one log line with the traceback, not
+    a connection closed without a word; the exporter answers on."""
+    exp = running_exporter.start(manual=True)
+
+    def broken(*args, **kwargs):
+        raise OverflowError("a bug")
+    exp.server.api.answer = broken
+    with caplog.at_level("ERROR", logger="exporter.web.server"):
+        resp, body = http_get(exp.port, "/api/v1/findings")
+    assert resp.status == 500 and b"internal error" in body
+    assert any("/api/v1/findings failed" in r.getMessage() and r.exc_info
+               for r in caplog.records)
+    assert http_get(exp.port, "/metrics")[0].status == 200

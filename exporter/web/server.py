@@ -482,6 +482,12 @@ class _Handler(BaseHTTPRequestHandler):
         except api.BadRequest as exc:
             self._send(400, api.JSON_TYPE, api.error_body(str(exc)), head, no_store)
             return
+        except Exception:  # a bug of ours: one answer and one log line, never a dropped
+            # connection; the exporter serves on
+            log.exception("%s failed", path)
+            self._send(500, api.JSON_TYPE, api.error_body(
+                "internal error (the exporter's log says what)"), head, no_store)
+            return
         headers = {**no_store, "Vary": "Accept-Encoding"}
         if accepts_gzip(self.headers.get("Accept-Encoding", "")):
             self._send(200, api.JSON_TYPE, answer.gzipped, head,
