@@ -321,7 +321,8 @@ def not_blank(text: str) -> str | None:
     return None if text.strip() else "expected a path"
 
 
-def _finite(text: str) -> float:
+def finite(text: str) -> float:
+    """A flag's finite number (argparse type): nan and inf are refused."""
     try:
         v = float(text)
     except ValueError:
@@ -333,21 +334,21 @@ def _finite(text: str) -> float:
 
 def positive(text: str) -> float:
     """A flag's number > 0 (argparse type)."""
-    if (v := _finite(text)) <= 0:
+    if (v := finite(text)) <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
     return v
 
 
 def non_negative(text: str) -> float:
     """A flag's number >= 0 (argparse type)."""
-    if (v := _finite(text)) < 0:
+    if (v := finite(text)) < 0:
         raise argparse.ArgumentTypeError(f"must be zero or a positive number: {text!r}")
     return v
 
 
 def ratio(text: str) -> float:
     """A flag's ratio in [0, 1] (argparse type)."""
-    if not 0 <= (v := _finite(text)) <= 1:
+    if not 0 <= (v := finite(text)) <= 1:
         raise argparse.ArgumentTypeError(f"must be a ratio between 0 and 1: {text!r}")
     return v
 
@@ -355,7 +356,7 @@ def ratio(text: str) -> float:
 def _in_range(kind: type, low: float, high: float, text: str) -> float:
     """A flag's number in [low, high] (the argparse type of a declared range)."""
     try:
-        v = int(text) if kind is int else _finite(text)
+        v = int(text) if kind is int else finite(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if not low <= v <= high:

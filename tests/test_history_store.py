@@ -526,3 +526,12 @@ def time_stamp(t: float) -> str:
     import time
 
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t))
+
+
+@pytest.mark.parametrize("flag", ["--since", "--until"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "yesterday"])
+def test_the_history_command_refuses_a_time_that_is_no_number(tmp_path, flag, value):
+    result = subprocess.run([sys.executable, "-m", "exporter", "history", "--storage.path",
+                             str(tmp_path), f"{flag}={value}"], capture_output=True, text=True,
+                            cwd=REPO, timeout=60)
+    assert result.returncode == 2 and value in result.stderr and not result.stdout

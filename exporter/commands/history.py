@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from exporter.errors import EXIT_FAILURE, fail
+from exporter.options import finite
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,9 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the state directory (run's --storage.path)")
     parser.add_argument("--format", choices=("jsonl",), default="jsonl",
                         help="output format (default jsonl: the fault-event lines)")
-    parser.add_argument("--since", type=float, metavar="UNIX_SECONDS",
+    parser.add_argument("--since", type=finite, metavar="UNIX_SECONDS",
                         help="only episodes that started at or after this time")
-    parser.add_argument("--until", type=float, metavar="UNIX_SECONDS",
+    parser.add_argument("--until", type=finite, metavar="UNIX_SECONDS",
                         help="only episodes that started before this time")
     parser.add_argument("--gpu", metavar="UUID|SERIAL",
                         help="only this GPU's episodes (node: the node's own)")
