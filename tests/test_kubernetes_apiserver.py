@@ -223,7 +223,8 @@ def test_garbage_from_the_api_server_is_refused(watch, api):
     watcher = watch()
     eventually(lambda: watcher.synced, "the first list")
     for line in (b"not json\n", b'{"type": "ADDED"}\n', b'{"type": "ADDED", "object": 3}\n',
-                 b'{"type": "ERROR", "object": {"code": 500}}\n'):
+                 b'{"type": "ERROR", "object": {"code": 500}}\n',
+                 b"[" * 5000 + b"\n"):  # nested past the decoder's stack: refused too
         with pytest.raises(apiserver._Failure):
             watcher._event(line)
     with pytest.raises(apiserver._Gone):

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter import jsontext
+
 __all__ = ["API_FAILURES", "MAX_PODS", "SERVICE_ACCOUNT_DIR", "InCluster", "PodMeta",
            "PodWatcher", "in_cluster"]
 
@@ -246,7 +248,7 @@ class PodWatcher:
             if len(raw) > MAX_LIST_BYTES:
                 raise _Failure("bad_response", "the pod list is larger than 64 MiB")
             try:
-                answer = json.loads(raw)
+                answer = jsontext.loads(raw)
                 items, meta = answer["items"], answer["metadata"]
             except (ValueError, KeyError, TypeError):
                 raise _Failure("bad_response", "the pod list is not a PodList") from None
@@ -283,7 +285,7 @@ class PodWatcher:
 
     def _event(self, line: bytes) -> None:
         try:
-            event = json.loads(line)
+            event = jsontext.loads(line)
             kind, item = event["type"], event["object"]
         except (ValueError, KeyError, TypeError):
             raise _Failure("bad_response", "a watch event that is not JSON") from None
@@ -314,7 +316,7 @@ class PodWatcher:
 def _message(body: str) -> str:
     """The `message` of a Status answer, or the start of the body."""
     try:
-        message = json.loads(body).get("message")
+        message = jsontext.loads(body).get("message")
     except (ValueError, AttributeError):
         message = None
     text = message if isinstance(message, str) else body
