@@ -33,6 +33,7 @@ _COMPRESSED = ((b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd",
 _BOMS_UTF16 = (b"\xff\xfe", b"\xfe\xff")  # nvidia-smi > file in Windows PowerShell writes UTF-16
 _CONTROL = bytes(c for c in range(32) if chr(c) not in "\t\n\r\f\v") + b"\x7f"
 _SNIFF_BYTES = 1 << 16
+_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines() breaks
 BLOCK_BYTES = 1 << 20  # text decoded and split at a time: ~9,000 rows of nvidia-smi CSV
 BLOCK_ROWS = 1 << 14  # rows parsed into Python lists before they become arrays
 MAX_LINES = (1 << 32) - 1  # line numbers are kept as uint32
@@ -65,9 +66,11 @@ class TextLines:
     by the name), a block at a time; other compressed or binary data is refused in one
     line that quotes none of it. ``progress`` hears how far the file has been read."""
 
-    def __init__(self, path: str, progress: Progress | None = None) -> None:
+    def __init__(self, path: str, progress: Progress | None = None,
+                 block_bytes: int = BLOCK_BYTES) -> None:
         self.path = path
         self.progress = progress
+        self.block_bytes = block_bytes
         try:
             self._raw = open_regular(path)  # a FIFO or device is refused, not waited on
             self.size = max(1, self._raw.seek(0, io.SEEK_END))
@@ -130,22 +133,26 @@ class TextLines:
         head = self._bytes(_SNIFF_BYTES)
         decoder = self._decoder(head)
         rest = ""
-        raw = head
-        while True:
-            final = not raw
-            text = rest + decoder.decode(raw, final=final)
-            if final:
-                if text:
-                    yield text.splitlines()
-                return
+        for raw in self._pieces(head):
+            text = rest + decoder.decode(raw)
             lines = text.splitlines(keepends=True)
             # the last line may go on in the next block (a "\r" may be half of "\r\n")
-            rest = lines[-1] if lines and (lines[-1][-1] not in "\n\r\x0b\x0c\x1c\x1d\x1e"
-                                           "\x85\u2028\u2029" or lines[-1][-1] == "\r") else ""
+            rest = lines[-1] if lines and (lines[-1][-1] not in _BREAKS
+                                           or lines[-1][-1] == "\r") else ""
             whole = text[:len(text) - len(rest)]
             if whole:
                 yield whole.splitlines()
-            raw = self._bytes(BLOCK_BYTES)
+        text = rest + decoder.decode(b"", final=True)
+        if text:
+            yield text.splitlines()
+
+    def _pieces(self, head: bytes) -> Iterator[bytes]:
+        """The file's bytes (decompressed), ``block_bytes`` at a time."""
+        size = self.block_bytes
+        for i in range(0, len(head), size):
+            yield head[i:i + size]
+        while chunk := self._bytes(size):
+            yield chunk
 
 
 def _binary(head: bytes) -> bool:
