@@ -63,7 +63,19 @@ def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
 
 
 def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
-    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1)."""
+    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1).
+
+    One row at a time: the sums' arrays are several times the row's size, so a long
+    trace's rows all at once would hold several times the whole grid."""
+    if x.ndim < 2:
+        return _moving_mean_row(x, k)
+    out = np.empty(x.shape[:-1] + (max(0, x.shape[-1] - k + 1),))
+    for i in np.ndindex(x.shape[:-1]):
+        out[i] = _moving_mean_row(x[i], k)
+    return out
+
+
+def _moving_mean_row(x: np.ndarray, k: int) -> np.ndarray:
     ok = np.isfinite(x)
     z = np.zeros(x.shape[:-1] + (1,))
     cs = np.cumsum(np.concatenate([z, np.where(ok, x, 0.0)], axis=-1), axis=-1)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.analysis.averaging import finite_readings
 from exporter.analysis.bridging import Bridge, bridge, bridges_for
 from exporter.analysis.goodput import bridge_limit
 from exporter.analysis.power_swing import NodeSwing, analyse_window
@@ -157,22 +158,19 @@ def _grid(trace: Trace, tdp_flag: float | None, bridges: dict[str, Bridge] | Non
                          f"the {MAX_GRID_CELLS:,} analyze handles: cut the trace")
     rel = np.arange(n) * dt
     power = np.empty((len(usable), n))
+    readings = {g: finite_readings(trace.series[g].t, trace.series[g].fields["power_watts"])
+                for g in usable}  # the arrays themselves where every reading is finite
     for i, g in enumerate(usable):
-        s = trace.series[g]
-        p = s.fields["power_watts"]
-        ok = np.isfinite(p)
-        power[i] = np.interp(rel, s.t[ok] - t0, p[ok])
+        ts, p = readings[g]
+        power[i] = np.interp(rel, ts - t0, p)
     tdp = np.array([trace.tdp_watts.get(g, tdp_flag if tdp_flag else np.nan) for g in usable],
                    dtype=float)
     first = trace.series[usable[0]]
     raw_t = first.t[(first.t >= t0) & (first.t <= t1)]
     raw_node = np.zeros(raw_t.size)
     for g in usable:
-        s = trace.series[g]
-        ok = np.isfinite(s.fields["power_watts"])
-        raw_node += np.interp(raw_t, s.t[ok], s.fields["power_watts"][ok])
-    times = {g: trace.series[g].t[np.isfinite(trace.series[g].fields["power_watts"])]
-             for g in usable}
+        raw_node += np.interp(raw_t, *readings[g])
+    times = {g: ts for g, (ts, _) in readings.items()}
     gaps = [gap for gap in find_gaps(times) if gap.end > t0 and gap.start < t1]
     valid = measured = None
     if gaps:

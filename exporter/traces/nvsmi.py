@@ -136,7 +136,7 @@ def load_nvidia_smi(path: str, header: tuple[int, str], lines: Iterator[tuple[in
     the numbered lines after it; ``keep``: the fields to keep (None: all)."""
     h = _parse_header(path, header[1], header[0], gpus)
     fields = [canonical for _, canonical, _, _ in h.used]
-    rows = Rows(path, fields, keep)
+    rows = Rows(path, fields, keep, [col.units.get(unit or "", 1.0) for _, _, col, unit in h.used])
     tdps: dict[int, Counter[float]] = {}
     names: dict[int, str] = {}
     ts_cache: dict[str, float] = {}

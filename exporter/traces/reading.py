@@ -23,7 +23,7 @@ import numpy as np
 
 from exporter.regularfile import open_regular
 from exporter.traces.checks import time_bounds
-from exporter.traces.trace import GpuSeries, Trace, TraceError
+from exporter.traces.trace import GpuSeries, PackedFields, Trace, TraceError, unpack
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_GUNZIPPED_BYTES = 2 << 30  # ~30 hours of 8 GPUs at the driver's rate; a bomb stops here
@@ -80,7 +80,8 @@ class TextLines:
         except OSError as exc:
             raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
         self._gzip = magic == GZIP_MAGIC
-        self._data: BinaryIO = gzip.GzipFile(fileobj=self._raw) if self._gzip else self._raw
+        self._data: BinaryIO | gzip.GzipFile = (gzip.GzipFile(fileobj=self._raw) if self._gzip
+                                                else self._raw)
         self._read = 0
 
     def close(self) -> None:
@@ -170,13 +171,16 @@ def _binary(head: bytes) -> bool:
 
 class Rows:
     """Data rows as read, per GPU: a block's rows in lists, earlier blocks in arrays of
-    the kept fields (``keep``: None keeps all)."""
+    the kept fields (``keep``: None keeps all). ``factors``: each field's base units per
+    unit of the file (0.01 for percent); a block's values that are float32 numbers of
+    that unit are kept as float32 (see PackedFields)."""
 
-    def __init__(self, path: str, fields: list[str], keep: Collection[str] | None = None
-                 ) -> None:
+    def __init__(self, path: str, fields: list[str], keep: Collection[str] | None = None,
+                 factors: list[float] | None = None) -> None:
         self.path = path
         self.fields = [f for f in fields if keep is None or f in keep]
         self._cols = [i for i, f in enumerate(fields) if keep is None or f in keep]
+        self.factors = [factors[i] if factors else 1.0 for i in self._cols]
         self._width = len(fields)
         self.count = 0  # rows added
         self.skipped_count = 0
@@ -223,7 +227,7 @@ class Rows:
             self._lines.setdefault(gpu, []).append(np.asarray(lines, dtype=np.uint32))
             cols = self._values.setdefault(gpu, [[] for _ in self._cols])
             for j, c in enumerate(self._cols):
-                cols[j].append(v[:, c].copy())
+                cols[j].append(_pack(v[:, c].copy(), self.factors[j]))
         self._block = {}
         self._pending = 0
 
@@ -239,11 +243,22 @@ class Rows:
         blocks are released as they are joined."""
         t = _join(self._t.pop(gpu))
         lines = _join(self._lines.pop(gpu))
-        chunks = self._values.pop(gpu)
+        fields = self._values.pop(gpu)
         values = []
-        while chunks:
-            values.append(_join(chunks.pop(0)))
+        for factor in self.factors:
+            chunks = fields.pop(0)
+            if any(c.dtype != np.float32 for c in chunks):  # float64 where one block is
+                chunks = [unpack(c, factor) if c.dtype == np.float32 else c for c in chunks]
+            values.append(_join(chunks))
         return t, lines, values
+
+
+def _pack(col: np.ndarray, factor: float) -> np.ndarray:
+    """Float64 values in base units as float32 numbers of the file's unit where that
+    gives every one of them back exactly (whole degrees, percent, MHz), else as they are."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        packed = (col / factor if factor != 1.0 else col).astype(np.float32)
+    return packed if np.array_equal(unpack(packed, factor), col, equal_nan=True) else col
 
 
 def _join(chunks: list[np.ndarray]) -> np.ndarray:
@@ -286,7 +301,10 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
             del order
             t, values, merged = _merge_equal_times(t, values)
             collapsed += merged
-        series[gpu] = GpuSeries(gpu, t, dict(zip(rows.fields, values, strict=True)))
+        series[gpu] = GpuSeries(gpu, t, PackedFields(
+            dict(zip(rows.fields, values, strict=True)),
+            {f: k for f, k, v in zip(rows.fields, rows.factors, values, strict=True)
+             if v.dtype == np.float32}))
     skipped = sorted(rows.skipped + strays)[:KEEP_SKIPPED]
     if not series:
         where = f"{skipped[0][0]}: first skipped line: {skipped[0][1]}" if skipped else "1"
@@ -314,7 +332,7 @@ def _merge_equal_times(t: np.ndarray, values: list[np.ndarray]
         ok = np.flatnonzero(~np.isnan(v))
         g = group[ok]
         last = np.r_[g[1:] != g[:-1], True] if g.size else np.zeros(0, dtype=bool)
-        merged = np.full(ut.size, np.nan)
+        merged = np.full(ut.size, np.nan, dtype=v.dtype)
         merged[g[last]] = v[ok[last]]
         out.append(merged)
     return ut, out, int(t.size - ut.size)

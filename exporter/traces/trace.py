@@ -25,7 +25,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -63,7 +63,44 @@ class BadLine(Exception):
 class GpuSeries:
     gpu: int
     t: np.ndarray  # float64 seconds since the Unix epoch, increasing
-    fields: dict[str, np.ndarray]  # canonical field name -> float64, NaN where missing
+    fields: Mapping[str, np.ndarray]  # canonical field name -> float64, NaN where missing
+
+
+class PackedFields(Mapping[str, np.ndarray]):
+    """A GPU's fields, those whose every value is a float32 times a factor (the file's
+    unit: whole degrees, percent, MHz) kept so, in half the memory. Each read gives
+    the float64 values in base units, the same numbers the file's text gave (the reader
+    packs a value only when unpacking gives it back exactly): a new array each time."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], factors: Mapping[str, float]
+                 ) -> None:
+        self._arrays = dict(arrays)
+        self._factors = dict(factors)  # field -> factor, for the float32 ones
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        a = self._arrays[name]
+        if a.dtype == np.float64:
+            return a
+        return unpack(a, self._factors[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def nbytes(self) -> int:
+        """The memory the values take."""
+        return sum(a.nbytes for a in self._arrays.values())
+
+
+def unpack(a: np.ndarray, factor: float) -> np.ndarray:
+    """float32 values in the file's unit -> float64 in base units (one rounding, always
+    the same: the reader checked that it gives each value back)."""
+    out = a.astype(np.float64)
+    if factor != 1.0:
+        out *= factor
+    return out
 
 
 @dataclass
