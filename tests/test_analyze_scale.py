@@ -196,3 +196,21 @@ def test_line_numbers_of_skipped_lines_hold_across_blocks(tmp_path: Path) -> Non
     tr = load_trace(p)
     assert tr.skipped == [(25_001, "power.draw: unknown unit 'kVA'")]
     assert tr.series[0].t.size == 29_999
+
+
+def test_whole_numbers_of_the_files_unit_are_kept_in_half_the_memory(tmp_path: Path) -> None:
+    p = tmp_path / "units.csv"
+    rows = [(f"{_stamp(i / 10)}, 0, {300 + i % 7}.{i % 100:02d} W, {40 + i % 30}, "
+             f"{i % 101} %, {1410 + i % 600} MHz, 0x{i % 5:x}") for i in range(5000)]
+    p.write_text("timestamp, index, power.draw [W], temperature.gpu, utilization.gpu [%], "
+                 "clocks.sm [MHz], clocks_event_reasons.active\n" + "\n".join(rows) + "\n")
+    s = load_trace(p).series[0]
+    i = np.arange(5000)
+    # the same float64 numbers the text gives, whatever is kept
+    assert s.fields["utilization_gpu_ratio"].tolist() == [float(k % 101) * 0.01 for k in i]
+    assert s.fields["sm_clock_hertz"].tolist() == [float(1410 + k % 600) * 1e6 for k in i]
+    assert s.fields["temperature_celsius"].tolist() == [float(40 + k % 30) for k in i]
+    assert s.fields["power_watts"].tolist() == [float(f"{300 + k % 7}.{k % 100:02d}") for k in i]
+    assert all(s.fields[f].dtype == np.float64 for f in s.fields)
+    # power (two decimals) stays float64; the whole numbers take 4 bytes a value
+    assert s.fields.nbytes() == 5000 * (8 + 4 * 4)

@@ -11,6 +11,7 @@ first :data:`KEEP_SKIPPED` kept with their reasons.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import gzip
 import io
 import re
@@ -253,6 +254,26 @@ class Rows:
         return t, lines, values
 
 
+def _libc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to ask
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def release_free_memory() -> None:
+    """Give the pages of freed memory back to the system (glibc keeps them otherwise).
+
+    The blocks' small arrays live in the C heap; once they are joined into each GPU's
+    arrays and freed, glibc keeps their pages, so a long trace's peak would hold its
+    values twice. Where the C library is not glibc this does nothing."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def _pack(col: np.ndarray, factor: float) -> np.ndarray:
     """Float64 values in base units as float32 numbers of the file's unit where that
     gives every one of them back exactly (whole degrees, percent, MHz), else as they are."""
@@ -301,6 +322,7 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
             del order
             t, values, merged = _merge_equal_times(t, values)
             collapsed += merged
+        release_free_memory()  # the GPU's blocks, now joined
         series[gpu] = GpuSeries(gpu, t, PackedFields(
             dict(zip(rows.fields, values, strict=True)),
             {f: k for f, k, v in zip(rows.fields, rows.factors, values, strict=True)
