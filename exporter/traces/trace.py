@@ -11,8 +11,9 @@ Either may be gzip-compressed (told by its magic bytes); other binary data is re
 without quoting it. Both are read a block at a time (exporter.traces.reading).
 
 Fatal problems raise :class:`TraceError` with a message ``FILE:LINE: message``.
-Malformed data lines are skipped: their count is ``Trace.skipped_lines`` and their
-line numbers (with the reason) are in ``Trace.skipped``.  Implausible values (not
+Malformed data lines are skipped: their count is ``Trace.skipped_lines``, the first
+1000 line numbers (with the reason) are in ``Trace.skipped`` and every reason's count in
+``Trace.skip_reasons``.  Implausible values (not
 finite, outside what a GPU can report; exporter.traces.checks) are dropped and
 counted in ``Trace.rejected``.
 """
