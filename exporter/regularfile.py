@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import BinaryIO
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -40,15 +41,22 @@ def check_regular(path: str | os.PathLike[str]) -> None:
     _refuse_special(os.stat(path).st_mode)
 
 
-def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
-    """The bytes of a regular file (at most limit + 1 of them when limit is given, so a
-    caller can tell 'larger than limit'); OSError for anything else, at once."""
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """A regular file opened for reading in binary (for files read a block at a time);
+    OSError for anything else, at once."""
     check_regular(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         _refuse_special(os.fstat(fd).st_mode)  # the path may have changed since the stat
         os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read() if limit is None else file.read(limit + 1)
-    finally:
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of a regular file (at most limit + 1 of them when limit is given, so a
+    caller can tell 'larger than limit'); OSError for anything else, at once."""
+    with open_regular(path) as file:
+        return file.read() if limit is None else file.read(limit + 1)

@@ -109,3 +109,16 @@ def test_bench_kmsg_reads_a_log_and_prints_the_phases():
     assert out.returncode == 0, out.stderr
     assert "kernel log of 3,000 XID records" in out.stdout
     assert "/metrics before:" in out.stdout and "/metrics after:" in out.stdout
+
+
+def test_bench_analyze_memory_prints_peak_rss_and_ratios():
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_analyze_memory.py"), "--size-mb", "2",
+         "--reference-mb", "1", "--json"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert "large / reference: size" in out.stdout and "peak RSS" in out.stdout, out.stdout
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["large"]["rows"] > figures["reference"]["rows"] > 0
+    assert figures["large"]["rss"] > 0

@@ -222,6 +222,13 @@ def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
     return float(np.median(psd[hi])) / floor
 
 
+def finite_readings(t: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The readings ``x`` that are finite, and their times: the arrays themselves when
+    all are (a long trace's series are not copied for nothing)."""
+    ok = np.isfinite(x)
+    return (t, x) if ok.all() else (t[ok], x[ok])
+
+
 def sensor_update_seconds(t: np.ndarray, x: np.ndarray) -> float | None:
     """The sensor's own update period, when the readings repeat between steady changes.
 
@@ -230,8 +237,7 @@ def sensor_update_seconds(t: np.ndarray, x: np.ndarray) -> float | None:
     median, and that median is a sensor's (at most 2 s).  Flat data that changes
     only now and then is no sensor rhythm.
     """
-    ok = np.isfinite(x)
-    t, x = t[ok], x[ok]
+    t, x = finite_readings(t, x)
     if t.size < 16:
         return None
     changed = np.flatnonzero(np.diff(x) != 0) + 1
@@ -250,7 +256,7 @@ def sensor_update_seconds(t: np.ndarray, x: np.ndarray) -> float | None:
 def averaging_evidence(series: list[tuple[np.ndarray, np.ndarray]], seconds: float = 1.0
                        ) -> AveragingEvidence:
     """Is this node's power (each GPU's raw (t, watts)) a ``seconds``-long average?"""
-    series = [(t[np.isfinite(x)], x[np.isfinite(x)]) for t, x in series]
+    series = [finite_readings(t, x) for t, x in series]
     series = [(t, x) for t, x in series if t.size >= 8]
     if not series:
         return AveragingEvidence(None, False, "too few samples to tell")

@@ -53,6 +53,9 @@ class ScanResult:
     typical_scores: dict[int, dict[str, float]]
 
 
+_STALL_BLOCK = 1 << 14  # short windows judged at a time
+
+
 def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
     if m <= n_win:
         return [0]
@@ -63,7 +66,19 @@ def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
 
 
 def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
-    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1)."""
+    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1).
+
+    One row at a time: the sums' arrays are several times the row's size, so a long
+    trace's rows all at once would hold several times the whole grid."""
+    if x.ndim < 2:
+        return _moving_mean_row(x, k)
+    out = np.empty(x.shape[:-1] + (max(0, x.shape[-1] - k + 1),))
+    for i in np.ndindex(x.shape[:-1]):
+        out[i] = _moving_mean_row(x[i], k)
+    return out
+
+
+def _moving_mean_row(x: np.ndarray, k: int) -> np.ndarray:
     ok = np.isfinite(x)
     z = np.zeros(x.shape[:-1] + (1,))
     cs = np.cumsum(np.concatenate([z, np.where(ok, x, 0.0)], axis=-1), axis=-1)
@@ -195,9 +210,17 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     lv_at = np.stack([compute_level(level_power[:, max(0, c - n_ctx // 2):c + n_ctx // 2 + 1])
                       for c in centres], axis=1)
     mid = np.arange(u.shape[1]) + k // 2
-    lv = lv_at[:, np.minimum(mid // hop, centres.size - 1)]
+    held = np.minimum(mid // hop, centres.size - 1)  # window -> the level it holds
     gi = group_index(ids, groups)
-    stalled, waiting, culprit = stall_matrix(u, p, lv, list(gi.values()), th)
+    # a block of windows at a time (each is judged alone): the rule's arrays for every
+    # window of a long trace at once would be several times the grid
+    stalled = np.zeros(u.shape[1], dtype=bool)
+    waiting = np.zeros(u.shape, dtype=bool)
+    culprit = np.zeros(u.shape, dtype=bool)
+    for a in range(0, u.shape[1], _STALL_BLOCK):
+        sl = slice(a, a + _STALL_BLOCK)
+        stalled[sl], waiting[:, sl], culprit[:, sl] = stall_matrix(
+            u[:, sl], p[:, sl], lv_at[:, held[sl]], list(gi.values()), th)
     if measured is not None and bridge is not None:
         stalled = _hold_across_holes(stalled, _bad_windows(np.asarray(measured.all(axis=0)), m, k),
                                      int(bridge.limit_seconds / dt))

@@ -30,13 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
-from collections import Counter
 from typing import Any
 
 import numpy as np
 
+from exporter.analysis.averaging import finite_readings
 from exporter.analysis.bridging import Bridge, bridge, bridges_for
 from exporter.analysis.goodput import bridge_limit
 from exporter.analysis.power_swing import NodeSwing, analyse_window
@@ -54,6 +53,7 @@ from exporter.offline.gaps import (
     valid_mask,
 )
 from exporter.offline.goodput import stall_causes, time_accounting
+from exporter.offline.loading import STRAGGLER_FIELDS, input_notes, load
 from exporter.offline.report import not_run_note, render_text
 from exporter.offline.request import AnalyzeRequest, analyze_options
 from exporter.offline.swings import (
@@ -68,14 +68,10 @@ from exporter.offline.swings import (
 )
 from exporter.options import ANALYZE, Option, positive, whole_at_least_one
 from exporter.traces.checks import MAX_GPU_INDEX
-from exporter.traces.load import load_trace
+from exporter.traces.load import load_trace  # noqa: F401  (analyze's reader, for callers)
 from exporter.traces.trace import Trace, TraceError, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-
-
 def _averaging(text: str) -> float | None:
     """--power-averaging: None for auto, 0 for none (instantaneous), else seconds."""
     t = text.strip().lower()
@@ -162,22 +158,19 @@ def _grid(trace: Trace, tdp_flag: float | None, bridges: dict[str, Bridge] | Non
                          f"the {MAX_GRID_CELLS:,} analyze handles: cut the trace")
     rel = np.arange(n) * dt
     power = np.empty((len(usable), n))
+    readings = {g: finite_readings(trace.series[g].t, trace.series[g].fields["power_watts"])
+                for g in usable}  # the arrays themselves where every reading is finite
     for i, g in enumerate(usable):
-        s = trace.series[g]
-        p = s.fields["power_watts"]
-        ok = np.isfinite(p)
-        power[i] = np.interp(rel, s.t[ok] - t0, p[ok])
+        ts, p = readings[g]
+        power[i] = np.interp(rel, ts - t0, p)
     tdp = np.array([trace.tdp_watts.get(g, tdp_flag if tdp_flag else np.nan) for g in usable],
                    dtype=float)
     first = trace.series[usable[0]]
     raw_t = first.t[(first.t >= t0) & (first.t <= t1)]
     raw_node = np.zeros(raw_t.size)
     for g in usable:
-        s = trace.series[g]
-        ok = np.isfinite(s.fields["power_watts"])
-        raw_node += np.interp(raw_t, s.t[ok], s.fields["power_watts"][ok])
-    times = {g: trace.series[g].t[np.isfinite(trace.series[g].fields["power_watts"])]
-             for g in usable}
+        raw_node += np.interp(raw_t, *readings[g])
+    times = {g: ts for g, (ts, _) in readings.items()}
     gaps = [gap for gap in find_gaps(times) if gap.end > t0 and gap.start < t1]
     valid = measured = None
     if gaps:
@@ -188,15 +181,6 @@ def _grid(trace: Trace, tdp_flag: float | None, bridges: dict[str, Bridge] | Non
         bridges = bridges_for(default.power, default.stragglers)
     return Grid(t0 + rel, power, usable, dt, tdp, raw_t, raw_node, gaps, valid, measured,
                 bridges), notes
-
-
-# canonical trace field -> scan() keyword
-_STRAGGLER_FIELDS = {
-    "sm_clock_hertz": "sm_clock",
-    "temperature_celsius": "temperature",
-    "utilization_gpu_ratio": "utilization",
-    "clock_event_reasons": "clock_event_reasons",
-}
 
 
 def _field_grid(trace: Trace, g: Grid, name: str,
@@ -264,9 +248,9 @@ def _stragglers(trace: Trace, g: Grid, req: AnalyzeRequest, t_start: float,
     # scan's keyword arguments, by name
     field_gaps: dict[str, list[tuple[int, float]]] = {}
     series: dict[str, Any] = {kw: _field_grid(trace, g, f, field_gaps)
-                              for f, kw in _STRAGGLER_FIELDS.items()}
+                              for f, kw in STRAGGLER_FIELDS.items()}
     notes += _field_gaps_notes(field_gaps)
-    missing = [f for f, kw in _STRAGGLER_FIELDS.items() if series[kw] is None]
+    missing = [f for f, kw in STRAGGLER_FIELDS.items() if series[kw] is None]
     if missing:
         notes.append(f"not in the trace, so not compared between GPUs: {', '.join(missing)}")
     series["compute"] = _compute_grid(trace, g)
@@ -360,36 +344,6 @@ def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]
     return notes
 
 
-def _skip_reasons(skipped: list[tuple[int, str]], top: int = 4) -> str:
-    """The commonest reasons lines were skipped, as written (real counts and values).
-
-    Reasons that differ only in their numbers or quoted cells ("3 cells, column line has
-    5" and "4 cells, column line has 5") are one kind, so one kind cannot crowd out the
-    others; each kind shows its commonest wording and how many lines read otherwise.
-    """
-    kinds: dict[str, Counter[str]] = {}
-    for _, why in skipped:
-        kind = _NUMBER.sub("N", _QUOTED.sub("Q", why))
-        kinds.setdefault(kind, Counter())[why] += 1
-    parts = []
-    for wordings in sorted(kinds.values(), key=lambda c: -c.total())[:top]:
-        why, n = wordings.most_common(1)[0]
-        others = wordings.total() - n
-        parts.append(f"{why} ({n}; {others} more like it)" if others else f"{why} ({n})")
-    return ", ".join(parts)
-
-
-def _input_notes(trace: Trace) -> list[str]:
-    notes = []
-    if trace.skipped_lines:
-        notes.append(f"{trace.skipped_lines} line(s) skipped, first at line "
-                     f"{trace.skipped[0][0]}: {_skip_reasons(trace.skipped)}")
-    if trace.rejected:
-        notes.append(f"{sum(trace.rejected.values())} implausible value(s) dropped: "
-                     + ", ".join(f"{why} ({n})" for why, n in sorted(trace.rejected.items())))
-    return notes
-
-
 def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
                   ) -> dict[str, Any]:
     """The report as a JSON-ready dict (what ``--format json`` prints); `asked`: the
@@ -430,7 +384,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     notes += [not_run_note(name, why) for name, why in short.items()]
     if g.gaps:
         notes.append(gaps_note(g.gaps, t_start, g.gpus, list(bridges.values())))
-    notes += _input_notes(trace)
+    notes += input_notes(trace)
     report = {
         "source": trace.source,
         "format": trace.format,
@@ -447,6 +401,8 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
         "step_windows_analysed": n_windows,
         "skipped_lines": trace.skipped_lines,
         "rejected_values": dict(trace.rejected),
+        "collapsed_rows": trace.collapsed_rows,
+        "out_of_order_rows": trace.out_of_order_rows,
         "gaps": gaps_json(g.gaps, t_start,
                           [*bridges.values(), bridge("goodput", bridge_limit(g.dt))]),
         "not_run": short,
@@ -549,10 +505,11 @@ def swing_at(trace: Trace, end: float, seconds: float = 30.0,
 def main(args: argparse.Namespace) -> int:
     req = AnalyzeRequest.of(args)
     try:
-        trace = load_trace(req.file, gpus=req.gpus)
+        trace = load(req)
         rep = analyse_trace(trace, req)
     except TraceError as exc:
         return fail("analyze", str(exc))
+    del trace  # the report is all that is left to print
     if req.format == "json":
         print(json.dumps(rep, indent=2))
     else:

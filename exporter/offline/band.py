@@ -34,6 +34,7 @@ from exporter.analysis.averaging import (
     INSTANT,
     AveragingEvidence,
     averaging_evidence,
+    finite_readings,
     sensor_update_seconds,
 )
 from exporter.offline.gpu_models import gpu_model
@@ -83,7 +84,7 @@ def decide_band(trace: Trace, flag: float | None, *, critical_hz: float = 3.0,
                 max_hz: float | None = None) -> BandDecision:
     """``flag``: None (auto), 0 (instantaneous) or the averaging window in seconds."""
     series = [(s.t, s.fields["power_watts"]) for s in trace.series.values()]
-    series = [(t[np.isfinite(x)], x[np.isfinite(x)]) for t, x in series]
+    series = [finite_readings(t, x) for t, x in series]
     series = [(t, x) for t, x in series if t.size >= 2]
     dt = float(np.median([np.median(np.diff(t)) for t, _ in series]))
     updates = [u for t, x in series if (u := sensor_update_seconds(t, x)) is not None]

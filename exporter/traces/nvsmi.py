@@ -15,13 +15,18 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from exporter.traces.checks import screen
-from exporter.traces.trace import BadLine, Rows, Trace, TraceError, assemble, gpu_index
+from exporter.traces.reading import Rows, assemble
+from exporter.traces.trace import BadLine, Trace, TraceError, gpu_index
+
+_MAX_TDPS = 10_000  # distinct power.default_limit values counted per GPU (a board has one)
+_MAX_CACHED_STAMPS = 10_000  # parsed timestamps remembered (one per poll is read again)
 
 
 @dataclass(frozen=True)
@@ -125,46 +130,63 @@ class _Header:
     used: list[tuple[int, str, _Column, str | None]]  # (cell, canonical field, column, unit)
 
 
-def load_nvidia_smi(path: str, lines: list[str], hline: int, gpus: int | None) -> Trace:
-    """Read an nvidia-smi log whose header is ``lines[hline]``."""
-    h = _parse_header(path, lines[hline], hline + 1, gpus)
-    rows = Rows()
-    tdp_rows: dict[int, list[float]] = {}
-    names: dict[int, str] = {}
+def load_nvidia_smi(path: str, header: tuple[int, str], lines: Iterator[tuple[int, str]],
+                    gpus: int | None, keep: Collection[str] | None = None) -> Trace:
+    """Read an nvidia-smi log whose header is ``header`` (line number, text); ``lines``:
+    the numbered lines after it; ``keep``: the fields to keep (None: all)."""
+    h = _parse_header(path, header[1], header[0], gpus)
     fields = [canonical for _, canonical, _, _ in h.used]
+    rows = Rows(path, fields, keep, [col.units.get(unit or "", 1.0) for _, _, col, unit in h.used])
+    tdps: dict[int, Counter[float]] = {}
+    names: dict[int, str] = {}
     ts_cache: dict[str, float] = {}
-    header_line = lines[hline].strip()
-    for ln in range(hline + 1, len(lines)):
-        raw = lines[ln]
+    header_line = header[1].strip()
+    for ln, raw in lines:
         if not raw.strip() or raw.strip() == header_line:
             continue  # blank, or the header repeated by a shell loop
         try:
             gpu, t, values, tdp, name = _parse_row(raw, h, ts_cache, rows, gpus)
         except BadLine as exc:
-            rows.skipped.append((ln + 1, str(exc)))
+            rows.skip(ln, str(exc))
             continue
-        rows.add(ln + 1, gpu, t, screen(fields, values, rows.rejected))
-        tdp_rows.setdefault(gpu, []).append(tdp)
+        rows.add(ln, gpu, t, screen(fields, values, rows.rejected))
+        if 0 < tdp <= 5000:  # NaN is not
+            seen = tdps.setdefault(gpu, Counter())
+            if tdp in seen or len(seen) < _MAX_TDPS:
+                seen[tdp] += 1
         if name:
             names.setdefault(gpu, name)
-    trace = assemble(path, "nvidia-smi", rows, fields)
+        if len(ts_cache) > _MAX_CACHED_STAMPS:  # a stamp per poll: keep the cache small
+            ts_cache.clear()
+    trace = assemble(path, "nvidia-smi", rows)
     trace.power_column = h.power_name
     trace.power_averaging_stated = h.power_name != "power.draw"
     trace.power_averaging_seconds = 1.0 if h.power_name == "power.draw.average" else None
     trace.gpu_names = {g: n for g, n in names.items() if g in trace.series}
-    _set_tdp(trace, tdp_rows)
+    _set_tdp(trace, tdps)
     return trace
 
 
-def _set_tdp(trace: Trace, tdp_rows: dict[int, list[float]]) -> None:
+def _set_tdp(trace: Trace, tdps: dict[int, Counter[float]]) -> None:
     for gpu, s in trace.series.items():
-        tdp_arr = np.asarray(tdp_rows.get(gpu, []), dtype=float)
-        tdp_arr = tdp_arr[np.isfinite(tdp_arr) & (tdp_arr > 0) & (tdp_arr <= 5000)]
         limits = s.fields.get("power_limit_watts")
-        if tdp_arr.size:
-            trace.tdp_watts[gpu] = float(np.median(tdp_arr))
+        if tdps.get(gpu):
+            trace.tdp_watts[gpu] = _median(tdps[gpu])
         elif limits is not None and np.isfinite(limits).any():
             trace.tdp_watts[gpu] = float(np.nanmedian(limits))
+
+
+def _median(counts: Counter[float]) -> float:
+    """The median of the values counted, as numpy's median of them all gives it."""
+    n = sum(counts.values())
+    want = ((n - 1) // 2, n // 2)  # the middle one, or the middle two
+    middle: list[float] = []
+    seen = 0
+    for v in sorted(counts):
+        seen += counts[v]
+        while len(middle) < 2 and want[len(middle)] < seen:
+            middle.append(v)
+    return float(np.mean(middle))
 
 
 def _parse_header(path: str, line: str, lineno: int, gpus: int | None) -> _Header:
@@ -237,7 +259,7 @@ def _parse_row(raw: str, h: _Header, ts_cache: dict[str, float], rows: Rows,
         gpu = gpu_index(cells[h.idx_i])
     else:
         assert gpus is not None
-        gpu = sum(len(v) for v in rows.t.values()) % gpus
+        gpu = rows.count % gpus
     values = [_parse_value(cells[i], col, unit, h.names[i]) for i, _, col, unit in h.used]
     tdp = math.nan
     if h.tdp_i is not None:

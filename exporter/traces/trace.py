@@ -1,18 +1,19 @@
 """Traces: per-GPU time series read from a file, and the writer of our own format.
 
-Two formats are read, sniffed from the first non-blank line:
+Two formats are read (exporter.traces.load), sniffed from the first non-blank line:
 
 - ``nvidia-smi``: the CSV that ``nvidia-smi --query-gpu=... --format=csv`` prints
   (read by exporter.traces.nvsmi);
 - ``cte``: the exporter's own recording (see ``docs/trace-format.md``), written by
-  :class:`TraceWriter`.
+  :class:`TraceWriter`, read by exporter.traces.cte.
 
 Either may be gzip-compressed (told by its magic bytes); other binary data is refused
-without quoting it.
+without quoting it. Both are read a block at a time (exporter.traces.reading).
 
 Fatal problems raise :class:`TraceError` with a message ``FILE:LINE: message``.
-Malformed data lines are skipped: their count is ``Trace.skipped_lines`` and their
-line numbers (with the reason) are in ``Trace.skipped``.  Implausible values (not
+Malformed data lines are skipped: their count is ``Trace.skipped_lines``, the first
+1000 line numbers (with the reason) are in ``Trace.skipped`` and every reason's count in
+``Trace.skip_reasons``.  Implausible values (not
 finite, outside what a GPU can report; exporter.traces.checks) are dropped and
 counted in ``Trace.rejected``.
 """
@@ -20,23 +21,18 @@ counted in ``Trace.rejected``.
 from __future__ import annotations
 
 import contextlib
-import gzip
-import io
 import json
 import math
 import os
 import re
-import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
 import numpy as np
 
-from exporter.jsontext import loads
-from exporter.regularfile import read_regular
-from exporter.traces.checks import gpu_index_problem, screen, time_bounds
+from exporter.traces.checks import gpu_index_problem
 
 CANONICAL_FIELDS: tuple[str, ...] = (
     "power_watts",
@@ -68,7 +64,44 @@ class BadLine(Exception):
 class GpuSeries:
     gpu: int
     t: np.ndarray  # float64 seconds since the Unix epoch, increasing
-    fields: dict[str, np.ndarray]  # canonical field name -> float64, NaN where missing
+    fields: Mapping[str, np.ndarray]  # canonical field name -> float64, NaN where missing
+
+
+class PackedFields(Mapping[str, np.ndarray]):
+    """A GPU's fields, those whose every value is a float32 times a factor (the file's
+    unit: whole degrees, percent, MHz) kept so, in half the memory. Each read gives
+    the float64 values in base units, the same numbers the file's text gave (the reader
+    packs a value only when unpacking gives it back exactly): a new array each time."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], factors: Mapping[str, float]
+                 ) -> None:
+        self._arrays = dict(arrays)
+        self._factors = dict(factors)  # field -> factor, for the float32 ones
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        a = self._arrays[name]
+        if a.dtype == np.float64:
+            return a
+        return unpack(a, self._factors[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def nbytes(self) -> int:
+        """The memory the values take."""
+        return sum(a.nbytes for a in self._arrays.values())
+
+
+def unpack(a: np.ndarray, factor: float) -> np.ndarray:
+    """float32 values in the file's unit -> float64 in base units (one rounding, always
+    the same: the reader checked that it gives each value back)."""
+    out = a.astype(np.float64)
+    if factor != 1.0:
+        out *= factor
+    return out
 
 
 @dataclass
@@ -94,6 +127,12 @@ class Trace:
     gpu_names: dict[int, str] = field(default_factory=dict)  # "NVIDIA H100 80GB HBM3", ...
     rejected: dict[str, int] = field(default_factory=dict)  # implausible values by reason
     meta: dict[str, object] = field(default_factory=dict)  # the cte header, as read
+    # skipped lines by reason, all of them (``skipped`` keeps the first 1000 only)
+    skip_reasons: Counter[str] = field(default_factory=Counter)
+    # rows of a GPU with the time of another row of that GPU, merged into it (later
+    # values win), and rows earlier than a row of their GPU read before them (sorted)
+    collapsed_rows: int = 0
+    out_of_order_rows: int = 0
 
 
 # --------------------------------------------------------------------------- usable power
@@ -118,87 +157,7 @@ def power_gpus(trace: Trace) -> tuple[list[int], list[str]]:
     return usable, notes
 
 
-# --------------------------------------------------------------------------- reading
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-MAX_GUNZIPPED_BYTES = 2 << 30  # ~30 hours of 8 GPUs at the driver's rate; a bomb stops here
-# compressed formats read only once decompressed (magic bytes -> name)
-_COMPRESSED = ((b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
-               (b"\x04\x22\x4d\x18", "lz4"), (b"PK\x03\x04", "zip"))
-_BOMS_UTF16 = (b"\xff\xfe", b"\xfe\xff")  # nvidia-smi > file in Windows PowerShell writes UTF-16
-_CONTROL = bytes(c for c in range(32) if chr(c) not in "\t\n\r\f\v") + b"\x7f"
-_SNIFF_BYTES = 1 << 16
-
-
-def read_lines(path: str) -> list[str]:
-    """The file's lines: plain text or gzip (sniffed by their magic bytes, not by the
-    name); other compressed or binary data is refused in one line that quotes none of it."""
-    try:
-        raw = read_regular(path)  # a FIFO or device is refused, not waited on
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if raw.startswith(GZIP_MAGIC):
-        raw = _gunzip(path, raw)
-    return _text(path, raw).splitlines()
-
-
-def _gunzip(path: str, raw: bytes) -> bytes:
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
-            data = fh.read(MAX_GUNZIPPED_BYTES + 1)
-    except EOFError:
-        raise TraceError(f"{path}: gzip data cut short (an incomplete copy?): cannot read "
-                         "it to its end") from None
-    except (OSError, zlib.error):  # gzip.BadGzipFile is an OSError
-        raise TraceError(f"{path}: damaged gzip data: cannot decompress it") from None
-    if len(data) > MAX_GUNZIPPED_BYTES:
-        raise TraceError(f"{path}: more than {MAX_GUNZIPPED_BYTES >> 30} GiB once "
-                         "decompressed: cut the trace")
-    return data
-
-
-def _text(path: str, data: bytes) -> str:
-    if data.startswith(_BOMS_UTF16):
-        return data.decode("utf-16", errors="replace")
-    packed = next((name for magic, name in _COMPRESSED if data.startswith(magic)), None)
-    if packed:
-        raise TraceError(f"{path}: {packed}-compressed: decompress it first (gzip is read "
-                         "as it is)")
-    if _binary(data[:_SNIFF_BYTES]):
-        raise TraceError(f"{path}: binary data, not a trace: expected a cte trace or an "
-                         "nvidia-smi CSV log, as text or gzip-compressed")
-    return data.decode("utf-8-sig", errors="replace")
-
-
-def _binary(head: bytes) -> bool:
-    """A NUL byte, or more than 10 % control bytes and invalid UTF-8 (text in another
-    8-bit encoding, such as a Latin-1 degree sign per line, stays well below)."""
-    if b"\0" in head:
-        return True
-    bad = len(head) - len(head.translate(None, _CONTROL))
-    bad += head.decode("utf-8", errors="replace").count("\ufffd")
-    return bad > max(8, len(head) // 10)
-
-
-@dataclass
-class Rows:
-    """Data rows as read, per GPU, before assembly."""
-
-    t: dict[int, list[float]] = field(default_factory=dict)
-    values: dict[int, list[list[float]]] = field(default_factory=dict)
-    lines: dict[int, list[int]] = field(default_factory=dict)
-    skipped: list[tuple[int, str]] = field(default_factory=list)
-    rejected: Counter[str] = field(default_factory=Counter)
-
-    def add(self, line: int, gpu: int, t: float, values: list[float]) -> None:
-        times = self.t.get(gpu)
-        if times is None:
-            times = self.t[gpu] = []
-            self.values[gpu], self.lines[gpu] = [], []
-        times.append(t)
-        self.values[gpu].append(values)
-        self.lines[gpu].append(line)
+# --------------------------------------------------------------------------- rows
 
 
 def gpu_index(text: str) -> int:
@@ -213,134 +172,7 @@ def gpu_index(text: str) -> int:
     return gpu
 
 
-def assemble(path: str, fmt: str, rows: Rows, fields: list[str]) -> Trace:
-    """Sorted, merged per-GPU series from the rows; stray timestamps skipped."""
-    _drop_time_outliers(rows)
-    skipped = sorted(rows.skipped)
-    if not rows.t:
-        where = f"{skipped[0][0]}: first skipped line: {skipped[0][1]}" if skipped else "1"
-        raise TraceError(f"{path}:{where}: no usable data rows ({len(skipped)} skipped)")
-    series: dict[int, GpuSeries] = {}
-    for gpu in sorted(rows.t):
-        t = np.asarray(rows.t[gpu], dtype=np.float64)
-        v = np.asarray(rows.values[gpu], dtype=np.float64).reshape(len(t), len(fields))
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
-        t, v = _merge_equal_times(t, v)
-        series[gpu] = GpuSeries(gpu, t, {f: v[:, j].copy() for j, f in enumerate(fields)})
-    return Trace(path, fmt, sorted(series), series, len(skipped), {}, skipped,
-                 rejected=dict(rows.rejected))
-
-
-def _drop_time_outliers(rows: Rows) -> None:
-    every = [x for v in rows.t.values() for x in v]
-    bounds = time_bounds(np.asarray(every, dtype=np.float64))
-    if bounds is None:
-        return
-    lo, hi = bounds
-    for gpu in list(rows.t):
-        bad = [k for k, x in enumerate(rows.t[gpu]) if not lo <= x <= hi]
-        for k in reversed(bad):
-            rows.skipped.append((rows.lines[gpu][k], "timestamp far from the rest of the trace"))
-            del rows.t[gpu][k], rows.values[gpu][k], rows.lines[gpu][k]
-        if not rows.t[gpu]:
-            del rows.t[gpu], rows.values[gpu], rows.lines[gpu]
-
-
-def _merge_equal_times(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of one GPU with the same time become one row (later values win)."""
-    if len(t) < 2 or np.all(np.diff(t) > 0):
-        return t, v
-    ut, start = np.unique(t, return_index=True)
-    out = np.full((len(ut), v.shape[1]), np.nan)
-    bounds = list(start) + [len(t)]
-    for k in range(len(ut)):
-        for r in range(bounds[k], bounds[k + 1]):
-            row = v[r]
-            ok = ~np.isnan(row)
-            out[k, ok] = row[ok]
-    return ut, out
-
-
-# --------------------------------------------------------------------------- cte format
-
-
-def _cte_header(path: str, line: str) -> dict[str, object]:
-    try:
-        meta = loads(line[len(CTE_MAGIC):].strip() or "{}")
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}:1: bad cte header JSON: {exc.msg}") from None
-    if not isinstance(meta, dict):
-        raise TraceError(f"{path}:1: cte header must be a JSON object")
-    return meta
-
-
-def load_cte(path: str, lines: list[str], hline: int) -> Trace:
-    meta = _cte_header(path, lines[hline])
-    col_line = next((i for i in range(hline + 1, len(lines)) if lines[i].strip()
-                     and not lines[i].startswith("#")), None)
-    if col_line is None:
-        raise TraceError(f"{path}:{hline + 2}: cte trace has no column line (t,gpu,...)")
-    cols = [c.strip() for c in lines[col_line].split(",")]
-    if cols[:2] != ["t", "gpu"] or len(cols) < 3:
-        raise TraceError(f"{path}:{col_line + 1}: cte column line must start with t,gpu,FIELD")
-    fields = cols[2:]
-    if "power_watts" not in fields:
-        raise TraceError(f"{path}:{col_line + 1}: cte trace has no power_watts column")
-    rows = Rows()
-    for ln in range(col_line + 1, len(lines)):
-        raw = lines[ln]
-        if not raw.strip() or raw.startswith("#"):
-            continue
-        try:
-            gpu, t, values = _cte_row(raw, len(cols), fields, rows)
-        except BadLine as exc:
-            rows.skipped.append((ln + 1, str(exc)))
-            continue
-        rows.add(ln + 1, gpu, t, values)
-    trace = assemble(path, "cte", rows, fields)
-    trace.meta = meta
-    tdp = meta.get("tdp_watts") or {}
-    if isinstance(tdp, dict):
-        for k, w in tdp.items():
-            try:
-                trace.tdp_watts[int(k)] = float(w)
-            except (TypeError, ValueError):
-                raise TraceError(f"{path}:1: bad tdp_watts entry {k!r}: {w!r}") from None
-    avg = meta.get("power_averaging_seconds")
-    trace.power_averaging_seconds = float(avg) if isinstance(avg, int | float) and avg > 0 \
-        else None
-    trace.power_averaging_stated = "power_averaging_seconds" in meta
-    names = meta.get("gpu_names")
-    if isinstance(names, dict):
-        trace.gpu_names = {int(k): str(v)[:200] for k, v in names.items()
-                           if str(k).isdigit() and int(k) in trace.series}
-    return trace
-
-
-def _cte_row(raw: str, ncells: int, fields: list[str], rows: Rows
-             ) -> tuple[int, float, list[float]]:
-    cells = raw.split(",")
-    if len(cells) != ncells:
-        raise BadLine(f"{len(cells)} cells, column line has {ncells}")
-    nan = math.nan
-    try:
-        t = float(cells[0])
-        try:  # as written by TraceWriter: a number or an empty cell
-            values = [float(c) if c else nan for c in cells[2:]]
-        except ValueError:  # blank cells of spaces are missing values too
-            values = [float(c) if c.strip() else nan for c in cells[2:]]
-    except ValueError:
-        raise BadLine("unparsable number") from None
-    if not (math.isfinite(t) and t >= 0):
-        raise BadLine(f"bad time {cells[0].strip()!r}")
-    gpu = gpu_index(cells[1])
-    # a written "nan" is no missing value (that is an empty cell): count it
-    if "n" in raw or "N" in raw:  # no NaN can be written without one
-        for name, c, v in zip(fields, cells[2:], values, strict=True):
-            if c.strip() and math.isnan(v):
-                rows.rejected[f"{name} not a number"] += 1
-    return gpu, t, screen(fields, values, rows.rejected)
+# --------------------------------------------------------------------------- writing
 
 
 def _fmt(v: float) -> str:
