@@ -16,7 +16,16 @@ import pytest
 
 from exporter.collectors.jobs.reading import JobsReading
 from exporter.collectors.kubernetes.reading import KubernetesReading, PodDevice
-from exporter.health.model import FAILED, OK, WARNING, CheckResult, NodeHealth, Verdict
+from exporter.health.model import (
+    FAILED,
+    NOT_APPLICABLE,
+    OK,
+    UNKNOWN,
+    WARNING,
+    CheckResult,
+    NodeHealth,
+    Verdict,
+)
 from exporter.metrics.compat import dcgm
 from exporter.sampling.snapshot import CollectorResult, XidRecord
 from exporter.sim.scenarios import Workload
@@ -304,6 +313,24 @@ def test_health_status_per_watch_from_our_verdict():
     assert 'health_error_code="DCGM_FR_VOLATILE_DBE_DETECTED"' in rows["MEM"]
     assert rows["PCIE"].endswith(" 10.0") and rows["DRIVER"].endswith(" 0.0")
     assert 'health_error_code="DCGM_FR_OK"' in rows["DRIVER"]
+
+
+def test_a_watch_not_yet_judged_is_not_served_as_a_pass():
+    """A GPU whose memory checks are all unknown (the health read hung, say) serves no MEM
+    status: dcgm-exporter's 0 would say it passed."""
+    def check(name: str, state: str) -> CheckResult:
+        return CheckResult(name, state, None, None, "", 0.0)
+
+    verdict = Verdict(UNKNOWN, "none", "", (
+        check("ecc_uncorrected", UNKNOWN), check("retired_pages", NOT_APPLICABLE),
+        check("pcie_replays", OK), check("xid", UNKNOWN), check("recovery_action", OK)))
+    health = NodeHealth(1.0, verdict, {0: verdict})
+    text = dcgm.DcgmCompat("n1").render(make_snapshot(1), health).decode()
+    rows = {line.split('health_watch="')[1].split('"')[0]: line
+            for line in text.splitlines() if line.startswith("DCGM_EXP_GPU_HEALTH_STATUS{")}
+    assert "MEM" not in rows and rows["PCIE"].endswith(" 0.0")
+    assert rows["DRIVER"].endswith(" 0.0")  # one of its checks judged it: ok
+    assert rows["PMU"].endswith(" 0.0")  # no check of ours maps to it: pass, as documented
 
 
 def test_every_health_check_maps_to_a_watch():

@@ -35,7 +35,7 @@ from exporter.collectors.jobs.reading import JobsReading
 from exporter.collectors.kubernetes.reading import KubernetesReading
 from exporter.collectors.mig.reading import MigReading
 from exporter.collectors.profiling.reading import ProfilingReading
-from exporter.health.model import FAILED, WARNING, NodeHealth
+from exporter.health.model import FAILED, OK, WARNING, NodeHealth
 from exporter.metrics.exposition import WRITER, go_float
 from exporter.sampling.snapshot import Snapshot
 
@@ -345,7 +345,9 @@ def _xid_last_lines(f: DcgmField, snapshot: Snapshot, whole: list[_Device]) -> I
 def _health_lines(f: DcgmField, health: NodeHealth | None,
                   whole: list[_Device]) -> Iterator[str]:
     """Per GPU and DCGM watch: the worst of our checks that map to it (0 pass, 10 warn,
-    20 fail) and the DCGM failure code of that check."""
+    20 fail) and the DCGM failure code of that check. A watch whose checks of ours are
+    all still unknown (or not applicable) is not served: not yet judged is no pass. A
+    watch no check of ours maps to reports pass, as the table says."""
     if health is None:
         return
     for d in whole:
@@ -353,12 +355,18 @@ def _health_lines(f: DcgmField, health: NodeHealth | None,
         if verdict is None:
             continue
         worst: dict[str, tuple[float, str]] = {}
+        judged, mapped = set(), set()
         for check in verdict.checks:
             watch, code = HEALTH_CHECKS.get(check.name, ("", ""))
+            mapped.add(watch)
+            if check.state in (OK, WARNING, FAILED):
+                judged.add(watch)
             result = HEALTH_RESULT.get(check.state, 0.0)
             if watch and result > worst.get(watch, (0.0, ""))[0]:
                 worst[watch] = (result, code)
         for watch in HEALTH_WATCHES:
+            if watch in mapped and watch not in judged:
+                continue
             result, code = worst.get(watch, (0.0, "DCGM_FR_OK"))
             yield (f'{f.name}{d.labels},health_error_code="{code}",'
                    f'health_watch="{watch}"}} {go_float(result)}\n')
