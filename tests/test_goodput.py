@@ -12,7 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from exporter.analysis.checkpoints import Rhythm, describe_checkpoints
+from exporter.analysis.checkpoints import (
+    LIGHTEST_COMPUTE_SHARE,
+    MODEL_LEVELS,
+    SPIN_CEILING_SHARE,
+    Rhythm,
+    describe_checkpoints,
+)
 from exporter.analysis.goodput import (
     STATES,
     GoodputThresholds,
@@ -396,3 +402,10 @@ def test_the_first_rank_from_the_processes_or_the_lowest_gpu():
     assert first_rank([2, 3], np.array([0.0, 1.0, 9.0, 0.0])) == 3
     assert first_rank([0, 1], np.array([8.0, 9.0])) is None  # rank 0 on another node
     assert first_rank([], None) is None
+
+
+def test_the_spin_ceiling_lies_between_spinning_and_the_lightest_compute():
+    for levels in MODEL_LEVELS.values():
+        assert levels.idle < levels.spin < SPIN_CEILING_SHARE < LIGHTEST_COMPUTE_SHARE
+        assert levels.compute >= LIGHTEST_COMPUTE_SHARE and levels.sources
+    assert GoodputThresholds().spin_ceiling_share == SPIN_CEILING_SHARE

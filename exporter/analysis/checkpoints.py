@@ -41,10 +41,24 @@ class PowerLevels:
     sources: str
 
 
+# The levels the rules below rest on (docs/goodput.md, "Checkpoints and stalls").
+MODEL_LEVELS: dict[str, PowerLevels] = {
+    # Hopper parts share them (the H200 has the same 700 W limit and the same chip); other
+    # models are judged with them too until measured
+    "H100": PowerLevels(
+        idle=0.11, spin=0.21, compute=0.78,
+        sources="idle: the 1st percentile of the 8x H100 nanoGPT log, 72-82 W of 700 W; "
+                "spin: NCCL's busy-wait on H100 at ~150 W of 700 W while rank 0 writes a "
+                "checkpoint (real 8x H100 data-parallel runs); compute: 75-80 % of the "
+                "limit training an 8B model on H100"),
+}
+# the lightest compute level seen on real hardware: the nanoGPT log's 124M-parameter steps
+# at ~390 W of 700 W
+LIGHTEST_COMPUTE_SHARE = 0.56
+
 # Busy-waiting is high utilization at power under this share of the power limit: the spin
-# level (0.21) plus the spread between boards and noise, below the lightest compute level
-# seen on real hardware (the nanoGPT log's 124M-parameter steps at ~390 W of 700 W, 0.56)
-# and below what a light job's steps average to (a step's compute phase with a
+# level plus the spread between boards and noise (0.17-0.25), well under the lightest
+# compute level and under what a light job's steps average to (a compute phase with a
 # communication phase at a quarter of it). Against the limit, not the GPU's own compute
 # level: a level set high by minutes at the power cap must not make later, lighter steps
 # look like waiting, and a job that never shows its level (a checkpoint every step) must
