@@ -233,3 +233,30 @@ def test_identity_is_stable_and_distinct(fake_nvml):
     assert len(uuids) == 8 and all(u.startswith("GPU-") for u in uuids)
     bus = pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).busId
     assert bus == "00000000:18:00.0"
+
+
+@pytest.mark.parametrize("after", [0.0, 60.0])
+def test_checkpoints_begin_a_period_after_start_when_asked(clock, after):
+    """`checkpoint_after_seconds`: no checkpoint begins that soon after start (a job
+    saves after its first steps); the energy counter still integrates the power."""
+    from tests.tools import scenario_from_yaml
+
+    scenario = scenario_from_yaml(f"""
+gpus: 2
+workload: {{type: training, checkpoint_every_seconds: 30, checkpoint_seconds: 10,
+           checkpoint_after_seconds: {after}}}
+""")
+    with fake.installed(scenario, clock, costs=None):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        start, t0 = _energy_joules(handle), clock.time()
+        writing, instants = [], []
+        for _ in range(1800):  # 90 s at 20 Hz
+            clock.advance(0.05)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            writing.append((clock.time() - t0, util == 0))
+            instants.append(_instant_watts(handle))
+        first = min(t for t, w in writing if w)
+        assert after - 0.1 <= first < after + 30.1  # the first that may begin, begins
+        mean_power = (_energy_joules(handle) - start) / 90.0
+        assert mean_power == pytest.approx(np.mean(instants), rel=0.05)

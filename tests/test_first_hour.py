@@ -55,7 +55,9 @@ def test_simulate_names_the_busy_port(capsys):
     busy.listen()
     port = busy.getsockname()[1]
     try:
-        code = main(["simulate", "--nodes", "2", "--base-port", str(port - 1),
+        # the busy port is the first node's: another test's port next to it, taken
+        # meanwhile, cannot be the one named
+        code = main(["simulate", "--nodes", "2", "--base-port", str(port),
                      "--listen-host", "127.0.0.1"])
     finally:
         busy.close()

@@ -88,6 +88,9 @@ class FakeGpu:
         self.x0 = (start + self.phase) % self.wave.period
         self.every = work.checkpoint_every_seconds if self.training else 0.0
         self.ckpt_seconds = min(work.checkpoint_seconds, self.every)
+        # no checkpoint begins before this (a job saves after its first steps)
+        self.ckpt_from = (start + work.checkpoint_after_seconds
+                          if work.checkpoint_after_seconds > 0 else -math.inf)
         self.writer = work.checkpoint_sharded or index == work.checkpoint_gpu
         self.ckpt_watts = work.idle_watts + 40 if self.writer else work.wait_watts
         self._ckpt_prefix = [0.0]  # energy corrections of completed checkpoints, summed
@@ -132,7 +135,8 @@ class FakeGpu:
         return True
 
     def in_checkpoint(self, t: float) -> bool:
-        return self.every > 0 and t % self.every < self.ckpt_seconds
+        return self.every > 0 and t % self.every < self.ckpt_seconds and (
+            t - t % self.every >= self.ckpt_from)
 
     def ideal_power(self, t: float) -> float:
         if self.in_checkpoint(t):
@@ -163,7 +167,7 @@ class FakeGpu:
         k = math.floor(t0 / self.every)
         while k * self.every < t1:
             a, b = max(t0, k * self.every), min(t1, k * self.every + self.ckpt_seconds)
-            if b > a:
+            if b > a and k * self.every >= self.ckpt_from:
                 out.append((a, b))
             k += 1
         return out
@@ -219,7 +223,9 @@ class FakeGpu:
         power = np.interp((t + self.phase) % self.wave.period, self.wave.breaks,
                           self.wave.levels)
         if self.every > 0:
-            power = np.where(t % self.every < self.ckpt_seconds, self.ckpt_watts, power)
+            phase = t % self.every
+            power = np.where((phase < self.ckpt_seconds) & (t - phase >= self.ckpt_from),
+                             self.ckpt_watts, power)
         return np.maximum(0.0, power + self.noise[ks % _NOISE_TABLE])
 
     def samples_between(self, t0: float, t1: float) -> range:
@@ -239,7 +245,8 @@ class FakeGpu:
         t = (k + self.jitter[k % _NOISE_TABLE]) * self.sample_interval
         power = _interp((t + self.phase) % self.wave.period, self.wave.breaks_array,
                         self.wave.levels_array)
-        if self.every > 0 and t % self.every < self.ckpt_seconds:
+        if self.every > 0 and t % self.every < self.ckpt_seconds and (
+                t - t % self.every >= self.ckpt_from):
             power = self.ckpt_watts
         watts = power + self.noise[k % _NOISE_TABLE]
         return 0.0 if watts <= 0.0 else float(watts)  # np.maximum(0.0, watts)
@@ -267,7 +274,7 @@ class FakeGpu:
         """Energy of checkpoint k up to t, minus the waveform's over the same time."""
         a = max(k * self.every, self.start)
         b = min(k * self.every + self.ckpt_seconds, t)
-        if b <= a:
+        if b <= a or k * self.every < self.ckpt_from:
             return 0.0
         return self.ckpt_watts * (b - a) - (self._wave_energy(b) - self._wave_energy(a))
 

@@ -153,6 +153,9 @@ class Workload:
     # a sharded checkpoint instead (FSDP, DeepSpeed, Megatron's distributed checkpoint):
     # every rank writes its shard, every GPU near idle together
     checkpoint_sharded: bool = False
+    # no checkpoint begins in the first this many seconds after start (0: as the clock
+    # falls; a job saves after its first steps)
+    checkpoint_after_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

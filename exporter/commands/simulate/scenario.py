@@ -130,6 +130,8 @@ class FleetScenario:
                 base.workload, step_period_seconds=period, phase_seconds=job.phase_seconds,
                 compute_fraction=fraction, checkpoint_every_seconds=job.checkpoint_every_seconds,
                 checkpoint_seconds=job.checkpoint_seconds,
+                # the first after a period of steps, as a job saves after N steps
+                checkpoint_after_seconds=job.checkpoint_every_seconds,
                 # rank 0 writes on the job's first node; elsewhere no GPU does, all spin
                 checkpoint_gpu=0 if node == job.nodes[0] else -1)
         events = tuple(sorted((e for n, e in self.gpu_faults if n == node), key=lambda e: e.at))
