@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import gc
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,6 @@ from exporter.gpu.backend import NvmlUnavailable
 from exporter.history.store import StoreBusy
 from exporter.metrics.selection import load_selection
 from exporter.options import RUN, add_flags
-from exporter.sim.scenarios import load_scenario
 from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
@@ -37,26 +37,39 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, RUN, all_options())
 
 
-def _commands() -> dict[str, tuple[ModuleType, str]]:
-    """The commands of exporter/commands/, in --help's order: name -> (module, help)."""
-    from exporter.commands import analyze, history, lemons, record
-    from exporter.commands.health import command as health
-    from exporter.commands.simulate import command as simulate
+# The commands of exporter/commands/, in --help's order: name -> (module, help). Each is
+# imported only when it runs or its flags are parsed: `run` then loads none of the offline
+# analysis, the fleet or the recorder (docs/performance.md, memory).
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("exporter.commands.simulate.command",
+                 "run a fleet of simulated nodes in one process, one port each"),
+    "record": ("exporter.commands.record",
+               "record GPU samples (power at full rate) to a trace file"),
+    "analyze": ("exporter.commands.analyze",
+                "analyse a trace (ours or an nvidia-smi CSV log) offline"),
+    "lemons": ("exporter.commands.lemons",
+               "rank nodes and GPUs by how likely they fail again (fault events)"),
+    "health": ("exporter.commands.health.command",
+               "ask the local exporter for its verdict: one line, exit 0 OK, 1 problem, 2 "
+               "unknown (node-problem-detector); --slurm-drain drains via scontrol"),
+    "history": ("exporter.commands.history",
+                "print the episodes stored in a state directory, one JSON line each "
+                "(docs/history.md)"),
+}
 
-    return {
-        "simulate": (simulate, "run a fleet of simulated nodes in one process, one port each"),
-        "record": (record, "record GPU samples (power at full rate) to a trace file"),
-        "analyze": (analyze, "analyse a trace (ours or an nvidia-smi CSV log) offline"),
-        "lemons": (lemons, "rank nodes and GPUs by how likely they fail again (fault events)"),
-        "health": (health, "ask the local exporter for its verdict: one line, exit 0 OK, 1 "
-                   "problem, 2 unknown (node-problem-detector); --slurm-drain drains via "
-                   "scontrol"),
-        "history": (history, "print the episodes stored in a state directory, one JSON line "
-                    "each (docs/history.md)"),
-    }
+
+def _command(name: str) -> ModuleType:
+    return importlib.import_module(_COMMANDS[name][0])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names (its first word that is no flag), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line. With `only`, the other commands of exporter/commands/ are listed
+    in --help but their modules are not imported nor their flags declared."""
     parser = _Parser(prog=PROG, description="Per-node Prometheus exporter for GPU training "
                      "clusters: high-rate power, swings, stragglers and failing hardware.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -65,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
-    for name, (module, help_text) in _commands().items():
-        module.add_arguments(commands.add_parser(name, help=help_text))
+    for name, (_, help_text) in _COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if only is None or only == name:
+            _command(name).add_arguments(sub)
     return parser
 
 
@@ -108,6 +123,8 @@ def _run(args: argparse.Namespace) -> int:
                  if o.flag is not None and RUN in o.commands}
     config = build_config(args.config, overrides)
     if config.backend.fake:
+        from exporter.sim.scenarios import load_scenario  # not needed on real hardware
+
         # an unknown scenario is a usage error, before anything
         load_scenario(config.backend.scenario)
     logging.basicConfig(level=config.log.log_level.upper(), stream=sys.stderr,
@@ -150,7 +167,8 @@ def _check_config(path: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_command_named(argv) or "")
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse would name the top-level parser, not the subcommand
         return fail(args.command, f"unrecognized arguments: {' '.join(extra)}"
@@ -158,9 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
-        command = _commands().get(args.command)
-        if command is not None:
-            return command[0].main(args)
+        if args.command in _COMMANDS:
+            return _command(args.command).main(args)
         if args.command == "check-config":
             return _check_config(args.file)
         parser.print_help(sys.stderr)
