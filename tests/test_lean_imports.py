@@ -62,3 +62,42 @@ def test_an_unknown_command_is_a_usage_error(capsys):
         main(["bogus"])
     assert exit_.value.code == 2
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+_HEAPS_AFTER_THREADS = """
+import ctypes, sys, tempfile, threading
+import numpy as np
+from exporter.cli import cap_malloc_arenas
+if sys.argv[1] == 'cap':
+    assert cap_malloc_arenas()
+barrier = threading.Barrier(8)
+def work():
+    barrier.wait()  # all at once: each would get an arena of its own
+    [np.ones(4096) for _ in range(200)]
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+with tempfile.NamedTemporaryFile() as out:
+    f = libc.fopen(out.name.encode(), b'w')
+    libc.malloc_info(0, ctypes.c_void_p(f))
+    libc.fclose(ctypes.c_void_p(f))
+    print(open(out.name).read().count('<heap nr='))
+"""
+
+
+def _malloc_heaps(mode: str) -> int:
+    result = subprocess.run([sys.executable, "-c", _HEAPS_AFTER_THREADS, mode],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_run_caps_the_malloc_arenas_its_threads_make():
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "malloc_info"):
+        pytest.skip("not glibc")
+    assert _malloc_heaps("cap") <= 2
+    assert _malloc_heaps("free") > 2  # what the cap prevents
