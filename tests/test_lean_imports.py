@@ -101,3 +101,31 @@ def test_run_caps_the_malloc_arenas_its_threads_make():
         pytest.skip("not glibc")
     assert _malloc_heaps("cap") <= 2
     assert _malloc_heaps("free") > 2  # what the cap prevents
+
+
+def test_the_exporter_loads_two_modules_of_prometheus_client_and_others_get_all_of_it():
+    code = ("import sys\nimport exporter.app\n"
+            "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))\n"
+            "from prometheus_client import CollectorRegistry, Counter, generate_latest\n"
+            "registry = CollectorRegistry()\n"
+            "Counter('demo', 'a counter', registry=registry).inc()\n"
+            "print(generate_latest(registry).decode().splitlines()[2])\n"
+            "import prometheus_client\n"
+            "print('generate_latest' in prometheus_client.__all__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    loaded, sample, listed = result.stdout.splitlines()
+    assert loaded == ("['prometheus_client', 'prometheus_client.metrics_core', "
+                      "'prometheus_client.samples', 'prometheus_client.validation']")
+    assert sample == "demo_total 1.0"
+    assert listed == "True"
+
+
+def test_an_unknown_name_of_prometheus_client_is_an_attribute_error():
+    import prometheus_client
+
+    with pytest.raises(AttributeError):
+        prometheus_client.no_such_name  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from prometheus_client import no_such_name")
