@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from exporter import lazy_prometheus  # noqa: E402  (before any module of ours imports it)
+from exporter import lazy  # noqa: E402  (before any module of ours imports it)
 
-lazy_prometheus.install()
+lazy.install()

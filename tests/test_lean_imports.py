@@ -129,3 +129,17 @@ def test_an_unknown_name_of_prometheus_client_is_an_attribute_error():
         prometheus_client.no_such_name  # noqa: B018
     with pytest.raises(ImportError):
         exec("from prometheus_client import no_such_name")
+
+
+def test_a_fake_exporter_without_state_directory_loads_no_sqlite():
+    code = ("import sys\nsys.path.insert(0, '.')\nfrom tests.tools import ExporterFactory\n"
+            "factory = ExporterFactory()\nexporter = factory.start(manual=True)\n"
+            "exporter.sampler.advance(3)\nfactory.stop_all()\n"
+            "print('_sqlite3' in sys.modules)\n"
+            "from exporter.history.store import Store\nimport tempfile, time\n"
+            "store = Store(tempfile.mkdtemp(), time.time)\nstore.open()\n"
+            "print('_sqlite3' in sys.modules, type(store.db).__name__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["False", "True Connection"]

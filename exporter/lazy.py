@@ -1,4 +1,10 @@
-"""prometheus_client's package, imported without its __init__ until someone asks for it.
+"""Libraries loaded when they are first used, not when the exporter starts.
+
+`lazy_module(name)`: a module (sqlite3) executed on its first attribute, through the
+standard library's LazyLoader, for what only some configurations use.
+
+`install()`: prometheus_client's package, imported without its __init__ until someone
+asks for it.
 
 We use two of its modules (metrics_core: the Metric families; samples) and write the
 exposition ourselves. Its __init__ imports everything else: the registry, the metric
@@ -35,6 +41,21 @@ class _LazyPackage(types.ModuleType):
             return self.__dict__[attr]
         except KeyError:
             raise AttributeError(f"module {NAME!r} has no attribute {attr!r}") from None
+
+
+def lazy_module(name: str) -> types.ModuleType:
+    """`name`, imported now if it is already, else executed on its first attribute."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
 
 
 def install() -> None:
