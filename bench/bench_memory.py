@@ -72,8 +72,11 @@ def measure(seconds: float, scenario: str, every: float) -> dict[str, float]:
     start = series[0][1]
     filled = [rss for t, rss in series if t >= WINDOW_SECONDS]
     steady = statistics.median(filled) if filled else float("nan")
-    return {"start": start / MIB, "at 60 s": next(r for t, r in series if t >= 60) / MIB
-            if series[-1][0] >= 60 else float("nan"),
+    def at(seconds: float) -> float:
+        return next(r for t, r in series if t >= seconds) / MIB if (
+            series[-1][0] >= seconds) else float("nan")
+
+    return {"start": start / MIB, "at 60 s": at(60), "at 300 s": at(300),
             "steady": steady / MIB, "max": max(r for _, r in series) / MIB,
             "end": series[-1][1] / MIB}
 
