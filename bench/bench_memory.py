@@ -1,20 +1,36 @@
-"""Memory of `run --fake` (8 GPUs) over the time its windows take to fill: RSS at start,
-once the 660 s power window is full, and steady after it, scraped like a Prometheus
-pair; beside it, a bare interpreter importing the same libraries (measured in the same
-run). Prints figures; not a pass/fail test.
+"""Where the exporter's memory goes. Prints figures; not a pass/fail test.
 
-    python bench/bench_memory.py [--seconds 780] [--scenario faults] [--every 5]
+Default: `run --fake` (8 GPUs) over the time its windows take to fill: RSS at start,
+once the 660 s power window is full, steady after it and its peak, scraped like a
+Prometheus pair; beside it, a bare interpreter importing the same libraries (measured in
+the same run).
+
+    python bench/bench_memory.py [--seconds 780] [--scenario gpu-lost] [--every 5]
 
 The power window is full after 660 s, so --seconds below ~720 measures no steady state.
+
+--imports: the import floor, each line a fresh interpreter's RSS after importing one
+library or one part of ours (with what it imports), as a ratio to the bare interpreter's
+and to `import numpy`'s measured in the same run.
+
+--data MINUTES: one exporter as `run --fake` builds it, on a manual clock (simulated
+time, no sleeping) and scraped every 15 s: the Python memory it holds (tracemalloc)
+after each simulated minute, so growth shows, and at the end each structure's bytes
+(rings, windows, rendered exposition) and the allocations by the file of ours that made
+them, as shares of the total.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import time
+import tracemalloc
+import urllib.request
+from collections import Counter
 
 import psutil
 from targets import free_port, scrape, wait_http
@@ -56,10 +72,116 @@ def measure(seconds: float, scenario: str, every: float) -> dict[str, float]:
     start = series[0][1]
     filled = [rss for t, rss in series if t >= WINDOW_SECONDS]
     steady = statistics.median(filled) if filled else float("nan")
-    return {"start": start / MIB, "at 60 s": next(r for t, r in series if t >= 60) / MIB
-            if series[-1][0] >= 60 else float("nan"),
+    def at(seconds: float) -> float:
+        return next(r for t, r in series if t >= seconds) / MIB if (
+            series[-1][0] >= seconds) else float("nan")
+
+    return {"start": start / MIB, "at 60 s": at(60), "at 300 s": at(300),
             "steady": steady / MIB, "max": max(r for _, r in series) / MIB,
             "end": series[-1][1] / MIB}
+
+
+# The import floor: libraries, then the parts of ours from the bottom up (each line
+# includes what the module imports).
+LIBRARIES = ("numpy", "prometheus_client", "pynvml", "psutil", "yaml", "sqlite3", "http.server",
+             "numpy,prometheus_client,pynvml,psutil,yaml,sqlite3,http.server")
+OURS = ("exporter.config", "exporter.gpu.backend", "exporter.sampling.sampler",
+        "exporter.metrics.render", "exporter.health.monitor", "exporter.history.recorder",
+        "exporter.web.server", "exporter.sim.fake", "exporter.app", "exporter.cli",
+        "exporter.commands.analyze", "exporter.commands.simulate.command")
+_RSS_AFTER = ("import importlib, sys\n"
+              "for name in sys.argv[1].split(','):\n"
+              "    name and importlib.import_module(name)\n"
+              "print(next(int(line.split()[1]) for line in open('/proc/self/status')"
+              " if line.startswith('VmRSS:')))")
+
+
+def import_rss(modules: str) -> float:
+    """VmRSS (MiB) of a fresh interpreter once it imported the comma-separated modules."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)}
+    out = subprocess.run([sys.executable, "-c", _RSS_AFTER, modules], capture_output=True,
+                         text=True, check=True, env=env)
+    return int(out.stdout) / 1024
+
+
+def print_imports(rounds: int) -> None:
+    def rss(modules: str) -> float:
+        return statistics.median(import_rss(modules) for _ in range(rounds))
+
+    bare, numpy = rss(""), rss("numpy")
+    print(f"import floor (VmRSS of a fresh interpreter, median of {rounds}): bare "
+          f"{bare:.1f} MiB, import numpy {numpy:.1f} MiB")
+    print(f"  {'imports':<58} {'MiB':>6} {'/bare':>6} {'/numpy':>7}")
+    for modules in (*LIBRARIES, *OURS):
+        value = rss(modules)
+        print(f"  {modules[:58]:<58} {value:6.1f} {value / bare:6.2f} {value / numpy:7.2f}")
+
+
+def _owner(trace: tracemalloc.Traceback) -> str:
+    """The file of ours nearest the allocation (else the library's file)."""
+    for frame in reversed(trace):  # most recent first
+        if "/exporter/" in frame.filename:
+            return "exporter/" + frame.filename.rsplit("/exporter/", 1)[1]
+    return trace[-1].filename.rsplit("/site-packages/", 1)[-1]
+
+
+def _structures(exporter) -> dict[str, int]:
+    """Bytes of the structures that grow with GPUs and history, read off the exporter."""
+    sampler = exporter.sampler
+    out: dict[str, int] = {}
+    power = sampler.power.buffer
+    if power is not None:
+        out["power ring (times + mW)"] = power.nbytes
+    sweep = getattr(sampler.analyses, "sweep_buffer", None)
+    if sweep is not None:
+        out["sweep window (stragglers)"] = (sweep.times.nbytes + sweep.row_times.nbytes
+                                            + sum(v.nbytes for v in sweep.values.values()))
+    current = exporter.current
+    if current is not None:
+        for name in ("_body", "_gzipped"):
+            value = getattr(current, name, None)
+            if isinstance(value, bytes | bytearray):
+                out[f"rendered exposition ({name.strip('_')})"] = len(value)
+    return out
+
+
+def print_data(minutes: float, scenario: str) -> None:
+    from exporter.app import Exporter
+    from exporter.config import Config
+    from exporter.sampling.clock import ManualClock
+
+    tracemalloc.start(12)
+    exporter = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, fake_costs=False,
+                                  scenario=scenario), clock=ManualClock())
+    exporter.start(threads=False)
+    url = f"http://127.0.0.1:{exporter.port}/metrics"
+    print(f"run --fake --scenario {scenario} on a manual clock, scraped every 15 s: Python "
+          f"memory held (tracemalloc)")
+    try:
+        held = []
+        for quarter in range(1, int(minutes * 4) + 1):
+            exporter.sampler.advance(15)
+            with urllib.request.urlopen(url) as reply:
+                reply.read()
+            if quarter % 4 == 0:
+                held.append(tracemalloc.get_traced_memory()[0])
+                print(f"  {quarter // 4:4d} min  {held[-1] / MIB:6.2f} MiB  "
+                      f"({held[-1] / held[0]:.2f} x minute 1)")
+        snap = tracemalloc.take_snapshot()
+        total = sum(stat.size for stat in snap.statistics("filename"))
+        print(f"structures after {minutes:g} min (share of the {total / MIB:.2f} MiB held):")
+        for name, size in _structures(exporter).items():
+            print(f"  {name:<40} {size / MIB:6.2f} MiB {size / total:6.1%}")
+        owners: Counter[str] = Counter()
+        for stat in snap.statistics("traceback"):
+            owners[_owner(stat.traceback)] += stat.size
+        print("allocations by the file of ours that made them:")
+        for owner, size in owners.most_common(20):
+            print(f"  {owner[-60:]:<60} {size / MIB:6.2f} MiB {size / total:6.1%}")
+    finally:
+        exporter.stop()
+        tracemalloc.stop()
 
 
 def main() -> None:
@@ -67,7 +189,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=WINDOW_SECONDS + 120)
     parser.add_argument("--scenario", default="training")
     parser.add_argument("--every", type=float, default=5.0, help="RSS sample interval (s)")
+    parser.add_argument("--imports", action="store_true", help="the import floor, by part")
+    parser.add_argument("--rounds", type=int, default=3, help="--imports: runs per line")
+    parser.add_argument("--data", type=float, metavar="MINUTES",
+                        help="Python memory by structure after MINUTES of simulated time")
     args = parser.parse_args()
+    if args.imports:
+        print_imports(args.rounds)
+        return
+    if args.data is not None:
+        print_data(args.data, args.scenario)
+        return
     ours = measure(args.seconds, args.scenario, args.every)
     ref = _reference_rss() / MIB
     print(f"run --fake --scenario {args.scenario}, {args.seconds:g} s, scraped every "

@@ -7,6 +7,7 @@ import logging
 import socket
 from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pynvml
 
@@ -27,15 +28,14 @@ from exporter.sampling.collector_api import Collector
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.xid_ledger import XidStart
-from exporter.sim import costs, fake
-from exporter.sim.replay import replay_library
-from exporter.sim.scenarios import load_scenario
-from exporter.traces.load import load_trace
 from exporter.web.families import http_families, reload_families, tls_families
 from exporter.web.probes import Probes
 from exporter.web.server import ExporterHTTPServer, ServerLimits, serve_in_thread
 from exporter.web.stats import ReloadStatus
 from exporter.web.webconfig import WebConfig, load_web_config
+
+if TYPE_CHECKING:
+    from exporter.sim import fake
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +197,14 @@ class Exporter:
 
     def _install_fake(self) -> None:
         b = self.config.backend
+        if self.fake_lib is None and not (b.replay or b.fake):
+            return  # real NVML: the simulator's modules are never imported
+        # imported here: on real hardware neither the simulator nor trace loading is needed
+        from exporter.sim import costs, fake
+        from exporter.sim.replay import replay_library
+        from exporter.sim.scenarios import load_scenario
+        from exporter.traces.load import load_trace
+
         model = costs.H200 if b.fake_costs else None
         clock = self.fake_clock or self.clock.time
         if self.fake_lib is not None:
@@ -257,6 +265,8 @@ class Exporter:
             self.history.stop()  # writes what is pending
             self.history = None
         if self.fake_lib is not None:
+            from exporter.sim import fake
+
             fake.uninstall(self.nvml)
             self.fake_lib = None
 

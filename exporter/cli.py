@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import difflib
 import gc
+import importlib
 import logging
 import sys
 import textwrap
 from collections.abc import Sequence
+from importlib import resources
 from types import ModuleType
 
 from exporter import __version__
@@ -19,7 +22,6 @@ from exporter.gpu.backend import NvmlUnavailable
 from exporter.history.store import StoreBusy
 from exporter.metrics.selection import load_selection
 from exporter.options import RUN, add_flags
-from exporter.sim.scenarios import builtin_names, load_scenario
 from exporter.traces.trace import TraceError
 from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
@@ -38,40 +40,62 @@ def _add_run_flags(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, RUN, all_options())
 
 
-def _commands() -> dict[str, tuple[ModuleType, str]]:
-    """The commands of exporter/commands/, in --help's order: name -> (module, help)."""
-    from exporter.commands import analyze, history, lemons, record
-    from exporter.commands.health import command as health
-    from exporter.commands.simulate import command as simulate
+# The commands of exporter/commands/, in --help's order: name -> (module, help). Each is
+# imported only when it runs or its flags are parsed: `run` then loads none of the offline
+# analysis, the fleet or the recorder (docs/performance.md, memory).
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("exporter.commands.simulate.command",
+                 "run a fleet of simulated nodes in one process, one port each"),
+    "record": ("exporter.commands.record",
+               "record GPU samples (power at full rate) to a trace file"),
+    "analyze": ("exporter.commands.analyze",
+                "analyse a trace (ours or an nvidia-smi CSV log) offline"),
+    "lemons": ("exporter.commands.lemons",
+               "rank nodes and GPUs by how likely they fail again (fault events)"),
+    "health": ("exporter.commands.health.command",
+               "ask the local exporter for its verdict: one line, exit 0 OK, 1 problem, 2 "
+               "unknown (node-problem-detector); --slurm-drain drains via scontrol"),
+    "history": ("exporter.commands.history",
+                "print the episodes stored in a state directory, one JSON line each "
+                "(docs/history.md)"),
+}
 
-    return {
-        "simulate": (simulate, "run a fleet of simulated nodes in one process, one port each"),
-        "record": (record, "record GPU samples (power at full rate) to a trace file"),
-        "analyze": (analyze, "analyse a trace (ours or an nvidia-smi CSV log) offline"),
-        "lemons": (lemons, "rank nodes and GPUs by how likely they fail again (fault events)"),
-        "health": (health, "ask the local exporter for its verdict: one line, exit 0 OK, 1 "
-                   "problem, 2 unknown (node-problem-detector); --slurm-drain drains via "
-                   "scontrol"),
-        "history": (history, "print the episodes stored in a state directory, one JSON line "
-                    "each (docs/history.md)"),
-    }
+
+def _command(name: str) -> ModuleType:
+    return importlib.import_module(_COMMANDS[name][0])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names (its first word that is no flag), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _scenario_names() -> list[str]:
+    """The built-in scenarios' names (sim.scenarios.builtin_names, read here without
+    importing the simulator: `run` on real hardware never loads it)."""
+    folder = resources.files("exporter") / "scenarios"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line. With `only`, the other commands of exporter/commands/ are listed
+    in --help but their modules are not imported nor their flags declared."""
     parser = _Parser(prog=PROG, description="Per-node Prometheus exporter for GPU training "
                      "clusters: high-rate power, swings, stragglers and failing hardware.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     scenarios = textwrap.fill(  # a name is never broken at its hyphen
         "built-in scenarios for --fake --scenario NAME (docs/scenarios.md): "
-        f"{', '.join(builtin_names())}.", 79, break_on_hyphens=False)
+        f"{', '.join(_scenario_names())}.", 79, break_on_hyphens=False)
     run = commands.add_parser("run", help="sample GPUs and serve /metrics", epilog=scenarios,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_run_flags(run)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", metavar="FILE")
-    for name, (module, help_text) in _commands().items():
-        module.add_arguments(commands.add_parser(name, help=help_text))
+    for name, (_, help_text) in _COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if only is None or only == name:
+            _command(name).add_arguments(sub)
     return parser
 
 
@@ -91,11 +115,29 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: str | None,
     return ""
 
 
+# glibc's mallopt() parameter for the most malloc arenas (malloc.h)
+M_ARENA_MAX = -8
+MALLOC_ARENAS = 2
+
+
+def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """glibc gives each thread that allocates an arena of its own (up to 8 per core), and
+    memory freed in one is reused by no other: a dozen threads that each allocate numpy
+    temporaries once a second kept ~3 MiB more resident than two shared arenas
+    (docs/performance.md, memory). The GIL lets one thread allocate at a time anyway.
+    False where the C library has no mallopt (not glibc)."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):
+        return False
+
+
 def tune_interpreter() -> None:
     """Before start: hand the GIL over every 1 ms instead of 5 ms, so a scrape's thread
-    is not held up behind a snapshot being rendered (docs/performance.md). The
-    benchmarks call it too, to measure what `run` runs."""
+    is not held up behind a snapshot being rendered, and cap glibc's malloc arenas
+    (docs/performance.md). The benchmarks call it too, to measure what `run` runs."""
     sys.setswitchinterval(0.001)
+    cap_malloc_arenas()
 
 
 def freeze_startup_objects() -> None:
@@ -113,6 +155,8 @@ def _run(args: argparse.Namespace) -> int:
                  if o.flag is not None and RUN in o.commands}
     config = build_config(args.config, overrides)
     if config.backend.fake:
+        from exporter.sim.scenarios import load_scenario  # not needed on real hardware
+
         # an unknown scenario is a usage error, before anything
         load_scenario(config.backend.scenario)
     logging.basicConfig(level=config.log.log_level.upper(), stream=sys.stderr,
@@ -155,7 +199,8 @@ def _check_config(path: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_command_named(argv) or "")
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse would name the top-level parser, not the subcommand
         return fail(args.command, f"unrecognized arguments: {' '.join(extra)}"
@@ -163,9 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
-        command = _commands().get(args.command)
-        if command is not None:
-            return command[0].main(args)
+        if args.command in _COMMANDS:
+            return _command(args.command).main(args)
         if args.command == "check-config":
             return _check_config(args.file)
         parser.print_help(sys.stderr)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 # Profiles, smallest first: each includes every smaller one (docs/metrics.md, "Profiles")
 MINIMAL, STANDARD, FULL = "minimal", "standard", "full"

@@ -86,6 +86,27 @@ def test_bench_memory_prints_rss_at_start_and_the_reference():
     assert "a bare interpreter importing the same libraries" in out.stdout
 
 
+def test_bench_memory_prints_the_import_floor_against_the_bare_interpreter():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--imports",
+                          "--rounds", "1"], capture_output=True, text=True, timeout=300,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()[2:]}
+    assert float(rows["numpy"][1]) > 1.0  # /bare: numpy costs more than the interpreter
+    assert rows["numpy"][2] == "1.00"  # /numpy: the second reference
+    assert float(rows["exporter.app"][1]) > float(rows["numpy"][1])
+
+
+def test_bench_memory_prints_the_data_by_structure_on_a_manual_clock():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--data", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "   1 min " in out.stdout and "(1.00 x minute 1)" in out.stdout
+    ring = next(line for line in out.stdout.splitlines() if "power ring" in line)
+    assert float(ring.split()[-3]) > 1.0  # MiB: 8 GPUs x 660 s, allocated at start
+    assert "exporter/sampling/buffers.py" in out.stdout
+
+
 def test_bench_profiles_prints_each_selection_against_full():
     out = subprocess.run(
         [sys.executable, str(BENCH / "bench_profiles.py"), "--seconds", "1", "--renders", "2",

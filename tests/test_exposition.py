@@ -141,3 +141,20 @@ def test_rows_are_the_family_prometheus_client_would_hold(typ):
         assert writer.write([rows]) == expected
     with pytest.raises(TypeError):
         rows.samples = plain.samples
+
+
+def test_the_writer_holds_little_for_values_that_never_recur():
+    """An energy counter or a power reading is a new value at every render: what the writer
+    remembers of them stays bounded in bytes, not only in entries."""
+    import tracemalloc
+
+    writer = ExpositionWriter()
+    gauge_values = [1_000_000.0 + n / 3 for n in range(30_000)]
+    tracemalloc.start()
+    try:
+        for value in gauge_values:
+            writer.value(value)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 512 * 1024

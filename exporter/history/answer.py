@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from exporter.events import Event
 from exporter.history.episodes import NODE, Episode
 from exporter.history.recorder import History
 from exporter.history.store import INT64, query_episodes, read_only, stored_gpus, stored_node
+from exporter.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import sqlite3
+else:  # loaded on first use: with no state directory (--fake) never
+    sqlite3 = lazy_module("sqlite3")
 
 DEFAULT_PAGE = 1_000  # episodes in one answer unless `limit` says otherwise
 MAX_PAGE = 10_000

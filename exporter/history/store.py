@@ -18,16 +18,21 @@ import logging
 import math
 import os
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from exporter.history.episodes import GAP_SECONDS, STICKY_GAP_SECONDS, Episode, GpuKey
+from exporter.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import sqlite3
+else:  # loaded on first use: with no state directory (--fake) never
+    sqlite3 = lazy_module("sqlite3")
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ getters' 1-8 us; fields not listed cost FIELD_DEFAULT.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -130,7 +131,16 @@ H200 = CostModel(
 # chunk is sized to what is left of the burn (at the rate the last chunks ran), so a burn
 # is a handful of GIL-free calls: hashing 2 KiB at a time took the GIL back some 250 times
 # in a 0.4 ms burn, and those hand-overs cost the other threads CPU a real call does not.
-_ZEROS = memoryview(bytes(1 << 20))  # at most ~1 ms of hashing per chunk
+_CHUNK_MAX = 1 << 20  # at most ~1 ms of hashing per chunk
+
+
+@functools.cache
+def _zeros() -> memoryview:
+    """The zeros hashed, made on the first burn: with the costs off (--no-fake.costs)
+    the fake never holds this MiB."""
+    return memoryview(bytes(_CHUNK_MAX))
+
+
 _MIN_CHUNK = 2048
 _rate = [1e9]  # bytes hashed per CPU-second, as last measured
 # Each thread keeps a credit: the fake's own Python beyond a call's modelled CPU (a
@@ -151,8 +161,8 @@ def burn(seconds: float) -> None:
     now = time.thread_time()
     end = now + seconds
     while now < end:
-        size = min(len(_ZEROS), max(_MIN_CHUNK, int((end - now) * _rate[0])))
-        hashlib.sha256(_ZEROS[:size])
+        size = min(_CHUNK_MAX, max(_MIN_CHUNK, int((end - now) * _rate[0])))
+        hashlib.sha256(_zeros()[:size])
         then, now = now, time.thread_time()
         if now > then:
             _rate[0] = 0.5 * _rate[0] + 0.5 * size / (now - then)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from exporter.collectors.infiniband.reading import (
     SKIP_REASONS,

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from exporter.collectors.profiling.mig_families import mig_profiling_families
 from exporter.collectors.profiling.reading import ProfilingReading

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from exporter.collectors.mig.families import INSTANCE_LABELS
 from exporter.collectors.profiling.mig import IDLE_INSTANCE

@@ -1,0 +1,152 @@
+"""`run` loads what it runs and no more: the other commands, the offline analysis and (on
+real NVML) the simulator stay unimported, and every command still parses its own flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from exporter.cli import _COMMANDS, main
+
+_LOADED = ("import sys\n"
+           "print(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith("
+           "('exporter.commands', 'exporter.offline', 'exporter.sim', 'exporter.fleet'))}))")
+
+
+def _modules_after(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code + "\n" + _LOADED],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_run_help_imports_no_other_command():
+    code = ("import contextlib, io\nfrom exporter.cli import main\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['run', '--help'])")
+    assert _modules_after(code) == "[]"
+
+
+def test_exporter_on_real_nvml_imports_no_simulator():
+    """Where the driver is missing the start fails (NvmlUnavailable) after the backend was
+    chosen: still, nothing of the simulator was loaded for it."""
+    code = ("import exporter.cli, exporter.service\n"
+            "from exporter.app import Exporter\nfrom exporter.config import Config\n"
+            "e = Exporter(Config.of(listen_address='127.0.0.1:0'))\n"
+            "try:\n    e.start(threads=False)\nexcept Exception:\n    pass\n"
+            "finally:\n    e.stop()")
+    assert _modules_after(code) == "[]"
+
+
+@pytest.mark.parametrize("command", ["run", "check-config", *_COMMANDS])
+def test_every_command_parses_its_own_flags(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: cluster-telemetry-exporter {command}")
+    assert "options:" in out
+
+
+def test_a_command_built_alone_still_lists_the_others(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("run", "check-config", *_COMMANDS))
+
+
+def test_an_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bogus"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+_HEAPS_AFTER_THREADS = """
+import ctypes, sys, tempfile, threading
+import numpy as np
+from exporter.cli import cap_malloc_arenas
+if sys.argv[1] == 'cap':
+    assert cap_malloc_arenas()
+barrier = threading.Barrier(8)
+def work():
+    barrier.wait()  # all at once: each would get an arena of its own
+    [np.ones(4096) for _ in range(200)]
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+with tempfile.NamedTemporaryFile() as out:
+    f = libc.fopen(out.name.encode(), b'w')
+    libc.malloc_info(0, ctypes.c_void_p(f))
+    libc.fclose(ctypes.c_void_p(f))
+    print(open(out.name).read().count('<heap nr='))
+"""
+
+
+def _malloc_heaps(mode: str) -> int:
+    result = subprocess.run([sys.executable, "-c", _HEAPS_AFTER_THREADS, mode],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_run_caps_the_malloc_arenas_its_threads_make():
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "malloc_info"):
+        pytest.skip("not glibc")
+    assert _malloc_heaps("cap") <= 2
+    assert _malloc_heaps("free") > 2  # what the cap prevents
+
+
+def test_the_exporter_loads_two_modules_of_prometheus_client_and_others_get_all_of_it():
+    code = ("import sys\nimport exporter.app\n"
+            "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))\n"
+            "from prometheus_client import CollectorRegistry, Counter, generate_latest\n"
+            "registry = CollectorRegistry()\n"
+            "Counter('demo', 'a counter', registry=registry).inc()\n"
+            "print(generate_latest(registry).decode().splitlines()[2])\n"
+            "import prometheus_client\n"
+            "print('generate_latest' in prometheus_client.__all__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    loaded, sample, listed = result.stdout.splitlines()
+    assert loaded == ("['prometheus_client', 'prometheus_client.metrics_core', "
+                      "'prometheus_client.samples', 'prometheus_client.validation']")
+    assert sample == "demo_total 1.0"
+    assert listed == "True"
+
+
+def test_an_unknown_name_of_prometheus_client_is_an_attribute_error():
+    import prometheus_client
+
+    with pytest.raises(AttributeError):
+        prometheus_client.no_such_name  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from prometheus_client import no_such_name")
+
+
+def test_a_fake_exporter_without_state_directory_loads_no_sqlite():
+    code = ("import sys\nsys.path.insert(0, '.')\nfrom tests.tools import ExporterFactory\n"
+            "factory = ExporterFactory()\nexporter = factory.start(manual=True)\n"
+            "exporter.sampler.advance(3)\nfactory.stop_all()\n"
+            "print('_sqlite3' in sys.modules)\n"
+            "from exporter.history.store import Store\nimport tempfile, time\n"
+            "store = Store(tempfile.mkdtemp(), time.time)\nstore.open()\n"
+            "print('_sqlite3' in sys.modules, type(store.db).__name__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["False", "True Connection"]
+
+
+def test_run_help_names_the_simulators_scenarios_without_loading_it():
+    from exporter.cli import _scenario_names
+    from exporter.sim.scenarios import builtin_names
+
+    assert _scenario_names() == builtin_names() and "checkpoint-sharded" in builtin_names()
