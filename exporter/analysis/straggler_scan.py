@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,29 +65,62 @@ def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
     return starts
 
 
-def _moving_mean(x: np.ndarray, k: int) -> np.ndarray:
-    """Mean of each k consecutive samples along the last axis, ignoring NaN: (N, M-k+1).
+def _moving_mean_blocks(x: np.ndarray, k: int, block: int,
+                        every: np.ndarray | None = None) -> Iterator[np.ndarray]:
+    """Mean of each k consecutive samples along the last axis of ``x`` (N, M), ignoring
+    NaN, ``block`` windows at a time: (N, <= block) per block, window j covering samples
+    j .. j+k-1. ``every`` (M,): False where a sample is read as missing.
 
-    One row at a time: the sums' arrays are several times the row's size, so a long
-    trace's rows all at once would hold several times the whole grid."""
-    if x.ndim < 2:
-        return _moving_mean_row(x, k)
-    out = np.empty(x.shape[:-1] + (max(0, x.shape[-1] - k + 1),))
-    for i in np.ndindex(x.shape[:-1]):
-        out[i] = _moving_mean_row(x[i], k)
-    return out
+    A block at a time so that a long trace holds a block's means, not the whole grid's.
+    Each row's running sums carry from one block into the next (a cumulative sum adds
+    left to right), so every mean is the one a single pass over the row would give."""
+    n, m = x.shape
+    nwin = max(0, m - k + 1)
+    sums, counts = np.zeros(n), np.zeros(n)
+    for a in range(0, nwin, block):
+        width = min(block, nwin - a)
+        part = x[:, a:a + width + k - 1]
+        if every is not None:
+            part = np.where(every[a:a + width + k - 1], part, np.nan)
+        out = np.full((n, width), np.nan)
+        for i, row in enumerate(part):
+            ok = np.isfinite(row)
+            cs = np.cumsum(np.concatenate([sums[i:i + 1], np.where(ok, row, 0.0)]))
+            cn = np.cumsum(np.concatenate([counts[i:i + 1], ok.astype(float)]))
+            sums[i], counts[i] = cs[width], cn[width]  # where the next block starts
+            s, c = cs[k:] - cs[:-k], cn[k:] - cn[:-k]
+            np.divide(s, c, out=out[i], where=c > 0)
+        yield out
 
 
-def _moving_mean_row(x: np.ndarray, k: int) -> np.ndarray:
-    ok = np.isfinite(x)
-    z = np.zeros(x.shape[:-1] + (1,))
-    cs = np.cumsum(np.concatenate([z, np.where(ok, x, 0.0)], axis=-1), axis=-1)
-    cn = np.cumsum(np.concatenate([z, ok.astype(float)], axis=-1), axis=-1)
-    s = cs[..., k:] - cs[..., :-k]
-    c = cn[..., k:] - cn[..., :-k]
-    out = np.full(s.shape, np.nan)
-    np.divide(s, c, out=out, where=c > 0)
-    return out
+def _level_mask(t: np.ndarray, measured: np.ndarray | None, bridge: Bridge | None
+                ) -> np.ndarray | None:
+    """Per GPU and grid time: whether the compute level reads the sample (None: all).
+
+    The level, a p95 over minutes, reads the line across a hole the bridge spans (a hole
+    in a short burst at full power would lower it), and no sample a GPU missed
+    otherwise. A mask (a byte a sample), not a masked copy of the power grid."""
+    if measured is None:
+        return None
+    keep = np.ones(measured.shape, dtype=bool)
+    for row, seen in zip(keep, measured, strict=True):
+        if bridge is None:
+            row[:] = seen
+        elif not seen.all():
+            row[:] = usable(t, holes_of(t, seen), bridge)
+    return keep
+
+
+def _levels(power: np.ndarray, keep: np.ndarray | None, centres: np.ndarray, n_ctx: int
+            ) -> np.ndarray:
+    """Each GPU's compute level (N, len(centres)) over a context centred on each centre;
+    the samples ``keep`` rules out read as missing, one context's copy at a time."""
+    cols = []
+    for c in centres:
+        sl = slice(max(0, c - n_ctx // 2), c + n_ctx // 2 + 1)
+        part = power[:, sl] if keep is None else np.where(keep[:, sl], power[:, sl], np.nan)
+        cols.append(compute_level(part))
+    return np.stack(cols, axis=1)
 
 
 def _bad_windows(valid: np.ndarray | None, m: int, k: int) -> np.ndarray:
@@ -184,49 +217,38 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     k = max(1, int(round(window / dt)))
     if m < k:
         return []
-    # the compute level, a p95 over minutes, reads the line across a hole the bridge
-    # spans (a hole in a short burst at full power would lower it); the short windows read
-    # only the instants at which every GPU was measured: GPUs compared over different
-    # instants of a swing (one stopped at a high reading, the others went on into a low
-    # one) would make a stall of their own
-    level_power = power
-    if measured is not None:
-        level_power = power.copy()
-        for row, seen in zip(level_power, measured, strict=True):
-            if bridge is None:
-                row[~seen] = np.nan
-            elif not seen.all():
-                row[~usable(t, holes_of(t, seen), bridge)] = np.nan
-        every = measured.all(axis=0)
-        power = np.where(every, power, np.nan)
-        utilization = np.where(every, utilization, np.nan)
-    u = _moving_mean(utilization, k)  # window j covers samples j .. j+k-1
-    p = _moving_mean(power, k)
+    # the short windows read only the instants at which every GPU was measured: GPUs
+    # compared over different instants of a swing (one stopped at a high reading, the
+    # others went on into a low one) would make a stall of their own
+    every = None if measured is None else np.asarray(measured.all(axis=0))
     # compute level: p95 over a context centred on each window, evaluated every
     # ~context/12 and held in between
     n_ctx = max(k, int(round(context / dt)))
     hop = max(1, n_ctx // 12)
     centres = np.arange(0, m, hop)
-    lv_at = np.stack([compute_level(level_power[:, max(0, c - n_ctx // 2):c + n_ctx // 2 + 1])
-                      for c in centres], axis=1)
-    mid = np.arange(u.shape[1]) + k // 2
-    held = np.minimum(mid // hop, centres.size - 1)  # window -> the level it holds
+    lv_at = _levels(power, _level_mask(t, measured, bridge), centres, n_ctx)
+    nwin = m - k + 1
     gi = group_index(ids, groups)
-    # a block of windows at a time (each is judged alone): the rule's arrays for every
-    # window of a long trace at once would be several times the grid
-    stalled = np.zeros(u.shape[1], dtype=bool)
-    waiting = np.zeros(u.shape, dtype=bool)
-    culprit = np.zeros(u.shape, dtype=bool)
-    for a in range(0, u.shape[1], _STALL_BLOCK):
-        sl = slice(a, a + _STALL_BLOCK)
+    # a block of windows at a time (each is judged alone), their means made per block:
+    # the means and the rule's arrays for every window of a long trace at once would be
+    # several times the grid
+    stalled = np.zeros(nwin, dtype=bool)
+    waiting = np.zeros((len(ids), nwin), dtype=bool)
+    culprit = np.zeros((len(ids), nwin), dtype=bool)
+    means = zip(range(0, nwin, _STALL_BLOCK),
+                _moving_mean_blocks(utilization, k, _STALL_BLOCK, every),
+                _moving_mean_blocks(power, k, _STALL_BLOCK, every), strict=True)
+    for a, u, p in means:
+        sl = slice(a, a + u.shape[1])
+        mid = np.arange(sl.start, sl.stop) + k // 2
+        held = np.minimum(mid // hop, centres.size - 1)  # window -> the level it holds
         stalled[sl], waiting[:, sl], culprit[:, sl] = stall_matrix(
-            u[:, sl], p[:, sl], lv_at[:, held[sl]], list(gi.values()), th)
+            u, p, lv_at[:, held], list(gi.values()), th)
     if measured is not None and bridge is not None:
-        stalled = _hold_across_holes(stalled, _bad_windows(np.asarray(measured.all(axis=0)), m, k),
+        stalled = _hold_across_holes(stalled, _bad_windows(every, m, k),
                                      int(bridge.limit_seconds / dt))
     out: list[Stall] = []
     j = 0
-    nwin = stalled.size
     while j < nwin:
         if not stalled[j]:
             j += 1

@@ -195,8 +195,7 @@ def _field_grid(trace: Trace, g: Grid, name: str,
     """
     t0 = float(g.t[0])
     rel = g.t - t0
-    out = np.full((len(g.gpus), g.t.size), np.nan)
-    found = False
+    out: np.ndarray | None = None  # made once a GPU has the field: a grid's worth
     for i, gpu in enumerate(g.gpus):
         s = trace.series[gpu]
         x = s.fields.get(name)
@@ -205,7 +204,8 @@ def _field_grid(trace: Trace, g: Grid, name: str,
         ok = np.isfinite(x)
         if not ok.any():
             continue
-        found = True
+        if out is None:
+            out = np.full((len(g.gpus), g.t.size), np.nan)
         ts, xs = s.t[ok] - t0, x[ok]
         if name == "clock_event_reasons":
             idx = np.searchsorted(ts, rel, side="right") - 1
@@ -219,7 +219,7 @@ def _field_grid(trace: Trace, g: Grid, name: str,
             if field_gaps is not None and b > 0 and a < rel[-1] \
                     and not overlaps(g.gaps, t0 + a, t0 + b):
                 field_gaps.setdefault(name, []).append((gpu, b - a))
-    return out if found else None
+    return out
 
 
 def _field_gaps_notes(field_gaps: dict[str, list[tuple[int, float]]]) -> list[str]:
