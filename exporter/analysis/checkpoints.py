@@ -156,7 +156,7 @@ class Pause:
 DESCRIBED = 8
 
 
-def describe_checkpoints(pauses: list[Pause], gpu_name: str = "GPU") -> str | None:
+def describe_checkpoints(pauses: list[Pause]) -> str | None:
     """One line on a job's checkpoints: who writes, for how long, how often (its last
     DESCRIBED), how many there were; None when there was none."""
     every_ckpt = [p for p in pauses if p.cause == "checkpoint"]
@@ -170,7 +170,7 @@ def describe_checkpoints(pauses: list[Pause], gpu_name: str = "GPU") -> str | No
     writers = {p.writer for p in ckpt if p.look == WRITER}
     looks = {p.look for p in ckpt}
     if looks == {WRITER} and len(writers) == 1:
-        who = f"{gpu_name} {writers.pop()} writes a checkpoint"
+        who = f"GPU {writers.pop()} writes a checkpoint"
         rest = "; the others wait"
     elif looks == {TOGETHER}:
         who, rest = "all GPUs pause together (a sharded checkpoint)", ""

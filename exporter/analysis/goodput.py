@@ -6,14 +6,15 @@ Every second of every GPU gets one state (:data:`STATES`), from what the GPUs sh
 - ``failed``: held while its verdict is failed, or it is lost (NVML: GpuIsLost; offline:
   its readings stopped for good while its peers went on);
 - ``unknown``: no reading the account can bridge (a hole longer than ``bridge_seconds``);
-- ``stalled``: the stall check names it (peers busy-wait while a culprit differs); or it
-  busy-waits (high utilization at low power) while a GPU of its job has failed (a hung
-  peer); or, once the job steps, it busy-waits beside a GPU of its job that is low
-  without busy-waiting (the culprit, stalled too) for longer than ``fill_seconds``;
-- ``productive``: it works (power at its compute level; utilization where power is flat),
-  and short dips (a step's communication phase, under ``fill_seconds``) are part of it;
-- ``checkpoint``: a pause inside a running job, the job's GPUs low together, followed by
-  work again within ``max_checkpoint_seconds``;
+- ``stalled``: in a pause of its job that is no checkpoint, it busy-waits or holds its
+  peers up (a hung or slow GPU); busy-waiting while a GPU of its job has failed (a hung
+  peer), at once; busy-waiting longer than ``fill_seconds`` while its job works;
+- ``productive``: it works (power at its compute level; high utilization above the spin
+  level; utilization where power is flat), and short dips (a step's communication phase,
+  under ``fill_seconds``) are part of it; busy-waiting never is;
+- ``checkpoint``: a pause inside a running job, followed by work again within
+  ``max_checkpoint_seconds``, that looks like a checkpoint and keeps the job's rhythm
+  (analysis.checkpoints: sharded, or written by rank 0 while the others spin);
 - ``starting``: held and low before the job's first steps, or after a failure until the
   job steps again (a restart), for at most ``max_start_seconds``;
 - ``idle``: held and low otherwise (a GPU low alone, a pause too long for a checkpoint,
@@ -21,9 +22,10 @@ Every second of every GPU gets one state (:data:`STATES`), from what the GPUs sh
 
 One mechanism serves the live exporter and ``analyze``: :class:`Ledger` takes one second
 of evidence at a time.  A low stretch after steps is *pending* until it is decided: work
-again (productive when short; else checkpoint for the seconds the job was low together,
-stalled for those it waited beside a culprit, idle for the rest), too long (idle), a
-failure (starting: the recovery), or the end (idle).  So the live counters lag by at most
+again (productive when short; else, in a pause judged a checkpoint, checkpoint; otherwise
+stalled for the seconds it waited or held its peers up, checkpoint for those the job was
+low together, idle for the rest), too long (idle), a failure (starting: the recovery), or
+the end (idle); waiting is stalled in all three.  So the live counters lag by at most
 ``max_checkpoint_seconds`` while a pause lasts.
 
 Pure numpy: no NVML, HTTP or Prometheus.

@@ -60,9 +60,8 @@ class GoodputMonitor:
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
         if dt > 0:
-            self.ledger.step(dataclasses.replace(
-                self._second(dt, means, floor, level, stall, set(failed), groups, tdp),
-                ranks=self._ranks))
+            self.ledger.step(self._second(dt, means, floor, level, stall, set(failed),
+                                          groups, tdp))
         lg = self.ledger
         out = GoodputAnalysis(now, lg.seconds.copy(), lg.joules.copy(), lg.pending_seconds(),
                               lg.lost.failures, lg.lost.gpu_seconds, time.perf_counter() - t0,
@@ -114,7 +113,7 @@ class GoodputMonitor:
             nothing = np.zeros(n, dtype=bool)
             power = np.full(n, np.nan)
             return Second(dt, nothing, power, nothing, nothing, nothing, lost,
-                          *_holders(groups, n))
+                          *_holders(groups, n), ranks=self._ranks)
         power, util = means
         works, waits = work_and_waiting(power, floor, level, util, tdp, tdp)
         named = np.zeros(n, dtype=bool)
@@ -123,7 +122,7 @@ class GoodputMonitor:
                 if 0 <= g < n:
                     named[g] = True
         return Second(dt, np.isfinite(power), power, works, waits, named, lost,
-                      *_holders(groups, n))
+                      *_holders(groups, n), ranks=self._ranks)
 
 
 def _holders(groups: Mapping[int, str] | None, n: int

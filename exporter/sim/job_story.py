@@ -166,7 +166,8 @@ def _levels(story: Story) -> dict[str, np.ndarray]:
     level = rng.uniform(350, 680, n)
     comm = level * rng.uniform(0.25, 0.4, n)
     idle, loading = rng.uniform(60, 110, n), rng.uniform(100, 140, n)
-    # NCCL spinning: about a fifth of the power limit (700 W), whatever the level
+    # NCCL spinning: ~150 W of an H100's 700 W (0.21) as measured, whatever the level; the
+    # spread between boards around it (0.17-0.25) is assumed, not measured
     wait = 700.0 * rng.uniform(0.17, 0.25, n)
     # the communication phase runs NCCL's kernels, moving data: never below their spin
     return {"compute": level, "comm": np.maximum(comm, wait), "idle": idle,

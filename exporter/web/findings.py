@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from exporter.analysis.stalls import StallResult
 from exporter.health.model import NodeHealth
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings_hardware import hardware_findings
@@ -172,7 +173,8 @@ def straggler_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
-def _checkpoint_finding(snapshot: Snapshot, stall: Any, time: float) -> dict[str, Any]:
+def _checkpoint_finding(snapshot: Snapshot, stall: StallResult, time: float
+                        ) -> dict[str, Any]:
     """A job's first rank writing a checkpoint while the others wait: the stall signature,
     in the job's rhythm, and no fault (analysis.checkpoints)."""
     gpu = stall.culprit_gpus[0]
@@ -181,7 +183,8 @@ def _checkpoint_finding(snapshot: Snapshot, stall: Any, time: float) -> dict[str
     line = next(iter(lines.values()), None) if len(lines) == 1 else None
     message = (f"{line[0].upper()}{line[1:]}" if line else
                f"GPU {gpu} writes a checkpoint; the others wait") + (
-        " (a checkpoint, not a fault: stall alerts stay silent)")
+        " (rank 0 in the job's checkpoint rhythm, read from power and utilization: no "
+        "stall is counted)")
     return finding("checkpoint", INFO, message, time, gpu=gpu,
                    waiting_gpus=[w for w in stall.waiting_gpus if w != gpu])
 
