@@ -157,7 +157,7 @@ def test_hardware_faults_each_with_gpu_severity_and_time():
     snap = make_snapshot(
         4, time=NOW, expected_gpus=5, lost=frozenset({2}), hung={3: NOW - 20.0},
         xids={(0, 79): XidRecord(1, NOW - 65), (0, 13): XidRecord(4, NOW - 10)},
-        health=health)
+        device_reads=health)
     found = findings(snap)
     kinds = _kinds(found)
     assert ("gpu_hung", "critical", 3) in kinds
@@ -184,7 +184,7 @@ def test_hardware_faults_each_with_gpu_severity_and_time():
 def test_nvlink_down_is_critical():
     from dataclasses import replace
 
-    snap = make_snapshot(2, time=NOW, health={
+    snap = make_snapshot(2, time=NOW, device_reads={
         0: GpuHealth(NOW, {}, {}, None, {}, None, None, None, (NvLink(0, True), NvLink(1, False)))})
     ids = (replace(snap.identities[0], nvlinks=2), snap.identities[1])
     found = findings(replace(snap, identities=ids))

@@ -24,7 +24,7 @@ def _retired(snapshot, health=None) -> list[str]:
 
 
 def test_retired_pages_are_a_finding_at_the_health_checks_limit():
-    below, at = (make_snapshot(1, time=100.0, health={0: _reading(n)}) for n in (62.0, 63.0))
+    below, at = (make_snapshot(1, time=100.0, device_reads={0: _reading(n)}) for n in (62.0, 63.0))
     # no verdict: the setting's default (63)
     assert _retired(below) == []
     assert _retired(at) == ["GPU 0 has 63 retired memory pages"]

@@ -27,7 +27,7 @@ def two_reads(name: str, first: dict, second: dict, health_fields=None, seconds=
     result = None
     for time, values in ((10.0, first), (10.0 + seconds, second)):
         h = health(time, **(health_fields(values) if health_fields else {}))
-        result = monitor.assess(snap(time, health={0: h, 1: health(time)},
+        result = monitor.assess(snap(time, device_reads={0: h, 1: health(time)},
                                      states={0: state(time, **({} if health_fields
                                                                else values))}))
     return check(result, 0, name)
@@ -87,7 +87,7 @@ def test_nvlink_down_fails_and_pcie_cards_are_not_applicable():
     down = {"nvlinks": (NvLink(0, True), NvLink(1, False))}
     idents = tuple(GpuIdentity(i, f"GPU-{i}", "H100", "", "", nvlinks=2 if i == 0 else 0)
                    for i in range(2))
-    result = HealthMonitor().assess(snap(health={0: health(10.0, **down), 1: health(10.0)},
+    result = HealthMonitor().assess(snap(device_reads={0: health(10.0, **down), 1: health(10.0)},
                                          identities=idents))
     links_check = check(result, 0, "nvlink_links")
     assert (links_check.state, links_check.value, links_check.threshold) == ("failed", 1, 2)

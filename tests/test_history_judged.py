@@ -33,19 +33,19 @@ def kinds(h) -> list[tuple[str, str]]:
 
 def test_a_checks_turn_is_one_episode_and_a_restart_adds_none(tmp_path):
     h, monitor = history(tmp_path), HealthMonitor()
-    judge(h, monitor, make_snapshot(2, time=T0 + 1, health={0: gpu_health(1)}))
+    judge(h, monitor, make_snapshot(2, time=T0 + 1, device_reads={0: gpu_health(1)}))
     assert h.recent == []
-    judge(h, monitor, make_snapshot(2, time=T0 + 2, health={0: gpu_health(2, dbe=2.0)}))
-    judge(h, monitor, make_snapshot(2, time=T0 + 3, health={0: gpu_health(3, 2.0, 1.0)},
+    judge(h, monitor, make_snapshot(2, time=T0 + 2, device_reads={0: gpu_health(2, dbe=2.0)}))
+    judge(h, monitor, make_snapshot(2, time=T0 + 3, device_reads={0: gpu_health(3, 2.0, 1.0)},
                                     lost=frozenset({1})))
-    judge(h, monitor, make_snapshot(2, time=T0 + 4, health={0: gpu_health(4, 2.0, 1.0)},
+    judge(h, monitor, make_snapshot(2, time=T0 + 4, device_reads={0: gpu_health(4, 2.0, 1.0)},
                                     lost=frozenset({1})))
     assert kinds(h) == [("ecc_dbe", ""), ("gpu_lost", ""), ("health_failed", ""),
                         ("health_failed", ""), ("row_remap_failure", "")]  # one per GPU failed
     h.stop()
     count = len(stored(tmp_path))
     again, monitor = history(tmp_path), HealthMonitor()
-    judge(again, monitor, make_snapshot(2, time=T0 + 9, health={0: gpu_health(9, 2.0, 1.0)},
+    judge(again, monitor, make_snapshot(2, time=T0 + 9, device_reads={0: gpu_health(9, 2.0, 1.0)},
                                         lost=frozenset({1})))
     again.stop()
     assert len(stored(tmp_path)) == count  # the same verdict: nothing new
@@ -54,7 +54,7 @@ def test_a_checks_turn_is_one_episode_and_a_restart_adds_none(tmp_path):
 def nvlink_episodes(tmp_path, settings: HealthSettings) -> list[tuple[str, str]]:
     h, monitor = history(tmp_path), HealthMonitor(settings)
     for t, crc in ((0.0, 0.0), (60.0, 30.0), (120.0, 60.0)):
-        judge(h, monitor, make_snapshot(1, time=T0 + t, health={0: gpu_health(t, crc=crc)}))
+        judge(h, monitor, make_snapshot(1, time=T0 + t, device_reads={0: gpu_health(t, crc=crc)}))
     found = [k for k in kinds(h) if k[0].startswith("nvlink")]
     h.stop()
     return found

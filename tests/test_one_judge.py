@@ -27,11 +27,11 @@ GPU = 1
 
 def nvlink_crc(t: float, crc: float):
     links = (NvLink(0, True, errors={"crc_flit": crc, "replay": 0.0}),)
-    return snap(t, health={g: health(t, nvlinks=links if g == GPU else ()) for g in range(2)})
+    return snap(t, device_reads={g: health(t, nvlinks=links if g == GPU else ()) for g in range(2)})
 
 
 def retired(t: float, pages: float):
-    return snap(t, health={g: health(t, retired_pages={"single_bit": pages} if g == GPU
+    return snap(t, device_reads={g: health(t, retired_pages={"single_bit": pages} if g == GPU
                                      else {}) for g in range(2)})
 
 

@@ -236,14 +236,16 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
     def state(time: float, ecc: float) -> GpuState:  # the memory errors: the sweep's values
         return GpuState(time, {"ecc_corrected_volatile": ecc, "row_remap_pending": 0.0})
 
-    first = make_snapshot(2, time=5.0, health={g: reading(5.0, 1e9, 0.0) for g in range(2)},
+    first = make_snapshot(2, time=5.0,
+                          device_reads={g: reading(5.0, 1e9, 0.0) for g in range(2)},
                           states={g: state(5.0, 0.0) for g in range(2)})
     later = dataclasses.replace(first, time=10.0,
-                                health={g: reading(10.0, 2e9, 0.0) for g in range(2)},
+                                device_reads={g: reading(10.0, 2e9, 0.0) for g in range(2)},
                                 states={g: state(10.0, 0.0) for g in range(2)})
     worse = dataclasses.replace(later, time=15.0,
-                                health={0: reading(15.0, 3e9, 7.0), 1: later.health[1]})
-    # the same health reading, a memory error more in the sweep's state
+                                device_reads={0: reading(15.0, 3e9, 7.0),
+                                              1: later.device_reads[1]})
+    # the same device reads, a memory error more in the sweep's state
     ecc = dataclasses.replace(worse, time=20.0, states={0: state(20.0, 1.0), 1: later.states[1]})
     per_link = Selection(FULL)  # the per-link series
     texts = [render(s, sources, selection=per_link).decode()

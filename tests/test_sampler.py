@@ -119,7 +119,7 @@ def test_a_snapshot_cannot_be_changed_by_whoever_reads_it():
         snap = sampler.snapshot
         with pytest.raises(dataclasses.FrozenInstanceError):
             snap.time = 0.0  # type: ignore[misc]
-        for name in ("states", "power", "power_sampling", "loops", "health", "collectors"):
+        for name in ("states", "power", "power_sampling", "loops", "device_reads", "collectors"):
             with pytest.raises(TypeError):
                 getattr(snap, name)[0] = None  # a read-only view, not the dict itself
         states = dict(snap.states)

@@ -25,7 +25,7 @@ class GpuInputs:
     state: GpuState | None = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "health", self.snapshot.health.get(self.gpu))
+        object.__setattr__(self, "health", self.snapshot.device_reads.get(self.gpu))
         object.__setattr__(self, "state", self.snapshot.states.get(self.gpu))
 
     def value(self, key: str) -> float | None:

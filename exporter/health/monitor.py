@@ -43,7 +43,7 @@ def inputs_key(snapshot: Snapshot) -> tuple:
     """What the checks read, in brief: while it stays the same, so does the verdict."""
     return (snapshot.gpu_count, snapshot.expected_gpus,
             tuple(ident is None for ident in snapshot.identities),
-            tuple((gpu, h.time) for gpu, h in sorted(snapshot.health.items())),
+            tuple((gpu, h.time) for gpu, h in sorted(snapshot.device_reads.items())),
             tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
             tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
             snapshot.lost, tuple(sorted(snapshot.hung)),

@@ -140,7 +140,7 @@ def link_memory_key(snapshot: Snapshot) -> tuple:
     readings = tuple(
         (gpu, h.recovery_action,
          tuple((link.link, link.up, tuple(link.errors.items())) for link in h.nvlinks))
-        for gpu, h in sorted(snapshot.health.items()))
+        for gpu, h in sorted(snapshot.device_reads.items()))
     return memory, readings, snapshot.identities, snapshot.lost, tuple(snapshot.hung)
 
 
@@ -150,7 +150,7 @@ def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
         yield catalogue_family(family, snapshot, identities, labels)
     # written by hand: the value is an action's code, served as its name in a label
     action = RECOVERY_ACTION.gauge()
-    for gpu, h in sorted(snapshot.health.items()):
+    for gpu, h in sorted(snapshot.device_reads.items()):
         if h.recovery_action is not None:
             action.add_metric([*_labels(snapshot, gpu), h.recovery_action], 1.0)
     yield action
@@ -179,7 +179,7 @@ def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
     active = LINKS_ACTIVE.gauge()
     up = Rows.of(LINK_UP)
     errors = Rows.of(NVLINK_ERRORS)
-    for gpu, h in sorted(snapshot.health.items()):
+    for gpu, h in sorted(snapshot.device_reads.items()):
         labels = _labels(snapshot, gpu)
         ident = snapshot.identities[gpu]
         if ident is not None and ident.nvlinks:
@@ -200,7 +200,7 @@ def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
     """Bytes over each NVLink: new at every health reading, so rendered every time. Per
     GPU instead where the traffic was read for all links at once (a selection that sums
     the link away: exporter/metrics/selection.py)."""
-    readings = sorted(snapshot.health.items())
+    readings = sorted(snapshot.device_reads.items())
     per_link = all(h.nvlink_traffic is None for _, h in readings)
     tx, rx = (Rows.of(f if per_link else f.without("link")) for f in (NVLINK_TX, NVLINK_RX))
     for gpu, h in readings:

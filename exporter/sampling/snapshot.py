@@ -100,7 +100,9 @@ class Snapshot:
     nvml_errors: Mapping[tuple[str, str], int]
     collectors: Mapping[str, CollectorResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
-    health: Mapping[int, GpuHealth] = field(default_factory=dict)
+    # each GPU's device reads (ECC, row remapping, NVLink, PCIe, recovery action:
+    # gpu/health.py), every --sweep.health-interval; what the health checks judge
+    device_reads: Mapping[int, GpuHealth] = field(default_factory=dict)
     # fabric and InfoROM, read once a minute; kept for a lost GPU (its identity's labels)
     board: Mapping[int, BoardHealth] = field(default_factory=dict)
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)

@@ -132,7 +132,7 @@ def _retired_pages_limit(health: NodeHealth | None, gpu: int) -> float:
 
 def _memory(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
     out = []
-    for gpu, h in sorted(snap.health.items()):
+    for gpu, h in sorted(snap.device_reads.items()):
         uncorrected = h.ecc_errors.get(("uncorrected", "volatile"))
         if uncorrected:
             out.append(finding("ecc", _severity(health, gpu, CRITICAL, "ecc_uncorrected"),
@@ -171,7 +171,7 @@ def _memory(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, 
 
 def _nvlink(snap: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
     out = []
-    for gpu, h in sorted(snap.health.items()):
+    for gpu, h in sorted(snap.device_reads.items()):
         ident = snap.identities[gpu] if gpu < len(snap.identities) else None
         down = [link.link for link in h.nvlinks if link.up is False]
         if down and ident is not None and ident.nvlinks:

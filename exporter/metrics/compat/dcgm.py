@@ -287,7 +287,7 @@ def _value(kind: str, key: str, gpu: int, snapshot: Snapshot) -> float | None:
         return used - (snapshot.states[gpu].get("memory_reserved_bytes") or 0.0)
     if kind == "pcie_rate":
         return _pcie_rate(key, gpu, snapshot)
-    h = snapshot.health.get(gpu)
+    h = snapshot.device_reads.get(gpu)
     if h is None:
         return None
     if kind == "nvlink_traffic":
