@@ -47,7 +47,7 @@ def _snapshot(gpus: int = 2, seconds: float = 100.0, rate: float = 50.0, **field
         watts = np.where((t % 1.0) < 0.5, 700.0, 200.0) + g
         buffer.append(g, t, watts)
     sources = {g: PowerSamplingStats("buffer", 1 / rate, n, 0, 0.0, 0.0) for g in range(gpus)}
-    values = {"time": T0 + seconds, "power_history": PowerRingView(buffer),
+    values = {"time": T0 + seconds, "power_ring": PowerRingView(buffer),
               "power_sampling": sources, "observable_band_hz": (0.0, rate / 2), **fields}
     return make_snapshot(gpus, **values)
 

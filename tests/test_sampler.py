@@ -100,16 +100,16 @@ def test_power_comes_from_the_driver_buffer_at_its_native_rate():
             assert stats.sample_interval_seconds == pytest.approx(0.02, rel=0.1)
             assert stats.samples_total >= 10 * 45  # >= 40 samples/s per GPU
         assert snap.observable_band_hz[1] >= 20
-        times, watts = snap.power_history.window(3, 5.0)
+        times, watts = snap.power_ring.window(3, 5.0)
         assert np.all(np.diff(times) > 0)  # in order, no duplicates
         assert watts.max() > 600 and watts.min() < 260  # the step swing, sample by sample
         # the snapshot's view ends where the snapshot was taken: later drains never show
-        history = snap.power_history
-        assert history is not None and history.end is not None and history.end >= times[-1]
-        before = history.window(3, 5.0)[0]
+        ring = snap.power_ring
+        assert ring is not None and ring.end is not None and ring.end >= times[-1]
+        before = ring.window(3, 5.0)[0]
         sampler.advance(2)
-        assert sampler.snapshot.power_history.end > history.end
-        assert np.array_equal(history.window(3, 5.0)[0], before)
+        assert sampler.snapshot.power_ring.end > ring.end
+        assert np.array_equal(ring.window(3, 5.0)[0], before)
         assert sampler.loop("power").period == 1.0  # one drain a second
 
 

@@ -19,9 +19,9 @@ import numpy as np
 
 
 class PowerBuffer:
-    def __init__(self, gpus: int, capacity: int, history_seconds: float = 0.0):
+    def __init__(self, gpus: int, capacity: int, span_seconds: float = 0.0):
         self.capacity = capacity
-        self.history_seconds = history_seconds  # the time it is sized for (readers' bound)
+        self.span_seconds = span_seconds  # the time it is sized for (readers' bound)
         self.times = np.full((gpus, capacity), np.nan)
         self.milliwatts = np.full((gpus, capacity), np.nan, dtype=np.float32)
         self.count = [0] * gpus  # samples ever written, per GPU
@@ -164,7 +164,7 @@ class PowerRingView:
     def __init__(self, buffer: PowerBuffer):
         self._buffer = buffer
         self.end = buffer.latest_time()  # None: no sample yet
-        self.history_seconds = buffer.history_seconds
+        self.span_seconds = buffer.span_seconds
         self.gpus = buffer.gpus
 
     def window(self, gpu: int, seconds: float) -> tuple[np.ndarray, np.ndarray]:

@@ -35,10 +35,10 @@ SAMPLES_PER_SECOND_KEPT = 64
 
 class PowerSampler:
     def __init__(self, gpus: GpuSet, clock: Clock, drain_interval: float, poll_hertz: float,
-                 history_seconds: float):
+                 ring_seconds: float):
         self.gpus, self.clock = gpus, clock
         self.drain_interval, self.poll_hertz = drain_interval, poll_hertz
-        self.history_seconds = history_seconds
+        self.ring_seconds = ring_seconds
         self.readers: dict[int, BufferDrain | FieldPoll] = {}
         self.buffer: PowerBuffer | None = None
         self.latest: dict[int, PowerReading] = {}
@@ -51,8 +51,8 @@ class PowerSampler:
         for gpu in range(self.gpus.count):
             self.reset(gpu)
         rate = max(SAMPLES_PER_SECOND_KEPT, self.poll_hertz if self.polled() else 0)
-        self.buffer = PowerBuffer(self.gpus.count, max(16, int(rate * self.history_seconds)),
-                                  self.history_seconds)
+        self.buffer = PowerBuffer(self.gpus.count, max(16, int(rate * self.ring_seconds)),
+                                  self.ring_seconds)
         if self.polled():
             self.update_periods = detect_update_period(self.gpus.backend, self.polled())
 

@@ -91,7 +91,7 @@ class Sampler:
         self.gpus = GpuSet(backend, clock, s.hang_timeout_seconds,
                            s.gpu_recovery_interval_seconds)
         self.power = PowerSampler(self.gpus, clock, s.power_drain_interval_seconds,
-                                  s.power_sample_rate_hz, s.power_history_seconds)
+                                  s.power_sample_rate_hz, s.power_ring_seconds)
         self.sweep = SweepSampler(self.gpus, clock, s.sweep_interval_seconds,
                                   s.gpu_health_interval_seconds, s.energy_interval_seconds,
                                   s.gpu_board_interval_seconds, on_recovered=self.power.reset,
@@ -368,7 +368,7 @@ class Sampler:
             goodput=analyses.goodput_analysis if analyses else None,
             power_update_periods=dict(self.power.update_periods),
             observable_band_hz=self.power.band(),
-            power_history=PowerRingView(buffer) if buffer is not None else None)
+            power_ring=PowerRingView(buffer) if buffer is not None else None)
 
     @property
     def snapshot(self) -> Snapshot | None:

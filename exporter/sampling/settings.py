@@ -144,7 +144,7 @@ class SamplerSettings:
     # Not settings: what the command wires in (no flag, no key).
     backend: str = "nvml"  # "nvml", "fake" or "replay"
     scenario: str = ""  # the fake's scenario or the replayed file
-    power_history_seconds: float = 660.0
+    power_ring_seconds: float = 660.0
     # start() waits this long (or two sweep intervals, if longer) for the first values
     startup_wait_seconds: float = 2.0
     xid_events: bool = True

@@ -122,7 +122,7 @@ class Snapshot:
     power_update_periods: Mapping[int, float] = field(default_factory=dict)  # polled sensors
     observable_band_hz: tuple[float, float] = (0.0, 0.0)
     # the native samples, read-only and as of this snapshot (the live page's windows)
-    power_history: PowerRingView | None = None
+    power_ring: PowerRingView | None = None
 
     def __post_init__(self) -> None:
         # read-only views: whoever renders or serves a snapshot cannot change it

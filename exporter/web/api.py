@@ -93,15 +93,15 @@ class PowerQuery:
     gpu: int | None  # None: every GPU
 
 
-def history_seconds(snapshot: Snapshot) -> int:
-    """The longest window /api/v1/power serves: what the ring buffer is sized for."""
-    history = snapshot.power_history
-    return max(1, int(history.history_seconds if history is not None else 0) or 660)
+def ring_seconds(snapshot: Snapshot) -> int:
+    """The longest window /api/v1/power serves: what the power ring is sized for."""
+    ring = snapshot.power_ring
+    return max(1, int(ring.span_seconds if ring is not None else 0) or 660)
 
 
 def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
     params = parse_query(query, ("seconds", "gpu"))
-    longest = history_seconds(snapshot)
+    longest = ring_seconds(snapshot)
     raw = params.get("seconds", str(DEFAULT_SECONDS))
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 6 and 1 <= int(raw) <= longest):
         raise BadRequest(f"seconds must be a whole number from 1 to {longest}")
@@ -117,18 +117,18 @@ def power_query(query: str, snapshot: Snapshot) -> PowerQuery:
 def power_body(snapshot: Snapshot, query: PowerQuery) -> bytes:
     """{"gpus": {"0": series, ...}, "node": series, "sample_interval_seconds",
     "observable_band_hz", ...}; series = {"timestamps", "watts", "decimated"}."""
-    history = snapshot.power_history
+    ring = snapshot.power_ring
     interval = _interval(snapshot)
     gpus = range(snapshot.gpu_count) if query.gpu is None else (query.gpu,)
     parts = []
     for gpu in gpus:
-        if history is None:
+        if ring is None:
             times, watts = np.zeros(0), np.zeros(0)
         else:
-            times, watts = history.window(gpu, query.seconds)
+            times, watts = ring.window(gpu, query.seconds)
         parts.append(b'"%d":' % gpu + _series(times, watts))
-    if history is not None and history.end is not None and interval:
-        grid, per_gpu = history.grid(query.seconds, interval)
+    if ring is not None and ring.end is not None and interval:
+        grid, per_gpu = ring.grid(query.seconds, interval)
         node = _node_sum(per_gpu)
     else:
         grid, node = np.zeros(0), np.zeros(0)
