@@ -154,7 +154,7 @@ def exporter_cpu(profile: str, selection_file: str, seconds: float, compat: bool
         out = {"cpu": (time.process_time() - cpu) / (time.perf_counter() - start)}
         current = exp.current
         if compat and exp.compat is not None and current is not None:
-            snapshot, health = current.snapshot, current.health
+            snapshot, health = current.snapshot, current.verdict
             body = exp.compat.render(snapshot, health)
             out["series"] = sum(1 for line in body.splitlines() if not line.startswith(b"#"))
             ours, theirs = [], []

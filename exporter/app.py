@@ -15,8 +15,7 @@ from exporter.collectors import registry
 from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
-from exporter.health.model import FAILED
-from exporter.health.monitor import HealthMonitor
+from exporter.health.monitor import HealthMonitor, Published
 from exporter.history.families import history_families
 from exporter.history.recorder import History
 from exporter.history.store import Store, StoreError
@@ -108,21 +107,23 @@ class Exporter:
         self.server: ExporterHTTPServer | None = None
         self.history: History | None = None
         self.history_problem = ""  # why there is no history although one was asked for
-        self._failed: set[int] = set()  # the GPUs the last verdict judged failed
 
     def _publish(self, snapshot: Snapshot) -> None:
+        """The sampler's publisher: the snapshot judged once, the goodput account's newest
+        second settled with that verdict, and both published as one value that every
+        reader (metrics, compat, the API, the page, the history) takes."""
+        sampler = self.sampler
+        assert sampler is not None  # it calls this
         history = self.history
         if history is not None:  # the GPUs' identities (a GPU replaced in its slot)
             history.observe(snapshot)
-        # judged now, once: the metrics, the API and the page share the verdict
-        health = self.health.assess(snapshot)
-        # the goodput account's failed GPUs, from the next second on
-        self._failed = {gpu for gpu, v in health.gpus.items() if v.state == FAILED}
+        verdict = self.health.assess(snapshot)
+        published = Published(sampler.settle(snapshot, verdict.failed_gpus()), verdict)
         if history is not None:  # a verdict that turned failed is an episode
-            history.observe_health(health)
+            history.observe_health(verdict)
         # rendered by its first scrape, with the serving side's own figures as of then
-        self.current = RenderedSnapshot(snapshot, self._serving_families, self.selection,
-                                        health, self.compat)
+        self.current = RenderedSnapshot(published, self._serving_families, self.selection,
+                                        self.compat)
 
     def _serving_families(self) -> list:
         server = self.server
@@ -224,8 +225,7 @@ class Exporter:
         settings = sampler_settings(c, self.selection)
         try:
             self.sampler = Sampler(NvmlBackend(self.nvml), settings, self.collectors,
-                                   on_snapshot=self._publish, clock=self.clock,
-                                   failed_verdict=lambda: self._failed)
+                                   on_snapshot=self._publish, clock=self.clock)
             self.sampler.open()  # NvmlUnavailable before any state directory is touched
             self._open_history(self.sampler)  # StoreBusy: another exporter holds it
             self.sampler.start(threads)

@@ -25,6 +25,7 @@ from exporter.health.model import (
     CheckResult,
     NodeHealth,
     Verdict,
+    unknown_health,
 )
 from exporter.metrics.compat import dcgm
 from exporter.sampling.snapshot import CollectorResult, XidRecord
@@ -287,8 +288,8 @@ def test_xid_count_is_the_windows_increase():
 
     def count(time: float, n: int, last: float) -> float:
         snap = make_snapshot(1, time=time, xids={(0, 79): XidRecord(n, last)})
-        (line,) = [x for x in compat.render(snap).decode().splitlines()
-                   if x.startswith("DCGM_EXP_XID_ERRORS_COUNT{")]
+        text = compat.render(snap, unknown_health(snap.time, 1)).decode()
+        (line,) = [x for x in text.splitlines() if x.startswith("DCGM_EXP_XID_ERRORS_COUNT{")]
         assert 'window_size_in_ms="300000"' in line and 'xid="79"' in line
         return float(line.rsplit(" ", 1)[1])
 
@@ -315,21 +316,26 @@ def test_health_status_per_watch_from_our_verdict():
     assert 'health_error_code="DCGM_FR_OK"' in rows["DRIVER"]
 
 
+def _health_rows(health: NodeHealth, gpus: int = 1) -> dict[tuple[str, str], str]:
+    text = dcgm.DcgmCompat("n1").render(make_snapshot(gpus), health).decode()
+    return {(line.split('gpu="')[1].split('"')[0],
+             line.split('health_watch="')[1].split('"')[0]): line
+            for line in text.splitlines() if line.startswith("DCGM_EXP_GPU_HEALTH_STATUS{")}
+
+
 def test_a_watch_not_yet_judged_is_not_served_as_a_pass():
-    """A GPU whose memory checks are all unknown (the health read hung, say) serves no MEM
-    status: dcgm-exporter's 0 would say it passed."""
+    """A failed GPU whose memory checks are all unknown (the health read hung, say) serves
+    no MEM status: dcgm-exporter's 0 would say it passed."""
     def check(name: str, state: str) -> CheckResult:
         return CheckResult(name, state, None, None, "", 0.0)
 
-    verdict = Verdict(UNKNOWN, "none", "", (
+    verdict = Verdict(FAILED, "reset_gpu", "", (
         check("ecc_uncorrected", UNKNOWN), check("retired_pages", NOT_APPLICABLE),
-        check("pcie_replays", OK), check("xid", UNKNOWN), check("recovery_action", OK)))
-    health = NodeHealth(1.0, verdict, {0: verdict})
-    text = dcgm.DcgmCompat("n1").render(make_snapshot(1), health).decode()
-    rows = {line.split('health_watch="')[1].split('"')[0]: line
-            for line in text.splitlines() if line.startswith("DCGM_EXP_GPU_HEALTH_STATUS{")}
+        check("pcie_replays", OK), check("xid", FAILED), check("recovery_action", OK)))
+    rows = {watch: line for (_, watch), line in
+            _health_rows(NodeHealth(1.0, verdict, {0: verdict})).items()}
     assert "MEM" not in rows and rows["PCIE"].endswith(" 0.0")
-    assert rows["DRIVER"].endswith(" 0.0")  # one of its checks judged it: ok
+    assert rows["DRIVER"].endswith(" 20.0")  # the XID failed it
     assert rows["PMU"].endswith(" 0.0")  # no check of ours maps to it: pass, as documented
 
 
@@ -448,7 +454,7 @@ def test_pcie_rate_prefers_gpm_and_falls_back_to_the_sweep():
                                         1: GpuProfile(gpm.SUPPORTED, None)}, {})
     snap = make_snapshot(3, collectors={"profiling": CollectorResult(profiling, 0.0, True, 0)},
                          pcie_rates={0: (1.0, 2.0), 1: (4e8, None)})
-    text = dcgm.DcgmCompat("n1").render(snap).decode()
+    text = dcgm.DcgmCompat("n1").render(snap, unknown_health(snap.time, 3)).decode()
     tx = {line.split('gpu="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
           for line in text.splitlines() if line.startswith("DCGM_FI_PROF_PCIE_TX_BYTES{")}
     rx = {line.split('gpu="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])

@@ -22,12 +22,29 @@ from exporter.analysis.straggler import (
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.health import GpuHealth, NvLink
 from exporter.gpu.state import GpuState
+from exporter.health.model import OK, WARNING, CheckResult, NodeHealth, verdict
+from exporter.health.monitor import Published
 from exporter.sampling.live_power import PowerAnalysis
 from exporter.sampling.live_stragglers import StragglerAnalysis
 from exporter.sampling.snapshot import XidRecord
-from exporter.web.findings import findings
+from exporter.web import findings as page
 from exporter.web.wording import duration, gpu_list
-from tests.tools import make_snapshot
+from tests.tools import judged, make_snapshot
+
+
+def findings(snapshot, health: NodeHealth | None = None) -> list[dict]:
+    """The findings of the snapshot published with `health`, else with its own verdict
+    (the one judge, as the app publishes it)."""
+    return page.findings(Published(snapshot, health) if health is not None
+                         else judged(snapshot))
+
+
+def checks_say(gpus: int, said: dict[int, dict[str, str]]) -> NodeHealth:
+    """A verdict in which each GPU's named checks are in the given states."""
+    out = {g: verdict(tuple(CheckResult(name, state, None, None, "test", 0.0)
+                            for name, state in said.get(g, {}).items()))
+           for g in range(gpus)}
+    return NodeHealth(NOW, verdict(()), out)
 
 NOW = 1_700_000_000.0
 
@@ -171,12 +188,17 @@ def test_hardware_faults_each_with_gpu_severity_and_time():
     assert by_kind["gpu_hung"]["message"].startswith("GPU 3 is stuck in an NVML call for 20 s")
     assert by_kind["gpu_hung"]["since"] == NOW - 20
     xid79 = next(f for f in found if f["kind"] == "xid" and f["details"]["xid"] == 79)
+    # the verdict's action, in its words, ends what it judged
     assert xid79["message"] == ("GPU 0: XID 79 (GPU has fallen off the bus), critical, once, "
-                                "last 65 s ago")
+                                "last 65 s ago: reboot the node")
     assert xid79["time"] == NOW - 65
-    assert by_kind["gpus_missing"]["message"] == "4 GPUs present, 5 expected"
+    assert by_kind["gpus_missing"]["message"] == "4 GPUs present, 5 expected: reboot the node"
     assert by_kind["ecc"]["time"] == NOW - 3
-    assert by_kind["ecc"]["message"] == "GPU 1 has 2 uncorrected ECC errors since the driver loaded"
+    assert by_kind["ecc"]["message"] == ("GPU 1 has 2 uncorrected ECC errors since the driver "
+                                         "loaded: reset the GPU")
+    assert by_kind["ecc"]["details"]["verdict"] == {
+        "check": "ecc_uncorrected", "state": "failed", "action": "reset_gpu",
+        "action_words": "reset the GPU", "reason": "uncorrectable ECC errors"}
     assert [f["severity"] for f in found] == sorted(
         (f["severity"] for f in found), key=["critical", "warning", "info"].index)
 
@@ -189,7 +211,7 @@ def test_nvlink_down_is_critical():
     ids = (replace(snap.identities[0], nvlinks=2), snap.identities[1])
     found = findings(replace(snap, identities=ids))
     assert _kinds(found) == [("nvlink", "critical", 0)]
-    assert found[0]["message"] == "GPU 0: 1 of 2 NVLinks down (links 1)"
+    assert found[0]["message"] == "GPU 0: 1 of 2 NVLinks down (links 1): reset the GPU"
 
 
 def _window(gpu_reasons: dict[int, dict[str, float]]) -> WindowFeatures:
@@ -207,7 +229,7 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
     analysis = StragglerAnalysis(NOW, window, None, None)
     snap = make_snapshot(3, time=NOW, states=states, straggler_analysis=analysis,
                          clock_event_seconds={(0, "hw_thermal_slowdown"): 360.0})
-    found = findings(snap)
+    found = findings(snap, checks_say(3, {0: {"thermal_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0), ("clock_event", "info", 2)]
     assert found[0]["message"] == ("GPU 0 clocks held down by HW thermal slowdown (active now; "
                                    "100 % of the last 60 s; 6 min in all)")
@@ -223,8 +245,10 @@ def test_reasons_that_come_together_share_one_finding():
     window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake_slowdown": 0.33}})
     snap = make_snapshot(1, time=NOW, states=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
-    found = findings(snap)
+    found = findings(snap, checks_say(1, {0: {"thermal_violation": OK,
+                                              "power_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0)]
+    assert found[0]["details"]["verdict"]["check"] == "power_violation"
     assert found[0]["message"] == (
         "GPU 0 clocks held down by HW slowdown (not active now; 33 % of the last 60 s), "
         "HW power brake (not active now; 33 % of the last 60 s)")
@@ -240,7 +264,7 @@ def test_clock_event_shares_come_from_the_window_features_as_computed():
     states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
     snap = make_snapshot(1, time=NOW, states=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
-    found = findings(snap)
+    found = findings(snap, checks_say(1, {0: {"thermal_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0)]
     assert found[0]["message"] == ("GPU 0 clocks held down by SW thermal slowdown "
                                    "(not active now; 25 % of the last 59 s)")

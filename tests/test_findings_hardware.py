@@ -1,9 +1,25 @@
-"""The live page's hardware findings judge retired pages by the health check's limit."""
+"""The live page's hardware findings take the verdict's severity and words, and no
+severity of their own: retired pages by the health check's limit, each finding at the
+state of the check that judged it, information where nothing judged it."""
 
 from __future__ import annotations
 
+import pytest
+
 from exporter.gpu.health import GpuHealth
-from exporter.health.model import FAILED, OK, CheckResult, NodeHealth, verdict
+from exporter.health.model import (
+    ACTION_WORDS,
+    FAILED,
+    NOT_APPLICABLE,
+    OK,
+    RESET_GPU,
+    UNKNOWN,
+    WARNING,
+    CheckResult,
+    NodeHealth,
+    unknown_health,
+    verdict,
+)
 from exporter.web.findings_hardware import hardware_findings
 from tests.tools import make_snapshot
 
@@ -18,16 +34,91 @@ def _health(state: str, value: float, limit: float) -> NodeHealth:
     return NodeHealth(100.0, verdict(()), {0: verdict((check,))})
 
 
-def _retired(snapshot, health=None) -> list[str]:
+def _retired(snapshot, health) -> list[str]:
     return [f["message"] for f in hardware_findings(snapshot, health)
             if f["kind"] == "retired_pages"]
 
 
 def test_retired_pages_are_a_finding_at_the_health_checks_limit():
     below, at = (make_snapshot(1, time=100.0, device_reads={0: _reading(n)}) for n in (62.0, 63.0))
-    # no verdict: the setting's default (63)
-    assert _retired(below) == []
-    assert _retired(at) == ["GPU 0 has 63 retired memory pages"]
+    # nothing judged: no limit of the page's own
+    assert _retired(at, unknown_health(100.0, 1)) == []
+    assert _retired(at, _health(FAILED, 63.0, 63.0)) == ["GPU 0 has 63 retired memory pages"]
     # the verdict judged with a lower limit (health_retired_pages_max: 20): the page follows
     assert _retired(below, _health(FAILED, 62.0, 20.0)) == ["GPU 0 has 62 retired memory pages"]
     assert _retired(at, _health(OK, 63.0, 100.0)) == []
+
+
+def _fault_snapshot():
+    """GPU 0 with an uncorrected ECC error, a failed row remap, the driver asking for a
+    reset, a link down and CRC errors; GPU 1 hung; a GPU missing."""
+    from dataclasses import replace
+
+    from exporter.gpu.health import NvLink
+
+    links = (NvLink(0, True, errors={"crc_flit": 12.0}), NvLink(1, False))
+    reads = GpuHealth(100.0, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 0.0, 1.0,
+                      "gpu_reset", links)
+    snap = make_snapshot(2, time=100.0, expected_gpus=3, hung={1: 90.0},
+                         device_reads={0: reads})
+    return replace(snap, identities=(replace(snap.identities[0], nvlinks=2),
+                                     snap.identities[1]))
+
+
+JUDGED = {"ecc": "ecc_uncorrected", "row_remap": "row_remap_failure",
+          "recovery_action": "recovery_action", "gpu_hung": "gpu_answering"}
+
+
+def _judging(state: str) -> NodeHealth:
+    """Every check behind the fault snapshot's findings in `state`, asking for a reset
+    where it is a problem."""
+    action = RESET_GPU if state in (WARNING, FAILED) else "none"
+
+    def check(name: str) -> CheckResult:
+        return CheckResult(name, state, 1.0, 0.0, "test", 0.0, action, f"{name} says so")
+
+    names = (*JUDGED.values(), "nvlink_links", "nvlink_errors")
+    gpu = verdict(tuple(check(n) for n in names))
+    return NodeHealth(100.0, verdict((check("gpu_count"),)), {0: gpu, 1: gpu})
+
+
+SEVERITY = {FAILED: "critical", WARNING: "warning", OK: "info", UNKNOWN: "info",
+            NOT_APPLICABLE: "info"}
+
+
+@pytest.mark.parametrize("state", [FAILED, WARNING, OK, UNKNOWN, NOT_APPLICABLE])
+def test_each_finding_takes_the_severity_and_words_of_its_check(state):
+    """The same faults read critical, warning or information as the verdict's checks say,
+    never by a severity of the page's own; the action is said in ACTION_WORDS' words."""
+    found = hardware_findings(_fault_snapshot(), _judging(state))
+    assert {f["kind"] for f in found} == {*JUDGED, "gpus_missing", "nvlink"}
+    for f in found:
+        assert f["severity"] == SEVERITY[state], f["kind"]
+        said = f["details"]["verdict"]
+        assert said["state"] == state
+        if f["kind"] in JUDGED:
+            assert said["check"] == JUDGED[f["kind"]]
+        if state in (FAILED, WARNING):
+            assert said["action"] == RESET_GPU
+            assert said["action_words"] == ACTION_WORDS[RESET_GPU]
+            assert f["kind"] == "recovery_action" or f["message"].endswith(
+                ": " + ACTION_WORDS[RESET_GPU])
+        else:
+            assert not f["message"].endswith(ACTION_WORDS[RESET_GPU])
+    recovery = next(f for f in found if f["kind"] == "recovery_action")
+    assert recovery["message"] == "GPU 0: recovery_action says so"  # the verdict's reason
+
+
+def test_nothing_judged_is_information_with_no_fallback():
+    """Before the first judgement every hardware finding is information: no constant, XID
+    table or slowdown table stands in for the verdict."""
+    from exporter.gpu.state import GpuState
+    from exporter.sampling.snapshot import XidRecord
+
+    snap = make_snapshot(2, time=100.0, xids={(0, 79): XidRecord(1, 99.0)},
+                         lost=frozenset({1}),
+                         states={0: GpuState(99.0, {"clock_event_reasons": 0x40})})
+    found = hardware_findings(snap, unknown_health(100.0, 2))
+    assert {f["kind"] for f in found} == {"xid", "gpu_lost", "clock_event"}
+    assert {f["severity"] for f in found} == {"info"}
+    assert {f["details"]["verdict"]["state"] for f in found} == {UNKNOWN}

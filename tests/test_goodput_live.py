@@ -18,7 +18,7 @@ from exporter.sim.job_story import Story, truth, write_trace
 from exporter.sim.scenarios import load_scenario
 from exporter.traces.load import load_trace
 from exporter.web.findings import findings
-from tests.tools import simulated_snapshot
+from tests.tools import judged, simulated_snapshot
 
 SECONDS = 130.0  # two of checkpoint-stall's minutes
 # checkpoint-stall's checkpoints, as the account tells them (its edges take a second)
@@ -111,10 +111,37 @@ def test_a_gpu_whose_verdict_is_failed_counts_failed_time(running_exporter):
     exp = running_exporter.start(manual=True, scenario="ecc-dbe")
     exp.sampler.advance(40)
     snap = exp.current.snapshot
-    assert exp.current.health.gpus[2].state == "failed" and 2 not in snap.lost
+    assert exp.current.verdict.gpus[2].state == "failed" and 2 not in snap.lost
     s = by_state(snap)
     assert s["failed"][2] >= 20.0
     assert s["failed"][[0, 1, 3, 4, 5, 6, 7]].sum() == 0.0
+
+
+def test_the_failed_state_comes_in_the_same_publish_as_the_verdict(running_exporter):
+    """One published value: the snapshot that carries the verdict failing GPU 2 (its
+    uncorrectable ECC error at 12 s) already counts GPU 2's newest second failed, not the
+    next one; every value before it has no failed time for GPU 2, and every value of the
+    verdict and the account is published together."""
+    exp = running_exporter.start(manual=True, scenario="ecc-dbe")
+    before = exp.current
+    for _ in range(40):
+        exp.sampler.advance(1)
+        now = exp.current
+        assert now is not before  # one publish a second
+        if now.verdict.gpus[2].state == "failed":
+            break
+        if now.snapshot.goodput is not None:  # from the stall check's first reads on
+            assert by_state(now.snapshot)["failed"][2] == 0.0
+        before = now
+    else:
+        pytest.fail("GPU 2's verdict never failed")
+    assert before.verdict.gpus[2].state != "failed"
+    assert now.snapshot.goodput.time == now.snapshot.time
+    assert by_state(now.snapshot)["failed"][2] > 0.0
+    assert by_state(now.snapshot)["failed"][[0, 1, 3, 4, 5, 6, 7]].sum() == 0.0
+    # the account served is the published one: metrics, API and page alike
+    text = now.body.decode()
+    assert 'gpu_time_seconds_total{gpu="2",state="failed",uuid="' in text
 
 
 def test_live_and_offline_agree_on_a_replayed_job(tmp_path, running_exporter):
@@ -156,7 +183,7 @@ def test_the_page_says_who_writes_a_checkpoint_while_it_is_written():
     snap = _writer(0, 170.0)  # inside the third checkpoint (160-180 s from the start)
     stall = snap.straggler_analysis.stall
     assert stall.cause == "checkpoint" and not stall.stalled and stall.culprit_gpus == (0,)
-    found = [f for f in findings(snap) if f["kind"] in ("checkpoint", "stall")]
+    found = [f for f in findings(judged(snap)) if f["kind"] in ("checkpoint", "stall")]
     assert [(f["kind"], f["severity"], f["gpu"]) for f in found] == [("checkpoint", "info", 0)]
     assert re.match(CHECKPOINTS, found[0]["message"])
     text = render(snap).decode()

@@ -82,7 +82,7 @@ def health_of(tmp_path, text: str, until: float):
     try:
         exporter = factory.start(manual=True, scenario=str(path), gpu_board_interval_seconds=5)
         exporter.sampler.advance(until)
-        return exporter.current.health, exporter.current.snapshot
+        return exporter.current.verdict, exporter.current.snapshot
     finally:
         factory.stop_all()
 

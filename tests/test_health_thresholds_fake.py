@@ -18,8 +18,8 @@ def judged(tmp_path, events: list[str], check: str, until: float = 70.0, device:
     try:
         exporter = factory.start(manual=True, scenario=str(path))
         exporter.sampler.advance(until)
-        verdict = exporter.current.health.gpus[1]
-        other = exporter.current.health.gpus[0]
+        verdict = exporter.current.verdict.gpus[1]
+        other = exporter.current.verdict.gpus[0]
         assert other.state == "ok", other.reasons  # the faults are on GPU 1 alone
         return next(c for c in verdict.checks if c.name == check)
     finally:

@@ -197,7 +197,8 @@ def test_health_body_has_the_documented_shape():
     for v in (body["node"], *body["gpus"].values()):
         assert set(v) == {"state", "action", "action_words", "reasons", "checks"}
         for c in v["checks"]:
-            assert set(c) == {"name", "state", "value", "threshold", "source", "since"}
+            assert set(c) == {"name", "state", "value", "threshold", "source", "since",
+                              "action", "action_words", "reason"}
     assert body["gpus"]["1"]["state"] == "failed"
     assert body["gpus"]["1"]["action"] == "reset_gpu"
     assert body["gpus"]["1"]["action_words"] == "reset the GPU"
@@ -220,7 +221,7 @@ def test_api_health_and_metrics_share_the_verdict_on_a_running_exporter():
                   if line.startswith("gpu_health_state{") and 'gpu="2"' in line
                   and 'state="failed"' in line]
         assert metric and metric[0].endswith(" 1.0")
-        assert exporter.current.health is exporter.health.assess(exporter.current.snapshot)
+        assert exporter.current.verdict is exporter.health.assess(exporter.current.snapshot)
         response, raw = http_get(exporter.port, "/api/v1/health?gpu=1")
         assert response.status == 400 and "unknown parameter 'gpu'" in json.loads(raw)["error"]
     finally:

@@ -328,7 +328,7 @@ def test_a_verdict_that_turns_failed_is_an_episode_once_across_restarts(node):
 
     first = start(node, "failing")
     first.sampler.advance(70.0)  # the fabric is read every 60 s
-    assert first.current.health.gpus[0].state == "failed"
+    assert first.current.verdict.gpus[0].state == "failed"
     got = kinds(first)
     assert (0, "health_failed") in got and (0, "row_remap_failure") in got
     assert (1, "fabric_degraded") in got

@@ -212,7 +212,10 @@ def test_the_header_tells_a_ready_exporter_from_a_failed_gpu(running_exporter, t
                      r'\(reset the GPU\)</span>', dom), dom[:3000]
     assert "gpu_reset" not in re.sub(r"<[^>]+>", " ", dom.split("<main>")[1])
     recovery = [f for f in found["findings"] if f["kind"] == "recovery_action"]
-    assert [f["message"] for f in recovery] == ["GPU 2: the driver asks to reset the GPU"]
+    # the verdict's words: its check's reason, its action in ACTION_WORDS' words
+    assert [f["message"] for f in recovery] == ["GPU 2: driver asks to reset the GPU"]
+    assert [(f["severity"], f["details"]["verdict"]["action_words"]) for f in recovery] == [
+        ("critical", "reset the GPU")]
     assert found["summary"]["readiness"]["words"] == "ready"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.gpu.health import NvLink
 from exporter.health.alert_rules import FILES, THRESHOLDS, alert_block, apply
-from exporter.health.monitor import HealthMonitor
+from exporter.health.monitor import HealthMonitor, Published
 from exporter.health.settings import HealthSettings
 from exporter.history.recorder import CHECK_KINDS
 from exporter.sampling.snapshot import XidRecord
@@ -92,7 +92,7 @@ def test_one_setting_moves_the_verdict_the_page_the_history_and_the_alert(case, 
         result = next(c for c in verdict.gpus[GPU].checks if c.name == check)
         assert result.state == state, (case, settings, result)
         if kind is not None:
-            page = [f["severity"] for f in findings(snapshot, verdict)
+            page = [f["severity"] for f in findings(Published(snapshot, verdict))
                     if f["kind"] == kind and f["gpu"] == GPU]
             assert page in ([severity(state)], [] if state == "ok" else None), (case, page)
         if alert is not None:

@@ -15,7 +15,7 @@ from exporter.sampling.snapshot import PowerSamplingStats
 from exporter.web import api, static
 from exporter.web.jsonarrays import json_array
 from exporter.web.probes import Readiness
-from tests.tools import http_get, make_snapshot
+from tests.tools import http_get, judged, make_snapshot, not_judged
 
 T0 = 1_700_000_000.0
 
@@ -134,7 +134,8 @@ def test_findings_body_has_the_node_summary():
 
     jobs = CollectorResult(JobsReading({0: ("job-7",), 1: ("job-7", "job-8")}, {}), 0.0, True, 0)
     snap = _snapshot(2, collectors={"jobs": jobs}, lost=frozenset({1}))
-    body = json.loads(api.findings_body(snap, Readiness(True, ("GPU 1 lost",)), "node-a"))
+    body = json.loads(api.findings_body(judged(snap), Readiness(True, ("GPU 1 lost",)),
+                                        "node-a"))
     assert [f["kind"] for f in body["findings"]] == ["gpu_lost"]
     s = body["summary"]
     assert (s["node"], s["gpus_up"], s["gpu_count"], s["expected_gpus"]) == ("node-a", 1, 2, 2)
@@ -149,11 +150,12 @@ def test_answers_are_built_once_per_snapshot_and_query(monkeypatch):
     real = api.power_body
     monkeypatch.setattr(api, "power_body", lambda s, q: builds.append(q) or real(s, q))
     service = api.Api(lambda rendered: Readiness(True, ()), node="n")
-    first = RenderedSnapshot(_snapshot())
+    first = RenderedSnapshot(not_judged(_snapshot()))
     a = service.answer(first, api.POWER, "seconds=30")
     assert service.answer(first, api.POWER, "seconds=30") is a
     service.answer(first, api.POWER, "seconds=31")
-    assert service.answer(RenderedSnapshot(_snapshot()), api.POWER, "seconds=30") is not a
+    assert service.answer(RenderedSnapshot(not_judged(_snapshot())), api.POWER,
+                          "seconds=30") is not a
     assert builds == [api.PowerQuery(30, None), api.PowerQuery(31, None),
                       api.PowerQuery(30, None)]
     assert gzip.decompress(a.gzipped) == a.body
@@ -241,3 +243,49 @@ def test_the_page_links_only_its_own_origin(straggler_node):
     assert "http://" not in page and "https://" not in page  # no CDN, nothing off the node
     for name in ("uPlot.iife.min.js", "uPlot.min.css", "page.js", "page.css"):
         assert static.url(name) in page
+
+
+@pytest.mark.parametrize("state", ["failed", "warning", "ok", "unknown", "not_applicable"])
+def test_the_api_says_the_published_verdict_in_each_state(state):
+    """/api/v1/findings and /api/v1/health read one published value: a lost GPU's finding
+    takes the severity of the verdict's gpu_answering check (no critical of the page's
+    own), and both answers give the action in the verdict's words."""
+    from exporter.health.model import (
+        ACTION_WORDS,
+        REBOOT_NODE,
+        CheckResult,
+        NodeHealth,
+        verdict,
+    )
+    from exporter.health.monitor import Published
+
+    action = REBOOT_NODE if state in ("failed", "warning") else "none"
+    answering = CheckResult("gpu_answering", state, "lost", None, "test", 0.0, action,
+                            "GPU lost (fell off the bus)")
+    health = NodeHealth(T0, verdict(()), {0: verdict(()), 1: verdict((answering,))})
+    rendered = RenderedSnapshot(Published(_snapshot(2, lost=frozenset({1})), health))
+    service = api.Api(lambda rendered: Readiness(True, ()), node="n")
+    found = json.loads(service.answer(rendered, api.FINDINGS, "").body)["findings"]
+    (lost,) = [f for f in found if f["kind"] == "gpu_lost"]
+    assert lost["severity"] == {"failed": "critical", "warning": "warning"}.get(state, "info")
+    assert lost["details"]["verdict"] == {
+        "check": "gpu_answering", "state": state, "action": action,
+        "action_words": ACTION_WORDS[action], "reason": "GPU lost (fell off the bus)"}
+    said = json.loads(service.answer(rendered, api.HEALTH, "").body)
+    (check,) = said["gpus"]["1"]["checks"]
+    assert (check["state"], check["action_words"], check["reason"]) == (
+        state, ACTION_WORDS[action], "GPU lost (fell off the bus)")
+    assert said["gpus"]["1"]["state"] == state
+
+
+def test_before_the_first_judgement_the_api_says_unknown():
+    """The explicit unknown verdict, not a missing one: /api/v1/health says unknown with
+    its reason, and the findings are information."""
+    rendered = RenderedSnapshot(not_judged(_snapshot(2, lost=frozenset({1}))))
+    service = api.Api(lambda rendered: Readiness(True, ()), node="n")
+    said = json.loads(service.answer(rendered, api.HEALTH, "").body)
+    assert said["summary"] == "unknown (not judged yet)"
+    assert said["node"]["state"] == "unknown" and said["node"]["reasons"] == "not judged yet"
+    assert {v["state"] for v in said["gpus"].values()} == {"unknown"}
+    found = json.loads(service.answer(rendered, api.FINDINGS, "").body)["findings"]
+    assert [(f["kind"], f["severity"]) for f in found] == [("gpu_lost", "info")]

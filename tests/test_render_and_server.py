@@ -27,7 +27,14 @@ from exporter.metrics.render import CachedFamilies, render
 from exporter.metrics.selection import Selection
 from exporter.web.probes import Probes
 from exporter.web.server import accepts_gzip
-from tests.tools import http_get, make_snapshot, require_binary, scenario_from_yaml, wait_for
+from tests.tools import (
+    http_get,
+    make_snapshot,
+    not_judged,
+    require_binary,
+    scenario_from_yaml,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +157,7 @@ def test_a_snapshot_is_rendered_by_its_first_scrape_and_only_then(monkeypatch):
     real = render_module.render
     monkeypatch.setattr(render_module, "render",
                         lambda snap, *args: calls.append(snap) or real(snap, *args))
-    rendered = render_module.RenderedSnapshot(make_snapshot())
+    rendered = render_module.RenderedSnapshot(not_judged(make_snapshot()))
     assert calls == []  # published, not scraped: nothing rendered
     body, gz = rendered.body, rendered.gzipped
     assert rendered.body is body and rendered.gzipped is gz and len(calls) == 1

@@ -13,11 +13,11 @@ import pytest
 
 from exporter.gpu import xid
 from exporter.gpu.xid import xid_class
-from exporter.health.monitor import HealthMonitor
+from exporter.health.monitor import HealthMonitor, Published
 from exporter.metrics.gpu_health import health_families
 from exporter.sampling.snapshot import XidRecord
 from exporter.web.findings import findings
-from tests.tools import REPO, make_snapshot
+from tests.tools import REPO, judged, make_snapshot
 
 NVLINK5 = range(144, 151)
 EXPECTED = {
@@ -113,8 +113,9 @@ def page_severity(code: int) -> str:
 
 
 def test_every_code_reaches_the_metric_and_the_page_with_its_class() -> None:
-    """The class label on gpu_xid_errors_total and the live page's severity, code by code
-    (without a verdict at hand the page takes the XID table's state)."""
+    """The class label on gpu_xid_errors_total and the live page's severity, code by code,
+    every code on one GPU: the verdict's xid check fails it, and each code's finding is
+    that state, no more than its own row gives it."""
     now = 1_758_000_000.0
     all_codes = [c for c, _ in CLASSIFIED] + UNCLASSIFIED
     snap = make_snapshot(2, time=now, xids={(1, c): XidRecord(1, now - 5) for c in all_codes})
@@ -123,7 +124,8 @@ def test_every_code_reaches_the_metric_and_the_page_with_its_class() -> None:
                 if s.name == "gpu_xid_errors_total"}
     expected = dict(CLASSIFIED) | dict.fromkeys(UNCLASSIFIED, "unknown")
     assert rendered == expected
-    page = {f["details"]["xid"]: f["severity"] for f in findings(snap) if f["kind"] == "xid"}
+    page = {f["details"]["xid"]: f["severity"] for f in findings(judged(snap))
+            if f["kind"] == "xid"}
     assert page == {c: page_severity(c) for c in expected}
 
 
@@ -136,6 +138,7 @@ def test_the_page_says_what_the_verdict_says_code_by_code(code: int) -> None:
         snap = make_snapshot(2, time=now, xids={(1, code): XidRecord(1, seen)})
         verdict = HealthMonitor().assess(snap)
         state = next(c.state for c in verdict.gpus[1].checks if c.name == "xid")
-        page = [f["severity"] for f in findings(snap, verdict) if f["kind"] == "xid"]
+        page = [f["severity"] for f in findings(Published(snap, verdict))
+                if f["kind"] == "xid"]
         assert page == [severity], (code, state)
         assert severity == {"failed": "critical", "warning": "warning"}.get(state, "info")

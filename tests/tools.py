@@ -246,6 +246,20 @@ def make_snapshot(gpus: int = 2, **fields):
     return Snapshot(**values)
 
 
+def not_judged(snapshot):
+    """The snapshot published with an explicit `unknown` verdict (nothing judged it)."""
+    from exporter.health.monitor import Published
+
+    return Published.not_judged(snapshot)
+
+
+def judged(snapshot, monitor=None):
+    """The snapshot published with its verdict, as the app publishes it."""
+    from exporter.health.monitor import HealthMonitor, Published
+
+    return Published(snapshot, (monitor or HealthMonitor()).assess(snapshot))
+
+
 def xid_sources(history, snapshot, kmsg_path: str = "", boot_time=lambda: 0.0):
     """The sampler's XID side for `snapshot`'s GPUs, begun with what `history` hands over
     as the exporter begins it: (the ledger, the kernel log's follower, None without

@@ -79,6 +79,22 @@ class NodeHealth:
     gpus: dict[int, Verdict]
     check_errors: tuple[tuple[str, int], ...] = ()  # (check, times it raised), cumulative
 
+    def failed_gpus(self) -> frozenset[int]:
+        """The GPUs this verdict judges failed (the goodput account's `failed`)."""
+        return frozenset(gpu for gpu, v in self.gpus.items() if v.state == FAILED)
+
+
+NOT_JUDGED = "not judged yet"
+
+
+def unknown_health(time: float, gpus: int, reason: str = NOT_JUDGED,
+                   check_errors: tuple[tuple[str, int], ...] = ()) -> NodeHealth:
+    """An explicit `unknown` verdict for the node and each of its GPUs, with no checks:
+    what is served before the first judgement, or when judging itself failed. Never a
+    pass: every reader says unknown (dcgm-exporter's health status is not served)."""
+    unknown = Verdict(UNKNOWN, NONE, reason, ())
+    return NodeHealth(time, unknown, {gpu: unknown for gpu in range(gpus)}, check_errors)
+
 
 def worse(a: str, b: str) -> str:
     return a if _STATE_RANK[a] >= _STATE_RANK[b] else b

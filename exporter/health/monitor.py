@@ -5,7 +5,8 @@ Like rendering, the verdict is a function of the snapshot computed once and shar
 `NodeHealth`. The monitor keeps what a single snapshot cannot hold: the counter points
 the rate checks compare against, and since when each check has been in its state. A
 check that raises becomes `unknown` for that snapshot and is counted; it never stops the
-others or the sweep.
+others or the sweep. The snapshot and its verdict are published as one value,
+`Published`: no reader gets one without the other.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from exporter.collectors.infiniband.reading import InfinibandReading
 from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
 from exporter.health.counters import CounterPoints
 from exporter.health.model import (
+    NOT_JUDGED,
     UNKNOWN,
     CheckResult,
     NodeHealth,
     Outcome,
     Verdict,
     combine,
+    unknown_health,
     verdict,
 )
 from exporter.health.settings import HealthSettings
@@ -105,10 +109,8 @@ class HealthMonitor:
             self._errors["verdict"] = count
             if count == 1:
                 log.exception("health verdict failed; it reads unknown until it works")
-            unknown = Verdict(UNKNOWN, "none", "health verdict failed", ())
-            return NodeHealth(snapshot.time, unknown,
-                              {gpu: unknown for gpu in range(snapshot.gpu_count)},
-                              tuple(sorted(self._errors.items())))
+            return unknown_health(snapshot.time, snapshot.gpu_count, "health verdict failed",
+                                  tuple(sorted(self._errors.items())))
 
     def _judge(self, snapshot: Snapshot) -> NodeHealth:
         gpus = {}
@@ -151,3 +153,24 @@ class HealthMonitor:
             return last
         made = self._verdicts[gpu] = verdict(results, prefix)
         return made
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published value: a snapshot and its verdict, made together and never apart.
+
+    The app publishes a snapshot only with the verdict judged on it (assess), and the
+    goodput account's newest second is settled with that same verdict before the value
+    is published (`Sampler.settle`). Every reader (the metrics and dcgm-exporter's names,
+    /api/v1/*, the live page, the history) takes both from here: the verdict is never
+    optional, and where nothing has judged it yet it is an explicit `unknown`
+    (`model.unknown_health`), never a pass."""
+
+    snapshot: Snapshot
+    verdict: NodeHealth
+
+    @classmethod
+    def not_judged(cls, snapshot: Snapshot, reason: str = NOT_JUDGED) -> Published:
+        """The snapshot with an explicit `unknown` verdict (tests and tools: nothing
+        judged it)."""
+        return cls(snapshot, unknown_health(snapshot.time, snapshot.gpu_count, reason))

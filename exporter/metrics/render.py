@@ -11,6 +11,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import registry
 from exporter.health.model import NodeHealth
+from exporter.health.monitor import Published
 from exporter.metrics.compat.dcgm import DcgmCompat
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.goodput import goodput_families
@@ -105,27 +106,35 @@ def render(snapshot: Snapshot, sources: Sequence[FamilyFunction] | None = None,
 
 
 class RenderedSnapshot:
-    """A snapshot and its exposition, rendered once, by the first scrape that asks for it,
-    with its gzip: every later scrape of it writes the same bytes, so a scrape's cost does
-    not grow with the number of series or scrapers, and a snapshot no one scrapes (one a
-    second, against Prometheus' one per 15-60 s) costs nothing to render."""
+    """A published value (a snapshot and its verdict) and its exposition, rendered once,
+    by the first scrape that asks for it, with its gzip: every later scrape of it writes
+    the same bytes, so a scrape's cost does not grow with the number of series or
+    scrapers, and a snapshot no one scrapes (one a second, against Prometheus' one per
+    15-60 s) costs nothing to render."""
 
-    def __init__(self, snapshot: Snapshot,
+    def __init__(self, published: Published,
                  extra: Callable[[], Sequence[Metric]] = lambda: (),
-                 selection: Selection = DEFAULT, health: NodeHealth | None = None,
-                 compat: DcgmCompat | None = None):
+                 selection: Selection = DEFAULT, compat: DcgmCompat | None = None):
         """`extra`: families from outside the snapshot (the server's own figures), taken
-        when the snapshot is rendered; `selection`: the families served; `health`: the
-        snapshot's verdicts (HealthMonitor.assess), rendered and served by the API;
-        `compat`: dcgm-exporter's families, written after ours (--metrics.compat)."""
-        self.snapshot = snapshot
+        when the snapshot is rendered; `selection`: the families served; `compat`:
+        dcgm-exporter's families, written after ours (--metrics.compat)."""
+        self.published = published
         self.compat = compat
-        self.health = health
         self.extra = extra
         self.selection = selection
         self._body: bytes | None = None
         self._gzipped: bytes | None = None
         self._lock = threading.Lock()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.published.snapshot
+
+    @property
+    def verdict(self) -> NodeHealth:
+        """The snapshot's verdict (HealthMonitor.assess): always there, `unknown` where
+        nothing judged it."""
+        return self.published.verdict
 
     @property
     def body(self) -> bytes:
@@ -134,7 +143,7 @@ class RenderedSnapshot:
                 if self._body is None:
                     body = render(self.snapshot, self.sources(), self.selection)
                     if self.compat is not None:  # another exporter's names, after ours
-                        body += self.compat.render(self.snapshot, self.health)
+                        body += self.compat.render(self.snapshot, self.verdict)
                     self._body = body
         return self._body
 
@@ -144,7 +153,7 @@ class RenderedSnapshot:
         return [*FAMILY_FUNCTIONS, self._verdict_families, self._extra_families]
 
     def _verdict_families(self, snapshot: Snapshot) -> Iterable[Metric]:
-        return verdict_families(self.health, snapshot) if self.health else ()
+        return verdict_families(self.verdict, snapshot)
 
     def _extra_families(self, snapshot: Snapshot) -> Iterable[Metric]:
         return self.extra()

@@ -5,7 +5,7 @@ seconds, stragglers and stalls every second (sampling/live_power.py, live_stragg
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -46,7 +46,6 @@ class Analyses:
                  straggler_settings: StragglerSettings | None, sweep_interval: float,
                  job_groups: Callable[[], dict[int, str] | None],
                  compute_shares: Callable[[], dict | None] = lambda: None,
-                 failed_gpus: Callable[[], set[int]] = set,
                  gpu_ranks: Callable[[], Mapping[int, int] | None] = lambda: None):
         self.gpus, self.power, self.clock = gpus, power, clock
         self.job_groups = job_groups
@@ -65,9 +64,10 @@ class Analyses:
             if straggler_settings else None)
         self.power_analysis: PowerAnalysis | None = None
         self.straggler_analysis: StragglerAnalysis | None = None
-        self.failed_gpus = failed_gpus
         self.gpu_ranks = gpu_ranks
         self.goodput_analysis: GoodputAnalysis | None = None
+        # who held each GPU and its ranks when the stall check last read (the account's)
+        self._holders: tuple[dict[int, str] | None, Mapping[int, int] | None] = (None, None)
 
     def _grid_step(self) -> float:
         intervals = [i for g in range(self.gpus.count) if (i := self.power.interval(g))]
@@ -96,11 +96,23 @@ class Analyses:
         if monitor is None or buffer is None or sweep is None:
             return
         now, groups = self.clock.time(), self.job_groups()
-        analysis = self.straggler_analysis = monitor.update(
+        self.straggler_analysis = monitor.update(
             now, lambda seconds: buffer.grid(seconds, STRAGGLER_GRID_SECONDS),
             lambda fields: sweep.window(monitor.settings.window_seconds, fields),
             groups, lambda: compute_rows(self.compute_shares(), self.gpus.count))
-        if self.goodput is not None:
-            self.goodput_analysis = self.goodput.update(
-                now, monitor.means, monitor.floor, monitor.level, analysis.stall,
-                self.failed_gpus(), groups, self._tdp(), self.gpu_ranks())
+        self._holders = (groups, self.gpu_ranks() if self.goodput is not None else None)
+
+    def goodput_tick(self, now: float, failed: Iterable[int]) -> GoodputAnalysis | None:
+        """The goodput account's time since its last tick, settled at publishing with the
+        GPUs the published verdict fails (`failed`, the lost ones among them): a GPU the
+        verdict fails counts failed in the very snapshot that carries that verdict. It
+        rides on the stall check's last reads, and waits for the first of them (the time
+        before goes to the state they show, as the account always did)."""
+        monitor, analysis = self.straggler_monitor, self.straggler_analysis
+        if self.goodput is None or monitor is None or analysis is None:
+            return self.goodput_analysis
+        groups, ranks = self._holders
+        self.goodput_analysis = self.goodput.update(
+            now, monitor.means, monitor.floor, monitor.level, analysis.stall, failed,
+            groups, self._tdp(), ranks)
+        return self.goodput_analysis

@@ -15,9 +15,10 @@ its counts at start and writes new XIDs to before a snapshot serves them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from exporter.gpu.backend import NvmlBackend
@@ -80,10 +81,10 @@ POWER_PATIENCE = 0.1
 class Sampler:
     def __init__(self, backend: NvmlBackend, settings: SamplerSettings,
                  collectors: list[Collector | CollectorMaker] | None = None,
-                 on_snapshot: Callable[[Snapshot], None] | None = None, clock: Clock = SYSTEM,
-                 failed_verdict: Callable[[], set[int]] = set):
-        """`on_snapshot`: each snapshot published; `failed_verdict`: the GPUs the last
-        verdict judged failed (the app's: health/ is the judge), for the goodput account."""
+                 on_snapshot: Callable[[Snapshot], None] | None = None, clock: Clock = SYSTEM):
+        """`on_snapshot`: the publisher (the app's), handed each snapshot as it is built:
+        it judges it and settles it with its verdict (settle()), and publishes both
+        together. Without one, each snapshot is settled here with the lost GPUs alone."""
         s = self.settings = settings
         self.clock = clock
         self.on_snapshot = on_snapshot
@@ -106,7 +107,6 @@ class Sampler:
         self._opened = False
         self._threads = False
         self._slot: Callable[[float], float | None] = lambda phase: None
-        self.failed_verdict = failed_verdict
 
     @property
     def backend(self) -> NvmlBackend:
@@ -141,7 +141,7 @@ class Sampler:
         self.power.start()
         self.analyses = Analyses(self.gpus, self.power, self.clock, s.power, s.stragglers,
                                  s.sweep_interval_seconds, self.job_groups,
-                                 self.compute_shares, self.failed_gpus, self.gpu_ranks)
+                                 self.compute_shares, self.gpu_ranks)
         self.sweep.buffer = self.analyses.sweep_buffer
         self.collectors = [self._runner(c) for c in self._collector_specs]
         self._threads = threads
@@ -304,10 +304,6 @@ class Sampler:
             groups.setdefault(gpu, "unassigned")
         return groups
 
-    def failed_gpus(self) -> set[int]:
-        """GPUs lost (NVML: GpuIsLost) or judged failed by the last verdict."""
-        return set(self.gpus.lost) | set(self.failed_verdict())
-
     def gpu_ranks(self) -> Mapping[int, int] | None:
         """GPU -> the global rank working on it, from the collector whose reading knows
         (`RankSource`: the processes collector); None without one."""
@@ -329,9 +325,22 @@ class Sampler:
     def publish(self) -> None:
         self.gpus.check_hangs(self._readers())
         snapshot = self.build_snapshot()
-        self._snapshot = snapshot
         if self.on_snapshot is not None:
-            self.on_snapshot(snapshot)
+            self.on_snapshot(snapshot)  # judged, settled and published there
+        else:
+            self.settle(snapshot)
+
+    def settle(self, snapshot: Snapshot, failed: Iterable[int] = ()) -> Snapshot:
+        """The snapshot as it is published: with the goodput account's newest second, in
+        which the GPUs lost and those in `failed` (the ones the verdict published with it
+        fails) count failed. Called once per snapshot built, before anyone reads it."""
+        analyses = self.analyses
+        if analyses is not None:
+            account = analyses.goodput_tick(snapshot.time, set(snapshot.lost) | set(failed))
+            if account is not snapshot.goodput:
+                snapshot = dataclasses.replace(snapshot, goodput=account)
+        self._snapshot = snapshot
+        return snapshot
 
     def build_snapshot(self) -> Snapshot:
         s, gpus = self.settings, self.gpus

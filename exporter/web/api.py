@@ -28,12 +28,14 @@ from exporter.analysis.goodput import STATES, goodput_ratio
 from exporter.health.model import (
     FAILED,
     NONE,
+    NOT_JUDGED,
     UNKNOWN,
     WARNING,
     NodeHealth,
     Verdict,
     action_words,
 )
+from exporter.health.monitor import Published
 from exporter.history.answer import DEFAULT_PAGE, MAX_PAGE, history_body, replacement_findings
 from exporter.history.recorder import History
 from exporter.metrics.render import RenderedSnapshot
@@ -183,11 +185,12 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
 
 # -- /api/v1/findings ------------------------------------------------------------------------
 
-def findings_body(snapshot: Snapshot, readiness: Readiness, node: str,
-                  health: NodeHealth | None = None, history: History | None = None) -> bytes:
+def findings_body(published: Published, readiness: Readiness, node: str,
+                  history: History | None = None) -> bytes:
     """{"time", "findings": [...], "summary": {...}}: what the exporter concludes, and the
     node at a glance (GPUs up, who holds them, the exporter's own readiness)."""
-    found = findings(snapshot, health)
+    snapshot = published.snapshot
+    found = findings(published)
     if history is not None:
         found += replacement_findings(history, snapshot.time)
     body = {"time": number(snapshot.time), "findings": found,
@@ -266,29 +269,22 @@ def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
 
 # -- /api/v1/health --------------------------------------------------------------------------
 
-def health_body(health: NodeHealth | None) -> bytes:
+def health_body(health: NodeHealth) -> bytes:
     """{"summary", "node": verdict, "gpus": {"0": verdict, ...}}; verdict = {"state",
     "action", "action_words", "reasons", "checks": [{"name", "state", "value",
-    "threshold", "source", "since"}]}.
-    Without a verdict yet (the exporter not started): unknown."""
-    if health is None:
-        body: dict[str, Any] = {"summary": verdict_summary(None),
-                                "node": {"state": "unknown", "action": "none",
-                                         "action_words": action_words("none"),
-                                         "reasons": "no verdict yet", "checks": []},
-                                "gpus": {}}
-    else:
-        body = {"summary": verdict_summary(health), "node": _verdict(health.node),
-                "gpus": {str(gpu): _verdict(v) for gpu, v in sorted(health.gpus.items())}}
+    "threshold", "source", "since", "action", "action_words", "reason"}]}. Before the first
+    judgement the verdict is an explicit unknown one (model.unknown_health)."""
+    body = {"summary": verdict_summary(health), "node": _verdict(health.node),
+            "gpus": {str(gpu): _verdict(v) for gpu, v in sorted(health.gpus.items())}}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
 
-def verdict_summary(health: NodeHealth | None) -> str:
+def verdict_summary(health: NodeHealth) -> str:
     """The GPUs' verdict in one line, as the page's header shows it: "ok (8 GPUs)",
-    "failed: GPU 2 (reset the GPU); warning: GPU 5"."""
-    if health is None:
-        return "no verdict yet"
+    "failed: GPU 2 (reset the GPU); warning: GPU 5", "unknown (not judged yet)"."""
     node = health.node
+    if not node.checks and node.state == UNKNOWN:  # nothing judged: say why
+        return f"{UNKNOWN} ({node.reasons or NOT_JUDGED})"
     parts = []
     for state in (FAILED, WARNING, UNKNOWN):
         gpus = [(g, v) for g, v in sorted(health.gpus.items()) if v.state == state]
@@ -307,7 +303,9 @@ def _verdict(v: Verdict) -> dict[str, Any]:
             "reasons": v.reasons,
             "checks": [{"name": c.name, "state": c.state, "value": _json_value(c.value),
                         "threshold": _json_value(c.threshold), "source": c.source,
-                        "since": number(c.since)} for c in v.checks]}
+                        "since": number(c.since), "action": c.action,
+                        "action_words": action_words(c.action), "reason": c.reason}
+                       for c in v.checks]}
 
 
 def _json_value(value: float | str | None) -> float | str | None:
@@ -390,12 +388,12 @@ class Api:
         elif path == HEALTH:
             parse_query(query, ())
             key = (HEALTH,)
-            build = lambda: health_body(rendered.health)  # noqa: E731
+            build = lambda: health_body(rendered.verdict)  # noqa: E731
         else:
             parse_query(query, ())
             key = (FINDINGS,)
-            build = lambda: findings_body(snap, self.readiness(rendered), self.node,  # noqa: E731
-                                          rendered.health, self.history)
+            build = lambda: findings_body(rendered.published,  # noqa: E731
+                                          self.readiness(rendered), self.node, self.history)
         # One build at a time, under the lock: concurrent viewers of a new snapshot wait
         # for the first one's build instead of each making their own, and the API never
         # takes more than one core from sampling and scrapes.

@@ -1,7 +1,8 @@
-"""What the exporter concludes now, in words: Snapshot -> a list of findings (dicts).
+"""What the exporter concludes now, in words: a published value (a snapshot and its
+verdict) -> a list of findings (dicts).
 
-Pure: the snapshot in, plain JSON-ready dicts out (wording.finding: kind, severity, gpu,
-time, since, message, details). /api/v1/findings serves them and the live page lists
+Pure: the published value in, plain JSON-ready dicts out (wording.finding: kind,
+severity, gpu, time, since, message, details). /api/v1/findings serves them and the live page lists
 them; the metrics say the same things for Prometheus. The most urgent come first
 (critical, warning, info), then by kind and GPU.
 
@@ -18,7 +19,7 @@ import math
 from typing import Any
 
 from exporter.analysis.stalls import StallResult
-from exporter.health.model import NodeHealth
+from exporter.health.monitor import Published
 from exporter.sampling.snapshot import Snapshot
 from exporter.web.findings_hardware import hardware_findings
 from exporter.web.wording import (
@@ -43,11 +44,12 @@ KINDS = ("stall", "checkpoint", "gpu_hung", "gpu_lost", "gpus_missing", "straggl
 RAMP_RECENT_SECONDS = 600.0
 
 
-def findings(snapshot: Snapshot, health: NodeHealth | None = None) -> list[dict[str, Any]]:
-    """Every finding the snapshot supports, most urgent first; `health`, the snapshot's
-    verdict, gives the severity of what its checks judge (NVLink error rates)."""
+def findings(published: Published) -> list[dict[str, Any]]:
+    """Every finding a published value supports, most urgent first: its verdict gives
+    the severity and the words of what its checks judge (findings_hardware.py)."""
+    snapshot = published.snapshot
     out = [*power_findings(snapshot), *straggler_findings(snapshot),
-           *hardware_findings(snapshot, health)]
+           *hardware_findings(snapshot, published.verdict)]
     order = {kind: i for i, kind in enumerate(KINDS)}
     out.sort(key=lambda f: (SEVERITIES.index(f["severity"]), order.get(f["kind"], len(KINDS)),
                             -1 if f["gpu"] is None else f["gpu"]))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from exporter.health.model import unknown_health
 from exporter.history.recorder import History
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
 from exporter.web import api, clientsans, static
@@ -565,7 +566,8 @@ def _landing_page(server: ExporterHTTPServer) -> bytes:
         backend = snap.backend + (f" (scenario {snap.scenario})" if snap.backend == "fake" else "")
         gpus = snap.gpu_count
     readiness = server.probes.readiness(rendered)
-    verdict = api.verdict_summary(rendered.health if rendered is not None else None)
+    verdict = api.verdict_summary(rendered.verdict if rendered is not None
+                                  else unknown_health(0.0, 0))
     return landing_page(gpus, backend, readiness.words, verdict, server.api.node)
 
 

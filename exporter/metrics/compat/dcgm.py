@@ -193,7 +193,8 @@ class DcgmCompat:
         return out
 
     # -- rendering ------------------------------------------------------------------------
-    def render(self, snapshot: Snapshot, health: NodeHealth | None = None) -> bytes:
+    def render(self, snapshot: Snapshot, verdict: NodeHealth) -> bytes:
+        """dcgm-exporter's families from a published value: the snapshot and its verdict."""
         devices = self.devices(snapshot)
         whole = [d for d in devices if d.instance is None]
         # what several fields read, worked out once a render
@@ -203,13 +204,13 @@ class DcgmCompat:
         for f in FIELDS:
             if not f.served or f.type == "label":
                 continue
-            lines = list(self._lines(f, snapshot, health, whole, devices, xids, memory))
+            lines = list(self._lines(f, snapshot, verdict, whole, devices, xids, memory))
             if lines:
                 out.append(f"# HELP {f.name} {f.help}\n# TYPE {f.name} {f.type}\n")
                 out.extend(lines)
         return "".join(out).encode()
 
-    def _lines(self, f: DcgmField, snapshot: Snapshot, health: NodeHealth | None,
+    def _lines(self, f: DcgmField, snapshot: Snapshot, verdict: NodeHealth,
                whole: list[_Device], devices: list[_Device], xids: list[tuple],
                memory: Mapping[tuple[int, int | None], Mapping[str, float]]) -> Iterator[str]:
         kind, _, key = f.source.partition(":")
@@ -223,7 +224,7 @@ class DcgmCompat:
         elif kind == "xid_window":
             yield from self._xid_window_lines(f, snapshot, xids)
         elif kind == "health":
-            yield from _health_lines(f, health, whole)
+            yield from _health_lines(f, verdict, whole)
         else:
             for d in whole:
                 value = _value(kind, key, d.gpu, snapshot)
@@ -342,17 +343,14 @@ def _xid_last_lines(f: DcgmField, snapshot: Snapshot, whole: list[_Device]) -> I
                f"{go_float(code)}\n")
 
 
-def _health_lines(f: DcgmField, health: NodeHealth | None,
-                  whole: list[_Device]) -> Iterator[str]:
+def _health_lines(f: DcgmField, health: NodeHealth, whole: list[_Device]) -> Iterator[str]:
     """Per GPU and DCGM watch: the worst of our checks that map to it (0 pass, 10 warn,
     20 fail) and the DCGM failure code of that check. A watch whose checks of ours are
     all still unknown (or not applicable) is not served: not yet judged is no pass. A
     watch no check of ours maps to reports pass, as the table says."""
-    if health is None:
-        return
     for d in whole:
         verdict = health.gpus.get(d.gpu)
-        if verdict is None:
+        if verdict is None or not verdict.checks:  # not judged: no pass
             continue
         worst: dict[str, tuple[float, str]] = {}
         judged, mapped = set(), set()

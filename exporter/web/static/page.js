@@ -279,8 +279,10 @@
     list.textContent = "";
     const own = h.node.checks.filter((c) => c.state === "failed" || c.state === "warning");
     for (const c of own) {
+      // the check's own state, action and reason, as the verdict says them
       list.append(verdictItem("node " + c.name.replace(/_/g, " "),
-        { state: c.state, action: "none", action_words: "", reasons: "" }, null));
+        { state: c.state, action: c.action, action_words: c.action_words,
+          reasons: c.reason }, null));
     }
     for (const [gpu, v] of Object.entries(h.gpus)) {
       if (v.state !== "ok" && v.state !== "not_applicable") {
