@@ -339,6 +339,25 @@ def test_a_watch_not_yet_judged_is_not_served_as_a_pass():
     assert rows["PMU"].endswith(" 0.0")  # no check of ours maps to it: pass, as documented
 
 
+def test_no_health_status_is_served_while_the_verdict_is_unknown():
+    """Not yet judged is no pass, and dcgm-exporter documents no value for it: before the
+    first judgement (the explicit unknown verdict), and for a GPU whose verdict is unknown
+    while the others are judged, no watch is served at all, not even those no check of
+    ours maps to (which read pass once the GPU is judged)."""
+    def check(name: str, state: str) -> CheckResult:
+        return CheckResult(name, state, None, None, "", 0.0)
+
+    assert _health_rows(unknown_health(1.0, 2), gpus=2) == {}
+    unknown = Verdict(UNKNOWN, "none", "GPU 1: thermal violation rate not known yet", (
+        check("ecc_uncorrected", OK), check("pcie_replays", OK),
+        check("thermal_violation", UNKNOWN)))
+    ok = Verdict(OK, "none", "", (check("ecc_uncorrected", OK), check("pcie_replays", OK)))
+    rows = _health_rows(NodeHealth(1.0, unknown, {0: ok, 1: unknown}), gpus=2)
+    assert {gpu for gpu, _ in rows} == {"0"}
+    assert {watch for _, watch in rows} == set(dcgm.HEALTH_WATCHES)
+    assert all(line.endswith(" 0.0") for line in rows.values())
+
+
 def test_every_health_check_maps_to_a_watch():
     from exporter.health.checks_board import CHECKS as BOARD
     from exporter.health.checks_gpu import CHECKS as GPU

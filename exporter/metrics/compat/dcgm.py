@@ -35,7 +35,7 @@ from exporter.collectors.jobs.reading import JobsReading
 from exporter.collectors.kubernetes.reading import KubernetesReading
 from exporter.collectors.mig.reading import MigReading
 from exporter.collectors.profiling.reading import ProfilingReading
-from exporter.health.model import FAILED, OK, WARNING, NodeHealth
+from exporter.health.model import FAILED, OK, UNKNOWN, WARNING, NodeHealth
 from exporter.metrics.exposition import WRITER, go_float
 from exporter.sampling.snapshot import Snapshot
 
@@ -345,12 +345,15 @@ def _xid_last_lines(f: DcgmField, snapshot: Snapshot, whole: list[_Device]) -> I
 
 def _health_lines(f: DcgmField, health: NodeHealth, whole: list[_Device]) -> Iterator[str]:
     """Per GPU and DCGM watch: the worst of our checks that map to it (0 pass, 10 warn,
-    20 fail) and the DCGM failure code of that check. A watch whose checks of ours are
-    all still unknown (or not applicable) is not served: not yet judged is no pass. A
-    watch no check of ours maps to reports pass, as the table says."""
+    20 fail) and the DCGM failure code of that check. Not yet judged is no pass, and
+    dcgm-exporter documents no value for it (its 0 is DCGM's pass), so nothing is
+    served for it: a GPU whose verdict is `unknown` (before the first judgement, while
+    a check it needs cannot judge yet, or when judging failed) has no status at all, and
+    a watch whose checks of ours are all unknown (or not applicable) is left out of a
+    judged GPU's. A watch no check of ours maps to reports pass, as the table says."""
     for d in whole:
         verdict = health.gpus.get(d.gpu)
-        if verdict is None or not verdict.checks:  # not judged: no pass
+        if verdict is None or verdict.state == UNKNOWN:
             continue
         worst: dict[str, tuple[float, str]] = {}
         judged, mapped = set(), set()
