@@ -1,7 +1,8 @@
-"""The live goodput account (analysis/goodput.py): every second, each GPU's state from
-what the stall check just read (its means over the stall window, each GPU's compute
-level and floor), the stall it found, the GPUs lost or judged failed, and who holds
-each GPU (the job collectors' grouping). docs/goodput.md.
+"""The live goodput account (analysis/goodput.py): as each snapshot is published (every
+second), each GPU's state from what the stall check last read (its means over the stall
+window, each GPU's compute level and floor), the stall it found, the GPUs lost or failed
+by the verdict published with that snapshot, and who holds each GPU (the job
+collectors' grouping). docs/goodput.md.
 """
 
 from __future__ import annotations
