@@ -106,10 +106,6 @@ def _milder(a: str, b: str) -> str:
     return a if SEVERITIES.index(a) >= SEVERITIES.index(b) else b
 
 
-def _milder(a: str, b: str) -> str:
-    return a if SEVERITIES.index(a) >= SEVERITIES.index(b) else b
-
-
 def _gpu_presence(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
     out = []
     for gpu, since in sorted(snap.hung.items()):
@@ -141,15 +137,14 @@ def _xids(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
         check = _judged(_gpu(health, gpu), "xid")
         severity = _milder(severity_of(xid_row(code).state), _severity(check))
         times = "once" if record.count == 1 else f"{record.count} times"
-        mine = check is not None and check.value == code
-        out.append(finding("xid", severity,
-                           f"GPU {gpu}: XID {code} ({meaning(code)}), {klass}, {times}, last "
-                           f"{ago(snap.time, record.last_seen)}"
-                           + (f": {action_words(check.action)}"
-                              if mine and check is not None and check.action != NONE
-                              and severity != INFO else ""),
-                           record.last_seen, gpu=gpu, xid=code, xid_class=klass,
-                           count=record.count, verdict=_said(check)))
+        message = (f"GPU {gpu}: XID {code} ({meaning(code)}), {klass}, {times}, last "
+                   f"{ago(snap.time, record.last_seen)}")
+        # the check's action is the code it judged by (its value)'s: said with that code
+        if check is not None and check.value == code and check.action != NONE \
+                and severity != INFO:
+            message += f": {action_words(check.action)}"
+        out.append(finding("xid", severity, message, record.last_seen, gpu=gpu, xid=code,
+                           xid_class=klass, count=record.count, verdict=_said(check)))
     return out
 
 
