@@ -13,7 +13,7 @@ Where a per-GPU value lives:
   one of the cadences below, one series per GPU and fixed label values: an entry here.
 - A field NVML answers per NVLink (the link as its scope id): an entry of PER_LINK,
   which the health read asks for every link in its one batched request (gpu/health.py);
-  metrics/gpu_health.py renders them from that reading.
+  metrics/gpu_hardware.py renders them from that reading.
 - Written by hand beside its code, with a comment saying why, when it is none of that:
   identity (`gpu_info`, strings; metrics/gpu.py), the power loop's samples
   (`gpu_power_watts`; gpu/power_reader.py), events (XIDs), the sampler's own judgement
@@ -146,7 +146,7 @@ REMAP_FAILURE = per_gpu(
     profile=MINIMAL, doc="1 if a remap failed: replace the GPU (critical).")
 MEMORY_ERRORS = (ECC, RETIRED, RETIRED_PENDING, REMAPPED, REMAP_PENDING, REMAP_FAILURE)
 
-# Per-NVLink families (exporter/metrics/gpu_health.py renders them from the health read)
+# Per-NVLink families (exporter/metrics/gpu_hardware.py renders them from the health read)
 LINK_UP = per_gpu(
     "gpu_nvlink_link_up", "gauge", "1 if the NVLink is active.", "link",
     source="field 165 (`NVLINK_GET_STATE`), scope = link", profile=FULL,
@@ -238,7 +238,7 @@ CATALOGUE: tuple[GpuValue, ...] = (
               doc="Fan speed as a share of maximum; absent on fanless (SXM) boards.")),
     # hand-written: one bit mask that gpu_clock_event_active splits into a series per
     # reason and the sampler integrates into gpu_clock_event_seconds_total
-    # (exporter/metrics/gpu_health.py)
+    # (exporter/metrics/gpu_hardware.py)
     V("clock_event_reasons", Call("nvmlDeviceGetCurrentClocksEventReasons"), 1, SWEEP, None,
       trace=True),
     V("memory_free_bytes", Call("nvmlDeviceGetMemoryInfo", (MEMORY_INFO_V2,), "free"), 1,

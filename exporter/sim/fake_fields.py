@@ -143,10 +143,10 @@ class FieldSymbols(FakeCore):
             return self._nvlink_field(gpu, field_id, link, t - self.start)
         if field_id == fi.NVLINK_LINK_COUNT:
             return _UINT, self.scenario.device.nvlinks
-        health = self._health_field(gpu.index, field_id, t - self.start)
-        return None if health is None else (_ULL, health)
+        answer = self._fault_field(gpu.index, field_id, t - self.start)
+        return None if answer is None else (_ULL, answer)
 
-    def _health_field(self, gpu: int, field_id: int, since: float) -> int | None:
+    def _fault_field(self, gpu: int, field_id: int, since: float) -> int | None:
         """ECC, retired pages, remapped rows and recovery action, from the faults so far."""
         if field_id in _RETIRED and not self.scenario.device.retired_pages:
             return None  # Hopper replaced page retirement by row remapping

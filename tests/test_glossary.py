@@ -1,0 +1,111 @@
+"""One word, one meaning (docs/development.md, Glossary): the names the code binds keep the
+glossary's words to their one meaning. A name that uses a word for something else fails
+here until it is renamed, or listed below with why it may keep the word."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.tools import REPO
+
+PACKAGE = REPO / "exporter"
+
+
+def bound_names(path: Path, package: Path = PACKAGE) -> set[str]:
+    """The names a module binds (functions, classes, arguments, assigned names and
+    attributes), and its own path's parts (`metrics/health.py` binds `metrics`, `health`)."""
+    names = {part.removesuffix(".py") for part in path.relative_to(package).parts}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return names
+
+
+def uses(word: str, package: Path = PACKAGE, skip: tuple[str, ...] = ()) -> set[tuple[str, str]]:
+    """(module, name) for every bound name holding `word` (any case), outside `skip`."""
+    out = set()
+    for path in sorted(package.rglob("*.py")):
+        module = path.relative_to(package).as_posix()
+        if module.startswith(skip):
+            continue
+        out |= {(module, name) for name in bound_names(path, package)
+                if re.search(word, name, re.IGNORECASE)}
+    return out
+
+
+# -- health: the verdict, and only it --------------------------------------------------
+
+VERDICT = "about the verdict"
+NVML = "NVML's own name (the fabric health mask)"
+DCGM = "dcgm-exporter's health watches, written from the verdict"
+PROBE = "the /healthz path (liveness)"
+USERS = "a config key users set (--sweep.health-interval)"
+HEALTH_NAMES: dict[tuple[str, str], str] = {
+    ("app.py", "health"): VERDICT,
+    ("config.py", "health"): VERDICT,  # HealthSettings' section
+    ("options.py", "HEALTH"): VERDICT,  # the `health` command
+    ("history/recorder.py", "health"): VERDICT,
+    ("history/recorder.py", "_last_health"): VERDICT,
+    ("history/recorder.py", "observe_health"): VERDICT,
+    ("metrics/health.py", "health"): VERDICT,
+    ("metrics/render.py", "health"): VERDICT,
+    ("web/api.py", "HEALTH"): VERDICT,
+    ("web/api.py", "health"): VERDICT,
+    ("web/api.py", "health_body"): VERDICT,
+    ("web/findings.py", "health"): VERDICT,
+    ("web/findings_hardware.py", "health"): VERDICT,
+    ("metrics/compat/dcgm.py", "health"): DCGM,
+    ("metrics/compat/dcgm.py", "_health_lines"): DCGM,
+    ("metrics/compat/dcgm.py", "HEALTH_CHECKS"): DCGM,
+    ("metrics/compat/dcgm.py", "HEALTH_RESULT"): DCGM,
+    ("metrics/compat/dcgm.py", "HEALTH_WATCHES"): DCGM,
+    ("gpu/board.py", "health_mask"): NVML,
+    ("gpu/board.py", "FABRIC_HEALTH_BAD"): NVML,
+    ("sim/fake_device.py", "healthMask"): NVML,
+    ("sim/fake_device.py", "healthy"): NVML,
+    ("web/server.py", "_healthz"): PROBE,
+    ("sampling/settings.py", "gpu_health_interval_seconds"): USERS,
+}
+# Raw NVML reads and the slow sweep's cadence still named "health" where exporter/sampling/
+# reads them (Snapshot.health becomes Snapshot.device_reads there); a rename of these
+# goes with that change. Not checked for staleness: that change removes them.
+HEALTH_IN_SAMPLING: set[tuple[str, str]] = {
+    ("gpu/health.py", "health"), ("gpu/health.py", "GpuHealth"),
+    ("gpu/health.py", "health_requests"), ("gpu/health.py", "read_health"),
+    ("gpu/board.py", "BoardHealth"), ("gpu/catalogue.py", "HEALTH"),
+    ("sampling/snapshot.py", "health"), ("sampling/sweep.py", "health"),
+    ("sampling/sweep.py", "health_interval"),
+}
+
+
+def test_health_names_only_the_verdict():
+    found = uses("health", skip=("health/", "commands/health/"))
+    unexplained = found - set(HEALTH_NAMES) - HEALTH_IN_SAMPLING
+    assert unexplained == set(), "name it for what it is, not 'health'"
+
+
+def test_every_health_exception_still_exists():
+    found = uses("health", skip=("health/", "commands/health/"))
+    assert set(HEALTH_NAMES) - found == set()
+
+
+def test_the_word_check_sees_every_kind_of_name(tmp_path):
+    package = tmp_path / "exporter"
+    (package / "metrics").mkdir(parents=True)
+    (package / "metrics" / "gpu_health.py").write_text(
+        "WITH_HEALTH = ()\n"
+        "def health_families(snapshot, health_read=None):\n"
+        "    self.health_cache = 1\n"
+        "class GpuHealthRows: ...\n"
+        "snapshot.health\n")  # read, not bound: the binding is where it is defined
+    found = {name for _, name in uses("health", package)}
+    assert found == {"gpu_health", "WITH_HEALTH", "health_families", "health_read",
+                     "health_cache", "GpuHealthRows"}
