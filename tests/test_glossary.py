@@ -109,3 +109,27 @@ def test_the_word_check_sees_every_kind_of_name(tmp_path):
     found = {name for _, name in uses("health", package)}
     assert found == {"gpu_health", "WITH_HEALTH", "health_families", "health_read",
                      "health_cache", "GpuHealthRows"}
+
+
+# -- critical: a severity (an XID's class, a finding's, an alert's), never a band ------------
+
+CRITICAL_NAMES: dict[tuple[str, str], str] = {
+    ("gpu/xid.py", "CRITICAL"): "the XID class `critical`",
+    ("web/wording.py", "CRITICAL"): "a finding's severity",
+}
+# --band's help, declared in exporter/sampling/settings.py, still says "critical band"
+BAND_WORDING_IN_SAMPLING = {"exporter/sampling/settings.py"}
+
+
+def test_critical_names_only_a_severity():
+    found = uses("critical")
+    assert found - set(CRITICAL_NAMES) == set()
+    assert set(CRITICAL_NAMES) - found == set()
+
+
+def test_the_swing_band_is_not_called_critical():
+    texts = [*REPO.glob("docs/*.md"), REPO / "README.md", *PACKAGE.rglob("*.py")]
+    said = [str(p.relative_to(REPO)) for p in texts
+            if str(p.relative_to(REPO)) not in BAND_WORDING_IN_SAMPLING
+            and re.search(r"critical[ _-]*(band|hz)", p.read_text(), re.IGNORECASE)]
+    assert said == []

@@ -77,7 +77,7 @@ def test_the_swing_between_pauses_that_a_straddling_window_misses():
     assert swing.amplitude_ratio is None
     assert not grid_relevant(swing, 0.20, (0.1, 3.0))
     assert grid_relevant(swing, 0.05, (0.1, 3.0))
-    assert not grid_relevant(swing, 0.05, (0.1, 2.0))  # outside the critical band
+    assert not grid_relevant(swing, 0.05, (0.1, 2.0))  # outside the swing band
 
 
 @pytest.mark.parametrize("seed", [

@@ -339,7 +339,7 @@ def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]
             "folds into 0-{:.3g} Hz, so a periodicity found could be its alias (sample at "
             "10 Hz or more to be sure)".format(fs / 2))
     if top < req.power.band_hz[1]:
-        notes.append(f"the observable band ends at {top:.3g} Hz, below the critical band's "
+        notes.append(f"the observable band ends at {top:.3g} Hz, below the swing band's "
                      f"upper edge ({req.power.band_hz[1]:g} Hz): faster swings cannot be resolved")
     return notes
 
@@ -351,7 +351,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     req = AnalyzeRequest.of(asked)
     bridges = bridges_for(req.power, req.stragglers)
     g, notes = _grid(trace, req.tdp, bridges)
-    band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
+    band = decide_band(trace, req.power_averaging, swing_band_top_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
@@ -489,7 +489,7 @@ def swing_at(trace: Trace, end: float, seconds: float = 30.0,
     """
     req = req or AnalyzeRequest(trace.source)
     g, _ = _grid(trace, req.tdp, bridges_for(req.power, req.stragglers))
-    band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
+    band = decide_band(trace, req.power_averaging, swing_band_top_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
     keep = (g.t >= end - seconds) & (g.t <= end)
     if keep.sum() < 4:
