@@ -133,3 +133,18 @@ def test_the_swing_band_is_not_called_critical():
             if str(p.relative_to(REPO)) not in BAND_WORDING_IN_SAMPLING
             and re.search(r"critical[ _-]*(band|hz)", p.read_text(), re.IGNORECASE)]
     assert said == []
+
+
+# -- finding: what the live page and /api/v1/findings say; a straggler's is an outlier ----
+
+PAGE = ("web/",)  # the page's findings and their wording
+FINDING_NAMES: dict[tuple[str, str], str] = {
+    ("history/answer.py", "replacement_findings"): "the page's finding that a GPU was replaced",
+    ("history/answer.py", "REPLACEMENT_FINDING_SECONDS"): "how long the page says it",
+}
+
+
+def test_finding_names_only_what_the_page_says():
+    found = uses("finding", skip=PAGE)
+    assert found - set(FINDING_NAMES) == set()
+    assert set(FINDING_NAMES) - found == set()
