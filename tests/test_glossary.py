@@ -148,3 +148,20 @@ def test_finding_names_only_what_the_page_says():
     found = uses("finding", skip=PAGE)
     assert found - set(FINDING_NAMES) == set()
     assert set(FINDING_NAMES) - found == set()
+
+
+# -- step swing: the swing inside the compute plateaus (find_step_swing); the 30 s window's
+# swing (analyse_window) is the window swing, and both are at the step scale ----------------
+
+STEP_SWING_NAMES: dict[tuple[str, str], str] = {
+    ("analysis/step_segments.py", "StepSwing"): "what find_step_swing finds",
+    ("analysis/step_segments.py", "find_step_swing"): "the step swing's analysis",
+    ("offline/swings.py", "merge_step_swings"): "step swings merged into the window swings",
+    ("sampling/live_power.py", "step_swing"): "PowerAnalysis' step swing",
+}
+
+
+def test_step_swing_names_only_the_plateaus_swing():
+    found = uses("step_?swing")
+    assert found - set(STEP_SWING_NAMES) == set()
+    assert set(STEP_SWING_NAMES) - found == set()

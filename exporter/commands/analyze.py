@@ -62,9 +62,9 @@ from exporter.offline.swings import (
     cycle_swings,
     drop_beats,
     folded_swing,
-    merge_step,
+    merge_step_swings,
     segment_swings,
-    step_swings,
+    window_swings,
 )
 from exporter.options import ANALYZE, Option, positive, whole_at_least_one
 from exporter.traces.checks import MAX_GPU_INDEX
@@ -356,9 +356,9 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
     short = _too_short(g, req)
-    step, n_windows = step_swings(g, req, band, t_start) if "step" not in short else ([], 0)
+    step, n_windows = window_swings(g, req, band, t_start) if "step" not in short else ([], 0)
     if "step" not in short and span_ok(g, req):
-        step = merge_step(step, segment_swings(g, req, band, t_start))
+        step = merge_step_swings(step, segment_swings(g, req, band, t_start))
     folded = folded_swing(g, req, band, t_start) if "step" in short else None
     if folded is not None:
         step = [folded]
