@@ -165,3 +165,33 @@ def test_step_swing_names_only_the_plateaus_swing():
     found = uses("step_?swing")
     assert found - set(STEP_SWING_NAMES) == set()
     assert set(STEP_SWING_NAMES) - found == set()
+
+
+# -- history: the state directory (history/), nothing else -----------------------------
+
+STATE_DIRECTORY = "the state directory's history"
+HISTORY_NAMES: dict[tuple[str, str], str] = {
+    ("app.py", "history"): STATE_DIRECTORY,
+    ("app.py", "_open_history"): STATE_DIRECTORY,
+    ("app.py", "history_problem"): STATE_DIRECTORY,
+    ("config.py", "history"): STATE_DIRECTORY,  # HistorySettings' section
+    ("web/api.py", "HISTORY"): STATE_DIRECTORY,  # /api/v1/history
+    ("web/api.py", "MAX_HISTORY_QUERY_BYTES"): STATE_DIRECTORY,
+    ("web/api.py", "_history"): STATE_DIRECTORY,
+    ("web/api.py", "history"): STATE_DIRECTORY,
+    ("web/server.py", "history"): STATE_DIRECTORY,
+}
+# The power ring's length and the live analyses' compute shares, still named "history" in
+# exporter/sampling/ and exporter/web/ (Snapshot.power_history becomes Snapshot.power_ring
+# there); not checked for staleness: that change removes them.
+HISTORY_IN_SAMPLING: set[tuple[str, str]] = {
+    ("sampling/snapshot.py", "power_history"), ("sampling/settings.py", "power_history_seconds"),
+    ("sampling/buffers.py", "history_seconds"), ("sampling/power_loop.py", "history_seconds"),
+    ("sampling/live_analyses.py", "history"), ("web/api.py", "history_seconds"),
+}
+
+
+def test_history_names_only_the_state_directory():
+    found = uses("history", skip=("history/", "commands/history.py"))
+    assert found - set(HISTORY_NAMES) - HISTORY_IN_SAMPLING == set()
+    assert set(HISTORY_NAMES) - found == set()
