@@ -195,3 +195,26 @@ def test_history_names_only_the_state_directory():
     found = uses("history", skip=("history/", "commands/history.py"))
     assert found - set(HISTORY_NAMES) - HISTORY_IN_SAMPLING == set()
     assert set(HISTORY_NAMES) - found == set()
+
+
+# -- state: a verdict's (ok, warning, failed, unknown); a goodput state, the state directory
+# and the driver's or sysfs' states (link, port, P-state) are always named with their word.
+# No class is a "state" of its own: what a collector carries between reads is an account.
+
+CLASS_STATES: dict[tuple[str, str], str] = {
+    ("gpu/state.py", "GpuState"): "the sweep's values of a GPU (Snapshot.states), read in "
+                                  "exporter/sampling/: renamed with it",
+    ("commands/health/slurm.py", "NodeState"): "Slurm's node state (sinfo)",
+}
+
+
+def class_names(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    return {(path.relative_to(package).as_posix(), node.name)
+            for path in sorted(package.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ClassDef)}
+
+
+def test_no_class_is_a_state_of_its_own():
+    found = {(module, name) for module, name in class_names() if "state" in name.lower()}
+    assert found - set(CLASS_STATES) == set()
