@@ -218,3 +218,19 @@ def class_names(package: Path = PACKAGE) -> set[tuple[str, str]]:
 def test_no_class_is_a_state_of_its_own():
     found = {(module, name) for module, name in class_names() if "state" in name.lower()}
     assert found - set(CLASS_STATES) == set()
+
+
+# -- action: the verdict's words for what to do (reset_gpu, ...); the driver's recovery
+# tokens (gpu_reset, ...) are the driver's, served only on gpu_recovery_action -------------
+
+def test_the_driver_tokens_and_our_actions_are_two_vocabularies():
+    from exporter.gpu.fields import DRIVER_RECOVERY_TOKENS
+    from exporter.health.model import ACTIONS
+    from exporter.sim.scenarios import DRIVER_RECOVERY_CODES
+
+    driver = set(DRIVER_RECOVERY_TOKENS.values())
+    assert driver & set(ACTIONS) == {"none"}  # one act, never two spellings in one vocabulary
+    # the fake answers each token a scenario names with the driver's own code
+    assert {token: DRIVER_RECOVERY_TOKENS[code]
+            for token, code in DRIVER_RECOVERY_CODES.items()} == {
+        token: token for token in DRIVER_RECOVERY_CODES}

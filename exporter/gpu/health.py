@@ -153,8 +153,8 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
         remapped_rows={kind: v for (kind,), v in _by_labels(values, catalogue.REMAPPED).items()},
         row_remap_pending=values.get("row_remap_pending"),
         row_remap_failure=values.get("row_remap_failure"),
-        recovery_action=None if action is None else fi.RECOVERY_ACTIONS.get(int(action),
-                                                                          f"code_{int(action)}"),
+        recovery_action=None if action is None else fi.DRIVER_RECOVERY_TOKENS.get(
+            int(action), f"code_{int(action)}"),
         nvlinks=tuple(links),
         nvlink_traffic=(_traffic_totals(backend, gpu, nvlinks, got)
                         if nvlinks and reads.traffic and not reads.traffic_per_link else None),

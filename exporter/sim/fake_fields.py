@@ -18,7 +18,7 @@ from exporter.gpu.health import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
-from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
+from exporter.sim.scenarios import DRIVER_RECOVERY_CODES, FaultEvent
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 EVENT_SET_BASE = 0x7E58_0000
@@ -160,7 +160,7 @@ class FieldSymbols(FakeCore):
             return 1
         if field_id == fi.RECOVERY_ACTION:
             actions = self.faults("recovery_action", gpu, since)
-            return RECOVERY_ACTIONS[actions[-1].params["action"]] if actions else 0
+            return DRIVER_RECOVERY_CODES[actions[-1].params["action"]] if actions else 0
         return None
 
     # -- NVLink ------------------------------------------------------------------------
