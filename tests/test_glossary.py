@@ -234,3 +234,20 @@ def test_the_driver_tokens_and_our_actions_are_two_vocabularies():
     assert {token: DRIVER_RECOVERY_TOKENS[code]
             for token, code in DRIVER_RECOVERY_CODES.items()} == {
         token: token for token in DRIVER_RECOVERY_CODES}
+
+
+# -- what NVML answers is a device read; the sweep every --sweep.health-interval is the slow
+# sweep. Neither is "health" in what people read (docs, docstrings, comments). -------------
+
+# exporter/sampling/ and exporter/web/ still say it; renamed with Snapshot.device_reads there
+RAW_HEALTH_WORDING_ELSEWHERE = ("exporter/sampling/", "exporter/web/", "exporter/health/checks_")
+
+
+def test_raw_reads_and_the_slow_sweep_are_not_called_health():
+    texts = [*REPO.glob("docs/*.md"), REPO / "README.md", *PACKAGE.rglob("*.py")]
+    said = [f"{rel}: {m.group(0)!r}" for p in texts
+            if not (rel := str(p.relative_to(REPO))).startswith(RAW_HEALTH_WORDING_ELSEWHERE)
+            for m in re.finditer(r"health[ -]read\w*|every health[ -]interval|"
+                                 r"health[ -]interval (batch|fields)", p.read_text(),
+                                 re.IGNORECASE)]
+    assert said == []

@@ -4,7 +4,7 @@ The memory errors are the catalogue's, rendered from it (exporter/gpu/catalogue.
 where a per-GPU value lives). Written here by hand: up and lost are the sampler's
 verdict, XIDs arrive as events, clock-event bits are one mask split per reason, the
 recovery action is a code served as a label, and the NVLink families (their fields are
-the catalogue's per-link entries) come from the health read's links, with the count of
+the catalogue's per-link entries) come from the device read's links, with the count of
 active links and, where a profile sums the link away, the driver's all-links traffic.
 """
 
@@ -199,7 +199,7 @@ def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
-    """Bytes over each NVLink: new at every health reading, so rendered every time. Per
+    """Bytes over each NVLink: new at every device reading, so rendered every time. Per
     GPU instead where the traffic was read for all links at once (a selection that sums
     the link away: exporter/metrics/selection.py)."""
     readings = sorted(snapshot.health.items())
