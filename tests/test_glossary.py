@@ -251,3 +251,12 @@ def test_raw_reads_and_the_slow_sweep_are_not_called_health():
                                  r"health[ -]interval (batch|fields)", p.read_text(),
                                  re.IGNORECASE)]
     assert said == []
+
+
+def test_the_glossary_defines_every_word_held_here():
+    text = (REPO / "docs" / "development.md").read_text()
+    glossary = text[text.index("## Glossary"):text.index("## Threads")]
+    for word in ("health", "device read", "slow sweep", "history", "power ring", "state",
+                 "critical", "swing band", "window swing", "step swing", "action", "finding",
+                 "outlier", "lost"):
+        assert f"**{word}**" in glossary, word
