@@ -177,7 +177,7 @@ class Exporter:
 
     def apply_selection(self, selection: Selection) -> list[str]:
         """Families served from the next snapshot on; NVLink fields read from the next
-        health read on; the collectors the config enables that the selection now needs
+        device read on; the collectors the config enables that the selection now needs
         and that were left out, started (their names). A collector no longer needed
         goes on reading: its families are left out of the output."""
         self.selection = selection

@@ -8,7 +8,7 @@ stays. A web config that would take away TLS or authentication the server has is
 refused the same way, unless the new config sets web_allow_security_downgrade. What
 applies live: the web config (new connections get the new certificate, each request the
 new users), the log level and the metric profile and selection (from the next snapshot;
-NVLink fields from the next health read). Keys that need sampling
+NVLink fields from the next device read). Keys that need sampling
 restarted are named in one log line and keep their running values until the next start.
 """
 

@@ -32,7 +32,7 @@ TABLE = REPO / "exporter" / "metrics" / "family_table.py"
 # doc layout, not family metadata. A new declaring module joins its heading's entry here.
 SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("gpu", "GPU (NVML)", ("exporter.metrics.gpu",)),
-    ("gpu_health", "GPU health", ("exporter.metrics.gpu_health",)),
+    ("gpu_hardware", "GPU hardware", ("exporter.metrics.gpu_hardware",)),
     ("health", "Health verdict", ("exporter.metrics.health",)),
     ("history", "History (state directory)", ("exporter.history.families",)),
     ("profiling", "Profiling (GPM): compute or wait",

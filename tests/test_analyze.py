@@ -395,7 +395,7 @@ def test_text_report_says_how_it_decided_unresolved_and_dips(
     out = capsys.readouterr().out
     assert "power      averaged (1 s), decided by gpu-name (high confidence)" in out
     assert f"GPU name '{H100}': Hopper averages power.draw over ~1 s" in out
-    assert "step swing above 0.45 Hz, unresolved" in out and "apparent 0.62" in out
+    assert "s: swing above 0.45 Hz, unresolved" in out and "apparent 0.62" in out
     p = write_trace(MATRIX["a100-20hz-square-0.625-pauses"].case, tmp_path)
     assert analyze.main(parse(str(p), "--tdp", "700")) == 0
     out = capsys.readouterr().out

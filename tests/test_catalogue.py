@@ -13,7 +13,7 @@ from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.catalogue import HEALTH, Field, GpuValue
 from exporter.gpu.health import ALL_LINKS, NvlinkReads, health_requests, read_health
 from exporter.gpu.state import read_state
-from exporter.metrics import gpu, gpu_health
+from exporter.metrics import gpu, gpu_hardware
 
 
 @pytest.mark.parametrize(("family", "labels", "per_link", "problem"), [
@@ -29,7 +29,7 @@ def test_an_entry_that_does_not_fit_its_family_is_refused(family, labels, per_li
 
 def test_every_catalogue_family_is_declared_under_one_heading():
     families = [*catalogue.DECLARED, *(e.family for e in catalogue.PER_LINK)]
-    shown = [*gpu.DECLARED, *gpu_health.DECLARED]
+    shown = [*gpu.DECLARED, *gpu_hardware.DECLARED]
     for family in families:
         assert shown.count(family) == 1, family.name
 

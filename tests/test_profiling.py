@@ -246,7 +246,7 @@ def test_live_straggler_analysis_takes_the_compute_share():
             sampler.stop()
         assert lib._gpm_samples == {}  # the sampler freed the collector's GPM buffers
     compute = report.gpus[5].scores["compute"]
-    assert compute.finding and compute.direction == "high"
+    assert compute.outlier and compute.direction == "high"
     assert "compute" in report.gpus[5].signals
     assert not any(report.gpus[g].scores["compute"].deviating for g in range(8) if g != 5)
 

@@ -18,7 +18,7 @@ from exporter.families import FULL
 from exporter.gpu.backend import private_nvml_module
 from exporter.gpu.health import GpuHealth, NvLink
 from exporter.gpu.state import GpuState
-from exporter.metrics.gpu_health import (
+from exporter.metrics.gpu_hardware import (
     link_memory_families,
     link_memory_key,
     nvlink_traffic_families,

@@ -14,7 +14,7 @@ from exporter.analysis.power_swing import analyse_window
 from exporter.analysis.step_segments import find_step_swing, grid_relevant, plateaus
 from exporter.commands.analyze import build_parser
 from exporter.metrics.render import render
-from exporter.offline.swings import merge_step
+from exporter.offline.swings import merge_step_swings
 from exporter.sim.step_family import (
     StepCase,
     draw_case,
@@ -77,7 +77,7 @@ def test_the_swing_between_pauses_that_a_straddling_window_misses():
     assert swing.amplitude_ratio is None
     assert not grid_relevant(swing, 0.20, (0.1, 3.0))
     assert grid_relevant(swing, 0.05, (0.1, 3.0))
-    assert not grid_relevant(swing, 0.05, (0.1, 2.0))  # outside the critical band
+    assert not grid_relevant(swing, 0.05, (0.1, 2.0))  # outside the swing band
 
 
 @pytest.mark.parametrize("seed", [
@@ -151,7 +151,7 @@ def test_merge_step_keeps_one_entry_per_swing():
             "start": 10.0, "end": 200.0, "significance": 50.0, "confidence": 1.0,
             "duty": 0.9, "plateaus": 4}
     other = dict(same, frequency_hz=2.0)
-    out = merge_step(windowed, [same, other])
+    out = merge_step_swings(windowed, [same, other])
     assert len(out) == 2
     assert out[0]["grid_relevant"] is True and out[0]["significance"] == 50.0
     assert out[1]["frequency_hz"] == 2.0

@@ -181,13 +181,13 @@ def test_each_gate_alone_keeps_a_gpu_unflagged(temps: list[float], loosened: dic
     f = _temperature_window(temps)
     strict = StragglerDetector(StragglerThresholds(persistence_seconds=0)).update(f)
     sc = strict.gpus[7].scores["temperature"]
-    assert not sc.deviating and strict.findings == ()
+    assert not sc.deviating and strict.outliers == ()
     assert (abs(sc.score) > 3.5) == (why == "effect")
     loose = StragglerDetector(StragglerThresholds(persistence_seconds=0, **loosened)).update(f)
-    assert [(x.gpu, x.signal) for x in loose.findings] == [(7, "temperature")]
+    assert [(x.gpu, x.signal) for x in loose.outliers] == [(7, "temperature")]
 
 
-def test_two_minute_deviation_is_not_a_finding_at_five_minutes() -> None:
+def test_two_minute_deviation_is_not_an_outlier_at_five_minutes() -> None:
     """GPU 4 is 15 degC hotter for 2 minutes, and later for 7 minutes."""
     det = StragglerDetector(StragglerSettings().thresholds())  # 5 minutes
     rng = np.random.default_rng(1)
@@ -203,12 +203,12 @@ def test_two_minute_deviation_is_not_a_finding_at_five_minutes() -> None:
     for now, rep in history:
         g4 = rep.gpus[4]
         if now < 600:
-            assert not g4.straggler and rep.findings == ()
+            assert not g4.straggler and rep.outliers == ()
         deviating = 120 <= now < 240 or 600 <= now < 1020
         assert g4.scores["temperature"].deviating == deviating
         if 600 + 300 <= now < 1020:
             assert g4.straggler and g4.signals == ("temperature",)
-            assert g4.since == 600 and rep.findings[0].direction == "high"
+            assert g4.since == 600 and rep.outliers[0].direction == "high"
         elif now >= 1020:
             assert not g4.straggler and g4.scores["temperature"].since is None
         assert all(not rep.gpus[g].straggler for g in range(N) if g != 4)
@@ -247,7 +247,7 @@ def test_detector_with_mad_zero_flags_only_the_different_gpu() -> None:
                                          sm_clock=np.full((N, t.size), 1.98e9),
                                          utilization=np.ones((N, t.size)),
                                          clock_event_reasons=np.zeros((N, t.size))))
-    assert [(f.gpu, f.signal, f.direction) for f in rep.findings] == [(6, "temperature", "high")]
+    assert [(f.gpu, f.signal, f.direction) for f in rep.outliers] == [(6, "temperature", "high")]
     for g in range(N):
         for sig in ("power", "sm_clock", "utilization", "throttle"):
             assert rep.gpus[g].scores[sig].score == 0
@@ -265,7 +265,7 @@ def test_tiny_node_has_no_peer_statistics(n: int) -> None:
     with np.errstate(all="raise"):
         rep = det.update(window_features(t, power, temperature=temp,
                                          utilization=np.ones((n, t.size))))
-    assert not rep.peer_statistics and rep.findings == ()
+    assert not rep.peer_statistics and rep.outliers == ()
     assert "at least 3" in (rep.reason or "")
     for g in range(n):
         assert not rep.gpus[g].peer_statistics and not rep.gpus[g].straggler
@@ -288,10 +288,10 @@ def test_groups_compare_only_within_a_job() -> None:
     f = window_features(t, power)
     th = StragglerThresholds(persistence_seconds=0)
     node = StragglerDetector(th).update(f)
-    assert {x.gpu for x in node.findings} == {6, 7}
+    assert {x.gpu for x in node.outliers} == {6, 7}
     jobs = {g: ("train" if g < 6 else "eval") for g in range(N)}
     rep = StragglerDetector(th).update(f, groups=jobs)
-    assert rep.findings == () and rep.peer_statistics
+    assert rep.outliers == () and rep.peer_statistics
     by_group = {s.group: s for s in rep.groups}
     assert by_group["train"].peer_statistics and by_group["train"].gpus == tuple(range(6))
     assert not by_group["eval"].peer_statistics and "eval" in (by_group["eval"].reason or "")
@@ -448,7 +448,7 @@ def test_detect_stall_tiny_and_nan() -> None:
 
 def test_a_flip_from_hot_to_cold_restarts_persistence() -> None:
     """GPU 4 is 15 degC hot for 3 minutes, then 15 degC cold for 6: the hot spell is never a
-    finding, the cold one is held as low from its own start and is one after 5 minutes."""
+    outlier, the cold one is held as low from its own start and is one after 5 minutes."""
     det = StragglerDetector(StragglerSettings().thresholds())  # 5 minutes
     rng = np.random.default_rng(2)
     t = np.arange(60.0)
@@ -469,8 +469,8 @@ def test_a_flip_from_hot_to_cold_restarts_persistence() -> None:
         elif 300 <= now < 660:
             assert (g4.deviating, g4.direction, g4.since) == (True, "low", 300), now
         if 300 + 300 <= now < 660:
-            assert rep.gpus[4].straggler and g4.finding, now
-            (finding,) = rep.findings
-            assert (finding.gpu, finding.direction, finding.since) == (4, "low", 300)
+            assert rep.gpus[4].straggler and g4.outlier, now
+            (outlier,) = rep.outliers
+            assert (outlier.gpu, outlier.direction, outlier.since) == (4, "low", 300)
         else:
-            assert not rep.gpus[4].straggler and rep.findings == (), now
+            assert not rep.gpus[4].straggler and rep.outliers == (), now

@@ -14,7 +14,7 @@ import pytest
 from exporter.gpu import xid
 from exporter.gpu.xid import xid_class
 from exporter.health.monitor import HealthMonitor, Published
-from exporter.metrics.gpu_health import health_families
+from exporter.metrics.gpu_hardware import xid_families
 from exporter.sampling.snapshot import XidRecord
 from exporter.web.findings import findings
 from tests.tools import REPO, judged, make_snapshot
@@ -119,7 +119,7 @@ def test_every_code_reaches_the_metric_and_the_page_with_its_class() -> None:
     now = 1_758_000_000.0
     all_codes = [c for c, _ in CLASSIFIED] + UNCLASSIFIED
     snap = make_snapshot(2, time=now, xids={(1, c): XidRecord(1, now - 5) for c in all_codes})
-    family = next(f for f in health_families(snap) if f.name == "gpu_xid_errors")
+    family = next(f for f in xid_families(snap) if f.name == "gpu_xid_errors")
     rendered = {int(s.labels["xid"]): s.labels["class"] for s in family.samples
                 if s.name == "gpu_xid_errors_total"}
     expected = dict(CLASSIFIED) | dict.fromkeys(UNCLASSIFIED, "unknown")

@@ -34,7 +34,7 @@ MAX_FILLED = 0.5  # a window at most half made up of bridged holes: most of it i
 # how; docs/trace-format.md#gaps gives the reasons.
 SHARES: dict[str, tuple[float, str, str]] = {
     # name: (share, how, the scale it is a share of)
-    "step": (0.1, INTERPOLATE, "the step window (--window)"),
+    "step": (0.1, INTERPOLATE, "the swing window (--window)"),
     "segments": (0.1, INTERPOLATE, "the segment window (--segment-window)"),
     "cycle": (0.25, FOLD, "the cycle's period (up to a quarter of --cycle-window)"),
     "ramps": (0.2, INTERPOLATE, "the 25 s of steady power a ramp needs either side"),

@@ -2,12 +2,12 @@
 
 Three scales (see docs/power.md):
 
-- **step** (:func:`analyse_window`, here; ~30 s at ~20 Hz): step-synchronised
-  swings at 0.1-3 Hz: amplitude, dominant frequency, band energy, ramp rate,
+- **step scale**, the window swing (:func:`analyse_window`, here; ~30 s at ~20 Hz):
+  step-synchronised swings at 0.1-3 Hz: amplitude, dominant frequency, band energy, ramp rate,
   duty cycle, synchrony of the node's GPUs, and the phase against wall-clock
   time; :class:`SwingDetector` turns consecutive windows into a held decision.
 - **cycle** (:func:`analyse_cycles`, analysis.cycles; ~10 min): periodic
-  patterns too slow for the step window (checkpoints, evaluation, stalls).
+  patterns too slow for the swing window (checkpoints, evaluation, stalls).
 - **ramps and dips** (:func:`detect_ramps`, :func:`detect_dips`,
   analysis.ramps): large synchronised rises and falls of the node's power (job
   start, stop, crash) and pauses (there and back).

@@ -271,7 +271,7 @@ def detect_dips(
     within ``max_seconds`` (longer lows are two ramps: a job's end and the next
     one's start).
 
-    ``fill_seconds`` must exceed the low phase of any step swing (analyze passes
+    ``fill_seconds`` must exceed the low phase of any swing at the step scale (analyze passes
     the longest step period found): the node's working level is its power with
     gaps narrower than that filled (a morphological closing), so the low phases
     of a swing are no dip, a pause is.  The depth compares mean powers (the

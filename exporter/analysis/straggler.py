@@ -363,11 +363,13 @@ class SignalScore:
     deviating: bool  # |M| > z and the effect gate passed, in this window
     direction: str | None  # "low" or "high" while deviating
     since: float | None  # time the current deviation began (first deviating update)
-    finding: bool  # deviating for at least the persistence
+    outlier: bool  # deviating for at least the persistence
 
 
 @dataclass(frozen=True)
-class Finding:
+class Outlier:
+    """A GPU's signal that has deviated from its peers for at least the persistence."""
+
     gpu: int
     signal: str
     direction: str
@@ -382,8 +384,8 @@ class GpuStraggler:
     peer_statistics: bool
     reason: str | None  # why there are no peer statistics
     straggler: bool
-    signals: tuple[str, ...]  # signals with a finding
-    since: float | None  # earliest start among the findings
+    signals: tuple[str, ...]  # its outlying signals
+    since: float | None  # earliest start among its outliers
     scores: dict[str, SignalScore]
 
 
@@ -401,7 +403,7 @@ class StragglerReport:
 
     time: float
     gpus: dict[int, GpuStraggler]
-    findings: tuple[Finding, ...]
+    outliers: tuple[Outlier, ...]
     groups: tuple[GroupStatus, ...]
     peer_statistics: bool  # at least one group had peer statistics
     reason: str | None  # set when no group had them
@@ -435,7 +437,7 @@ class StragglerDetector:
     """Per GPU and signal, since when it has deviated from its peers.
 
     Call :meth:`update` once per window with that window's features; a
-    deviation becomes a finding once it has held for
+    deviation becomes an outlier once it has held for
     ``thresholds.persistence_seconds`` (measured between update times), and
     clears at the first update where it no longer holds (or flips direction,
     or the GPU changes group).
@@ -486,7 +488,7 @@ class StragglerDetector:
             deviating[:, rows] = dv
             statuses.append(GroupStatus(name, gids, True, None))
         gpus: dict[int, GpuStraggler] = {}
-        findings: list[Finding] = []
+        outliers: list[Outlier] = []
         seen: set[tuple[int, str]] = set()
         for j, g in enumerate(ids):
             scores: dict[str, SignalScore] = {}
@@ -503,13 +505,13 @@ class StragglerDetector:
                         held = _Held(direction, now, group_of[g])
                         self._held[key] = held
                     seen.add(key)
-                is_finding = held is not None and now - held.since >= th.persistence_seconds
+                is_outlier = held is not None and now - held.since >= th.persistence_seconds
                 scores[sig] = SignalScore(
                     float(m[k, j]), float(med[k, j]), sc, bool(deviating[k, j]),
-                    held.direction if held else None, held.since if held else None, is_finding)
-                if is_finding and held is not None:
+                    held.direction if held else None, held.since if held else None, is_outlier)
+                if is_outlier and held is not None:
                     flagged.append(sig)
-                    findings.append(Finding(g, sig, held.direction, sc, held.since))
+                    outliers.append(Outlier(g, sig, held.direction, sc, held.since))
                     first = held.since if first is None else min(first, held.since)
             st = next(s for s in statuses if s.group == group_of[g])
             gpus[g] = GpuStraggler(g, group_of[g], st.peer_statistics, st.reason,
@@ -520,4 +522,4 @@ class StragglerDetector:
         reason = None
         if not any_stats:
             reason = "; ".join(s.reason or "" for s in statuses) or "no GPUs"
-        return StragglerReport(now, gpus, tuple(findings), tuple(statuses), any_stats, reason)
+        return StragglerReport(now, gpus, tuple(outliers), tuple(statuses), any_stats, reason)

@@ -24,7 +24,7 @@ from exporter.analysis.straggler import (
 
 @dataclass(frozen=True)
 class Outlier:
-    """A finding held over consecutive windows (times as given in ``t``)."""
+    """An outlier held over consecutive windows (times as given in ``t``)."""
 
     gpu: int
     signal: str

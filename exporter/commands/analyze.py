@@ -62,9 +62,9 @@ from exporter.offline.swings import (
     cycle_swings,
     drop_beats,
     folded_swing,
-    merge_step,
+    merge_step_swings,
     segment_swings,
-    step_swings,
+    window_swings,
 )
 from exporter.options import ANALYZE, Option, positive, whole_at_least_one
 from exporter.traces.checks import MAX_GPU_INDEX
@@ -339,7 +339,7 @@ def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]
             "folds into 0-{:.3g} Hz, so a periodicity found could be its alias (sample at "
             "10 Hz or more to be sure)".format(fs / 2))
     if top < req.power.band_hz[1]:
-        notes.append(f"the observable band ends at {top:.3g} Hz, below the critical band's "
+        notes.append(f"the observable band ends at {top:.3g} Hz, below the swing band's "
                      f"upper edge ({req.power.band_hz[1]:g} Hz): faster swings cannot be resolved")
     return notes
 
@@ -351,14 +351,14 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     req = AnalyzeRequest.of(asked)
     bridges = bridges_for(req.power, req.stragglers)
     g, notes = _grid(trace, req.tdp, bridges)
-    band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
+    band = decide_band(trace, req.power_averaging, swing_band_top_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
     short = _too_short(g, req)
-    step, n_windows = step_swings(g, req, band, t_start) if "step" not in short else ([], 0)
+    step, n_windows = window_swings(g, req, band, t_start) if "step" not in short else ([], 0)
     if "step" not in short and span_ok(g, req):
-        step = merge_step(step, segment_swings(g, req, band, t_start))
+        step = merge_step_swings(step, segment_swings(g, req, band, t_start))
     folded = folded_swing(g, req, band, t_start) if "step" in short else None
     if folded is not None:
         step = [folded]
@@ -489,7 +489,7 @@ def swing_at(trace: Trace, end: float, seconds: float = 30.0,
     """
     req = req or AnalyzeRequest(trace.source)
     g, _ = _grid(trace, req.tdp, bridges_for(req.power, req.stragglers))
-    band = decide_band(trace, req.power_averaging, critical_hz=req.power.band_hz[1],
+    band = decide_band(trace, req.power_averaging, swing_band_top_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
     keep = (g.t >= end - seconds) & (g.t <= end)
     if keep.sum() < 4:

@@ -2,7 +2,7 @@
 
 pynvml's wrappers for nvmlDeviceGetFieldValues and nvmlDeviceGetSamples build and read
 their ctypes structs one attribute at a time through a slow `__getattribute__`: for the
-~120 fields of an H100's health read, or the ~50 power samples a drain returns every
+~120 fields of an H100's device read, or the ~50 power samples a drain returns every
 second per GPU, that Python costs more than the driver's call. These call the same C
 symbols, looked up through pynvml itself (`_nvmlGetFunctionPointer`, so a fake library
 installed under pynvml answers them just the same), on buffers made of pynvml's own

@@ -12,8 +12,8 @@ Where a per-GPU value lives:
 - A number NVML answers for the GPU (a field, or a member of a call's answer), read on
   one of the cadences below, one series per GPU and fixed label values: an entry here.
 - A field NVML answers per NVLink (the link as its scope id): an entry of PER_LINK,
-  which the health read asks for every link in its one batched request (gpu/health.py);
-  metrics/gpu_health.py renders them from that reading.
+  which the device read asks for every link in its one batched request (gpu/health.py);
+  metrics/gpu_hardware.py renders them from that reading.
 - Written by hand beside its code, with a comment saying why, when it is none of that:
   identity (`gpu_info`, strings; metrics/gpu.py), the power loop's samples
   (`gpu_power_watts`; gpu/power_reader.py), events (XIDs), the sampler's own judgement
@@ -26,8 +26,8 @@ Where a per-GPU value lives:
 Cadence, chosen by what each read costs on a real H200 (exporter/sim/costs.py):
 - once: at start and when a lost GPU comes back (static: limits, maximum clocks);
 - sweep: every sweep (default 1 s): the cheap getters, 1-8 us each;
-- health: every health interval (default 5 s): slowly changing values, the PCIe
-  counters (80-170 us per field) and the memory errors;
+- health, the slow sweep: every --sweep.health-interval (default 5 s): slowly changing
+  values, the PCIe counters (80-170 us per field) and the memory errors;
 - energy: every energy interval (default 30 s): the energy counter, ~4 ms of CPU.
 """
 
@@ -116,8 +116,8 @@ CLOCK_EVENT_DRIVER = per_gpu(
         "Fields 75, 270 and 271 cost 0.4-0.7 ms each on an H200, hence the slower cadence. "
         "A reason the driver does not count is absent.")
 
-# The memory errors the driver counts: read every health interval; the health checks
-# take them from the health read (gpu/health.py), which gathers them from these entries.
+# The memory errors the driver counts: read in the slow sweep; the health checks
+# take them from the device read (gpu/health.py), which gathers them from these entries.
 ECC = per_gpu(
     "gpu_ecc_errors_total", "counter", "ECC errors: corrected (single-bit) or uncorrected "
     "(double-bit); volatile since the last driver load, aggregate over the GPU's life.",
@@ -146,7 +146,7 @@ REMAP_FAILURE = per_gpu(
     profile=MINIMAL, doc="1 if a remap failed: replace the GPU (critical).")
 MEMORY_ERRORS = (ECC, RETIRED, RETIRED_PENDING, REMAPPED, REMAP_PENDING, REMAP_FAILURE)
 
-# Per-NVLink families (exporter/metrics/gpu_health.py renders them from the health read)
+# Per-NVLink families (exporter/metrics/gpu_hardware.py renders them from the device read)
 LINK_UP = per_gpu(
     "gpu_nvlink_link_up", "gauge", "1 if the NVLink is active.", "link",
     source="field 165 (`NVLINK_GET_STATE`), scope = link", profile=FULL,
@@ -238,7 +238,7 @@ CATALOGUE: tuple[GpuValue, ...] = (
               doc="Fan speed as a share of maximum; absent on fanless (SXM) boards.")),
     # hand-written: one bit mask that gpu_clock_event_active splits into a series per
     # reason and the sampler integrates into gpu_clock_event_seconds_total
-    # (exporter/metrics/gpu_health.py)
+    # (exporter/metrics/gpu_hardware.py)
     V("clock_event_reasons", Call("nvmlDeviceGetCurrentClocksEventReasons"), 1, SWEEP, None,
       trace=True),
     V("memory_free_bytes", Call("nvmlDeviceGetMemoryInfo", (MEMORY_INFO_V2,), "free"), 1,
@@ -280,7 +280,7 @@ CATALOGUE: tuple[GpuValue, ...] = (
           ("thermal", fi.VIOLATION_THERMAL, ENERGY),
           ("hw_thermal_slowdown", fi.VIOLATION_HW_THERMAL, ENERGY),
           ("hw_power_brake_slowdown", fi.VIOLATION_HW_POWER_BRAKE, ENERGY))),
-    # every health interval
+    # the slow sweep
     V("power_limit_watts", Call("nvmlDeviceGetEnforcedPowerLimit"), 1e-3, HEALTH,
       per_gpu("gpu_power_limit_watts", "gauge", "Enforced power limit.", unit="W",
               source="`nvmlDeviceGetEnforcedPowerLimit`", profile=MINIMAL,
@@ -367,7 +367,7 @@ def of_cadence(*cadences: str) -> tuple[GpuValue, ...]:
     return tuple(value for value in CATALOGUE if value.cadence in cadences)
 
 
-# Per-NVLink values: the health read (gpu/health.py) asks each for every link, the link as
+# Per-NVLink values: the device read (gpu/health.py) asks each for every link, the link as
 # the field's scope id, in its one batched request per GPU, and only those a served family
 # needs (a profile that sums `link` away gets the traffic as the driver's all-links total,
 # scope 0xFFFFFFFF). Not in CATALOGUE: the sweep does not read them. Data CRC errors are

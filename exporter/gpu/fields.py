@@ -57,9 +57,11 @@ CLOCK_EVENT_REASONS = {
 }
 
 # -- recovery action (field 230) -------------------------------------------------------------
-RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
-                    4: "drain_and_reset", 5: "recover_imex_domain", 6: "bus_reset",
-                    7: "system_reboot"}
+# The driver's own tokens, served only on gpu_recovery_action; the actions a person is told
+# (reset_gpu, reboot_node, ...) are the verdict's, exporter/health/model.py's ACTIONS.
+DRIVER_RECOVERY_TOKENS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
+                          4: "drain_and_reset", 5: "recover_imex_domain", 6: "bus_reset",
+                          7: "system_reboot"}
 
 # -- nvmlDeviceGetNvLinkErrorCounter counters --------------------------------------------------
 NVLINK_ERROR_DL_CRC_DATA = 3

@@ -1,8 +1,8 @@
-"""GPU health read every few sweeps: ECC, retired pages, row remapping, recovery action
+"""A GPU's device read, in the slow sweep: ECC, retired pages, row remapping, recovery action
 and NVLink, in as few NVML calls as possible, as one reading the health checks take whole.
 
 The memory errors are catalogue entries (gpu/catalogue.py, MEMORY_ERRORS), read with the
-sweep's other health-interval fields in its one batched request; this read gathers their
+slow sweep's other fields in its one batched request; this read gathers their
 values. The recovery action and the catalogue's per-link entries (PER_LINK) go into one
 batched nvmlDeviceGetFieldValues request per GPU (the link as scope id), so 18 links cost
 one call, not 90.
@@ -38,7 +38,7 @@ ALL_LINKS = 0xFFFFFFFF  # scope id of NVLink traffic fields: the sum over every 
 
 @dataclass(frozen=True)
 class NvlinkReads:
-    """Which NVLink fields a health read asks for: what the metric selection wants
+    """Which NVLink fields a device read asks for: what the metric selection wants
     (exporter/metrics/selection.py), so an unwanted family costs no field reads. Traffic
     not per link is one all-links field each for TX and RX instead of one per link."""
 
@@ -75,7 +75,7 @@ class GpuHealth:
 
 def health_requests(nvlinks: int, reads: NvlinkReads = NvlinkReads()
                     ) -> list[int | tuple[int, int]]:
-    """The field requests of one health read, for a GPU with `nvlinks` links."""
+    """The field requests of one device read, for a GPU with `nvlinks` links."""
     requests: list[int | tuple[int, int]] = [fi.RECOVERY_ACTION]
     per_link_traffic = reads.traffic and reads.traffic_per_link
     for link in range(nvlinks):
@@ -114,8 +114,8 @@ def _by_labels(values: Mapping[str, float], family: Family) -> dict[tuple[str, .
 def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
                 values: Mapping[str, float],
                 reads: NvlinkReads = NvlinkReads()) -> GpuHealth | None:
-    """`values`: the sweep's state, where it has just read the memory-error entries (its
-    health-interval batch); this read asks NVML only for the recovery action and NVLink."""
+    """`values`: the sweep's state, where it has just read the memory-error entries (the
+    slow sweep's batch); this read asks NVML only for the recovery action and NVLink."""
     handle = backend.handle(gpu)
     if handle is None:
         return None
@@ -153,8 +153,8 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
         remapped_rows={kind: v for (kind,), v in _by_labels(values, catalogue.REMAPPED).items()},
         row_remap_pending=values.get("row_remap_pending"),
         row_remap_failure=values.get("row_remap_failure"),
-        recovery_action=None if action is None else fi.RECOVERY_ACTIONS.get(int(action),
-                                                                          f"code_{int(action)}"),
+        recovery_action=None if action is None else fi.DRIVER_RECOVERY_TOKENS.get(
+            int(action), f"code_{int(action)}"),
         nvlinks=tuple(links),
         nvlink_traffic=(_traffic_totals(backend, gpu, nvlinks, got)
                         if nvlinks and reads.traffic and not reads.traffic_per_link else None),

@@ -20,7 +20,7 @@ class GpuInputs:
     gpu: int
     settings: HealthSettings
     counters: CounterPoints
-    # the GPU's health read and sweep state, looked up once for all its checks
+    # the GPU's device read and sweep state, looked up once for all its checks
     health: GpuHealth | None = field(init=False)
     state: GpuState | None = field(init=False)
 

@@ -2,7 +2,7 @@
 
 DCGM's health watches compare a counter's change over the last minute; the snapshot
 holds only the latest read, so the monitor keeps the points of each counter it judges
-(one per health read) for as long as its window asks. A counter kept for a week (retired
+(one per device read) for as long as its window asks. A counter kept for a week (retired
 pages) keeps only the reads where it changed. A counter that went down (driver reload,
 GPU reset) starts over.
 """

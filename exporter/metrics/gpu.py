@@ -38,12 +38,12 @@ POWER = catalogue.per_gpu(
            "`NVML_FI_DEV_POWER_INSTANT`, 186)",
     doc="Instant power: the GPU's latest power sample. Not the 1 s average.")
 
-# The catalogue's families rendered with the health families (exporter/metrics/
-# gpu_health.py, cached with the NVLink families) and shown under "GPU health" in
+# The catalogue's families rendered with the hardware families (exporter/metrics/
+# gpu_hardware.py, cached with the NVLink families) and shown under "GPU hardware" in
 # docs/metrics.md; the others are rendered here, in catalogue order, and shown under
 # "GPU (NVML)".
-WITH_HEALTH: tuple[Family, ...] = catalogue.MEMORY_ERRORS
-_RENDERED_HERE = tuple(f for f in catalogue.DECLARED if f not in WITH_HEALTH)
+WITH_HARDWARE: tuple[Family, ...] = catalogue.MEMORY_ERRORS
+_RENDERED_HERE = tuple(f for f in catalogue.DECLARED if f not in WITH_HARDWARE)
 DECLARED: tuple[Family, ...] = (INFO, POWER, *_RENDERED_HERE)
 
 

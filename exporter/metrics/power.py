@@ -152,10 +152,10 @@ STEP_DETECTED = Family(
         "plateaus (last 120 s, pauses left out), whatever its amplitude.")
 STEP_GRID_RELEVANT = Family(
     f"{STEP}_grid_relevant", "gauge",
-    "1 while that swing also passes the amplitude threshold and lies in the critical band.",
+    "1 while that swing also passes the amplitude threshold and lies in the swing band.",
     source="`find_step_swing`",
     doc="1 while that swing also passes the amplitude threshold (20 % of TDP) and lies in "
-        "the critical band (0.1-3 Hz).")
+        "the swing band (`--band`, 0.1-3 Hz).")
 
 
 def _step(attr: str, suffix: str, unit: str, help_: str, doc: str) -> tuple[str, Family]:

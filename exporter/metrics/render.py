@@ -16,11 +16,13 @@ from exporter.metrics.compat.dcgm import DcgmCompat
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.goodput import goodput_families
 from exporter.metrics.gpu import gpu_families
-from exporter.metrics.gpu_health import (
-    health_families,
+from exporter.metrics.gpu_hardware import (
+    clock_event_families,
     link_memory_families,
     link_memory_key,
     nvlink_traffic_families,
+    up_families,
+    xid_families,
 )
 from exporter.metrics.health import verdict_families
 from exporter.metrics.power import power_families
@@ -74,7 +76,8 @@ class CachedFamilies:
 # snapshot adds its verdict's families and the serving side's figures after them
 # (RenderedSnapshot.sources): one list, one way to /metrics.
 FAMILY_FUNCTIONS: list[FamilyFunction] = [
-    gpu_families, health_families, CachedFamilies(link_memory_families, link_memory_key),
+    gpu_families, up_families, xid_families, clock_event_families,
+    CachedFamilies(link_memory_families, link_memory_key),
     nvlink_traffic_families, power_families, straggler_families, goodput_families,
     collector_families, self_families]
 

@@ -1,4 +1,4 @@
-"""Straggler and stall families: per-GPU window features, peer scores, findings, stalls."""
+"""Straggler and stall families: per-GPU window features, peer scores, outliers, stalls."""
 
 from __future__ import annotations
 
@@ -73,13 +73,13 @@ SIGNAL = Family(
     "gpu_straggler_signal", "gauge",
     "1 for each signal that made the GPU a straggler; `direction` low or high.",
     (*_GPU, "signal", "direction"), source="`StragglerDetector`",
-    doc="1 for each signal behind the finding, `direction` `low` or `high` (present only "
+    doc="1 for each outlying signal, `direction` `low` or `high` (present only "
         "when a GPU is a straggler).")
 SINCE = Family(
     "gpu_straggler_since_timestamp_seconds", "gauge",
-    "When the GPU's current finding began (Unix time).", _GPU, unit="s",
+    "When the GPU's current outlier began (Unix time).", _GPU, unit="s",
     source="`StragglerDetector`",
-    doc="When the current finding began (present only when a GPU is a straggler).")
+    doc="When its earliest current outlier began (present only when a GPU is a straggler).")
 PEER_STATISTICS = Family(
     "gpu_node_straggler_peer_statistics", "gauge",
     "1 if the node (or a job on it) has the 3 or more GPUs peer statistics need.",
@@ -87,12 +87,12 @@ PEER_STATISTICS = Family(
 HELD = Family(
     "gpu_node_straggler_analysis_held", "gauge",
     "1 while the last straggler window was not analysed because the exporter sampled it "
-    "badly (power samples lost, sweeps skipped): findings are held as they were and no "
+    "badly (power samples lost, sweeps skipped): outliers are held as they were and no "
     "window features are exported.", source="`StragglerMonitor`",
     doc="1 while the last straggler window was not analysed because the exporter sampled "
         "it badly (power samples lost before a drain, sweeps skipped: a starved exporter): "
-        "findings stay as they were and the `gpu_window_*` features are left out, so "
-        "neither the node's findings nor the job-level rules see the exporter's trouble as "
+        "outliers stay as they were and the `gpu_window_*` features are left out, so "
+        "neither the node's outliers nor the job-level rules see the exporter's trouble as "
         "the GPUs'.")
 COVERAGE = Family(
     "gpu_node_straggler_analysis_coverage_ratio", "gauge",
@@ -175,7 +175,7 @@ def straggler_families(snapshot: Snapshot) -> Iterator[Metric]:
             for name, sc in sorted(g.scores.items()):
                 if math.isfinite(sc.score):
                     score.add((*labels, name), sc.score)
-                if sc.finding:
+                if sc.outlier:
                     signal.add_metric([*labels, name, sc.direction or ""], 1.0)
     yield from (score, flag, signal, since, peers)
     yield from _stall_families(snapshot, analysis)

@@ -80,7 +80,7 @@ class BandDecision:
         }
 
 
-def decide_band(trace: Trace, flag: float | None, *, critical_hz: float = 3.0,
+def decide_band(trace: Trace, flag: float | None, *, swing_band_top_hz: float = 3.0,
                 max_hz: float | None = None) -> BandDecision:
     """``flag``: None (auto), 0 (instantaneous) or the averaging window in seconds."""
     series = [(s.t, s.fields["power_watts"]) for s in trace.series.values()]
@@ -104,8 +104,8 @@ def decide_band(trace: Trace, flag: float | None, *, critical_hz: float = 3.0,
         evidence.append(f"readings change every {update:.3g} s (the sensor's own updates), "
                         f"though polled every {dt:.3g} s")
     # what the sensor passes and the samples could fold down: up to ~1/T Hz through
-    # an average (beyond, under 22 %), up to the critical band's top otherwise
-    passes = 1.0 / avg_s if kind == AVERAGED and avg_s else critical_hz
+    # an average (beyond, under 22 %), up to the swing band's top otherwise
+    passes = 1.0 / avg_s if kind == AVERAGED and avg_s else swing_band_top_hz
     return BandDecision(kind, avg_s if kind == AVERAGED else None, source, confidence,
                         evidence, data, dt, update, top, nyq < passes, notes)
 

@@ -66,7 +66,7 @@ def _swing_line(s: dict[str, Any]) -> str:
     if not s.get("resolved", True):
         app = s.get("apparent_frequency_hz")
         seen = f", apparent {app:.3g} Hz" if app else ""
-        return (f"  [step] {s['start']:.0f}-{s['end']:.0f} s: step swing above "
+        return (f"  [step] {s['start']:.0f}-{s['end']:.0f} s: swing above "
                 f"{s['above_hz']:.3g} Hz, unresolved ({s['reason']}{seen}); node amplitude at "
                 f"least {s['node_amplitude_watts']:.0f} W, synchrony {s['synchrony']:.2f}")
     extra = f", strength {s['strength']:.2f}" if "strength" in s else ""

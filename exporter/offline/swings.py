@@ -1,12 +1,12 @@
 """analyze's power swings: windows slid over a trace, merged into reported patterns.
 
-- **step** (analysis.power_swing.analyse_window): runs of at least ``hold``
-  candidate windows with the same dominant frequency (within 10 %) whose
+- **window swings**, at the step scale (analysis.power_swing.analyse_window): runs
+  of at least ``hold`` candidate windows with the same dominant frequency (within 10 %) whose
   period agrees with the edges seen (spectrum.frequency_consistent);
-- **step, unresolved**: runs of windows whose dominant periodicity lies at or
+- **window swings, unresolved**: runs of windows whose dominant periodicity lies at or
   above the observable band's top (or whose spectrum and edges disagree):
   reported as "above N Hz, unresolved", never as a lesser, slower peak;
-- **step, in the compute plateaus** (analysis.step_segments.find_step_swing):
+- **step swings**, inside the compute plateaus (analysis.step_segments.find_step_swing):
   windows of ``--segment-window`` seconds, each split into compute plateaus and
   pauses; every clear, coherent, periodic swing is reported, with
   ``grid_relevant`` saying whether it passes ``--min-amplitude-ratio`` and the
@@ -40,7 +40,7 @@ from exporter.offline.gaps import Gap
 from exporter.offline.request import AnalyzeRequest
 
 FREQ_TOLERANCE = 0.10  # windows within 10 % of a pattern's frequency belong to it
-W = TypeVar("W")  # what a window found: a step swing or a cycle
+W = TypeVar("W")  # what a window found: a swing or a cycle
 MIN_STEP_SAMPLES = 16  # fewer samples per step window cannot show a swing's shape
 UNRESOLVED_MIN_CONCENTRATION = 0.5  # a real periodic component, not noise
 SPARSE_SAMPLES_PER_PERIOD = 10  # fewer: p95 - p5 can miss a swing's peaks
@@ -134,7 +134,7 @@ def _pattern_runs(windows: Iterable[tuple[float, float, W | None]],
     return runs
 
 
-def step_windows(g: Grid, req: AnalyzeRequest, band: BandDecision
+def swing_windows(g: Grid, req: AnalyzeRequest, band: BandDecision
                  ) -> list[tuple[float, float, NodeSwing | None]]:
     """analyse_window over windows of --window seconds every --step seconds (None for a
     window that straddles a gap: left out, and it ends a run)."""
@@ -201,11 +201,11 @@ def _runs(windows: list[tuple[float, float, NodeSwing | None]], kinds: list[str 
     return runs
 
 
-def step_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float
-                ) -> tuple[list[dict[str, Any]], int]:
-    """Resolved and unresolved step swings, and the number of windows analysed (those
+def window_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float
+                  ) -> tuple[list[dict[str, Any]], int]:
+    """Resolved and unresolved window swings, and the number of windows analysed (those
     that straddle a gap are not)."""
-    windows = step_windows(g, req, band)
+    windows = swing_windows(g, req, band)
     th = req.power.swing_thresholds()
     kinds = [classify(w[2], th) for w in windows]
     node = g.power.sum(axis=0)
@@ -300,12 +300,12 @@ def _swing_edges(t: np.ndarray, node: np.ndarray, t_a: float, t_b: float, period
 
 def folded_swing(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float
                  ) -> dict[str, Any] | None:
-    """For samples too sparse for the step windows: does the node jump between levels
+    """For samples too sparse for the swing windows: does the node jump between levels
     from one reading to the next, as much as over the whole trace?
 
     That is a swing faster than the samples, folded into them (mean squared
     step / twice the variance near 1, as for white noise; a slow pattern gives
-    near 0).  Reported as an unresolved step swing, never as a frequency.
+    near 0).  Reported as an unresolved swing at the step scale, never as a frequency.
     """
     node = g.power.sum(axis=0)
     # steps from one reading to the next, none across a gap
@@ -337,8 +337,8 @@ def folded_swing(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: floa
 
 def drop_beats(cycles: list[dict[str, Any]], steps: list[dict[str, Any]]
                ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Cycles whose period is a whole multiple of an overlapping step swing's are the
-    step swing seen through the sampling (a beat), not a pattern of their own."""
+    """Cycles whose period is a whole multiple of an overlapping window swing's are the
+    window swing seen through the sampling (a beat), not a pattern of their own."""
     kept, notes = [], []
     for c in cycles:
         # a swing found inside the compute plateaus is no beat of the samples with a pause
@@ -350,8 +350,8 @@ def drop_beats(cycles: list[dict[str, Any]], steps: list[dict[str, Any]]
             kept.append(c)
         else:
             notes.append(f"a {c['period_seconds']:.1f} s cycle is a whole multiple of the "
-                         f"{beat['period_seconds']:.2f} s step swing's period: the step "
-                         "swing beating with the samples, not reported as a cycle")
+                         f"{beat['period_seconds']:.2f} s window swing's period: the "
+                         "window swing beating with the samples, not reported as a cycle")
     return kept, notes
 
 
@@ -422,10 +422,10 @@ def segment_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: fl
     return out
 
 
-def merge_step(windowed: list[dict[str, Any]], segments: list[dict[str, Any]]
-               ) -> list[dict[str, Any]]:
-    """The windowed step swings (grid-relevant: they passed the thresholds) and the
-    segment-aware ones; a segment swing that a windowed one already reports (overlapping,
+def merge_step_swings(windowed: list[dict[str, Any]], segments: list[dict[str, Any]]
+                      ) -> list[dict[str, Any]]:
+    """The window swings (grid-relevant: they passed the thresholds) and the step swings
+    found in the plateaus; a step swing that a window swing already reports (overlapping,
     same frequency within 10 %) adds its significance and duty to it instead."""
     out = [dict(s, grid_relevant=True) if s.get("resolved") else dict(s) for s in windowed]
     for seg in segments:

@@ -119,7 +119,7 @@ H200 = CostModel(
         # (5 us each per link). Link state (165) is driver state. The traffic and error
         # counters (138, 139, 161-163, data CRC 39-44/102-107) may be read from the
         # hardware per request as the PCIe counters are (94/197/198: 80-170 us): at that
-        # cost 18 links would make a health read ~13 ms a GPU, not ~0.5; to be measured on
+        # cost 18 links would make a device read ~13 ms a GPU, not ~0.5; to be measured on
         # an NVLink node.
         **{fid: _c(5 * US) for fid in (165, 138, 139, 161, 162, 163,
                                        39, 40, 41, 42, 43, 44, 102, 103, 104, 105, 106, 107)},

@@ -18,7 +18,7 @@ from exporter.gpu.health import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
-from exporter.sim.scenarios import RECOVERY_ACTIONS, FaultEvent
+from exporter.sim.scenarios import DRIVER_RECOVERY_CODES, FaultEvent
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 EVENT_SET_BASE = 0x7E58_0000
@@ -143,10 +143,10 @@ class FieldSymbols(FakeCore):
             return self._nvlink_field(gpu, field_id, link, t - self.start)
         if field_id == fi.NVLINK_LINK_COUNT:
             return _UINT, self.scenario.device.nvlinks
-        health = self._health_field(gpu.index, field_id, t - self.start)
-        return None if health is None else (_ULL, health)
+        answer = self._fault_field(gpu.index, field_id, t - self.start)
+        return None if answer is None else (_ULL, answer)
 
-    def _health_field(self, gpu: int, field_id: int, since: float) -> int | None:
+    def _fault_field(self, gpu: int, field_id: int, since: float) -> int | None:
         """ECC, retired pages, remapped rows and recovery action, from the faults so far."""
         if field_id in _RETIRED and not self.scenario.device.retired_pages:
             return None  # Hopper replaced page retirement by row remapping
@@ -160,7 +160,7 @@ class FieldSymbols(FakeCore):
             return 1
         if field_id == fi.RECOVERY_ACTION:
             actions = self.faults("recovery_action", gpu, since)
-            return RECOVERY_ACTIONS[actions[-1].params["action"]] if actions else 0
+            return DRIVER_RECOVERY_CODES[actions[-1].params["action"]] if actions else 0
         return None
 
     # -- NVLink ------------------------------------------------------------------------

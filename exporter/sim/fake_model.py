@@ -181,7 +181,7 @@ class ModelValues(FakeCore):
                                                             t: float) -> float:
         return self._fault_seconds(gpu, t, "hw_power_brake_slowdown")
 
-    # -- every health interval ---------------------------------------------------------
+    # -- the slow sweep -----------------------------------------------------------------
     def _model_power_limit_watts(self, gpu: FakeGpu, t: float) -> float:
         return gpu.power_limit
 

@@ -96,8 +96,9 @@ FAULT_PARAMS: dict[str, dict[str, tuple[str, object, bool]]] = {
 FAULT_KINDS = tuple(FAULT_PARAMS)
 
 FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
-RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3,
-                    "drain_and_reset": 4}
+# a recovery_action fault names the driver's token (gpu/fields.py), as nvidia-smi shows it
+DRIVER_RECOVERY_CODES = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3,
+                         "drain_and_reset": 4}
 
 
 @dataclass(frozen=True)
@@ -388,8 +389,8 @@ def _parse_event(item: object, where: Where, gpus: int) -> FaultEvent:
         if unknown:
             raise where.error("reasons", f"unknown reason {unknown[0]!r} (known: "
                               f"{', '.join(CLOCK_EVENT_BITS)})")
-    if kind == "recovery_action" and params["action"] not in RECOVERY_ACTIONS:
-        raise where.error("action", f"expected one of {', '.join(RECOVERY_ACTIONS)}")
+    if kind == "recovery_action" and params["action"] not in DRIVER_RECOVERY_CODES:
+        raise where.error("action", f"expected one of {', '.join(DRIVER_RECOVERY_CODES)}")
     if kind == "fabric" and params["state"] not in FABRIC_STATES:
         raise where.error("state", f"expected one of {', '.join(FABRIC_STATES)}")
     if kind == "fabric" and params["status"] not in ("Success", *ERROR_CODES):

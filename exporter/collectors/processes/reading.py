@@ -95,7 +95,9 @@ def split_energy(delta: float, shares: Mapping[int, float]) -> tuple[dict[int, f
 
 
 @dataclass
-class _GpuState:
+class _GpuAccount:
+    """What the collector carries from one read of a GPU to the next."""
+
     last_seen_us: int = 0
     energy: float | None = None  # the GPU's sampled energy at the last read
     idle: float = 0.0
@@ -131,7 +133,7 @@ class ProcessesCollector:
         self.context = context
         self.max_processes = max_processes
         self.proc = ProcReader(procfs) if procfs else None
-        self._gpus: dict[int, _GpuState] = {}
+        self._gpus: dict[int, _GpuAccount] = {}
         self._labels: dict[int, ProcLabels | None] = {}
         self._dropped = 0
         self._lock = threading.Lock()
@@ -173,38 +175,38 @@ class ProcessesCollector:
             memory[pid] = None if used in _NOT_AVAILABLE else float(used)
             gi = getattr(info, "gpuInstanceId", _NO_INSTANCE)
             instance[pid] = None if gi in (None, _NO_INSTANCE) else int(gi)
-        state = self._gpus.setdefault(gpu, _GpuState())
-        if not state.last_seen_us:
-            state.last_seen_us = int(ctx.clock() * 1e6)  # nothing before the first read
-        samples = backend.process_utilization(gpu, state.last_seen_us, handle)
+        account = self._gpus.setdefault(gpu, _GpuAccount())
+        if not account.last_seen_us:
+            account.last_seen_us = int(ctx.clock() * 1e6)  # nothing before the first read
+        samples = backend.process_utilization(gpu, account.last_seen_us, handle)
         shares = None
         if samples is not None:
             shares, newest = _utilization_shares(samples)
-            state.last_seen_us = newest or int(ctx.clock() * 1e6)
+            account.last_seen_us = newest or int(ctx.clock() * 1e6)
         return _Seen(memory, instance, shares)
 
     def _account(self, gpu: int, seen: _Seen, kept: set[tuple[int, int]]
                  ) -> list[GpuProcess]:
         """Split the GPU's energy since the last read; its processes' figures."""
-        state = self._gpus[gpu]
+        account = self._gpus[gpu]
         pids = sorted(pid for pid in set(seen.memory) | set(seen.shares or ())
                       if (gpu, pid) in kept)
         if seen.shares is not None:
             energy = self.context.energy_joules(gpu)
-            if energy is not None and state.energy is not None and energy >= state.energy:
-                per_pid, rest = split_energy(energy - state.energy, seen.shares)
+            if energy is not None and account.energy is not None and energy >= account.energy:
+                per_pid, rest = split_energy(energy - account.energy, seen.shares)
                 for pid, joules in per_pid.items():
                     if pid in pids:
-                        state.per_pid[pid] = state.per_pid.get(pid, 0.0) + joules
+                        account.per_pid[pid] = account.per_pid.get(pid, 0.0) + joules
                     else:
                         rest += joules  # a process past the cap: its share stays idle
-                state.idle += rest
-            state.energy = energy  # a first read, or a reset (the GPU came back): baseline
-        state.per_pid = {pid: state.per_pid.get(pid, 0.0) for pid in pids}
+                account.idle += rest
+            account.energy = energy  # a first read, or a reset (the GPU came back): baseline
+        account.per_pid = {pid: account.per_pid.get(pid, 0.0) for pid in pids}
         out = []
         for pid in pids:
             pid_share = None if seen.shares is None else seen.shares.get(pid, 0.0)
-            pid_joules = None if seen.shares is None else state.per_pid[pid]
+            pid_joules = None if seen.shares is None else account.per_pid[pid]
             out.append(GpuProcess(gpu, pid, seen.memory.get(pid), pid_share, pid_joules,
                                   seen.instance.get(pid), self._proc_labels(pid)))
         return out
@@ -213,7 +215,7 @@ class ProcessesCollector:
     def _cap(self, seen: dict[int, _Seen]) -> set[tuple[int, int]]:
         """(GPU, PID) pairs exported this read: those already exported first, then new
         ones by memory; the rest counted as dropped."""
-        known = {(gpu, pid) for gpu, state in self._gpus.items() for pid in state.per_pid}
+        known = {(gpu, pid) for gpu, account in self._gpus.items() for pid in account.per_pid}
         candidates = []
         for gpu, now in seen.items():
             for pid in set(now.memory) | set(now.shares or ()):

@@ -44,9 +44,8 @@ __all__ = ["DEFAULT_INTERVAL_SECONDS", "GpuProfile", "ProfilingReading", "Profil
 
 #: Seconds between GPM samples (see the module's docstring for the CPU it costs).
 DEFAULT_INTERVAL_SECONDS = 10.0
-#: How much of each GPU's compute-share history a reading carries (the straggler window
-#: is 60 s).
-HISTORY_SECONDS = 120.0
+#: How far back each GPU's compute shares in a reading go (the straggler window is 60 s).
+SHARES_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -59,8 +58,8 @@ class GpuProfile:
 class ProfilingReading(ComputeShareSource):
     time: float
     gpus: Mapping[int, GpuProfile]
-    # gpu -> ((end of interval, compute share), ...), oldest first, over HISTORY_SECONDS
-    history: Mapping[int, tuple[tuple[float, float], ...]]
+    # gpu -> ((end of interval, compute share), ...), oldest first, over SHARES_SECONDS
+    shares: Mapping[int, tuple[tuple[float, float], ...]]
     # (GPU, GPU instance) -> its last interval, for GPUs in MIG mode
     instances: Mapping[tuple[int, int], gpm.GpmReading] = field(
         default_factory=lambda: MappingProxyType({}))
@@ -69,7 +68,7 @@ class ProfilingReading(ComputeShareSource):
 
     def compute_shares(self) -> ComputeShares:
         """Each GPU's recent compute shares (the sampler hands them to the analyses)."""
-        return self.history
+        return self.shares
 
 
 class ProfilingCollector(HoldsResources):
@@ -87,7 +86,7 @@ class ProfilingCollector(HoldsResources):
         self.clock = context.clock
         self.on_reading = on_reading
         self._last: dict[int, gpm.GpmReading] = {}
-        self._history: dict[int, deque[tuple[float, float]]] = {}
+        self._shares: dict[int, deque[tuple[float, float]]] = {}
         self.mig = MigProfiler(context)
         self._instances: dict[tuple[int, int], gpm.GpmReading] = {}
 
@@ -122,8 +121,8 @@ class ProfilingCollector(HoldsResources):
             else:  # a first sample, a failed one or no GPM: no current values (not stale ones)
                 self._last.pop(gpu, None)
             gpus[gpu] = GpuProfile(reader.support(), self._last.get(gpu))
-        history = {gpu: tuple(h) for gpu, h in self._history.items() if h}
-        return ProfilingReading(now, MappingProxyType(gpus), MappingProxyType(history),
+        shares = {gpu: tuple(s) for gpu, s in self._shares.items() if s}
+        return ProfilingReading(now, MappingProxyType(gpus), MappingProxyType(shares),
                                 MappingProxyType(dict(self._instances)),
                                 MappingProxyType(energy))
 
@@ -133,12 +132,12 @@ class ProfilingCollector(HoldsResources):
 
     def _keep(self, gpu: int, reading: gpm.GpmReading) -> None:
         self._last[gpu] = reading
-        history = self._history.setdefault(gpu, deque(maxlen=256))
+        shares = self._shares.setdefault(gpu, deque(maxlen=256))
         share = gpm.compute_share(reading.values)
         if share is not None:
-            history.append((reading.end, share))
-        while history and history[0][0] < reading.end - HISTORY_SECONDS:
-            history.popleft()
+            shares.append((reading.end, share))
+        while shares and shares[0][0] < reading.end - SHARES_SECONDS:
+            shares.popleft()
         if self.on_reading is not None:
             self.on_reading(gpu, reading)
 

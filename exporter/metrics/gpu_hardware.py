@@ -1,10 +1,10 @@
-"""Hardware-health families: up/lost/hung GPUs, XIDs, memory errors, NVLink, clock events.
+"""GPU hardware families: up/lost/hung GPUs, XIDs, memory errors, NVLink, clock events.
 
 The memory errors are the catalogue's, rendered from it (exporter/gpu/catalogue.py says
 where a per-GPU value lives). Written here by hand: up and lost are the sampler's
 verdict, XIDs arrive as events, clock-event bits are one mask split per reason, the
 recovery action is a code served as a label, and the NVLink families (their fields are
-the catalogue's per-link entries) come from the health read's links, with the count of
+the catalogue's per-link entries) come from the device read's links, with the count of
 active links and, where a profile sums the link away, the driver's all-links traffic.
 """
 
@@ -28,7 +28,7 @@ from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import (
-    WITH_HEALTH,
+    WITH_HARDWARE,
     catalogue_family,
     gpu_labels,
     identified,
@@ -88,9 +88,9 @@ LINKS_EXPECTED = per_gpu(
 LINKS_ACTIVE = per_gpu(
     "gpu_nvlink_links_active", "gauge", "NVLinks that are up.",
     source="field 165 per link", profile=MINIMAL, doc="NVLinks up.")
-# docs/metrics.md "GPU health", with the catalogue's families rendered here (WITH_HEALTH)
+# docs/metrics.md "GPU hardware", with the catalogue's families rendered here (WITH_HARDWARE)
 DECLARED: tuple[Family, ...] = (
-    UP, EXPECTED, XIDS, XID_LAST_SEEN, *WITH_HEALTH, RECOVERY_ACTION,
+    UP, EXPECTED, XIDS, XID_LAST_SEEN, *WITH_HARDWARE, RECOVERY_ACTION,
     CLOCK_EVENT_ACTIVE, CLOCK_EVENT_SECONDS, LINKS_EXPECTED,
     LINKS_ACTIVE, LINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
 
@@ -100,13 +100,17 @@ def _labels(snapshot: Snapshot, gpu: int) -> list[str]:
     return [str(gpu) if gpu >= 0 else "", ident.uuid if ident is not None else ""]
 
 
-def health_families(snapshot: Snapshot) -> Iterator[Metric]:
+def up_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Which GPUs answer NVML, and how many the node should have."""
     up = UP.gauge()
     for gpu in range(snapshot.gpu_count):
         up.add_metric(_labels(snapshot, gpu), 1.0 if snapshot.up(gpu) else 0.0)
     yield up
     yield EXPECTED.gauge(snapshot.expected_gpus)
 
+
+def xid_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """The XID counts and when each code was last seen, by code and class."""
     xids = XIDS.counter()
     last = XID_LAST_SEEN.gauge()
     for (gpu, code), record in sorted(snapshot.xids.items()):
@@ -115,8 +119,6 @@ def health_families(snapshot: Snapshot) -> Iterator[Metric]:
         last.add_metric(labels, record.last_seen)
     yield xids
     yield last
-
-    yield from _clock_event_families(snapshot)
 
 
 def link_memory_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -129,7 +131,7 @@ def link_memory_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 # the memory families' entries: their values in the sweep's states are what is rendered
-_MEMORY_KEYS = tuple(e.key for f in WITH_HEALTH for e in catalogue.FAMILIES[f])
+_MEMORY_KEYS = tuple(e.key for f in WITH_HARDWARE for e in catalogue.FAMILIES[f])
 
 
 def link_memory_key(snapshot: Snapshot) -> tuple:
@@ -146,7 +148,7 @@ def link_memory_key(snapshot: Snapshot) -> tuple:
 
 def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
     identities, labels = identified(snapshot), gpu_labels(snapshot)
-    for family in WITH_HEALTH:
+    for family in WITH_HARDWARE:
         yield catalogue_family(family, snapshot, identities, labels)
     # written by hand: the value is an action's code, served as its name in a label
     action = RECOVERY_ACTION.gauge()
@@ -156,7 +158,7 @@ def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield action
 
 
-def _clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
+def clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
     active = Rows.of(CLOCK_EVENT_ACTIVE)
     for gpu, state in sorted(snapshot.states.items()):
         reasons = state.get("clock_event_reasons")
@@ -197,7 +199,7 @@ def _nvlink_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
-    """Bytes over each NVLink: new at every health reading, so rendered every time. Per
+    """Bytes over each NVLink: new at every device reading, so rendered every time. Per
     GPU instead where the traffic was read for all links at once (a selection that sums
     the link away: exporter/metrics/selection.py)."""
     readings = sorted(snapshot.device_reads.items())
