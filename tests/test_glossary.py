@@ -56,11 +56,9 @@ HEALTH_NAMES: dict[tuple[str, str], str] = {
     ("history/recorder.py", "_last_health"): VERDICT,
     ("history/recorder.py", "observe_health"): VERDICT,
     ("metrics/health.py", "health"): VERDICT,
-    ("metrics/render.py", "health"): VERDICT,
     ("web/api.py", "HEALTH"): VERDICT,
     ("web/api.py", "health"): VERDICT,
     ("web/api.py", "health_body"): VERDICT,
-    ("web/findings.py", "health"): VERDICT,
     ("web/findings_hardware.py", "health"): VERDICT,
     ("metrics/compat/dcgm.py", "health"): DCGM,
     ("metrics/compat/dcgm.py", "_health_lines"): DCGM,
@@ -75,13 +73,12 @@ HEALTH_NAMES: dict[tuple[str, str], str] = {
     ("sampling/settings.py", "gpu_health_interval_seconds"): USERS,
 }
 # Raw NVML reads and the slow sweep's cadence still named "health" where exporter/sampling/
-# reads them (Snapshot.health becomes Snapshot.device_reads there); a rename of these
-# goes with that change. Not checked for staleness: that change removes them.
+# reads them (Snapshot.device_reads holds them); to be renamed with their readers.
 HEALTH_IN_SAMPLING: set[tuple[str, str]] = {
     ("gpu/health.py", "health"), ("gpu/health.py", "GpuHealth"),
     ("gpu/health.py", "health_requests"), ("gpu/health.py", "read_health"),
     ("gpu/board.py", "BoardHealth"), ("gpu/catalogue.py", "HEALTH"),
-    ("sampling/snapshot.py", "health"), ("sampling/sweep.py", "health"),
+    ("sampling/sweep.py", "health"),
     ("sampling/sweep.py", "health_interval"),
 }
 
