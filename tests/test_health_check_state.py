@@ -4,6 +4,8 @@ for the InfiniBand checks), value 1, naming the check's current state, in every 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter.collectors.infiniband.reading import (
     InfinibandDevice,
     InfinibandPort,
@@ -63,3 +65,17 @@ def test_a_node_without_ports_serves_each_port_check_once_not_applicable():
     assert len(ports) == len(PORT_CHECKS)
     assert {(p["device"], p["port"], p["state"]) for p in ports.values()} == {
         ("", "", "not_applicable")}
+
+
+def test_a_lost_gpu_is_its_own_checks_and_a_missing_one_the_nodes():
+    """GpusBelowExpected reads gpu_count (GPUs NVML counts), GpuLost gpu_answering."""
+    lost = HealthMonitor().assess(make_snapshot(4, time=T0, lost=frozenset({2})))
+    count = next(c for c in lost.node.checks if c.name == "gpu_count")
+    assert (count.state, count.value) == ("ok", 4)
+    answering = next(c for c in lost.gpus[2].checks if c.name == "gpu_answering")
+    assert (answering.state, answering.action) == ("failed", "reboot_node")
+    snapshot = make_snapshot(3, time=T0)
+    missing = HealthMonitor().assess(replace(snapshot, expected_gpus=4))
+    count = next(c for c in missing.node.checks if c.name == "gpu_count")
+    assert (count.state, count.value, count.threshold, count.action) == (
+        "failed", 3, 4, "reboot_node")

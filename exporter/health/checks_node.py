@@ -43,6 +43,8 @@ class NodeInputs:
 
 
 def gpu_count(c: NodeInputs) -> Outcome:
+    """GPUs NVML counts against those expected (a GPU counted but lost or stuck is its own
+    gpu_answering check's)."""
     s = c.snapshot
     if s.gpu_count < s.expected_gpus:
         return Outcome(FAILED, s.gpu_count, s.expected_gpus, reason="fewer GPUs than expected")

@@ -73,7 +73,7 @@ class Fault:
 
     @property
     def file(self) -> str:
-        return "gpu-hardware.yml" if self.scope == GPU else "fabric.yml"
+        return "fabric.yml" if self.scope == PORT else "gpu-hardware.yml"
 
     def action(self, state: str, read: str) -> str:
         """The action of `state`: the table's, or the reading's where the table says so."""
@@ -204,9 +204,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault("gpu_count", NODE, (), {FAILED: REBOOT_NODE}, None, (
         Alert("GpusBelowExpected", (FAILED,),
               "{{ $labels.instance }} has fewer GPUs than expected",
-              "{{ $labels.instance }} sees fewer GPUs than gpu_expected_devices (configured "
-              "or counted at start); a GPU that is present but lost fires GpuLost instead."
-              + _API, "1m"),)),
+              "{{ $labels.instance }} counts fewer GPUs than gpu_expected_devices "
+              "(configured, or counted at start): some vanished from the bus. A GPU still "
+              "counted but lost or stuck fires GpuLost." + _API, "1m"),)),
     Fault("nvlink_fabric", NODE, (), {FAILED: BY_READING}, "fabric_degraded",
           note="GpuHealthFailed pages on its GPUs' own nvlink_fabric checks"),
     # -- each InfiniBand/RoCE port (NVSentinel's NIC monitor) -------------------------
