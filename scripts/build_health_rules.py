@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Write alerts/gpu-hardware.yml, alerts/fabric.yml and their promtool tests
-(alerts/tests/gpu-hardware.test.yml, alerts/tests/fabric.test.yml) from the fault table
-(exporter/health/faults.py). `--check` writes nothing and exits 1 where a committed file
-differs.
+"""Write alerts/gpu-hardware.yml, alerts/fabric.yml, their promtool tests
+(alerts/tests/gpu-hardware.test.yml, alerts/tests/fabric.test.yml) and docs/health.md's
+fault table from the fault table (exporter/health/faults.py). `--check` writes nothing
+and exits 1 where a committed file differs.
 
 The rules read each check's state from the exporter's verdict, so they hold no thresholds:
 a threshold is changed in the nodes' config (the health_* settings), and the alerts follow.
@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporter.health.rules import rule_files, test_files  # noqa: E402
+from exporter.health.rules import rule_files, test_files, with_docs_table  # noqa: E402
 
 
 def written() -> dict[Path, str]:
@@ -25,6 +25,8 @@ def written() -> dict[Path, str]:
     out = {REPO / "alerts" / name: text for name, text in rule_files().items()}
     out.update({REPO / "alerts" / "tests" / name: text
                 for name, text in test_files().items()})
+    docs = REPO / "docs" / "health.md"
+    out[docs] = with_docs_table(docs.read_text())
     return out
 
 

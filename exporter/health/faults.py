@@ -68,7 +68,7 @@ class Fault:
     actions: dict[str, str]  # state -> action (BY_READING: the check's reading says)
     episode: str | None  # the history's episode kind when the check turns warning/failed
     alerts: tuple[Alert, ...] = ()
-    note: str = ""  # for the docs: why a check has no alert of its own
+    note: str = ""  # for the docs: why a check has no alert of its own, or what to know
     severities: dict[str, str] = field(default_factory=lambda: dict(SEVERITY))
 
     @property
@@ -143,7 +143,7 @@ FAULTS: tuple[Fault, ...] = (
           {FAILED: DRAIN_AND_SERVICE}, "retired_pages",
           note="GpuHealthFailed pages on it"),
     Fault("retired_pages_pending", GPU, (), {WARNING: RESET_GPU}, "retired_pages",
-          note="no alert: a warning for the next reset (the page and the API show it)"),
+          note="a warning for the next reset: the page and the API show it"),
     Fault("row_remap_failure", GPU, (), {FAILED: DRAIN_AND_SERVICE}, "row_remap_failure", (
         _gpu("GpuRowRemapFailure", (FAILED,), f"Row remap failure {_AT}",
              "failed to remap an HBM row: the GPU needs replacing (RMA)."),)),
@@ -152,7 +152,7 @@ FAULTS: tuple[Fault, ...] = (
              "has an HBM row remap waiting for the next GPU reset.", "5m"),)),
     Fault("remapped_rows", GPU, ("remapped_rows_uncorrectable_max",), {WARNING: NONE},
           "row_remap_pending",
-          note="no alert: the bank's spare rows run out; plan a service"),
+          note="spare rows run out: plan a service"),
     # -- links ---------------------------------------------------------------------------
     Fault("pcie_replays", GPU, ("pcie_replays_per_lane_per_minute", "window_seconds"),
           {WARNING: NONE}, "pcie_replays", (
@@ -192,10 +192,10 @@ FAULTS: tuple[Fault, ...] = (
              "gpu_nvlink_link_up (profile full) shows which.", "1m"),)),
     Fault("hw_slowdown", GPU, (), {WARNING: NONE}, "thermal", (GPU_HARDWARE_THROTTLING,)),
     Fault("thermal_violation", GPU, ("window_seconds",), {WARNING: NONE}, "thermal",
-          note="no alert: any thermal capping (software too); GpuHardwareThrottling is the "
+          note="any thermal capping, software too: GpuHardwareThrottling is the "
                "hardware's"),
     Fault("power_violation", GPU, ("window_seconds",), {WARNING: NONE}, "thermal",
-          note="no alert: GpuHardwareThrottling covers the power brake while it holds"),
+          note="GpuHardwareThrottling covers the power brake while it holds"),
     Fault("nvlink_fabric", GPU, (), {FAILED: RESET_GPU}, "fabric_degraded",
           note="GpuHealthFailed pages on it"),
     Fault("inforom", GPU, (), {FAILED: DRAIN_AND_SERVICE}, None,

@@ -219,3 +219,45 @@ def test_files() -> dict[str, str]:
         out[name.replace(".yml", ".test.yml")] = head + yaml.safe_dump(
             body, sort_keys=False, width=1000, allow_unicode=True)
     return out
+
+
+# -- docs/health.md's fault table ----------------------------------------------------------
+DOC_START, DOC_END = "<!-- fault table: scripts/build_health_rules.py -->", "<!-- /fault table -->"
+SCOPES = {GPU: "GPU", NODE: "node", PORT: "port"}
+
+
+def _states(f: Fault) -> str:
+    words = []
+    for state in ("failed", "warning"):
+        if state in f.actions:
+            action = f.actions[state]
+            said = "by reading" if action == "by_reading" else f"`{action}`"
+            words.append(f"{state}: {f.severities.get(state, severity(state))}, {said}")
+    return "; ".join(words)
+
+
+def _alerts(f: Fault) -> str:
+    if not f.alerts:
+        return f"none: {f.note}" if f.note else "none"
+    out = []
+    for a in f.alerts:
+        wait = f", for {a.wait}" if a.wait != "0s" else ""
+        out.append(f"[`{a.name}`](runbooks.md#{a.name.lower()}) ({'/'.join(a.states)}{wait})")
+    return "<br>".join(out)
+
+
+def docs_table() -> str:
+    """The fault table as docs/health.md shows it (between DOC_START and DOC_END)."""
+    lines = ["| Check | Judged per | Threshold settings | State: severity, action | "
+             "History episode | Alerts (on state, for) |", "|---|---|---|---|---|---|"]
+    for f in FAULTS:
+        settings = ", ".join(f"`health_{s}`" for s in f.settings) or "-"
+        lines.append(f"| `{f.check}` | {SCOPES[f.scope]} | {settings} | {_states(f)} | "
+                     f"{f'`{f.episode}`' if f.episode else '-'} | {_alerts(f)} |")
+    return "\n".join(lines)
+
+
+def with_docs_table(markdown: str) -> str:
+    """docs/health.md with its fault table as the table writes it."""
+    start, end = markdown.index(DOC_START), markdown.index(DOC_END)
+    return markdown[:start] + DOC_START + "\n" + docs_table() + "\n" + markdown[end:]
