@@ -114,3 +114,13 @@ def test_error_rates_warn_just_above_their_setting_and_move_with_it(
     doubled = HealthSettings(**{setting: getattr(HealthSettings(), setting) * 2})
     assert states(per_second_at_limit * 1.05, doubled)[-1] == "ok"
     assert states(per_second_at_limit * 2.1, doubled)[-1] == "warning"
+
+
+def test_a_port_whose_state_was_not_read_is_unknown_never_failed():
+    port = InfinibandPort("mlx5_0", 1, state_id=None, counters={})
+    reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
+    snap = make_snapshot(1, time=T0, collectors={
+        "infiniband": CollectorResult(reading, 0.0, True, 0, last_success=T0)})
+    monitor = HealthMonitor()
+    assert port_check(monitor, snap, "infiniband_ports").state == "unknown"
+    assert port_check(monitor, snap, "infiniband_link_downed").state == "not_applicable"

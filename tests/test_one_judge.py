@@ -269,3 +269,12 @@ def test_the_recovery_actions_alert_has_the_verdicts_severity():
         result = next(c for c in verdict.gpus[GPU_INDEX].checks
                       if c.name == "recovery_action")
         assert result.state == state
+
+
+def test_a_check_the_table_lacks_is_refused_by_name():
+    with pytest.raises(KeyError, match="no fault table row for the gpu check nope"):
+        fault(GPU, "nope")
+    # the port checks are the node's too; a GPU check is not
+    assert fault("node", "infiniband_ports").scope == PORT
+    with pytest.raises(KeyError):
+        fault(GPU, "infiniband_ports")

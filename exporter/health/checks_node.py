@@ -35,12 +35,6 @@ class NodeInputs:
     gpus: dict[int, Verdict]
     counters: CounterPoints
 
-    def increase(self, name: str, value: float, window: float) -> tuple[float, float] | None:
-        """(increase, seconds) of a node counter over `window`, None before a second read."""
-        key = (None, name)
-        self.counters.observe(key, self.snapshot.time, value, window)
-        return self.counters.increase(key, window)
-
 
 def gpu_count(c: NodeInputs) -> Outcome:
     """GPUs NVML counts against those expected (a GPU counted but lost or stuck is its own
@@ -100,10 +94,6 @@ class PortInputs:
         key = (None, f"{self.name} {counter}")
         self.counters.observe(key, self.snapshot.time, value, IB_WINDOW_SECONDS)
         return self.counters.increase(key, IB_WINDOW_SECONDS)
-
-
-def port_name(port: InfinibandPort) -> str:
-    return f"{port.device}/{port.port}"
 
 
 def infiniband_ports(c: PortInputs) -> Outcome:
