@@ -98,11 +98,5 @@ def xid_class(code: int) -> str:
     return xid_row(code).klass
 
 
-def xid_action(code: int) -> tuple[str, str]:
-    """(health state, action) the XID asks for."""
-    row = xid_row(code)
-    return row.state, row.action
-
-
 def meaning(code: int) -> str:
     return xid_row(code).meaning or "see NVIDIA's XID catalog"
