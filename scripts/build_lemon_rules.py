@@ -29,7 +29,7 @@ from exporter.analysis.lemons import (  # noqa: E402
 )
 from exporter.commands.lemons import rank  # noqa: E402
 from exporter.events import Event  # noqa: E402
-from exporter.gpu.xid import xid_action  # noqa: E402
+from exporter.health.faults import xid_judgement  # noqa: E402
 
 BUDGET = 0.99  # the alerts' gate: a member must reach the cluster's 99th percentile score
 RUNBOOK = "https://github.com/cluster-telemetry-exporter/cluster-telemetry-exporter/blob/main/docs/runbooks.md#"
@@ -232,7 +232,7 @@ def _series(fleet, young) -> list[dict]:
 
 def _action(ev: tuple) -> str:
     """An XID event's action, as the node's history exports it ("" for another kind)."""
-    return xid_action(ev[3])[1] if ev[1] == "xid" and len(ev) > 3 else ""
+    return xid_judgement(ev[3]).action if ev[1] == "xid" and len(ev) > 3 else ""
 
 
 def _reasons(fleet, n: int, gpu: str | None, model: Model) -> str:

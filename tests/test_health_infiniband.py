@@ -1,6 +1,6 @@
-"""The InfiniBand checks of the node's verdict: a port DOWN, link errors in the window, and
-symbol errors or link error recoveries past their settings' rates (NVSentinel's NIC
-monitor; alerts/fabric.yml is generated from the same settings)."""
+"""The InfiniBand checks of the node's verdict, judged per port: a port DOWN or not active,
+link errors in the window, and symbol errors or link error recoveries past their settings'
+rates (NVSentinel's NIC monitor; alerts/fabric.yml reads these checks' states)."""
 
 from __future__ import annotations
 
@@ -28,37 +28,57 @@ def ib_snapshot(t: float, state: int = 4, **counters: float):
         "infiniband": CollectorResult(reading, 0.0, True, 0, last_success=T0 + t)})
 
 
-def link_check(monitor: HealthMonitor, snapshot):
+CHECK_OF = {"link_downed": "infiniband_link_downed",
+            "excessive_buffer_overrun_errors": "infiniband_buffer_overrun",
+            "local_link_integrity_errors": "infiniband_link_integrity",
+            "rnr_nak_retry_err": "infiniband_rnr_retry",
+            "symbol_error": "infiniband_symbol_errors",
+            "link_error_recovery": "infiniband_link_error_recovery"}
+
+
+def port_check(monitor: HealthMonitor, snapshot, name: str, port: str = "mlx5_0/1"):
     node = monitor.assess(snapshot).node
-    return next(c for c in node.checks if c.name == "infiniband_link_errors")
+    return next(c for c in node.checks if c.name == name and c.port == port)
 
 
-def judged(readings, settings: HealthSettings | None = None):
-    """The check after each (t, counters) reading, in order."""
+def judged(readings, counter: str, settings: HealthSettings | None = None, port="mlx5_0/1"):
+    """The counter's check of the port after each (t, counters) reading, in order."""
     monitor = HealthMonitor(settings)
-    return [link_check(monitor, ib_snapshot(t, **counters)) for t, counters in readings]
+    return [port_check(monitor, ib_snapshot(t, **counters), CHECK_OF[counter], port)
+            for t, counters in readings]
 
 
 def test_a_node_without_infiniband_is_not_applicable():
-    check = next(c for c in HealthMonitor().assess(make_snapshot(1)).node.checks
-                 if c.name == "infiniband_link_errors")
-    assert check.state == "not_applicable"
+    checks = [c for c in HealthMonitor().assess(make_snapshot(1)).node.checks
+              if c.name.startswith("infiniband_")]
+    assert {c.name for c in checks} == {"infiniband_ports", *CHECK_OF.values()}
+    assert {(c.state, c.port) for c in checks} == {("not_applicable", "")}
 
 
 def test_a_rate_needs_a_second_read_then_quiet_ports_pass():
-    first, second = judged([(0, {"link_downed": 0.0}), (10, {"link_downed": 0.0})])
+    first, second = judged([(0, {"link_downed": 0.0}), (10, {"link_downed": 0.0})],
+                           "link_downed")
     assert first.state == "unknown"
     assert second.state == "ok"
 
 
+def test_a_counter_the_port_lacks_is_not_applicable():
+    (check,) = judged([(0, {"link_downed": 0.0})], "symbol_error")
+    assert check.state == "not_applicable"
+
+
 @pytest.mark.parametrize("counter", ["link_downed", "excessive_buffer_overrun_errors",
                                      "local_link_integrity_errors"])
-def test_any_link_error_in_the_window_fails_the_node_and_ages_out(counter):
+def test_any_link_error_in_the_window_fails_its_port_and_ages_out(counter):
     checks = judged([(0, {counter: 3.0}), (10, {counter: 4.0}), (200, {counter: 4.0}),
-                     (320, {counter: 4.0})])
+                     (320, {counter: 4.0})], counter)
     assert [c.state for c in checks] == ["unknown", "failed", "failed", "ok"]
-    assert checks[1].value == f"mlx5_0/1 {counter}"
+    assert (checks[1].value, checks[1].port) == (1.0, "mlx5_0/1")
     assert checks[1].action == "drain_and_service"
+    # the quiet port's check is its own, and passes
+    quiet = judged([(0, {counter: 3.0}), (10, {counter: 4.0})], "link_downed",
+                   port="mlx5_1/1")
+    assert quiet[-1].state == "ok"
 
 
 def test_rnr_retries_are_read_from_the_hw_counters():
@@ -68,7 +88,15 @@ def test_rnr_retries_are_read_from_the_hw_counters():
         reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
         snap = make_snapshot(1, time=T0 + t, collectors={
             "infiniband": CollectorResult(reading, 0.0, True, 0, last_success=T0 + t)})
-        assert link_check(monitor, snap).state == state
+        assert port_check(monitor, snap, "infiniband_rnr_retry").state == state
+
+
+@pytest.mark.parametrize(("state", "expected", "action"), [
+    (1, "failed", "drain_and_service"), (2, "warning", "none"), (3, "warning", "none"),
+    (4, "ok", "none"), (5, "ok", "none")])
+def test_a_port_down_fails_and_one_not_active_warns(state, expected, action):
+    check = port_check(HealthMonitor(), ib_snapshot(0, state=state), "infiniband_ports")
+    assert (check.state, check.action) == (expected, action)
 
 
 @pytest.mark.parametrize(("counter", "per_second_at_limit", "setting"), [
@@ -79,10 +107,20 @@ def test_error_rates_warn_just_above_their_setting_and_move_with_it(
         counter, per_second_at_limit, setting):
     def states(rate: float, settings: HealthSettings | None = None) -> list[str]:
         readings = [(t, {counter: rate * t}) for t in (0.0, 100.0, 300.0)]
-        return [c.state for c in judged(readings, settings)]
+        return [c.state for c in judged(readings, counter, settings)]
 
     assert states(per_second_at_limit)[-1] == "ok"  # at the limit: not above it
     assert states(per_second_at_limit * 1.05)[-1] == "warning"
     doubled = HealthSettings(**{setting: getattr(HealthSettings(), setting) * 2})
     assert states(per_second_at_limit * 1.05, doubled)[-1] == "ok"
     assert states(per_second_at_limit * 2.1, doubled)[-1] == "warning"
+
+
+def test_a_port_whose_state_was_not_read_is_unknown_never_failed():
+    port = InfinibandPort("mlx5_0", 1, state_id=None, counters={})
+    reading = InfinibandReading((InfinibandDevice("mlx5_0", ports=(port,)),), {})
+    snap = make_snapshot(1, time=T0, collectors={
+        "infiniband": CollectorResult(reading, 0.0, True, 0, last_success=T0)})
+    monitor = HealthMonitor()
+    assert port_check(monitor, snap, "infiniband_ports").state == "unknown"
+    assert port_check(monitor, snap, "infiniband_link_downed").state == "not_applicable"

@@ -57,8 +57,12 @@ def test_pcie_link_below_its_maximum_counts_only_under_load():
     assert (busy.state, busy.value, busy.threshold) == ("warning", "gen4 x16", "gen5 x16")
     at = two_reads("pcie_link", slow, {**slow, "utilization_gpu_ratio": 0.5})
     assert at.state == "ok"
-    narrow = two_reads("pcie_link", {}, {"pcie_width": 8.0})
-    assert narrow.state == "warning"
+    # generation and width are two checks (two alerts): a narrow link warns on its own
+    narrow = {"pcie_width": 8.0, "utilization_gpu_ratio": 0.9}
+    assert two_reads("pcie_link_width", {}, narrow).state == "warning"
+    assert two_reads("pcie_link", {}, narrow).state == "ok"
+    assert two_reads("pcie_link_width", slow, {**slow, "utilization_gpu_ratio": 0.9}
+                     ).state == "ok"
 
 
 def links(values: dict) -> dict:
@@ -70,9 +74,11 @@ def links(values: dict) -> dict:
 
 
 def test_nvlink_replays_fail_at_one_a_minute():
-    assert two_reads("nvlink_errors", {}, {"replay": 0.0}, links).state == "ok"
-    failed = two_reads("nvlink_errors", {}, {"replay": 1.0}, links)
-    assert (failed.state, failed.threshold) == ("failed", 1.0)
+    assert two_reads("nvlink_replays", {}, {"replay": 0.0}, links).state == "ok"
+    failed = two_reads("nvlink_replays", {}, {"replay": 1.0}, links)
+    assert (failed.state, failed.threshold, failed.action) == ("failed", 1.0, "reset_gpu")
+    # the CRC check is another one (its own alerts)
+    assert two_reads("nvlink_errors", {}, {"replay": 1.0}, links).state == "ok"
 
 
 def test_nvlink_crc_warns_at_one_and_fails_at_100_a_second():
@@ -94,6 +100,7 @@ def test_nvlink_down_fails_and_pcie_cards_are_not_applicable():
     assert result.gpus[0].action == "reset_gpu"
     assert check(result, 1, "nvlink_links").state == "not_applicable"
     assert check(result, 1, "nvlink_errors").state == "not_applicable"
+    assert check(result, 1, "nvlink_replays").state == "not_applicable"
 
 
 @pytest.mark.parametrize("name, key", [

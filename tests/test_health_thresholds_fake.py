@@ -32,6 +32,10 @@ CASES = [
      ["{kind: pcie, at: 2, gpu: 1, replays_per_minute: 32}"], "warning"),  # Gen5 x16: 31
     ("pcie_link", ["{kind: pcie, at: 2, gpu: 1, generation: 5}"],
      ["{kind: pcie, at: 2, gpu: 1, generation: 4}"], "warning"),
+    ("pcie_link_width", ["{kind: pcie, at: 2, gpu: 1, width: 16}"],
+     ["{kind: pcie, at: 2, gpu: 1, width: 8}"], "warning"),
+    ("hw_slowdown", ["{kind: clock_event, at: 2, gpu: 1, reasons: [sw_thermal_slowdown]}"],
+     ["{kind: clock_event, at: 2, gpu: 1, reasons: [hw_slowdown]}"], "warning"),
     # 99/s is past the warning (1 a minute) but below the failure (100/s)
     ("nvlink_errors", ["{kind: nvlink, at: 2, gpu: 1, link: 3, crc_flit_per_second: 99}"],
      ["{kind: nvlink, at: 2, gpu: 1, link: 3, crc_flit_per_second: 100}"], "failed"),
@@ -39,8 +43,8 @@ CASES = [
                        "crc_flit_per_second: 0}"],
      ["{kind: nvlink, at: 30, until: 31, gpu: 1, link: 3, crc_flit_per_second: 1}"],
      "warning"),
-    ("nvlink_errors", ["{kind: nvlink, at: 30, until: 30.5, gpu: 1, link: 3, "
-                       "replay_per_second: 0}"],
+    ("nvlink_replays", ["{kind: nvlink, at: 30, until: 30.5, gpu: 1, link: 3, "
+                        "replay_per_second: 0}"],
      ["{kind: nvlink, at: 30, until: 31, gpu: 1, link: 3, replay_per_second: 1}"], "failed"),
     ("nvlink_links", ["{kind: nvlink, at: 2, gpu: 1, link: 3, crc_flit_per_second: 0}"],
      ["{kind: nvlink, at: 2, gpu: 1, link: 3, down: true}"], "failed"),

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.gpu.xid import DRAIN_AND_SERVICE, REBOOT_NODE, RESET_GPU, xid_action
+from exporter.health.faults import HARDWARE_ACTIONS, xid_judgement
 
 DAY = 86400.0
 WINDOWS: tuple[tuple[str, float], ...] = (("1d", 1.0), ("7d", 7.0), ("28d", 28.0))
@@ -46,16 +46,17 @@ GROUP_OF: dict[str, str] = {kind: g for g, kinds in GROUPS.items() for kind in k
 # the kinds InfiniteHBD-Trace files under its Level `Hardware Failure` (docs/health.md).
 HARDWARE_KINDS: tuple[str, ...] = tuple(
     k for g in ("gpu", "network", "node") for k in GROUPS[g] if k != "health_failed")
-# XIDs whose catalogue action asks for a GPU reset, a reboot or service: they count as
-# the hardware kinds do; the rest (an application's fault, a cleanup, a notice) do not.
-HARDWARE_XID_ACTIONS = frozenset({RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE})
+# XIDs whose action (the fault table's XID columns) asks for a GPU reset, a reboot or
+# service: they count as the hardware kinds do; the rest (an application's fault, a
+# cleanup, a notice) do not. The node-local lemon rules select the same actions.
+HARDWARE_XID_ACTIONS = HARDWARE_ACTIONS
 
 
 def counted(kind: str, xid: int | None) -> bool:
-    """Whether an episode enters the score: every kind's does, but an XID's only when the
-    XID catalogue's action for its code (exporter/gpu/xid.py) asks for a reset, a reboot
-    or service; an XID without a code (a trace that names none) counts."""
-    return kind != "xid" or xid is None or xid_action(xid)[1] in HARDWARE_XID_ACTIONS
+    """Whether an episode enters the score: every kind's does, but an XID's only where the
+    fault table says it counts (exporter/health/faults.py, xid_judgement: not ok, and a
+    reset, a reboot or service); an XID without a code (a trace that names none) counts."""
+    return kind != "xid" or xid is None or xid_judgement(xid).lemon
 
 # Chosen on rolling origins of InfiniteHBD-Trace (scripts/eval_lemons.py prints the choice;
 # tests/test_eval_lemons.py checks these are what it ships): the simplest candidate within

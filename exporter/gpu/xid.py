@@ -3,17 +3,18 @@ the action it asks for), from NVIDIA's XID catalog (Ampere and newer, by the imm
 action it asks for: docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) and
 DCGM 4.x's health watches (modules/health/DcgmHealthWatch.cpp: always FAIL on 48, 74, 79,
 95, 119, 120, 140; WARN on 94; memory watch WARN on 31, 32, 43, 63, FAIL on 64; PCIe watch
-WARN on 38, 39, 42). Everything else derives from it: the `class` label of the XID
-counter (so rules can alert on `class="critical"` without code lists), the health
-verdict's state and action (exporter/health/), the live page's finding severity and the
-lemon score's XID weights.
+WARN on 38, 39, 42). The fault table's XID columns (exporter/health/faults.py,
+`xid_judgement`) read the state and the action from it: the health verdict's `xid` check,
+the alerts on that check, the live page's finding severity and the lemon score's XID
+weights. The class is served as the XID counter's `class` label, the catalog's words for
+dashboards; nothing judges by it.
 
 Two lists of codes stand apart on purpose: dcgm-exporter's own `err_msg` wording
 (exporter/metrics/compat/xid_messages.csv, served as that exporter serves it) and the
 sticky XIDs NVSentinel merges over hours (exporter/history/episodes.py).
 
-The class keeps its words as a label value (the alerts key on it); how a class maps to the
-one severity vocabulary (critical, warning, info) is in docs/health.md ("One vocabulary").
+How a state maps to the one severity vocabulary (critical, warning, info) is in
+docs/health.md ("One vocabulary").
 """
 
 from __future__ import annotations
@@ -95,12 +96,6 @@ def xid_row(code: int) -> Xid:
 
 def xid_class(code: int) -> str:
     return xid_row(code).klass
-
-
-def xid_action(code: int) -> tuple[str, str]:
-    """(health state, action) the XID asks for."""
-    row = xid_row(code)
-    return row.state, row.action
 
 
 def meaning(code: int) -> str:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from exporter.health.context import Check, GpuInputs
 from exporter.health.model import (
-    DRAIN_AND_SERVICE,
     FAILED,
     NOT_APPLICABLE,
     OK,
-    RESET_GPU,
     UNKNOWN,
     Outcome,
 )
@@ -32,14 +30,14 @@ def nvlink_fabric(c: GpuInputs) -> Outcome:
     if fabric.state == "not_supported":
         return Outcome(NOT_APPLICABLE, fabric.state)
     if fabric.state != "completed":
-        return Outcome(FAILED, fabric.state, "completed", RESET_GPU,
-                       "NVLink fabric not registered")
+        return Outcome(FAILED, fabric.state, "completed",
+                       reason="NVLink fabric not registered")
     if fabric.status != "Success":
-        return Outcome(FAILED, fabric.status, "Success", RESET_GPU,
-                       "NVLink fabric registration failed")
+        return Outcome(FAILED, fabric.status, "Success",
+                       reason="NVLink fabric registration failed")
     bad = fabric.degradations
     if bad:
-        return Outcome(FAILED, ",".join(bad), "healthy", RESET_GPU, "NVLink fabric degraded")
+        return Outcome(FAILED, ",".join(bad), "healthy", reason="NVLink fabric degraded")
     return Outcome(OK, fabric.state, "completed")
 
 
@@ -52,7 +50,7 @@ def inforom(c: GpuInputs) -> Outcome:
             return Outcome(NOT_APPLICABLE)
         return Outcome(UNKNOWN, reason="InfoROM not read")
     if not board.inforom_valid:
-        return Outcome(FAILED, "corrupted", "valid", DRAIN_AND_SERVICE, "InfoROM corrupted")
+        return Outcome(FAILED, "corrupted", "valid", reason="InfoROM corrupted")
     return Outcome(OK, "valid", "valid")
 
 

@@ -3,8 +3,9 @@ action."""
 
 from __future__ import annotations
 
-from exporter.gpu.xid import MEANINGS, xid_action
+from exporter.gpu.xid import MEANINGS
 from exporter.health.context import Check, GpuInputs
+from exporter.health.faults import xid_judgement
 from exporter.health.model import (
     FAILED,
     NONE,
@@ -46,13 +47,14 @@ def answering(c: GpuInputs) -> Outcome:
 
 
 def xids(c: GpuInputs) -> Outcome:
-    """The worst XID seen within the hold window, by the catalog's action."""
+    """The worst XID seen within the hold window, by the fault table's XID columns."""
     s = c.snapshot
     since = s.time - c.settings.xid_hold_seconds
     found = []
     for (gpu, code), record in s.xids.items():
         if gpu == c.gpu and record.last_seen >= since:
-            state, action = xid_action(code)
+            judged = xid_judgement(code)
+            state, action = judged.state, judged.action
             found.append((state_rank(state), action_rank(action), code, state, action))
     if not found:
         return Outcome(OK, None, "catalog")

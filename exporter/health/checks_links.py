@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import math
 
+from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.health.context import Check, GpuInputs
 from exporter.health.model import (
     FAILED,
-    NONE,
     NOT_APPLICABLE,
     OK,
-    RESET_GPU,
     UNKNOWN,
     WARNING,
     Outcome,
@@ -45,27 +44,37 @@ def pcie_replays(c: GpuInputs) -> Outcome:
     if seen is None:
         return Outcome(UNKNOWN, threshold=limit, reason="PCIe replay rate not known yet")
     if seen[0] > limit:
-        return Outcome(WARNING, seen[0], limit, NONE, "PCIe replays above the limit")
+        return Outcome(WARNING, seen[0], limit, reason="PCIe replays above the limit")
     return Outcome(OK, seen[0], limit)
 
 
-def pcie_link(c: GpuInputs) -> Outcome:
-    """Below its maximum generation or width while busy: links slow down at idle."""
+def _pcie_link(c: GpuInputs, key: str, top_key: str, reason: str) -> Outcome:
+    """Below its maximum (generation or width) while busy: links slow down at idle. The
+    value and threshold name both, as `gen4 x16`."""
     s = c.state
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
     gen, width = s.get("pcie_generation"), s.get("pcie_width")
     top_gen, top_width = c.value("pcie_max_generation"), c.value("pcie_max_width")
-    busy = s.get("utilization_gpu_ratio")
     if gen is None or width is None or top_gen is None or top_width is None:
         return Outcome(NOT_APPLICABLE)
     value = f"gen{int(gen)} x{int(width)}"
     threshold = f"gen{int(top_gen)} x{int(top_width)}"
+    busy = s.get("utilization_gpu_ratio")
     if busy is None or busy <= c.settings.pcie_load_ratio:
         return Outcome(OK, value, threshold)  # idle: a slower link is by design
-    if gen < top_gen or width < top_width:
-        return Outcome(WARNING, value, threshold, NONE, "PCIe link below its maximum")
+    if s.get(key) < c.value(top_key):
+        return Outcome(WARNING, value, threshold, reason=reason)
     return Outcome(OK, value, threshold)
+
+
+def pcie_link(c: GpuInputs) -> Outcome:
+    return _pcie_link(c, "pcie_generation", "pcie_max_generation",
+                      "PCIe link below its maximum generation")
+
+
+def pcie_link_width(c: GpuInputs) -> Outcome:
+    return _pcie_link(c, "pcie_width", "pcie_max_width", "PCIe link below its maximum width")
 
 
 def _nvlink_totals(c: GpuInputs) -> dict[str, float] | None:
@@ -77,29 +86,45 @@ def _nvlink_totals(c: GpuInputs) -> dict[str, float] | None:
             "crc": sum(e.get("crc_flit", 0.0) + e.get("crc_data", 0.0) for e in errors)}
 
 
-def nvlink_errors(c: GpuInputs) -> Outcome:
-    s = c.settings
+def _nvlink_rate(c: GpuInputs, kind: str) -> tuple[float, float] | Outcome:
+    """(errors, seconds) of one kind summed over the GPU's links, or the outcome that
+    says why there is none."""
     if c.health is None:
         return Outcome(UNKNOWN, reason="NVLink not read")
     totals = _nvlink_totals(c)
     if totals is None or not any(link.errors for link in c.health.nvlinks):
         return Outcome(NOT_APPLICABLE)
-    time = c.health.time
-    replay = c.increase("nvlink_replay", time, totals["replay"])
-    crc = c.increase("nvlink_crc", time, totals["crc"])
-    if replay is None or crc is None:
+    seen = c.increase(f"nvlink_{kind}", c.health.time, totals[kind])
+    if seen is None:
         return Outcome(UNKNOWN, reason="NVLink error rate not known yet")
+    return seen
+
+
+def nvlink_replays(c: GpuInputs) -> Outcome:
+    s = c.settings
+    seen = _nvlink_rate(c, "replay")
+    if isinstance(seen, Outcome):
+        return seen
+    if seen[0] >= s.nvlink_replays_per_minute:
+        return Outcome(FAILED, seen[0], s.nvlink_replays_per_minute,
+                       reason="NVLink replay or recovery errors")
+    return Outcome(OK, seen[0], s.nvlink_replays_per_minute)
+
+
+def nvlink_errors(c: GpuInputs) -> Outcome:
+    """CRC errors: at the per-second rate fails, at the per-minute count warns."""
+    s = c.settings
+    crc = _nvlink_rate(c, "crc")
+    if isinstance(crc, Outcome):
+        return crc
     per_minute = crc[0] * min(1.0, s.window_seconds / crc[1])
     per_second = crc[0] / crc[1]
-    if replay[0] >= s.nvlink_replays_per_minute:
-        return Outcome(FAILED, replay[0], s.nvlink_replays_per_minute, RESET_GPU,
-                       "NVLink replay or recovery errors")
     if per_second >= s.nvlink_crc_per_second:
-        return Outcome(FAILED, round(per_second, 3), s.nvlink_crc_per_second, RESET_GPU,
-                       "NVLink CRC errors at the failure rate")
+        return Outcome(FAILED, round(per_second, 3), s.nvlink_crc_per_second,
+                       reason="NVLink CRC errors at the failure rate")
     if per_minute >= s.nvlink_crc_per_minute:
-        return Outcome(WARNING, per_minute, s.nvlink_crc_per_minute, NONE,
-                       "NVLink CRC errors")
+        return Outcome(WARNING, per_minute, s.nvlink_crc_per_minute,
+                       reason="NVLink CRC errors")
     return Outcome(OK, per_minute, s.nvlink_crc_per_minute)
 
 
@@ -114,7 +139,7 @@ def nvlink_links(c: GpuInputs) -> Outcome:
         return Outcome(NOT_APPLICABLE)
     up = sum(states)
     if up < expected:
-        return Outcome(FAILED, up, expected, RESET_GPU, "NVLink down")
+        return Outcome(FAILED, up, expected, reason="NVLink down")
     return Outcome(OK, up, expected)
 
 
@@ -129,7 +154,7 @@ def _violation(c: GpuInputs, key: str, name: str, what: str) -> Outcome:
     if seen is None:
         return Outcome(UNKNOWN, threshold=0, reason=f"{what} violation rate not known yet")
     if seen[0] > 0:
-        return Outcome(WARNING, round(seen[0], 3), 0, NONE, f"{what} violation time rising")
+        return Outcome(WARNING, round(seen[0], 3), 0, reason=f"{what} violation time rising")
     return Outcome(OK, 0.0, 0)
 
 
@@ -144,16 +169,38 @@ def power_violation(c: GpuInputs) -> Outcome:
                       "power")
 
 
+HW_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+
+def hw_slowdown(c: GpuInputs) -> Outcome:
+    """A hardware slowdown holding the clocks down now (the sweep's clock-event bits)."""
+    s = c.state
+    if s is None:
+        return Outcome(UNKNOWN, reason="clock events not read")
+    bits = s.get("clock_event_reasons")
+    if bits is None:
+        return Outcome(NOT_APPLICABLE)
+    active = [name for name in HW_SLOWDOWNS if int(bits) & CLOCK_EVENT_REASONS[name]]
+    if active:
+        return Outcome(WARNING, ",".join(active), None, reason="hardware slowdown")
+    return Outcome(OK, "none")
+
+
 CHECKS = (
     Check("pcie_replays", DCGM + ": replays/min above ceil(per-lane rate x lanes) warns",
           pcie_replays),
-    Check("pcie_link", "GpuPcieLinkGenerationDegraded rule: below max generation or width "
-          "under load warns", pcie_link),
-    Check("nvlink_errors", DCGM + ": replay/recovery >= 1/min or CRC >= 100/s fails, CRC "
-          ">= 1 warns", nvlink_errors),
+    Check("pcie_link", "PCIe link below its maximum generation while busy warns",
+          pcie_link),
+    Check("pcie_link_width", "PCIe link below its maximum width while busy warns",
+          pcie_link_width),
+    Check("nvlink_replays", DCGM + ": replay/recovery errors >= 1/min fails", nvlink_replays),
+    Check("nvlink_errors", DCGM + ": CRC errors >= 100/s fails, >= 1/min warns",
+          nvlink_errors),
     Check("nvlink_links", DCGM + ": a link down that should be up fails", nvlink_links),
     Check("thermal_violation", DCGM + ": thermal violation time rising warns",
           thermal_violation),
     Check("power_violation", DCGM + ": power violation time (HW power brake) rising warns",
           power_violation),
+    Check("hw_slowdown", "NVML clock event reasons: HW slowdown, HW thermal slowdown or HW "
+          "power brake active warns", hw_slowdown),
 )

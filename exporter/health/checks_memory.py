@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from exporter.health.context import Check, GpuInputs
 from exporter.health.model import (
-    DRAIN_AND_SERVICE,
     FAILED,
-    NONE,
     NOT_APPLICABLE,
     OK,
-    RESET_GPU,
     UNKNOWN,
     WARNING,
     Outcome,
@@ -28,7 +25,7 @@ def ecc_uncorrected(c: GpuInputs) -> Outcome:
     if value is None:
         return Outcome(NOT_APPLICABLE, threshold=0)
     if value > 0:
-        return Outcome(FAILED, value, 0, RESET_GPU, "uncorrectable ECC errors")
+        return Outcome(FAILED, value, 0, reason="uncorrectable ECC errors")
     return Outcome(OK, value, 0)
 
 
@@ -41,7 +38,7 @@ def retired_pages(c: GpuInputs) -> Outcome:
         return Outcome(NOT_APPLICABLE, threshold=limit)
     total = sum(h.retired_pages.values())
     if total >= limit:
-        return Outcome(FAILED, total, limit, DRAIN_AND_SERVICE, "too many retired pages")
+        return Outcome(FAILED, total, limit, reason="too many retired pages")
     return Outcome(OK, total, limit)
 
 
@@ -58,8 +55,8 @@ def retired_pages_recent(c: GpuInputs) -> Outcome:
     seen = c.increase("retired_dbe", h.time, dbe, WEEK, changes_only=True)
     new = seen[0] if seen is not None else 0.0
     if dbe > s.retired_dbe_pages_max and new > s.retired_dbe_new_pages_per_week:
-        return Outcome(FAILED, dbe, s.retired_dbe_pages_max, DRAIN_AND_SERVICE,
-                       "double-bit page retirements growing")
+        return Outcome(FAILED, dbe, s.retired_dbe_pages_max,
+                       reason="double-bit page retirements growing")
     return Outcome(OK, dbe, s.retired_dbe_pages_max)
 
 
@@ -70,8 +67,8 @@ def retired_pages_pending(c: GpuInputs) -> Outcome:
     if h.retired_pages_pending is None:
         return Outcome(NOT_APPLICABLE, threshold=0)
     if h.retired_pages_pending > 0:
-        return Outcome(WARNING, h.retired_pages_pending, 0, RESET_GPU,
-                       "page retirement pending (reset the GPU)")
+        return Outcome(WARNING, h.retired_pages_pending, 0,
+                       reason="page retirement pending (reset the GPU)")
     return Outcome(OK, 0, 0)
 
 
@@ -82,7 +79,7 @@ def row_remap_failure(c: GpuInputs) -> Outcome:
     if h.row_remap_failure is None:
         return Outcome(NOT_APPLICABLE, threshold=0)
     if h.row_remap_failure > 0:
-        return Outcome(FAILED, h.row_remap_failure, 0, DRAIN_AND_SERVICE, "row remap failed")
+        return Outcome(FAILED, h.row_remap_failure, 0, reason="row remap failed")
     return Outcome(OK, 0, 0)
 
 
@@ -93,8 +90,8 @@ def row_remap_pending(c: GpuInputs) -> Outcome:
     if h.row_remap_pending is None:
         return Outcome(NOT_APPLICABLE, threshold=0)
     if h.row_remap_pending > 0:
-        return Outcome(WARNING, h.row_remap_pending, 0, RESET_GPU,
-                       "row remap pending (reset the GPU)")
+        return Outcome(WARNING, h.row_remap_pending, 0,
+                       reason="row remap pending (reset the GPU)")
     return Outcome(OK, 0, 0)
 
 
@@ -108,7 +105,7 @@ def remapped_rows(c: GpuInputs) -> Outcome:
         return Outcome(NOT_APPLICABLE, threshold=limit)
     if rows >= limit:
         # the bank's spare rows run out: plan a service, nothing to do now
-        return Outcome(WARNING, rows, limit, NONE, "many rows remapped for uncorrectable errors")
+        return Outcome(WARNING, rows, limit, reason="many rows remapped for uncorrectable errors")
     return Outcome(OK, rows, limit)
 
 

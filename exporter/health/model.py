@@ -57,6 +57,7 @@ class CheckResult:
     since: float
     action: str = NONE
     reason: str = ""
+    port: str = ""  # "device/port" for a check judged per InfiniBand port
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from exporter.collectors.infiniband.reading import InfinibandReading
 from exporter.health import checks_board, checks_gpu, checks_links, checks_memory, checks_node
 from exporter.health.context import Check, GpuInputs
 from exporter.health.counters import CounterPoints
+from exporter.health.faults import GPU, NODE, PORT, fault
 from exporter.health.model import (
+    NOT_APPLICABLE,
     NOT_JUDGED,
     UNKNOWN,
     CheckResult,
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 GPU_CHECKS: tuple[Check, ...] = (*checks_gpu.CHECKS, *checks_memory.CHECKS,
                                   *checks_links.CHECKS, *checks_board.CHECKS)
 NODE_CHECKS: tuple[Check, ...] = checks_node.CHECKS
+PORT_CHECKS: tuple[Check, ...] = checks_node.PORT_CHECKS
 RE_JUDGE_SECONDS = 60.0  # judged again at least this often (XIDs age out of the hold)
 
 
@@ -59,12 +62,22 @@ def inputs_key(snapshot: Snapshot) -> tuple:
             int(snapshot.time // RE_JUDGE_SECONDS))
 
 
+def _action(scope: str, check: str, outcome: Outcome) -> str:
+    try:
+        row = fault(scope, check)
+    except KeyError:  # a check the table lacks (a test's own): what it says
+        return outcome.action
+    return row.action(outcome.state, outcome.action)
+
+
 class HealthMonitor:
     def __init__(self, settings: HealthSettings | None = None,
                  gpu_checks: Sequence[Check] = GPU_CHECKS,
-                 node_checks: Sequence[Check] = NODE_CHECKS):
+                 node_checks: Sequence[Check] = NODE_CHECKS,
+                 port_checks: Sequence[Check] = PORT_CHECKS):
         self.settings = settings or HealthSettings()
         self.gpu_checks, self.node_checks = tuple(gpu_checks), tuple(node_checks)
+        self.port_checks = tuple(port_checks)
         self.counters = CounterPoints()
         # (gpu, check) -> its last outcome and result: an unchanged outcome keeps its
         # result (and its `since`), and a GPU whose results all held keeps its verdict
@@ -116,16 +129,33 @@ class HealthMonitor:
         gpus = {}
         for gpu in range(snapshot.gpu_count):
             inputs = GpuInputs(snapshot, gpu, self.settings, self.counters)
-            results = tuple(self._run(check, inputs, gpu, snapshot.time)
+            results = tuple(self._run(check, inputs, gpu, snapshot.time, GPU)
                             for check in self.gpu_checks)
             gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
         node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus, self.counters)
-        own = self._verdict(None, tuple(self._run(check, node_inputs, None, snapshot.time)
-                                        for check in self.node_checks), "node: ")
-        return NodeHealth(snapshot.time, combine(own, list(gpus.values())), gpus,
+        own = [self._run(check, node_inputs, None, snapshot.time, NODE)
+               for check in self.node_checks]
+        own += self._ports(snapshot)
+        own_verdict = self._verdict(None, tuple(own), "node: ")
+        return NodeHealth(snapshot.time, combine(own_verdict, list(gpus.values())), gpus,
                           tuple(sorted(self._errors.items())))
 
-    def _run(self, check: Check, inputs: object, gpu: int | None, now: float) -> CheckResult:
+    def _ports(self, snapshot: Snapshot) -> list[CheckResult]:
+        """Each port check of each InfiniBand/RoCE port; where the node has none, each
+        check once, not applicable."""
+        ports = checks_node.infiniband_ports_of(snapshot)
+        if not ports:
+            return [CheckResult(check.name, NOT_APPLICABLE, None, None, check.source,
+                                snapshot.time) for check in self.port_checks]
+        out = []
+        for port in ports:
+            inputs = checks_node.PortInputs(snapshot, self.settings, self.counters, port)
+            out += [self._run(check, inputs, None, snapshot.time, PORT, inputs.name)
+                    for check in self.port_checks]
+        return out
+
+    def _run(self, check: Check, inputs: object, gpu: int | None, now: float, scope: str,
+             port: str = "") -> CheckResult:
         try:
             outcome = check.judge(inputs)
         except Exception:  # noqa: BLE001 - one broken check must not break the verdict
@@ -135,13 +165,15 @@ class HealthMonitor:
                 log.exception("health check %s failed; it reads unknown until it works",
                               check.name)
             outcome = Outcome(UNKNOWN, reason=f"{check.name} check failed")
-        key = (gpu, check.name)
+        key = (gpu, f"{check.name} {port}" if port else check.name)
         last = self._results.get(key)
         if last is not None and last[0] == outcome:
             return last[1]
         since = last[1].since if last is not None and last[1].state == outcome.state else now
+        # the action is the fault table's for the state (or, where it says so, the reading's)
+        action = _action(scope, check.name, outcome)
         result = CheckResult(check.name, outcome.state, outcome.value, outcome.threshold,
-                             check.source, since, outcome.action, outcome.reason)
+                             check.source, since, action, outcome.reason, port)
         self._results[key] = (outcome, result)
         return result
 

@@ -1,5 +1,6 @@
 """The health checks' thresholds: each declared once, NVIDIA's value as its default, and
-where that value comes from in the help (docs/health.md gives the same sources)."""
+where that value comes from in the help (docs/health.md gives the same sources). The alerts
+hold none: they read the checks' states (exporter/health/faults.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ class HealthSettings:
         key="health_pcie_replays_per_lane_per_minute", low=0.0, high=1e6, commands=_C)
     pcie_load_ratio: float = setting(
         0.5, "GPU utilization above which a PCIe link below its maximum generation or "
-        "width counts (links slow down at idle by design; the GpuPcieLinkGenerationDegraded "
-        "rule's condition)", key="health_pcie_load_ratio", low=0.0, high=1.0, commands=_C)
+        "width counts (links slow down at idle by design): the pcie_link and pcie_link_width "
+        "checks", key="health_pcie_load_ratio", low=0.0, high=1.0, commands=_C)
     retired_pages_max: float = setting(
         63.0, "retired pages (single- plus double-bit) at which the memory check fails "
         "(DCGM 4.x)", key="health_retired_pages_max", low=1.0, high=1e6, commands=_C)
@@ -41,22 +42,22 @@ class HealthSettings:
         "(DCGM 4.x)", key="health_remapped_rows_uncorrectable_max", low=1.0, high=1e9,
         commands=_C)
     nvlink_replays_per_minute: float = setting(
-        1.0, "NVLink replay or recovery errors in a minute at which the NVLink check fails "
-        "(DCGM 4.x)", key="health_nvlink_replays_per_minute", low=0.0, high=1e9,
+        1.0, "NVLink replay or recovery errors in a minute at which the nvlink_replays check "
+        "fails (DCGM 4.x)", key="health_nvlink_replays_per_minute", low=0.0, high=1e9,
         commands=_C)
     nvlink_crc_per_minute: float = setting(
-        1.0, "NVLink CRC errors in a minute at which the NVLink check warns (DCGM 4.x)",
+        1.0, "NVLink CRC errors in a minute at which the nvlink_errors check warns (DCGM 4.x)",
         key="health_nvlink_crc_per_minute", low=0.0, high=1e12, commands=_C)
     nvlink_crc_per_second: float = setting(
-        100.0, "NVLink CRC errors a second at which the NVLink check fails (DCGM 4.x)",
+        100.0, "NVLink CRC errors a second at which the nvlink_errors check fails (DCGM 4.x)",
         key="health_nvlink_crc_per_second", low=0.0, high=1e12, commands=_C)
     infiniband_symbol_errors_per_second: float = setting(
         10.0, "InfiniBand symbol errors a second (over 5 minutes) above which the "
-        "infiniband_link_errors check warns (NVSentinel's NIC monitor)",
+        "infiniband_symbol_errors check warns on the port (NVSentinel's NIC monitor)",
         key="health_infiniband_symbol_errors_per_second", low=0.0, high=1e12, commands=_C)
     infiniband_link_error_recovery_per_minute: float = setting(
         5.0, "InfiniBand link error recoveries a minute (over 5 minutes) above which the "
-        "infiniband_link_errors check warns (NVSentinel's NIC monitor)",
+        "infiniband_link_error_recovery check warns on the port (NVSentinel's NIC monitor)",
         key="health_infiniband_link_error_recovery_per_minute", low=0.0, high=1e9,
         commands=_C)
     window_seconds: float = setting(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
-from exporter.gpu.xid import xid_action
+from exporter.health.faults import xid_judgement
 from exporter.history.episodes import NODE
 from exporter.history.recorder import KEEP_SECONDS, WINDOW_SECONDS, History
 from exporter.history.writer import MAX_PENDING_EPISODES, REFUSED_REASONS
@@ -111,8 +111,8 @@ def history_families(history: History, now: float) -> Iterator[Metric]:
     per_node: Counter = Counter()
     for e in episodes:
         age = now - e.start
-        # an XID also by its action (exporter/gpu/xid.py), which its kind does not carry
-        groups = [e.kind] + ([f"xid:{xid_action(e.xid)[1]}"] if e.kind == "xid"
+        # an XID also by its action (the fault table's), which its kind does not carry
+        groups = [e.kind] + ([f"xid:{xid_judgement(e.xid).action}"] if e.kind == "xid"
                              and e.xid is not None else [])
         for window, seconds in WINDOW_SECONDS.items():
             inside = age <= seconds

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from exporter.gpu.state import GpuIdentity
-from exporter.health.model import FAILED, WARNING, CheckResult, NodeHealth, Verdict
+from exporter.health.faults import EPISODES
+from exporter.health.model import FAILED, WARNING, NodeHealth, Verdict
 from exporter.history.episodes import NODE, Episode, GpuKey, Merger
 from exporter.history.identities import GpuIdentities
 from exporter.history.store import Loaded, Store
@@ -48,17 +49,7 @@ _SOURCE = {"nvml": NVML_ONLY, "kmsg": LOG_ONLY}
 # failed is an episode of its kind, so a threshold changed in the health settings moves the
 # history with the verdict. XIDs are events, recorded as they come; a failed verdict is a
 # `health_failed` episode besides.
-CHECK_KINDS = {"ecc_uncorrected": "ecc_dbe", "retired_pages": "retired_pages",
-               "retired_pages_recent": "retired_pages", "retired_pages_pending": "retired_pages",
-               "row_remap_failure": "row_remap_failure", "row_remap_pending": "row_remap_pending",
-               "remapped_rows": "row_remap_pending",
-               "nvlink_errors": "nvlink_errors", "nvlink_links": "nvlink_degraded",
-               "pcie_replays": "pcie_replays", "pcie_link": "pcie_degraded",
-               "nvlink_fabric": "fabric_degraded", "thermal_violation": "thermal",
-               "power_violation": "thermal", "gpu_answering": "gpu_unresponsive",
-               "infiniband_ports": "ib_link_down", "infiniband_link_errors": "ib_degraded"}
-# the node's checks whose value names the ports: an episode per port, as NVSentinel keeps them
-PER_PORT = frozenset({"infiniband_ports", "infiniband_link_errors"})
+CHECK_KINDS = EPISODES  # each check's kind, from the fault table (exporter/health/faults.py)
 
 
 @dataclass(frozen=True)
@@ -294,24 +285,11 @@ class History:
                 continue
             if check.name == "gpu_answering" and check.value == "lost":
                 kind = "gpu_lost"
-            for subject, bad in self._subjects(key, check).items():
-                name = f"check {check.name}" + (f" {subject}" if subject else "")
-                if self._level(key, name, float(bad), at):
-                    self._occurred(key, kind, at, detail=subject)
-
-    def _subjects(self, key: GpuKey, check: CheckResult) -> dict[str, bool]:
-        """What a check's episodes are about, and whether each is bad now: "" for a GPU's
-        check; for a node check of PER_PORT, each port its value names (the InfiniBand link
-        errors name "port counter" pairs) and each port it named before, now ok."""
-        bad = check.state in (WARNING, FAILED)
-        if check.name not in PER_PORT:
-            return {"": bad}
-        words = str(check.value).split() if bad else []
-        named = set(words[0::2] if check.name == "infiniband_link_errors" else words)
-        prefix = f"check {check.name} "
-        before = {name[len(prefix):] for k, name in self.levels
-                  if k == key and name.startswith(prefix)}
-        return {port: port in named for port in sorted(named | before)}
+            # a check judged per port has an episode per port, as NVSentinel keeps them
+            name = f"check {check.name}" + (f" {check.port}" if check.port else "")
+            bad = check.state in (WARNING, FAILED)
+            if self._level(key, name, float(bad), at):
+                self._occurred(key, kind, at, detail=check.port)
 
     def _store_cursor(self) -> None:
         if self.boot_id and self.cursor >= 0:

@@ -1,10 +1,13 @@
 """The health verdicts as metric families (exporter/health/ judges them).
 
-States are one-hot gauges over all five states, as Prometheus practice has it for an
-enum (kube-state-metrics' phases): `gpu_health_state{state="failed"} == 0` is a known
-"not failed", not a missing series. The action is one series with value 1 and the
-action and the reasons as labels, like `gpu_recovery_action`: reasons are stable text
-(no values), so the series changes only when the verdict does.
+The verdicts' states are one-hot gauges over all five states, as Prometheus practice has
+it for an enum (kube-state-metrics' phases): `gpu_health_state{state="failed"} == 0` is a
+known "not failed", not a missing series. Each check's state is one series of value 1 that
+names the state (a fifth of the series, in every profile): the alerts select
+`{check="...", state="failed"}`, and a check is always present in one state. The action is
+one series with value 1 and the action and the reasons as labels, like
+`gpu_recovery_action`: reasons are stable text (no values), so the series changes only
+when the verdict does.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.families import FULL, MINIMAL, Family
+from exporter.families import MINIMAL, Family
 from exporter.health.model import STATES, NodeHealth
 from exporter.metrics.gpu import GPU_LABELS
 from exporter.sampling.snapshot import Snapshot
@@ -35,9 +38,12 @@ ACTION = Family(
         "failed checks) and the reasons in one line.")
 CHECK_STATE = Family(
     "gpu_health_check_state", "gauge",
-    "1 on each check's state, 0 on the others (docs/health.md lists the checks).",
-    (*GPU_LABELS, "check", "state"), source="health checks", profile=FULL,
-    doc="1 on each check's state, 0 on the others (`full` only).")
+    "Value 1, one series per check: the check's current state (docs/health.md lists the "
+    "checks and the alerts on them).", (*GPU_LABELS, "check", "state"),
+    source="health checks", profile=MINIMAL,
+    doc="Value 1, one series per check of the GPU, `state` its current state (a check's "
+        "series changes `state` when it turns). The GPU-hardware alerts read it "
+        "([health.md](health.md#the-fault-table)).")
 NODE_STATE = Family(
     "gpu_node_health_state", "gauge", STATE_HELP.format(whose="node's"), ("state",),
     source="health checks", profile=MINIMAL,
@@ -49,8 +55,13 @@ NODE_ACTION = Family(
     "own checks'.", ("action", "reason"), source="health checks", profile=MINIMAL,
     doc="Value 1: the node's action and reasons (each GPU's named `GPU N: ...`).")
 NODE_CHECK_STATE = Family(
-    "gpu_node_health_check_state", "gauge", "1 on each node check's state, 0 on the others.",
-    ("check", "state"), source="health checks")
+    "gpu_node_health_check_state", "gauge",
+    "Value 1, one series per node check (and per InfiniBand port for the port checks): "
+    "the check's current state.", ("check", "device", "port", "state"),
+    source="health checks", profile=MINIMAL,
+    doc="Value 1, one series per node check, `state` its current state; the InfiniBand "
+        "checks once per port (`device`, `port`; empty for the others). The fabric alerts "
+        "read it.")
 CHECK_ERRORS = Family(
     "cte_health_check_errors_total", "counter",
     "Times a health check raised instead of judging (it reads unknown then).", ("check",),
@@ -75,9 +86,7 @@ def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]
             state.add_metric([*labels, name], 1.0 if v.state == name else 0.0)
         action.add_metric([*labels, v.action, v.reasons], 1.0)
         for result in v.checks:
-            for name in STATES:
-                check.add_metric([*labels, result.name, name],
-                                 1.0 if result.state == name else 0.0)
+            check.add_metric([*labels, result.name, result.state], 1.0)
     yield from (state, action, check)
     node = health.node
     node_state = NODE_STATE.gauge()
@@ -87,7 +96,7 @@ def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]
     node_action.add_metric([node.action, node.reasons], 1.0)
     node_check = NODE_CHECK_STATE.gauge()
     for result in node.checks:
-        for name in STATES:
-            node_check.add_metric([result.name, name], 1.0 if result.state == name else 0.0)
+        device, _, port = result.port.rpartition("/")
+        node_check.add_metric([result.name, device, port, result.state], 1.0)
     yield from (node_state, node_action, node_check)
     yield CHECK_ERRORS.by_label(dict(health.check_errors))

@@ -99,8 +99,10 @@ class Selection:
         traffic = [n for n in ("gpu_nvlink_transmit_bytes_total",
                                "gpu_nvlink_receive_bytes_total") if self.wants(n)]
         verdict = any(self.wants(n) for n in ("gpu_health_state", "gpu_health_action",
+                                              "gpu_health_check_state",
                                               "gpu_node_health_state",
-                                              "gpu_node_health_action"))
+                                              "gpu_node_health_action",
+                                              "gpu_node_health_check_state"))
         return NvlinkReads(
             state=(self.wants("gpu_nvlink_link_up") or self.wants("gpu_nvlink_links_active")
                    or verdict),
