@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.health.faults import HARDWARE_ACTIONS, xid_judgement
+from exporter.gpu.xid import HARDWARE_ACTIONS, xid_row
 
 DAY = 86400.0
 WINDOWS: tuple[tuple[str, float], ...] = (("1d", 1.0), ("7d", 7.0), ("28d", 28.0))
@@ -54,9 +54,10 @@ HARDWARE_XID_ACTIONS = HARDWARE_ACTIONS
 
 def counted(kind: str, xid: int | None) -> bool:
     """Whether an episode enters the score: every kind's does, but an XID's only where the
-    fault table says it counts (exporter/health/faults.py, xid_judgement: not ok, and a
-    reset, a reboot or service); an XID without a code (a trace that names none) counts."""
-    return kind != "xid" or xid is None or xid_judgement(xid).lemon
+    XID table says it counts (exporter/gpu/xid.py's `lemon`, which the fault table's
+    xid_judgement reads too: not ok, and a reset, a reboot or service); an XID without a
+    code (a trace that names none) counts."""
+    return kind != "xid" or xid is None or xid_row(xid).lemon
 
 # Chosen on rolling origins of InfiniteHBD-Trace (scripts/eval_lemons.py prints the choice;
 # tests/test_eval_lemons.py checks these are what it ships): the simplest candidate within

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 RESTART_APPLICATION, RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE = (
     "restart_application", "reset_gpu", "reboot_node", "drain_and_service")
+# The actions that say the GPU (not the application) is at fault: an XID asking for one
+# counts in the lemon score.
+HARDWARE_ACTIONS = frozenset({RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE})
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,11 @@ class Xid:
     klass: str  # critical, warning, application or unknown (the counter's `class` label)
     state: str  # the health state it puts the GPU in: ok, warning or failed
     action: str  # the action it asks for (exporter/health/model.py's ACTIONS)
+
+    @property
+    def lemon(self) -> bool:
+        """Counts against the GPU in the lemon score: not ok, and a hardware action."""
+        return self.state != "ok" and self.action in HARDWARE_ACTIONS
 
 
 TABLE: dict[int, Xid] = {

@@ -24,7 +24,6 @@ from exporter.health.model import (
     DRAIN_AND_SERVICE,
     FAILED,
     NONE,
-    OK,
     REBOOT_NODE,
     RESET_GPU,
     WARNING,
@@ -37,7 +36,7 @@ SEVERITY = {FAILED: "critical", WARNING: "warning"}
 BY_READING = "by_reading"  # the action depends on what was read (the XID, the driver's ask)
 RUNBOOKS = ("https://github.com/cluster-telemetry-exporter/cluster-telemetry-exporter/blob/"
             "main/docs/runbooks.md")
-HARDWARE_ACTIONS = frozenset({RESET_GPU, REBOOT_NODE, DRAIN_AND_SERVICE})
+HARDWARE_ACTIONS = catalog.HARDWARE_ACTIONS
 
 
 def severity(state: str) -> str:
@@ -291,5 +290,4 @@ def xid_judgement(code: int) -> XidJudgement:
     score: the catalog row's state and action; it counts against the GPU where it is not
     ok and asks for a reset, a reboot or service."""
     row = catalog.xid_row(code)
-    return XidJudgement(row.state, row.action, severity(row.state),
-                        row.state != OK and row.action in HARDWARE_ACTIONS)
+    return XidJudgement(row.state, row.action, severity(row.state), row.lemon)
