@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -489,3 +490,12 @@ def test_the_spin_ceiling_lies_between_spinning_and_the_lightest_compute():
         assert levels.idle < levels.spin < SPIN_CEILING_SHARE < LIGHTEST_COMPUTE_SHARE
         assert levels.compute >= LIGHTEST_COMPUTE_SHARE and levels.sources
     assert GoodputThresholds().spin_ceiling_share == SPIN_CEILING_SHARE
+
+
+def test_the_evaluation_refuses_held_out_seeds_among_the_tuning_ones():
+    script = str(Path(__file__).resolve().parent.parent / "scripts" / "eval_goodput.py")
+    for args, said in ((["--held-out-from", "5"], "--held-out-from must be at least 80"),
+                       (["--held-out", "-1"], "--held-out must be 0 or more"),
+                       (["--held-out-from", "x"], "invalid int value")):
+        run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+        assert run.returncode == 2 and said in run.stderr, args
