@@ -11,7 +11,9 @@ Every second of every GPU gets one state (:data:`STATES`), from what the GPUs sh
   peer), at once; busy-waiting longer than ``fill_seconds`` while its job works;
 - ``productive``: it works (power at its compute level; high utilization above the spin
   level; utilization where power is flat), and short dips (a step's communication phase,
-  under ``fill_seconds``) are part of it; busy-waiting never is;
+  under ``fill_seconds``) are part of it, so are a pause's edges that look like that phase
+  (every GPU of the job busy at low power: analysis.goodput_stretch) and the low seconds
+  between a job's first seconds of work; busy-waiting never is;
 - ``checkpoint``: a pause inside a running job, followed by work again within
   ``max_checkpoint_seconds``, that looks like a checkpoint and keeps the job's rhythm
   (analysis.checkpoints: sharded, or written by rank 0 while the others spin);
@@ -41,7 +43,6 @@ import numpy as np
 from exporter.analysis.checkpoints import (
     CHECKPOINT_LOOKS,
     CULPRIT,
-    ELSEWHERE,
     SPIN_CEILING_SHARE,
     TOGETHER,
     WRITER,
@@ -49,6 +50,7 @@ from exporter.analysis.checkpoints import (
     Rhythm,
     pause_look,
 )
+from exporter.analysis.goodput_stretch import ALONE, AT, WAITS, Stretch
 from exporter.analysis.stalls import StallThresholds
 
 PRODUCTIVE, CHECKPOINT, STALLED, STARTING, IDLE, FAILED, UNALLOCATED, UNKNOWN = range(8)
@@ -93,6 +95,7 @@ class GoodputThresholds:
     # ... or, the power limit known, at power <= this share of it (analysis.checkpoints)
     spin_ceiling_share: float = SPIN_CEILING_SHARE
     fill_seconds: float = 3.0  # a low stretch shorter than this inside work is work
+    step_seconds: float = 3.0  # a job steps once it has worked this long
     max_checkpoint_seconds: float = 900.0  # a longer pause is idle, not a checkpoint
     max_start_seconds: float = 1800.0  # a longer start (or recovery) is idle
     bridge_seconds: float = BRIDGE_SECONDS
@@ -156,18 +159,21 @@ def work_and_waiting(power: np.ndarray, floor: np.ndarray, level: np.ndarray,
                      utilization: np.ndarray | None, tdp: np.ndarray | None,
                      limit: np.ndarray | None,
                      th: GoodputThresholds = GoodputThresholds()
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Whether each GPU works and whether it busy-waits: :func:`working`, or busy (high
-    utilization) above the spin level, which is a kernel that computes (so a compute level
-    set high by minutes at the power cap does not make later, lighter steps idle); and
-    :func:`busy_waiting` against ``limit`` (the power limit, or a stand-in for it)."""
-    works = working(power, floor, level, utilization, tdp, th)
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whether each GPU works, whether it busy-waits, and whether it is busy at low power:
+    :func:`working`, or busy (high utilization) above the spin level, which is a kernel
+    that computes (so a compute level set high by minutes at the power cap does not make
+    later, lighter steps idle); :func:`busy_waiting` against ``limit`` (the power limit,
+    or a stand-in for it); and busy without the power :func:`working` asks (waiting, or a
+    step's communication phase: NCCL's kernels moving data)."""
+    computes = working(power, floor, level, utilization, tdp, th)
     waits = busy_waiting(power, level, utilization, th, limit)
-    if utilization is not None:
-        with np.errstate(invalid="ignore"):
-            works |= (np.asarray(utilization) >= th.wait_utilization) & ~waits & (
-                np.isfinite(np.asarray(power, dtype=np.float64)))
-    return works & ~waits, waits
+    if utilization is None:
+        return computes & ~waits, waits, np.zeros(computes.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        busy = (np.asarray(utilization) >= th.wait_utilization) & (
+            np.isfinite(np.asarray(power, dtype=np.float64)))
+    return (computes | busy) & ~waits, waits, busy & (waits | ~computes)
 
 
 @dataclass(frozen=True)
@@ -187,28 +193,9 @@ class Second:
     # GPUs here has a known rank takes its lowest-numbered GPU for rank 0 (the launchers'
     # usual order)
     ranks: np.ndarray | None = None
-
-
-# how a pending second of a GPU looked: its job paused in one of analysis.checkpoints'
-# looks, or the GPU low alone while its job works
-ALONE = "alone"
-LOOKS = (TOGETHER, WRITER, ELSEWHERE, CULPRIT, ALONE)
-_AT = {look: i for i, look in enumerate(LOOKS)}
-_WAITS = [_AT[WRITER], _AT[ELSEWHERE], _AT[CULPRIT]]  # waiting in a collective
-
-
-@dataclass
-class _Pending:
-    """A GPU's undecided stretch after steps: seconds and joules by how they looked, and
-    its seconds in each of its job's pauses (by serial number)."""
-
-    seconds_by: np.ndarray = field(default_factory=lambda: np.zeros(len(LOOKS)))
-    joules_by: np.ndarray = field(default_factory=lambda: np.zeros(len(LOOKS)))
-    in_pause: dict[int, float] = field(default_factory=dict)
-
-    @property
-    def seconds(self) -> float:
-        return float(self.seconds_by.sum())
+    # busy at low power (work_and_waiting): what a step's communication phase shows (None:
+    # not known)
+    busy_low: np.ndarray | None = None
 
 
 @dataclass
@@ -298,7 +285,7 @@ class Ledger:
         self.pauses: list[Pause] = []  # every job's pauses as decided, the last MAX_PAUSES
         self.pauses_decided = 0  # ever (the list keeps the last MAX_PAUSES)
         self._jobs: dict[str, _Job] = {}
-        self._pending: list[_Pending | None] = [None] * n
+        self._pending: list[Stretch | None] = [None] * n
         self._long_low = [False] * n  # low past max_checkpoint: idle until it works again
         self._last: list[int | None] = [None] * n  # last state (None: pending), to bridge
         self._hole = [0.0] * n  # seconds without a reading so far
@@ -326,20 +313,25 @@ class Ledger:
             return
         self._pending[gpu] = None
         th = self.thresholds
-        sec, jou = p.seconds_by, p.joules_by
         if how == "work" and p.seconds < th.fill_seconds:
-            self._add(gpu, PRODUCTIVE, float(sec.sum()), float(jou.sum()))
+            self._add(gpu, PRODUCTIVE, p.seconds, float(p.joules_by.sum()))
             return
-        if how == "work" and p.seconds <= th.max_checkpoint_seconds and job is not None and (
-                job.is_checkpoint(p.in_pause)):
+        # a pause's edges that show what the steps' communication phase shows (every GPU
+        # of the job busy at low power) are the steps': the pause begins where its own
+        # look does (a GPU near idle, or one holding its peers up)
+        edge = p.trim(trail=how == "work")
+        self._add(gpu, PRODUCTIVE, *edge)
+        sec, jou = p.seconds_by, p.joules_by
+        if how == "work" and p.seconds + edge[0] <= th.max_checkpoint_seconds and (
+                job is not None and job.is_checkpoint(p.in_pause)):
             self._add(gpu, CHECKPOINT, float(sec.sum()), float(jou.sum()))
             return
-        waits = sec[_WAITS].sum(), jou[_WAITS].sum()
+        waits = sec[WAITS].sum(), jou[WAITS].sum()
         self._add(gpu, STALLED, float(waits[0]), float(waits[1]))
-        together, alone = _AT[TOGETHER], _AT[ALONE]
+        together, alone = AT[TOGETHER], AT[ALONE]
         if how == "failure":
             low = STARTING, STARTING
-        elif how == "work" and p.seconds <= th.max_checkpoint_seconds:
+        elif how == "work" and p.seconds + edge[0] <= th.max_checkpoint_seconds:
             low = CHECKPOINT, IDLE
         else:
             low = IDLE, IDLE
@@ -408,11 +400,15 @@ class Ledger:
         for name, rows in rows_of.items():
             self._job_second(name, rows, dt, _Evidence(live, works, waits, named, failed),
                              s.ranks, stalled, look)
+        comm: dict[str, bool] = {}  # jobs showing the steps' communication phase
         for gpu in range(n):
             job = self._jobs.get(jobs[gpu]) if held[gpu] else None
             state = self._state(gpu, s, held, failed, works, stalled, look, job)
             if state is None:
-                self._hold_back(gpu, look[gpu] or ALONE, dt, joules[gpu], job)
+                name = jobs[gpu]
+                if name not in comm:  # only for a job with a GPU pending (seldom)
+                    comm[name] = _communicates(rows_of[name], live, s.busy_low)
+                self._hold_back(gpu, look[gpu] or ALONE, dt, joules[gpu], job, comm[name])
             else:
                 self._add(gpu, state, dt, joules[gpu])
             self._last[gpu] = state
@@ -430,7 +426,7 @@ class Ledger:
             e.waits[rows].sum() < share * mine.sum())
         if job_works:
             job.working_seconds += dt
-            job.stepped |= job.working_seconds >= self.thresholds.fill_seconds
+            job.stepped |= job.working_seconds >= self.thresholds.step_seconds
         elif not job.stepped:
             job.starting_seconds += dt
         if e.failed[rows].any():  # busy-waiting on a hung (failed) peer: a stall at once
@@ -511,12 +507,12 @@ class Ledger:
         return job
 
     def _hold_back(self, gpu: int, look: str, dt: float, joules: float,
-                   job: _Job | None) -> None:
-        """A second after steps that is not work: pending until its stretch is decided."""
-        p = self._pending[gpu] or _Pending()
+                   job: _Job | None, comm: bool = False) -> None:
+        """A second after steps that is not work: pending until its stretch is decided;
+        ``comm``: its job showed the steps' communication phase."""
+        p = self._pending[gpu] or Stretch()
         self._pending[gpu] = p
-        p.seconds_by[_AT[look]] += dt
-        p.joules_by[_AT[look]] += joules
+        p.add(AT[look], dt, joules, comm)
         if job is not None and job.pause is not None and look != ALONE:
             serial = job.pause.serial
             p.in_pause[serial] = p.in_pause.get(serial, 0.0) + dt
@@ -551,11 +547,25 @@ class Ledger:
             self._long_low[gpu] = False
             return PRODUCTIVE
         if not job.stepped:
+            # low between the job's first seconds of work: a step's low phase if the steps
+            # go on, its start if it stays low as long as a pause must last
+            p = self._pending[gpu]
+            if job.working_seconds > 0 and (p.seconds if p else 0.0) + s.dt < th.fill_seconds:
+                return None
             self._resolve(gpu, "failure")
             return STARTING if job.starting_seconds <= th.max_start_seconds else IDLE
         if self._long_low[gpu] and look[gpu] in (None, ALONE, TOGETHER):
             return IDLE
         return None
+
+
+def _communicates(rows: list[int], live: np.ndarray, busy_low: np.ndarray | None) -> bool:
+    """Whether a job shows what its steps' communication phase shows: every live GPU of
+    it busy at low power (False where that is not known)."""
+    if busy_low is None:
+        return False
+    mine = [g for g in rows if live[g]]
+    return bool(mine) and all(busy_low[g] for g in mine)
 
 
 def first_rank(rows: Sequence[int], ranks: np.ndarray | None) -> int | None:

@@ -21,15 +21,17 @@ from exporter.analysis.goodput import (
 
 THRESHOLDS = GoodputThresholds()
 
-# offline: each second judged on a mean over at least this many readings, so one reading
-# caught in a step's low phase (the nanoGPT log polls every 0.3 s) is no pause
-SMOOTH_SAMPLES = 5
+# offline, sparse readings: a pause must last as long as two runs of this many readings,
+# so readings caught in a step's low phase are no pause (instant readings once a second of
+# a step near a whole number of seconds long catch its communication phase several times
+# in a row)
+SPARSE_SAMPLES = 5
 
 
-def smoothing_seconds(sample_interval_seconds: float) -> int:
-    """Seconds of readings each second is judged on (offline): one, or enough to hold
-    SMOOTH_SAMPLES readings, so one reading caught in a step's low phase is no pause."""
-    return max(1, math.ceil(SMOOTH_SAMPLES * sample_interval_seconds - 1e-9))
+def sparse_seconds(sample_interval_seconds: float) -> int:
+    """Seconds that hold SPARSE_SAMPLES readings (offline; one where readings are dense):
+    a pause or stall lasts at least two such."""
+    return max(1, math.ceil(SPARSE_SAMPLES * sample_interval_seconds - 1e-9))
 
 
 # offline: readings gone this long while peers report through PEERS_REPORTING of it is a
@@ -73,19 +75,6 @@ def _missing_runs(has: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
-def rolling_mean(x: np.ndarray, k: int) -> np.ndarray:
-    """Centred mean of each row's finite values over ``k`` seconds (NaN where none)."""
-    x = np.asarray(x, dtype=np.float64)
-    ok = np.isfinite(x)
-    pad = ((0, 0), (k // 2 + 1, k - 1 - k // 2))
-    c = np.cumsum(np.pad(np.where(ok, x, 0.0), pad), axis=1)
-    m = np.cumsum(np.pad(ok.astype(np.float64), pad), axis=1)
-    total, count = c[:, k:] - c[:, :-k], m[:, k:] - m[:, :-k]
-    out = np.full(x.shape, np.nan)
-    np.divide(total, count, out=out, where=count > 0)
-    return out
-
-
 def _hold(x: np.ndarray, where: np.ndarray) -> np.ndarray:
     """x with each marked second taking the value of the last unmarked one before it."""
     idx = np.where(where, 0, np.arange(x.shape[1])[None, :])
@@ -95,7 +84,7 @@ def _hold(x: np.ndarray, where: np.ndarray) -> np.ndarray:
 
 def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray | None = None,
             tdp: np.ndarray | None = None, stalled: np.ndarray | None = None,
-            failed: np.ndarray | None = None, smooth_seconds: int = 1,
+            failed: np.ndarray | None = None, sparse: int = 1,
             thresholds: GoodputThresholds = THRESHOLDS) -> Ledger:
     """The whole account of a stretch seen with hindsight (``analyze``): per-second power
     (N, T) (NaN: no reading), the seconds' lengths (T,) (the last may be partial),
@@ -113,13 +102,11 @@ def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray |
     if utilization is not None:
         utilization = _hold(np.asarray(utilization, dtype=np.float64), held_over)
     has = np.isfinite(p)
-    if smooth_seconds > 1:  # sparse readings of a fast step: judge a few together, and
-        # take a pause or stall to be as long as two such means at least
-        p = np.where(has, rolling_mean(p, smooth_seconds), np.nan)
-        thresholds = dataclasses.replace(
-            thresholds, fill_seconds=max(thresholds.fill_seconds, 2.0 * smooth_seconds))
-        if utilization is not None:
-            utilization = rolling_mean(utilization, smooth_seconds)
+    # each second is judged on its own readings (a mean over several seconds would move a
+    # pause's edges by how its GPUs' levels compare, and hide a light GPU's compute phase
+    # among its communication readings); sparse ones must show a pause for longer
+    thresholds = dataclasses.replace(
+        thresholds, fill_seconds=max(thresholds.fill_seconds, 2.0 * sparse))
     floor, level = np.full(n, np.nan), np.full(n, np.nan)
     for i in range(n):
         fin = p[i][has[i]]
@@ -130,14 +117,15 @@ def account(power: np.ndarray, *, weights: np.ndarray, utilization: np.ndarray |
     top = np.array([np.max(row[np.isfinite(row)]) if np.isfinite(row).any() else np.nan
                     for row in p])
     limit = top if tdp is None else np.where(np.isfinite(tdp), tdp, top)
-    works, waits = work_and_waiting(p, floor, level, utilization, tdp, limit, thresholds)
+    works, waits, busy_low = work_and_waiting(p, floor, level, utilization, tdp, limit,
+                                              thresholds)
     if failed is None:
         failed = lost_runs(has, max(LOST_SECONDS, 2 * thresholds.bridge_seconds))
     stall = np.zeros((n, t), dtype=bool) if stalled is None else np.asarray(stalled, bool)
     ledger = Ledger(n, dataclasses.replace(thresholds, bridge_seconds=0.0))
     for i in range(t):
         ledger.step(Second(float(weights[i]), has[:, i], p[:, i], works[:, i], waits[:, i],
-                           stall[:, i], failed[:, i]))
+                           stall[:, i], failed[:, i], busy_low=busy_low[:, i]))
     ledger.close()
     return ledger
 

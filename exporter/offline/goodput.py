@@ -12,7 +12,7 @@ import numpy as np
 
 from exporter.analysis.checkpoints import describe_checkpoints
 from exporter.analysis.goodput import STATES, GoodputThresholds, bridge_limit, goodput_ratio
-from exporter.analysis.goodput_trace import account, per_second, smoothing_seconds
+from exporter.analysis.goodput_trace import account, per_second, sparse_seconds
 from exporter.traces.trace import Trace
 
 LOST_PROGRESS_NOTE = (
@@ -26,29 +26,36 @@ def time_accounting(trace: Trace, gpus: Sequence[int], start: float, duration: f
                     stalls: Sequence[tuple[float, float, Sequence[int]]]) -> dict[str, Any]:
     """The account of ``gpus`` over [start, start + duration] (Unix seconds), one-second
     bins; ``stalls``: (start, end) from ``start`` and the GPUs the stall check named."""
-    bins = max(1, math.ceil(duration - 1e-9))
+    # the seconds are laid so that the readings fall mid-second: a reading stands for the
+    # time nearest it, so a pause's edges between two readings are not moved half a
+    # second later on average (sparse readings, one a second, would else sit at the
+    # seconds' edges)
+    lead = _lead(trace, gpus, start)
+    origin = start - lead  # the first second starts here, up to 1 s before the trace
+    bins = max(1, math.ceil(duration + lead - 1e-9))
     weights = np.ones(bins)
-    weights[-1] = duration - (bins - 1) if duration > 0 else 0.0
+    weights[0] = 1.0 - lead
+    weights[-1] = max(0.0, duration + lead - (bins - 1)) if bins > 1 else max(0.0, duration)
     power = np.full((len(gpus), bins), np.nan)
     util = np.full((len(gpus), bins), np.nan)
     for i, gpu in enumerate(gpus):
         s = trace.series[gpu]
-        power[i] = per_second(s.t, s.fields["power_watts"], start, bins)[0]
+        power[i] = per_second(s.t, s.fields["power_watts"], origin, bins)[0]
         if "utilization_gpu_ratio" in s.fields:
-            util[i] = per_second(s.t, s.fields["utilization_gpu_ratio"], start, bins)[0]
+            util[i] = per_second(s.t, s.fields["utilization_gpu_ratio"], origin, bins)[0]
     stalled = np.zeros((len(gpus), bins), dtype=bool)
     row = {gpu: i for i, gpu in enumerate(gpus)}
     for a, b, named in stalls:
         rows = [row[g] for g in named if g in row]
-        stalled[np.ix_(rows, range(max(0, math.floor(a)), min(bins, math.ceil(b))))] = True
+        stalled[np.ix_(rows, range(max(0, math.floor(a + lead)),
+                                   min(bins, math.ceil(b + lead))))] = True
     # the trace's gap rule (analysis/bridging.py, "goodput"): holes up to the bridge hold
     # the readings before them, longer ones are unknown
     th = GoodputThresholds(bridge_seconds=bridge_limit(sample_interval))
     ledger = account(power, weights=weights,
                      utilization=util if np.isfinite(util).any() else None,
                      tdp=tdp if np.isfinite(tdp).any() else None, stalled=stalled,
-                     smooth_seconds=smoothing_seconds(sample_interval),
-                     thresholds=th)
+                     sparse=sparse_seconds(sample_interval), thresholds=th)
     n = len(gpus)
     seconds = ledger.seconds.sum(axis=0) / n
     return {
@@ -77,6 +84,27 @@ def time_accounting(trace: Trace, gpus: Sequence[int], start: float, duration: f
             [dataclasses.replace(p, writer=None if p.writer is None else gpus[p.writer])
              for p in ledger.pauses]),
     }
+
+
+PHASE_KEPT = 0.5  # readings keep a phase within a second when their mean vector is this long
+
+
+PHASE_READINGS = 4096  # per GPU, the readings the phase is taken from (evenly spread)
+
+
+def _lead(trace: Trace, gpus: Sequence[int], start: float) -> float:
+    """How far before ``start`` a second centred on the readings begins, in [0, 1): half a
+    second before their phase within a second (its circular mean over every GPU; 0 where
+    they keep none)."""
+    s = c = count = 0.0
+    for g in gpus:
+        t = trace.series[g].t if g in trace.series else np.zeros(0)
+        t = t[:: max(1, t.size // PHASE_READINGS)]
+        a = 2 * np.pi * (t[np.isfinite(t)] - start)
+        s, c, count = s + float(np.sin(a).sum()), c + float(np.cos(a).sum()), count + a.size
+    if not count or math.hypot(s, c) < PHASE_KEPT * count:
+        return 0.0  # readings at every phase (more than one a second): no phase to keep
+    return float((0.5 - math.atan2(s, c) / (2 * np.pi)) % 1.0)
 
 
 def stall_causes(stalls: list[dict[str, Any]], acc: dict[str, Any]) -> None:

@@ -116,14 +116,14 @@ class GoodputMonitor:
             return Second(dt, nothing, power, nothing, nothing, nothing, lost,
                           *_holders(groups, n), ranks=self._ranks)
         power, util = means
-        works, waits = work_and_waiting(power, floor, level, util, tdp, tdp)
+        works, waits, busy_low = work_and_waiting(power, floor, level, util, tdp, tdp)
         named = np.zeros(n, dtype=bool)
         if stall is not None and stall.stalled:
             for g in (*stall.waiting_gpus, *stall.culprit_gpus):
                 if 0 <= g < n:
                     named[g] = True
         return Second(dt, np.isfinite(power), power, works, waits, named, lost,
-                      *_holders(groups, n), ranks=self._ranks)
+                      *_holders(groups, n), ranks=self._ranks, busy_low=busy_low)
 
 
 def _holders(groups: Mapping[int, str] | None, n: int
