@@ -122,3 +122,38 @@ def test_nothing_judged_is_information_with_no_fallback():
     assert {f["kind"] for f in found} == {"xid", "gpu_lost", "clock_event"}
     assert {f["severity"] for f in found} == {"info"}
     assert {f["details"]["verdict"]["state"] for f in found} == {UNKNOWN}
+
+
+def _nvlink_judged(errors: str, replays: str) -> NodeHealth:
+    def check(name: str, state: str) -> CheckResult:
+        action = RESET_GPU if state == FAILED else "none"
+        return CheckResult(name, state, 3.0, 1.0, "test", 0.0, action, f"{name} says so")
+
+    gpu = verdict((check("nvlink_errors", errors), check("nvlink_replays", replays)))
+    return NodeHealth(100.0, verdict(()), {0: gpu})
+
+
+@pytest.mark.parametrize(("errors", "replays", "severity", "by"), [
+    (OK, FAILED, "critical", "nvlink_replays"),
+    (WARNING, OK, "warning", "nvlink_errors"),
+    (FAILED, FAILED, "critical", "nvlink_errors"),  # equals: the verdict's first
+    (OK, OK, "info", "nvlink_errors"),
+])
+def test_the_nvlink_finding_takes_the_worse_of_crc_and_replay_errors(errors, replays,
+                                                                      severity, by):
+    """Replay and recovery errors are their own check (nvlink_replays): the NVLink
+    finding reads at the worse of it and the CRC check, and says which judged it."""
+    from exporter.gpu.health import NvLink
+
+    links = (NvLink(0, True, errors={"replay": 3.0, "crc_flit": 0.0}),)
+    reads = GpuHealth(100.0, {}, {}, None, {}, 0.0, 0.0, "none", links)
+    snap = make_snapshot(1, time=100.0, device_reads={0: reads})
+    [found] = [f for f in hardware_findings(snap, _nvlink_judged(errors, replays))
+               if f["kind"] == "nvlink"]
+    assert found["severity"] == severity
+    assert found["details"]["verdict"]["check"] == by
+    assert found["details"]["errors"] == {"replay": 3.0}
+    if severity == "critical":
+        assert found["message"].startswith(f"GPU 0: {by} says so (3 against 1); ")
+        assert found["message"].endswith(": " + ACTION_WORDS[RESET_GPU])
+

@@ -105,7 +105,7 @@ CASES = {
     "pcie_link_width": ("pcie_load_ratio", 0.95, pcie_x8, [(0, 0.0)], "warning", "ok",
                         None),
     "nvlink_replays": ("nvlink_replays_per_minute", 5.0, nvlink("replay"),
-                       [(0, 0.0), (60, 3.0)], "failed", "ok", None),
+                       [(0, 0.0), (60, 3.0)], "failed", "ok", "nvlink"),
     "nvlink_errors": ("nvlink_crc_per_minute", 60.0, nvlink("crc_flit"),
                       [(0, 0.0), (60, 30.0)], "warning", "ok", "nvlink"),
     "nvlink_errors/second": ("nvlink_crc_per_second", 200.0, nvlink("crc_flit"),

@@ -217,7 +217,9 @@ def _nvlink(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
         errors = {k: v for k, v in sorted(totals.items()) if v}
         if errors:
             text = ", ".join(f"{v:.0f} {k.replace('_', ' ')}" for k, v in errors.items())
-            check = _judged(verdict, "nvlink_errors")
+            # CRC errors and replay/recovery errors are two checks: the worse one judges
+            # (details.verdict.check names it)
+            check = _judged(verdict, "nvlink_errors", "nvlink_replays")
             judged = (f"{check.reason} ({check.value:g} against {check.threshold:g}); "
                       if check is not None and _severity(check) != INFO
                       and isinstance(check.value, float | int)
