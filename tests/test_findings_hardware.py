@@ -157,3 +157,30 @@ def test_the_nvlink_finding_takes_the_worse_of_crc_and_replay_errors(errors, rep
         assert found["message"].startswith(f"GPU 0: {by} says so (3 against 1); ")
         assert found["message"].endswith(": " + ACTION_WORDS[RESET_GPU])
 
+
+def _xid_found(code: int) -> dict:
+    """The XID finding of `code` on GPU 0, whose `xid` check failed (on another code)."""
+    from exporter.sampling.snapshot import XidRecord
+
+    failed = CheckResult("xid", FAILED, 79.0, None, "test", 0.0, RESET_GPU, "XID 79")
+    snap = make_snapshot(1, time=100.0, xids={(0, code): XidRecord(1, 99.0)})
+    [found] = hardware_findings(snap, NodeHealth(100.0, verdict(()), {0: verdict((failed,))}))
+    return found
+
+
+def test_an_xid_finding_reads_the_fault_tables_judgement_of_its_code():
+    """The page reads an XID as the verdict and the alerts do, through the fault table's
+    xid_judgement, never above its severity; no other reading of an XID's state."""
+    import ast
+
+    from exporter.gpu.xid import TABLE
+    from exporter.health.faults import xid_judgement
+    from tests.tools import REPO
+
+    for code in (*sorted(TABLE), 9999):
+        assert _xid_found(code)["severity"] == xid_judgement(code).severity, code
+    for path in sorted((REPO / "exporter" / "web").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert "xid_row" not in read, path.name

@@ -19,7 +19,8 @@ import functools
 from typing import Any
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.xid import meaning, xid_class, xid_row
+from exporter.gpu.xid import meaning, xid_class
+from exporter.health.faults import xid_judgement
 from exporter.health.model import (
     NONE,
     UNKNOWN,
@@ -128,14 +129,14 @@ def _gpu_presence(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
 
 def _xids(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
     """Each XID at the state the verdict's `xid` check gives the GPU now, never above the
-    state the check's own table (gpu/xid.py) gives that code: an XID past the check's
-    hold window is information, and so is an XID the table calls harmless beside one
-    that failed the GPU."""
+    severity the fault table gives that code (`xid_judgement`, the one reading of an XID):
+    an XID past the check's hold window is information, and so is an XID the table calls
+    harmless beside one that failed the GPU."""
     out = []
     for (gpu, code), record in sorted(snap.xids.items()):
         klass = xid_class(code)
         check = _judged(_gpu(health, gpu), "xid")
-        severity = _milder(severity_of(xid_row(code).state), _severity(check))
+        severity = _milder(xid_judgement(code).severity, _severity(check))
         times = "once" if record.count == 1 else f"{record.count} times"
         message = (f"GPU {gpu}: XID {code} ({meaning(code)}), {klass}, {times}, last "
                    f"{ago(snap.time, record.last_seen)}")
