@@ -37,7 +37,7 @@ import numpy as np
 from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.health import read_health
+from exporter.gpu.device_read import read_device
 from exporter.gpu.state import read_identity
 from exporter.metrics.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
@@ -125,7 +125,7 @@ def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
             for name, plan in plans.items():
                 w, c = time.perf_counter(), time.thread_time()
                 for gpu in gpus:  # the health read alone: the memory errors are the sweep's
-                    read_health(backend, gpu, links[gpu], clock.time(), {}, plan)
+                    read_device(backend, gpu, links[gpu], clock.time(), {}, plan)
                 if i:  # the first read of a plan finds out which fields are supported
                     walls[name].append(time.perf_counter() - w)
                     cpus[name].append(time.thread_time() - c)

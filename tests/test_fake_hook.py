@@ -8,7 +8,7 @@ import pytest
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.health import read_health
+from exporter.gpu.device_read import read_device
 from exporter.gpu.state import read_identity, read_state
 from exporter.sim import fake
 from exporter.sim.fake_fields import FAULT_FIELDS
@@ -66,7 +66,7 @@ def test_every_symbol_the_exporter_uses_is_served(fake_nvml, clock):
         assert ident is not None
         state = read_state(backend, gpu, clock(), catalogue.CADENCES)
         assert state is not None
-        read_health(backend, gpu, ident.nvlinks, clock(), state.values)
+        read_device(backend, gpu, ident.nvlinks, clock(), state.values)
         assert len(backend.samples(gpu, fi.TOTAL_POWER_SAMPLES, 0)[0]) > 0
         assert backend.fields(gpu, [fi.POWER_INSTANT])
     assert fake_nvml.missing == set()

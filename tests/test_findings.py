@@ -19,8 +19,8 @@ from exporter.analysis.straggler import (
     WindowFeatures,
     window_features,
 )
+from exporter.gpu.device_read import DeviceRead, NvLink
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth, NvLink
 from exporter.gpu.state import GpuState
 from exporter.health.model import OK, WARNING, CheckResult, NodeHealth, verdict
 from exporter.health.monitor import Published
@@ -169,7 +169,7 @@ def test_no_swing_finding_until_the_detector_holds_and_old_ramps_are_history():
 
 def test_hardware_faults_each_with_gpu_severity_and_time():
     links = (NvLink(0, True, errors={"replay": 0.0, "crc_flit": 12.0}), NvLink(1, False))
-    health = {1: GpuHealth(NOW - 3, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 1.0, 0.0,
+    health = {1: DeviceRead(NOW - 3, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 1.0, 0.0,
                            "gpu_reset", links)}
     snap = make_snapshot(
         4, time=NOW, expected_gpus=5, lost=frozenset({2}), hung={3: NOW - 20.0},
@@ -207,7 +207,8 @@ def test_nvlink_down_is_critical():
     from dataclasses import replace
 
     snap = make_snapshot(2, time=NOW, device_reads={
-        0: GpuHealth(NOW, {}, {}, None, {}, None, None, None, (NvLink(0, True), NvLink(1, False)))})
+        0: DeviceRead(NOW, {}, {}, None, {}, None, None, None,
+                      (NvLink(0, True), NvLink(1, False)))})
     ids = (replace(snap.identities[0], nvlinks=2), snap.identities[1])
     found = findings(replace(snap, identities=ids))
     assert _kinds(found) == [("nvlink", "critical", 0)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.gpu.health import GpuHealth
+from exporter.gpu.device_read import DeviceRead
 from exporter.health.model import (
     ACTION_WORDS,
     FAILED,
@@ -24,8 +24,8 @@ from exporter.web.findings_hardware import hardware_findings
 from tests.tools import make_snapshot
 
 
-def _reading(retired: float) -> GpuHealth:
-    return GpuHealth(100.0, {}, {"single_bit": retired, "double_bit": 0.0}, 0.0, {}, None,
+def _reading(retired: float) -> DeviceRead:
+    return DeviceRead(100.0, {}, {"single_bit": retired, "double_bit": 0.0}, 0.0, {}, None,
                      None, "none", ())
 
 
@@ -54,10 +54,10 @@ def _fault_snapshot():
     reset, a link down and CRC errors; GPU 1 hung; a GPU missing."""
     from dataclasses import replace
 
-    from exporter.gpu.health import NvLink
+    from exporter.gpu.device_read import NvLink
 
     links = (NvLink(0, True, errors={"crc_flit": 12.0}), NvLink(1, False))
-    reads = GpuHealth(100.0, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 0.0, 1.0,
+    reads = DeviceRead(100.0, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 0.0, 1.0,
                       "gpu_reset", links)
     snap = make_snapshot(2, time=100.0, expected_gpus=3, hung={1: 90.0},
                          device_reads={0: reads})
@@ -143,10 +143,10 @@ def test_the_nvlink_finding_takes_the_worse_of_crc_and_replay_errors(errors, rep
                                                                       severity, by):
     """Replay and recovery errors are their own check (nvlink_replays): the NVLink
     finding reads at the worse of it and the CRC check, and says which judged it."""
-    from exporter.gpu.health import NvLink
+    from exporter.gpu.device_read import NvLink
 
     links = (NvLink(0, True, errors={"replay": 3.0, "crc_flit": 0.0}),)
-    reads = GpuHealth(100.0, {}, {}, None, {}, 0.0, 0.0, "none", links)
+    reads = DeviceRead(100.0, {}, {}, None, {}, 0.0, 0.0, "none", links)
     snap = make_snapshot(1, time=100.0, device_reads={0: reads})
     [found] = [f for f in hardware_findings(snap, _nvlink_judged(errors, replays))
                if f["kind"] == "nvlink"]

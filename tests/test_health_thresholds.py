@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.gpu.health import NvLink
+from exporter.gpu.device_read import NvLink
 from exporter.gpu.state import GpuIdentity, GpuState
 from exporter.health.monitor import HealthMonitor
 from tests.test_health_verdict import check, health, snap

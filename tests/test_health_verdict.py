@@ -9,7 +9,7 @@ from types import MappingProxyType
 import pytest
 
 from exporter.gpu.board import BoardHealth, FabricInfo
-from exporter.gpu.health import GpuHealth
+from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.state import GpuState
 from exporter.health.context import Check
 from exporter.health.model import FAILED, OK, Outcome
@@ -19,12 +19,12 @@ from exporter.web.api import health_body
 from tests.tools import ExporterFactory, http_get, make_snapshot
 
 
-def health(time: float = 1.0, **fields) -> GpuHealth:
+def health(time: float = 1.0, **fields) -> DeviceRead:
     values = {"time": time, "ecc_errors": {("uncorrected", "volatile"): 0.0},
               "retired_pages": {}, "retired_pages_pending": None,
               "remapped_rows": {"uncorrectable": 0.0}, "row_remap_pending": 0.0,
               "row_remap_failure": 0.0, "recovery_action": "none", "nvlinks": ()}
-    return GpuHealth(**{**values, **fields})
+    return DeviceRead(**{**values, **fields})
 
 
 LINK = MappingProxyType({"pcie_max_generation": 5.0, "pcie_max_width": 16.0,

@@ -17,7 +17,7 @@ import yaml
 
 from exporter.analysis.lemons import HARDWARE_XID_ACTIONS, counted
 from exporter.gpu import xid as catalog
-from exporter.gpu.health import NvLink
+from exporter.gpu.device_read import NvLink
 from exporter.gpu.state import GpuState
 from exporter.health.faults import FAULTS, GPU, PORT, fault, severity, xid_judgement
 from exporter.health.monitor import GPU_CHECKS, NODE_CHECKS, PORT_CHECKS, HealthMonitor, Published

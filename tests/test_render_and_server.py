@@ -16,7 +16,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.families import FULL
 from exporter.gpu.backend import private_nvml_module
-from exporter.gpu.health import GpuHealth, NvLink
+from exporter.gpu.device_read import DeviceRead, NvLink
 from exporter.gpu.state import GpuState
 from exporter.metrics.gpu_hardware import (
     link_memory_families,
@@ -227,10 +227,10 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
     change; their text is reused across readings while their values hold (a reading
     every 5 s, a scrape every 15 s: by reading it would never be), never once a value
     changes. NVLink traffic, which changes every reading, is rendered every time."""
-    def reading(time: float, tx: float, crc: float) -> GpuHealth:
+    def reading(time: float, tx: float, crc: float) -> DeviceRead:
         links = tuple(NvLink(i, True, tx + i, 2 * tx, {"crc_flit": crc if i == 3 else 0.0,
                                                        "replay": 0.0}) for i in range(4))
-        return GpuHealth(time, {("corrected", "volatile"): 0.0}, {}, 0.0, {}, 0.0, 0.0,
+        return DeviceRead(time, {("corrected", "volatile"): 0.0}, {}, 0.0, {}, 0.0, 0.0,
                          "none", links)
 
     built = []

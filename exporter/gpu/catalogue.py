@@ -12,7 +12,7 @@ Where a per-GPU value lives:
 - A number NVML answers for the GPU (a field, or a member of a call's answer), read on
   one of the cadences below, one series per GPU and fixed label values: an entry here.
 - A field NVML answers per NVLink (the link as its scope id): an entry of PER_LINK,
-  which the device read asks for every link in its one batched request (gpu/health.py);
+  which the device read asks for every link in its one batched request (gpu/device_read.py);
   metrics/gpu_hardware.py renders them from that reading.
 - Written by hand beside its code, with a comment saying why, when it is none of that:
   identity (`gpu_info`, strings; metrics/gpu.py), the power loop's samples
@@ -117,7 +117,7 @@ CLOCK_EVENT_DRIVER = per_gpu(
         "A reason the driver does not count is absent.")
 
 # The memory errors the driver counts: read in the slow sweep; the health checks
-# take them from the device read (gpu/health.py), which gathers them from these entries.
+# take them from the device read (gpu/device_read.py), which gathers them from these entries.
 ECC = per_gpu(
     "gpu_ecc_errors_total", "counter", "ECC errors: corrected (single-bit) or uncorrected "
     "(double-bit); volatile since the last driver load, aggregate over the GPU's life.",
@@ -367,7 +367,7 @@ def of_cadence(*cadences: str) -> tuple[GpuValue, ...]:
     return tuple(value for value in CATALOGUE if value.cadence in cadences)
 
 
-# Per-NVLink values: the device read (gpu/health.py) asks each for every link, the link as
+# Per-NVLink values: the device read (gpu/device_read.py) asks each for every link, the link as
 # the field's scope id, in its one batched request per GPU, and only those a served family
 # needs (a profile that sums `link` away gets the traffic as the driver's all-links total,
 # scope 0xFFFFFFFF). Not in CATALOGUE: the sweep does not read them. Data CRC errors are

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.gpu.health import GpuHealth
+from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.state import GpuState
 from exporter.health.counters import CounterPoints
 from exporter.health.model import Outcome
@@ -21,7 +21,7 @@ class GpuInputs:
     settings: HealthSettings
     counters: CounterPoints
     # the GPU's device read and sweep state, looked up once for all its checks
-    health: GpuHealth | None = field(init=False)
+    health: DeviceRead | None = field(init=False)
     state: GpuState | None = field(init=False)
 
     def __post_init__(self) -> None:

@@ -23,8 +23,8 @@ from exporter.gpu.catalogue import (
     NVLINK_TX,
     per_gpu,
 )
+from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import (
@@ -223,7 +223,7 @@ def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from (tx, rx)
 
 
-def _summed_traffic(h: GpuHealth) -> tuple[float | None, float | None]:
+def _summed_traffic(h: DeviceRead) -> tuple[float | None, float | None]:
     """A reading taken per link (before a reload changed the reads), summed."""
     sent = [link.transmit_bytes for link in h.nvlinks if link.transmit_bytes is not None]
     received = [link.receive_bytes for link in h.nvlinks if link.receive_bytes is not None]

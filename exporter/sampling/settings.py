@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from exporter.analysis.power_swing import SwingThresholds
 from exporter.analysis.straggler import StragglerThresholds
-from exporter.gpu.health import NvlinkReads
+from exporter.gpu.device_read import NvlinkReads
 from exporter.options import (
     ALL,
     ANALYZE,

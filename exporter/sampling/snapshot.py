@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 from exporter.gpu.board import BoardHealth
-from exporter.gpu.health import GpuHealth
+from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.state import GpuIdentity, GpuState
 from exporter.sampling.buffers import PowerRingView
 from exporter.sampling.live_goodput import GoodputAnalysis
@@ -101,8 +101,8 @@ class Snapshot:
     collectors: Mapping[str, CollectorResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
     # each GPU's device reads (ECC, row remapping, NVLink, PCIe, recovery action:
-    # gpu/health.py), every --sweep.health-interval; what the health checks judge
-    device_reads: Mapping[int, GpuHealth] = field(default_factory=dict)
+    # gpu/device_read.py), every --sweep.health-interval; what the health checks judge
+    device_reads: Mapping[int, DeviceRead] = field(default_factory=dict)
     # fabric and InfoROM, read once a minute; kept for a lost GPU (its identity's labels)
     board: Mapping[int, BoardHealth] = field(default_factory=dict)
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)

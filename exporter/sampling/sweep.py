@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from exporter.gpu import catalogue
 from exporter.gpu.board import BoardHealth, read_board
+from exporter.gpu.device_read import DeviceRead, NvlinkReads, read_device
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth, NvlinkReads, read_health
 from exporter.gpu.state import GpuState, read_identity, read_state
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
@@ -38,7 +38,7 @@ class SweepSampler:
         self.interval = interval
         self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
         self.states: dict[int, GpuState] = {}
-        self.health: dict[int, GpuHealth] = {}
+        self.health: dict[int, DeviceRead] = {}
         self.board: dict[int, BoardHealth] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
@@ -76,7 +76,7 @@ class SweepSampler:
                     self._rate_pcie(gpu, state)
             ident = self.gpus.identities[gpu]
             if catalogue.HEALTH in due and state is not None:
-                health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
+                health = read_device(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
                                      now, state.values, self.nvlink_reads)
                 if health is not None:
                     self.health[gpu] = health

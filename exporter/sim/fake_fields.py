@@ -14,7 +14,7 @@ import pynvml
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
-from exporter.gpu.health import ALL_LINKS
+from exporter.gpu.device_read import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
