@@ -75,7 +75,7 @@ HEALTH_NAMES: dict[tuple[str, str], str] = {
 # Raw NVML reads and the slow sweep's cadence still named "health" where exporter/sampling/
 # reads them (Snapshot.device_reads holds them); to be renamed with their readers.
 HEALTH_IN_SAMPLING: set[tuple[str, str]] = {
-    ("gpu/board.py", "BoardHealth"), ("gpu/catalogue.py", "HEALTH"),
+    ("gpu/catalogue.py", "HEALTH"),
     ("sampling/sweep.py", "health"),
     ("sampling/sweep.py", "health_interval"),
 }

@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.gpu.board import BoardHealth, FabricInfo
+from exporter.gpu.board import BoardRead, FabricInfo
 from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.state import GpuState
 from exporter.health.context import Check
@@ -37,8 +37,8 @@ FABRIC = FabricInfo("completed", "Success", 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 
 
 
 def board(time: float = 1.0, fabric: FabricInfo | None = FABRIC, error: str | None = None,
-          inforom: bool | None = True) -> BoardHealth:
-    return BoardHealth(time, fabric, error, inforom, None)
+          inforom: bool | None = True) -> BoardRead:
+    return BoardRead(time, fabric, error, inforom, None)
 
 
 def snap(time: float = 10.0, gpus: int = 2, **fields):

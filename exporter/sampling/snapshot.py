@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
-from exporter.gpu.board import BoardHealth
+from exporter.gpu.board import BoardRead
 from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.state import GpuIdentity, GpuState
 from exporter.sampling.buffers import PowerRingView
@@ -104,7 +104,7 @@ class Snapshot:
     # gpu/device_read.py), every --sweep.health-interval; what the health checks judge
     device_reads: Mapping[int, DeviceRead] = field(default_factory=dict)
     # fabric and InfoROM, read once a minute; kept for a lost GPU (its identity's labels)
-    board: Mapping[int, BoardHealth] = field(default_factory=dict)
+    board: Mapping[int, BoardRead] = field(default_factory=dict)
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)
     # gpu -> PCIe bytes per second (sent, received) between the sweep's last two reads
     pcie_rates: Mapping[int, tuple[float | None, float | None]] = field(default_factory=dict)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from exporter.gpu import catalogue
-from exporter.gpu.board import BoardHealth, read_board
+from exporter.gpu.board import BoardRead, read_board
 from exporter.gpu.device_read import DeviceRead, NvlinkReads, read_device
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 from exporter.gpu.state import GpuState, read_identity, read_state
@@ -39,7 +39,7 @@ class SweepSampler:
         self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
         self.states: dict[int, GpuState] = {}
         self.health: dict[int, DeviceRead] = {}
-        self.board: dict[int, BoardHealth] = {}  # fabric and InfoROM: at start, then seldom
+        self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
         # gpu -> bytes per second sent and received over PCIe between the last two reads
