@@ -21,11 +21,11 @@ class GpuInputs:
     settings: HealthSettings
     counters: CounterPoints
     # the GPU's device read and sweep state, looked up once for all its checks
-    health: DeviceRead | None = field(init=False)
+    device_read: DeviceRead | None = field(init=False)
     state: GpuState | None = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "health", self.snapshot.device_reads.get(self.gpu))
+        object.__setattr__(self, "device_read", self.snapshot.device_reads.get(self.gpu))
         object.__setattr__(self, "state", self.snapshot.states.get(self.gpu))
 
     def value(self, key: str) -> float | None:
