@@ -76,8 +76,6 @@ HEALTH_NAMES: dict[tuple[str, str], str] = {
 # reads them (Snapshot.device_reads holds them); to be renamed with their readers.
 HEALTH_IN_SAMPLING: set[tuple[str, str]] = {
     ("gpu/catalogue.py", "HEALTH"),
-    ("sampling/sweep.py", "health"),
-    ("sampling/sweep.py", "health_interval"),
 }
 
 

@@ -365,7 +365,7 @@ class Sampler:
             nvml_errors=gpus.backend.errors.totals(),
             collectors={r.name: r.current() for r in self.collectors},
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
-            device_reads=fresh(self.sweep.health), board=dict(self.sweep.board),
+            device_reads=fresh(self.sweep.device_reads), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
             pcie_rates=fresh(self.sweep.pcie_rates),
             xids=self.xids.seen(), xid_events_registered=self.xids.events.registered,

@@ -1,10 +1,10 @@
 """The sweep loop: the catalogue's values of every GPU, each cadence when it is due.
 
-Every sweep reads the cheap values; the health interval adds the slowly changing and the
-costly ones (PCIe counters, ECC, row remapping) to the sweep's batched call, and the
-health read's own batched call per GPU (the recovery action and NVLink); the energy
-interval adds the energy counter. Clock-event reasons are accumulated into
-seconds sweep to sweep, the PCIe byte counters give a rate over the sweep's own previous
+Every sweep reads the cheap values; the slow sweep (every --sweep.health-interval) adds the
+slowly changing and the costly ones (PCIe counters, ECC, row remapping) to the sweep's
+batched call, and the device read's own batched call per GPU (the recovery action and
+NVLink); the energy interval adds the energy counter. Clock-event reasons are accumulated
+into seconds sweep to sweep, the PCIe byte counters give a rate over the sweep's own previous
 read of them (dcgm-exporter's DCGM_FI_PROF_PCIE_*_BYTES where GPM is not read), and each
 sweep feeds the straggler window.
 """
@@ -28,7 +28,7 @@ PCIE_COUNTERS = ("pcie_transmit_bytes", "pcie_receive_bytes")
 
 
 class SweepSampler:
-    def __init__(self, gpus: GpuSet, clock: Clock, interval: float, health_interval: float,
+    def __init__(self, gpus: GpuSet, clock: Clock, interval: float, slow_interval: float,
                  energy_interval: float, board_interval: float = 60.0, *,
                  on_recovered: Callable[[int], None] | None = None,
                  nvlink_reads: NvlinkReads | None = None):
@@ -36,9 +36,9 @@ class SweepSampler:
         the metric selection needs (swapped whole on a reload)."""
         self.gpus, self.clock = gpus, clock
         self.interval = interval
-        self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
+        self.every = {catalogue.HEALTH: slow_interval, catalogue.ENERGY: energy_interval}
         self.states: dict[int, GpuState] = {}
-        self.health: dict[int, DeviceRead] = {}
+        self.device_reads: dict[int, DeviceRead] = {}
         self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
@@ -76,10 +76,11 @@ class SweepSampler:
                     self._rate_pcie(gpu, state)
             ident = self.gpus.identities[gpu]
             if catalogue.HEALTH in due and state is not None:
-                health = read_device(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
-                                     now, state.values, self.nvlink_reads)
-                if health is not None:
-                    self.health[gpu] = health
+                device_read = read_device(self.gpus.backend, gpu,
+                                          ident.nvlinks if ident else 0, now, state.values,
+                                          self.nvlink_reads)
+                if device_read is not None:
+                    self.device_reads[gpu] = device_read
             self._read_board(gpu, now)
             if self.recorder is not None and state is not None:
                 self.recorder(gpu, state)
