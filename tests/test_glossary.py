@@ -72,16 +72,11 @@ HEALTH_NAMES: dict[tuple[str, str], str] = {
     ("web/server.py", "_healthz"): PROBE,
     ("sampling/settings.py", "gpu_health_interval_seconds"): USERS,
 }
-# Raw NVML reads and the slow sweep's cadence still named "health" where exporter/sampling/
-# reads them (Snapshot.device_reads holds them); to be renamed with their readers.
-HEALTH_IN_SAMPLING: set[tuple[str, str]] = {
-    ("gpu/catalogue.py", "HEALTH"),
-}
 
 
 def test_health_names_only_the_verdict():
     found = uses("health", skip=("health/", "commands/health/"))
-    unexplained = found - set(HEALTH_NAMES) - HEALTH_IN_SAMPLING
+    unexplained = found - set(HEALTH_NAMES)
     assert unexplained == set(), "name it for what it is, not 'health'"
 
 

@@ -36,7 +36,7 @@ class SweepSampler:
         the metric selection needs (swapped whole on a reload)."""
         self.gpus, self.clock = gpus, clock
         self.interval = interval
-        self.every = {catalogue.HEALTH: slow_interval, catalogue.ENERGY: energy_interval}
+        self.every = {catalogue.SLOW: slow_interval, catalogue.ENERGY: energy_interval}
         self.states: dict[int, GpuState] = {}
         self.device_reads: dict[int, DeviceRead] = {}
         self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
@@ -72,10 +72,10 @@ class SweepSampler:
             if state is not None:
                 self._count_clock_events(gpu, state)
                 self.states[gpu] = state
-                if catalogue.HEALTH in due:  # the PCIe counters were read now
+                if catalogue.SLOW in due:  # the PCIe counters were read now
                     self._rate_pcie(gpu, state)
             ident = self.gpus.identities[gpu]
-            if catalogue.HEALTH in due and state is not None:
+            if catalogue.SLOW in due and state is not None:
                 device_read = read_device(self.gpus.backend, gpu,
                                           ident.nvlinks if ident else 0, now, state.values,
                                           self.nvlink_reads)
