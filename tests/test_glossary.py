@@ -227,16 +227,13 @@ def test_the_driver_tokens_and_our_actions_are_two_vocabularies():
 # -- what NVML answers is a device read; the sweep every --sweep.health-interval is the slow
 # sweep. Neither is "health" in what people read (docs, docstrings, comments). -------------
 
-# exporter/sampling/ and exporter/web/ still say it; renamed with Snapshot.device_reads there
-RAW_HEALTH_WORDING_ELSEWHERE = ("exporter/sampling/", "exporter/web/", "exporter/health/checks_")
-
-
 def test_raw_reads_and_the_slow_sweep_are_not_called_health():
-    texts = [*REPO.glob("docs/*.md"), REPO / "README.md", *PACKAGE.rglob("*.py")]
-    said = [f"{rel}: {m.group(0)!r}" for p in texts
-            if not (rel := str(p.relative_to(REPO))).startswith(RAW_HEALTH_WORDING_ELSEWHERE)
-            for m in re.finditer(r"health[ -]read\w*|every health[ -]interval|"
-                                 r"health[ -]interval (batch|fields)", p.read_text(),
+    texts = [*REPO.glob("docs/*.md"), REPO / "README.md", *PACKAGE.rglob("*.py"),
+             *REPO.glob("bench/*.py"), *REPO.glob("scripts/*.py")]
+    said = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in texts
+            for m in re.finditer(r"health[\s-]+read\w*|every\s+health[\s-]+interval|"
+                                 r"health[\s-]+interval\s+(batch|fields)|"
+                                 r"health\s+and\s+energy\s+at", p.read_text(),
                                  re.IGNORECASE)]
     assert said == []
 

@@ -2,7 +2,7 @@
 
 Loops (each its own thread, or ticked in simulated time by advance()):
 - power: every GPU's power samples at the sensor's native rate (sampling/power_loop.py);
-- sweep: the catalogue's values, health and energy at their cadences (sampling/sweep.py);
+- sweep: the catalogue's values, the slow sweep's and energy at their cadences (sampling/sweep.py);
 - analysis, stragglers: the live analyses over the buffers (sampling/live_analyses.py);
 - one loop per collector (sampling/collectors.py);
 - publish: builds a Snapshot from the latest values and hands it on. Because
