@@ -155,6 +155,17 @@ def test_step_swing_names_only_the_plateaus_swing():
     assert set(STEP_SWING_NAMES) - found == set()
 
 
+def test_the_live_power_analysis_names_which_swing():
+    """PowerAnalysis holds both: the window swing and the step swing, neither a bare swing."""
+    from dataclasses import fields
+
+    from exporter.sampling.live_power import PowerAnalysis
+
+    names = {f.name for f in fields(PowerAnalysis)} | set(vars(PowerAnalysis))
+    assert {"window_swing", "step_swing"} <= names
+    assert "swing" not in names
+
+
 # -- history: the state directory (history/), nothing else -----------------------------
 
 STATE_DIRECTORY = "the state directory's history"
