@@ -180,19 +180,11 @@ HISTORY_NAMES: dict[tuple[str, str], str] = {
     ("web/api.py", "history"): STATE_DIRECTORY,
     ("web/server.py", "history"): STATE_DIRECTORY,
 }
-# The power ring's length and the live analyses' compute shares, still named "history" in
-# exporter/sampling/ and exporter/web/ (Snapshot.power_history becomes Snapshot.power_ring
-# there); not checked for staleness: that change removes them.
-HISTORY_IN_SAMPLING: set[tuple[str, str]] = {
-    ("sampling/snapshot.py", "power_history"), ("sampling/settings.py", "power_history_seconds"),
-    ("sampling/buffers.py", "history_seconds"), ("sampling/power_loop.py", "history_seconds"),
-    ("sampling/live_analyses.py", "history"), ("web/api.py", "history_seconds"),
-}
 
 
 def test_history_names_only_the_state_directory():
     found = uses("history", skip=("history/", "commands/history.py"))
-    assert found - set(HISTORY_NAMES) - HISTORY_IN_SAMPLING == set()
+    assert found - set(HISTORY_NAMES) == set()
     assert set(HISTORY_NAMES) - found == set()
 
 
