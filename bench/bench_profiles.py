@@ -38,7 +38,7 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.device_read import read_device
-from exporter.gpu.state import read_identity
+from exporter.gpu.reading import read_identity
 from exporter.metrics.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection

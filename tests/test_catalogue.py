@@ -12,7 +12,7 @@ from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.catalogue import SLOW, Field, GpuValue
 from exporter.gpu.device_read import ALL_LINKS, NvlinkReads, device_read_requests, read_device
-from exporter.gpu.state import read_state
+from exporter.gpu.reading import read_gpu
 from exporter.metrics import gpu, gpu_hardware
 
 
@@ -61,7 +61,7 @@ def test_the_memory_errors_are_the_sweeps_and_not_asked_again(fake_nvml, clock):
     assert health.remapped_rows == {"correctable": 2.0}
     assert (health.row_remap_pending, health.row_remap_failure) == (1.0, None)
     # the sweep's health-interval values carry every memory entry (a healthy GPU: zeros)
-    swept = read_state(backend, 0, clock(), (SLOW,))
+    swept = read_gpu(backend, 0, clock(), (SLOW,))
     assert swept is not None
     alone = read_device(backend, 0, 0, clock(), swept.values)
     assert alone is not None and alone.ecc_errors[("uncorrected", "volatile")] == 0.0

@@ -21,7 +21,7 @@ from exporter.analysis.straggler import (
 )
 from exporter.gpu.device_read import DeviceRead, NvLink
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.health.model import OK, WARNING, CheckResult, NodeHealth, verdict
 from exporter.health.monitor import Published
 from exporter.sampling.live_power import PowerAnalysis
@@ -222,9 +222,9 @@ def _window(gpu_reasons: dict[int, dict[str, float]]) -> WindowFeatures:
 
 
 def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
-    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x40}),  # HW thermal, now
-              1: GpuState(NOW - 1, {"clock_event_reasons": 0x4}),  # power cap, briefly
-              2: GpuState(NOW - 1, {"clock_event_reasons": 0x4})}  # power cap, most of it
+    states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x40}),  # HW thermal, now
+              1: GpuReading(NOW - 1, {"clock_event_reasons": 0x4}),  # power cap, briefly
+              2: GpuReading(NOW - 1, {"clock_event_reasons": 0x4})}  # power cap, most of it
     window = _window({0: {"hw_thermal_slowdown": 1.0}, 1: {"sw_power_cap": 0.2},
                       2: {"sw_power_cap": 0.9}})
     analysis = StragglerAnalysis(NOW, window, None, None)
@@ -242,7 +242,7 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
 
 def test_reasons_that_come_together_share_one_finding():
     """A power brake is also an HW slowdown: one finding for the GPU, not two."""
-    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
+    states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x0})}
     window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake_slowdown": 0.33}})
     snap = make_snapshot(1, time=NOW, states=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
@@ -262,7 +262,7 @@ def test_clock_event_shares_come_from_the_window_features_as_computed():
     reasons = np.zeros((1, 60))
     reasons[0, :15] = CLOCK_EVENT_REASONS["sw_thermal_slowdown"]
     window = window_features(t, np.full((1, 60), 500.0), clock_event_reasons=reasons)
-    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
+    states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x0})}
     snap = make_snapshot(1, time=NOW, states=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
     found = findings(snap, checks_say(1, {0: {"thermal_violation": WARNING}}))

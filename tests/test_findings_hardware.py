@@ -112,12 +112,12 @@ def test_each_finding_takes_the_severity_and_words_of_its_check(state):
 def test_nothing_judged_is_information_with_no_fallback():
     """Before the first judgement every hardware finding is information: no constant, XID
     table or slowdown table stands in for the verdict."""
-    from exporter.gpu.state import GpuState
+    from exporter.gpu.reading import GpuReading
     from exporter.sampling.snapshot import XidRecord
 
     snap = make_snapshot(2, time=100.0, xids={(0, 79): XidRecord(1, 99.0)},
                          lost=frozenset({1}),
-                         states={0: GpuState(99.0, {"clock_event_reasons": 0x40})})
+                         states={0: GpuReading(99.0, {"clock_event_reasons": 0x40})})
     found = hardware_findings(snap, unknown_health(100.0, 2))
     assert {f["kind"] for f in found} == {"xid", "gpu_lost", "clock_event"}
     assert {f["severity"] for f in found} == {"info"}

@@ -8,7 +8,7 @@ from types import MappingProxyType
 import pytest
 
 from exporter.gpu.device_read import NvLink
-from exporter.gpu.state import GpuIdentity, GpuState
+from exporter.gpu.reading import GpuIdentity, GpuReading
 from exporter.health.monitor import HealthMonitor
 from tests.test_health_verdict import check, health, snap
 
@@ -17,8 +17,8 @@ BASE = {"pcie_max_generation": 5.0, "pcie_max_width": 16.0, "pcie_generation": 5
         "clock_event_thermal_seconds": 0.0, "clock_event_hw_power_brake_slowdown_seconds": 0.0}
 
 
-def state(time: float, **values) -> GpuState:
-    return GpuState(time, MappingProxyType({**BASE, **values}))
+def state(time: float, **values) -> GpuReading:
+    return GpuReading(time, MappingProxyType({**BASE, **values}))
 
 
 def two_reads(name: str, first: dict, second: dict, health_fields=None, seconds=60.0):

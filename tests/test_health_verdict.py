@@ -10,7 +10,7 @@ import pytest
 
 from exporter.gpu.board import BoardRead, FabricInfo
 from exporter.gpu.device_read import DeviceRead
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.health.context import Check
 from exporter.health.model import FAILED, OK, Outcome
 from exporter.health.monitor import GPU_CHECKS, HealthMonitor
@@ -44,7 +44,7 @@ def board(time: float = 1.0, fabric: FabricInfo | None = FABRIC, error: str | No
 def snap(time: float = 10.0, gpus: int = 2, **fields):
     """A snapshot of `gpus` healthy GPUs (no counters: the rate checks do not apply)."""
     fields.setdefault("device_reads", {g: health(time) for g in range(gpus)})
-    fields.setdefault("states", {g: GpuState(time, LINK) for g in range(gpus)})
+    fields.setdefault("states", {g: GpuReading(time, LINK) for g in range(gpus)})
     fields.setdefault("board", {g: board(time) for g in range(gpus)})
     return make_snapshot(gpus, time=time, **fields)
 

@@ -18,7 +18,7 @@ import yaml
 from exporter.analysis.lemons import HARDWARE_XID_ACTIONS, counted
 from exporter.gpu import xid as catalog
 from exporter.gpu.device_read import NvLink
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.health.faults import FAULTS, GPU, PORT, fault, severity, xid_judgement
 from exporter.health.monitor import GPU_CHECKS, NODE_CHECKS, PORT_CHECKS, HealthMonitor, Published
 from exporter.health.rules import FAMILY, rule_files
@@ -41,7 +41,7 @@ def _gpu_health(t: float, **fields):
 
 
 def _gpu_state(t: float, **values):
-    return snap(t, states={g: GpuState(t, {**LINK, **(values if g == GPU_INDEX else {})})
+    return snap(t, states={g: GpuReading(t, {**LINK, **(values if g == GPU_INDEX else {})})
                            for g in range(2)})
 
 

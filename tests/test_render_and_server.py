@@ -17,7 +17,7 @@ from exporter.config import Config
 from exporter.families import FULL
 from exporter.gpu.backend import private_nvml_module
 from exporter.gpu.device_read import DeviceRead, NvLink
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.metrics.gpu_hardware import (
     link_memory_families,
     link_memory_key,
@@ -240,8 +240,8 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
         return link_memory_families(snapshot)
 
     sources = [CachedFamilies(counted, link_memory_key), nvlink_traffic_families]
-    def state(time: float, ecc: float) -> GpuState:  # the memory errors: the sweep's values
-        return GpuState(time, {"ecc_corrected_volatile": ecc, "row_remap_pending": 0.0})
+    def state(time: float, ecc: float) -> GpuReading:  # the memory errors: the sweep's values
+        return GpuReading(time, {"ecc_corrected_volatile": ecc, "row_remap_pending": 0.0})
 
     first = make_snapshot(2, time=5.0,
                           device_reads={g: reading(5.0, 1e9, 0.0) for g in range(2)},

@@ -233,7 +233,7 @@ def assert_same_numbers(got, want, rel: float = 1e-9, abs_tol: float = 1e-12,
 
 def make_snapshot(gpus: int = 2, **fields):
     """A minimal Snapshot of `gpus` identified GPUs; `fields` override (for renderers)."""
-    from exporter.gpu.state import GpuIdentity
+    from exporter.gpu.reading import GpuIdentity
     from exporter.sampling.snapshot import Snapshot
 
     identities = tuple(GpuIdentity(i, f"GPU-{i:08d}", "NVIDIA H100", f"0000:{i:02x}:00.0", "")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.gpu.device_read import DeviceRead
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.health.counters import CounterPoints
 from exporter.health.model import Outcome
 from exporter.health.settings import HealthSettings
@@ -22,7 +22,7 @@ class GpuInputs:
     counters: CounterPoints
     # the GPU's device read and sweep state, looked up once for all its checks
     device_read: DeviceRead | None = field(init=False)
-    state: GpuState | None = field(init=False)
+    state: GpuReading | None = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device_read", self.snapshot.device_reads.get(self.gpu))

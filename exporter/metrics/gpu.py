@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
 from exporter.gpu import catalogue
-from exporter.gpu.state import GpuIdentity
+from exporter.gpu.reading import GpuIdentity
 from exporter.metrics.exposition import Rows
 from exporter.sampling.snapshot import Snapshot
 

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from exporter.gpu.board import BoardRead
 from exporter.gpu.device_read import DeviceRead
-from exporter.gpu.state import GpuIdentity, GpuState
+from exporter.gpu.reading import GpuIdentity, GpuReading
 from exporter.sampling.buffers import PowerRingView
 from exporter.sampling.live_goodput import GoodputAnalysis
 from exporter.sampling.live_power import PowerAnalysis
@@ -93,7 +93,7 @@ class Snapshot:
     gpu_count: int
     expected_gpus: int
     identities: tuple[GpuIdentity | None, ...]
-    states: Mapping[int, GpuState]
+    states: Mapping[int, GpuReading]
     power: Mapping[int, PowerReading]  # the latest sample of each GPU
     power_sampling: Mapping[int, PowerSamplingStats]
     loops: Mapping[str, LoopStats]

@@ -17,7 +17,7 @@ from exporter.gpu import catalogue
 from exporter.gpu.board import BoardRead, read_board
 from exporter.gpu.device_read import DeviceRead, NvlinkReads, read_device
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.state import GpuState, read_identity, read_state
+from exporter.gpu.reading import GpuReading, read_gpu, read_identity
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
@@ -37,7 +37,7 @@ class SweepSampler:
         self.gpus, self.clock = gpus, clock
         self.interval = interval
         self.every = {catalogue.SLOW: slow_interval, catalogue.ENERGY: energy_interval}
-        self.states: dict[int, GpuState] = {}
+        self.states: dict[int, GpuReading] = {}
         self.device_reads: dict[int, DeviceRead] = {}
         self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
@@ -48,7 +48,7 @@ class SweepSampler:
         self._last_read: dict[tuple[int, str], float] = {}  # (gpu, cadence) -> epoch
         self._last_state_time: dict[int, float] = {}
         self.buffer: SweepBuffer | None = None
-        self.recorder: Callable[[int, GpuState], None] | None = None
+        self.recorder: Callable[[int, GpuReading], None] | None = None
         self.on_recovered = on_recovered
         self.nvlink_reads = nvlink_reads or NvlinkReads()
 
@@ -68,7 +68,7 @@ class SweepSampler:
                 self.gpus.identities[gpu] = read_identity(self.gpus.backend, gpu)
             now = self.clock.time()
             due = self._due(gpu, now)
-            state = read_state(self.gpus.backend, gpu, now, due, self.states.get(gpu))
+            state = read_gpu(self.gpus.backend, gpu, now, due, self.states.get(gpu))
             if state is not None:
                 self._count_clock_events(gpu, state)
                 self.states[gpu] = state
@@ -113,7 +113,7 @@ class SweepSampler:
                 rows[gpu] = (state.time, {k: state.get(k) for k in SweepBuffer.FIELDS})
         self.buffer.append(rows)
 
-    def _rate_pcie(self, gpu: int, state: GpuState) -> None:
+    def _rate_pcie(self, gpu: int, state: GpuReading) -> None:
         """Bytes per second over PCIe since this sweep's previous read of the counters
         (never over what scrapes saw); none for a counter absent or gone backwards."""
         counts = tuple(state.get(key) for key in PCIE_COUNTERS)
@@ -126,7 +126,7 @@ class SweepSampler:
                           for a, b in zip(previous[1], counts, strict=True))
         self.pcie_rates[gpu] = (sent, received)
 
-    def _count_clock_events(self, gpu: int, state: GpuState) -> None:
+    def _count_clock_events(self, gpu: int, state: GpuReading) -> None:
         """Accumulate seconds each clock-event reason was active, sweep to sweep."""
         previous = self._last_state_time.get(gpu)
         self._last_state_time[gpu] = state.time
