@@ -228,7 +228,7 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
     window = _window({0: {"hw_thermal_slowdown": 1.0}, 1: {"sw_power_cap": 0.2},
                       2: {"sw_power_cap": 0.9}})
     analysis = StragglerAnalysis(NOW, window, None, None)
-    snap = make_snapshot(3, time=NOW, states=states, straggler_analysis=analysis,
+    snap = make_snapshot(3, time=NOW, readings=states, straggler_analysis=analysis,
                          clock_event_seconds={(0, "hw_thermal_slowdown"): 360.0})
     found = findings(snap, checks_say(3, {0: {"thermal_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0), ("clock_event", "info", 2)]
@@ -244,7 +244,7 @@ def test_reasons_that_come_together_share_one_finding():
     """A power brake is also an HW slowdown: one finding for the GPU, not two."""
     states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x0})}
     window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake_slowdown": 0.33}})
-    snap = make_snapshot(1, time=NOW, states=states,
+    snap = make_snapshot(1, time=NOW, readings=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
     found = findings(snap, checks_say(1, {0: {"thermal_violation": OK,
                                               "power_violation": WARNING}}))
@@ -263,7 +263,7 @@ def test_clock_event_shares_come_from_the_window_features_as_computed():
     reasons[0, :15] = CLOCK_EVENT_REASONS["sw_thermal_slowdown"]
     window = window_features(t, np.full((1, 60), 500.0), clock_event_reasons=reasons)
     states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x0})}
-    snap = make_snapshot(1, time=NOW, states=states,
+    snap = make_snapshot(1, time=NOW, readings=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
     found = findings(snap, checks_say(1, {0: {"thermal_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0)]

@@ -117,7 +117,7 @@ def test_nothing_judged_is_information_with_no_fallback():
 
     snap = make_snapshot(2, time=100.0, xids={(0, 79): XidRecord(1, 99.0)},
                          lost=frozenset({1}),
-                         states={0: GpuReading(99.0, {"clock_event_reasons": 0x40})})
+                         readings={0: GpuReading(99.0, {"clock_event_reasons": 0x40})})
     found = hardware_findings(snap, unknown_health(100.0, 2))
     assert {f["kind"] for f in found} == {"xid", "gpu_lost", "clock_event"}
     assert {f["severity"] for f in found} == {"info"}

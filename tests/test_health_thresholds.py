@@ -28,7 +28,7 @@ def two_reads(name: str, first: dict, second: dict, health_fields=None, seconds=
     for time, values in ((10.0, first), (10.0 + seconds, second)):
         h = health(time, **(health_fields(values) if health_fields else {}))
         result = monitor.assess(snap(time, device_reads={0: h, 1: health(time)},
-                                     states={0: state(time, **({} if health_fields
+                                     readings={0: state(time, **({} if health_fields
                                                                else values))}))
     return check(result, 0, name)
 
@@ -47,7 +47,7 @@ def test_pcie_replays_at_and_above_ceil_rate_times_lanes(gen, width, limit):
 
 
 def test_pcie_replay_rate_is_unknown_before_a_second_read():
-    result = HealthMonitor().assess(snap(states={0: state(10.0)}))
+    result = HealthMonitor().assess(snap(readings={0: state(10.0)}))
     assert check(result, 0, "pcie_replays").state == "unknown"
 
 

@@ -44,7 +44,7 @@ def board(time: float = 1.0, fabric: FabricInfo | None = FABRIC, error: str | No
 def snap(time: float = 10.0, gpus: int = 2, **fields):
     """A snapshot of `gpus` healthy GPUs (no counters: the rate checks do not apply)."""
     fields.setdefault("device_reads", {g: health(time) for g in range(gpus)})
-    fields.setdefault("states", {g: GpuReading(time, LINK) for g in range(gpus)})
+    fields.setdefault("readings", {g: GpuReading(time, LINK) for g in range(gpus)})
     fields.setdefault("board", {g: board(time) for g in range(gpus)})
     return make_snapshot(gpus, time=time, **fields)
 

@@ -41,7 +41,7 @@ def _gpu_health(t: float, **fields):
 
 
 def _gpu_state(t: float, **values):
-    return snap(t, states={g: GpuReading(t, {**LINK, **(values if g == GPU_INDEX else {})})
+    return snap(t, readings={g: GpuReading(t, {**LINK, **(values if g == GPU_INDEX else {})})
                            for g in range(2)})
 
 

@@ -245,15 +245,16 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
 
     first = make_snapshot(2, time=5.0,
                           device_reads={g: reading(5.0, 1e9, 0.0) for g in range(2)},
-                          states={g: state(5.0, 0.0) for g in range(2)})
+                          readings={g: state(5.0, 0.0) for g in range(2)})
     later = dataclasses.replace(first, time=10.0,
                                 device_reads={g: reading(10.0, 2e9, 0.0) for g in range(2)},
-                                states={g: state(10.0, 0.0) for g in range(2)})
+                                readings={g: state(10.0, 0.0) for g in range(2)})
     worse = dataclasses.replace(later, time=15.0,
                                 device_reads={0: reading(15.0, 3e9, 7.0),
                                               1: later.device_reads[1]})
-    # the same device reads, a memory error more in the sweep's state
-    ecc = dataclasses.replace(worse, time=20.0, states={0: state(20.0, 1.0), 1: later.states[1]})
+    # the same device reads, a memory error more in the sweep's reading
+    ecc = dataclasses.replace(worse, time=20.0,
+                              readings={0: state(20.0, 1.0), 1: later.readings[1]})
     per_link = Selection(FULL)  # the per-link series
     texts = [render(s, sources, selection=per_link).decode()
              for s in (first, later, worse, ecc)]

@@ -241,7 +241,7 @@ def make_snapshot(gpus: int = 2, **fields):
     values = {"time": 1.0, "started_at": 0.0, "backend": "fake", "scenario": "test",
               "driver_version": "1", "nvml_version": "1", "bindings_version": "1",
               "gpu_count": gpus, "expected_gpus": gpus, "identities": identities,
-              "states": {}, "power": {}, "power_sampling": {}, "loops": {},
+              "readings": {}, "power": {}, "power_sampling": {}, "loops": {},
               "nvml_errors": {}, **fields}
     return Snapshot(**values)
 

@@ -30,7 +30,7 @@ def pcie_replay_limit(generation: float, lanes: float, gen1_rate: float) -> floa
 
 
 def pcie_replays(c: GpuInputs) -> Outcome:
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
     replays, gen, width = (s.get("pcie_replays"), c.value("pcie_max_generation"),
@@ -51,7 +51,7 @@ def pcie_replays(c: GpuInputs) -> Outcome:
 def _pcie_link(c: GpuInputs, key: str, top_key: str, reason: str) -> Outcome:
     """Below its maximum (generation or width) while busy: links slow down at idle. The
     value and threshold name both, as `gen4 x16`."""
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
     gen, width = s.get("pcie_generation"), s.get("pcie_width")
@@ -144,7 +144,7 @@ def nvlink_links(c: GpuInputs) -> Outcome:
 
 
 def _violation(c: GpuInputs, key: str, name: str, what: str) -> Outcome:
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason=f"{what} violation time not read")
     total = s.get(key)
@@ -174,7 +174,7 @@ HW_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 def hw_slowdown(c: GpuInputs) -> Outcome:
     """A hardware slowdown holding the clocks down now (the sweep's clock-event bits)."""
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason="clock events not read")
     bits = s.get("clock_event_reasons")

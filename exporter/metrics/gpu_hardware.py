@@ -138,7 +138,7 @@ def link_memory_key(snapshot: Snapshot) -> tuple:
     """Everything link_memory_families renders: equal keys, equal text. By value, not by
     reading: a reading every 5 s against a scrape every 15-60 s would always miss."""
     memory = tuple((gpu, tuple(state.get(key) for key in _MEMORY_KEYS))
-                   for gpu, state in sorted(snapshot.states.items()))
+                   for gpu, state in sorted(snapshot.readings.items()))
     readings = tuple(
         (gpu, h.recovery_action,
          tuple((link.link, link.up, tuple(link.errors.items())) for link in h.nvlinks))
@@ -160,7 +160,7 @@ def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 def clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
     active = Rows.of(CLOCK_EVENT_ACTIVE)
-    for gpu, state in sorted(snapshot.states.items()):
+    for gpu, state in sorted(snapshot.readings.items()):
         reasons = state.get("clock_event_reasons")
         if reasons is None:
             continue

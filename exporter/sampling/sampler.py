@@ -359,7 +359,7 @@ class Sampler:
             nvml_version=gpus.backend.nvml_version,
             bindings_version=gpus.backend.bindings_version, gpu_count=gpus.count,
             expected_gpus=s.expected_gpus if s.expected_gpus is not None else gpus.count,
-            identities=tuple(gpus.identities), states=fresh(self.sweep.states),
+            identities=tuple(gpus.identities), readings=fresh(self.sweep.readings),
             power=fresh(self.power.latest), power_sampling=self.power.stats(),
             loops={loop.name: loop.stats() for loop in self.loops},
             nvml_errors=gpus.backend.errors.totals(),

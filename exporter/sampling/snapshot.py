@@ -93,7 +93,7 @@ class Snapshot:
     gpu_count: int
     expected_gpus: int
     identities: tuple[GpuIdentity | None, ...]
-    states: Mapping[int, GpuReading]
+    readings: Mapping[int, GpuReading]  # the sweep's values of each GPU
     power: Mapping[int, PowerReading]  # the latest sample of each GPU
     power_sampling: Mapping[int, PowerSamplingStats]
     loops: Mapping[str, LoopStats]

@@ -37,7 +37,7 @@ class SweepSampler:
         self.gpus, self.clock = gpus, clock
         self.interval = interval
         self.every = {catalogue.SLOW: slow_interval, catalogue.ENERGY: energy_interval}
-        self.states: dict[int, GpuReading] = {}
+        self.readings: dict[int, GpuReading] = {}
         self.device_reads: dict[int, DeviceRead] = {}
         self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
@@ -68,10 +68,10 @@ class SweepSampler:
                 self.gpus.identities[gpu] = read_identity(self.gpus.backend, gpu)
             now = self.clock.time()
             due = self._due(gpu, now)
-            state = read_gpu(self.gpus.backend, gpu, now, due, self.states.get(gpu))
+            state = read_gpu(self.gpus.backend, gpu, now, due, self.readings.get(gpu))
             if state is not None:
                 self._count_clock_events(gpu, state)
-                self.states[gpu] = state
+                self.readings[gpu] = state
                 if catalogue.SLOW in due:  # the PCIe counters were read now
                     self._rate_pcie(gpu, state)
             ident = self.gpus.identities[gpu]
@@ -108,7 +108,7 @@ class SweepSampler:
             return
         rows = {}
         for gpu in range(self.gpus.count):
-            state = self.states.get(gpu)
+            state = self.readings.get(gpu)
             if state is not None and self.gpus.readable(gpu):
                 rows[gpu] = (state.time, {k: state.get(k) for k in SweepBuffer.FIELDS})
         self.buffer.append(rows)

@@ -239,7 +239,7 @@ def _clock_events(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
     features = analysis.features if analysis is not None else None
     span = features.t_end - features.t_start if features is not None else 0.0
     out = []
-    for gpu, state in sorted(snap.states.items()):
+    for gpu, state in sorted(snap.readings.items()):
         bits = state.get("clock_event_reasons")
         window = features.gpus.get(gpu) if features is not None else None
         shares = window.throttle_reasons if window is not None else {}
