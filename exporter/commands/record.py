@@ -99,12 +99,12 @@ class TraceRecorder:
         with self._lock:
             self._write([(reading.end, gpu, reading.values)])
 
-    def sweep(self, gpu: int, state: GpuReading) -> None:
-        values = {k: state.values[k] for k in catalogue.TRACE_KEYS if k in state.values}
+    def sweep(self, gpu: int, reading: GpuReading) -> None:
+        values = {k: reading.values[k] for k in catalogue.TRACE_KEYS if k in reading.values}
         if not values:
             return
         with self._lock:
-            self._write([(state.time, gpu, values)])
+            self._write([(reading.time, gpu, values)])
 
     def close(self) -> None:
         """Close the trace; a failure to flush its last rows counts as a failed write."""

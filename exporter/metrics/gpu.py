@@ -104,7 +104,7 @@ def catalogue_family(declared: Family, snapshot: Snapshot,
         if value.cadence == catalogue.ONCE:
             got = [(gpu, ident.values.get(value.key)) for gpu, ident in identities.items()]
         else:
-            got = [(gpu, state.get(value.key)) for gpu, state in snapshot.readings.items()]
+            got = [(gpu, reading.get(value.key)) for gpu, reading in snapshot.readings.items()]
         rows += [(gpu, tail, number) for gpu, number in got]
     for gpu, tail, number in sorted(rows, key=lambda r: (r[0], r[1])):
         if number is not None and gpu in labels:

@@ -46,7 +46,7 @@ class SweepSampler:
         self.pcie_rates: dict[int, tuple[float | None, float | None]] = {}
         self._pcie_read: dict[int, tuple[float, tuple[float | None, ...]]] = {}
         self._last_read: dict[tuple[int, str], float] = {}  # (gpu, cadence) -> epoch
-        self._last_state_time: dict[int, float] = {}
+        self._last_reading_time: dict[int, float] = {}
         self.buffer: SweepBuffer | None = None
         self.recorder: Callable[[int, GpuReading], None] | None = None
         self.on_recovered = on_recovered
@@ -68,22 +68,22 @@ class SweepSampler:
                 self.gpus.identities[gpu] = read_identity(self.gpus.backend, gpu)
             now = self.clock.time()
             due = self._due(gpu, now)
-            state = read_gpu(self.gpus.backend, gpu, now, due, self.readings.get(gpu))
-            if state is not None:
-                self._count_clock_events(gpu, state)
-                self.readings[gpu] = state
+            reading = read_gpu(self.gpus.backend, gpu, now, due, self.readings.get(gpu))
+            if reading is not None:
+                self._count_clock_events(gpu, reading)
+                self.readings[gpu] = reading
                 if catalogue.SLOW in due:  # the PCIe counters were read now
-                    self._rate_pcie(gpu, state)
+                    self._rate_pcie(gpu, reading)
             ident = self.gpus.identities[gpu]
-            if catalogue.SLOW in due and state is not None:
+            if catalogue.SLOW in due and reading is not None:
                 device_read = read_device(self.gpus.backend, gpu,
-                                          ident.nvlinks if ident else 0, now, state.values,
+                                          ident.nvlinks if ident else 0, now, reading.values,
                                           self.nvlink_reads)
                 if device_read is not None:
                     self.device_reads[gpu] = device_read
             self._read_board(gpu, now)
-            if self.recorder is not None and state is not None:
-                self.recorder(gpu, state)
+            if self.recorder is not None and reading is not None:
+                self.recorder(gpu, reading)
 
         if self.gpus.each(loop, read):
             for gpu in self.gpus.recover_lost():
@@ -108,33 +108,33 @@ class SweepSampler:
             return
         rows = {}
         for gpu in range(self.gpus.count):
-            state = self.readings.get(gpu)
-            if state is not None and self.gpus.readable(gpu):
-                rows[gpu] = (state.time, {k: state.get(k) for k in SweepBuffer.FIELDS})
+            reading = self.readings.get(gpu)
+            if reading is not None and self.gpus.readable(gpu):
+                rows[gpu] = (reading.time, {k: reading.get(k) for k in SweepBuffer.FIELDS})
         self.buffer.append(rows)
 
-    def _rate_pcie(self, gpu: int, state: GpuReading) -> None:
+    def _rate_pcie(self, gpu: int, reading: GpuReading) -> None:
         """Bytes per second over PCIe since this sweep's previous read of the counters
         (never over what scrapes saw); none for a counter absent or gone backwards."""
-        counts = tuple(state.get(key) for key in PCIE_COUNTERS)
+        counts = tuple(reading.get(key) for key in PCIE_COUNTERS)
         previous = self._pcie_read.get(gpu)
-        self._pcie_read[gpu] = (state.time, counts)
-        if previous is None or state.time <= previous[0]:
+        self._pcie_read[gpu] = (reading.time, counts)
+        if previous is None or reading.time <= previous[0]:
             return
-        elapsed = state.time - previous[0]
+        elapsed = reading.time - previous[0]
         sent, received = (None if a is None or b is None or b < a else (b - a) / elapsed
                           for a, b in zip(previous[1], counts, strict=True))
         self.pcie_rates[gpu] = (sent, received)
 
-    def _count_clock_events(self, gpu: int, state: GpuReading) -> None:
+    def _count_clock_events(self, gpu: int, reading: GpuReading) -> None:
         """Accumulate seconds each clock-event reason was active, sweep to sweep."""
-        previous = self._last_state_time.get(gpu)
-        self._last_state_time[gpu] = state.time
-        reasons = state.get("clock_event_reasons")
+        previous = self._last_reading_time.get(gpu)
+        self._last_reading_time[gpu] = reading.time
+        reasons = reading.get("clock_event_reasons")
         if previous is None or reasons is None:
             return
         # a gap longer than a few sweeps (a hang, a lost GPU) is not counted as active
-        elapsed = min(state.time - previous, 3 * self.interval)
+        elapsed = min(reading.time - previous, 3 * self.interval)
         for reason, bit in CLOCK_EVENT_REASONS.items():
             key = (gpu, reason)
             if int(reasons) & bit:

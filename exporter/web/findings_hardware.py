@@ -239,8 +239,8 @@ def _clock_events(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
     features = analysis.features if analysis is not None else None
     span = features.t_end - features.t_start if features is not None else 0.0
     out = []
-    for gpu, state in sorted(snap.readings.items()):
-        bits = state.get("clock_event_reasons")
+    for gpu, reading in sorted(snap.readings.items()):
+        bits = reading.get("clock_event_reasons")
         window = features.gpus.get(gpu) if features is not None else None
         shares = window.throttle_reasons if window is not None else {}
         parts, reasons, judging = [], {}, set()
@@ -266,5 +266,5 @@ def _clock_events(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
             check = _judged(_gpu(health, gpu), *sorted(judging))
             out.append(_judged_finding(
                 "clock_event", check, f"GPU {gpu} clocks held down by {', '.join(parts)}",
-                state.time, gpu=gpu, reasons=reasons))
+                reading.time, gpu=gpu, reasons=reasons))
     return out
