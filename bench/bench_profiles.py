@@ -1,5 +1,5 @@
 """Metric profiles side by side, in one run on the 8-GPU fake node (H200 call costs on):
-series, render time of a snapshot, the NVLink part of the health read, and the
+series, render time of a snapshot, the NVLink part of the device read, and the
 exporter's CPU while it samples and is scraped. Each figure is printed with its ratio
 to `full` (today's output) measured in the same run; not a pass/fail test.
 
@@ -16,7 +16,7 @@ dcgm-exporter`): the series it adds, its render against the profile's own (the s
 snapshot, with the collectors `run --fake` has) and the exporter's CPU with it on.
 
 "nvlink-per-gpu.yml" is `full` with a selection file that sums the NVLink families
-over the links (and leaves the per-link state out): what it saves in the health read
+over the links (and leaves the per-link state out): what it saves in the device read
 is what dropping the per-link series saves.
 """
 
@@ -37,8 +37,8 @@ import numpy as np
 from exporter.app import Exporter
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.health import read_health
-from exporter.gpu.state import read_identity
+from exporter.gpu.device_read import read_device
+from exporter.gpu.reading import read_identity
 from exporter.metrics.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection
@@ -87,7 +87,7 @@ def snapshot_of(selection: Selection):
 def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, tuple]:
     """(series, median render seconds) per selection, taken in turns so that a busy
     machine slows each alike. Each render is of a new snapshot with the same values, as
-    a scrape finds between health reads: the NVLink state and error text is reused
+    a scrape finds between device reads: the NVLink state and error text is reused
     (each selection keeps its own cache of it), the rest is rendered anew."""
     snapshots = {name: snapshot_of(selection) for name, selection in chosen.items()}
     sources = {name: [CachedFamilies(s.families, s.key) if isinstance(s, CachedFamilies)
@@ -109,8 +109,8 @@ def series_and_render(chosen: dict[str, Selection], renders: int) -> dict[str, t
     return {name: (*lines[name], float(np.median(times[name]))) for name in chosen}
 
 
-def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
-    """(median wall, median CPU) of one health read of all 8 GPUs, per selection, taken
+def device_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
+    """(median wall, median CPU) of one device read of all 8 GPUs, per selection, taken
     in turns."""
     plans = {name: selection.nvlink_reads() for name, selection in chosen.items()}
     walls: dict[str, list[float]] = {name: [] for name in chosen}
@@ -124,8 +124,8 @@ def health_reads(chosen: dict[str, Selection], reads: int) -> dict[str, tuple]:
             clock.advance(5)
             for name, plan in plans.items():
                 w, c = time.perf_counter(), time.thread_time()
-                for gpu in gpus:  # the health read alone: the memory errors are the sweep's
-                    read_health(backend, gpu, links[gpu], clock.time(), {}, plan)
+                for gpu in gpus:  # the device read alone: the memory errors are the sweep's
+                    read_device(backend, gpu, links[gpu], clock.time(), {}, plan)
                 if i:  # the first read of a plan finds out which fields are supported
                     walls[name].append(time.perf_counter() - w)
                     cpus[name].append(time.thread_time() - c)
@@ -208,18 +208,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         chosen = selections(Path(folder))
         rendered = series_and_render(chosen, args.renders)
-        health = health_reads(chosen, args.reads)
+        reads = device_reads(chosen, args.reads)
         runs = {name: (sel.profile, sel.source, False) for name, sel in chosen.items()}
         runs.update({f"{p} + compat": (p, "", True) for p in COMPAT_PROFILES})
         figures = exporters_cpu(runs, args.seconds)
     cpu = {name: figures[name]["cpu"] for name in chosen}
     ref_lines, _, ref_render = rendered["full"]
-    ref_wall, ref_cpu = health["full"]
-    print(f"{'selection':28} {'series':>7} {'render ms':>10} {'health read ms (wall/CPU)':>27}"
+    ref_wall, ref_cpu = reads["full"]
+    print(f"{'selection':28} {'series':>7} {'render ms':>10} {'device read ms (wall/CPU)':>27}"
           f" {'exporter CPU %':>15}")
     for name in chosen:
         lines, _, render_s = rendered[name]
-        wall, read_cpu = health[name]
+        wall, read_cpu = reads[name]
         share = cpu[name]
         print(f"{name:28} {lines:7d} {render_s * 1e3:6.2f} x{render_s / ref_render:4.2f}"
               f" {wall * 1e3:7.2f}/{read_cpu * 1e3:5.2f} x{wall / ref_wall:4.2f}/"

@@ -65,7 +65,7 @@ def _field(handle, field_id: int):
     return lambda: pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
 
 
-# the memory errors, read in the sweep's health-interval batch: ECC, retired pages, rows
+# the memory errors, read in the slow sweep's batch: ECC, retired pages, rows
 _MEMORY_FIELDS = tuple(e.nvml.id for f in catalogue.MEMORY_ERRORS
                        for e in catalogue.FAMILIES[f] if isinstance(e.nvml, catalogue.Field))
 # read once, numbered in its catalogue entry alone
@@ -82,7 +82,7 @@ def call_latencies(handle) -> dict:
         fi.PCIE_REPLAY_COUNTER, fi.PCIE_TX_BYTES, fi.PCIE_RX_BYTES, fi.VIOLATION_POWER,
         fi.VIOLATION_THERMAL, fi.VIOLATION_SW_THERMAL, fi.VIOLATION_HW_THERMAL,
         fi.VIOLATION_HW_POWER_BRAKE, *_MEMORY_FIELDS, _POWER_MAX_LIMIT.id, fi.RECOVERY_ACTION)}
-    # the per-link fields of the health read, for link 0 (NotSupported without NVLink)
+    # the per-link fields of the device read, for link 0 (NotSupported without NVLink)
     calls.update({f"nvmlDeviceGetFieldValues({field_name(f)}, link 0)":
                   (p.nvmlDeviceGetFieldValues, handle, [(f, 0)]) for f in _LINK_FIELDS})
     calls.update({

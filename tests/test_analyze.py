@@ -447,7 +447,7 @@ def test_live_monitor_agrees_with_analyze(tmp_path: Path) -> None:
     monitor = PowerMonitor(settings)
     end = float(t[-1])
     times = np.tile(np.asarray([round(x, 6) for x in t]), (4, 1))
-    live = monitor.update(times, watts, np.full(4, 700.0), end, band=(0.0, 10.0)).swing
+    live = monitor.update(times, watts, np.full(4, 700.0), end, band=(0.0, 10.0)).window_swing
     offline = analyze.swing_at(trace, end, 30.0, phase_grid_seconds=5.0)
     assert live is not None
     assert offline.observable_band_hz == pytest.approx(live.observable_band_hz, rel=0.01)

@@ -9,7 +9,7 @@ import pytest
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name
-from exporter.gpu.state import read_identity, read_state
+from exporter.gpu.reading import read_gpu, read_identity
 from exporter.sim import fake
 from tests.tools import scenario_from_yaml
 
@@ -36,7 +36,7 @@ def test_state_values_have_base_units(fake_nvml, clock):
     backend = NvmlBackend()
     backend.open()
     clock.advance(40)
-    state = read_state(backend, 0, clock(), ALL)
+    state = read_gpu(backend, 0, clock(), ALL)
     get = state.get
     assert get("utilization_gpu_ratio") == 1.0
     assert 0 <= get("utilization_memory_ratio") <= 1
@@ -62,7 +62,7 @@ def test_each_cadence_reads_only_its_values_in_one_batched_call(fake_nvml, clock
     backend.open()
     calls = fake_nvml.calls
     before = dict(calls)
-    state = read_state(backend, 0, clock(), [catalogue.SWEEP])
+    state = read_gpu(backend, 0, clock(), [catalogue.SWEEP])
     assert calls["nvmlDeviceGetFieldValues"] == before.get("nvmlDeviceGetFieldValues", 0) + 1
     assert "energy_joules" not in state.values and "pcie_replays" not in state.values
     # one call serves the values that share it (utilization: gpu and memory)
@@ -75,10 +75,10 @@ def test_each_cadence_reads_only_its_values_in_one_batched_call(fake_nvml, clock
 def test_values_of_cadences_not_due_are_carried_over(fake_nvml, clock):
     backend = NvmlBackend()
     backend.open()
-    first = read_state(backend, 0, clock(), ALL)
+    first = read_gpu(backend, 0, clock(), ALL)
     clock.advance(1)
     before = fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"]
-    second = read_state(backend, 0, clock(), [catalogue.SWEEP], previous=first)
+    second = read_gpu(backend, 0, clock(), [catalogue.SWEEP], previous=first)
     assert fake_nvml.calls["nvmlDeviceGetEnforcedPowerLimit"] == before
     for key in ("power_limit_watts", "performance_state", "pcie_generation", "energy_joules"):
         assert second.get(key) == first.get(key)
@@ -100,7 +100,7 @@ def test_errors_are_counted_by_call_and_name_and_hide_nothing_else(clock):
     with fake.installed(scenario, clock, costs=None):
         backend = NvmlBackend()
         backend.open()
-        states = {gpu: read_state(backend, gpu, clock(), ALL) for gpu in range(4)}
+        states = {gpu: read_gpu(backend, gpu, clock(), ALL) for gpu in range(4)}
         assert states[2].get("temperature_celsius") is None
         assert states[2].get("memory_used_bytes") is None
         assert states[2].get("power_average_watts") is None
@@ -115,9 +115,9 @@ def test_errors_are_counted_by_call_and_name_and_hide_nothing_else(clock):
         assert errors[("nvmlDeviceGetFieldValues", "GpuIsLost")] == 1
         # a fault window opens and closes with scenario time
         clock.advance(15)
-        assert read_state(backend, 0, clock(), ALL).get("utilization_gpu_ratio") is None
+        assert read_gpu(backend, 0, clock(), ALL).get("utilization_gpu_ratio") is None
         clock.advance(10)
-        assert read_state(backend, 0, clock(), ALL).get("utilization_gpu_ratio") == 1.0
+        assert read_gpu(backend, 0, clock(), ALL).get("utilization_gpu_ratio") == 1.0
 
 
 def test_per_field_errors_are_counted_with_the_field_name(fake_nvml):
@@ -147,7 +147,7 @@ def test_a_call_the_gpu_does_not_support_is_counted_once_and_not_repeated(fake_n
     backend = NvmlBackend()
     backend.open()
     for _ in range(5):
-        state = read_state(backend, 0, clock(), ALL)
+        state = read_gpu(backend, 0, clock(), ALL)
         assert state.get("fan_speed_ratio") is None
     assert fake_nvml.calls["nvmlDeviceGetFanSpeed"] == 1
     # an H200 has no fan, and row remapping in place of page retirement

@@ -10,9 +10,9 @@ from exporter.families import Family
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.catalogue import HEALTH, Field, GpuValue
-from exporter.gpu.health import ALL_LINKS, NvlinkReads, health_requests, read_health
-from exporter.gpu.state import read_state
+from exporter.gpu.catalogue import SLOW, Field, GpuValue
+from exporter.gpu.device_read import ALL_LINKS, NvlinkReads, device_read_requests, read_device
+from exporter.gpu.reading import read_gpu
 from exporter.metrics import gpu, gpu_hardware
 
 
@@ -24,7 +24,7 @@ from exporter.metrics import gpu, gpu_hardware
 ])
 def test_an_entry_that_does_not_fit_its_family_is_refused(family, labels, per_link, problem):
     with pytest.raises(ValueError, match=problem):
-        GpuValue("x", Field(1), 1, HEALTH, family, labels=labels, per_link=per_link)
+        GpuValue("x", Field(1), 1, SLOW, family, labels=labels, per_link=per_link)
 
 
 def test_every_catalogue_family_is_declared_under_one_heading():
@@ -35,11 +35,11 @@ def test_every_catalogue_family_is_declared_under_one_heading():
 
 
 def test_the_health_read_asks_every_per_link_entry_for_each_link():
-    requests = health_requests(2)
+    requests = device_read_requests(2)
     for entry in catalogue.PER_LINK:
         assert isinstance(entry.nvml, Field)
         assert {(entry.nvml.id, 0), (entry.nvml.id, 1)} <= set(requests), entry.key
-    summed = health_requests(2, NvlinkReads(traffic_per_link=False))
+    summed = device_read_requests(2, NvlinkReads(traffic_per_link=False))
     assert (fi.NVLINK_TX, ALL_LINKS) in summed and (fi.NVLINK_TX, 0) not in summed
 
 
@@ -49,19 +49,19 @@ def test_the_memory_errors_are_the_sweeps_and_not_asked_again(fake_nvml, clock):
     memory = {e.nvml.id for f in catalogue.MEMORY_ERRORS for e in catalogue.FAMILIES[f]
               if isinstance(e.nvml, Field)}
     assert memory >= {fi.ECC_SBE_VOL_TOTAL, fi.REMAPPED_FAILURE}
-    assert not memory & {r if isinstance(r, int) else r[0] for r in health_requests(18)}
+    assert not memory & {r if isinstance(r, int) else r[0] for r in device_read_requests(18)}
     backend = NvmlBackend()
     backend.open()
     values = {"ecc_corrected_volatile": 3.0, "ecc_uncorrected_aggregate": 1.0,
               "remapped_rows_correctable": 2.0, "row_remap_pending": 1.0}
-    health = read_health(backend, 0, 0, clock(), values)
+    health = read_device(backend, 0, 0, clock(), values)
     assert health is not None
     assert health.ecc_errors == {("corrected", "volatile"): 3.0,
                                  ("uncorrected", "aggregate"): 1.0}
     assert health.remapped_rows == {"correctable": 2.0}
     assert (health.row_remap_pending, health.row_remap_failure) == (1.0, None)
     # the sweep's health-interval values carry every memory entry (a healthy GPU: zeros)
-    swept = read_state(backend, 0, clock(), (HEALTH,))
+    swept = read_gpu(backend, 0, clock(), (SLOW,))
     assert swept is not None
-    alone = read_health(backend, 0, 0, clock(), swept.values)
+    alone = read_device(backend, 0, 0, clock(), swept.values)
     assert alone is not None and alone.ecc_errors[("uncorrected", "volatile")] == 0.0

@@ -483,7 +483,7 @@ def test_pcie_rate_prefers_gpm_and_falls_back_to_the_sweep():
 
 
 def test_the_sweeps_pcie_rate_is_over_its_own_previous_read():
-    from exporter.gpu.state import GpuState
+    from exporter.gpu.reading import GpuReading
     from exporter.sampling.sweep import SweepSampler
 
     sweep = SweepSampler(None, None, 1.0, 5.0, 30.0)  # type: ignore[arg-type]
@@ -491,7 +491,7 @@ def test_the_sweeps_pcie_rate_is_over_its_own_previous_read():
     def read(t: float, sent: float | None, received: float | None) -> tuple | None:
         values = {k: v for k, v in (("pcie_transmit_bytes", sent),
                                     ("pcie_receive_bytes", received)) if v is not None}
-        sweep._rate_pcie(0, GpuState(t, values))
+        sweep._rate_pcie(0, GpuReading(t, values))
         return sweep.pcie_rates.get(0)
 
     assert read(100.0, 1000.0, 500.0) is None  # one read: no rate

@@ -9,7 +9,7 @@ import pytest
 
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import field_name
-from exporter.gpu.health import health_requests
+from exporter.gpu.device_read import device_read_requests
 from exporter.sampling.clock import ManualClock
 from exporter.sim import fake
 from exporter.sim.fake_fields import _CHANGES
@@ -26,7 +26,7 @@ def test_kept_answers_are_what_the_fake_works_out_afresh(name):
     lib.initialized = 1
     asked = tuple((fid, scope) for fid, scope in (
         (r, 0) if isinstance(r, int) else r
-        for r in [*health_requests(scenario.device.nvlinks), fi.POWER_INSTANT]))
+        for r in [*device_read_requests(scenario.device.nvlinks), fi.POWER_INSTANT]))
     kept_some = False
     for t in (0.0, 7.0, 30.0, 95.0, 400.0, 1300.0):  # before, during and after the faults
         clock.advance(t - (clock.time() - lib.start))

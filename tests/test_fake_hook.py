@@ -8,8 +8,8 @@ import pytest
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.health import read_health
-from exporter.gpu.state import read_identity, read_state
+from exporter.gpu.device_read import read_device
+from exporter.gpu.reading import read_gpu, read_identity
 from exporter.sim import fake
 from exporter.sim.fake_fields import FAULT_FIELDS
 from exporter.sim.fake_model import ModelValues
@@ -64,9 +64,9 @@ def test_every_symbol_the_exporter_uses_is_served(fake_nvml, clock):
     for gpu in range(count):
         ident = read_identity(backend, gpu)
         assert ident is not None
-        state = read_state(backend, gpu, clock(), catalogue.CADENCES)
+        state = read_gpu(backend, gpu, clock(), catalogue.CADENCES)
         assert state is not None
-        read_health(backend, gpu, ident.nvlinks, clock(), state.values)
+        read_device(backend, gpu, ident.nvlinks, clock(), state.values)
         assert len(backend.samples(gpu, fi.TOTAL_POWER_SAMPLES, 0)[0]) > 0
         assert backend.fields(gpu, [fi.POWER_INSTANT])
     assert fake_nvml.missing == set()

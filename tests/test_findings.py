@@ -19,9 +19,9 @@ from exporter.analysis.straggler import (
     WindowFeatures,
     window_features,
 )
+from exporter.gpu.device_read import DeviceRead, NvLink
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth, NvLink
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.health.model import OK, WARNING, CheckResult, NodeHealth, verdict
 from exporter.health.monitor import Published
 from exporter.sampling.live_power import PowerAnalysis
@@ -169,7 +169,7 @@ def test_no_swing_finding_until_the_detector_holds_and_old_ramps_are_history():
 
 def test_hardware_faults_each_with_gpu_severity_and_time():
     links = (NvLink(0, True, errors={"replay": 0.0, "crc_flit": 12.0}), NvLink(1, False))
-    health = {1: GpuHealth(NOW - 3, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 1.0, 0.0,
+    health = {1: DeviceRead(NOW - 3, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 1.0, 0.0,
                            "gpu_reset", links)}
     snap = make_snapshot(
         4, time=NOW, expected_gpus=5, lost=frozenset({2}), hung={3: NOW - 20.0},
@@ -207,7 +207,8 @@ def test_nvlink_down_is_critical():
     from dataclasses import replace
 
     snap = make_snapshot(2, time=NOW, device_reads={
-        0: GpuHealth(NOW, {}, {}, None, {}, None, None, None, (NvLink(0, True), NvLink(1, False)))})
+        0: DeviceRead(NOW, {}, {}, None, {}, None, None, None,
+                      (NvLink(0, True), NvLink(1, False)))})
     ids = (replace(snap.identities[0], nvlinks=2), snap.identities[1])
     found = findings(replace(snap, identities=ids))
     assert _kinds(found) == [("nvlink", "critical", 0)]
@@ -221,13 +222,13 @@ def _window(gpu_reasons: dict[int, dict[str, float]]) -> WindowFeatures:
 
 
 def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
-    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x40}),  # HW thermal, now
-              1: GpuState(NOW - 1, {"clock_event_reasons": 0x4}),  # power cap, briefly
-              2: GpuState(NOW - 1, {"clock_event_reasons": 0x4})}  # power cap, most of it
+    states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x40}),  # HW thermal, now
+              1: GpuReading(NOW - 1, {"clock_event_reasons": 0x4}),  # power cap, briefly
+              2: GpuReading(NOW - 1, {"clock_event_reasons": 0x4})}  # power cap, most of it
     window = _window({0: {"hw_thermal_slowdown": 1.0}, 1: {"sw_power_cap": 0.2},
                       2: {"sw_power_cap": 0.9}})
     analysis = StragglerAnalysis(NOW, window, None, None)
-    snap = make_snapshot(3, time=NOW, states=states, straggler_analysis=analysis,
+    snap = make_snapshot(3, time=NOW, readings=states, straggler_analysis=analysis,
                          clock_event_seconds={(0, "hw_thermal_slowdown"): 360.0})
     found = findings(snap, checks_say(3, {0: {"thermal_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0), ("clock_event", "info", 2)]
@@ -241,9 +242,9 @@ def test_clock_events_hardware_slowdowns_warn_and_a_brief_power_cap_is_normal():
 
 def test_reasons_that_come_together_share_one_finding():
     """A power brake is also an HW slowdown: one finding for the GPU, not two."""
-    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
+    states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x0})}
     window = _window({0: {"hw_slowdown": 0.33, "hw_power_brake_slowdown": 0.33}})
-    snap = make_snapshot(1, time=NOW, states=states,
+    snap = make_snapshot(1, time=NOW, readings=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
     found = findings(snap, checks_say(1, {0: {"thermal_violation": OK,
                                               "power_violation": WARNING}}))
@@ -261,8 +262,8 @@ def test_clock_event_shares_come_from_the_window_features_as_computed():
     reasons = np.zeros((1, 60))
     reasons[0, :15] = CLOCK_EVENT_REASONS["sw_thermal_slowdown"]
     window = window_features(t, np.full((1, 60), 500.0), clock_event_reasons=reasons)
-    states = {0: GpuState(NOW - 1, {"clock_event_reasons": 0x0})}
-    snap = make_snapshot(1, time=NOW, states=states,
+    states = {0: GpuReading(NOW - 1, {"clock_event_reasons": 0x0})}
+    snap = make_snapshot(1, time=NOW, readings=states,
                          straggler_analysis=StragglerAnalysis(NOW, window, None, None))
     found = findings(snap, checks_say(1, {0: {"thermal_violation": WARNING}}))
     assert _kinds(found) == [("clock_event", "warning", 0)]

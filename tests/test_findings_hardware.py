@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.gpu.health import GpuHealth
+from exporter.gpu.device_read import DeviceRead
 from exporter.health.model import (
     ACTION_WORDS,
     FAILED,
@@ -24,8 +24,8 @@ from exporter.web.findings_hardware import hardware_findings
 from tests.tools import make_snapshot
 
 
-def _reading(retired: float) -> GpuHealth:
-    return GpuHealth(100.0, {}, {"single_bit": retired, "double_bit": 0.0}, 0.0, {}, None,
+def _reading(retired: float) -> DeviceRead:
+    return DeviceRead(100.0, {}, {"single_bit": retired, "double_bit": 0.0}, 0.0, {}, None,
                      None, "none", ())
 
 
@@ -54,10 +54,10 @@ def _fault_snapshot():
     reset, a link down and CRC errors; GPU 1 hung; a GPU missing."""
     from dataclasses import replace
 
-    from exporter.gpu.health import NvLink
+    from exporter.gpu.device_read import NvLink
 
     links = (NvLink(0, True, errors={"crc_flit": 12.0}), NvLink(1, False))
-    reads = GpuHealth(100.0, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 0.0, 1.0,
+    reads = DeviceRead(100.0, {("uncorrected", "volatile"): 2.0}, {}, None, {}, 0.0, 1.0,
                       "gpu_reset", links)
     snap = make_snapshot(2, time=100.0, expected_gpus=3, hung={1: 90.0},
                          device_reads={0: reads})
@@ -112,13 +112,75 @@ def test_each_finding_takes_the_severity_and_words_of_its_check(state):
 def test_nothing_judged_is_information_with_no_fallback():
     """Before the first judgement every hardware finding is information: no constant, XID
     table or slowdown table stands in for the verdict."""
-    from exporter.gpu.state import GpuState
+    from exporter.gpu.reading import GpuReading
     from exporter.sampling.snapshot import XidRecord
 
     snap = make_snapshot(2, time=100.0, xids={(0, 79): XidRecord(1, 99.0)},
                          lost=frozenset({1}),
-                         states={0: GpuState(99.0, {"clock_event_reasons": 0x40})})
+                         readings={0: GpuReading(99.0, {"clock_event_reasons": 0x40})})
     found = hardware_findings(snap, unknown_health(100.0, 2))
     assert {f["kind"] for f in found} == {"xid", "gpu_lost", "clock_event"}
     assert {f["severity"] for f in found} == {"info"}
     assert {f["details"]["verdict"]["state"] for f in found} == {UNKNOWN}
+
+
+def _nvlink_judged(errors: str, replays: str) -> NodeHealth:
+    def check(name: str, state: str) -> CheckResult:
+        action = RESET_GPU if state == FAILED else "none"
+        return CheckResult(name, state, 3.0, 1.0, "test", 0.0, action, f"{name} says so")
+
+    gpu = verdict((check("nvlink_errors", errors), check("nvlink_replays", replays)))
+    return NodeHealth(100.0, verdict(()), {0: gpu})
+
+
+@pytest.mark.parametrize(("errors", "replays", "severity", "by"), [
+    (OK, FAILED, "critical", "nvlink_replays"),
+    (WARNING, OK, "warning", "nvlink_errors"),
+    (FAILED, FAILED, "critical", "nvlink_errors"),  # equals: the verdict's first
+    (OK, OK, "info", "nvlink_errors"),
+])
+def test_the_nvlink_finding_takes_the_worse_of_crc_and_replay_errors(errors, replays,
+                                                                      severity, by):
+    """Replay and recovery errors are their own check (nvlink_replays): the NVLink
+    finding reads at the worse of it and the CRC check, and says which judged it."""
+    from exporter.gpu.device_read import NvLink
+
+    links = (NvLink(0, True, errors={"replay": 3.0, "crc_flit": 0.0}),)
+    reads = DeviceRead(100.0, {}, {}, None, {}, 0.0, 0.0, "none", links)
+    snap = make_snapshot(1, time=100.0, device_reads={0: reads})
+    [found] = [f for f in hardware_findings(snap, _nvlink_judged(errors, replays))
+               if f["kind"] == "nvlink"]
+    assert found["severity"] == severity
+    assert found["details"]["verdict"]["check"] == by
+    assert found["details"]["errors"] == {"replay": 3.0}
+    if severity == "critical":
+        assert found["message"].startswith(f"GPU 0: {by} says so (3 against 1); ")
+        assert found["message"].endswith(": " + ACTION_WORDS[RESET_GPU])
+
+
+def _xid_found(code: int) -> dict:
+    """The XID finding of `code` on GPU 0, whose `xid` check failed (on another code)."""
+    from exporter.sampling.snapshot import XidRecord
+
+    failed = CheckResult("xid", FAILED, 79.0, None, "test", 0.0, RESET_GPU, "XID 79")
+    snap = make_snapshot(1, time=100.0, xids={(0, code): XidRecord(1, 99.0)})
+    [found] = hardware_findings(snap, NodeHealth(100.0, verdict(()), {0: verdict((failed,))}))
+    return found
+
+
+def test_an_xid_finding_reads_the_fault_tables_judgement_of_its_code():
+    """The page reads an XID as the verdict and the alerts do, through the fault table's
+    xid_judgement, never above its severity; no other reading of an XID's state."""
+    import ast
+
+    from exporter.gpu.xid import TABLE
+    from exporter.health.faults import xid_judgement
+    from tests.tools import REPO
+
+    for code in (*sorted(TABLE), 9999):
+        assert _xid_found(code)["severity"] == xid_judgement(code).severity, code
+    for path in sorted((REPO / "exporter" / "web").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert "xid_row" not in read, path.name

@@ -179,14 +179,14 @@ def test_the_live_swing_leaves_out_a_window_with_a_hole_it_cannot_bridge() -> No
     watts = np.where((t % 2.0) < 1.0, 650.0, 200.0) * np.ones((8, 1))
     monitor = PowerMonitor(PowerSettings())
     times = np.broadcast_to(t, watts.shape)
-    assert monitor.update(times, watts, None, 30.0, band=(0.0, 10.0)).swing is not None
+    assert monitor.update(times, watts, None, 30.0, band=(0.0, 10.0)).window_swing is not None
     short, long = watts.copy(), watts.copy()
     short[:, (t > 10) & (t < 12)] = np.nan  # 2 s: bridged (a tenth of the 30 s window)
     long[:, (t > 10) & (t < 18)] = np.nan  # 8 s: not
     assert PowerMonitor(PowerSettings()).update(times, short, None, 30.0,
-                                                band=(0.0, 10.0)).swing is not None
+                                                band=(0.0, 10.0)).window_swing is not None
     assert PowerMonitor(PowerSettings()).update(times, long, None, 30.0,
-                                                band=(0.0, 10.0)).swing is None
+                                                band=(0.0, 10.0)).window_swing is None
 
 
 # --------------------------------------------------------------------------- the rule

@@ -124,3 +124,28 @@ def test_a_port_whose_state_was_not_read_is_unknown_never_failed():
     monitor = HealthMonitor()
     assert port_check(monitor, snap, "infiniband_ports").state == "unknown"
     assert port_check(monitor, snap, "infiniband_link_downed").state == "not_applicable"
+
+
+def test_the_api_names_each_ports_check_by_its_device_and_port():
+    """/api/v1/health serves a per-port check with its device and port (the labels of
+    gpu_node_health_check_state), so two ports' checks are not one name twice; a check
+    of the node as a whole has neither."""
+    import json
+
+    from exporter.web.api import health_body
+
+    monitor = HealthMonitor()
+    monitor.assess(ib_snapshot(0, link_downed=3.0))
+    body = json.loads(health_body(monitor.assess(ib_snapshot(10, state=1, link_downed=4.0))))
+    checks = body["node"]["checks"]
+    downed = [c for c in checks if c["name"] == "infiniband_link_downed"]
+    assert sorted((c["device"], c["port"], c["state"]) for c in downed) == [
+        ("mlx5_0", "1", "failed"), ("mlx5_1", "1", "ok")]
+    ports = {(c["device"], c["port"]): c["state"] for c in checks
+             if c["name"] == "infiniband_ports"}
+    assert ports == {("mlx5_0", "1"): "failed", ("mlx5_1", "1"): "ok"}
+    count = next(c for c in checks if c["name"] == "gpu_count")
+    assert "device" not in count and "port" not in count
+    # no InfiniBand: the ports' checks judge the node as a whole (not applicable)
+    bare = json.loads(health_body(HealthMonitor().assess(make_snapshot(1))))
+    assert all("port" not in c for c in bare["node"]["checks"])

@@ -7,28 +7,28 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.gpu.health import NvLink
-from exporter.gpu.state import GpuIdentity, GpuState
+from exporter.gpu.device_read import NvLink
+from exporter.gpu.reading import GpuIdentity, GpuReading
 from exporter.health.monitor import HealthMonitor
-from tests.test_health_verdict import check, health, snap
+from tests.test_health_verdict import check, device_read, snap
 
 BASE = {"pcie_max_generation": 5.0, "pcie_max_width": 16.0, "pcie_generation": 5.0,
         "pcie_width": 16.0, "utilization_gpu_ratio": 0.9, "pcie_replays": 0.0,
         "clock_event_thermal_seconds": 0.0, "clock_event_hw_power_brake_slowdown_seconds": 0.0}
 
 
-def state(time: float, **values) -> GpuState:
-    return GpuState(time, MappingProxyType({**BASE, **values}))
+def reading(time: float, **values) -> GpuReading:
+    return GpuReading(time, MappingProxyType({**BASE, **values}))
 
 
-def two_reads(name: str, first: dict, second: dict, health_fields=None, seconds=60.0):
+def two_reads(name: str, first: dict, second: dict, device_fields=None, seconds=60.0):
     """The check's state after two reads `seconds` apart (values as given)."""
     monitor = HealthMonitor()
     result = None
     for time, values in ((10.0, first), (10.0 + seconds, second)):
-        h = health(time, **(health_fields(values) if health_fields else {}))
-        result = monitor.assess(snap(time, device_reads={0: h, 1: health(time)},
-                                     states={0: state(time, **({} if health_fields
+        h = device_read(time, **(device_fields(values) if device_fields else {}))
+        result = monitor.assess(snap(time, device_reads={0: h, 1: device_read(time)},
+                                     readings={0: reading(time, **({} if device_fields
                                                                else values))}))
     return check(result, 0, name)
 
@@ -47,7 +47,7 @@ def test_pcie_replays_at_and_above_ceil_rate_times_lanes(gen, width, limit):
 
 
 def test_pcie_replay_rate_is_unknown_before_a_second_read():
-    result = HealthMonitor().assess(snap(states={0: state(10.0)}))
+    result = HealthMonitor().assess(snap(readings={0: reading(10.0)}))
     assert check(result, 0, "pcie_replays").state == "unknown"
 
 
@@ -93,7 +93,8 @@ def test_nvlink_down_fails_and_pcie_cards_are_not_applicable():
     down = {"nvlinks": (NvLink(0, True), NvLink(1, False))}
     idents = tuple(GpuIdentity(i, f"GPU-{i}", "H100", "", "", nvlinks=2 if i == 0 else 0)
                    for i in range(2))
-    result = HealthMonitor().assess(snap(device_reads={0: health(10.0, **down), 1: health(10.0)},
+    result = HealthMonitor().assess(snap(device_reads={0: device_read(10.0, **down),
+                                                       1: device_read(10.0)},
                                          identities=idents))
     links_check = check(result, 0, "nvlink_links")
     assert (links_check.state, links_check.value, links_check.threshold) == ("failed", 1, 2)

@@ -8,9 +8,9 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.gpu.board import BoardHealth, FabricInfo
-from exporter.gpu.health import GpuHealth
-from exporter.gpu.state import GpuState
+from exporter.gpu.board import BoardRead, FabricInfo
+from exporter.gpu.device_read import DeviceRead
+from exporter.gpu.reading import GpuReading
 from exporter.health.context import Check
 from exporter.health.model import FAILED, OK, Outcome
 from exporter.health.monitor import GPU_CHECKS, HealthMonitor
@@ -19,12 +19,12 @@ from exporter.web.api import health_body
 from tests.tools import ExporterFactory, http_get, make_snapshot
 
 
-def health(time: float = 1.0, **fields) -> GpuHealth:
+def device_read(time: float = 1.0, **fields) -> DeviceRead:
     values = {"time": time, "ecc_errors": {("uncorrected", "volatile"): 0.0},
               "retired_pages": {}, "retired_pages_pending": None,
               "remapped_rows": {"uncorrectable": 0.0}, "row_remap_pending": 0.0,
               "row_remap_failure": 0.0, "recovery_action": "none", "nvlinks": ()}
-    return GpuHealth(**{**values, **fields})
+    return DeviceRead(**{**values, **fields})
 
 
 LINK = MappingProxyType({"pcie_max_generation": 5.0, "pcie_max_width": 16.0,
@@ -37,14 +37,14 @@ FABRIC = FabricInfo("completed", "Success", 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 
 
 
 def board(time: float = 1.0, fabric: FabricInfo | None = FABRIC, error: str | None = None,
-          inforom: bool | None = True) -> BoardHealth:
-    return BoardHealth(time, fabric, error, inforom, None)
+          inforom: bool | None = True) -> BoardRead:
+    return BoardRead(time, fabric, error, inforom, None)
 
 
 def snap(time: float = 10.0, gpus: int = 2, **fields):
     """A snapshot of `gpus` healthy GPUs (no counters: the rate checks do not apply)."""
-    fields.setdefault("device_reads", {g: health(time) for g in range(gpus)})
-    fields.setdefault("states", {g: GpuState(time, LINK) for g in range(gpus)})
+    fields.setdefault("device_reads", {g: device_read(time) for g in range(gpus)})
+    fields.setdefault("readings", {g: GpuReading(time, LINK) for g in range(gpus)})
     fields.setdefault("board", {g: board(time) for g in range(gpus)})
     return make_snapshot(gpus, time=time, **fields)
 
@@ -61,7 +61,7 @@ def test_a_healthy_node_is_ok_with_no_action():
 
 
 def test_a_lost_gpu_fails_and_asks_for_a_reboot():
-    result = HealthMonitor().assess(snap(lost=frozenset({1}), device_reads={0: health(10.0)}))
+    result = HealthMonitor().assess(snap(lost=frozenset({1}), device_reads={0: device_read(10.0)}))
     gpu = result.gpus[1]
     assert (gpu.state, gpu.action) == (FAILED, "reboot_node")
     assert gpu.reasons == "GPU 1: GPU lost (fell off the bus)"  # not the unread memory
@@ -116,8 +116,8 @@ def test_an_application_xid_alone_never_fails():
     ({"recovery_action": "gpu_reset"}, "recovery_action", FAILED, "reset_gpu"),
 ])
 def test_memory_and_recovery_action(fields, name, state, action):
-    result = HealthMonitor().assess(snap(device_reads={0: health(10.0, **fields),
-                                                 1: health(10.0)}))
+    result = HealthMonitor().assess(snap(device_reads={0: device_read(10.0, **fields),
+                                                 1: device_read(10.0)}))
     assert check(result, 0, name).state == state
     assert (result.gpus[0].state, result.gpus[0].action) == (state, action)
     assert result.gpus[1].state == OK
@@ -125,8 +125,8 @@ def test_memory_and_recovery_action(fields, name, state, action):
 
 def test_retired_pages_just_below_and_at_the_limit():
     def judged(sbe: float, dbe: float) -> str:
-        h = health(10.0, retired_pages={"single_bit": sbe, "double_bit": dbe})
-        return check(HealthMonitor().assess(snap(device_reads={0: h, 1: health()})), 0,
+        h = device_read(10.0, retired_pages={"single_bit": sbe, "double_bit": dbe})
+        return check(HealthMonitor().assess(snap(device_reads={0: h, 1: device_read()})), 0,
                      "retired_pages").state
     assert judged(50, 12) == OK  # 62
     assert judged(50, 13) == FAILED  # 63
@@ -134,8 +134,8 @@ def test_retired_pages_just_below_and_at_the_limit():
 
 def test_remapped_rows_just_below_and_at_the_limit():
     def judged(rows: float) -> str:
-        h = health(10.0, remapped_rows={"uncorrectable": rows})
-        return check(HealthMonitor().assess(snap(device_reads={0: h, 1: health()})), 0,
+        h = device_read(10.0, remapped_rows={"uncorrectable": rows})
+        return check(HealthMonitor().assess(snap(device_reads={0: h, 1: device_read()})), 0,
                      "remapped_rows").state
     assert judged(511) == OK
     assert judged(512) == "warning"
@@ -145,8 +145,8 @@ def test_dbe_pages_past_15_fail_only_with_more_than_one_new_in_a_week():
     monitor = HealthMonitor()
 
     def at(time: float, dbe: float) -> str:
-        h = health(time, retired_pages={"single_bit": 0.0, "double_bit": dbe})
-        return check(monitor.assess(snap(time, device_reads={0: h, 1: health(time)})), 0,
+        h = device_read(time, retired_pages={"single_bit": 0.0, "double_bit": dbe})
+        return check(monitor.assess(snap(time, device_reads={0: h, 1: device_read(time)})), 0,
                      "retired_pages_recent").state
     assert at(10.0, 16) == OK  # many, but none new yet
     assert at(20.0, 17) == OK  # one new: at the limit, not above
@@ -158,7 +158,7 @@ def test_missing_data_is_unknown_or_not_applicable_never_failed():
     result = HealthMonitor().assess(snap(device_reads={}))
     states = {c.state for v in result.gpus.values() for c in v.checks}
     assert FAILED not in states and "unknown" in states
-    bare = health(10.0, ecc_errors={}, remapped_rows={}, row_remap_pending=None,
+    bare = device_read(10.0, ecc_errors={}, remapped_rows={}, row_remap_pending=None,
                   row_remap_failure=None, recovery_action=None)
     result = HealthMonitor().assess(snap(device_reads={0: bare, 1: bare}))
     assert {c.state for c in result.gpus[0].checks} <= {OK, "not_applicable"}
@@ -179,7 +179,7 @@ def test_judged_once_per_snapshot_and_since_holds_while_the_state_does():
     monitor = HealthMonitor()
     first = snap(10.0)
     assert monitor.assess(first) is monitor.assess(first)
-    failing = {0: health(20.0, row_remap_failure=1.0), 1: health(20.0)}
+    failing = {0: device_read(20.0, row_remap_failure=1.0), 1: device_read(20.0)}
     at_20 = monitor.assess(snap(20.0, device_reads=failing))
     at_25 = monitor.assess(snap(25.0, device_reads={g: h.__class__(**{**h.__dict__, "time": 25.0})
                                               for g, h in failing.items()}))

@@ -4,7 +4,7 @@ checks. A threshold raised out of reach in the health settings records no episod
 
 from __future__ import annotations
 
-from exporter.gpu.health import GpuHealth, NvLink
+from exporter.gpu.device_read import DeviceRead, NvLink
 from exporter.health.monitor import HealthMonitor
 from exporter.health.settings import HealthSettings
 from exporter.history.episodes import NODE
@@ -17,7 +17,7 @@ T0 = 1_790_000_000.0
 
 def gpu_health(t: float, dbe: float = 0.0, remap_failure: float = 0.0, crc: float = 0.0):
     links = (NvLink(0, True, errors={"crc_flit": crc, "replay": 0.0}),)
-    return GpuHealth(T0 + t, {("uncorrected", "volatile"): dbe}, {}, None, {}, 0.0,
+    return DeviceRead(T0 + t, {("uncorrected", "volatile"): dbe}, {}, None, {}, 0.0,
                      remap_failure, None, links)
 
 

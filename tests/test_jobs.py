@@ -21,7 +21,7 @@ from exporter.collectors.jobs.reading import (
     parse_job_file,
     parse_mapping_name,
 )
-from exporter.gpu.state import GpuIdentity
+from exporter.gpu.reading import GpuIdentity
 from exporter.metrics.render import render
 from exporter.sampling.snapshot import CollectorResult, Snapshot
 from tests.tools import make_snapshot, require_binary

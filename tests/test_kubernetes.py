@@ -302,7 +302,7 @@ def test_garbage_from_the_kubelet_is_refused(running_exporter, tmp_path):
 
 
 def context(gpus: int = 8) -> CollectorContext:
-    from exporter.gpu.state import GpuIdentity
+    from exporter.gpu.reading import GpuIdentity
 
     identities = [GpuIdentity(i, UUIDS[i], "H100", "", "") for i in range(gpus)]
     return CollectorContext(gpu_count=gpus, identities=lambda: identities)

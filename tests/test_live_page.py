@@ -230,3 +230,29 @@ def test_a_healthy_training_node_shows_nothing_above_information(running_exporte
     assert 'class="finding sev-info"' in dom
     assert "sev-warning" not in dom and "sev-critical" not in dom
     assert re.search(r'<span id="verdict" data-state="ok">ok \(8 GPUs\)</span>', dom), dom[:4000]
+
+
+def test_the_health_panel_names_the_port_of_a_port_check(running_exporter, tmp_path):
+    """A check judged per InfiniBand port names its port on the page (from
+    /api/v1/health's device and port): a DOWN port beside a healthy one."""
+    from exporter.sim.ib_tree import down_hca, ndr_hca
+
+    require_binary("chromium")
+    sysfs = tmp_path / "sys"
+    ndr_hca(sysfs)
+    down_hca(sysfs)
+    exp = running_exporter.start(manual=True, scenario="training", collector_infiniband=True,
+                                 path_sysfs=str(sysfs))
+    exp.sampler.advance(12)
+    _, body = http_get(exp.port, "/api/v1/health")
+    ports = {(c["device"], c["port"]): c["state"] for c in json.loads(body)["node"]["checks"]
+             if c["name"] == "infiniband_ports"}
+    assert ports == {("mlx5_0", "1"): "ok", ("mlx5_7", "1"): "failed"}
+    result = chromium(tmp_path, f"http://127.0.0.1:{exp.port}/", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    items = re.findall(r'<li class="verdict-item verdict-(\w+)" data-state="\w+" '
+                       r'data-action="(\w+)" data-port="([^"]+)"[^>]*>(.*?)</li>',
+                       result.stdout)
+    assert [(state, action, port) for state, action, port, _ in items] == [
+        ("failed", "drain_and_service", "mlx5_7/1")], result.stdout[-3000:]
+    assert "node infiniband ports (mlx5_7 port 1)" in items[0][3]

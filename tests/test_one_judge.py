@@ -17,8 +17,8 @@ import yaml
 
 from exporter.analysis.lemons import HARDWARE_XID_ACTIONS, counted
 from exporter.gpu import xid as catalog
-from exporter.gpu.health import NvLink
-from exporter.gpu.state import GpuState
+from exporter.gpu.device_read import NvLink
+from exporter.gpu.reading import GpuReading
 from exporter.health.faults import FAULTS, GPU, PORT, fault, severity, xid_judgement
 from exporter.health.monitor import GPU_CHECKS, NODE_CHECKS, PORT_CHECKS, HealthMonitor, Published
 from exporter.health.rules import FAMILY, rule_files
@@ -28,52 +28,52 @@ from exporter.sampling.snapshot import XidRecord
 from exporter.web.api import health_body
 from exporter.web.findings import findings
 from tests.test_health_infiniband import ib_snapshot
-from tests.test_health_verdict import LINK, health, snap
+from tests.test_health_verdict import LINK, device_read, snap
 from tests.test_history_store import history as open_history
 from tests.tools import REPO
 
 GPU_INDEX = 1
 
 
-def _gpu_health(t: float, **fields):
-    return snap(t, device_reads={g: health(t, **(fields if g == GPU_INDEX else {}))
+def _gpu_device_read(t: float, **fields):
+    return snap(t, device_reads={g: device_read(t, **(fields if g == GPU_INDEX else {}))
                            for g in range(2)})
 
 
-def _gpu_state(t: float, **values):
-    return snap(t, states={g: GpuState(t, {**LINK, **(values if g == GPU_INDEX else {})})
+def _gpu_reading(t: float, **values):
+    return snap(t, readings={g: GpuReading(t, {**LINK, **(values if g == GPU_INDEX else {})})
                            for g in range(2)})
 
 
 def nvlink(kind: str):
     def make(t: float, count: float):
         errors = {"crc_flit": 0.0, "replay": 0.0, kind: count}
-        return _gpu_health(t, nvlinks=(NvLink(0, True, errors=errors),))
+        return _gpu_device_read(t, nvlinks=(NvLink(0, True, errors=errors),))
     return make
 
 
 def retired(t: float, pages: float):
-    return _gpu_health(t, retired_pages={"single_bit": pages})
+    return _gpu_device_read(t, retired_pages={"single_bit": pages})
 
 
 def retired_dbe(t: float, pages: float):
-    return _gpu_health(t, retired_pages={"double_bit": pages})
+    return _gpu_device_read(t, retired_pages={"double_bit": pages})
 
 
 def remapped(t: float, rows: float):
-    return _gpu_health(t, remapped_rows={"uncorrectable": rows})
+    return _gpu_device_read(t, remapped_rows={"uncorrectable": rows})
 
 
 def pcie_replays(t: float, replays: float):
-    return _gpu_state(t, pcie_replays=replays)
+    return _gpu_reading(t, pcie_replays=replays)
 
 
 def pcie_gen4(t: float, _: float):
-    return _gpu_state(t, pcie_generation=4.0)
+    return _gpu_reading(t, pcie_generation=4.0)
 
 
 def pcie_x8(t: float, _: float):
-    return _gpu_state(t, pcie_width=8.0)
+    return _gpu_reading(t, pcie_width=8.0)
 
 
 def xid_hours_ago(t: float, hours: float):
@@ -105,7 +105,7 @@ CASES = {
     "pcie_link_width": ("pcie_load_ratio", 0.95, pcie_x8, [(0, 0.0)], "warning", "ok",
                         None),
     "nvlink_replays": ("nvlink_replays_per_minute", 5.0, nvlink("replay"),
-                       [(0, 0.0), (60, 3.0)], "failed", "ok", None),
+                       [(0, 0.0), (60, 3.0)], "failed", "ok", "nvlink"),
     "nvlink_errors": ("nvlink_crc_per_minute", 60.0, nvlink("crc_flit"),
                       [(0, 0.0), (60, 30.0)], "warning", "ok", "nvlink"),
     "nvlink_errors/second": ("nvlink_crc_per_second", 200.0, nvlink("crc_flit"),
@@ -265,7 +265,7 @@ def test_the_recovery_actions_alert_has_the_verdicts_severity():
     assert rule["labels"]["severity"] == (
         '{{ if eq $labels.state "warning" }}warning{{ else }}critical{{ end }}')
     for action, state in (("drain_p2p", "warning"), ("gpu_reset", "failed")):
-        verdict = HealthMonitor().assess(_gpu_health(10.0, recovery_action=action))
+        verdict = HealthMonitor().assess(_gpu_device_read(10.0, recovery_action=action))
         result = next(c for c in verdict.gpus[GPU_INDEX].checks
                       if c.name == "recovery_action")
         assert result.state == state

@@ -34,16 +34,16 @@ def test_training_shows_a_clear_step_swing():
     snap = run(load_scenario("training"))
     a = snap.power_analysis
     assert a.swinging
-    node = a.swing.node
+    node = a.window_swing.node
     assert node.frequency_hz == pytest.approx(0.5, rel=0.05)  # the 2 s step
     assert node.amplitude_ratio > 0.5  # 190 W <-> 680 W on every GPU
-    assert a.swing.synchrony > 0.9
+    assert a.window_swing.synchrony > 0.9
     assert node.band_energy_ratio > 0.8
     assert 0.55 < node.duty_cycle < 0.75  # compute fraction 0.65
-    assert all(f.frequency_hz == pytest.approx(0.5, rel=0.05) for f in a.swing.gpus.values())
-    phases = [f.phase_radians for f in a.swing.gpus.values()]
+    assert all(f.frequency_hz == pytest.approx(0.5, rel=0.05) for f in a.window_swing.gpus.values())
+    phases = [f.phase_radians for f in a.window_swing.gpus.values()]
     assert max(phases) - min(phases) < 0.5  # in phase
-    assert a.swing.phase_reference_time % FAST.update_seconds == 0
+    assert a.window_swing.phase_reference_time % FAST.update_seconds == 0
     # the driver's buffer: a sample every ~20 ms, so swings up to ~25 Hz can be seen
     assert snap.power_update_periods == {}  # nothing is polled
     assert snap.observable_band_hz == (0.0, pytest.approx(25.0, rel=0.1))
@@ -52,23 +52,23 @@ def test_training_shows_a_clear_step_swing():
 def test_idle_node_does_not_swing():
     a = run(load_scenario("idle")).power_analysis
     assert not a.swinging
-    assert a.swing.node.amplitude_ratio < 0.05
+    assert a.window_swing.node.amplitude_ratio < 0.05
 
 
 def test_independent_gpus_do_not_make_a_node_swing():
     a = run(load_scenario("unsynchronised")).power_analysis
     assert not a.swinging
-    assert a.swing.synchrony < 0.4
+    assert a.window_swing.synchrony < 0.4
     # each GPU still swings on its own: the per-GPU features see it
-    assert sum(f.amplitude_ratio > 0.5 for f in a.swing.gpus.values()) >= 6
+    assert sum(f.amplitude_ratio > 0.5 for f in a.window_swing.gpus.values()) >= 6
 
 
 def test_the_same_swing_has_the_same_phase_on_two_nodes():
     # two separate fake nodes running the same wall-clock-aligned step: the projected
     # phases agree, which is what the cluster coherence rule relies on
     import math
-    first = run(load_scenario("training")).power_analysis.swing
-    second = run(load_scenario("training"), start=1_790_000_123.3).power_analysis.swing
+    first = run(load_scenario("training")).power_analysis.window_swing
+    second = run(load_scenario("training"), start=1_790_000_123.3).power_analysis.window_swing
 
     def now_phase(swing, t):
         f = swing.node.frequency_hz
@@ -202,4 +202,4 @@ def test_the_live_grid_threshold_is_a_setting_of_run_and_analyze(tmp_path):
     low, high = analysed(0.2), analysed(0.9)
     assert low.swinging and low.step_grid_relevant
     assert not high.swinging and not high.step_grid_relevant
-    assert high.swing is not None and high.step_swing is not None  # seen all the same
+    assert high.window_swing is not None and high.step_swing is not None  # seen all the same

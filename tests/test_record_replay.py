@@ -211,7 +211,7 @@ def test_run_replay_serves_the_trace_through_the_real_pipeline(recorded, running
     exp.sampler.advance(3)
     snap = exp.sampler.snapshot
     assert snap.backend == "replay" and snap.gpu_count == 8
-    assert len(snap.states) == 8
+    assert len(snap.readings) == 8
     watts = [s.watts for s in snap.power.values()]
     assert all(150 < w < 720 for w in watts)
     assert all(p.kind == "buffer" and p.samples_total >= 3 * 45

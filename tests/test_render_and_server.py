@@ -16,8 +16,8 @@ from exporter.app import Exporter
 from exporter.config import Config
 from exporter.families import FULL
 from exporter.gpu.backend import private_nvml_module
-from exporter.gpu.health import GpuHealth, NvLink
-from exporter.gpu.state import GpuState
+from exporter.gpu.device_read import DeviceRead, NvLink
+from exporter.gpu.reading import GpuReading
 from exporter.metrics.gpu_hardware import (
     link_memory_families,
     link_memory_key,
@@ -227,11 +227,11 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
     change; their text is reused across readings while their values hold (a reading
     every 5 s, a scrape every 15 s: by reading it would never be), never once a value
     changes. NVLink traffic, which changes every reading, is rendered every time."""
-    def reading(time: float, tx: float, crc: float) -> GpuHealth:
+    def device_read(time: float, tx: float, crc: float) -> DeviceRead:
         links = tuple(NvLink(i, True, tx + i, 2 * tx, {"crc_flit": crc if i == 3 else 0.0,
                                                        "replay": 0.0}) for i in range(4))
-        return GpuHealth(time, {("corrected", "volatile"): 0.0}, {}, 0.0, {}, 0.0, 0.0,
-                         "none", links)
+        return DeviceRead(time, {("corrected", "volatile"): 0.0}, {}, 0.0, {}, 0.0, 0.0,
+                          "none", links)
 
     built = []
 
@@ -240,20 +240,21 @@ def test_link_and_memory_text_is_reused_while_what_it_shows_holds_and_only_then(
         return link_memory_families(snapshot)
 
     sources = [CachedFamilies(counted, link_memory_key), nvlink_traffic_families]
-    def state(time: float, ecc: float) -> GpuState:  # the memory errors: the sweep's values
-        return GpuState(time, {"ecc_corrected_volatile": ecc, "row_remap_pending": 0.0})
+    def swept(time: float, ecc: float) -> GpuReading:  # the memory errors: the sweep's values
+        return GpuReading(time, {"ecc_corrected_volatile": ecc, "row_remap_pending": 0.0})
 
     first = make_snapshot(2, time=5.0,
-                          device_reads={g: reading(5.0, 1e9, 0.0) for g in range(2)},
-                          states={g: state(5.0, 0.0) for g in range(2)})
+                          device_reads={g: device_read(5.0, 1e9, 0.0) for g in range(2)},
+                          readings={g: swept(5.0, 0.0) for g in range(2)})
     later = dataclasses.replace(first, time=10.0,
-                                device_reads={g: reading(10.0, 2e9, 0.0) for g in range(2)},
-                                states={g: state(10.0, 0.0) for g in range(2)})
+                                device_reads={g: device_read(10.0, 2e9, 0.0) for g in range(2)},
+                                readings={g: swept(10.0, 0.0) for g in range(2)})
     worse = dataclasses.replace(later, time=15.0,
-                                device_reads={0: reading(15.0, 3e9, 7.0),
+                                device_reads={0: device_read(15.0, 3e9, 7.0),
                                               1: later.device_reads[1]})
-    # the same device reads, a memory error more in the sweep's state
-    ecc = dataclasses.replace(worse, time=20.0, states={0: state(20.0, 1.0), 1: later.states[1]})
+    # the same device reads, a memory error more in the sweep's reading
+    ecc = dataclasses.replace(worse, time=20.0,
+                              readings={0: swept(20.0, 1.0), 1: later.readings[1]})
     per_link = Selection(FULL)  # the per-link series
     texts = [render(s, sources, selection=per_link).decode()
              for s in (first, later, worse, ecc)]

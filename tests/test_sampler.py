@@ -119,12 +119,12 @@ def test_a_snapshot_cannot_be_changed_by_whoever_reads_it():
         snap = sampler.snapshot
         with pytest.raises(dataclasses.FrozenInstanceError):
             snap.time = 0.0  # type: ignore[misc]
-        for name in ("states", "power", "power_sampling", "loops", "device_reads", "collectors"):
+        for name in ("readings", "power", "power_sampling", "loops", "device_reads", "collectors"):
             with pytest.raises(TypeError):
                 getattr(snap, name)[0] = None  # a read-only view, not the dict itself
-        states = dict(snap.states)
+        states = dict(snap.readings)
         sampler.advance(2)  # the sampler goes on; what the snapshot holds does not
-        assert dict(snap.states) == states and sampler.snapshot is not snap
+        assert dict(snap.readings) == states and sampler.snapshot is not snap
 
 
 def test_a_late_drain_counts_the_samples_it_lost():
@@ -157,13 +157,13 @@ def test_without_a_buffer_the_instant_field_is_polled():
 
 def test_energy_is_read_at_its_own_slow_interval():
     with simulated(load_scenario("training"), energy_interval_seconds=30) as (sampler, _, _):
-        first = sampler.snapshot.states[0].get("energy_joules")
+        first = sampler.snapshot.readings[0].get("energy_joules")
         sampled_first = sampler.snapshot.power_sampling[0].sampled_energy_joules
         sampler.advance(20)
-        assert sampler.snapshot.states[0].get("energy_joules") == first  # not due yet
+        assert sampler.snapshot.readings[0].get("energy_joules") == first  # not due yet
         sampler.advance(10)
         snap = sampler.snapshot
-        driver = snap.states[0].get("energy_joules") - first
+        driver = snap.readings[0].get("energy_joules") - first
         sampled = snap.power_sampling[0].sampled_energy_joules - sampled_first
         assert driver > 30 * 150
         # the driver's counter and the integral of the samples agree over the 30 s
@@ -174,7 +174,7 @@ def test_snapshots_are_frozen_and_complete():
     with simulated(load_scenario("training")) as (sampler, _, _):
         sampler.advance(3)
         snap = sampler.snapshot
-        assert sorted(snap.states) == list(range(8))
+        assert sorted(snap.readings) == list(range(8))
         assert all(i is not None for i in snap.identities)
         with pytest.raises(AttributeError):
             snap.time = 0
@@ -251,7 +251,7 @@ def test_threads_publish_snapshots_with_all_gpus():
     with threaded(snapshots.append):
         wait_for(lambda: len(snapshots) >= 3, timeout=10)
     snap = snapshots[-1]
-    assert sorted(snap.states) == list(range(8)) and sorted(snap.power) == list(range(8))
+    assert sorted(snap.readings) == list(range(8)) and sorted(snap.power) == list(range(8))
     assert snap.power_sampling[0].samples_total >= 50
 
 
@@ -349,7 +349,7 @@ def test_a_call_hung_at_start_up_only_delays_the_first_snapshot():
             assert {0, 2, 3} <= set(snapshots[-1].power)  # the power loop is not stuck
             # once the call has hung for the timeout, the sweep goes on without GPU 1
             wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
-            wait_for(lambda: sorted(snapshots[-1].states) == [0, 2, 3], timeout=5)
+            wait_for(lambda: sorted(snapshots[-1].readings) == [0, 2, 3], timeout=5)
             snap = snapshots[-1]
             assert not snap.up(1) and snap.up(0) and snap.up(3)
             assert 1 not in snap.power  # a hung GPU's stale values are left out
@@ -379,15 +379,15 @@ def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
             count = len(snapshots)
             wait_for(lambda: 1 in snapshots[-1].hung, timeout=5)
             assert len(snapshots) >= count + 2  # publishing never stopped
-            before = snapshots[-1].states[2].time
-            wait_for(lambda: snapshots[-1].states[2].time > before, timeout=5)  # others flow
+            before = snapshots[-1].readings[2].time
+            wait_for(lambda: snapshots[-1].readings[2].time > before, timeout=5)  # others flow
             snap = snapshots[-1]
             assert time.time() - snap.hung[1] >= settings.hang_timeout_seconds
             samples = snap.power_sampling[0].samples_total
             wait_for(lambda: snapshots[-1].power_sampling[0].samples_total > samples + 40,
                      timeout=5)  # power sampling is unaffected
             lib.release_hangs()  # the stuck call returns: GPU 1 is read again
-            wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].states,
+            wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].readings,
                      timeout=5)
         finally:
             lib.release_hangs()

@@ -12,7 +12,7 @@ import yaml
 from exporter.cli import main
 from exporter.families import FULL, MINIMAL, PROFILES, STANDARD
 from exporter.gpu import fields as fi
-from exporter.gpu.health import ALL_LINKS, NvlinkReads, health_requests
+from exporter.gpu.device_read import ALL_LINKS, NvlinkReads, device_read_requests
 from exporter.metrics.family_table import LABELS, PROFILE
 from exporter.metrics.render import render
 from exporter.metrics.selection import Selection, load_selection
@@ -164,16 +164,16 @@ def test_standard_sums_nvlink_counters_over_the_links(node_snapshot):
 # -- what is read ----------------------------------------------------------------------
 
 def test_a_selection_reads_only_the_nvlink_fields_its_families_need():
-    every = health_requests(18)
+    every = device_read_requests(18)
     assert Selection(FULL).nvlink_reads() == NvlinkReads()
-    standard = health_requests(18, Selection(STANDARD).nvlink_reads())
+    standard = device_read_requests(18, Selection(STANDARD).nvlink_reads())
     assert (fi.NVLINK_TX, ALL_LINKS) in standard and (fi.NVLINK_TX, 3) not in standard
     assert len(standard) == len(every) - 2 * 18 + 2
-    minimal = health_requests(18, Selection(MINIMAL).nvlink_reads())
+    minimal = device_read_requests(18, Selection(MINIMAL).nvlink_reads())
     assert not any(f in (fi.NVLINK_TX, fi.NVLINK_RX) for f, _ in
                    (r for r in minimal if isinstance(r, tuple)))
     nothing = Selection(FULL, exclude=("gpu_nvlink_*", "gpu_*health_*")).nvlink_reads()
-    assert health_requests(18, nothing) == health_requests(0)
+    assert device_read_requests(18, nothing) == device_read_requests(0)
     # the health verdict's NVLink checks keep the link states and errors read
     judged = Selection(FULL, exclude=("gpu_nvlink_*",)).nvlink_reads()
     assert (judged.state, judged.errors, judged.traffic) == (True, True, False)
@@ -325,7 +325,7 @@ def test_a_reload_applies_a_new_selection(running_exporter, tmp_path):
 
 def test_a_driver_without_the_all_links_total_gets_the_links_summed(monkeypatch):
     from exporter.gpu.backend import NvmlBackend
-    from exporter.gpu.health import read_health
+    from exporter.gpu.device_read import read_device
     from exporter.sampling.clock import ManualClock
     from exporter.sim import fake
     from exporter.sim.scenarios import load_scenario
@@ -335,15 +335,15 @@ def test_a_driver_without_the_all_links_total_gets_the_links_summed(monkeypatch)
         backend = NvmlBackend()
         backend.open()
         clock.advance(30)
-        per_link = read_health(backend, 0, 18, clock.time(), {})
-        summed = read_health(backend, 0, 18, clock.time(), {},
+        per_link = read_device(backend, 0, 18, clock.time(), {})
+        summed = read_device(backend, 0, 18, clock.time(), {},
                              Selection(STANDARD).nvlink_reads())
         field = lib._field
         monkeypatch.setattr(lib, "_field", lambda gpu, fid, scope, t: None
                             if scope == ALL_LINKS else field(gpu, fid, scope, t))
-        fallback = read_health(backend, 1, 18, clock.time(), {},
+        fallback = read_device(backend, 1, 18, clock.time(), {},
                                Selection(STANDARD).nvlink_reads())
-        per_link_1 = read_health(backend, 1, 18, clock.time(), {})
+        per_link_1 = read_device(backend, 1, 18, clock.time(), {})
         backend.close()
     want = sum(link.transmit_bytes for link in per_link.nvlinks)
     assert summed.nvlink_traffic[0] == pytest.approx(want, rel=1e-9)

@@ -14,7 +14,7 @@ import pytest
 from exporter.commands import analyze
 from exporter.gpu import catalogue
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.state import read_values
+from exporter.gpu.reading import read_values
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 from exporter.traces.load import load_trace

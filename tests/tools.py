@@ -233,7 +233,7 @@ def assert_same_numbers(got, want, rel: float = 1e-9, abs_tol: float = 1e-12,
 
 def make_snapshot(gpus: int = 2, **fields):
     """A minimal Snapshot of `gpus` identified GPUs; `fields` override (for renderers)."""
-    from exporter.gpu.state import GpuIdentity
+    from exporter.gpu.reading import GpuIdentity
     from exporter.sampling.snapshot import Snapshot
 
     identities = tuple(GpuIdentity(i, f"GPU-{i:08d}", "NVIDIA H100", f"0000:{i:02x}:00.0", "")
@@ -241,7 +241,7 @@ def make_snapshot(gpus: int = 2, **fields):
     values = {"time": 1.0, "started_at": 0.0, "backend": "fake", "scenario": "test",
               "driver_version": "1", "nvml_version": "1", "bindings_version": "1",
               "gpu_count": gpus, "expected_gpus": gpus, "identities": identities,
-              "states": {}, "power": {}, "power_sampling": {}, "loops": {},
+              "readings": {}, "power": {}, "power_sampling": {}, "loops": {},
               "nvml_errors": {}, **fields}
     return Snapshot(**values)
 

@@ -102,9 +102,9 @@ def edge_frequencies(x: np.ndarray, fs: float, p5: np.ndarray, p95: np.ndarray
     m, n = x.shape
     span = p95 - p5
     hi, lo = (p5 + 0.75 * span)[:, None], (p5 + 0.25 * span)[:, None]
-    state = np.where(x >= hi, 1, np.where(x <= lo, -1, 0))
-    rows, cols = np.nonzero(state)  # row by row, in time order
-    marks = state[rows, cols]
+    side = np.where(x >= hi, 1, np.where(x <= lo, -1, 0))
+    rows, cols = np.nonzero(side)  # row by row, in time order
+    marks = side[rows, cols]
     rise = (marks[1:] == 1) & (marks[:-1] == -1) & (rows[1:] == rows[:-1])
     rise_rows, rise_cols = rows[1:][rise], cols[1:][rise]
     bounds = np.searchsorted(rise_rows, np.arange(m + 1)).tolist()

@@ -30,7 +30,7 @@ from exporter.config import Config, all_options
 from exporter.errors import EXIT_FAILURE, fail
 from exporter.gpu import catalogue, gpm
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable
-from exporter.gpu.state import GpuState
+from exporter.gpu.reading import GpuReading
 from exporter.options import RECORD, add_flags, inputs_of, resolve
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
 from exporter.sim import costs, fake
@@ -99,12 +99,12 @@ class TraceRecorder:
         with self._lock:
             self._write([(reading.end, gpu, reading.values)])
 
-    def sweep(self, gpu: int, state: GpuState) -> None:
-        values = {k: state.values[k] for k in catalogue.TRACE_KEYS if k in state.values}
+    def sweep(self, gpu: int, reading: GpuReading) -> None:
+        values = {k: reading.values[k] for k in catalogue.TRACE_KEYS if k in reading.values}
         if not values:
             return
         with self._lock:
-            self._write([(state.time, gpu, values)])
+            self._write([(reading.time, gpu, values)])
 
     def close(self) -> None:
         """Close the trace; a failure to flush its last rows counts as a failed write."""

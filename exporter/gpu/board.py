@@ -38,7 +38,7 @@ class FabricInfo:
 
 
 @dataclass(frozen=True)
-class BoardHealth:
+class BoardRead:
     time: float
     fabric: FabricInfo | None  # None: the driver does not say (NotSupported, an error)
     fabric_error: str | None  # why fabric is None
@@ -80,7 +80,7 @@ def _error_name(nvml, code: int) -> str:
     return cls.__name__.removeprefix("NVMLError_")
 
 
-def read_board(backend: NvmlBackend, gpu: int, now: float) -> BoardHealth | None:
+def read_board(backend: NvmlBackend, gpu: int, now: float) -> BoardRead | None:
     handle = backend.handle(gpu)
     if handle is None:
         return None
@@ -88,4 +88,4 @@ def read_board(backend: NvmlBackend, gpu: int, now: float) -> BoardHealth | None
     _, error = backend.attempt("nvmlDeviceValidateInforom", handle, gpu=gpu,
                                expected=("CorruptedInforom",))
     valid = None if error not in (None, "CorruptedInforom") else error is None
-    return BoardHealth(now, fabric, fabric_error, valid, error)
+    return BoardRead(now, fabric, fabric_error, valid, error)

@@ -12,7 +12,7 @@ Where a per-GPU value lives:
 - A number NVML answers for the GPU (a field, or a member of a call's answer), read on
   one of the cadences below, one series per GPU and fixed label values: an entry here.
 - A field NVML answers per NVLink (the link as its scope id): an entry of PER_LINK,
-  which the device read asks for every link in its one batched request (gpu/health.py);
+  which the device read asks for every link in its one batched request (gpu/device_read.py);
   metrics/gpu_hardware.py renders them from that reading.
 - Written by hand beside its code, with a comment saying why, when it is none of that:
   identity (`gpu_info`, strings; metrics/gpu.py), the power loop's samples
@@ -26,7 +26,7 @@ Where a per-GPU value lives:
 Cadence, chosen by what each read costs on a real H200 (exporter/sim/costs.py):
 - once: at start and when a lost GPU comes back (static: limits, maximum clocks);
 - sweep: every sweep (default 1 s): the cheap getters, 1-8 us each;
-- health, the slow sweep: every --sweep.health-interval (default 5 s): slowly changing
+- slow: the slow sweep, every --sweep.health-interval (default 5 s): slowly changing
   values, the PCIe counters (80-170 us per field) and the memory errors;
 - energy: every energy interval (default 30 s): the energy counter, ~4 ms of CPU.
 """
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from exporter.families import FULL, MINIMAL, STANDARD, Family
 from exporter.gpu import fields as fi
 
-ONCE, SWEEP, HEALTH, ENERGY = "once", "sweep", "health", "energy"
-CADENCES = (ONCE, SWEEP, HEALTH, ENERGY)
+ONCE, SWEEP, SLOW, ENERGY = "once", "sweep", "slow", "energy"
+CADENCES = (ONCE, SWEEP, SLOW, ENERGY)
 
 # nvml.h constants used as call arguments
 TEMPERATURE_GPU = 0
@@ -117,7 +117,7 @@ CLOCK_EVENT_DRIVER = per_gpu(
         "A reason the driver does not count is absent.")
 
 # The memory errors the driver counts: read in the slow sweep; the health checks
-# take them from the device read (gpu/health.py), which gathers them from these entries.
+# take them from the device read (gpu/device_read.py), which gathers them from these entries.
 ECC = per_gpu(
     "gpu_ecc_errors_total", "counter", "ECC errors: corrected (single-bit) or uncorrected "
     "(double-bit); volatile since the last driver load, aggregate over the GPU's life.",
@@ -228,8 +228,8 @@ CATALOGUE: tuple[GpuValue, ...] = (
       per_gpu("gpu_sm_clock_hertz", "gauge", "Current SM clock.", unit="Hz",
               source="`nvmlDeviceGetClockInfo(SM)`"), trace=True),
     # The memory clock moves with P-states, not steps, and the video engines are not what a
-    # training node is watched for: neither is worth its calls every second (HEALTH).
-    V("memory_clock_hertz", Call("nvmlDeviceGetClockInfo", (CLOCK_MEM,)), 1e6, HEALTH,
+    # training node is watched for: neither is worth its calls every second (SLOW).
+    V("memory_clock_hertz", Call("nvmlDeviceGetClockInfo", (CLOCK_MEM,)), 1e6, SLOW,
       per_gpu("gpu_memory_clock_hertz", "gauge", "Current memory clock.", unit="Hz",
               source="`nvmlDeviceGetClockInfo(MEM)`"), trace=True),
     V("fan_speed_ratio", Call("nvmlDeviceGetFanSpeed"), 0.01, SWEEP,
@@ -257,14 +257,14 @@ CATALOGUE: tuple[GpuValue, ...] = (
               "`gpu_memory_used_bytes`, which comes from version 1 of the call; never "
               "available to applications).")),
     V("encoder_utilization_ratio", Call("nvmlDeviceGetEncoderUtilization", member=0), 0.01,
-      HEALTH, per_gpu(
+      SLOW, per_gpu(
           "gpu_encoder_utilization_ratio", "gauge",
           "Share of the driver's sample period the video encoders (NVENC) were busy (0-1).",
           unit="ratio", source="`nvmlDeviceGetEncoderUtilization`", profile=FULL,
           doc="Share of the driver's sample period the video encoders (NVENC) were busy "
               "(0-1); absent where the GPU has none (H100).")),
     V("decoder_utilization_ratio", Call("nvmlDeviceGetDecoderUtilization", member=0), 0.01,
-      HEALTH, per_gpu(
+      SLOW, per_gpu(
           "gpu_decoder_utilization_ratio", "gauge",
           "Share of the driver's sample period the video decoders (NVDEC) were busy (0-1).",
           unit="ratio", source="`nvmlDeviceGetDecoderUtilization`", profile=FULL)),
@@ -281,56 +281,56 @@ CATALOGUE: tuple[GpuValue, ...] = (
           ("hw_thermal_slowdown", fi.VIOLATION_HW_THERMAL, ENERGY),
           ("hw_power_brake_slowdown", fi.VIOLATION_HW_POWER_BRAKE, ENERGY))),
     # the slow sweep
-    V("power_limit_watts", Call("nvmlDeviceGetEnforcedPowerLimit"), 1e-3, HEALTH,
+    V("power_limit_watts", Call("nvmlDeviceGetEnforcedPowerLimit"), 1e-3, SLOW,
       per_gpu("gpu_power_limit_watts", "gauge", "Enforced power limit.", unit="W",
               source="`nvmlDeviceGetEnforcedPowerLimit`", profile=MINIMAL,
               doc="Power limit in force now."), trace=True),
-    V("performance_state", Call("nvmlDeviceGetPerformanceState"), 1, HEALTH,
+    V("performance_state", Call("nvmlDeviceGetPerformanceState"), 1, SLOW,
       per_gpu("gpu_performance_state", "gauge",
               "Performance state (0 = P0, fastest; 15 = P15).",
               source="`nvmlDeviceGetPerformanceState`",
               doc="P-state: 0 is fastest, 15 slowest.")),
-    V("pcie_transmit_bytes", Field(fi.PCIE_TX_BYTES), 1, HEALTH,
+    V("pcie_transmit_bytes", Field(fi.PCIE_TX_BYTES), 1, SLOW,
       per_gpu("gpu_pcie_transmit_bytes_total", "counter", "Bytes the GPU sent over PCIe.",
               unit="bytes", source="field `NVML_FI_DEV_PCIE_COUNT_TX_BYTES` (197)",
               doc="Bytes sent over PCIe (a counter: no 20 ms sampling as "
                   "`nvmlDeviceGetPcieThroughput` would need).")),
-    V("pcie_receive_bytes", Field(fi.PCIE_RX_BYTES), 1, HEALTH,
+    V("pcie_receive_bytes", Field(fi.PCIE_RX_BYTES), 1, SLOW,
       per_gpu("gpu_pcie_receive_bytes_total", "counter", "Bytes the GPU received over PCIe.",
               unit="bytes", source="field `NVML_FI_DEV_PCIE_COUNT_RX_BYTES` (198)",
               doc="Bytes received over PCIe.")),
-    V("pcie_replays", Field(fi.PCIE_REPLAY_COUNTER), 1, HEALTH,
+    V("pcie_replays", Field(fi.PCIE_REPLAY_COUNTER), 1, SLOW,
       per_gpu("gpu_pcie_replays_total", "counter",
               "PCIe replays (link-level retransmissions).",
               source="field `NVML_FI_DEV_PCIE_REPLAY_COUNTER` (94)", profile=MINIMAL,
               doc="PCIe link-level replays; DCGM 4.x warns above ceil(per-lane rate x "
                   "lanes) a minute (Gen4 x16: 16, Gen5 x16: 31; `GpuPcieReplaysHigh`).")),
-    V("pcie_generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"), 1, HEALTH,
+    V("pcie_generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"), 1, SLOW,
       per_gpu("gpu_pcie_link_generation", "gauge", "Current PCIe link generation.",
               source="`nvmlDeviceGetCurrPcieLinkGeneration`",
               doc="Current PCIe generation; below the max while idle is normal power "
                   "saving, under load it means a degraded link.")),
-    V("pcie_width", Call("nvmlDeviceGetCurrPcieLinkWidth"), 1, HEALTH,
+    V("pcie_width", Call("nvmlDeviceGetCurrPcieLinkWidth"), 1, SLOW,
       per_gpu("gpu_pcie_link_width", "gauge", "Current PCIe link width (lanes).",
               unit="lanes", source="`nvmlDeviceGetCurrPcieLinkWidth`",
               doc="Current PCIe link width.")),
-    *(V(f"ecc_{kind}_{scope}", Field(field), 1, HEALTH, ECC, labels=(kind, scope))
+    *(V(f"ecc_{kind}_{scope}", Field(field), 1, SLOW, ECC, labels=(kind, scope))
       for kind, scope, field in (
           ("corrected", "volatile", fi.ECC_SBE_VOL_TOTAL),
           ("uncorrected", "volatile", fi.ECC_DBE_VOL_TOTAL),
           ("corrected", "aggregate", fi.ECC_SBE_AGG_TOTAL),
           ("uncorrected", "aggregate", fi.ECC_DBE_AGG_TOTAL))),
-    V("retired_pages_single_bit", Field(fi.RETIRED_SBE), 1, HEALTH, RETIRED,
+    V("retired_pages_single_bit", Field(fi.RETIRED_SBE), 1, SLOW, RETIRED,
       labels=("single_bit",)),
-    V("retired_pages_double_bit", Field(fi.RETIRED_DBE), 1, HEALTH, RETIRED,
+    V("retired_pages_double_bit", Field(fi.RETIRED_DBE), 1, SLOW, RETIRED,
       labels=("double_bit",)),
-    V("retired_pages_pending", Field(fi.RETIRED_PENDING), 1, HEALTH, RETIRED_PENDING),
-    V("remapped_rows_correctable", Field(fi.REMAPPED_COR), 1, HEALTH, REMAPPED,
+    V("retired_pages_pending", Field(fi.RETIRED_PENDING), 1, SLOW, RETIRED_PENDING),
+    V("remapped_rows_correctable", Field(fi.REMAPPED_COR), 1, SLOW, REMAPPED,
       labels=("correctable",)),
-    V("remapped_rows_uncorrectable", Field(fi.REMAPPED_UNC), 1, HEALTH, REMAPPED,
+    V("remapped_rows_uncorrectable", Field(fi.REMAPPED_UNC), 1, SLOW, REMAPPED,
       labels=("uncorrectable",)),
-    V("row_remap_pending", Field(fi.REMAPPED_PENDING), 1, HEALTH, REMAP_PENDING),
-    V("row_remap_failure", Field(fi.REMAPPED_FAILURE), 1, HEALTH, REMAP_FAILURE),
+    V("row_remap_pending", Field(fi.REMAPPED_PENDING), 1, SLOW, REMAP_PENDING),
+    V("row_remap_failure", Field(fi.REMAPPED_FAILURE), 1, SLOW, REMAP_FAILURE),
     # every energy interval
     V("energy_joules", Field(fi.TOTAL_ENERGY), 1e-3, ENERGY, per_gpu(
         "gpu_energy_joules_total", "counter",
@@ -367,16 +367,16 @@ def of_cadence(*cadences: str) -> tuple[GpuValue, ...]:
     return tuple(value for value in CATALOGUE if value.cadence in cadences)
 
 
-# Per-NVLink values: the device read (gpu/health.py) asks each for every link, the link as
+# Per-NVLink values: the device read (gpu/device_read.py) asks each for every link, the link as
 # the field's scope id, in its one batched request per GPU, and only those a served family
 # needs (a profile that sums `link` away gets the traffic as the driver's all-links total,
 # scope 0xFFFFFFFF). Not in CATALOGUE: the sweep does not read them. Data CRC errors are
 # read by hand there: one field per link for links 0-11, a call for links 12+.
 PER_LINK: tuple[GpuValue, ...] = (
-    V("nvlink_up", Field(fi.NVLINK_STATE), 1, HEALTH, LINK_UP, per_link=True),
-    V("nvlink_transmit_bytes", Field(fi.NVLINK_TX), 1024, HEALTH, NVLINK_TX, per_link=True),
-    V("nvlink_receive_bytes", Field(fi.NVLINK_RX), 1024, HEALTH, NVLINK_RX, per_link=True),
-    *(V(f"nvlink_{kind}_errors", Field(field), 1, HEALTH, NVLINK_ERRORS, labels=(kind,),
+    V("nvlink_up", Field(fi.NVLINK_STATE), 1, SLOW, LINK_UP, per_link=True),
+    V("nvlink_transmit_bytes", Field(fi.NVLINK_TX), 1024, SLOW, NVLINK_TX, per_link=True),
+    V("nvlink_receive_bytes", Field(fi.NVLINK_RX), 1024, SLOW, NVLINK_RX, per_link=True),
+    *(V(f"nvlink_{kind}_errors", Field(field), 1, SLOW, NVLINK_ERRORS, labels=(kind,),
         per_link=True)
       for kind, field in (("replay", fi.NVLINK_REPLAY), ("recovery", fi.NVLINK_RECOVERY),
                           ("crc_flit", fi.NVLINK_CRC_FLIT))),

@@ -66,7 +66,7 @@ def xids(c: GpuInputs) -> Outcome:
 
 
 def recovery_action(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     if h is None:
         return Outcome(UNKNOWN, reason="recovery action not read")
     if h.recovery_action is None:

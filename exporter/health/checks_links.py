@@ -30,7 +30,7 @@ def pcie_replay_limit(generation: float, lanes: float, gen1_rate: float) -> floa
 
 
 def pcie_replays(c: GpuInputs) -> Outcome:
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
     replays, gen, width = (s.get("pcie_replays"), c.value("pcie_max_generation"),
@@ -51,7 +51,7 @@ def pcie_replays(c: GpuInputs) -> Outcome:
 def _pcie_link(c: GpuInputs, key: str, top_key: str, reason: str) -> Outcome:
     """Below its maximum (generation or width) while busy: links slow down at idle. The
     value and threshold name both, as `gen4 x16`."""
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason="PCIe not read")
     gen, width = s.get("pcie_generation"), s.get("pcie_width")
@@ -78,7 +78,7 @@ def pcie_link_width(c: GpuInputs) -> Outcome:
 
 
 def _nvlink_totals(c: GpuInputs) -> dict[str, float] | None:
-    h = c.health
+    h = c.device_read
     if h is None or not h.nvlinks:
         return None
     errors = [link.errors for link in h.nvlinks]
@@ -89,12 +89,12 @@ def _nvlink_totals(c: GpuInputs) -> dict[str, float] | None:
 def _nvlink_rate(c: GpuInputs, kind: str) -> tuple[float, float] | Outcome:
     """(errors, seconds) of one kind summed over the GPU's links, or the outcome that
     says why there is none."""
-    if c.health is None:
+    if c.device_read is None:
         return Outcome(UNKNOWN, reason="NVLink not read")
     totals = _nvlink_totals(c)
-    if totals is None or not any(link.errors for link in c.health.nvlinks):
+    if totals is None or not any(link.errors for link in c.device_read.nvlinks):
         return Outcome(NOT_APPLICABLE)
-    seen = c.increase(f"nvlink_{kind}", c.health.time, totals[kind])
+    seen = c.increase(f"nvlink_{kind}", c.device_read.time, totals[kind])
     if seen is None:
         return Outcome(UNKNOWN, reason="NVLink error rate not known yet")
     return seen
@@ -129,7 +129,7 @@ def nvlink_errors(c: GpuInputs) -> Outcome:
 
 
 def nvlink_links(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     if h is None:
         return Outcome(UNKNOWN, reason="NVLink not read")
     states = [link.up for link in h.nvlinks if link.up is not None]
@@ -144,7 +144,7 @@ def nvlink_links(c: GpuInputs) -> Outcome:
 
 
 def _violation(c: GpuInputs, key: str, name: str, what: str) -> Outcome:
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason=f"{what} violation time not read")
     total = s.get(key)
@@ -174,7 +174,7 @@ HW_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 def hw_slowdown(c: GpuInputs) -> Outcome:
     """A hardware slowdown holding the clocks down now (the sweep's clock-event bits)."""
-    s = c.state
+    s = c.reading
     if s is None:
         return Outcome(UNKNOWN, reason="clock events not read")
     bits = s.get("clock_event_reasons")

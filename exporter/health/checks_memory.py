@@ -18,7 +18,7 @@ WEEK = 7 * 86400.0
 
 
 def ecc_uncorrected(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")
     value = h.ecc_errors.get(("uncorrected", "volatile"))
@@ -30,7 +30,7 @@ def ecc_uncorrected(c: GpuInputs) -> Outcome:
 
 
 def retired_pages(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     limit = c.settings.retired_pages_max
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")
@@ -45,7 +45,7 @@ def retired_pages(c: GpuInputs) -> Outcome:
 def retired_pages_recent(c: GpuInputs) -> Outcome:
     """More than `retired_dbe_pages_max` double-bit pages and more than one new in a
     week. The week is what this process has seen (the exporter keeps no older points)."""
-    h = c.health
+    h = c.device_read
     s = c.settings
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")
@@ -61,7 +61,7 @@ def retired_pages_recent(c: GpuInputs) -> Outcome:
 
 
 def retired_pages_pending(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")
     if h.retired_pages_pending is None:
@@ -73,7 +73,7 @@ def retired_pages_pending(c: GpuInputs) -> Outcome:
 
 
 def row_remap_failure(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")
     if h.row_remap_failure is None:
@@ -84,7 +84,7 @@ def row_remap_failure(c: GpuInputs) -> Outcome:
 
 
 def row_remap_pending(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")
     if h.row_remap_pending is None:
@@ -96,7 +96,7 @@ def row_remap_pending(c: GpuInputs) -> Outcome:
 
 
 def remapped_rows(c: GpuInputs) -> Outcome:
-    h = c.health
+    h = c.device_read
     limit = c.settings.remapped_rows_uncorrectable_max
     if h is None:
         return Outcome(UNKNOWN, reason="memory not read")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.gpu.health import GpuHealth
-from exporter.gpu.state import GpuState
+from exporter.gpu.device_read import DeviceRead
+from exporter.gpu.reading import GpuReading
 from exporter.health.counters import CounterPoints
 from exporter.health.model import Outcome
 from exporter.health.settings import HealthSettings
@@ -20,18 +20,18 @@ class GpuInputs:
     gpu: int
     settings: HealthSettings
     counters: CounterPoints
-    # the GPU's device read and sweep state, looked up once for all its checks
-    health: GpuHealth | None = field(init=False)
-    state: GpuState | None = field(init=False)
+    # the GPU's device read and sweep reading, looked up once for all its checks
+    device_read: DeviceRead | None = field(init=False)
+    reading: GpuReading | None = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "health", self.snapshot.device_reads.get(self.gpu))
-        object.__setattr__(self, "state", self.snapshot.states.get(self.gpu))
+        object.__setattr__(self, "device_read", self.snapshot.device_reads.get(self.gpu))
+        object.__setattr__(self, "reading", self.snapshot.readings.get(self.gpu))
 
     def value(self, key: str) -> float | None:
         """A catalogue value: the sweep's latest, or the GPU's static one (maxima)."""
-        state = self.state
-        found = state.get(key) if state is not None else None
+        reading = self.reading
+        found = reading.get(key) if reading is not None else None
         if found is None and self.gpu < len(self.snapshot.identities):
             ident = self.snapshot.identities[self.gpu]
             found = ident.values.get(key) if ident is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from exporter.gpu.state import GpuIdentity
+from exporter.gpu.reading import GpuIdentity
 from exporter.history.episodes import GpuKey
 from exporter.history.store import Batch, Replacement
 from exporter.sampling import kmsg

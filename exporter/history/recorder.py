@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from exporter.gpu.state import GpuIdentity
+from exporter.gpu.reading import GpuIdentity
 from exporter.health.faults import EPISODES
 from exporter.health.model import FAILED, WARNING, NodeHealth, Verdict
 from exporter.history.episodes import NODE, Episode, GpuKey, Merger

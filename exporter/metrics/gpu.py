@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
 from exporter.gpu import catalogue
-from exporter.gpu.state import GpuIdentity
+from exporter.gpu.reading import GpuIdentity
 from exporter.metrics.exposition import Rows
 from exporter.sampling.snapshot import Snapshot
 
@@ -104,7 +104,7 @@ def catalogue_family(declared: Family, snapshot: Snapshot,
         if value.cadence == catalogue.ONCE:
             got = [(gpu, ident.values.get(value.key)) for gpu, ident in identities.items()]
         else:
-            got = [(gpu, state.get(value.key)) for gpu, state in snapshot.states.items()]
+            got = [(gpu, reading.get(value.key)) for gpu, reading in snapshot.readings.items()]
         rows += [(gpu, tail, number) for gpu, number in got]
     for gpu, tail, number in sorted(rows, key=lambda r: (r[0], r[1])):
         if number is not None and gpu in labels:

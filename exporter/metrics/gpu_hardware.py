@@ -23,8 +23,8 @@ from exporter.gpu.catalogue import (
     NVLINK_TX,
     per_gpu,
 )
+from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth
 from exporter.gpu.xid import xid_class
 from exporter.metrics.exposition import Rows
 from exporter.metrics.gpu import (
@@ -130,15 +130,15 @@ def link_memory_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from _nvlink_families(snapshot)
 
 
-# the memory families' entries: their values in the sweep's states are what is rendered
+# the memory families' entries: their values in the sweep's readings are what is rendered
 _MEMORY_KEYS = tuple(e.key for f in WITH_HARDWARE for e in catalogue.FAMILIES[f])
 
 
 def link_memory_key(snapshot: Snapshot) -> tuple:
     """Everything link_memory_families renders: equal keys, equal text. By value, not by
     reading: a reading every 5 s against a scrape every 15-60 s would always miss."""
-    memory = tuple((gpu, tuple(state.get(key) for key in _MEMORY_KEYS))
-                   for gpu, state in sorted(snapshot.states.items()))
+    memory = tuple((gpu, tuple(reading.get(key) for key in _MEMORY_KEYS))
+                   for gpu, reading in sorted(snapshot.readings.items()))
     readings = tuple(
         (gpu, h.recovery_action,
          tuple((link.link, link.up, tuple(link.errors.items())) for link in h.nvlinks))
@@ -160,8 +160,8 @@ def _memory_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 def clock_event_families(snapshot: Snapshot) -> Iterator[Metric]:
     active = Rows.of(CLOCK_EVENT_ACTIVE)
-    for gpu, state in sorted(snapshot.states.items()):
-        reasons = state.get("clock_event_reasons")
+    for gpu, reading in sorted(snapshot.readings.items()):
+        reasons = reading.get("clock_event_reasons")
         if reasons is None:
             continue
         labels = _labels(snapshot, gpu)
@@ -223,7 +223,7 @@ def nvlink_traffic_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from (tx, rx)
 
 
-def _summed_traffic(h: GpuHealth) -> tuple[float | None, float | None]:
+def _summed_traffic(h: DeviceRead) -> tuple[float | None, float | None]:
     """A reading taken per link (before a reload changed the reads), summed."""
     sent = [link.transmit_bytes for link in h.nvlinks if link.transmit_bytes is not None]
     received = [link.receive_bytes for link in h.nvlinks if link.receive_bytes is not None]

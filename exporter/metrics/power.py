@@ -306,7 +306,7 @@ def power_source_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 def power_families(snapshot: Snapshot) -> Iterator[Metric]:
     analysis = snapshot.power_analysis
-    swing = analysis.swing if analysis is not None else None
+    swing = analysis.window_swing if analysis is not None else None
     yield from power_source_families(snapshot)
     if analysis is None:
         return

@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from exporter.families import DEFAULT_PROFILE, PROFILES
-from exporter.gpu.health import NvlinkReads
+from exporter.gpu.device_read import NvlinkReads
 from exporter.metrics.exposition import Rows
 from exporter.metrics.family_table import LABELS, PROFILE
 from exporter.metrics.profiles import AGGREGATIONS, COLLECTOR_FAMILIES

@@ -71,7 +71,7 @@ class PowerBuffer:
 
     def _runs(self, gpu: int, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         """One GPU's samples with start < time <= end, oldest first, found by binary search
-        (a short window costs no copy of the whole history): times as views of the ring
+        (a short window costs no copy of the whole ring): times as views of the ring
         (copies only where the window crosses its end), watts as new float64 arrays
         (caller holds the lock)."""
         times, watts = [], []

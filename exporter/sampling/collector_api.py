@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the type only: collectors' specs load without pynvml
     from exporter.gpu.backend import NvmlBackend
-    from exporter.gpu.state import GpuIdentity
+    from exporter.gpu.reading import GpuIdentity
 
 #: GPU -> ((end of a profiling interval, compute share), ...), oldest first
 ComputeShares = Mapping[int, tuple[tuple[float, float], ...]]

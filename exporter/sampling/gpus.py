@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.gpu.backend import NvmlBackend
-from exporter.gpu.state import GpuIdentity, read_identity
+from exporter.gpu.reading import GpuIdentity, read_identity
 from exporter.sampling.clock import Clock
 from exporter.sampling.loops import Loop
 

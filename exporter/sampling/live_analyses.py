@@ -27,17 +27,18 @@ STRAGGLER_GRID_SECONDS = 0.1  # means and duty cycles over minutes need no more
 CYCLE_GRID_SECONDS = 0.2  # checkpoint-scale cycles, over 10 minutes
 
 
-def compute_rows(history: dict | None, gpus: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """GPU -> ((time, compute share), ...) as (gpus, k) arrays of times and shares, NaN
-    where a GPU has fewer entries; None without any."""
-    if not history:
+def compute_rows(shares: dict | None, gpus: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A reading's compute shares (ProfilingReading.shares: GPU -> ((time, compute share),
+    ...)) as (gpus, k) arrays of times and shares, NaN where a GPU has fewer entries; None
+    without any."""
+    if not shares:
         return None
-    k = max(len(entries) for entries in history.values())
-    times, shares = np.full((gpus, k), np.nan), np.full((gpus, k), np.nan)
-    for gpu, entries in history.items():
+    k = max(len(entries) for entries in shares.values())
+    times, rows = np.full((gpus, k), np.nan), np.full((gpus, k), np.nan)
+    for gpu, entries in shares.items():
         if 0 <= gpu < gpus and entries:
-            times[gpu, :len(entries)], shares[gpu, :len(entries)] = zip(*entries, strict=True)
-    return times, shares
+            times[gpu, :len(entries)], rows[gpu, :len(entries)] = zip(*entries, strict=True)
+    return times, rows
 
 
 class Analyses:

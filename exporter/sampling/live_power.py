@@ -39,8 +39,10 @@ from exporter.sampling.settings import PowerSettings
 class PowerAnalysis:
     time: float
     window_seconds: float
-    swing: NodeSwing | None  # None until the window holds enough samples
-    swinging: bool  # the held decision (SwingDetector)
+    # the window swing: the node's over the last window_seconds (analyse_window); None
+    # until the window holds enough samples
+    window_swing: NodeSwing | None
+    swinging: bool  # the held decision on the window swings (SwingDetector)
     cycle: CycleFeatures | None
     ramps_total: dict[str, int] = field(default_factory=dict)  # by direction
     last_ramp: Ramp | None = None  # time in Unix seconds

@@ -3,17 +3,17 @@
 Every second the stall check looks at the last 2 s (each GPU's mean utilization and
 power against its compute level, the level taken over the last 2 minutes every 10 s);
 every 10 s the straggler detector compares each GPU's features over the last 60 s with
-its peers' (the GPUs of the same job where the job mapping says so), and holds findings
-for the persistence (default 5 minutes).
+its peers' (the GPUs of the same job where the job mapping says so): a signal that has
+deviated for the persistence (default 5 minutes) is an outlier.
 
 A window the exporter did not sample well is not analysed: when power samples are
 missing for longer than the straggler window bridges (analysis.bridging: a tenth of the
 window; the driver's buffer overflowed before a drain, the exporter was starved, or a
-GPU hung), or sweeps were skipped (its loop overran), the update is held: findings stay
+GPU hung), or sweeps were skipped (its loop overran), the update is held: outliers stay
 as they were, no window features are exported, and `gpu_node_straggler_analysis_held`
 says so. Shorter holes are bridged by a straight line, as `analyze` bridges them. The
-exporter's own trouble never becomes a finding about the GPUs. The stall check compares
-the GPUs only at instants at which all of them have power, and holds its verdict through
+exporter's own trouble never becomes an outlier or a stall of the GPUs. The stall check compares
+the GPUs only at instants at which all of them have power, and holds its answer through
 a hole up to the stall bridge (6 s by default) when no such instant is left.
 """
 
@@ -115,7 +115,7 @@ class StragglerMonitor:
                  checkpoint_within: Callable[[float], bool] | None = None):
         """`judge`: the goodput account's word on each stall (a checkpoint is none);
         `checkpoint_within(seconds)`: whether a job checkpointed in the last `seconds` (a
-        window that holds a checkpoint updates no straggler finding: rank 0, writing,
+        window that holds a checkpoint updates no outlier: rank 0, writing,
         differs from its peers by design)."""
         self.settings = settings
         self.judge = judge
@@ -187,7 +187,7 @@ class StragglerMonitor:
                        hold_edges=False)
         self.held = bridged is None or self.coverage["sweep"] < MIN_SWEEP_COVERAGE
         if bridged is None or self.held:
-            return  # findings stay as they were; no features from a badly sampled window
+            return  # outliers stay as they were; no features from a badly sampled window
         series: dict[str, Any] = {}  # window_features' keyword arguments, by name
         if sweep_t.size:
             sweep_row = np.nanmax(sweep_t, axis=0)
@@ -205,7 +205,7 @@ class StragglerMonitor:
         gpus = list(range(power.shape[0]))
         self.features = window_features(t_row[recent], bridged, gpus=gpus, **series)
         if self.checkpoint_within is not None and self.checkpoint_within(s.window_seconds):
-            return  # findings stay as they were over a window that holds a checkpoint
+            return  # outliers stay as they were over a window that holds a checkpoint
         self.report = self.detector.update(self.features, t=now, groups=groups)
 
     def _check_stall(self, now: float, power: np.ndarray, sweep_t: np.ndarray,

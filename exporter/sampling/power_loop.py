@@ -29,7 +29,7 @@ from exporter.sampling.snapshot import PowerReading, PowerSamplingStats
 
 log = logging.getLogger(__name__)
 
-# Ring capacity per GPU and second of history: above the buffer's ~55 samples/s.
+# Ring capacity per GPU and second the ring spans: above the buffer's ~55 samples/s.
 SAMPLES_PER_SECOND_KEPT = 64
 
 

@@ -2,7 +2,7 @@
 
 Loops (each its own thread, or ticked in simulated time by advance()):
 - power: every GPU's power samples at the sensor's native rate (sampling/power_loop.py);
-- sweep: the catalogue's values, health and energy at their cadences (sampling/sweep.py);
+- sweep: the catalogue's values, the slow sweep's and energy at their cadences (sampling/sweep.py);
 - analysis, stragglers: the live analyses over the buffers (sampling/live_analyses.py);
 - one loop per collector (sampling/collectors.py);
 - publish: builds a Snapshot from the latest values and hands it on. Because
@@ -359,13 +359,13 @@ class Sampler:
             nvml_version=gpus.backend.nvml_version,
             bindings_version=gpus.backend.bindings_version, gpu_count=gpus.count,
             expected_gpus=s.expected_gpus if s.expected_gpus is not None else gpus.count,
-            identities=tuple(gpus.identities), states=fresh(self.sweep.states),
+            identities=tuple(gpus.identities), readings=fresh(self.sweep.readings),
             power=fresh(self.power.latest), power_sampling=self.power.stats(),
             loops={loop.name: loop.stats() for loop in self.loops},
             nvml_errors=gpus.backend.errors.totals(),
             collectors={r.name: r.current() for r in self.collectors},
             power_buffer_bytes=buffer.nbytes if buffer is not None else 0,
-            device_reads=fresh(self.sweep.health), board=dict(self.sweep.board),
+            device_reads=fresh(self.sweep.device_reads), board=dict(self.sweep.board),
             clock_event_seconds=dict(self.sweep.clock_event_seconds),
             pcie_rates=fresh(self.sweep.pcie_rates),
             xids=self.xids.seen(), xid_events_registered=self.xids.events.registered,

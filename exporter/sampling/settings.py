@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from exporter.analysis.power_swing import SwingThresholds
 from exporter.analysis.straggler import StragglerThresholds
-from exporter.gpu.health import NvlinkReads
+from exporter.gpu.device_read import NvlinkReads
 from exporter.options import (
     ALL,
     ANALYZE,
@@ -36,7 +36,7 @@ class PowerSettings:
         30.0, "step-scale window", "--window", positive, "SECONDS")
     update_seconds: float = 5.0
     band_hz: tuple[float, float] = analyze_setting(
-        (0.1, 3.0), "critical band in Hz", "--band", band, "LOW-HIGH")
+        (0.1, 3.0), "swing band in Hz", "--band", band, "LOW-HIGH")
     min_amplitude_ratio: float = setting(
         0.20, "node swing amplitude / node TDP from which a swing matters to the grid (the "
         "swing alert and the findings' severity); every clear swing is reported whatever "
@@ -44,11 +44,11 @@ class PowerSettings:
         low=0.0, high=1.0, metavar="R", commands=(RUN, SIMULATE, ANALYZE),
         command_flags={ANALYZE: "--min-amplitude-ratio"})
     min_band_energy_ratio: float = analyze_setting(
-        0.20, "step swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
+        0.20, "window swing: share of AC energy in the band", "--min-band-energy", ratio, "R")
     min_synchrony: float = analyze_setting(
-        0.5, "step swing: GPU synchrony", "--min-synchrony", ratio, "R")
+        0.5, "window swing: GPU synchrony", "--min-synchrony", ratio, "R")
     hold_updates: int = analyze_setting(
-        3, "step swing: consecutive windows required", "--hold", whole_at_least_one, "N")
+        3, "window swing: consecutive windows required", "--hold", whole_at_least_one, "N")
     cycle_window_seconds: float = analyze_setting(
         600.0, "cycle-scale window", "--cycle-window", positive, "SECONDS")
     cycle_min_ratio: float = analyze_setting(

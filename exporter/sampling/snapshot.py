@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
-from exporter.gpu.board import BoardHealth
-from exporter.gpu.health import GpuHealth
-from exporter.gpu.state import GpuIdentity, GpuState
+from exporter.gpu.board import BoardRead
+from exporter.gpu.device_read import DeviceRead
+from exporter.gpu.reading import GpuIdentity, GpuReading
 from exporter.sampling.buffers import PowerRingView
 from exporter.sampling.live_goodput import GoodputAnalysis
 from exporter.sampling.live_power import PowerAnalysis
@@ -93,7 +93,7 @@ class Snapshot:
     gpu_count: int
     expected_gpus: int
     identities: tuple[GpuIdentity | None, ...]
-    states: Mapping[int, GpuState]
+    readings: Mapping[int, GpuReading]  # the sweep's values of each GPU
     power: Mapping[int, PowerReading]  # the latest sample of each GPU
     power_sampling: Mapping[int, PowerSamplingStats]
     loops: Mapping[str, LoopStats]
@@ -101,10 +101,10 @@ class Snapshot:
     collectors: Mapping[str, CollectorResult] = field(default_factory=dict)
     power_buffer_bytes: int = 0
     # each GPU's device reads (ECC, row remapping, NVLink, PCIe, recovery action:
-    # gpu/health.py), every --sweep.health-interval; what the health checks judge
-    device_reads: Mapping[int, GpuHealth] = field(default_factory=dict)
+    # gpu/device_read.py), every --sweep.health-interval; what the health checks judge
+    device_reads: Mapping[int, DeviceRead] = field(default_factory=dict)
     # fabric and InfoROM, read once a minute; kept for a lost GPU (its identity's labels)
-    board: Mapping[int, BoardHealth] = field(default_factory=dict)
+    board: Mapping[int, BoardRead] = field(default_factory=dict)
     clock_event_seconds: Mapping[tuple[int, str], float] = field(default_factory=dict)
     # gpu -> PCIe bytes per second (sent, received) between the sweep's last two reads
     pcie_rates: Mapping[int, tuple[float | None, float | None]] = field(default_factory=dict)

@@ -1,10 +1,10 @@
 """The sweep loop: the catalogue's values of every GPU, each cadence when it is due.
 
-Every sweep reads the cheap values; the health interval adds the slowly changing and the
-costly ones (PCIe counters, ECC, row remapping) to the sweep's batched call, and the
-health read's own batched call per GPU (the recovery action and NVLink); the energy
-interval adds the energy counter. Clock-event reasons are accumulated into
-seconds sweep to sweep, the PCIe byte counters give a rate over the sweep's own previous
+Every sweep reads the cheap values; the slow sweep (every --sweep.health-interval) adds the
+slowly changing and the costly ones (PCIe counters, ECC, row remapping) to the sweep's
+batched call, and the device read's own batched call per GPU (the recovery action and
+NVLink); the energy interval adds the energy counter. Clock-event reasons are accumulated
+into seconds sweep to sweep, the PCIe byte counters give a rate over the sweep's own previous
 read of them (dcgm-exporter's DCGM_FI_PROF_PCIE_*_BYTES where GPM is not read), and each
 sweep feeds the straggler window.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from exporter.gpu import catalogue
-from exporter.gpu.board import BoardHealth, read_board
+from exporter.gpu.board import BoardRead, read_board
+from exporter.gpu.device_read import DeviceRead, NvlinkReads, read_device
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.health import GpuHealth, NvlinkReads, read_health
-from exporter.gpu.state import GpuState, read_identity, read_state
+from exporter.gpu.reading import GpuReading, read_gpu, read_identity
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
@@ -28,7 +28,7 @@ PCIE_COUNTERS = ("pcie_transmit_bytes", "pcie_receive_bytes")
 
 
 class SweepSampler:
-    def __init__(self, gpus: GpuSet, clock: Clock, interval: float, health_interval: float,
+    def __init__(self, gpus: GpuSet, clock: Clock, interval: float, slow_interval: float,
                  energy_interval: float, board_interval: float = 60.0, *,
                  on_recovered: Callable[[int], None] | None = None,
                  nvlink_reads: NvlinkReads | None = None):
@@ -36,19 +36,19 @@ class SweepSampler:
         the metric selection needs (swapped whole on a reload)."""
         self.gpus, self.clock = gpus, clock
         self.interval = interval
-        self.every = {catalogue.HEALTH: health_interval, catalogue.ENERGY: energy_interval}
-        self.states: dict[int, GpuState] = {}
-        self.health: dict[int, GpuHealth] = {}
-        self.board: dict[int, BoardHealth] = {}  # fabric and InfoROM: at start, then seldom
+        self.every = {catalogue.SLOW: slow_interval, catalogue.ENERGY: energy_interval}
+        self.readings: dict[int, GpuReading] = {}
+        self.device_reads: dict[int, DeviceRead] = {}
+        self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
         # gpu -> bytes per second sent and received over PCIe between the last two reads
         self.pcie_rates: dict[int, tuple[float | None, float | None]] = {}
         self._pcie_read: dict[int, tuple[float, tuple[float | None, ...]]] = {}
         self._last_read: dict[tuple[int, str], float] = {}  # (gpu, cadence) -> epoch
-        self._last_state_time: dict[int, float] = {}
+        self._last_reading_time: dict[int, float] = {}
         self.buffer: SweepBuffer | None = None
-        self.recorder: Callable[[int, GpuState], None] | None = None
+        self.recorder: Callable[[int, GpuReading], None] | None = None
         self.on_recovered = on_recovered
         self.nvlink_reads = nvlink_reads or NvlinkReads()
 
@@ -68,21 +68,22 @@ class SweepSampler:
                 self.gpus.identities[gpu] = read_identity(self.gpus.backend, gpu)
             now = self.clock.time()
             due = self._due(gpu, now)
-            state = read_state(self.gpus.backend, gpu, now, due, self.states.get(gpu))
-            if state is not None:
-                self._count_clock_events(gpu, state)
-                self.states[gpu] = state
-                if catalogue.HEALTH in due:  # the PCIe counters were read now
-                    self._rate_pcie(gpu, state)
+            reading = read_gpu(self.gpus.backend, gpu, now, due, self.readings.get(gpu))
+            if reading is not None:
+                self._count_clock_events(gpu, reading)
+                self.readings[gpu] = reading
+                if catalogue.SLOW in due:  # the PCIe counters were read now
+                    self._rate_pcie(gpu, reading)
             ident = self.gpus.identities[gpu]
-            if catalogue.HEALTH in due and state is not None:
-                health = read_health(self.gpus.backend, gpu, ident.nvlinks if ident else 0,
-                                     now, state.values, self.nvlink_reads)
-                if health is not None:
-                    self.health[gpu] = health
+            if catalogue.SLOW in due and reading is not None:
+                device_read = read_device(self.gpus.backend, gpu,
+                                          ident.nvlinks if ident else 0, now, reading.values,
+                                          self.nvlink_reads)
+                if device_read is not None:
+                    self.device_reads[gpu] = device_read
             self._read_board(gpu, now)
-            if self.recorder is not None and state is not None:
-                self.recorder(gpu, state)
+            if self.recorder is not None and reading is not None:
+                self.recorder(gpu, reading)
 
         if self.gpus.each(loop, read):
             for gpu in self.gpus.recover_lost():
@@ -107,33 +108,33 @@ class SweepSampler:
             return
         rows = {}
         for gpu in range(self.gpus.count):
-            state = self.states.get(gpu)
-            if state is not None and self.gpus.readable(gpu):
-                rows[gpu] = (state.time, {k: state.get(k) for k in SweepBuffer.FIELDS})
+            reading = self.readings.get(gpu)
+            if reading is not None and self.gpus.readable(gpu):
+                rows[gpu] = (reading.time, {k: reading.get(k) for k in SweepBuffer.FIELDS})
         self.buffer.append(rows)
 
-    def _rate_pcie(self, gpu: int, state: GpuState) -> None:
+    def _rate_pcie(self, gpu: int, reading: GpuReading) -> None:
         """Bytes per second over PCIe since this sweep's previous read of the counters
         (never over what scrapes saw); none for a counter absent or gone backwards."""
-        counts = tuple(state.get(key) for key in PCIE_COUNTERS)
+        counts = tuple(reading.get(key) for key in PCIE_COUNTERS)
         previous = self._pcie_read.get(gpu)
-        self._pcie_read[gpu] = (state.time, counts)
-        if previous is None or state.time <= previous[0]:
+        self._pcie_read[gpu] = (reading.time, counts)
+        if previous is None or reading.time <= previous[0]:
             return
-        elapsed = state.time - previous[0]
+        elapsed = reading.time - previous[0]
         sent, received = (None if a is None or b is None or b < a else (b - a) / elapsed
                           for a, b in zip(previous[1], counts, strict=True))
         self.pcie_rates[gpu] = (sent, received)
 
-    def _count_clock_events(self, gpu: int, state: GpuState) -> None:
+    def _count_clock_events(self, gpu: int, reading: GpuReading) -> None:
         """Accumulate seconds each clock-event reason was active, sweep to sweep."""
-        previous = self._last_state_time.get(gpu)
-        self._last_state_time[gpu] = state.time
-        reasons = state.get("clock_event_reasons")
+        previous = self._last_reading_time.get(gpu)
+        self._last_reading_time[gpu] = reading.time
+        reasons = reading.get("clock_event_reasons")
         if previous is None or reasons is None:
             return
         # a gap longer than a few sweeps (a hang, a lost GPU) is not counted as active
-        elapsed = min(state.time - previous, 3 * self.interval)
+        elapsed = min(reading.time - previous, 3 * self.interval)
         for reason, bit in CLOCK_EVENT_REASONS.items():
             key = (gpu, reason)
             if int(reasons) & bit:

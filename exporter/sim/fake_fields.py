@@ -14,7 +14,7 @@ import pynvml
 
 from exporter.gpu import catalogue
 from exporter.gpu import fields as fi
-from exporter.gpu.health import ALL_LINKS
+from exporter.gpu.device_read import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
@@ -102,7 +102,7 @@ class FieldSymbols(FakeCore):
                        ) -> list:
         """Per entry asked, its answer where no time or fault of this scenario can change
         it (a healthy link's state and error counters, a static flag), else _CHANGES;
-        worked out once per GPU, request and scenario by _field itself. A GPU's health
+        worked out once per GPU, request and scenario by _field itself. A GPU's device
         read is 121 fields (18 links), most of them fixed: the fake's Python for them cost
         more than the H200 charges for the whole call."""
         cache = self.fixed_answers  # emptied whenever the scenario is set

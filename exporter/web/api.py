@@ -31,6 +31,7 @@ from exporter.health.model import (
     NOT_JUDGED,
     UNKNOWN,
     WARNING,
+    CheckResult,
     NodeHealth,
     Verdict,
     action_words,
@@ -272,8 +273,9 @@ def _jobs(snapshot: Snapshot) -> dict[int, tuple[str, ...]]:
 def health_body(health: NodeHealth) -> bytes:
     """{"summary", "node": verdict, "gpus": {"0": verdict, ...}}; verdict = {"state",
     "action", "action_words", "reasons", "checks": [{"name", "state", "value",
-    "threshold", "source", "since", "action", "action_words", "reason"}]}. Before the first
-    judgement the verdict is an explicit unknown one (model.unknown_health)."""
+    "threshold", "source", "since", "action", "action_words", "reason"}]}, a check judged
+    per InfiniBand port also {"device", "port"}. Before the first judgement the verdict is
+    an explicit unknown one (model.unknown_health)."""
     body = {"summary": verdict_summary(health), "node": _verdict(health.node),
             "gpus": {str(gpu): _verdict(v) for gpu, v in sorted(health.gpus.items())}}
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
@@ -300,12 +302,19 @@ def verdict_summary(health: NodeHealth) -> str:
 
 def _verdict(v: Verdict) -> dict[str, Any]:
     return {"state": v.state, "action": v.action, "action_words": action_words(v.action),
-            "reasons": v.reasons,
-            "checks": [{"name": c.name, "state": c.state, "value": _json_value(c.value),
-                        "threshold": _json_value(c.threshold), "source": c.source,
-                        "since": number(c.since), "action": c.action,
-                        "action_words": action_words(c.action), "reason": c.reason}
-                       for c in v.checks]}
+            "reasons": v.reasons, "checks": [_check(c) for c in v.checks]}
+
+
+def _check(c: CheckResult) -> dict[str, Any]:
+    said = {"name": c.name, "state": c.state, "value": _json_value(c.value),
+            "threshold": _json_value(c.threshold), "source": c.source,
+            "since": number(c.since), "action": c.action,
+            "action_words": action_words(c.action), "reason": c.reason}
+    if c.port:
+        # a check judged per InfiniBand port: which one, as gpu_node_health_check_state's
+        # `device` and `port` labels say it (the same name repeats once per port)
+        said["device"], _, said["port"] = c.port.rpartition("/")
+    return said
 
 
 def _json_value(value: float | str | None) -> float | str | None:

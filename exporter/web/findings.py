@@ -67,7 +67,7 @@ def power_findings(snapshot: Snapshot) -> list[dict[str, Any]]:
     if analysis is None:
         return []
     out = []
-    swing = analysis.swing
+    swing = analysis.window_swing
     if analysis.swinging and swing is not None and swing.node.frequency_hz:
         node = swing.node
         assert node.frequency_hz  # as just checked

@@ -19,7 +19,8 @@ import functools
 from typing import Any
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
-from exporter.gpu.xid import meaning, xid_class, xid_row
+from exporter.gpu.xid import meaning, xid_class
+from exporter.health.faults import xid_judgement
 from exporter.health.model import (
     NONE,
     UNKNOWN,
@@ -128,14 +129,14 @@ def _gpu_presence(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
 
 def _xids(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
     """Each XID at the state the verdict's `xid` check gives the GPU now, never above the
-    state the check's own table (gpu/xid.py) gives that code: an XID past the check's
-    hold window is information, and so is an XID the table calls harmless beside one
-    that failed the GPU."""
+    severity the fault table gives that code (`xid_judgement`, the one reading of an XID):
+    an XID past the check's hold window is information, and so is an XID the table calls
+    harmless beside one that failed the GPU."""
     out = []
     for (gpu, code), record in sorted(snap.xids.items()):
         klass = xid_class(code)
         check = _judged(_gpu(health, gpu), "xid")
-        severity = _milder(severity_of(xid_row(code).state), _severity(check))
+        severity = _milder(xid_judgement(code).severity, _severity(check))
         times = "once" if record.count == 1 else f"{record.count} times"
         message = (f"GPU {gpu}: XID {code} ({meaning(code)}), {klass}, {times}, last "
                    f"{ago(snap.time, record.last_seen)}")
@@ -217,7 +218,9 @@ def _nvlink(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
         errors = {k: v for k, v in sorted(totals.items()) if v}
         if errors:
             text = ", ".join(f"{v:.0f} {k.replace('_', ' ')}" for k, v in errors.items())
-            check = _judged(verdict, "nvlink_errors")
+            # CRC errors and replay/recovery errors are two checks: the worse one judges
+            # (details.verdict.check names it)
+            check = _judged(verdict, "nvlink_errors", "nvlink_replays")
             judged = (f"{check.reason} ({check.value:g} against {check.threshold:g}); "
                       if check is not None and _severity(check) != INFO
                       and isinstance(check.value, float | int)
@@ -236,8 +239,8 @@ def _clock_events(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
     features = analysis.features if analysis is not None else None
     span = features.t_end - features.t_start if features is not None else 0.0
     out = []
-    for gpu, state in sorted(snap.states.items()):
-        bits = state.get("clock_event_reasons")
+    for gpu, reading in sorted(snap.readings.items()):
+        bits = reading.get("clock_event_reasons")
         window = features.gpus.get(gpu) if features is not None else None
         shares = window.throttle_reasons if window is not None else {}
         parts, reasons, judging = [], {}, set()
@@ -263,5 +266,5 @@ def _clock_events(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
             check = _judged(_gpu(health, gpu), *sorted(judging))
             out.append(_judged_finding(
                 "clock_event", check, f"GPU {gpu} clocks held down by {', '.join(parts)}",
-                state.time, gpu=gpu, reasons=reasons))
+                reading.time, gpu=gpu, reasons=reasons))
     return out

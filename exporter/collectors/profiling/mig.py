@@ -99,18 +99,18 @@ class MigProfiler:
 
     def _split(self, gpu: int, instances: Mapping[int, int],
                readings: Mapping[int, gpm.GpmReading]) -> MigEnergy:
-        state = self._energy.setdefault(gpu, _GpuEnergy())
-        state.instances = {gi: state.instances.get(gi, 0.0) for gi in instances}
+        account = self._energy.setdefault(gpu, _GpuEnergy())
+        account.instances = {gi: account.instances.get(gi, 0.0) for gi in instances}
         energy = self.context.energy_joules(gpu)
-        if energy is not None and state.baseline is not None and energy >= state.baseline:
+        if energy is not None and account.baseline is not None and energy >= account.baseline:
             activity = {gi: (instances[gi], r.values.get(SPLIT_KEY, 0.0))
                         for gi, r in readings.items()}
-            parts, rest = split_by_activity(energy - state.baseline, activity)
+            parts, rest = split_by_activity(energy - account.baseline, activity)
             for gi, joules in parts.items():
-                state.instances[gi] += joules
-            state.idle += rest
-        state.baseline = energy  # a first read, or a reset (the GPU came back): baseline
-        return MigEnergy(MappingProxyType(dict(state.instances)), state.idle)
+                account.instances[gi] += joules
+            account.idle += rest
+        account.baseline = energy  # a first read, or a reset (the GPU came back): baseline
+        return MigEnergy(MappingProxyType(dict(account.instances)), account.idle)
 
     def restart(self, gpu: int) -> None:
         """The GPU was unreadable: its next intervals and energy start afresh."""

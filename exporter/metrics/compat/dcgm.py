@@ -275,17 +275,17 @@ class DcgmCompat:
 def _value(kind: str, key: str, gpu: int, snapshot: Snapshot) -> float | None:
     """A whole GPU's value in our unit, or None where it has none."""
     if kind == "state":
-        state = snapshot.states.get(gpu)
+        state = snapshot.readings.get(gpu)
         return state.get(key) if state is not None else None
     if kind == "identity":
         ident = snapshot.identities[gpu]
         return ident.values.get(key) if ident is not None else None
     if kind == "fb_used":  # DCGM's used excludes what the driver reserves
-        state = snapshot.states.get(gpu)
+        state = snapshot.readings.get(gpu)
         used = state.get("memory_used_bytes") if state is not None else None
         if used is None:
             return None
-        return used - (snapshot.states[gpu].get("memory_reserved_bytes") or 0.0)
+        return used - (snapshot.readings[gpu].get("memory_reserved_bytes") or 0.0)
     if kind == "pcie_rate":
         return _pcie_rate(key, gpu, snapshot)
     h = snapshot.device_reads.get(gpu)

@@ -279,10 +279,14 @@
     list.textContent = "";
     const own = h.node.checks.filter((c) => c.state === "failed" || c.state === "warning");
     for (const c of own) {
-      // the check's own state, action and reason, as the verdict says them
-      list.append(verdictItem("node " + c.name.replace(/_/g, " "),
+      // the check's own state, action and reason, as the verdict says them; a check
+      // judged per InfiniBand port names its port (the name repeats once per port)
+      const where = c.port !== undefined ? " (" + c.device + " port " + c.port + ")" : "";
+      const item = verdictItem("node " + c.name.replace(/_/g, " ") + where,
         { state: c.state, action: c.action, action_words: c.action_words,
-          reasons: c.reason }, null));
+          reasons: c.reason }, null);
+      if (c.port !== undefined) item.dataset.port = c.device + "/" + c.port;
+      list.append(item);
     }
     for (const [gpu, v] of Object.entries(h.gpus)) {
       if (v.state !== "ok" && v.state !== "not_applicable") {

@@ -58,7 +58,7 @@ class NvLink:
 
 
 @dataclass(frozen=True)
-class GpuHealth:
+class DeviceRead:
     time: float
     # (corrected|uncorrected, volatile|aggregate): the ECC entries' label values
     ecc_errors: dict[tuple[str, ...], float]
@@ -73,7 +73,7 @@ class GpuHealth:
     nvlink_traffic: tuple[float | None, float | None] | None = None
 
 
-def health_requests(nvlinks: int, reads: NvlinkReads = NvlinkReads()
+def device_read_requests(nvlinks: int, reads: NvlinkReads = NvlinkReads()
                     ) -> list[int | tuple[int, int]]:
     """The field requests of one device read, for a GPU with `nvlinks` links."""
     requests: list[int | tuple[int, int]] = [fi.RECOVERY_ACTION]
@@ -111,15 +111,15 @@ def _by_labels(values: Mapping[str, float], family: Family) -> dict[tuple[str, .
     return {e.labels: values[e.key] for e in catalogue.FAMILIES[family] if e.key in values}
 
 
-def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
+def read_device(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
                 values: Mapping[str, float],
-                reads: NvlinkReads = NvlinkReads()) -> GpuHealth | None:
+                reads: NvlinkReads = NvlinkReads()) -> DeviceRead | None:
     """`values`: the sweep's state, where it has just read the memory-error entries (the
     slow sweep's batch); this read asks NVML only for the recovery action and NVLink."""
     handle = backend.handle(gpu)
     if handle is None:
         return None
-    got = backend.scoped_fields(gpu, health_requests(nvlinks, reads))
+    got = backend.scoped_fields(gpu, device_read_requests(nvlinks, reads))
 
     def value(fid: int, scope: int = 0) -> float | None:
         return got.get((fid, scope))
@@ -145,7 +145,7 @@ def read_health(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
                   for fid, scale, _ in _TRAFFIC)
         links.append(NvLink(link, None if state is None else bool(state), tx, rx, errors))
     action = value(fi.RECOVERY_ACTION)
-    return GpuHealth(
+    return DeviceRead(
         time=now,
         ecc_errors=_by_labels(values, catalogue.ECC),
         retired_pages={cause: v for (cause,), v in _by_labels(values, catalogue.RETIRED).items()},

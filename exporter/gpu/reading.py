@@ -2,8 +2,8 @@
 
 - read_identity: once at start (and when a lost GPU comes back): the labels of every
   GPU series, and the catalogue's static values.
-- read_state: every sweep, the catalogue's values of the cadences that are due; values
-  of the others are carried over from the previous state.
+- read_gpu: every sweep, the catalogue's values of the cadences that are due (a
+  GpuReading); values of the others are carried over from the previous reading.
 A value NVML cannot give is absent (the backend counted the error).
 """
 
@@ -42,7 +42,7 @@ class GpuIdentity:
 
 
 @dataclass(frozen=True)
-class GpuState:
+class GpuReading:
     time: float  # seconds since the epoch
     values: Mapping[str, float] = field(default_factory=lambda: _EMPTY)  # key -> base units
 
@@ -141,13 +141,14 @@ def read_identity(backend: NvmlBackend, gpu: int) -> GpuIdentity | None:
     )
 
 
-def read_state(backend: NvmlBackend, gpu: int, now: float, cadences: Iterable[str],
-               previous: GpuState | None = None) -> GpuState | None:
-    """The values of the due cadences, over the previous state's; None without a handle."""
+def read_gpu(backend: NvmlBackend, gpu: int, now: float, cadences: Iterable[str],
+             previous: GpuReading | None = None) -> GpuReading | None:
+    """The values of the due cadences, over the previous reading's; None without a
+    handle."""
     if backend.handle(gpu) is None:
         return None
     cadences = tuple(cadences)
     kept = previous.values.items() if previous is not None else ()
     values = {k: v for k, v in kept if catalogue.BY_KEY[k].cadence not in cadences}
     values.update(read_values(backend, gpu, catalogue.of_cadence(*cadences)))
-    return GpuState(now, MappingProxyType(values))
+    return GpuReading(now, MappingProxyType(values))
