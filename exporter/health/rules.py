@@ -145,8 +145,9 @@ def _rendered(template: str, labels: dict[str, str]) -> str:
 
 
 def _fires(alert: Alert, checks: list[Fault], state: str) -> dict:
-    """The check turns from ok to `state` at START and back after HELD: nothing before,
-    nothing while `for:` runs, the alert after it, nothing once the check is ok again."""
+    """The check turns from ok (no series: an ok check is not served) to `state` at START
+    and back after HELD: nothing before, nothing while `for:` runs, the alert after it,
+    nothing once the check is ok again (its series gone)."""
     f = checks[0]
     family, base = FAMILY[f.scope], {**INSTANCE, **SUBJECT[f.scope], "check": f.check}
     labels = {**base, "state": state}
@@ -166,8 +167,6 @@ def _fires(alert: Alert, checks: list[Fault], state: str) -> dict:
                     + (f", after {alert.wait}" if wait else ", at once")
                     + ", and ends when it turns ok",
             "input_series": [
-                {"series": _series(family, {**base, "state": "ok"}),
-                 "values": f"1x{START - 1} stale _x{HELD - 1} 1x10"},
                 {"series": _series(family, labels),
                  "values": f"_x{START} 1x{HELD - 1} stale"}],
             "alert_rule_test": [{"eval_time": f"{t}m", "alertname": alert.name,

@@ -2,9 +2,10 @@
 
 The verdicts' states are one-hot gauges over all five states, as Prometheus practice has
 it for an enum (kube-state-metrics' phases): `gpu_health_state{state="failed"} == 0` is a
-known "not failed", not a missing series. Each check's state is one series of value 1 that
-names the state (a fifth of the series, in every profile): the alerts select
-`{check="...", state="failed"}`, and a check is always present in one state. The action is
+known "not failed", not a missing series. A check is served only while it says something
+(warning, failed or unknown), one series of value 1 that names the state: the alerts select
+`{check="...", state="failed"}`, and a healthy node serves none of them (21 checks a GPU
+would otherwise be a fifth of its series; the verdict's one-hot says "ok"). The action is
 one series with value 1 and the action and the reasons as labels, like
 `gpu_recovery_action`: reasons are stable text (no values), so the series changes only
 when the verdict does.
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from exporter.families import MINIMAL, Family
-from exporter.health.model import STATES, NodeHealth
+from exporter.health.model import FAILED, STATES, UNKNOWN, WARNING, NodeHealth
 from exporter.metrics.gpu import GPU_LABELS
 from exporter.sampling.snapshot import Snapshot
 
@@ -38,12 +39,13 @@ ACTION = Family(
         "failed checks) and the reasons in one line.")
 CHECK_STATE = Family(
     "gpu_health_check_state", "gauge",
-    "Value 1, one series per check: the check's current state (docs/health.md lists the "
-    "checks and the alerts on them).", (*GPU_LABELS, "check", "state"),
-    source="health checks", profile=MINIMAL,
-    doc="Value 1, one series per check of the GPU, `state` its current state (a check's "
-        "series changes `state` when it turns). The GPU-hardware alerts read it "
-        "([health.md](health.md#the-fault-table)).")
+    "Value 1, one series per check that is warning, failed or unknown: its current state "
+    "(docs/health.md lists the checks and the alerts on them).",
+    (*GPU_LABELS, "check", "state"), source="health checks", profile=MINIMAL,
+    doc="Value 1, one series per check of the GPU that is `warning`, `failed` or `unknown`, "
+        "`state` its current state (a check's series changes `state` when it turns, and "
+        "goes when the check is ok or not applicable again). The GPU-hardware alerts read "
+        "it ([health.md](health.md#the-fault-table)).")
 NODE_STATE = Family(
     "gpu_node_health_state", "gauge", STATE_HELP.format(whose="node's"), ("state",),
     source="health checks", profile=MINIMAL,
@@ -56,18 +58,22 @@ NODE_ACTION = Family(
     doc="Value 1: the node's action and reasons (each GPU's named `GPU N: ...`).")
 NODE_CHECK_STATE = Family(
     "gpu_node_health_check_state", "gauge",
-    "Value 1, one series per node check (and per InfiniBand port for the port checks): "
-    "the check's current state.", ("check", "device", "port", "state"),
-    source="health checks", profile=MINIMAL,
-    doc="Value 1, one series per node check, `state` its current state; the InfiniBand "
-        "checks once per port (`device`, `port`; empty for the others). The fabric alerts "
-        "read it.")
+    "Value 1, one series per node check (and per InfiniBand port for the port checks) "
+    "that is warning, failed or unknown: its current state.",
+    ("check", "device", "port", "state"), source="health checks", profile=MINIMAL,
+    doc="Value 1, one series per node check that is `warning`, `failed` or `unknown`, "
+        "`state` its current state; the InfiniBand checks once per port (`device`, `port`; "
+        "empty for the others). The fabric alerts read it.")
 CHECK_ERRORS = Family(
     "cte_health_check_errors_total", "counter",
     "Times a health check raised instead of judging (it reads unknown then).", ("check",),
     source="exporter",
     doc="Times a check raised instead of judging; it reads `unknown` then, and the other "
         "checks go on.")
+
+# The check states a check family serves: what an alert or a person must see (ok and
+# not_applicable say nothing the verdict's one-hot does not).
+SERVED_CHECK_STATES = frozenset({WARNING, FAILED, UNKNOWN})
 
 DECLARED = (STATE, ACTION, CHECK_STATE, NODE_STATE, NODE_ACTION, NODE_CHECK_STATE,
             CHECK_ERRORS)
@@ -86,7 +92,8 @@ def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]
             state.add_metric([*labels, name], 1.0 if v.state == name else 0.0)
         action.add_metric([*labels, v.action, v.reasons], 1.0)
         for result in v.checks:
-            check.add_metric([*labels, result.name, result.state], 1.0)
+            if result.state in SERVED_CHECK_STATES:
+                check.add_metric([*labels, result.name, result.state], 1.0)
     yield from (state, action, check)
     node = health.node
     node_state = NODE_STATE.gauge()
@@ -96,6 +103,8 @@ def verdict_families(health: NodeHealth, snapshot: Snapshot) -> Iterator[Metric]
     node_action.add_metric([node.action, node.reasons], 1.0)
     node_check = NODE_CHECK_STATE.gauge()
     for result in node.checks:
+        if result.state not in SERVED_CHECK_STATES:
+            continue
         device, _, port = result.port.rpartition("/")
         node_check.add_metric([result.name, device, port, result.state], 1.0)
     yield from (node_state, node_action, node_check)
