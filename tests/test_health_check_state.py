@@ -12,7 +12,7 @@ from exporter.collectors.infiniband.reading import (
     InfinibandReading,
 )
 from exporter.families import MINIMAL
-from exporter.health.monitor import GPU_CHECKS, NODE_CHECKS, PORT_CHECKS, HealthMonitor
+from exporter.health.monitor import GPU_CHECKS, PORT_CHECKS, HealthMonitor
 from exporter.metrics.health import CHECK_STATE, NODE_CHECK_STATE, verdict_families
 from exporter.sampling.snapshot import CollectorResult
 from tests.tools import make_snapshot
