@@ -283,6 +283,23 @@ def test_each_state_within_5_percent_of_the_truth(seed, tmp_path):
     assert lost["gpu_seconds"] == pytest.approx(want["lost_progress_gpu_seconds"], rel=0.1)
 
 
+# stories looked at after their held-out run: a rank-0 checkpoint beside a stall on a small
+# job (213: rank 0 hangs before the job's second checkpoint; 206: read once a second, the
+# sensor catching the steps' low phase more or less often from one period to the next)
+@pytest.mark.parametrize("seed", (206, 213))
+def test_a_rank_0_job_with_a_stall_beside_its_checkpoints_within_5_percent(seed, tmp_path):
+    story = draw_story(seed)
+    assert story.checkpoint_kind == "rank0" and story.gpus == 2
+    acc, want = _accounting(story, tmp_path), truth(story)
+    for state in STATES:
+        assert acc["seconds"][state] == pytest.approx(want["seconds"][state], rel=0.05,
+                                                      abs=0.5), state
+    assert acc["lost_progress_estimate"]["gpu_seconds"] == pytest.approx(
+        want["lost_progress_gpu_seconds"], rel=0.1)
+    assert [p["cause"] for p in acc["pauses"] if p["look"] == "writer"].count(
+        "checkpoint") == 4
+
+
 # stories read once a second: pauses of light GPUs' steps, edges between readings
 @pytest.mark.parametrize("seed", (28, 42, 57, 79))
 def test_sparse_instant_readings_each_state_within_5_percent(seed, tmp_path):
@@ -407,6 +424,81 @@ def test_a_job_that_checkpoints_sharded_does_not_take_a_rank_0_pause_for_one():
     assert [p.cause for p in ledger.pauses] == ["checkpoint", "checkpoint", "stall"]
 
 
+def test_rank_0_hanging_before_the_second_checkpoint_does_not_set_the_period():
+    """Rank 0 hangs (near idle while its peers spin: a checkpoint's look and length) after
+    far less work than came before the job's first checkpoint: early, a stall; the
+    checkpoints after it keep the period the first one set."""
+    ledger = Ledger(4)
+    _steps(ledger, 4, 60)
+    _writer_pause(ledger, 4, 0, 20)  # the first checkpoint
+    _steps(ledger, 4, 25)
+    _writer_pause(ledger, 4, 0, 25)  # rank 0 hangs
+    _steps(ledger, 4, 35)
+    for _ in range(2):
+        _writer_pause(ledger, 4, 0, 20)
+        _steps(ledger, 4, 60)
+    assert [p.cause for p in ledger.pauses] == [
+        "checkpoint", "stall", "checkpoint", "checkpoint"]
+    s = _states(ledger)
+    assert s["checkpoint"] == 4 * 60.0 and s["stalled"] == 4 * 25.0
+    # live, the hang is a stall as it comes, not a checkpoint
+    ledger = Ledger(4)
+    _steps(ledger, 4, 60)
+    _writer_pause(ledger, 4, 0, 20)
+    _steps(ledger, 4, 25)
+    _writer_pause(ledger, 4, 0, 5)
+    assert ledger.stall_cause("node", [0], 0) == "stall"
+
+
+def test_a_rhythm_set_wrong_follows_checkpoints_that_keep_a_period_of_their_own():
+    """Rank 0 hangs late in the job's second period, as long as a checkpoint: taken for
+    one, it sets the period wrong; two checkpoints later, the same work apart, the rhythm
+    follows them again (the same mends a job that checkpoints at another period)."""
+    ledger = Ledger(4)
+    _steps(ledger, 4, 100)
+    _writer_pause(ledger, 4, 0, 20)
+    _steps(ledger, 4, 75)
+    _writer_pause(ledger, 4, 0, 25)  # rank 0 hangs: 75 s of work, within 30 % of 100
+    _steps(ledger, 4, 25)
+    for _ in range(4):
+        _writer_pause(ledger, 4, 0, 20)
+        _steps(ledger, 4, 100)
+    assert [p.cause for p in ledger.pauses] == [
+        "checkpoint", "checkpoint", "stall", "stall", "checkpoint", "checkpoint"]
+    # a pause that breaks the checkpoints' look or length remembers no period of its own
+    r = Rhythm()
+    r.add("writer", None, 20.0, lead=100.0)
+    r.add("writer", 100.0, 20.0)
+    r.breaks("writer", 60.0, 20.0)
+    assert r.stray == 60.0 and r.admits("writer", (150.0, 60.0), 20.0)
+    assert not r.admits("writer", (), 20.0)  # no work given: nothing keeps the period
+    r.breaks("writer", 60.0, 90.0)
+    assert r.stray is None and not r.admits("writer", (150.0, 60.0), 20.0)
+    r.breaks("writer", 60.0, 20.0)
+    r.breaks("together", 60.0, 20.0)
+    assert r.stray is None
+    assert Rhythm().admits("writer", (1.0,), 1.0)  # no checkpoint yet: nothing to keep
+    r = Rhythm()
+    r.breaks("writer", 60.0, 20.0)
+    assert r.stray is None
+
+
+def test_a_steps_low_phase_counts_in_the_period():
+    """Readings that catch a step's low phase (every GPU spinning a second) one period in
+    three seconds and not the next: the period is the job's stepping time either way."""
+    ledger = Ledger(2)
+    for dips in (False, False, True, False):
+        for i in range(60):
+            waiting = dips and i % 3 == 2  # the steps' communication phase, at spin
+            ledger.step(_second(2, works=not waiting, waits=waiting, power=150.0 if
+                                waiting else 500.0))
+        _writer_pause(ledger, 2, 0, 20)
+    _steps(ledger, 2, 5)
+    assert [p.cause for p in ledger.pauses] == ["checkpoint"] * 4
+    # (less the job's first seconds, before it steps, and a dip the pause takes in)
+    assert [p.work_before for p in ledger.pauses] == pytest.approx([60.0] * 4, abs=2.0)
+
+
 def test_the_live_judge_says_checkpoint_only_within_the_rhythm():
     ledger = Ledger(4)
     for _ in range(2):
@@ -447,6 +539,19 @@ def test_rhythm_on_edges():
     for i in range(20):
         r.add("writer", 100.0, 20.0 + i)
     assert len(r.lengths) == r.thresholds.memory
+    # a job's first checkpoint sets no period but a floor to it while there is none
+    r = Rhythm()
+    r.add("writer", None, 20.0, lead=100.0)
+    assert r.lead == 100.0 and not r.gaps
+    assert r.admits("writer", (71.0,), 20.0) and r.admits("writer", (400.0,), 20.0)
+    assert not r.admits("writer", (69.0,), 20.0)
+    assert not r.admits("writer", (30.0,), 5.0, ongoing=True)
+    assert r.admits("writer", (30.0, 80.0), 20.0)  # since the last look-alike pause
+    r.add("writer", 50.0, 20.0)  # a period now: it governs
+    assert r.admits("writer", (50.0,), 20.0) and not r.admits("writer", (100.0,), 20.0)
+    r = Rhythm()
+    r.add("writer", None, 20.0, lead=2.0)  # a short lead: the slack (5 s) holds
+    assert r.admits("writer", (0.0,), 20.0)
     assert describe_checkpoints([]) is None
 
 

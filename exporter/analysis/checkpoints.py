@@ -81,47 +81,90 @@ class RhythmThresholds:
 @dataclass
 class Rhythm:
     """One job's checkpoints so far: the look of each, its length, and the work between
-    checkpoints (seconds the job stepped from one to the next; not the work before its
-    first, nor the first after a restart: a job warms up, or resumes mid-period from the
-    checkpoint it loaded)."""
+    checkpoints (seconds the job stepped from one to the next, a step's low phase too; not
+    the work before its first, nor the first after a restart: a job warms up, or resumes
+    mid-period from the checkpoint it loaded; that work is a floor to the period while
+    there is none)."""
 
     thresholds: RhythmThresholds = field(default_factory=RhythmThresholds)
     looks: list[str] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
     lengths: list[float] = field(default_factory=list)
+    # the work before the job's first checkpoint (or its first after a restart): no period,
+    # but a floor to it while there is none (see admits)
+    lead: float | None = None
+    # the last pause that had the checkpoints' look and length but broke their period: the
+    # work since the look-alike pause before it (None: none, or the last kept the rhythm)
+    stray: float | None = None
 
     def admits(self, look: str, gaps: tuple[float, ...], length: float,
                ongoing: bool = False) -> bool:
         """Whether a pause of ``look``, ``length`` long, keeps the rhythm: the look its
         checkpoints had, a length near theirs, and work before it near their period, from
-        one of ``gaps`` (since the last checkpoint, or since the last pause that looked
-        like one: a checkpoint taken for a stall does not throw the next one off);
-        ``ongoing``: the pause is still under way, only too long breaks it. With
+        one of ``gaps`` (since the last checkpoint, or, the last of them, since the last
+        pause that looked like one: a checkpoint taken for a stall does not throw the next
+        one off); ``ongoing``: the pause is still under way, only too long breaks it. With
         no checkpoint yet there is nothing it could break: it does (the commonest pause
         of rank 0 is its checkpoint; docs/goodput.md says the limit)."""
         if not self.lengths:
             return True
+        return self._fits(look, length, ongoing) and (
+            self._keeps_period(gaps) or (bool(gaps) and self._steady(gaps[-1])))
+
+    def _fits(self, look: str, length: float, ongoing: bool = False) -> bool:
+        """The checkpoints' look and a length near theirs."""
         if look not in self.looks:
             return False
-        th = self.thresholds
         typical = statistics.median(self.lengths)
-        shortest = 0.0 if ongoing else typical / th.length_factor
-        if not shortest <= length <= typical * th.length_factor:
-            return False
-        if not self.gaps:  # no period seen yet: the length alone
-            return True
-        period = statistics.median(self.gaps)
-        slack = max(th.gap_share * period, th.gap_slack_seconds)
-        return any(abs(gap - period) <= slack for gap in gaps)
+        shortest = 0.0 if ongoing else typical / self.thresholds.length_factor
+        return shortest <= length <= typical * self.thresholds.length_factor
 
-    def add(self, look: str, gap: float | None, length: float) -> None:
+    def _keeps_period(self, gaps: tuple[float, ...]) -> bool:
+        if not self.gaps:
+            # no period seen yet: work near the lead's or more. A job checkpoints every N
+            # steps, its first after N steps too (warm-up or a stall only lengthen it; a
+            # restart mid-period shortens it, so it holds the floor lower), so a pause
+            # after much less work than that is early: a fault of rank 0, which would else
+            # set the period and break every checkpoint after it
+            return self.lead is None or any(
+                gap >= self.lead - self._slack(self.lead) for gap in gaps)
+        period = statistics.median(self.gaps)
+        return any(abs(gap - period) <= self._slack(period) for gap in gaps)
+
+    def _steady(self, since_look: float) -> bool:
+        """A rhythm of its own: the last two pauses with the checkpoints' look and length
+        came after the same work, each since the look-alike pause before it, though off
+        the period the rhythm holds (a fault taken for a checkpoint set it, or the job
+        checkpoints at another period now, after a restart): a fault does not recur at a
+        steady period with a checkpoint's length, so the rhythm follows."""
+        return self.stray is not None and abs(since_look - self.stray) <= self._slack(
+            self.stray)
+
+    def _slack(self, period: float) -> float:
+        return max(self.thresholds.gap_share * period, self.thresholds.gap_slack_seconds)
+
+    def add(self, look: str, gap: float | None, length: float,
+            lead: float | None = None, since_look: float | None = None) -> None:
         """A checkpoint; ``gap``: the work since the previous one (None: since the job's
-        start or restart)."""
+        start or restart); ``lead``: the work since the job's start or restart, for its
+        first checkpoint then; ``since_look``: the work since the last pause that looked
+        like one (where it kept a rhythm of its own, the period starts anew from it)."""
         keep = -self.thresholds.memory
+        if lead is not None:
+            self.lead = lead
+        if gap is not None and since_look is not None and not self._keeps_period(
+                (gap, since_look)) and self._steady(since_look) and self.stray is not None:
+            self.gaps, gap = [self.stray], since_look
+        self.stray = None
         self.looks = (self.looks + [look])[keep:]
         self.lengths = (self.lengths + [length])[keep:]
         if gap is not None:
             self.gaps = (self.gaps + [gap])[keep:]
+
+    def breaks(self, look: str, since_look: float, length: float) -> None:
+        """A pause of a look a checkpoint can have, taken for a stall: remembered where it
+        had the checkpoints' look and length (see _steady)."""
+        self.stray = since_look if self.lengths and self._fits(look, length) else None
 
 
 def pause_look(low: list[bool], waits: list[bool], first: int | None) -> str | None:

@@ -472,6 +472,11 @@ class Ledger:
             return
         seconds = sum(p.seconds_by.values())
         if seconds < self.thresholds.fill_seconds:
+            # a step's low phase: the job stepped, and its period counts it (else a period
+            # read while the sensor catches a step's low phase more or less often, readings
+            # beating with the steps, would stray from the job's own)
+            job.worked += seconds
+            job.worked_since_look += seconds
             return
         look = p.look()
         ckpt = seconds <= self.thresholds.max_checkpoint_seconds and job.judge(p, seconds)
@@ -480,9 +485,13 @@ class Ledger:
         job.verdicts[p.serial] = ckpt
         job.verdicts.pop(p.serial - MAX_PAUSES, None)  # no stretch lasts that many pauses
         if ckpt:
-            job.rhythm.add(look, p.work_before if job.checkpointed else None, seconds)
+            job.rhythm.add(look, p.work_before if job.checkpointed else None, seconds,
+                           lead=None if job.checkpointed else p.work_before,
+                           since_look=p.work_since_look)
             job.checkpointed = True
             job.worked = 0.0
+        elif look in CHECKPOINT_LOOKS:
+            job.rhythm.breaks(look, p.work_since_look, seconds)
         self.pauses.append(Pause(name, p.start, seconds, look,
                                  "checkpoint" if ckpt else "stall", p.writer, p.work_before))
         self.pauses_decided += 1
