@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,6 +56,28 @@ class ScanResult:
 _STALL_BLOCK = 1 << 14  # short windows judged at a time
 
 
+class Columns(Protocol):
+    """A signal that is made as it is read (analyze's trace fields on its grid): shape
+    (N, M), and ``[:, a:b]`` gives the float64 (N, b - a) block of it."""
+
+    shape: tuple[int, int]
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray: ...
+
+    def any_finite(self) -> bool: ...
+
+
+def _as_grid(v: Any) -> Any:
+    """An (N, M) float64 array of a signal given as an array, or a Columns as it is."""
+    if v is None or (not isinstance(v, np.ndarray) and hasattr(v, "any_finite")):
+        return v
+    return np.atleast_2d(np.asarray(v, dtype=np.float64))
+
+
+def _any_finite(v: Any) -> bool:
+    return bool(v.any_finite()) if hasattr(v, "any_finite") else bool(np.isfinite(v).any())
+
+
 def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
     if m <= n_win:
         return [0]
@@ -65,7 +87,7 @@ def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
     return starts
 
 
-def _moving_mean_blocks(x: np.ndarray, k: int, block: int,
+def _moving_mean_blocks(x: np.ndarray | Columns, k: int, block: int,
                         every: np.ndarray | None = None) -> Iterator[np.ndarray]:
     """Mean of each k consecutive samples along the last axis of ``x`` (N, M), ignoring
     NaN, ``block`` windows at a time: (N, <= block) per block, window j covering samples
@@ -133,7 +155,7 @@ def _bad_windows(valid: np.ndarray | None, m: int, k: int) -> np.ndarray:
     return (bad[k:k + n] - bad[:n]) > 0
 
 
-def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarray | None],
+def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, Any],
                    ids: list[int], groups: Mapping[int, str] | None, window: float,
                    step: float, th: StragglerThresholds, valid: np.ndarray | None
                    ) -> tuple[list[Outlier], int, bool, str | None, dict[int, dict[str, float]]]:
@@ -208,8 +230,8 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     return out, analysed, any_stats, reason, typical
 
 
-def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
-                 groups: Mapping[int, str] | None, window: float, context: float,
+def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray | Columns,
+                 ids: list[int], groups: Mapping[int, str] | None, window: float, context: float,
                  th: StallThresholds, measured: np.ndarray | None, bridge: Bridge | None
                  ) -> list[Stall]:
     dt = float(np.median(np.diff(t)))
@@ -290,13 +312,13 @@ def scan(
     power: np.ndarray,
     *,
     gpus: Sequence[int] | None = None,
-    sm_clock: np.ndarray | None = None,
-    temperature: np.ndarray | None = None,
-    utilization: np.ndarray | None = None,
-    clock_event_reasons: np.ndarray | None = None,
-    nvlink: np.ndarray | None = None,
-    pcie: np.ndarray | None = None,
-    compute: np.ndarray | None = None,
+    sm_clock: np.ndarray | Columns | None = None,
+    temperature: np.ndarray | Columns | None = None,
+    utilization: np.ndarray | Columns | None = None,
+    clock_event_reasons: np.ndarray | Columns | None = None,
+    nvlink: np.ndarray | Columns | None = None,
+    pcie: np.ndarray | Columns | None = None,
+    compute: np.ndarray | Columns | None = None,
     groups: Mapping[int, str] | None = None,
     window_seconds: float,
     step_seconds: float,
@@ -331,8 +353,7 @@ def scan(
     others = {"sm_clock": sm_clock, "temperature": temperature, "utilization": utilization,
               "clock_event_reasons": clock_event_reasons, "nvlink": nvlink, "pcie": pcie,
               "compute": compute}
-    others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
-              for k, v in others.items()}
+    others = {k: _as_grid(v) for k, v in others.items()}
     if valid is not None:
         valid = np.asarray(valid, dtype=bool)
         if valid.shape != t.shape:
@@ -348,7 +369,7 @@ def scan(
         t, p, others, ids, groups, window_seconds, step_seconds, th, valid)
     stalls: list[Stall] = []
     util = others["utilization"]
-    if util is not None and np.isfinite(util).any():
+    if util is not None and _any_finite(util):
         stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
                               stall_context_seconds, stall_thresholds or StallThresholds(),
                               measured, stall_bridge)

@@ -44,11 +44,11 @@ from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.events import MIN_FILL_SECONDS, events
+from exporter.offline.field_grid import FieldGrid
 from exporter.offline.gaps import (
     find_gaps,
     gaps_json,
     gaps_note,
-    gpu_gaps,
     overlaps,
     valid_mask,
 )
@@ -183,10 +183,11 @@ def _grid(trace: Trace, tdp_flag: float | None, bridges: dict[str, Bridge] | Non
                 bridges), notes
 
 
-def _field_grid(trace: Trace, g: Grid, name: str,
-                field_gaps: dict[str, list[tuple[int, float]]] | None = None
-                ) -> np.ndarray | None:
-    """One canonical field of every GPU on the power grid (None: no GPU has it).
+def _field_columns(trace: Trace, g: Grid, name: str,
+                   field_gaps: dict[str, list[tuple[int, float]]] | None = None
+                   ) -> FieldGrid | None:
+    """One canonical field of every GPU on the power grid, made a block at a time as it
+    is read (exporter.offline.field_grid); None: no GPU has a reading of it.
 
     Continuous fields are interpolated linearly; the clock-event bitmask holds
     its last reading.  Outside a GPU's readings the value is NaN, and inside a gap
@@ -195,31 +196,24 @@ def _field_grid(trace: Trace, g: Grid, name: str,
     """
     t0 = float(g.t[0])
     rel = g.t - t0
-    out: np.ndarray | None = None  # made once a GPU has the field: a grid's worth
-    for i, gpu in enumerate(g.gpus):
-        s = trace.series[gpu]
-        x = s.fields.get(name)
-        if x is None:
-            continue
-        ok = np.isfinite(x)
-        if not ok.any():
-            continue
-        if out is None:
-            out = np.full((len(g.gpus), g.t.size), np.nan)
-        ts, xs = s.t[ok] - t0, x[ok]
-        if name == "clock_event_reasons":
-            idx = np.searchsorted(ts, rel, side="right") - 1
-            out[i] = np.where(idx >= 0, xs[np.maximum(idx, 0)], np.nan)
-            out[i, rel > ts[-1] + 5 * g.dt + 5.0] = np.nan
-        else:
-            out[i] = np.interp(rel, ts, xs, left=np.nan, right=np.nan)
-        for a, b in gpu_gaps(ts):
-            out[i, (rel > a) & (rel < b)] = np.nan
+    fg = FieldGrid([trace.series[gpu] for gpu in g.gpus], name, t0, rel, g.dt)
+    if not fg.has_readings:
+        return None
+    for gpu, found in zip(g.gpus, fg.gaps, strict=True):
+        for a, b in found:
             # one inside the grid and not where the power has its gap (said already)
             if field_gaps is not None and b > 0 and a < rel[-1] \
                     and not overlaps(g.gaps, t0 + a, t0 + b):
                 field_gaps.setdefault(name, []).append((gpu, b - a))
-    return out
+    return fg
+
+
+def _field_grid(trace: Trace, g: Grid, name: str,
+                field_gaps: dict[str, list[tuple[int, float]]] | None = None
+                ) -> np.ndarray | None:
+    """:func:`_field_columns`, the whole grid at once (None: no GPU has the field)."""
+    fg = _field_columns(trace, g, name, field_gaps)
+    return None if fg is None else fg.block(0, fg.shape[1])
 
 
 def _field_gaps_notes(field_gaps: dict[str, list[tuple[int, float]]]) -> list[str]:
@@ -247,7 +241,7 @@ def _stragglers(trace: Trace, g: Grid, req: AnalyzeRequest, t_start: float,
     """The straggler scan, and whether the trace had utilization (stalls need it)."""
     # scan's keyword arguments, by name
     field_gaps: dict[str, list[tuple[int, float]]] = {}
-    series: dict[str, Any] = {kw: _field_grid(trace, g, f, field_gaps)
+    series: dict[str, Any] = {kw: _field_columns(trace, g, f, field_gaps)
                               for f, kw in STRAGGLER_FIELDS.items()}
     notes += _field_gaps_notes(field_gaps)
     missing = [f for f, kw in STRAGGLER_FIELDS.items() if series[kw] is None]

@@ -84,6 +84,14 @@ class PackedFields(Mapping[str, np.ndarray]):
             return a
         return unpack(a, self._factors[name])
 
+    def part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Values ``start:stop`` of one field, as ``self[name][start:stop]`` gives them,
+        unpacking only those."""
+        a = self._arrays[name][start:stop]
+        if a.dtype == np.float64:
+            return a
+        return unpack(a, self._factors[name])
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
 
