@@ -96,10 +96,12 @@ class FieldGrid:
     def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
         rows, cols = key
         a, b, step = cols.indices(self.shape[1])
+        b = max(a, b)  # an empty read
         if rows != slice(None) or step != 1:
             raise IndexError("a FieldGrid is read as [:, a:b]")
         c = self._cached
         if c is None or not (c[0] <= a and b <= c[1]):
+            self._cached = None  # the block before goes before the next is made
             stop = max(b, min(self.shape[1], a + self.size))
             c = self._cached = (a, stop, self.block(a, stop))
         return c[2][:, a - c[0]:b - c[0]]
