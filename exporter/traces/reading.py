@@ -193,6 +193,7 @@ class Rows:
         self._t: dict[int, list[np.ndarray]] = {}
         self._lines: dict[int, list[np.ndarray]] = {}
         self._values: dict[int, list[list[np.ndarray]]] = {}
+        self._shared_t: tuple[list[np.ndarray], np.ndarray] | None = None  # see take
 
     def add(self, line: int, gpu: int, t: float, values: list[float]) -> None:
         """One row: its line number, GPU, time and every field's value (NaN: missing)."""
@@ -222,9 +223,14 @@ class Rows:
 
     def end_block(self) -> None:
         """The block's rows become arrays."""
+        last: np.ndarray | None = None
         for gpu, (t, values, lines) in self._block.items():
             v = np.asarray(values, dtype=np.float64).reshape(len(t), self._width)
-            self._t.setdefault(gpu, []).append(np.asarray(t, dtype=np.float64))
+            times = np.asarray(t, dtype=np.float64)
+            if last is not None and np.array_equal(times, last):
+                times = last  # the GPUs of one poll share a time: one array for them all
+            self._t.setdefault(gpu, []).append(times)
+            last = times
             self._lines.setdefault(gpu, []).append(np.asarray(lines, dtype=np.uint32))
             cols = self._values.setdefault(gpu, [[] for _ in self._cols])
             for j, c in enumerate(self._cols):
@@ -241,8 +247,16 @@ class Rows:
 
     def take(self, gpu: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """(times, line numbers, kept fields' values) of one GPU, in file order; the
-        blocks are released as they are joined."""
-        t = _join(self._t.pop(gpu))
+        blocks are released as they are joined. Times whose blocks are those of the GPU
+        taken before (shared, see end_block) are its array."""
+        chunks = self._t.pop(gpu)
+        shared = self._shared_t
+        if shared is not None and len(shared[0]) == len(chunks) and all(
+                a is b for a, b in zip(shared[0], chunks, strict=True)):
+            t = shared[1]
+        else:
+            t = _join(list(chunks))
+        self._shared_t = (chunks, t)
         lines = _join(self._lines.pop(gpu))
         fields = self._values.pop(gpu)
         values = []
@@ -300,6 +314,7 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
     series: dict[int, GpuSeries] = {}
     strays: list[tuple[int, str]] = []
     collapsed = out_of_order = 0
+    last_t: np.ndarray | None = None
     for gpu in rows.gpus():
         t, lines, values = rows.take(gpu)
         if bounds is not None:
@@ -322,6 +337,9 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
             del order
             t, values, merged = _merge_equal_times(t, values)
             collapsed += merged
+        if last_t is not None and t is not last_t and np.array_equal(t, last_t):
+            t = last_t  # the same times as the GPU before: one array for both
+        last_t = t
         release_free_memory()  # the GPU's blocks, now joined
         series[gpu] = GpuSeries(gpu, t, PackedFields(
             dict(zip(rows.fields, values, strict=True)),
@@ -337,7 +355,8 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
 
 
 def _bounds(rows: Rows) -> tuple[float, float] | None:
-    return time_bounds(rows.all_times()) if rows.count >= 100 else None
+    # all_times is a new array of them all, no one else's: it may be reordered in place
+    return time_bounds(rows.all_times(), overwrite=True) if rows.count >= 100 else None
 
 
 def _merge_equal_times(t: np.ndarray, values: list[np.ndarray]

@@ -69,13 +69,14 @@ class GpuSeries:
 
 class PackedFields(Mapping[str, np.ndarray]):
     """A GPU's fields, those whose every value is a float32 times a factor (the file's
-    unit: whole degrees, percent, MHz) kept so, in half the memory. Each read gives
+    unit: whole degrees, percent, MHz) kept so, in half the memory; a packed field whose
+    every value is the same (a power limit) is kept as that one value. Each read gives
     the float64 values in base units, the same numbers the file's text gave (the reader
     packs a value only when unpacking gives it back exactly): a new array each time."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], factors: Mapping[str, float]
                  ) -> None:
-        self._arrays = dict(arrays)
+        self._arrays = {name: _constant(a) for name, a in arrays.items()}
         self._factors = dict(factors)  # field -> factor, for the float32 ones
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -100,7 +101,8 @@ class PackedFields(Mapping[str, np.ndarray]):
 
     def nbytes(self) -> int:
         """The memory the values take."""
-        return sum(a.nbytes for a in self._arrays.values())
+        return sum(a.itemsize if a.strides == (0,) else a.nbytes
+                   for a in self._arrays.values())
 
 
 def unpack(a: np.ndarray, factor: float) -> np.ndarray:
@@ -110,6 +112,17 @@ def unpack(a: np.ndarray, factor: float) -> np.ndarray:
     if factor != 1.0:
         out *= factor
     return out
+
+
+def _constant(a: np.ndarray) -> np.ndarray:
+    """A packed field whose every value is the same (a power limit) as a read-only view of
+    one value: each read unpacks it to a whole array anyway."""
+    if a.dtype == np.float64 or a.ndim != 1 or a.size < 2 or a.strides == (0,):
+        return a
+    first = a[:1]
+    if not (np.isfinite(first[0]) and bool((a == first[0]).all())):
+        return a
+    return np.broadcast_to(first.copy(), a.shape)
 
 
 @dataclass
