@@ -94,3 +94,31 @@ def test_time_bounds_sorting_in_place_are_those_of_a_copy() -> None:
     assert got == want
     assert peak < times.nbytes / 4  # no copy of the times to sort
     assert time_bounds(times) == want and not np.array_equal(times, np.sort(times))
+
+
+def test_line_numbers_kept_as_ranges_give_a_strays_line(tmp_path: Path) -> None:
+    assert reading._line_numbers([5, 9, 13, 17]) == range(5, 18, 4)
+    assert reading._line_numbers([7]).tolist() == [7]  # one line: an array
+    uneven = reading._line_numbers([5, 9, 14])
+    assert isinstance(uneven, np.ndarray) and uneven.tolist() == [5, 9, 14]
+    assert isinstance(reading._line_numbers([5, 5]), np.ndarray)
+    p = _log(tmp_path / "log.csv", 3000)
+    lines = p.read_text().splitlines()
+    lines[4001] = lines[4001].replace("2025/09/24", "2025/03/24")  # a stray row of GPU 0
+    p.write_text("\n".join(lines) + "\n")
+    trace = load_trace(p)
+    assert trace.skipped == [(4002, "timestamp far from the rest of the trace")]
+    assert trace.series[0].t.size == 2999 and trace.series[1].t.size == 3000
+
+
+def test_blocks_of_one_value_are_joined_without_making_the_values() -> None:
+    one = [np.broadcast_to(np.float32([700.0]), (n,)) for n in (3, 5, 2)]
+    assert reading._same_value(one)
+    joined = reading._one_value(one)
+    assert joined.strides == (0,) and joined.size == 10 and joined[9] == 700.0
+    other = [np.broadcast_to(np.float32([700.0]), (3,)), np.broadcast_to(np.float32([650.0]),
+                                                                         (3,))]
+    assert not reading._same_value(other)
+    assert not reading._same_value([np.broadcast_to(np.float32([1.0]), (3,)),
+                                    np.float32([1.0, 1.0])])
+    assert not reading._same_value([])

@@ -24,7 +24,14 @@ import numpy as np
 
 from exporter.regularfile import open_regular
 from exporter.traces.checks import time_bounds
-from exporter.traces.trace import GpuSeries, PackedFields, Trace, TraceError, unpack
+from exporter.traces.trace import (
+    GpuSeries,
+    PackedFields,
+    Trace,
+    TraceError,
+    constant_view,
+    unpack,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_GUNZIPPED_BYTES = 2 << 30  # ~30 hours of 8 GPUs at the driver's rate; a bomb stops here
@@ -231,10 +238,10 @@ class Rows:
                 times = last  # the GPUs of one poll share a time: one array for them all
             self._t.setdefault(gpu, []).append(times)
             last = times
-            self._lines.setdefault(gpu, []).append(np.asarray(lines, dtype=np.uint32))
+            self._lines.setdefault(gpu, []).append(_line_numbers(lines))
             cols = self._values.setdefault(gpu, [[] for _ in self._cols])
             for j, c in enumerate(self._cols):
-                cols[j].append(_pack(v[:, c].copy(), self.factors[j]))
+                cols[j].append(constant_view(_pack(v[:, c].copy(), self.factors[j])))
         self._block = {}
         self._pending = 0
 
@@ -257,14 +264,15 @@ class Rows:
         else:
             t = _join(list(chunks))
         self._shared_t = (chunks, t)
-        lines = _join(self._lines.pop(gpu))
+        lines = _join([np.arange(r.start, r.stop, r.step, dtype=np.uint32)
+                       if isinstance(r, range) else r for r in self._lines.pop(gpu)])
         fields = self._values.pop(gpu)
         values = []
         for factor in self.factors:
             chunks = fields.pop(0)
             if any(c.dtype != np.float32 for c in chunks):  # float64 where one block is
                 chunks = [unpack(c, factor) if c.dtype == np.float32 else c for c in chunks]
-            values.append(_join(chunks))
+            values.append(_one_value(chunks) if _same_value(chunks) else _join(chunks))
         return t, lines, values
 
 
@@ -294,6 +302,31 @@ def _pack(col: np.ndarray, factor: float) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         packed = (col / factor if factor != 1.0 else col).astype(np.float32)
     return packed if np.array_equal(unpack(packed, factor), col, equal_nan=True) else col
+
+
+def _line_numbers(lines: list[int]) -> np.ndarray | range:
+    """A block's line numbers of one GPU: a range where they step evenly (nvidia-smi's
+    GPUs take turns, one line each), else an array."""
+    if len(lines) > 1:
+        step = lines[1] - lines[0]
+        r = range(lines[0], lines[-1] + 1, step) if step > 0 else None
+        if r is not None and len(r) == len(lines) and all(
+                a == b for a, b in zip(r, lines, strict=True)):
+            return r
+    return np.asarray(lines, dtype=np.uint32)
+
+
+def _same_value(chunks: list[np.ndarray]) -> bool:
+    """Whether every chunk is a view of one value (see constant_view), the same one."""
+    return bool(chunks) and all(c.strides == (0,) and c.size and c[0] == chunks[0][0]
+                                and c.dtype == chunks[0].dtype for c in chunks)
+
+
+def _one_value(chunks: list[np.ndarray]) -> np.ndarray:
+    """Chunks of one value joined without making the values (see _same_value)."""
+    out = np.broadcast_to(chunks[0][:1].copy(), (sum(c.size for c in chunks),))
+    chunks.clear()
+    return out
 
 
 def _join(chunks: list[np.ndarray]) -> np.ndarray:

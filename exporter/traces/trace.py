@@ -76,7 +76,7 @@ class PackedFields(Mapping[str, np.ndarray]):
 
     def __init__(self, arrays: Mapping[str, np.ndarray], factors: Mapping[str, float]
                  ) -> None:
-        self._arrays = {name: _constant(a) for name, a in arrays.items()}
+        self._arrays = {name: constant_view(a) for name, a in arrays.items()}
         self._factors = dict(factors)  # field -> factor, for the float32 ones
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -114,7 +114,7 @@ def unpack(a: np.ndarray, factor: float) -> np.ndarray:
     return out
 
 
-def _constant(a: np.ndarray) -> np.ndarray:
+def constant_view(a: np.ndarray) -> np.ndarray:
     """A packed field whose every value is the same (a power limit) as a read-only view of
     one value: each read unpacks it to a whole array anyway."""
     if a.dtype == np.float64 or a.ndim != 1 or a.size < 2 or a.strides == (0,):
