@@ -65,28 +65,36 @@ def resample(t: np.ndarray, power: np.ndarray, dt: float | None = None
     n = int(math.floor((t[-1] - t[0]) / step + 1e-9)) + 1
     # relative times keep the interpolation exact for 1.7e9 s timestamps
     rel = t - t[0]
-    grid_rel = np.arange(n) * step
-    uniform = n == t.size and _all_close(rel, grid_rel, step * 1e-6)
+    uniform = n == t.size and all(
+        np.allclose(rel[a:a + _BLOCK], _grid_part(a, n, step), rtol=0, atol=step * 1e-6)
+        for a in range(0, n, _BLOCK))
     out = np.empty((power.shape[0], n))
     for i, row in enumerate(power):
         ok = np.isfinite(row)
         every = bool(ok.all())
         if every and uniform:
             out[i] = row
-        elif every:  # no copies of a long trace's arrays for nothing
-            out[i] = np.interp(grid_rel, rel, row)
-        elif ok.sum() >= 2:
-            out[i] = np.interp(grid_rel, rel[ok], row[ok])
+        elif every or ok.sum() >= 2:
+            xp, fp = (rel, row) if every else (rel[ok], row[ok])  # no copies for nothing
+            # a block of grid times at a time: np.interp makes no slope array then, and
+            # each value is the one the whole grid's call gives
+            for a in range(0, n, _BLOCK):
+                out[i, a:a + _BLOCK] = np.interp(_grid_part(a, n, step), xp, fp)
         else:
             out[i] = np.nan
-    return t[0] + grid_rel, out
+    del rel
+    grid = np.arange(n, dtype=np.float64)  # t[0] + np.arange(n) * step, made in place
+    grid *= step
+    grid += t[0]
+    return grid, out
 
 
-def _all_close(a: np.ndarray, b: np.ndarray, atol: float, block: int = 1 << 16) -> bool:
-    """np.allclose(a, b, rtol=0, atol=atol) of two 1-D arrays, a block at a time: a long
-    trace's arrays get no whole-length temporaries."""
-    return all(np.allclose(a[i:i + block], b[i:i + block], rtol=0, atol=atol)
-               for i in range(0, a.size, block))
+_BLOCK = 1 << 16  # grid times interpolated at a time
+
+
+def _grid_part(a: int, n: int, step: float) -> np.ndarray:
+    """(np.arange(n) * step)[a:a + _BLOCK], made alone."""
+    return np.arange(a, min(n, a + _BLOCK)) * step
 
 
 def detrend(x: np.ndarray) -> np.ndarray:
