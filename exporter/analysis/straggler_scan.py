@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -172,7 +173,8 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, Any],
     bounds: list[tuple[float, float]] = []
     any_stats = False
     reason: str | None = None
-    all_scores: dict[tuple[int, str], list[float]] = {}
+    # a long trace has ~10,000 windows of 64 scores: float64 arrays, not lists of floats
+    all_scores: dict[tuple[int, str], array[float]] = {}
     analysed = 0
     for w, a in enumerate(starts):
         if a is None:  # a gap: what deviated before it must hold anew after it
@@ -195,7 +197,7 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, Any],
             for sig, sc in gs.scores.items():
                 key = (g, sig)
                 if math.isfinite(sc.score):
-                    all_scores.setdefault(key, []).append(abs(sc.score))
+                    all_scores.setdefault(key, array("d")).append(abs(sc.score))
                 run = runs.get(key)
                 if sc.deviating and sc.direction is not None:
                     if run is not None and run[-1][2] != sc.direction:
@@ -255,8 +257,10 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray | Col
     # the means and the rule's arrays for every window of a long trace at once would be
     # several times the grid
     stalled = np.zeros(nwin, dtype=bool)
-    waiting = np.zeros((len(ids), nwin), dtype=bool)
-    culprit = np.zeros((len(ids), nwin), dtype=bool)
+    # who waits and who is the culprit, per GPU and window: a bit each (packbits along the
+    # windows; the blocks start at multiples of 8 windows), 2 bits per GPU a window
+    waiting = np.zeros((len(ids), (nwin + 7) // 8), dtype=np.uint8)
+    culprit = np.zeros((len(ids), (nwin + 7) // 8), dtype=np.uint8)
     means = zip(range(0, nwin, _STALL_BLOCK),
                 _moving_mean_blocks(utilization, k, _STALL_BLOCK, every),
                 _moving_mean_blocks(power, k, _STALL_BLOCK, every), strict=True)
@@ -264,8 +268,9 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray | Col
         sl = slice(a, a + u.shape[1])
         mid = np.arange(sl.start, sl.stop) + k // 2
         held = np.minimum(mid // hop, centres.size - 1)  # window -> the level it holds
-        stalled[sl], waiting[:, sl], culprit[:, sl] = stall_matrix(
-            u, p, lv_at[:, held], list(gi.values()), th)
+        stalled[sl], wai, cul = stall_matrix(u, p, lv_at[:, held], list(gi.values()), th)
+        bits = slice(sl.start // 8, (sl.stop + 7) // 8)
+        waiting[:, bits], culprit[:, bits] = np.packbits(wai, axis=1), np.packbits(cul, axis=1)
     if measured is not None and bridge is not None:
         stalled = _hold_across_holes(stalled, _bad_windows(every, m, k),
                                      int(bridge.limit_seconds / dt))
@@ -278,14 +283,20 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray | Col
         e = j
         while e + 1 < nwin and stalled[e + 1]:
             e += 1
-        cul = culprit[:, j:e + 1].any(axis=1)
-        wai = waiting[:, j:e + 1].any(axis=1) & ~cul
+        cul = _bits(culprit, j, e + 1).any(axis=1)
+        wai = _bits(waiting, j, e + 1).any(axis=1) & ~cul
         # a short window stalls once about half of it does: date it by its middle
         out.append(Stall(float(t[min(m - 1, j + k // 2)]), float(t[min(m - 1, e + k // 2)]),
                          tuple(ids[i] for i in np.flatnonzero(wai)),
                          tuple(ids[i] for i in np.flatnonzero(cul))))
         j = e + 1
     return out
+
+
+def _bits(packed: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Columns a..b-1 of a bool matrix kept as np.packbits(..., axis=1)."""
+    whole = np.unpackbits(packed[:, a // 8:(b + 7) // 8], axis=1)
+    return whole[:, a % 8:a % 8 + (b - a)].astype(bool)
 
 
 def _hold_across_holes(stalled: np.ndarray, in_hole: np.ndarray, most: int) -> np.ndarray:
