@@ -152,3 +152,24 @@ def test_the_scan_on_blocks_finds_what_it_found_on_whole_grids_and_holds_less() 
     # three whole signal grids are 3 x 8 x 8 bytes a sample (23 MB here); the blocks and
     # the stall check's own block of windows (a fixed ~7 MB) are a fraction
     assert peak < 0.5 * 3 * power.nbytes
+
+
+def test_gpus_sharing_their_times_find_the_gaps_once_and_hold_the_whole_values() -> None:
+    series, rel, t0 = _series(3000)
+    shared = series[3].t  # with a gap
+    twins = [GpuSeries(g, shared, series[3].fields) for g in range(3)]
+    cache: dict = {}
+    want = whole_grid(twins, "utilization_gpu_ratio", t0, rel, 0.1)
+    fgs = [FieldGrid(twins, name, t0, rel, 0.1, block=500, gap_cache=cache)
+           for name in ("utilization_gpu_ratio", "clock_event_reasons")]
+    assert list(cache) == [id(shared)] and len(cache[id(shared)][1]) == 1
+    assert fgs[0].gaps == [cache[id(shared)][1]] * 3
+    assert fgs[0].block(0, rel.size).tobytes() == want.tobytes()
+
+
+def test_which_packed_readings_are_finite_is_read_without_unpacking() -> None:
+    f = PackedFields({"a": np.float32([1.0, np.nan, 3.0]), "b": np.array([np.inf, 2.0])},
+                     {"a": 1e6})
+    assert "a" in f and "c" not in f
+    assert f.finite("a").tolist() == [True, False, True]
+    assert f.finite("b").tolist() == [False, True]

@@ -18,7 +18,7 @@ import numpy as np
 from exporter.offline.gaps import gpu_gaps
 from exporter.traces.trace import GpuSeries, PackedFields
 
-BLOCK = 1 << 16  # grid columns made at a time (8 GPUs: 4 MiB of float64)
+BLOCK = 1 << 14  # grid columns made at a time (8 GPUs: 1 MiB of float64)
 HELD = "clock_event_reasons"  # a bitmask: its last reading holds, never interpolated
 
 
@@ -29,6 +29,14 @@ def field_part(fields: Mapping[str, np.ndarray], name: str, start: int, stop: in
     if isinstance(fields, PackedFields):
         return fields.part(name, start, stop)
     return np.asarray(fields[name][start:stop], dtype=np.float64)
+
+
+def finite(fields: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """Which readings of one field are finite, without unpacking the field (a packed
+    float32 value is finite where its float64 is)."""
+    if isinstance(fields, PackedFields):
+        return fields.finite(name)
+    return np.isfinite(fields[name])
 
 
 class _Readings:
@@ -69,23 +77,34 @@ class FieldGrid:
     and inside a gap in them), what the whole grid would hold there."""
 
     def __init__(self, series: list[GpuSeries | None], name: str, t0: float,
-                 rel: np.ndarray, dt: float, block: int = BLOCK) -> None:
+                 rel: np.ndarray, dt: float, block: int = BLOCK,
+                 gap_cache: dict[int, tuple[np.ndarray, list[tuple[float, float]]]] | None
+                 = None) -> None:
         self.name, self.t0, self.rel, self.dt, self.size = name, t0, rel, dt, block
         self.shape = (len(series), rel.size)
         self._rows: list[_Readings | None] = []
         self.gaps: list[list[tuple[float, float]]] = []  # per GPU, from t0
+        # the gaps of a field read at every one of a GPU's times are those of the times:
+        # GPUs that share one array of times (one poll's), and fields, find them once
+        cache = {} if gap_cache is None else gap_cache
         for s in series:
-            x = None if s is None else s.fields.get(name)
-            ok = None if x is None else np.flatnonzero(np.isfinite(x))
-            if s is None or ok is None or not ok.size:
+            ok = None if s is None or name not in s.fields else finite(s.fields, name)
+            if s is None or ok is None or not ok.any():
                 self._rows.append(None)
                 self.gaps.append([])
                 continue
-            first, last = int(ok[0]), int(ok[-1])
-            ts = (s.t - t0) if ok.size == s.t.size else s.t[ok] - t0
-            del x, ok
-            self.gaps.append(gpu_gaps(ts))
-            del ts
+            if ok.all():
+                first, last = 0, ok.size - 1
+                seen = cache.get(id(s.t))
+                if seen is None or seen[0] is not s.t:
+                    seen = cache[id(s.t)] = (s.t, gpu_gaps(s.t - t0))
+                self.gaps.append(seen[1])
+            else:
+                where = np.flatnonzero(ok)
+                first, last = int(where[0]), int(where[-1])
+                del where
+                self.gaps.append(gpu_gaps(s.t[ok] - t0))
+            del ok
             self._rows.append(_Readings(s, name, first, last, t0))
         self._cached: tuple[int, int, np.ndarray] | None = None
 

@@ -93,6 +93,14 @@ class PackedFields(Mapping[str, np.ndarray]):
             return a
         return unpack(a, self._factors[name])
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays  # without unpacking it (Mapping's would)
+
+    def finite(self, name: str) -> np.ndarray:
+        """np.isfinite(self[name]), from the kept values (a float32 times a factor is
+        finite where the float32 is)."""
+        return np.isfinite(self._arrays[name])
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
 
