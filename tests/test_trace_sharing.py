@@ -63,8 +63,9 @@ def test_a_field_of_one_value_is_held_as_it_and_reads_back_whole(tmp_path: Path)
     limit[0] = 1.0  # each read is the reader's own array
     assert f["power_limit_watts"][0] == 700.0
     assert f.part("power_limit_watts", 10, 13).tolist() == [700.0] * 3
-    # power stays float64 (8 bytes), temperature and utilization float32, the limit one
-    assert f.nbytes() == 5000 * (8 + 4 + 4) + 4
+    # power stays float64 (8 bytes), temperature and utilization whole numbers (uint8), the
+    # limit one value (700: uint16)
+    assert f.nbytes() == 5000 * (8 + 1 + 1) + 2
     assert f["utilization_gpu_ratio"].tolist() == [(i % 101) * 0.01 for i in range(5000)]
 
 
@@ -122,3 +123,35 @@ def test_blocks_of_one_value_are_joined_without_making_the_values() -> None:
     assert not reading._same_value([np.broadcast_to(np.float32([1.0]), (3,)),
                                     np.float32([1.0, 1.0])])
     assert not reading._same_value([])
+
+
+def test_whole_numbers_kept_narrow_join_blocks_with_missing_values_exactly(
+        tmp_path: Path) -> None:
+    polls = reading.BLOCK_ROWS + 500  # two blocks of one GPU
+    lines = [HEADER]
+    for i in range(polls):
+        temp = "[N/A]" if i == polls - 3 else str(30 + i % 150)  # 30..179: uint8
+        lines.append(f"{_stamp(i * 0.1)}, 0, 300.00 W, 700.00 W, {temp}, {i % 101} %")
+    p = tmp_path / "log.csv"
+    p.write_text("\n".join(lines) + "\n")
+    f = load_trace(p).series[0].fields
+    temp = f["temperature_celsius"]
+    want = [float(30 + i % 150) for i in range(polls)]
+    want[polls - 3] = float("nan")
+    assert np.array_equal(temp, want, equal_nan=True)
+    assert f._arrays["temperature_celsius"].dtype == np.float32  # one block had a gap
+    assert f._arrays["utilization_gpu_ratio"].dtype == np.uint8
+    assert f["utilization_gpu_ratio"].tolist() == [(i % 101) * 0.01 for i in range(polls)]
+
+
+def test_packing_keeps_what_is_not_a_narrow_whole_number_as_it_was() -> None:
+    assert reading._pack(np.array([1.0, 255.0]), 1.0).dtype == np.uint8
+    assert reading._pack(np.array([1.0, 256.0]), 1.0).dtype == np.uint16
+    assert reading._pack(np.array([1.0, 70000.0]), 1.0).dtype == np.float32
+    assert reading._pack(np.array([-1.0, 5.0]), 1.0).dtype == np.float32
+    assert reading._pack(np.array([1.5, 5.0]), 1.0).dtype == np.float32
+    assert reading._pack(np.array([1.0, np.nan]), 1.0).dtype == np.float32
+    assert reading._pack(np.array([640.12, 5.0]), 1.0).dtype == np.float64
+    sm = np.array([1410e6, 1980e6])
+    packed = reading._pack(sm, 1e6)
+    assert packed.dtype == np.uint16 and (reading.unpack(packed, 1e6) == sm).all()

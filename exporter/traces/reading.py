@@ -181,7 +181,8 @@ class Rows:
     """Data rows as read, per GPU: a block's rows in lists, earlier blocks in arrays of
     the kept fields (``keep``: None keeps all). ``factors``: each field's base units per
     unit of the file (0.01 for percent); a block's values that are float32 numbers of
-    that unit are kept as float32 (see PackedFields)."""
+    that unit are kept as float32, or as uint8 or uint16 where they are whole numbers
+    that fit (see PackedFields)."""
 
     def __init__(self, path: str, fields: list[str], keep: Collection[str] | None = None,
                  factors: list[float] | None = None) -> None:
@@ -270,8 +271,10 @@ class Rows:
         values = []
         for factor in self.factors:
             chunks = fields.pop(0)
-            if any(c.dtype != np.float32 for c in chunks):  # float64 where one block is
-                chunks = [unpack(c, factor) if c.dtype == np.float32 else c for c in chunks]
+            if any(c.dtype == np.float64 for c in chunks):  # float64 where one block is
+                chunks = [unpack(c, factor) if c.dtype != np.float64 else c for c in chunks]
+            # else packed blocks join as the widest of them (uint8 < uint16 < float32: each
+            # holds the narrower ones' whole numbers exactly)
             values.append(_one_value(chunks) if _same_value(chunks) else _join(chunks))
         return t, lines, values
 
@@ -298,10 +301,23 @@ def release_free_memory() -> None:
 
 def _pack(col: np.ndarray, factor: float) -> np.ndarray:
     """Float64 values in base units as float32 numbers of the file's unit where that
-    gives every one of them back exactly (whole degrees, percent, MHz), else as they are."""
+    gives every one of them back exactly (whole degrees, percent, MHz), as uint8 or uint16
+    where they are whole numbers that fit (a GPU's temperature, utilization, clocks), else
+    as they are."""
     with np.errstate(over="ignore", invalid="ignore"):
         packed = (col / factor if factor != 1.0 else col).astype(np.float32)
-    return packed if np.array_equal(unpack(packed, factor), col, equal_nan=True) else col
+    if not np.array_equal(unpack(packed, factor), col, equal_nan=True):
+        return col
+    if packed.size and not np.isnan(packed).any():
+        low, high = float(packed.min()), float(packed.max())
+        whole = low >= 0 and bool((packed == np.floor(packed)).all())
+        for kind in (np.uint8, np.uint16):
+            if whole and high <= np.iinfo(kind).max:
+                narrow = packed.astype(kind)  # the same whole numbers, read back the same
+                if np.array_equal(unpack(narrow, factor), col):
+                    return narrow
+                break
+    return packed
 
 
 def _line_numbers(lines: list[int]) -> np.ndarray | range:
@@ -377,7 +393,7 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
         series[gpu] = GpuSeries(gpu, t, PackedFields(
             dict(zip(rows.fields, values, strict=True)),
             {f: k for f, k, v in zip(rows.fields, rows.factors, values, strict=True)
-             if v.dtype == np.float32}))
+             if v.dtype != np.float64}))
     skipped = sorted(rows.skipped + strays)[:KEEP_SKIPPED]
     if not series:
         where = f"{skipped[0][0]}: first skipped line: {skipped[0][1]}" if skipped else "1"
@@ -406,7 +422,8 @@ def _merge_equal_times(t: np.ndarray, values: list[np.ndarray]
         ok = np.flatnonzero(~np.isnan(v))
         g = group[ok]
         last = np.r_[g[1:] != g[:-1], True] if g.size else np.zeros(0, dtype=bool)
-        merged = np.full(ut.size, np.nan, dtype=v.dtype)
+        # (whole numbers kept as uint8/uint16 have no missing value: every time gets one)
+        merged = np.full(ut.size, np.nan if v.dtype.kind == "f" else 0, dtype=v.dtype)
         merged[g[last]] = v[ok[last]]
         out.append(merged)
     return ut, out, int(t.size - ut.size)

@@ -69,7 +69,8 @@ class GpuSeries:
 
 class PackedFields(Mapping[str, np.ndarray]):
     """A GPU's fields, those whose every value is a float32 times a factor (the file's
-    unit: whole degrees, percent, MHz) kept so, in half the memory; a packed field whose
+    unit: whole degrees, percent, MHz) kept so, in half the memory (as uint8 or uint16,
+    an eighth or a quarter, where they are whole numbers that fit); a packed field whose
     every value is the same (a power limit) is kept as that one value. Each read gives
     the float64 values in base units, the same numbers the file's text gave (the reader
     packs a value only when unpacking gives it back exactly): a new array each time."""
@@ -77,7 +78,7 @@ class PackedFields(Mapping[str, np.ndarray]):
     def __init__(self, arrays: Mapping[str, np.ndarray], factors: Mapping[str, float]
                  ) -> None:
         self._arrays = {name: constant_view(a) for name, a in arrays.items()}
-        self._factors = dict(factors)  # field -> factor, for the float32 ones
+        self._factors = dict(factors)  # field -> factor, for the packed ones
 
     def __getitem__(self, name: str) -> np.ndarray:
         a = self._arrays[name]
@@ -97,8 +98,8 @@ class PackedFields(Mapping[str, np.ndarray]):
         return name in self._arrays  # without unpacking it (Mapping's would)
 
     def finite(self, name: str) -> np.ndarray:
-        """np.isfinite(self[name]), from the kept values (a float32 times a factor is
-        finite where the float32 is)."""
+        """np.isfinite(self[name]), from the kept values (a packed value times a factor
+        is finite where the packed value is)."""
         return np.isfinite(self._arrays[name])
 
     def __iter__(self) -> Iterator[str]:
@@ -114,8 +115,8 @@ class PackedFields(Mapping[str, np.ndarray]):
 
 
 def unpack(a: np.ndarray, factor: float) -> np.ndarray:
-    """float32 values in the file's unit -> float64 in base units (one rounding, always
-    the same: the reader checked that it gives each value back)."""
+    """Packed values (float32, uint8, uint16) in the file's unit -> float64 in base units
+    (one rounding, always the same: the reader checked that it gives each value back)."""
     out = a.astype(np.float64)
     if factor != 1.0:
         out *= factor
