@@ -192,7 +192,7 @@ def _residuals(block: np.ndarray) -> np.ndarray:
     return block - (basis @ coef).T
 
 
-def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
+def noise_floor_ratio(x: np.ndarray | InterpolatedRows, fs: float, seconds: float,
                       segment_seconds: float = 20.0) -> float | None:
     """Median PSD of the GPUs' residual noise above 1.2/T Hz over that at 0.1-0.4/T Hz.
 
@@ -310,10 +310,10 @@ class InterpolatedRows:
             self._cached = None  # the block before goes before the next is made
             stop = max(b, min(self.shape[1], a + self.block))
             part = self.times[a:stop]
-            rows = np.empty((self.shape[0], part.size))
+            made = np.empty((self.shape[0], part.size))
             for i, (t, x) in enumerate(self.series):
-                rows[i] = np.interp(part, t, x)
-            c = self._cached = (a, stop, rows)
+                made[i] = np.interp(part, t, x)
+            c = self._cached = (a, stop, made)
         return c[2][:, a - c[0]:b - c[0]]
 
     def row_sum(self) -> np.ndarray:

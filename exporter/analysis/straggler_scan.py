@@ -268,9 +268,11 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray | Col
         sl = slice(a, a + u.shape[1])
         mid = np.arange(sl.start, sl.stop) + k // 2
         held = np.minimum(mid // hop, centres.size - 1)  # window -> the level it holds
-        stalled[sl], wai, cul = stall_matrix(u, p, lv_at[:, held], list(gi.values()), th)
+        stalled[sl], waits, culprits = stall_matrix(u, p, lv_at[:, held], list(gi.values()),
+                                                    th)
         bits = slice(sl.start // 8, (sl.stop + 7) // 8)
-        waiting[:, bits], culprit[:, bits] = np.packbits(wai, axis=1), np.packbits(cul, axis=1)
+        waiting[:, bits] = np.packbits(waits, axis=1)
+        culprit[:, bits] = np.packbits(culprits, axis=1)
     if measured is not None and bridge is not None:
         stalled = _hold_across_holes(stalled, _bad_windows(every, m, k),
                                      int(bridge.limit_seconds / dt))

@@ -199,7 +199,7 @@ class Rows:
         self._block: dict[int, tuple[list[float], list[float], list[int]]] = {}
         self._pending = 0
         self._t: dict[int, list[np.ndarray]] = {}
-        self._lines: dict[int, list[np.ndarray]] = {}
+        self._lines: dict[int, list[np.ndarray | range]] = {}
         self._values: dict[int, list[list[np.ndarray]]] = {}
         self._shared_t: tuple[list[np.ndarray], np.ndarray] | None = None  # see take
 
