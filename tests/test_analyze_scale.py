@@ -212,5 +212,7 @@ def test_whole_numbers_of_the_files_unit_are_kept_in_half_the_memory(tmp_path: P
     assert s.fields["temperature_celsius"].tolist() == [float(40 + k % 30) for k in i]
     assert s.fields["power_watts"].tolist() == [float(f"{300 + k % 7}.{k % 100:02d}") for k in i]
     assert all(s.fields[f].dtype == np.float64 for f in s.fields)
-    # power (two decimals) stays float64; the whole numbers take 4 bytes a value
-    assert s.fields.nbytes() == 5000 * (8 + 4 * 4)
+    # power (two decimals) stays float64; the whole numbers take 1 byte a value (uint8:
+    # temperature, utilization, clock events) or 2 (uint16: the SM clock in MHz)
+    assert s.fields.nbytes() == 5000 * (8 + 1 + 1 + 2 + 1)
+    assert {s.fields._arrays[f].dtype.name for f in s.fields} == {"float64", "uint8", "uint16"}

@@ -98,3 +98,16 @@ def test_stalls_across_block_edges_and_holes_are_those_of_one_block(monkeypatch)
     monkeypatch.setattr(straggler_scan, "_STALL_BLOCK", 17)
     assert _stalls(t, power, util, measured) == whole
     assert len(whole) >= 5
+
+
+def test_packed_flags_read_back_any_run_of_windows():
+    from exporter.analysis.straggler_scan import _bits
+
+    rng = np.random.default_rng(4)
+    for n in (1, 7, 8, 9, 100, 1003):
+        flags = rng.uniform(size=(3, n)) > 0.7
+        packed = np.packbits(flags, axis=1)
+        assert packed.nbytes == 3 * ((n + 7) // 8)
+        for a in range(0, n, 3):
+            for b in (a + 1, min(n, a + 9), n):
+                assert _bits(packed, a, b).tolist() == flags[:, a:b].tolist()

@@ -192,7 +192,7 @@ def _residuals(block: np.ndarray) -> np.ndarray:
     return block - (basis @ coef).T
 
 
-def noise_floor_ratio(x: np.ndarray, fs: float, seconds: float,
+def noise_floor_ratio(x: np.ndarray | InterpolatedRows, fs: float, seconds: float,
                       segment_seconds: float = 20.0) -> float | None:
     """Median PSD of the GPUs' residual noise above 1.2/T Hz over that at 0.1-0.4/T Hz.
 
@@ -273,10 +273,10 @@ def averaging_evidence(series: list[tuple[np.ndarray, np.ndarray]], seconds: flo
     grid = None
     if t1 - t0 > 8 * dt:
         times = t0 + np.arange(int((t1 - t0) / dt) + 1) * dt
-        grid = np.stack([np.interp(times, t, x) for t, x in series])
+        grid = InterpolatedRows(times, series)
     hf = None
     if grid is not None:
-        node = grid.sum(axis=0)
+        node = grid.row_sum()
         rms = high_frequency_rms(node, 1 / dt, 1.1 / seconds)
         peak = float(np.percentile(node, 99.9))
         hf = rms / peak if rms is not None and peak > 0 else None
@@ -284,6 +284,46 @@ def averaging_evidence(series: list[tuple[np.ndarray, np.ndarray]], seconds: flo
     stats["high_frequency_rms_ratio"] = hf
     stats["noise_floor_ratio"] = rough
     return _verdict(edges, hf, rough, dt, seconds, stats)
+
+
+class InterpolatedRows:
+    """Each GPU's readings interpolated onto ``times``, an (N, M) grid never held whole:
+    ``[:, a:b]`` makes that block of columns (a long trace's grid is over a million
+    samples a GPU), a block of ``block`` columns at a time, kept for the reads in it.
+    np.interp's value at a time depends on that time alone, so each block holds what
+    the whole grid would."""
+
+    def __init__(self, times: np.ndarray, series: list[tuple[np.ndarray, np.ndarray]],
+                 block: int = 1 << 14) -> None:
+        self.times, self.series, self.block = times, series, block
+        self.shape = (len(series), times.size)
+        self._cached: tuple[int, int, np.ndarray] | None = None
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        rows, cols = key
+        a, b, step = cols.indices(self.shape[1])
+        b = max(a, b)  # an empty read
+        if rows != slice(None) or step != 1:
+            raise IndexError("read as [:, a:b]")
+        c = self._cached
+        if c is None or not (c[0] <= a and b <= c[1]):
+            self._cached = None  # the block before goes before the next is made
+            stop = max(b, min(self.shape[1], a + self.block))
+            part = self.times[a:stop]
+            made = np.empty((self.shape[0], part.size))
+            for i, (t, x) in enumerate(self.series):
+                made[i] = np.interp(part, t, x)
+            c = self._cached = (a, stop, made)
+        return c[2][:, a - c[0]:b - c[0]]
+
+    def row_sum(self) -> np.ndarray:
+        """The sum over the rows, as ``grid.sum(axis=0)`` adds them (the first row, then
+        each next one added in turn), one row made at a time."""
+        (t, x), *rest = self.series
+        total = np.interp(self.times, t, x)
+        for t, x in rest:
+            total += np.interp(self.times, t, x)
+        return total
 
 
 def _verdict(edges: EdgeStats, hf: float | None, rough: float | None, dt: float,

@@ -16,6 +16,12 @@ import numpy as np
 
 from exporter.analysis.signal import resample
 
+# samples (or split points) worked on at a time: a long trace's node power is over a
+# million samples, and each whole working array would be another 8 bytes a sample (the
+# level checks make ~25 arrays of a block: 3 MiB)
+_BLOCK = 1 << 14
+_VIEWED = 1 << 16  # values the rolling extremes view at a time
+
 
 @dataclass(frozen=True)
 class Ramp:
@@ -74,14 +80,14 @@ def detect_ramps(
     w = max(1, int(round(max_duration_seconds / dt)))
     if x.size <= w:
         return []
-    d = x[w:] - x[:-w]
-    sign = np.where(d >= thr, 1, np.where(d <= -thr, -1, 0))
+    sign = _signs(x, w, thr)
     h = max(2, int(round(hold_seconds / 2 / dt)))
     min_side = max(1, h // 3)
     n = x.size
-    before, after = _boundary_means(x, h)
-    jump = after - before  # split scores (for c = 1..n-1)
-    rises, falls = _level_checks(x, before, after, w, h, min_side, thr, max_level_drift)
+    csum = np.empty(n + 1)
+    csum[0] = 0.0
+    np.cumsum(x, out=csum[1:])
+    rises, falls = _level_checks(x, csum, w, h, min_side, thr, max_level_drift)
     # runs of one nonzero sign: starts[r]..ends[r]
     edges = np.flatnonzero(np.diff(sign)) + 1
     starts = np.concatenate([[0], edges])
@@ -101,12 +107,15 @@ def detect_ramps(
         # O(1) tests on `passing` skip those before the (costly) exact check
         if passing[min(n - 1, j + w + h) + 1] == passing[max(floor, i - h)]:
             continue
-        a = i + int(np.argmax(s * d[i:j + 1]))  # the change lies within x[a..a+w]
+        d = x[i + w:j + 1 + w] - x[i:j + 1]  # the change over w samples from each
+        a = i + int(np.argmax(s * d))  # the change lies within x[a..a+w]
         # split point: where the mean of h samples after minus h before is largest
         lo, hi = max(floor, a - h), min(n - 1, a + w + h)
         if hi < lo:
             continue
-        c0 = lo + int(np.argmax(s * jump[lo:hi + 1]))
+        e = np.arange(lo, hi + 1)
+        jump = _after(csum, e, h) - _before(csum, e, h)  # split scores
+        c0 = lo + int(np.argmax(s * jump))
         if c0 == hi and hi < n - 1:
             continue  # the change goes on past this candidate: a later one will see it
         if passing[c0 + 1] == passing[c0]:
@@ -129,49 +138,67 @@ def _threshold(x: np.ndarray, tdp_total: float | None, min_ratio: float) -> floa
     return min_ratio * max(float(hi - lo), 0.25 * float(hi))
 
 
-def _boundary_means(x: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """The means of the (up to) h samples before and after each boundary e = 0..n,
-    from one cumulative sum."""
-    n = x.size
-    csum = np.concatenate([[0.0], np.cumsum(x)])
-    e = np.arange(n + 1)
-    n_before, n_after = np.minimum(e, h), np.minimum(n - e, h)
-    before = (csum - csum[e - n_before]) / np.maximum(n_before, 1)
-    after = (csum[e + n_after] - csum) / np.maximum(n_after, 1)
-    return before, after
+def _signs(x: np.ndarray, w: int, thr: float, block: int = _BLOCK) -> np.ndarray:
+    """Per start i: +1 where x rises by at least ``thr`` over the w samples from i, -1
+    where it falls by that, else 0 (int8, made a block at a time: a long trace's node
+    power holds no whole array of the changes)."""
+    m = x.size - w
+    sign = np.empty(m, dtype=np.int8)
+    for a in range(0, m, block):
+        b = min(m, a + block)
+        d = x[a + w:b + w] - x[a:b]
+        sign[a:b] = np.where(d >= thr, 1, np.where(d <= -thr, -1, 0))
+    return sign
 
 
-def _level_checks(x: np.ndarray, before: np.ndarray, after: np.ndarray, w: int, h: int,
-                  min_side: int, thr: float, max_drift: float) -> tuple[np.ndarray, np.ndarray]:
+def _before(csum: np.ndarray, e: np.ndarray, h: int) -> np.ndarray:
+    """The means of the (up to) h samples before each boundary ``e`` (0..n), from the
+    cumulative sum ``csum`` (n + 1, a leading 0)."""
+    n_before = np.minimum(e, h)
+    return (csum[e] - csum[e - n_before]) / np.maximum(n_before, 1)
+
+
+def _after(csum: np.ndarray, e: np.ndarray, h: int) -> np.ndarray:
+    """The means of the (up to) h samples after each boundary ``e`` (0..n)."""
+    n_after = np.minimum(csum.size - 1 - e, h)
+    return (csum[e + n_after] - csum[e]) / np.maximum(n_after, 1)
+
+
+def _level_checks(x: np.ndarray, csum: np.ndarray, w: int, h: int, min_side: int, thr: float,
+                  max_drift: float, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """Prefix counts (rises, falls) of the split points c that could pass _ramp_at's
     level check: its gap and drift tests on the means of its four windows, here for
-    every c at once (``before``/``after``: the means of the h samples before/after
-    each boundary, from the cumulative sum; a clipped window is shorter).
+    every c (the means of the h samples before/after each boundary, from the cumulative
+    sum; a clipped window is shorter), a block of split points at a time.
 
     A margin covers the rounding of those sums, so a split point that _ramp_at would
     accept is always counted (the converse need not hold: _ramp_at decides).
     """
     n = x.size
-    c = np.arange(n)
-    # where each window starts or ends, clipped to the signal as x[lo:hi] clips
-    i_b0, i_b1 = np.clip(c - w - h, 0, n), np.clip(c - w, 0, n)
-    i_a0, i_a1 = np.minimum(c + w, n), np.minimum(c + w + h, n)
-    sizes = np.arange(n + 1)
-    long_b, long_a = np.minimum(sizes, h) >= min_side, np.minimum(n - sizes, h) >= min_side
-    ok = long_b[i_b1] & long_a[i_a0]
-    b1, a0 = before[i_b1], after[i_a0]
-    # the outer windows count only when long enough: else stand in the inner ones
-    b0 = np.where(long_b[i_b0], before[i_b0], b1)
-    a1 = np.where(long_a[i_a1], after[i_a1], a0)
-    hi_before, lo_before = np.maximum(b0, b1), np.minimum(b0, b1)
-    hi_after, lo_after = np.maximum(a0, a1), np.minimum(a0, a1)
-    drift = np.maximum(hi_before - lo_before, hi_after - lo_after)
-    margin = 8 * n * n * np.finfo(float).eps * float(np.abs(x).max()) + 1e-9 * thr
-    counts = []
-    for gap in (lo_after - hi_before, lo_before - hi_after):  # rises, falls
-        could = ok & (gap >= thr - margin) & (drift <= max_drift * (gap + margin) + margin)
-        counts.append(np.concatenate([[0], np.cumsum(could)]))
-    return counts[0], counts[1]
+    # max |x| without an array of |x|
+    margin = 8 * n * n * np.finfo(float).eps * max(float(x.max()), -float(x.min())) \
+        + 1e-9 * thr
+    counts = (np.zeros(n + 1, dtype=np.int32), np.zeros(n + 1, dtype=np.int32))
+    for start in range(0, n, block):
+        c = np.arange(start, min(n, start + block))
+        # where each window starts or ends, clipped to the signal as x[lo:hi] clips
+        i_b0, i_b1 = np.clip(c - w - h, 0, n), np.clip(c - w, 0, n)
+        i_a0, i_a1 = np.minimum(c + w, n), np.minimum(c + w + h, n)
+        ok = (np.minimum(i_b1, h) >= min_side) & (np.minimum(n - i_a0, h) >= min_side)
+        b1, a0 = _before(csum, i_b1, h), _after(csum, i_a0, h)
+        # the outer windows count only when long enough: else stand in the inner ones
+        b0 = np.where(np.minimum(i_b0, h) >= min_side, _before(csum, i_b0, h), b1)
+        a1 = np.where(np.minimum(n - i_a1, h) >= min_side, _after(csum, i_a1, h), a0)
+        hi_before, lo_before = np.maximum(b0, b1), np.minimum(b0, b1)
+        hi_after, lo_after = np.maximum(a0, a1), np.minimum(a0, a1)
+        drift = np.maximum(hi_before - lo_before, hi_after - lo_after)
+        for count, gap in zip(counts, (lo_after - hi_before, lo_before - hi_after),
+                              strict=True):  # rises, falls
+            could = ok & (gap >= thr - margin) & (drift <= max_drift * (gap + margin) + margin)
+            # the running count goes on from the block before
+            np.cumsum(could, out=count[c[0] + 1:c[-1] + 2], dtype=np.int32)
+            count[c[0] + 1:c[-1] + 2] += count[c[0]]
+    return counts
 
 
 def _ramp_at(x: np.ndarray, grid: np.ndarray, c0: int, w: int, h: int, min_side: int, s: int,
@@ -248,13 +275,40 @@ class Dip:
         return self.depth_watts / b if b > 0 else 0.0
 
 
-def _rolling(x: np.ndarray, w: int, fn: str, trailing: bool = False) -> np.ndarray:
-    """Rolling max or min over w samples, centred (or trailing), edges padded."""
+def _rolling(x: np.ndarray, w: int, fn: str, trailing: bool = False, block: int = _VIEWED
+             ) -> np.ndarray:
+    """Rolling max or min over w samples, centred (or trailing), edges padded; a block of
+    windows at a time (no padded copy of x, no window-sized temporaries)."""
     if w <= 1:
         return x.copy()
-    pad = (w - 1, 0) if trailing else (w // 2, w - 1 - w // 2)
-    view = np.lib.stride_tricks.sliding_window_view(np.pad(x, pad, mode="edge"), w)
-    return view.max(axis=1) if fn == "max" else view.min(axis=1)
+    left = w - 1 if trailing else w // 2
+    out = np.empty_like(x)
+    step = max(1, block // w)  # ~block values viewed at a time
+    for a in range(0, x.size, step):
+        b = min(x.size, a + step)
+        # the padded signal's samples a .. b + w - 2: x's, the edge value past each end
+        part = x[np.clip(np.arange(a - left, b - left + w - 1), 0, x.size - 1)]
+        view = np.lib.stride_tricks.sliding_window_view(part, w)
+        out[a:b] = view.max(axis=1) if fn == "max" else view.min(axis=1)
+    return out
+
+
+def _first_return(level: np.ndarray, i: int, pre: float, block: int = _BLOCK) -> int | None:
+    """The first k >= i where level[k] is back at least half-way from its running minimum
+    since i to ``pre``; None if it never is. A block at a time, growing, so a short dip
+    reads a few samples, not the rest of the trace (the running minimum carries over)."""
+    run_min = np.inf
+    a, size = i, min(1 << 10, block)
+    while a < level.size:
+        part = level[a:a + size]
+        low = np.minimum(np.minimum.accumulate(part), run_min)
+        back = np.flatnonzero(part >= (pre + low) / 2)
+        if back.size:
+            return a + int(back[0])
+        run_min = float(low[-1])
+        a += part.size
+        size = min(size * 2, block)
+    return None
 
 
 def detect_dips(
@@ -293,11 +347,9 @@ def detect_dips(
         if not level[i] < (1 - min_ratio) * pre:
             i += 1
             continue
-        run_min = np.minimum.accumulate(level[i:])
-        back = np.flatnonzero(level[i:] >= (pre + run_min) / 2)
-        if back.size == 0:
+        j = _first_return(level, i, pre)
+        if j is None:
             break  # never comes back: the end of a run, not a dip
-        j = i + int(back[0])
         if (j - i) * dt <= max_seconds:
             dip = _measure_dip(x, grid, i, j, w, c, min_ratio)
             if dip is not None:

@@ -22,10 +22,11 @@ def amplitude_share(amplitude_watts: float, mean_watts: float, of_tdp: float | N
 def sample_interval(t: np.ndarray) -> float:
     """Median spacing of strictly increasing sample times."""
     d = np.diff(np.asarray(t, dtype=np.float64))
-    d = d[d > 0]
+    if not (d > 0).all():
+        d = d[d > 0]
     if d.size == 0:
         raise ValueError("need at least two distinct sample times")
-    return float(np.median(d))
+    return float(np.median(d, overwrite_input=True))  # d is ours: no copy to sort
 
 
 def stretch_starts(valid: np.ndarray, n_win: int, n_step: int, *, tail: bool
@@ -64,18 +65,36 @@ def resample(t: np.ndarray, power: np.ndarray, dt: float | None = None
     n = int(math.floor((t[-1] - t[0]) / step + 1e-9)) + 1
     # relative times keep the interpolation exact for 1.7e9 s timestamps
     rel = t - t[0]
-    grid_rel = np.arange(n) * step
-    uniform = bool(n == t.size and np.allclose(rel, grid_rel, rtol=0, atol=step * 1e-6))
+    uniform = n == t.size and all(
+        np.allclose(rel[a:a + _BLOCK], _grid_part(a, n, step), rtol=0, atol=step * 1e-6)
+        for a in range(0, n, _BLOCK))
     out = np.empty((power.shape[0], n))
     for i, row in enumerate(power):
         ok = np.isfinite(row)
-        if ok.all() and uniform:
+        every = bool(ok.all())
+        if every and uniform:
             out[i] = row
-        elif ok.sum() >= 2:
-            out[i] = np.interp(grid_rel, rel[ok], row[ok])
+        elif every or ok.sum() >= 2:
+            xp, fp = (rel, row) if every else (rel[ok], row[ok])  # no copies for nothing
+            # a block of grid times at a time: np.interp makes no slope array then, and
+            # each value is the one the whole grid's call gives
+            for a in range(0, n, _BLOCK):
+                out[i, a:a + _BLOCK] = np.interp(_grid_part(a, n, step), xp, fp)
         else:
             out[i] = np.nan
-    return t[0] + grid_rel, out
+    del rel
+    grid = np.arange(n, dtype=np.float64)  # t[0] + np.arange(n) * step, made in place
+    grid *= step
+    grid += t[0]
+    return grid, out
+
+
+_BLOCK = 1 << 16  # grid times interpolated at a time
+
+
+def _grid_part(a: int, n: int, step: float) -> np.ndarray:
+    """(np.arange(n) * step)[a:a + _BLOCK], made alone."""
+    return np.arange(a, min(n, a + _BLOCK)) * step
 
 
 def detrend(x: np.ndarray) -> np.ndarray:

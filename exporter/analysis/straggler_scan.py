@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,6 +57,28 @@ class ScanResult:
 _STALL_BLOCK = 1 << 14  # short windows judged at a time
 
 
+class Columns(Protocol):
+    """A signal that is made as it is read (analyze's trace fields on its grid): shape
+    (N, M), and ``[:, a:b]`` gives the float64 (N, b - a) block of it."""
+
+    shape: tuple[int, int]
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray: ...
+
+    def any_finite(self) -> bool: ...
+
+
+def _as_grid(v: Any) -> Any:
+    """An (N, M) float64 array of a signal given as an array, or a Columns as it is."""
+    if v is None or (not isinstance(v, np.ndarray) and hasattr(v, "any_finite")):
+        return v
+    return np.atleast_2d(np.asarray(v, dtype=np.float64))
+
+
+def _any_finite(v: Any) -> bool:
+    return bool(v.any_finite()) if hasattr(v, "any_finite") else bool(np.isfinite(v).any())
+
+
 def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
     if m <= n_win:
         return [0]
@@ -65,7 +88,7 @@ def _window_starts(m: int, n_win: int, n_step: int) -> list[int]:
     return starts
 
 
-def _moving_mean_blocks(x: np.ndarray, k: int, block: int,
+def _moving_mean_blocks(x: np.ndarray | Columns, k: int, block: int,
                         every: np.ndarray | None = None) -> Iterator[np.ndarray]:
     """Mean of each k consecutive samples along the last axis of ``x`` (N, M), ignoring
     NaN, ``block`` windows at a time: (N, <= block) per block, window j covering samples
@@ -133,7 +156,7 @@ def _bad_windows(valid: np.ndarray | None, m: int, k: int) -> np.ndarray:
     return (bad[k:k + n] - bad[:n]) > 0
 
 
-def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarray | None],
+def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, Any],
                    ids: list[int], groups: Mapping[int, str] | None, window: float,
                    step: float, th: StragglerThresholds, valid: np.ndarray | None
                    ) -> tuple[list[Outlier], int, bool, str | None, dict[int, dict[str, float]]]:
@@ -150,7 +173,8 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     bounds: list[tuple[float, float]] = []
     any_stats = False
     reason: str | None = None
-    all_scores: dict[tuple[int, str], list[float]] = {}
+    # a long trace has ~10,000 windows of 64 scores: float64 arrays, not lists of floats
+    all_scores: dict[tuple[int, str], array[float]] = {}
     analysed = 0
     for w, a in enumerate(starts):
         if a is None:  # a gap: what deviated before it must hold anew after it
@@ -173,7 +197,7 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
             for sig, sc in gs.scores.items():
                 key = (g, sig)
                 if math.isfinite(sc.score):
-                    all_scores.setdefault(key, []).append(abs(sc.score))
+                    all_scores.setdefault(key, array("d")).append(abs(sc.score))
                 run = runs.get(key)
                 if sc.deviating and sc.direction is not None:
                     if run is not None and run[-1][2] != sc.direction:
@@ -208,8 +232,8 @@ def _scan_outliers(t: np.ndarray, power: np.ndarray, others: dict[str, np.ndarra
     return out, analysed, any_stats, reason, typical
 
 
-def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids: list[int],
-                 groups: Mapping[int, str] | None, window: float, context: float,
+def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray | Columns,
+                 ids: list[int], groups: Mapping[int, str] | None, window: float, context: float,
                  th: StallThresholds, measured: np.ndarray | None, bridge: Bridge | None
                  ) -> list[Stall]:
     dt = float(np.median(np.diff(t)))
@@ -233,8 +257,10 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
     # the means and the rule's arrays for every window of a long trace at once would be
     # several times the grid
     stalled = np.zeros(nwin, dtype=bool)
-    waiting = np.zeros((len(ids), nwin), dtype=bool)
-    culprit = np.zeros((len(ids), nwin), dtype=bool)
+    # who waits and who is the culprit, per GPU and window: a bit each (packbits along the
+    # windows; the blocks start at multiples of 8 windows), 2 bits per GPU a window
+    waiting = np.zeros((len(ids), (nwin + 7) // 8), dtype=np.uint8)
+    culprit = np.zeros((len(ids), (nwin + 7) // 8), dtype=np.uint8)
     means = zip(range(0, nwin, _STALL_BLOCK),
                 _moving_mean_blocks(utilization, k, _STALL_BLOCK, every),
                 _moving_mean_blocks(power, k, _STALL_BLOCK, every), strict=True)
@@ -242,8 +268,11 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
         sl = slice(a, a + u.shape[1])
         mid = np.arange(sl.start, sl.stop) + k // 2
         held = np.minimum(mid // hop, centres.size - 1)  # window -> the level it holds
-        stalled[sl], waiting[:, sl], culprit[:, sl] = stall_matrix(
-            u, p, lv_at[:, held], list(gi.values()), th)
+        stalled[sl], waits, culprits = stall_matrix(u, p, lv_at[:, held], list(gi.values()),
+                                                    th)
+        bits = slice(sl.start // 8, (sl.stop + 7) // 8)
+        waiting[:, bits] = np.packbits(waits, axis=1)
+        culprit[:, bits] = np.packbits(culprits, axis=1)
     if measured is not None and bridge is not None:
         stalled = _hold_across_holes(stalled, _bad_windows(every, m, k),
                                      int(bridge.limit_seconds / dt))
@@ -256,14 +285,20 @@ def _scan_stalls(t: np.ndarray, power: np.ndarray, utilization: np.ndarray, ids:
         e = j
         while e + 1 < nwin and stalled[e + 1]:
             e += 1
-        cul = culprit[:, j:e + 1].any(axis=1)
-        wai = waiting[:, j:e + 1].any(axis=1) & ~cul
+        cul = _bits(culprit, j, e + 1).any(axis=1)
+        wai = _bits(waiting, j, e + 1).any(axis=1) & ~cul
         # a short window stalls once about half of it does: date it by its middle
         out.append(Stall(float(t[min(m - 1, j + k // 2)]), float(t[min(m - 1, e + k // 2)]),
                          tuple(ids[i] for i in np.flatnonzero(wai)),
                          tuple(ids[i] for i in np.flatnonzero(cul))))
         j = e + 1
     return out
+
+
+def _bits(packed: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Columns a..b-1 of a bool matrix kept as np.packbits(..., axis=1)."""
+    whole = np.unpackbits(packed[:, a // 8:(b + 7) // 8], axis=1)
+    return whole[:, a % 8:a % 8 + (b - a)].astype(bool)
 
 
 def _hold_across_holes(stalled: np.ndarray, in_hole: np.ndarray, most: int) -> np.ndarray:
@@ -290,13 +325,13 @@ def scan(
     power: np.ndarray,
     *,
     gpus: Sequence[int] | None = None,
-    sm_clock: np.ndarray | None = None,
-    temperature: np.ndarray | None = None,
-    utilization: np.ndarray | None = None,
-    clock_event_reasons: np.ndarray | None = None,
-    nvlink: np.ndarray | None = None,
-    pcie: np.ndarray | None = None,
-    compute: np.ndarray | None = None,
+    sm_clock: np.ndarray | Columns | None = None,
+    temperature: np.ndarray | Columns | None = None,
+    utilization: np.ndarray | Columns | None = None,
+    clock_event_reasons: np.ndarray | Columns | None = None,
+    nvlink: np.ndarray | Columns | None = None,
+    pcie: np.ndarray | Columns | None = None,
+    compute: np.ndarray | Columns | None = None,
     groups: Mapping[int, str] | None = None,
     window_seconds: float,
     step_seconds: float,
@@ -331,8 +366,7 @@ def scan(
     others = {"sm_clock": sm_clock, "temperature": temperature, "utilization": utilization,
               "clock_event_reasons": clock_event_reasons, "nvlink": nvlink, "pcie": pcie,
               "compute": compute}
-    others = {k: (None if v is None else np.atleast_2d(np.asarray(v, dtype=np.float64)))
-              for k, v in others.items()}
+    others = {k: _as_grid(v) for k, v in others.items()}
     if valid is not None:
         valid = np.asarray(valid, dtype=bool)
         if valid.shape != t.shape:
@@ -348,7 +382,7 @@ def scan(
         t, p, others, ids, groups, window_seconds, step_seconds, th, valid)
     stalls: list[Stall] = []
     util = others["utilization"]
-    if util is not None and np.isfinite(util).any():
+    if util is not None and _any_finite(util):
         stalls = _scan_stalls(t, p, util, ids, groups, stall_window_seconds,
                               stall_context_seconds, stall_thresholds or StallThresholds(),
                               measured, stall_bridge)

@@ -44,11 +44,11 @@ from exporter.errors import fail
 from exporter.gpu import gpm
 from exporter.offline.band import AVERAGED, UNKNOWN, BandDecision, decide_band
 from exporter.offline.events import MIN_FILL_SECONDS, events
+from exporter.offline.field_grid import FieldGrid
 from exporter.offline.gaps import (
     find_gaps,
     gaps_json,
     gaps_note,
-    gpu_gaps,
     overlaps,
     valid_mask,
 )
@@ -69,6 +69,7 @@ from exporter.offline.swings import (
 from exporter.options import ANALYZE, Option, positive, whole_at_least_one
 from exporter.traces.checks import MAX_GPU_INDEX
 from exporter.traces.load import load_trace  # noqa: F401  (analyze's reader, for callers)
+from exporter.traces.reading import release_free_memory
 from exporter.traces.trace import Trace, TraceError, power_gpus
 
 MAX_GRID_CELLS = 50_000_000  # GPUs x samples: ~400 MB of float64 per array
@@ -183,43 +184,40 @@ def _grid(trace: Trace, tdp_flag: float | None, bridges: dict[str, Bridge] | Non
                 bridges), notes
 
 
-def _field_grid(trace: Trace, g: Grid, name: str,
-                field_gaps: dict[str, list[tuple[int, float]]] | None = None
-                ) -> np.ndarray | None:
-    """One canonical field of every GPU on the power grid (None: no GPU has it).
+def _field_columns(trace: Trace, g: Grid, name: str,
+                   field_gaps: dict[str, list[tuple[int, float]]] | None = None,
+                   gap_cache: dict[int, Any] | None = None,
+                   rel: np.ndarray | None = None) -> FieldGrid | None:
+    """One canonical field of every GPU on the power grid, made a block at a time as it
+    is read (exporter.offline.field_grid); None: no GPU has a reading of it.
 
     Continuous fields are interpolated linearly; the clock-event bitmask holds
     its last reading.  Outside a GPU's readings the value is NaN, and inside a gap
     in them (exporter.offline.gaps: the sweep hung while power went on), each
-    (GPU, seconds) then added to ``field_gaps[name]``.
+    (GPU, seconds) then added to ``field_gaps[name]``. ``rel``: the grid's times from its
+    start, where the caller has them (every field's grid reads the one array).
     """
     t0 = float(g.t[0])
-    rel = g.t - t0
-    out: np.ndarray | None = None  # made once a GPU has the field: a grid's worth
-    for i, gpu in enumerate(g.gpus):
-        s = trace.series[gpu]
-        x = s.fields.get(name)
-        if x is None:
-            continue
-        ok = np.isfinite(x)
-        if not ok.any():
-            continue
-        if out is None:
-            out = np.full((len(g.gpus), g.t.size), np.nan)
-        ts, xs = s.t[ok] - t0, x[ok]
-        if name == "clock_event_reasons":
-            idx = np.searchsorted(ts, rel, side="right") - 1
-            out[i] = np.where(idx >= 0, xs[np.maximum(idx, 0)], np.nan)
-            out[i, rel > ts[-1] + 5 * g.dt + 5.0] = np.nan
-        else:
-            out[i] = np.interp(rel, ts, xs, left=np.nan, right=np.nan)
-        for a, b in gpu_gaps(ts):
-            out[i, (rel > a) & (rel < b)] = np.nan
+    rel = g.t - t0 if rel is None else rel
+    fg = FieldGrid([trace.series[gpu] for gpu in g.gpus], name, t0, rel, g.dt,
+                   gap_cache=gap_cache)
+    if not fg.has_readings:
+        return None
+    for gpu, found in zip(g.gpus, fg.gaps, strict=True):
+        for a, b in found:
             # one inside the grid and not where the power has its gap (said already)
             if field_gaps is not None and b > 0 and a < rel[-1] \
                     and not overlaps(g.gaps, t0 + a, t0 + b):
                 field_gaps.setdefault(name, []).append((gpu, b - a))
-    return out
+    return fg
+
+
+def _field_grid(trace: Trace, g: Grid, name: str,
+                field_gaps: dict[str, list[tuple[int, float]]] | None = None
+                ) -> np.ndarray | None:
+    """:func:`_field_columns`, the whole grid at once (None: no GPU has the field)."""
+    fg = _field_columns(trace, g, name, field_gaps)
+    return None if fg is None else fg.block(0, fg.shape[1])
 
 
 def _field_gaps_notes(field_gaps: dict[str, list[tuple[int, float]]]) -> list[str]:
@@ -247,7 +245,9 @@ def _stragglers(trace: Trace, g: Grid, req: AnalyzeRequest, t_start: float,
     """The straggler scan, and whether the trace had utilization (stalls need it)."""
     # scan's keyword arguments, by name
     field_gaps: dict[str, list[tuple[int, float]]] = {}
-    series: dict[str, Any] = {kw: _field_grid(trace, g, f, field_gaps)
+    gap_cache: dict[int, Any] = {}  # one GPU's times' gaps, found once for every field
+    rel = g.t - float(g.t[0])
+    series: dict[str, Any] = {kw: _field_columns(trace, g, f, field_gaps, gap_cache, rel)
                               for f, kw in STRAGGLER_FIELDS.items()}
     notes += _field_gaps_notes(field_gaps)
     missing = [f for f, kw in STRAGGLER_FIELDS.items() if series[kw] is None]
@@ -257,7 +257,8 @@ def _stragglers(trace: Trace, g: Grid, req: AnalyzeRequest, t_start: float,
     if series["compute"] is None:
         notes.append("no profiling (GPM) columns: the compute share is not compared")
     st = req.stragglers
-    res = scan(g.t - t_start, g.power, gpus=g.gpus, window_seconds=st.window_seconds,
+    res = scan(rel if t_start == float(g.t[0]) else g.t - t_start, g.power, gpus=g.gpus,
+               window_seconds=st.window_seconds,
                step_seconds=st.update_seconds, thresholds=st.thresholds(),
                stall_window_seconds=st.stall_window_seconds,
                stall_context_seconds=st.stall_context_seconds,
@@ -351,14 +352,21 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     req = AnalyzeRequest.of(asked)
     bridges = bridges_for(req.power, req.stragglers)
     g, notes = _grid(trace, req.tdp, bridges)
+    # after each stage: glibc keeps the pages of a stage's freed arrays otherwise, and
+    # the next stage's peak would come on top of them
+    release_free_memory()
     band = decide_band(trace, req.power_averaging, swing_band_top_hz=req.power.band_hz[1],
                        max_hz=req.max_hz)
+    release_free_memory()
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
     short = _too_short(g, req)
     step, n_windows = window_swings(g, req, band, t_start) if "step" not in short else ([], 0)
+    g.raw_t = g.raw_node = None  # read by the step windows alone
+    release_free_memory()
     if "step" not in short and span_ok(g, req):
         step = merge_step_swings(step, segment_swings(g, req, band, t_start))
+        release_free_memory()
     folded = folded_swing(g, req, band, t_start) if "step" in short else None
     if folded is not None:
         step = [folded]
@@ -372,9 +380,11 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
         notes.append("power limit unknown (pass --tdp WATTS): amplitude ratios are null and "
                      "thresholds compare with the observed peak or range instead")
     strag, has_util = _stragglers(trace, g, req, t_start, notes)
+    release_free_memory()
     for name, why in _straggler_not_run(strag, has_util).items():
         short.setdefault(name, why)
     ramps, dips = events(g, req, step, strag.stalls, t_start)
+    release_free_memory()
     if g.gaps:  # an edge or pause that reaches into a gap was drawn by interpolation
         ramps, dips = _clear_of_gaps(g, ramps, dips, t_start)
     if "dips" in short:

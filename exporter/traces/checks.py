@@ -95,7 +95,7 @@ def screen(names: list[str], values: list[float], rejected: Counter[str]) -> lis
     return out
 
 
-def time_bounds(times: np.ndarray) -> tuple[float, float] | None:
+def time_bounds(times: np.ndarray, overwrite: bool = False) -> tuple[float, float] | None:
     """Row times outside these are far from the rest of the trace; None: keep all.
 
     The bulk is the 1st-99th percentile of the times; a row more than a day (or
@@ -104,6 +104,7 @@ def time_bounds(times: np.ndarray) -> tuple[float, float] | None:
     """
     if times.size < 100:
         return None
-    lo, hi = np.percentile(times, [1, 99])
+    # overwrite: `times` may be reordered (a long trace's times are not copied again)
+    lo, hi = np.percentile(times, [1, 99], overwrite_input=overwrite)
     slack = max(_TIME_SLACK_SECONDS, 10 * float(hi - lo))
     return float(lo - slack), float(hi + slack)

@@ -24,7 +24,14 @@ import numpy as np
 
 from exporter.regularfile import open_regular
 from exporter.traces.checks import time_bounds
-from exporter.traces.trace import GpuSeries, PackedFields, Trace, TraceError, unpack
+from exporter.traces.trace import (
+    GpuSeries,
+    PackedFields,
+    Trace,
+    TraceError,
+    constant_view,
+    unpack,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_GUNZIPPED_BYTES = 2 << 30  # ~30 hours of 8 GPUs at the driver's rate; a bomb stops here
@@ -174,7 +181,8 @@ class Rows:
     """Data rows as read, per GPU: a block's rows in lists, earlier blocks in arrays of
     the kept fields (``keep``: None keeps all). ``factors``: each field's base units per
     unit of the file (0.01 for percent); a block's values that are float32 numbers of
-    that unit are kept as float32 (see PackedFields)."""
+    that unit are kept as float32, or as uint8 or uint16 where they are whole numbers
+    that fit (see PackedFields)."""
 
     def __init__(self, path: str, fields: list[str], keep: Collection[str] | None = None,
                  factors: list[float] | None = None) -> None:
@@ -191,8 +199,9 @@ class Rows:
         self._block: dict[int, tuple[list[float], list[float], list[int]]] = {}
         self._pending = 0
         self._t: dict[int, list[np.ndarray]] = {}
-        self._lines: dict[int, list[np.ndarray]] = {}
+        self._lines: dict[int, list[np.ndarray | range]] = {}
         self._values: dict[int, list[list[np.ndarray]]] = {}
+        self._shared_t: tuple[list[np.ndarray], np.ndarray] | None = None  # see take
 
     def add(self, line: int, gpu: int, t: float, values: list[float]) -> None:
         """One row: its line number, GPU, time and every field's value (NaN: missing)."""
@@ -222,13 +231,18 @@ class Rows:
 
     def end_block(self) -> None:
         """The block's rows become arrays."""
+        last: np.ndarray | None = None
         for gpu, (t, values, lines) in self._block.items():
             v = np.asarray(values, dtype=np.float64).reshape(len(t), self._width)
-            self._t.setdefault(gpu, []).append(np.asarray(t, dtype=np.float64))
-            self._lines.setdefault(gpu, []).append(np.asarray(lines, dtype=np.uint32))
+            times = np.asarray(t, dtype=np.float64)
+            if last is not None and np.array_equal(times, last):
+                times = last  # the GPUs of one poll share a time: one array for them all
+            self._t.setdefault(gpu, []).append(times)
+            last = times
+            self._lines.setdefault(gpu, []).append(_line_numbers(lines))
             cols = self._values.setdefault(gpu, [[] for _ in self._cols])
             for j, c in enumerate(self._cols):
-                cols[j].append(_pack(v[:, c].copy(), self.factors[j]))
+                cols[j].append(constant_view(_pack(v[:, c].copy(), self.factors[j])))
         self._block = {}
         self._pending = 0
 
@@ -241,16 +255,27 @@ class Rows:
 
     def take(self, gpu: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """(times, line numbers, kept fields' values) of one GPU, in file order; the
-        blocks are released as they are joined."""
-        t = _join(self._t.pop(gpu))
-        lines = _join(self._lines.pop(gpu))
+        blocks are released as they are joined. Times whose blocks are those of the GPU
+        taken before (shared, see end_block) are its array."""
+        chunks = self._t.pop(gpu)
+        shared = self._shared_t
+        if shared is not None and len(shared[0]) == len(chunks) and all(
+                a is b for a, b in zip(shared[0], chunks, strict=True)):
+            t = shared[1]
+        else:
+            t = _join(list(chunks))
+        self._shared_t = (chunks, t)
+        lines = _join([np.arange(r.start, r.stop, r.step, dtype=np.uint32)
+                       if isinstance(r, range) else r for r in self._lines.pop(gpu)])
         fields = self._values.pop(gpu)
         values = []
         for factor in self.factors:
             chunks = fields.pop(0)
-            if any(c.dtype != np.float32 for c in chunks):  # float64 where one block is
-                chunks = [unpack(c, factor) if c.dtype == np.float32 else c for c in chunks]
-            values.append(_join(chunks))
+            if any(c.dtype == np.float64 for c in chunks):  # float64 where one block is
+                chunks = [unpack(c, factor) if c.dtype != np.float64 else c for c in chunks]
+            # else packed blocks join as the widest of them (uint8 < uint16 < float32: each
+            # holds the narrower ones' whole numbers exactly)
+            values.append(_one_value(chunks) if _same_value(chunks) else _join(chunks))
         return t, lines, values
 
 
@@ -276,10 +301,48 @@ def release_free_memory() -> None:
 
 def _pack(col: np.ndarray, factor: float) -> np.ndarray:
     """Float64 values in base units as float32 numbers of the file's unit where that
-    gives every one of them back exactly (whole degrees, percent, MHz), else as they are."""
+    gives every one of them back exactly (whole degrees, percent, MHz), as uint8 or uint16
+    where they are whole numbers that fit (a GPU's temperature, utilization, clocks), else
+    as they are."""
     with np.errstate(over="ignore", invalid="ignore"):
         packed = (col / factor if factor != 1.0 else col).astype(np.float32)
-    return packed if np.array_equal(unpack(packed, factor), col, equal_nan=True) else col
+    if not np.array_equal(unpack(packed, factor), col, equal_nan=True):
+        return col
+    if packed.size and not np.isnan(packed).any():
+        low, high = float(packed.min()), float(packed.max())
+        whole = low >= 0 and bool((packed == np.floor(packed)).all())
+        for kind in (np.uint8, np.uint16):
+            if whole and high <= np.iinfo(kind).max:
+                narrow = packed.astype(kind)  # the same whole numbers, read back the same
+                if np.array_equal(unpack(narrow, factor), col):
+                    return narrow
+                break
+    return packed
+
+
+def _line_numbers(lines: list[int]) -> np.ndarray | range:
+    """A block's line numbers of one GPU: a range where they step evenly (nvidia-smi's
+    GPUs take turns, one line each), else an array."""
+    if len(lines) > 1:
+        step = lines[1] - lines[0]
+        r = range(lines[0], lines[-1] + 1, step) if step > 0 else None
+        if r is not None and len(r) == len(lines) and all(
+                a == b for a, b in zip(r, lines, strict=True)):
+            return r
+    return np.asarray(lines, dtype=np.uint32)
+
+
+def _same_value(chunks: list[np.ndarray]) -> bool:
+    """Whether every chunk is a view of one value (see constant_view), the same one."""
+    return bool(chunks) and all(c.strides == (0,) and c.size and c[0] == chunks[0][0]
+                                and c.dtype == chunks[0].dtype for c in chunks)
+
+
+def _one_value(chunks: list[np.ndarray]) -> np.ndarray:
+    """Chunks of one value joined without making the values (see _same_value)."""
+    out = np.broadcast_to(chunks[0][:1].copy(), (sum(c.size for c in chunks),))
+    chunks.clear()
+    return out
 
 
 def _join(chunks: list[np.ndarray]) -> np.ndarray:
@@ -300,6 +363,7 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
     series: dict[int, GpuSeries] = {}
     strays: list[tuple[int, str]] = []
     collapsed = out_of_order = 0
+    last_t: np.ndarray | None = None
     for gpu in rows.gpus():
         t, lines, values = rows.take(gpu)
         if bounds is not None:
@@ -322,11 +386,14 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
             del order
             t, values, merged = _merge_equal_times(t, values)
             collapsed += merged
+        if last_t is not None and t is not last_t and np.array_equal(t, last_t):
+            t = last_t  # the same times as the GPU before: one array for both
+        last_t = t
         release_free_memory()  # the GPU's blocks, now joined
         series[gpu] = GpuSeries(gpu, t, PackedFields(
             dict(zip(rows.fields, values, strict=True)),
             {f: k for f, k, v in zip(rows.fields, rows.factors, values, strict=True)
-             if v.dtype == np.float32}))
+             if v.dtype != np.float64}))
     skipped = sorted(rows.skipped + strays)[:KEEP_SKIPPED]
     if not series:
         where = f"{skipped[0][0]}: first skipped line: {skipped[0][1]}" if skipped else "1"
@@ -337,7 +404,8 @@ def assemble(path: str, fmt: str, rows: Rows) -> Trace:
 
 
 def _bounds(rows: Rows) -> tuple[float, float] | None:
-    return time_bounds(rows.all_times()) if rows.count >= 100 else None
+    # all_times is a new array of them all, no one else's: it may be reordered in place
+    return time_bounds(rows.all_times(), overwrite=True) if rows.count >= 100 else None
 
 
 def _merge_equal_times(t: np.ndarray, values: list[np.ndarray]
@@ -354,7 +422,8 @@ def _merge_equal_times(t: np.ndarray, values: list[np.ndarray]
         ok = np.flatnonzero(~np.isnan(v))
         g = group[ok]
         last = np.r_[g[1:] != g[:-1], True] if g.size else np.zeros(0, dtype=bool)
-        merged = np.full(ut.size, np.nan, dtype=v.dtype)
+        # (whole numbers kept as uint8/uint16 have no missing value: every time gets one)
+        merged = np.full(ut.size, np.nan if v.dtype.kind == "f" else 0, dtype=v.dtype)
         merged[g[last]] = v[ok[last]]
         out.append(merged)
     return ut, out, int(t.size - ut.size)

@@ -69,20 +69,38 @@ class GpuSeries:
 
 class PackedFields(Mapping[str, np.ndarray]):
     """A GPU's fields, those whose every value is a float32 times a factor (the file's
-    unit: whole degrees, percent, MHz) kept so, in half the memory. Each read gives
+    unit: whole degrees, percent, MHz) kept so, in half the memory (as uint8 or uint16,
+    an eighth or a quarter, where they are whole numbers that fit); a packed field whose
+    every value is the same (a power limit) is kept as that one value. Each read gives
     the float64 values in base units, the same numbers the file's text gave (the reader
     packs a value only when unpacking gives it back exactly): a new array each time."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], factors: Mapping[str, float]
                  ) -> None:
-        self._arrays = dict(arrays)
-        self._factors = dict(factors)  # field -> factor, for the float32 ones
+        self._arrays = {name: constant_view(a) for name, a in arrays.items()}
+        self._factors = dict(factors)  # field -> factor, for the packed ones
 
     def __getitem__(self, name: str) -> np.ndarray:
         a = self._arrays[name]
         if a.dtype == np.float64:
             return a
         return unpack(a, self._factors[name])
+
+    def part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Values ``start:stop`` of one field, as ``self[name][start:stop]`` gives them,
+        unpacking only those."""
+        a = self._arrays[name][start:stop]
+        if a.dtype == np.float64:
+            return a
+        return unpack(a, self._factors[name])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays  # without unpacking it (Mapping's would)
+
+    def finite(self, name: str) -> np.ndarray:
+        """np.isfinite(self[name]), from the kept values (a packed value times a factor
+        is finite where the packed value is)."""
+        return np.isfinite(self._arrays[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
@@ -92,16 +110,28 @@ class PackedFields(Mapping[str, np.ndarray]):
 
     def nbytes(self) -> int:
         """The memory the values take."""
-        return sum(a.nbytes for a in self._arrays.values())
+        return sum(a.itemsize if a.strides == (0,) else a.nbytes
+                   for a in self._arrays.values())
 
 
 def unpack(a: np.ndarray, factor: float) -> np.ndarray:
-    """float32 values in the file's unit -> float64 in base units (one rounding, always
-    the same: the reader checked that it gives each value back)."""
+    """Packed values (float32, uint8, uint16) in the file's unit -> float64 in base units
+    (one rounding, always the same: the reader checked that it gives each value back)."""
     out = a.astype(np.float64)
     if factor != 1.0:
         out *= factor
     return out
+
+
+def constant_view(a: np.ndarray) -> np.ndarray:
+    """A packed field whose every value is the same (a power limit) as a read-only view of
+    one value: each read unpacks it to a whole array anyway."""
+    if a.dtype == np.float64 or a.ndim != 1 or a.size < 2 or a.strides == (0,):
+        return a
+    first = a[:1]
+    if not (np.isfinite(first[0]) and bool((a == first[0]).all())):
+        return a
+    return np.broadcast_to(first.copy(), a.shape)
 
 
 @dataclass
