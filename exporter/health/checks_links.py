@@ -63,7 +63,8 @@ def _pcie_link(c: GpuInputs, key: str, top_key: str, reason: str) -> Outcome:
     busy = s.get("utilization_gpu_ratio")
     if busy is None or busy <= c.settings.pcie_load_ratio:
         return Outcome(OK, value, threshold)  # idle: a slower link is by design
-    if s.get(key) < c.value(top_key):
+    current, top = s.get(key), c.value(top_key)
+    if current is not None and top is not None and current < top:
         return Outcome(WARNING, value, threshold, reason=reason)
     return Outcome(OK, value, threshold)
 

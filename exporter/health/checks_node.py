@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from exporter.collectors.infiniband.reading import InfinibandPort, InfinibandReading
 from exporter.health.context import Check
@@ -84,7 +85,7 @@ class PortInputs:
     def name(self) -> str:
         return f"{self.port.device}/{self.port.port}"
 
-    def increase(self, counter: str) -> tuple[float, float] | None | bool:
+    def increase(self, counter: str) -> tuple[float, float] | None | Literal[False]:
         """(increase, seconds) of one of the port's counters over the window; None before
         a second read; False where the port does not count it."""
         p = self.port

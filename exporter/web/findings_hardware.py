@@ -243,7 +243,8 @@ def _clock_events(snap: Snapshot, health: NodeHealth) -> list[dict[str, Any]]:
         bits = reading.get("clock_event_reasons")
         window = features.gpus.get(gpu) if features is not None else None
         shares = window.throttle_reasons if window is not None else {}
-        parts, reasons, judging = [], {}, set()
+        parts, reasons = [], {}
+        judging: set[str] = set()
         for reason, (words, checks) in SLOWDOWNS.items():
             active = bits is not None and bool(int(bits) & CLOCK_EVENT_REASONS[reason])
             share = shares.get(reason)
