@@ -56,16 +56,14 @@ def detect_ramps(
 ) -> list[Ramp]:
     """Large synchronised rises and falls of the node's power.
 
-    A ramp is a change of at least ``min_ratio`` of ``tdp_total`` (of the
-    observed p99 - p1 range when the TDP is unknown, but no less than a quarter
-    of p99) within
-    ``max_duration_seconds``, to a level that holds: the mean power in each
-    half of the ``hold_seconds`` before the ramp and in each half of the
-    ``hold_seconds`` after it (clear of ``max_duration_seconds`` around the
-    change) must all differ by at least the threshold, and
-    the two halves on each side may differ by at most ``max_level_drift`` of
-    the change.  That keeps out dips and drops that come back within about
-    ``hold_seconds`` (step-time swings, checkpoint cycles: see analyse_cycles).
+    A ramp is a change of at least ``min_ratio`` of ``tdp_total`` (of the observed
+    p99 - p1 range when the TDP is unknown, but no less than a quarter of p99) within
+    ``max_duration_seconds``, to a level that holds: the mean power in each half of
+    the ``hold_seconds`` before the ramp and in each half of the ``hold_seconds``
+    after it (clear of ``max_duration_seconds`` around the change) must all differ
+    by at least the threshold, and the two halves on each side may differ by at most
+    ``max_level_drift`` of the change.  That keeps out dips and drops that come back
+    within about ``hold_seconds`` (step-time swings, checkpoint cycles).
     The time is where the mean level changes most; the duration runs from
     leaving the old level's p5-p95 range to entering the new level's, so a
     ramp out of a swinging level is timed by its envelope.
@@ -84,8 +82,7 @@ def detect_ramps(
     h = max(2, int(round(hold_seconds / 2 / dt)))
     min_side = max(1, h // 3)
     n = x.size
-    csum = np.empty(n + 1)
-    csum[0] = 0.0
+    csum = np.zeros(n + 1)
     np.cumsum(x, out=csum[1:])
     rises, falls = _level_checks(x, csum, w, h, min_side, thr, max_level_drift)
     # runs of one nonzero sign: starts[r]..ends[r]

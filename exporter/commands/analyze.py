@@ -345,6 +345,25 @@ def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]
     return notes
 
 
+def _step_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float,
+                 short: dict[str, str]) -> tuple[list[dict[str, Any]], int]:
+    """The window and plateau swings and the windows analysed; a swing faster than the
+    samples folded into one, and what it keeps from running said in `short`."""
+    step, n_windows = window_swings(g, req, band, t_start) if "step" not in short else ([], 0)
+    g.raw_t = g.raw_node = None  # read by the step windows alone
+    release_free_memory()
+    if "step" not in short and span_ok(g, req):
+        step = merge_step_swings(step, segment_swings(g, req, band, t_start))
+        release_free_memory()
+    folded = folded_swing(g, req, band, t_start) if "step" in short else None
+    if folded is not None:
+        step = [folded]
+        for name in ("cycle", "ramps", "dips"):
+            short.setdefault(name, "the samples are dominated by a swing faster than they "
+                             "can show (see power_swings)")
+    return step, n_windows
+
+
 def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
                   ) -> dict[str, Any]:
     """The report as a JSON-ready dict (what ``--format json`` prints); `asked`: the
@@ -361,18 +380,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
     short = _too_short(g, req)
-    step, n_windows = window_swings(g, req, band, t_start) if "step" not in short else ([], 0)
-    g.raw_t = g.raw_node = None  # read by the step windows alone
-    release_free_memory()
-    if "step" not in short and span_ok(g, req):
-        step = merge_step_swings(step, segment_swings(g, req, band, t_start))
-        release_free_memory()
-    folded = folded_swing(g, req, band, t_start) if "step" in short else None
-    if folded is not None:
-        step = [folded]
-        for name in ("cycle", "ramps", "dips"):
-            short.setdefault(name, "the samples are dominated by a swing faster than they "
-                             "can show (see power_swings)")
+    step, n_windows = _step_swings(g, req, band, t_start, short)
     cycles = cycle_swings(g, req, t_start) if "cycle" not in short else []
     cycles, beat_notes = drop_beats(cycles, step)
     notes += beat_notes
