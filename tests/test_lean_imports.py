@@ -153,11 +153,12 @@ def test_run_help_names_the_simulators_scenarios_without_loading_it():
 
 
 # What a plain-HTTP fake node never needs: OpenSSL (ssl's libssl, hashlib's libcrypto),
-# numpy.random, the idna codec's unicodedata.
-_NEVER_LOADED = ("_ssl", "_hashlib", "numpy.random", "unicodedata")
+# numpy.random, numpy.ma, the idna codec's unicodedata, statistics' decimal and fractions.
+_NEVER_LOADED = ("_ssl", "_hashlib", "numpy.random", "numpy.ma", "unicodedata", "decimal",
+                 "fractions")
 
 
-def test_a_scraped_fake_node_loads_no_openssl_or_random():
+def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
     # the client: no http.client (it would run ssl first), no name lookup (idna)
     code = ("import socket, sys\n"
             "from exporter.app import Exporter\nfrom exporter.config import Config\n"
