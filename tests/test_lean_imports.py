@@ -153,9 +153,10 @@ def test_run_help_names_the_simulators_scenarios_without_loading_it():
 
 
 # What a plain-HTTP fake node never needs: OpenSSL (ssl's libssl, hashlib's libcrypto),
-# numpy.random, numpy.ma, the idna codec's unicodedata, statistics' decimal and fractions.
+# numpy.random, numpy.ma, the idna codec's unicodedata, statistics' decimal and fractions,
+# trace loading (a replay's).
 _NEVER_LOADED = ("_ssl", "_hashlib", "numpy.random", "numpy.ma", "unicodedata", "decimal",
-                 "fractions")
+                 "fractions", "exporter.traces.load", "exporter.sim.replay")
 
 
 def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
