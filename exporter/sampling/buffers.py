@@ -1,4 +1,5 @@
-"""Bounded ring buffers: memory fixed at start, independent of uptime.
+"""Bounded ring buffers: memory fixed at start, independent of uptime (the power ring's
+pages are resident once its first window has filled them).
 
 - PowerBuffer: each GPU's power samples at their native rate, with the driver's own
   timestamps (GPUs arrive at different times and rates: one ring per GPU). Power is held
