@@ -202,15 +202,16 @@ class Exporter:
             return  # real NVML: the simulator's modules are never imported
         # imported here: on real hardware neither the simulator nor trace loading is needed
         from exporter.sim import costs, fake
-        from exporter.sim.replay import replay_library
         from exporter.sim.scenarios import load_scenario
-        from exporter.traces.load import load_trace
 
         model = costs.H200 if b.fake_costs else None
         clock = self.fake_clock or self.clock.time
         if self.fake_lib is not None:
             pass  # built by the caller (the fleet simulator)
-        elif b.replay:
+        elif b.replay:  # trace loading only for a replay (~0.5 MiB the fake never needs)
+            from exporter.sim.replay import replay_library
+            from exporter.traces.load import load_trace
+
             self.fake_lib = replay_library(load_trace(b.replay), b.replay_speed, clock, model)
         elif b.fake:
             self.fake_lib = fake.FakeNvmlLibrary(load_scenario(b.scenario), clock, model)

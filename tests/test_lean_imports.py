@@ -150,3 +150,48 @@ def test_run_help_names_the_simulators_scenarios_without_loading_it():
     from exporter.sim.scenarios import builtin_names
 
     assert _scenario_names() == builtin_names() and "checkpoint-sharded" in builtin_names()
+
+
+# What a plain-HTTP fake node never needs: OpenSSL (ssl's libssl, hashlib's libcrypto),
+# numpy.random, numpy.ma, the idna codec's unicodedata, statistics' decimal and fractions,
+# trace loading (a replay's).
+_NEVER_LOADED = ("_ssl", "_hashlib", "numpy.random", "numpy.ma", "unicodedata", "decimal",
+                 "fractions", "exporter.traces.load", "exporter.sim.replay")
+
+
+def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
+    # the client: no http.client (it would run ssl first), no name lookup (idna)
+    code = ("import socket, sys\n"
+            "from exporter.app import Exporter\nfrom exporter.config import Config\n"
+            "from exporter.sampling.clock import ManualClock\n"
+            "exporter = Exporter(Config.of(listen_address='127.0.0.1:0', fake=True, "
+            "fake_costs=False), clock=ManualClock())\n"
+            "exporter.start(threads=False)\n"
+            "for _ in range(8):\n"
+            "    exporter.sampler.advance(7.5)\n"
+            "    with socket.socket() as s:\n"
+            "        s.connect(('127.0.0.1', exporter.port))\n"
+            "        s.sendall(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+            "                  b'Accept-Encoding: gzip\\r\\nConnection: close\\r\\n\\r\\n')\n"
+            "        reply = b''.join(iter(lambda: s.recv(65536), b''))\n"
+            "    assert reply.startswith(b'HTTP/1.0 200') or reply.startswith(b'HTTP/1.1 200')\n"
+            "exporter.stop()\n"
+            f"print(sorted(m for m in {_NEVER_LOADED!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():
+    code = ("import sys\nimport exporter, http.client\n"
+            "from exporter import lazy\n"
+            "print(lazy.loaded(sys.modules['ssl']), '_ssl' in sys.modules)\n"
+            "import ssl\nfrom ssl import SSLContext, PROTOCOL_TLS_SERVER\n"
+            "context = SSLContext(PROTOCOL_TLS_SERVER)\n"
+            "print(lazy.loaded(ssl), isinstance(context, ssl.SSLContext),\n"
+            "      hasattr(http.client, 'HTTPSConnection'), ssl.TLSVersion['TLSv1_2'].name)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["False False", "True True True TLSv1_2"]

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.analysis.signal import block_mean, parabolic, resample, sample_interval, synchrony
+from exporter.analysis.signal import (
+    block_mean,
+    median,
+    parabolic,
+    resample,
+    sample_interval,
+    synchrony,
+)
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ def _change_autocorrelation(node: np.ndarray, k_edges: int, keep: np.ndarray | N
     seen = np.ones(d.size, dtype=bool) if keep is None else keep[1:] & keep[:-1]
     if seen.sum() <= k_edges:
         return None
-    d = d - np.median(d[seen])
+    d = d - median(d[seen])
     mag = np.abs(d[seen])
     cap = float(np.partition(mag, mag.size - k_edges)[mag.size - k_edges]) \
         if mag.size > k_edges else float(mag.max())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.analysis.signal import resample
+from exporter.analysis.signal import percentile, resample
 
 # samples (or split points) worked on at a time: a long trace's node power is over a
 # million samples, and each whole working array would be another 8 bytes a sample (the
@@ -131,7 +131,7 @@ def _threshold(x: np.ndarray, tdp_total: float | None, min_ratio: float) -> floa
     observed range (at least a quarter of the peak, so noise is never a ramp)."""
     if tdp_total and tdp_total > 0:
         return min_ratio * tdp_total
-    lo, hi = np.percentile(x, [1, 99])
+    lo, hi = percentile(x, [1, 99])
     return min_ratio * max(float(hi - lo), 0.25 * float(hi))
 
 
@@ -216,8 +216,8 @@ def _ramp_at(x: np.ndarray, grid: np.ndarray, c0: int, w: int, h: int, min_side:
         return None
     # duration: from leaving the old level's p5-p95 range (widened by 10 % of the
     # change) to entering the new one's
-    b_lo, b_hi = np.percentile(before[1], [5, 95])
-    a_lo, a_hi = np.percentile(after[0], [5, 95])
+    b_lo, b_hi = percentile(before[1], [5, 95])
+    a_lo, a_hi = percentile(after[0], [5, 95])
     seg = x[max(0, c0 - w):min(n, c0 + w + 1)]
     base = max(0, c0 - w)
     tol = 0.1 * gap  # flat, drifting levels: like a 10-90 % rise time
@@ -382,8 +382,8 @@ def _edge(x: np.ndarray, grid: np.ndarray, k: int, w: int, old: np.ndarray, new:
     dt = float(grid[1] - grid[0])
     s = 1 if delta > 0 else -1
     tol = 0.1 * abs(delta)
-    o_lo, o_hi = np.percentile(old, [5, 95])
-    n_lo, n_hi = np.percentile(new, [5, 95])
+    o_lo, o_hi = percentile(old, [5, 95])
+    n_lo, n_hi = percentile(new, [5, 95])
     a, b = max(0, k - 2 * w - 2), min(x.size, k + 2 * w + 3)
     seg = x[a:b]
     in_old = (seg <= o_hi + tol) if s > 0 else (seg >= o_lo - tol)

@@ -4,8 +4,43 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
+
+
+# np.median without numpy.ma. Every np.median of a non-empty array asks np.ma.isMaskedArray
+# in its NaN check, and every np.percentile np.ma.is_masked (in np.unique): that imports
+# numpy.ma (~1 MiB resident) into a process that has no masked array. `median` is numpy's
+# own computation otherwise: the middle element, or the mean of the middle two, of a
+# partition that also puts a NaN (which sorts last) at the end, so any NaN makes the
+# median NaN; `percentile` below is the same for np.percentile. Their values are numpy's,
+# bit for bit (tests/test_median.py).
+def median(a: Any, axis: int | None = None, overwrite_input: bool = False) -> Any:
+    """np.median(a, axis=axis) for a 1-D or N-D array or sequence; with `overwrite_input`
+    a 1-D array is partitioned in place (no copy the length of the input)."""
+    x = np.asanyarray(a)
+    if axis is None:
+        x, axis = x.ravel(), 0
+    n = x.shape[axis]
+    if n == 0 or x.dtype.kind not in "fiu":
+        return np.median(x, axis=axis)  # numpy's warning and NaN (it checks no mask then)
+    half = n // 2
+    kth = [half - 1, half, n - 1] if n % 2 == 0 else [half, n - 1]
+    if overwrite_input and x.ndim == 1:
+        x.partition(kth)
+        part = x
+    else:
+        part = np.partition(x, kth, axis=axis)
+    middle = part.take(range(half - 1 + n % 2, half + 1), axis=axis)
+    result = middle.mean(axis=axis)
+    if x.dtype.kind == "f":
+        nan = np.isnan(part.take(n - 1, axis=axis))
+        if np.ndim(nan) == 0:
+            return result.dtype.type(np.nan) if nan else result
+        if nan.any():
+            result[nan] = np.nan
+    return result
 
 
 def amplitude_share(amplitude_watts: float, mean_watts: float, of_tdp: float | None
@@ -26,7 +61,7 @@ def sample_interval(t: np.ndarray) -> float:
         d = d[d > 0]
     if d.size == 0:
         raise ValueError("need at least two distinct sample times")
-    return float(np.median(d, overwrite_input=True))  # d is ours: no copy to sort
+    return float(median(d, overwrite_input=True))  # d is ours: no copy to sort
 
 
 def stretch_starts(valid: np.ndarray, n_win: int, n_step: int, *, tail: bool
@@ -122,6 +157,17 @@ def percentiles(x: np.ndarray, q: list[float]) -> np.ndarray:
     a, b = np.moveaxis(ordered[..., i], -1, 0), np.moveaxis(ordered[..., j], -1, 0)
     diff = b - a
     return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+
+
+def percentile(a: Any, q: Any, axis: int = -1) -> Any:
+    """np.percentile(a, q, axis=axis), its default (linear) method, without numpy.ma
+    (see median): `percentiles` for finite float64 data, numpy's for the rest."""
+    x = np.asarray(a)
+    if x.dtype != np.float64 or x.size == 0 or not np.isfinite(x).all():
+        return np.percentile(x, q, axis=axis)  # what the live analyses never pass
+    qs = np.asarray(q, dtype=np.float64)
+    out = percentiles(np.moveaxis(x, axis, -1), np.atleast_1d(qs).tolist())
+    return out[0] if qs.ndim == 0 else out
 
 
 def detrend_rows(x: np.ndarray) -> np.ndarray:

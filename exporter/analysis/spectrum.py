@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from exporter.analysis.signal import hann, parabolic, wrap
+from exporter.analysis.signal import hann, parabolic, percentile, wrap
 
 _HARMONICS = 4  # harmonics (besides the fundamental) counted in peak_concentration
 _PEAK_HALF_WIDTH = 2  # bins either side of a peak: the main lobe of a Hann window
@@ -92,7 +92,7 @@ def edge_frequency(x: np.ndarray, fs: float,
     rate.  None for a flat signal or fewer than three rises (too few to time).
     ``levels``: x's (p5, p95) when the caller has them already.
     """
-    p5, p95 = levels if levels is not None else np.percentile(x, [5, 95])
+    p5, p95 = levels if levels is not None else percentile(x, [5, 95])
     return edge_frequencies(x[None, :], fs, np.array([p5]), np.array([p95]))[0]
 
 

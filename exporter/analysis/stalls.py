@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from exporter.analysis.signal import percentile as _percentile
 from exporter.analysis.straggler import group_index
 
 
@@ -41,12 +42,12 @@ def compute_level(power: np.ndarray, percentile: float = 95.0) -> np.ndarray:
     over a context long enough to contain compute phases (~2 min)."""
     p = np.atleast_2d(np.asarray(power, dtype=np.float64))
     if p.shape[1] and np.isfinite(p).all():
-        return np.percentile(p, percentile, axis=1)
+        return _percentile(p, percentile, axis=1)
     out = np.full(p.shape[0], np.nan)
     for i, row in enumerate(p):
         fin = row[np.isfinite(row)]
         if fin.size:
-            out[i] = float(np.percentile(fin, percentile))
+            out[i] = float(_percentile(fin, percentile))
     return out
 
 

@@ -42,7 +42,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.analysis.signal import amplitude_share, detrend_rows, hann, parabolic, resample
+from exporter.analysis.signal import (
+    amplitude_share,
+    detrend_rows,
+    hann,
+    median,
+    parabolic,
+    percentile,
+    resample,
+)
 from exporter.analysis.spectrum import EDGE_RATIO, edge_frequencies, frequency_consistent, phases
 
 MIN_CONFIDENCE = 0.9999  # at most one false swing in 10,000 noise-only analyses (in theory)
@@ -126,7 +134,7 @@ def plateaus(node: np.ndarray, dt: float, *, pause_ratio: float = PAUSE_RATIO,
     n = node.size
     w = max(1, int(round(fill_seconds / dt)))
     level = _running(_running(node, w, np.maximum), w, np.minimum)
-    lo, hi = np.percentile(level, [5, 95])
+    lo, hi = percentile(level, [5, 95])
     if hi > 0 and hi - lo >= pause_ratio * hi:
         paused = level < (lo + hi) / 2
     else:
@@ -184,7 +192,7 @@ def _local_floor(s: np.ndarray, k_hi: int) -> np.ndarray:
     m = coarse.size
     width = min(FLOOR_BINS, m)
     view = np.lib.stride_tricks.sliding_window_view(coarse, width)
-    meds = np.median(view, axis=1)
+    meds = median(view, axis=1)
     starts = np.clip(np.arange(m) - width // 2, 0, m - width)
     out = np.interp(np.arange(s.size), idx, meds[starts])
     return np.maximum(out, 1e-300)
@@ -412,7 +420,7 @@ def _components(pk: _Peak, grid: np.ndarray, raw_t: np.ndarray, raw_node: np.nda
         prof = bin_sums / np.maximum(bin_counts, 1)
         # edges only count where the swing stands out of the noise, between enough samples
         if countable and float(prof.var()) >= COUNTABLE_SHARE * float(rx.var()):
-            p5, p95 = np.percentile(rx, [5, 95])
+            p5, p95 = percentile(rx, [5, 95])
             e = edge_frequencies(rx[None, :], fs, np.array([p5]), np.array([p95]))[0]
             if e is not None:
                 out.edges.append(e)
@@ -465,7 +473,7 @@ def find_step_swing(
     raw_ok = np.isfinite(power[ok]).all(axis=0)
     comp = _components(pk, grid, t[raw_ok], power[ok][:, raw_ok].sum(axis=0), fs, t_ref)
     sync = comp.coherent / (x.shape[0] * comp.total) if comp.total > 0 else 0.0
-    edge_hz = float(np.median(comp.edges)) if comp.edges else None
+    edge_hz = float(median(comp.edges)) if comp.edges else None
     # coherent: past the threshold and well past the 1/N of independent GPUs (for two
     # GPUs, one swinging alone gives 1/2)
     if x.shape[0] > 1 and sync < max(min_synchrony, 1.5 / x.shape[0]):

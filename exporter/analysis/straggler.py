@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.analysis.signal import percentile
 from exporter.gpu.fields import CLOCK_EVENT_REASONS
 
 SIGNALS: tuple[str, ...] = (
@@ -246,7 +247,7 @@ def window_features(
         raise ValueError("gpus must name every row of power")
     fin = p[np.isfinite(p)]
     if fin.size:
-        p5, p95 = (float(v) for v in np.percentile(fin, [5, 95]))
+        p5, p95 = (float(v) for v in percentile(fin, [5, 95]))
     else:
         p5 = p95 = math.nan
     phases = bool(fin.size and p95 > 0 and p95 - p5 >= min_phase_contrast * p95)

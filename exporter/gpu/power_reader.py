@@ -28,6 +28,13 @@ BUFFER, POLL = "buffer", "poll"
 _EPOCH_TOLERANCE = 3600.0
 
 
+def _median(x: np.ndarray) -> float:
+    """np.median of finite values, the same value: np.median asks numpy.ma whether its
+    input is masked, which imports numpy.ma (~1 MiB) into the exporter."""
+    ordered = np.sort(x)
+    half = ordered.size // 2
+    return float(ordered[half] if ordered.size % 2 else (ordered[half - 1] + ordered[half]) / 2)
+
 @dataclass(frozen=True)
 class NewSamples:
     times: np.ndarray  # epoch seconds, increasing
@@ -65,7 +72,7 @@ class _Intervals:
         filled = min(self._count, len(self._recent))
         if filled >= 3 and (self.median is None or self._count - self._at >= self._every
                             or filled < self._every):
-            self.median = float(np.median(self._recent[:filled]))
+            self.median = _median(self._recent[:filled])
             self._at = self._count
 
 
@@ -185,4 +192,4 @@ def detect_update_period(backend: NvmlBackend, gpus: list[int], seconds: float =
                 if last[gpu] is not None:
                     changes[gpu].append(time.perf_counter())
                 last[gpu] = value
-    return {gpu: float(np.median(np.diff(t))) for gpu, t in changes.items() if len(t) >= 4}
+    return {gpu: _median(np.diff(t)) for gpu, t in changes.items() if len(t) >= 4}

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from exporter.analysis.signal import median
 from exporter.sampling.buffers import SweepBuffer
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
@@ -72,7 +73,7 @@ class Analyses:
 
     def _grid_step(self) -> float:
         intervals = [i for g in range(self.gpus.count) if (i := self.power.interval(g))]
-        return max(FINEST_GRID_SECONDS, float(np.median(intervals)) if intervals else 0.05)
+        return max(FINEST_GRID_SECONDS, float(median(intervals)) if intervals else 0.05)
 
     def _tdp(self) -> np.ndarray | None:
         limits = [i.default_power_limit_watts if i is not None else None

@@ -6,11 +6,11 @@ deterministic for a given clock.
 from __future__ import annotations
 
 import math
-import uuid
 
 import numpy as np
 
 from exporter.sim.scenarios import Scenario
+from exporter.sim.tenants import uuid5_oid
 
 HANDLE_BASE = 0x7E57_0000  # fake device handles are this plus the GPU's index
 _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
@@ -22,9 +22,46 @@ except ImportError:  # numpy 1.x
     _interp = np.interp
 
 
+# The noise tables, made without numpy.random. numpy.random is ~3.4 MiB resident once
+# imported, and it loads OpenSSL's libcrypto (~3.5 MiB more) through `secrets`; the fake
+# node needs two tables of 4,096 numbers per GPU from it, made once. SplitMix64 (Steele,
+# Lea and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014: the
+# generator Java's SplittableRandom uses) makes their bits as a counter-based stream,
+# one numpy expression over the whole table, and Box-Muller turns them into normal
+# deviates. A fixed key gives the same tables on every machine (to the last bits of log
+# and cos).
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # the golden ratio's odd 64-bit step
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = (np.uint64(s) for s in (30, 27, 31, 11))
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (a bijection of 64-bit words)."""
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+def uniform_table(key: int, n: int) -> np.ndarray:
+    """`n` doubles in [0, 1): the stream of `key` (any int; its low 64 bits count)."""
+    seed = _mix(np.array([key & 0xFFFF_FFFF_FFFF_FFFF], dtype=np.uint64))
+    with np.errstate(over="ignore"):  # words wrap modulo 2**64, as the generator means
+        words = _mix(seed + np.arange(1, n + 1, dtype=np.uint64) * _GAMMA)
+    return (words >> _S11) * (1.0 / (1 << 53))
+
+
+def normal_table(key: int, n: int) -> np.ndarray:
+    """`n` standard normal deviates (Box-Muller), the stream of `key`."""
+    pairs = (n + 1) // 2
+    u = uniform_table(key, 2 * pairs)
+    radius = np.sqrt(-2.0 * np.log1p(-u[:pairs]))  # 1 - u in (0, 1]: never log(0)
+    angle = 2.0 * np.pi * u[pairs:]
+    return np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:n]
+
+
 def gpu_uuid(seed: int, index: int) -> str:
     """A fake GPU's UUID: stable for a scenario's seed (a fake kubelet can name it)."""
-    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"cte-{seed}-{index}"))
+    return "GPU-" + str(uuid5_oid(f"cte-{seed}-{index}"))
 
 
 class Waveform:
@@ -95,11 +132,11 @@ class FakeGpu:
         self.ckpt_watts = work.idle_watts + 40 if self.writer else work.wait_watts
         self._ckpt_prefix = [0.0]  # energy corrections of completed checkpoints, summed
         self.energy0_mj = 1.2e9 + index * 3.7e7
-        rng = np.random.default_rng(scenario.seed * 1000 + index)
-        self.noise = rng.standard_normal(_NOISE_TABLE) * work.noise_watts
+        key = 2 * (scenario.seed * 1000 + index)  # two streams a GPU (normal_table, uniform_table)
+        self.noise = normal_table(key, _NOISE_TABLE) * work.noise_watts
         # the driver's sample times jitter around their nominal interval (7-46 ms on an
         # H200 at a median of 20 ms): offsets of up to 0.9 of an interval, one per sample
-        self.jitter = rng.uniform(-0.45, 0.45, _NOISE_TABLE)
+        self.jitter = uniform_table(key + 1, _NOISE_TABLE) * 0.9 - 0.45
         self.sample_interval = dev.power_sample_interval_seconds
         # In lockstep, the part of the communication phase beyond the collective's own
         # length is spent waiting for a slower peer (spinning in the collective).

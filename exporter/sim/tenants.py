@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from exporter.yamlfile import Where, expect_mapping, get_int, get_number, get_string
 
 __all__ = ["DEFAULT_TRAINER_PID", "FakeProcess", "MigInstanceSpec", "MigSpec", "ProcessSpec",
-           "mig_uuid", "parse_mig", "parse_processes", "processes_at"]
+           "mig_uuid", "parse_mig", "parse_processes", "processes_at", "uuid5_oid"]
 
 DEFAULT_TRAINER_PID = 4100
 MAX_RUNS = 1_000_000  # runs of a repeating process a span may ask about, at most
@@ -193,9 +193,20 @@ class MigSpec:
     instances: tuple[MigInstanceSpec, ...]  # in MIG device index order
 
 
+def uuid5_oid(name: str) -> uuidlib.UUID:
+    """uuid.uuid5(NAMESPACE_OID, name), hashed by the interpreter's own SHA-1: uuid5 asks
+    hashlib, which loads OpenSSL's libcrypto (~3.5 MiB) into the fake node for it."""
+    try:
+        from _sha1 import sha1  # CPython's
+    except ImportError:
+        from hashlib import sha1
+    digest = sha1(uuidlib.NAMESPACE_OID.bytes + name.encode()).digest()
+    return uuidlib.UUID(bytes=digest[:16], version=5)
+
+
 def mig_uuid(seed: int, gpu: int, instance: MigInstanceSpec) -> str:
     key = f"cte-{seed}-{gpu}-mig-{instance.gpu_instance}-{instance.compute_instance}"
-    return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, key))
+    return "MIG-" + str(uuid5_oid(key))
 
 
 _INSTANCE_KEYS = {"gpu_instance", "compute_instance", "slices", "compute_slices", "memory_mib"}

@@ -25,6 +25,7 @@ import numpy as np
 
 from exporter import __version__
 from exporter.analysis.goodput import STATES, goodput_ratio
+from exporter.analysis.signal import median
 from exporter.health.model import (
     FAILED,
     NONE,
@@ -147,7 +148,7 @@ def _interval(snapshot: Snapshot) -> float | None:
     """The node's native interval: the median of its GPUs' sample intervals."""
     values = [s.sample_interval_seconds for s in snapshot.power_sampling.values()
               if s.sample_interval_seconds]
-    return max(float(np.median(values)), 0.001) if values else None
+    return max(float(median(values)), 0.001) if values else None
 
 
 def _node_sum(per_gpu: np.ndarray) -> np.ndarray:

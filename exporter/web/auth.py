@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-import hmac
 import os
 import threading
 
@@ -30,9 +29,12 @@ class Verdict(enum.Enum):
 class BasicAuth:
     def __init__(self, users: dict[str, bytes], max_concurrent_checks: int = 2,
                  wait_seconds: float = 0.25, cache_size: int = 256):
+        import hmac  # OpenSSL's libcrypto (~3.5 MiB): loaded by an exporter with users only
+
         import bcrypt
 
         self._bcrypt = bcrypt
+        self._hmac = hmac
         self.users = dict(users)
         self._key = os.urandom(32)
         self._cache: dict[str, bytes] = {}  # user -> keyed digest of the password that verified
@@ -49,10 +51,10 @@ class BasicAuth:
         if credentials is None:
             return Verdict.DENIED
         user, password = credentials
-        digest = hmac.new(self._key, user.encode() + b"\0" + password, "sha256").digest()
+        digest = self._hmac.new(self._key, user.encode() + b"\0" + password, "sha256").digest()
         with self._lock:
             cached = self._cache.get(user, b"\0" * len(digest))
-        if hmac.compare_digest(cached, digest):
+        if self._hmac.compare_digest(cached, digest):
             return Verdict.OK
         if not self._gate.acquire(timeout=self._wait):
             return Verdict.BUSY

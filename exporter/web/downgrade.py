@@ -9,12 +9,11 @@ a slip in config management is worse than serving the old config.
 
 from __future__ import annotations
 
-import ssl
-
 from exporter.web.webconfig import CLIENT_AUTH_TYPES, WebConfig
 
-# how much a client must prove with its certificate, by verify mode
-_CLIENT_CERTIFICATES = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
+# how much a client must prove with its certificate, by the name of the verify mode (the
+# names: ssl's members would load ssl in a plain-HTTP exporter, exporter/lazy.py)
+_CLIENT_CERTIFICATES = {"CERT_NONE": 0, "CERT_OPTIONAL": 1, "CERT_REQUIRED": 2}
 # the web config's client_auth_type for each verify mode it can set
 _CLIENT_AUTH_NAMES = {mode: name for name, (mode, _) in CLIENT_AUTH_TYPES.items()}
 
@@ -32,7 +31,7 @@ def security_lost(running: WebConfig, new: WebConfig) -> list[str]:
         if opened:
             lost.append(f"basic auth for {', '.join(opened)} (basic_auth_excluded_paths)")
     if running.ssl_context is not None and new.ssl_context is not None:
-        was, now = running.ssl_context.verify_mode, new.ssl_context.verify_mode
+        was, now = running.ssl_context.verify_mode.name, new.ssl_context.verify_mode.name
         if _CLIENT_CERTIFICATES[now] < _CLIENT_CERTIFICATES[was]:
             lost.append(f"client certificates (client_auth_type {_CLIENT_AUTH_NAMES[was]} "
                         f"to {_CLIENT_AUTH_NAMES[now]})")

@@ -20,6 +20,7 @@ import logging
 import os
 import selectors
 import socket
+import socketserver
 import ssl
 import threading
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from exporter import lazy
 from exporter.health.model import unknown_health
 from exporter.history.recorder import History
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
@@ -101,6 +103,12 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self._serving.set()  # not serving: shutdown() has nothing to wait for
         self.connections.on_head = self._wake
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        """HTTPServer's, less its socket.getfqdn(host): a reverse DNS query at start, and
+        the idna codec with unicodedata (~1.3 MiB resident), for a name nothing reads."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
 
     @property
     def web(self) -> WebConfig:
@@ -254,6 +262,15 @@ class _Closed(Exception):
     """The connection ended before a request could be read (TLS failure, eviction)."""
 
 
+_QUIET = (TimeoutError, ConnectionError, _Closed)
+
+
+def _quiet_errors() -> tuple[type[Exception], ...]:
+    """What ends a connection without a word: ssl.SSLError too once ssl is loaded (only TLS
+    raises it; naming it before would load OpenSSL in a plain-HTTP exporter, lazy.py)."""
+    return (*_QUIET, ssl.SSLError) if lazy.loaded(ssl) else _QUIET
+
+
 def accepts_gzip(header: str) -> bool:
     """Whether an Accept-Encoding value allows gzip (RFC 9110 12.5.3): named with q > 0,
     or matched by `*` with q > 0 and not named; `gzip;q=0` refuses it."""
@@ -377,7 +394,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self.authorized is None:
                 return  # 401 or 429 was sent
             self._answer(getattr(self, "do_" + self.command))
-        except (TimeoutError, ConnectionError, ssl.SSLError, _Closed):
+        except _quiet_errors():
             self.close_connection = True
         finally:
             with contextlib.suppress(OSError, ValueError):

@@ -9,7 +9,6 @@ may keep them for a day and still gets the new file right after an upgrade.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import threading
 from dataclasses import dataclass
 from importlib import resources
@@ -51,6 +50,8 @@ def asset(name: str) -> Asset | None:
     with _lock:
         found = _cache.get(name)
         if found is None:
+            import hashlib  # OpenSSL's libcrypto (~3.5 MiB): when the page is first asked for
+
             body = resources.files("exporter.web").joinpath("static", name).read_bytes()
             etag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
             found = Asset(name, content_type, body,

@@ -48,20 +48,22 @@ from exporter.web.ratelimit import parse_go_duration
 from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, kind_name, load_yaml_file
 
-TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
+# by the names of ssl's members: naming them here would load ssl (OpenSSL) in an exporter
+# that serves plain HTTP (exporter/lazy.py)
+TLS_VERSIONS = {  # -> ssl.TLSVersion
+    "TLS10": "TLSv1",
+    "TLS11": "TLSv1_1",
+    "TLS12": "TLSv1_2",
+    "TLS13": "TLSv1_3",
 }
 
 _LEGACY_TLS = ("TLS10", "TLS11")  # names of the format that no handshake here can use
 
 # client_auth_type -> (verify mode, whether it verifies: needs a CA, client_ca_file or the system's)
-CLIENT_AUTH_TYPES = {
-    "NoClientCert": (ssl.CERT_NONE, False),
-    "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
-    "RequireAndVerifyClientCert": (ssl.CERT_REQUIRED, True),
+CLIENT_AUTH_TYPES = {  # the verify mode is ssl.VerifyMode's member of that name
+    "NoClientCert": ("CERT_NONE", False),
+    "VerifyClientCertIfGiven": ("CERT_OPTIONAL", True),
+    "RequireAndVerifyClientCert": ("CERT_REQUIRED", True),
 }
 _UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
 
@@ -323,7 +325,7 @@ def _client_auth(context: ssl.SSLContext, mapping: dict, where: Where, base: Pat
         raise where.error("client_allowed_sans", "needs client_auth_type "
                           "RequireAndVerifyClientCert (other types let a client connect "
                           "without a certificate, leaving no SAN to match)")
-    context.verify_mode = mode
+    context.verify_mode = ssl.VerifyMode[mode]
 
 
 def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVersion:
@@ -336,7 +338,7 @@ def _version(mapping: dict, key: str, where: Where, default: str) -> ssl.TLSVers
         raise where.error(key, f"{name} cannot be served: Python's ssl ({ssl.OPENSSL_VERSION}) "
                           "offers TLS 1.0 and 1.1 no cipher suite, so every client asking for "
                           "them is refused (RFC 8996 deprecates both); use TLS12 or TLS13")
-    return TLS_VERSIONS[name]
+    return ssl.TLSVersion[TLS_VERSIONS[name]]
 
 
 def _users(section: tuple[dict, Where]) -> dict[str, bytes]:
