@@ -345,8 +345,9 @@ def _band_notes(band: BandDecision, req: AnalyzeRequest, fs: float) -> list[str]
     return notes
 
 
-def _step_swings(g: Grid, req: AnalyzeRequest, band: BandDecision, t_start: float,
-                 short: dict[str, str]) -> tuple[list[dict[str, Any]], int]:
+def _window_and_plateau_swings(g: Grid, req: AnalyzeRequest, band: BandDecision,
+                               t_start: float, short: dict[str, str]
+                               ) -> tuple[list[dict[str, Any]], int]:
     """The window and plateau swings and the windows analysed; a swing faster than the
     samples folded into one, and what it keeps from running said in `short`."""
     step, n_windows = window_swings(g, req, band, t_start) if "step" not in short else ([], 0)
@@ -380,7 +381,7 @@ def analyse_trace(trace: Trace, asked: AnalyzeRequest | argparse.Namespace
     notes += _band_notes(band, req, 1.0 / max(g.dt, band.sensor_update_seconds or 0.0))
     t_start = float(g.t[0])
     short = _too_short(g, req)
-    step, n_windows = _step_swings(g, req, band, t_start, short)
+    step, n_windows = _window_and_plateau_swings(g, req, band, t_start, short)
     cycles = cycle_swings(g, req, t_start) if "cycle" not in short else []
     cycles, beat_notes = drop_beats(cycles, step)
     notes += beat_notes

@@ -197,7 +197,7 @@ def uuid5_oid(name: str) -> uuidlib.UUID:
     """uuid.uuid5(NAMESPACE_OID, name), hashed by the interpreter's own SHA-1: uuid5 asks
     hashlib, which loads OpenSSL's libcrypto (~3.5 MiB) into the fake node for it."""
     try:
-        from _sha1 import sha1  # CPython's
+        from _sha1 import sha1  # type: ignore[import-not-found]  # CPython's
     except ImportError:
         from hashlib import sha1
     digest = sha1(uuidlib.NAMESPACE_OID.bytes + name.encode()).digest()

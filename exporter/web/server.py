@@ -108,7 +108,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         """HTTPServer's, less its socket.getfqdn(host): a reverse DNS query at start, and
         the idna codec with unicodedata (~1.3 MiB resident), for a name nothing reads."""
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        host, self.server_port = self.server_address[:2]
+        self.server_name = str(host)
 
     @property
     def web(self) -> WebConfig:
