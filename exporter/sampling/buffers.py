@@ -29,6 +29,9 @@ class PowerBuffer:
         self.times = np.zeros((gpus, capacity))
         self.milliwatts = np.zeros((gpus, capacity), dtype=np.float32)
         self.count = [0] * gpus  # samples ever written, per GPU
+        # each GPU's newest time as a float (what append() compares against), so a drain
+        # does not index the ring for it
+        self._newest = [-math.inf] * gpus
         self._lock = threading.Lock()
 
     @property
@@ -44,8 +47,7 @@ class PowerBuffer:
         dropped (a wall clock stepped back under a polled GPU): the ring stays in time
         order, which window() relies on."""
         with self._lock:
-            newest = self.times[gpu, (self.count[gpu] - 1) % self.capacity] if (
-                self.count[gpu]) else -np.inf
+            newest = self._newest[gpu]
         if len(times) and times[0] <= newest:
             keep = times > newest
             times, watts = times[keep], watts[keep]
@@ -57,12 +59,19 @@ class PowerBuffer:
             n = self.capacity
         else:
             skipped = n
+        milliwatts = np.rint(watts * 1000.0)  # exact below 16.7 kW (np.round's rounding)
         with self._lock:
-            start = self.count[gpu] + skipped - n
-            slots = np.arange(start, start + n) % self.capacity
-            self.times[gpu, slots] = times
-            self.milliwatts[gpu, slots] = np.round(watts * 1000.0)  # exact below 16.7 kW
+            start = (self.count[gpu] + skipped - n) % self.capacity
+            end = start + n
+            if end <= self.capacity:  # most drains: one slice, no index array
+                self.times[gpu, start:end] = times
+                self.milliwatts[gpu, start:end] = milliwatts
+            else:
+                slots = np.arange(start, end) % self.capacity
+                self.times[gpu, slots] = times
+                self.milliwatts[gpu, slots] = milliwatts
             self.count[gpu] += skipped
+            self._newest[gpu] = float(times[-1])
 
     def _segments(self, gpu: int) -> list[tuple[int, int]]:
         """One GPU's samples as physical slot ranges, oldest first: the ring is at most two
