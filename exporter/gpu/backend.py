@@ -166,9 +166,11 @@ class NvmlBackend:
         elif len(args) <= 1:  # the handle alone (most calls): no arguments to key by
             key = (gpu, name)
         else:
-            key = (gpu, name, *(a for a in args[1:] if isinstance(a, int)))
-        if key is not None and key in self._unsupported:
-            return None, self._unsupported[key]
+            key = (gpu, name, *[a for a in args[1:] if isinstance(a, int)])
+        if key is not None and self._unsupported:  # mostly empty: no lookup, no hash
+            known = self._unsupported.get(key)
+            if known is not None:
+                return None, known
         function = getattr(self.nvml, name, None)
         if function is None:  # bindings older than the call: as a driver without the symbol
             self.errors.add(name, "FunctionNotFound")

@@ -9,6 +9,7 @@ A value NVML cannot give is absent (the backend counted the error).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -100,7 +101,7 @@ def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
     handle = backend.handle(gpu)
     if handle is None:
         return {}
-    plan = _plan(tuple(entries))
+    plan = _plan(entries if isinstance(entries, tuple) else tuple(entries))
     out: dict[str, float] = {}
     if plan.field_ids:
         readings = backend.fields(gpu, plan.field_ids)
@@ -108,10 +109,16 @@ def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
             raw = readings.get(field_id)
             if raw is not None and raw not in NOT_AVAILABLE:
                 out[key] = float(raw) * scale
-    for call, served in plan.calls:
-        answer = backend.call(call.name, handle, *call.args, gpu=gpu)
+    call = backend.call
+    for nvml_call, served in plan.calls:  # the member read inline: ~15 a GPU each sweep
+        answer = call(nvml_call.name, handle, *nvml_call.args, gpu=gpu)
+        if answer is None:
+            continue
         for key, member, scale in served:
-            raw = _value(answer, member)
+            if member is None:
+                raw = answer
+            else:
+                raw = answer[member] if isinstance(member, int) else getattr(answer, member)
             if raw is not None and raw not in NOT_AVAILABLE:
                 out[key] = float(raw) * scale
     return out
@@ -141,6 +148,12 @@ def read_identity(backend: NvmlBackend, gpu: int) -> GpuIdentity | None:
     )
 
 
+@functools.lru_cache(maxsize=32)
+def _not_of(cadences: tuple[str, ...]) -> frozenset[str]:
+    """The catalogue's keys of cadences other than these: what a reading carries over."""
+    return frozenset(v.key for v in catalogue.CATALOGUE if v.cadence not in cadences)
+
+
 def read_gpu(backend: NvmlBackend, gpu: int, now: float, cadences: Iterable[str],
              previous: GpuReading | None = None) -> GpuReading | None:
     """The values of the due cadences, over the previous reading's; None without a
@@ -148,7 +161,9 @@ def read_gpu(backend: NvmlBackend, gpu: int, now: float, cadences: Iterable[str]
     if backend.handle(gpu) is None:
         return None
     cadences = tuple(cadences)
-    kept = previous.values.items() if previous is not None else ()
-    values = {k: v for k, v in kept if catalogue.BY_KEY[k].cadence not in cadences}
+    values: dict[str, float] = {}
+    if previous is not None:
+        carried = _not_of(cadences)
+        values = {k: v for k, v in previous.values.items() if k in carried}
     values.update(read_values(backend, gpu, catalogue.of_cadence(*cadences)))
     return GpuReading(now, MappingProxyType(values))
