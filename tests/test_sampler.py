@@ -288,6 +288,20 @@ def test_the_analyses_share_one_thread_and_the_snapshot_follows_them():
     assert snapshots[-1].gpu_count == 8
 
 
+def test_the_power_watch_ticks_in_the_analyses_slot():
+    """The power loop's watch shares the analyses' thread and their slot: the thread
+    wakes once a second for all its loops, not once more for the watch alone."""
+    with threaded() as sampler:
+        loops = {name: sampler.loop(name) for name in ("power", "power_watch", "publish")}
+        wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
+        slot = {name: loop.next_tick % 1.0 for name, loop in loops.items()}
+    apart = (slot["power_watch"] - slot["publish"]) % 1.0
+    assert min(apart, 1.0 - apart) < 0.02
+    # and still after the power tick it watches, within a second
+    after_power = (slot["power_watch"] - slot["power"]) % 1.0
+    assert after_power == pytest.approx(PHASES["power_watch"], abs=0.02)
+
+
 def test_the_xid_thread_waits_2_s_at_a_time_when_no_event_comes():
     """Each wake-up costs 100-300 us of CPU on a VM: a wait lasts 2 s, not 0.5 s. Counted
     as the driver sees them, calls to nvmlEventSetWait: the thread's context switches

@@ -64,16 +64,18 @@ class CollectorMaker:
 # a core off (docs/performance.md). The readers come first, the analyses of what they
 # read next, the snapshot after them.
 PHASES = {"power": 0.0, "sweep": 0.1, "kmsg": 0.3, "analysis": 0.5, "stragglers": 0.5,
-          "publish": 0.5}
+          "publish": 0.5, "power_watch": 0.5}
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 # Loops that never call NVML share one thread (loops.start_together), in this order:
 # due together, the snapshot comes after the analyses it publishes.
 ANALYSES = ("power_watch", "analysis", "stragglers", "publish")
 READERS = ("power", "sweep")  # the loops that read every GPU through NVML
-# The power loop is watched this long after each of its ticks (at most once a second,
-# in the analyses' thread), and a drain inside one GPU's call for POWER_PATIENCE by then
+# The power loop is watched at most once a second, in the analyses' thread and slot
+# (half a sweep interval after the power tick: one wake-up of that thread a second for
+# all its loops, not two), and a drain inside one GPU's call for POWER_PATIENCE by then
 # is left behind: the other GPUs are drained at once, well within the ~2.4 s their
 # driver buffers hold, instead of after the hang timeout. A drain takes ~0.5 ms.
+# POWER_WATCH_DELAY: its first watch after the start (simulated time: its only offset).
 POWER_WATCH_DELAY = 0.25
 POWER_PATIENCE = 0.1
 
@@ -240,11 +242,9 @@ class Sampler:
             loops.append(Loop("kmsg", POLL_SECONDS, self.xids.kernel_log.tick, stop, clock,
                               slot=slot(PHASES["kmsg"])))
         if not manual:  # in simulated time no call holds a loop while time passes
-            power_slot = slot(PHASES["power"])
-            assert power_slot is not None
             loops.append(Loop("power_watch", max(1.0, s.power_drain_interval_seconds),
                               self._watch_power, stop, clock, first_delay=POWER_WATCH_DELAY,
-                              slot=power_slot + POWER_WATCH_DELAY))
+                              slot=slot(PHASES["power_watch"])))
         loops.append(Loop("publish", s.sweep_interval_seconds, self.publish, stop, clock,
                           first_delay=s.sweep_interval_seconds, slot=slot(PHASES["publish"])))
         return loops
