@@ -120,31 +120,29 @@ def read_device(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
     if handle is None:
         return None
     got = backend.scoped_fields(gpu, device_read_requests(nvlinks, reads))
-
-    def value(fid: int, scope: int = 0) -> float | None:
-        return got.get((fid, scope))
+    value = got.get  # by (field, scope): ~120 a GPU, no helper call each
 
     links = []
     per_link = reads.state or reads.errors or (reads.traffic and reads.traffic_per_link)
     for link in range(nvlinks if per_link else 0):
-        state = value(_STATE[0][0], link)
+        state = value((_STATE[0][0], link))
         errors = {kind: v * scale for fid, scale, (kind,) in _ERRORS
-                  if (v := value(fid, link)) is not None}
+                  if (v := value((fid, link))) is not None}
         crc_data = None
         if not reads.errors:
             pass
         elif link < len(fi.NVLINK_CRC_DATA):
-            crc_data = value(fi.NVLINK_CRC_DATA[link])
+            crc_data = value((fi.NVLINK_CRC_DATA[link], 0))
         else:
             crc_data = backend.call("nvmlDeviceGetNvLinkErrorCounter",
                                     handle, link,
                                     fi.NVLINK_ERROR_DL_CRC_DATA, gpu=gpu)
         if crc_data is not None:
             errors["crc_data"] = float(crc_data)
-        tx, rx = (None if (v := value(fid, link)) is None else v * scale
+        tx, rx = (None if (v := value((fid, link))) is None else v * scale
                   for fid, scale, _ in _TRAFFIC)
         links.append(NvLink(link, None if state is None else bool(state), tx, rx, errors))
-    action = value(fi.RECOVERY_ACTION)
+    action = value((fi.RECOVERY_ACTION, 0))
     return DeviceRead(
         time=now,
         ecc_errors=_by_labels(values, catalogue.ECC),

@@ -73,6 +73,7 @@ class PowerSampler:
 
     def tick(self, loop: Loop) -> None:
         now = self.clock.monotonic()
+        half_tick = 0.5 * self.period  # once a tick, not once a GPU (it lists the polled)
 
         def read(gpu: int) -> None:
             reader = self.readers.get(gpu)
@@ -80,7 +81,7 @@ class PowerSampler:
                 return
             # due again one interval on, less half a tick so schedule jitter never skips one
             interval = self.drain_interval if reader.kind != POLL else 0.0
-            self._due[gpu] = now + interval - 0.5 * self.period
+            self._due[gpu] = now + interval - half_tick
             new = reader.read()
             if new is not None and len(new.times):
                 self._store(gpu, new.times, new.watts)
