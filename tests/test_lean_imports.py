@@ -183,6 +183,30 @@ def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
     assert result.stdout.splitlines()[-1] == "[]"
 
 
+def test_an_open_live_page_loads_no_masked_arrays():
+    # /api/v1/power over more samples than a series holds: decimated, its kept indices
+    # made unique by a sort (np.unique would load numpy.ma)
+    code = ("import socket, sys\n"
+            "from exporter.app import Exporter\nfrom exporter.config import Config\n"
+            "from exporter.sampling.clock import ManualClock\n"
+            "exporter = Exporter(Config.of(listen_address='127.0.0.1:0', fake=True, "
+            "fake_costs=False), clock=ManualClock())\n"
+            "exporter.start(threads=False)\n"
+            "exporter.sampler.advance(150)\n"
+            "with socket.socket() as s:\n"
+            "    s.connect(('127.0.0.1', exporter.port))\n"
+            "    s.sendall(b'GET /api/v1/power?seconds=150 HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+            "              b'Connection: close\\r\\n\\r\\n')\n"
+            "    reply = b''.join(iter(lambda: s.recv(65536), b''))\n"
+            "assert b' 200 ' in reply.split(b'\\r\\n')[0] and b'\"decimated\": true' in reply\n"
+            "exporter.stop()\n"
+            "print('numpy.ma' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"
+
+
 def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():
     code = ("import sys\nimport exporter, http.client\n"
             "from exporter import lazy\n"
