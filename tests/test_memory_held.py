@@ -51,3 +51,35 @@ def test_the_power_ring_is_resident_as_it_fills_not_at_start():
     assert ring.window(2, 60)[0].size == 0  # a GPU with no samples reads none, not zeros
     grid_t, grid_w = ring.grid(1.0, 0.1)
     assert np.isnan(grid_w[2]).all() and not np.isnan(grid_w[3]).all()
+
+
+def test_a_full_power_ring_holds_8_bytes_a_sample():
+    """Once its window is full, run's ring for 8 GPUs (64 x 660 slots each) is resident:
+    uint32 microseconds and float32 milliwatts, 2.6 MiB (float64 seconds made it 3.9)."""
+    import numpy as np
+    import pytest
+
+    from exporter.sampling.buffers import PowerBuffer
+
+    stamps = 1_790_000_000_000_000 + np.cumsum(np.full(64 * 660 + 500, 20_000))
+    seconds = stamps.astype(float) / 1e6  # the drain's times: whole microseconds
+    parts = np.array_split(np.arange(stamps.size), 900)
+
+    def fill(ring: PowerBuffer, gpus: int) -> None:
+        for gpu in range(gpus):
+            for part in parts:
+                ring.append(gpu, seconds[part], np.full(part.size, 612.5))
+
+    warm = PowerBuffer(1, 64 * 660, 660.0)  # first calls allocate for themselves: not counted
+    fill(warm, 1)
+    try:
+        before = _resident_kib()
+    except OSError:
+        pytest.skip("no /proc/self/status")
+    ring = PowerBuffer(8, 64 * 660, 660.0)
+    fill(ring, 8)
+    grown = (_resident_kib() - before) / 1024
+    assert 2.0 < grown < 3.2, f"{grown:.2f} MiB"  # 2.58 MiB of pages, and some slack
+    times, watts = ring.window(5, 660.0)
+    assert np.array_equal(times, seconds[-33000:])
+    assert set(watts.tolist()) == {612.5}
