@@ -3,6 +3,7 @@ real NVML) the simulator stay unimported, and every command still parses its own
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -129,6 +130,40 @@ def test_an_unknown_name_of_prometheus_client_is_an_attribute_error():
         prometheus_client.no_such_name  # noqa: B018
     with pytest.raises(ImportError):
         exec("from prometheus_client import no_such_name")
+
+
+_RESIDENT_AFTER_A_FREED_TEMPORARY = """
+import sys
+import numpy as np
+from exporter.cli import tune_interpreter
+if sys.argv[1] == 'tuned':
+    tune_interpreter()
+def rss():
+    return next(int(line.split()[1]) for line in open('/proc/self/status')
+                if line.startswith('VmRSS:'))
+big = np.ones(2**19)  # 4 MiB, freed: glibc would raise its mmap threshold to it
+del big
+before = rss()
+temporary = np.ones(2**18)  # a 2 MiB temporary, as the analyses make every second
+del temporary
+print(rss() - before)
+"""
+
+
+def _kib_kept_after_a_temporary(mode: str) -> int:
+    result = subprocess.run([sys.executable, "-c", _RESIDENT_AFTER_A_FREED_TEMPORARY, mode],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_run_hands_large_temporaries_back_to_the_system():
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallopt") or not os.path.exists("/proc/self/status"):
+        pytest.skip("not glibc on Linux")
+    assert _kib_kept_after_a_temporary("tuned") < 512
+    assert _kib_kept_after_a_temporary("untuned") > 1024  # what the fixed threshold prevents
 
 
 def test_a_fake_exporter_without_state_directory_loads_no_sqlite():
