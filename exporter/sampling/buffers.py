@@ -48,7 +48,9 @@ class PowerBuffer:
     @property
     def times(self) -> np.ndarray:
         """The array the times are held in (uint32 microseconds, or float64 seconds)."""
-        return self._seconds if self._micros is None else self._micros
+        held = self._micros if self._micros is not None else self._seconds
+        assert held is not None  # one of the two, always
+        return held
 
     @property
     def nbytes(self) -> int:
@@ -91,17 +93,21 @@ class PowerBuffer:
 
     def _to_seconds(self) -> None:
         """Hold every time as float64 seconds from now on (caller holds the lock)."""
+        micros = self._micros
+        if micros is None:
+            return
         seconds = np.zeros(self.milliwatts.shape)
         for gpu in range(self.gpus):
             for a, b in self._segments(gpu):
-                seconds[gpu, a:b] = self._decode(gpu, self._micros[gpu, a:b])
+                seconds[gpu, a:b] = self._decode(gpu, micros[gpu, a:b])
         self._seconds, self._micros = seconds, None
 
     def _encode(self, gpu: int, times: np.ndarray) -> np.ndarray | None:
         """New times as microseconds after the GPU's epoch (moved on when they no longer
         fit); None when they are not whole microseconds or cannot fit (caller holds the
         lock)."""
-        if not np.isfinite(times).all():
+        micros = self._micros
+        if micros is None or not np.isfinite(times).all():
             return None
         us = np.round(times * _MICRO)
         if np.abs(us).max() >= 2.0**53:
@@ -116,11 +122,11 @@ class PowerBuffer:
             if not self.count[gpu]:
                 return None
             segments = self._segments(gpu)
-            oldest = epoch + int(self._micros[gpu, segments[0][0]])
+            oldest = epoch + int(micros[gpu, segments[0][0]])
             if int(us[-1]) - oldest >= _SPAN_US:
                 return None
             for a, b in segments:
-                self._micros[gpu, a:b] -= np.uint32(oldest - epoch)
+                micros[gpu, a:b] -= np.uint32(oldest - epoch)
             self._epoch[gpu] = epoch = oldest
         return us - epoch
 
