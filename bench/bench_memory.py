@@ -6,7 +6,7 @@ Prometheus pair; beside it, a bare interpreter importing the same libraries (mea
 the same run).
 
     python bench/bench_memory.py [--seconds 780] [--scenario gpu-lost] [--every 5]
-                                 [--no-fake-costs]   # run --fake --no-fake.costs
+                                 [--no-costs]   # run --fake --no-fake.costs
 
 The power window is full after 660 s, so --seconds below ~720 measures no steady state.
 
@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=WINDOW_SECONDS + 120)
     parser.add_argument("--scenario", default="training")
     parser.add_argument("--every", type=float, default=5.0, help="RSS sample interval (s)")
-    parser.add_argument("--no-fake-costs", action="store_true",
+    parser.add_argument("--no-costs", action="store_true",
                         help="run --fake --no-fake.costs (the fake charges no NVML call)")
     parser.add_argument("--imports", action="store_true", help="the import floor, by part")
     parser.add_argument("--rounds", type=int, default=3, help="--imports: runs per line")
@@ -209,9 +209,9 @@ def main() -> None:
     if args.data is not None:
         print_data(args.data, args.scenario)
         return
-    ours = measure(args.seconds, args.scenario, args.every, costs=not args.no_fake_costs)
+    ours = measure(args.seconds, args.scenario, args.every, costs=not args.no_costs)
     ref = _reference_rss() / MIB
-    costs = " --no-fake.costs" if args.no_fake_costs else ""
+    costs = " --no-fake.costs" if args.no_costs else ""
     print(f"run --fake{costs} --scenario {args.scenario}, {args.seconds:g} s, scraped every "
           f"{SCRAPE_SECONDS:g} s:")
     print("  RSS " + ", ".join(f"{k} {v:.1f} MiB" for k, v in ours.items())
