@@ -6,6 +6,7 @@ Prometheus pair; beside it, a bare interpreter importing the same libraries (mea
 the same run).
 
     python bench/bench_memory.py [--seconds 780] [--scenario gpu-lost] [--every 5]
+                                 [--no-costs]   # run --fake --no-fake.costs
 
 The power window is full after 660 s, so --seconds below ~720 measures no steady state.
 
@@ -49,10 +50,12 @@ def _reference_rss() -> int:
     return int(ref.stdout) * 1024
 
 
-def measure(seconds: float, scenario: str, every: float) -> dict[str, float]:
+def measure(seconds: float, scenario: str, every: float, costs: bool = True
+            ) -> dict[str, float]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "run", "--fake", "--scenario",
-                             scenario, "--web.listen-address", f"127.0.0.1:{port}"],
+                             scenario, "--web.listen-address", f"127.0.0.1:{port}",
+                             *([] if costs else ["--no-fake.costs"])],
                             stderr=subprocess.DEVNULL)
     series: list[tuple[float, int]] = []
     try:
@@ -133,6 +136,10 @@ def _structures(exporter) -> dict[str, int]:
     power = sampler.power.buffer
     if power is not None:
         out["power ring (times + mW)"] = power.nbytes
+        # its pages are resident as samples fill them: the slots written so far
+        written = sum(min(n, power.capacity) for n in power.count)
+        out["  of it written (resident)"] = power.nbytes * written // (
+            power.gpus * power.capacity)
     sweep = getattr(sampler.analyses, "sweep_buffer", None)
     if sweep is not None:
         out["sweep window (stragglers)"] = (sweep.times.nbytes + sweep.row_times.nbytes
@@ -189,6 +196,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=WINDOW_SECONDS + 120)
     parser.add_argument("--scenario", default="training")
     parser.add_argument("--every", type=float, default=5.0, help="RSS sample interval (s)")
+    parser.add_argument("--no-costs", action="store_true",
+                        help="run --fake --no-fake.costs (the fake charges no NVML call)")
     parser.add_argument("--imports", action="store_true", help="the import floor, by part")
     parser.add_argument("--rounds", type=int, default=3, help="--imports: runs per line")
     parser.add_argument("--data", type=float, metavar="MINUTES",
@@ -200,9 +209,10 @@ def main() -> None:
     if args.data is not None:
         print_data(args.data, args.scenario)
         return
-    ours = measure(args.seconds, args.scenario, args.every)
+    ours = measure(args.seconds, args.scenario, args.every, costs=not args.no_costs)
     ref = _reference_rss() / MIB
-    print(f"run --fake --scenario {args.scenario}, {args.seconds:g} s, scraped every "
+    costs = " --no-fake.costs" if args.no_costs else ""
+    print(f"run --fake{costs} --scenario {args.scenario}, {args.seconds:g} s, scraped every "
           f"{SCRAPE_SECONDS:g} s:")
     print("  RSS " + ", ".join(f"{k} {v:.1f} MiB" for k, v in ours.items())
           + f" (steady: median once the {WINDOW_SECONDS} s power window is full)")

@@ -115,9 +115,12 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: str | None,
     return ""
 
 
-# glibc's mallopt() parameter for the most malloc arenas (malloc.h)
+# glibc's mallopt() parameters (malloc.h): the most malloc arenas, the size from which an
+# allocation is its own mapping
 M_ARENA_MAX = -8
 MALLOC_ARENAS = 2
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's default, held there
 
 
 def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
@@ -132,12 +135,26 @@ def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """glibc raises its mmap threshold to the size of each mapped block freed (up to 32
+    MiB), so after the first large numpy temporary (a 660 s window, an FFT) later ones
+    come from the heap, and the heap keeps their pages: ~2 MB more resident over the
+    first minutes of `run --fake` (docs/performance.md, memory). Held at 128 KiB, each
+    is mapped and handed back when freed. False where the C library has no mallopt."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, size))
+    except (OSError, AttributeError):
+        return False
+
+
 def tune_interpreter() -> None:
     """Before start: hand the GIL over every 1 ms instead of 5 ms, so a scrape's thread
-    is not held up behind a snapshot being rendered, and cap glibc's malloc arenas
-    (docs/performance.md). The benchmarks call it too, to measure what `run` runs."""
+    is not held up behind a snapshot being rendered, cap glibc's malloc arenas and hold
+    its mmap threshold (docs/performance.md). The benchmarks call it too, to measure what
+    `run` runs."""
     sys.setswitchinterval(0.001)
     cap_malloc_arenas()
+    fix_mmap_threshold()
 
 
 def freeze_startup_objects() -> None:

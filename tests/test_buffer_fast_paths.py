@@ -36,9 +36,12 @@ def reference_grid(buf: PowerBuffer, seconds: float, dt: float, end: float | Non
     return grid, out
 
 
-def random_buffer(rng: np.random.Generator, capacity: int) -> PowerBuffer:
+def random_buffer(rng: np.random.Generator, capacity: int, whole_micros: bool = False,
+                  origin: float = 0.0) -> PowerBuffer:
     """GPUs at different rates with jitter, holes, a stale one and an empty one,
-    appended in drains, so the ring wraps anywhere."""
+    appended in drains, so the ring wraps anywhere. whole_micros: the times whole
+    microseconds after `origin`, as the driver stamps them (held in 32 bits); else any
+    floats (held as float64)."""
     gpus = 5
     buf = PowerBuffer(gpus, capacity)
     for gpu in range(gpus - 1):
@@ -48,6 +51,8 @@ def random_buffer(rng: np.random.Generator, capacity: int) -> PowerBuffer:
         t = t[t < stop]
         for a, b in rng.uniform(t[0], stop, (int(rng.integers(0, 4)), 2)):
             t = t[(t < min(a, b)) | (t > min(a, b) + rng.uniform(0.1, 3.0))]  # a hole
+        if whole_micros:
+            t = np.unique(np.round((t + origin) * 1e6)) / 1e6  # as the drain makes them
         watts = 100 + 400 * rng.random(t.size)
         for chunk in np.array_split(np.arange(t.size), max(1, t.size // 50)):
             buf.append(gpu, t[chunk], watts[chunk])
@@ -55,11 +60,15 @@ def random_buffer(rng: np.random.Generator, capacity: int) -> PowerBuffer:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_grid_is_exactly_the_per_gpu_interpolation(seed: int) -> None:
+@pytest.mark.parametrize("whole_micros, origin", [(False, 0.0), (True, 0.0), (True, 1.79e9)])
+def test_grid_is_exactly_the_per_gpu_interpolation(seed: int, whole_micros: bool,
+                                                   origin: float) -> None:
     rng = np.random.default_rng(seed)
-    buf = random_buffer(rng, int(rng.choice([64, 300, 5000, 30000])))
+    buf = random_buffer(rng, int(rng.choice([64, 300, 5000, 30000])), whole_micros, origin)
+    assert (buf.times.dtype == np.uint32) == whole_micros
     for seconds, dt in ((2.0, 0.1), (120.0, 0.1), (60.0, 0.02), (600.0, 0.2), (0.5, 0.02)):
         for end in (None, 99.0, 50.5, 29.9, 3.0, -5.0):
+            end = None if end is None else origin + end
             want = reference_grid(buf, seconds, dt, end)
             got = buf.grid(seconds, dt, end)
             assert np.array_equal(got[0], want[0])
@@ -108,7 +117,7 @@ def test_sweep_window_is_the_rows_within_seconds_of_the_newest(seed: int) -> Non
                     assert np.array_equal(got[name], want[name], equal_nan=True)
 
 
-def test_power_is_held_in_half_the_memory_and_read_back_as_written() -> None:
+def test_power_is_held_in_8_bytes_a_sample_and_read_back_as_written() -> None:
     """NVML reports whole milliwatts: held as float32 mW, each reading comes back as the
     very float64 it was written as (mW / 1000), up to 16.7 kW."""
     rng = np.random.default_rng(3)
@@ -121,7 +130,7 @@ def test_power_is_held_in_half_the_memory_and_read_back_as_written() -> None:
     assert w.dtype == np.float64 and np.array_equal(w, watts) and np.array_equal(t, times)
     _, gridded = buffer.grid(5.0, 0.02)
     assert gridded.dtype == np.float64
-    assert buffer.nbytes == 600 * (8 + 4)  # float64 times, float32 milliwatts
+    assert buffer.nbytes == 600 * (4 + 4)  # uint32 microseconds, float32 milliwatts
     # a reading finer than a milliwatt (a replayed log) is kept to the nearest milliwatt
     buffer.append(0, np.array([times[-1] + 1]), np.array([300.1234]))
     assert buffer.window(0, 0.5)[1][-1] == pytest.approx(300.123, abs=1e-9)
@@ -136,3 +145,82 @@ def test_grid_of_float32_milliwatts_matches_float64_watts() -> None:
     buffer.append(0, times, watts)
     grid, out = buffer.grid(50.0, 0.02)
     assert np.array_equal(out[0], np.interp(grid, times, watts))
+
+
+def _held(appended: list[np.ndarray], capacity: int) -> np.ndarray:
+    everything = np.concatenate(appended) if appended else np.zeros(0)
+    return everything[-capacity:]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("capacity", [50, 700, 5000])
+def test_windows_of_microsecond_times_are_the_times_written(seed: int, capacity: int) -> None:
+    """Times held as 32-bit microseconds read back as the very float64 seconds written, and
+    a window's bounds (start < t <= end) fall exactly where they fall on those floats,
+    a bound on a sample's own time included; over hours, past what 32 bits of
+    microseconds span (the epoch moves on with the samples)."""
+    rng = np.random.default_rng(seed)
+    ring = PowerBuffer(2, capacity)
+    appended: list[list[np.ndarray]] = [[], []]
+    stamp = [int(1.79e15) + int(rng.integers(0, 10**9))] * 2  # the driver's microseconds
+    for drain in range(400):
+        for gpu in range(2):
+            n = int(rng.integers(0, 80))
+            steps = rng.integers(15_000, 25_000, n)
+            if drain % 200 == 13 and n:
+                steps[0] = 3_000_000_000  # a GPU silent for 50 minutes
+            stamps = stamp[gpu] + np.cumsum(steps)
+            stamp[gpu] = int(stamps[-1]) if n else stamp[gpu]
+            times = stamps.astype(float) / 1e6  # as the drain makes them
+            ring.append(gpu, times, rng.integers(50_000, 700_000, n) / 1000.0)
+            appended[gpu].append(times)
+        if drain % 23:
+            continue
+        assert ring.times.dtype == np.uint32
+        for gpu in range(2):
+            held = _held(appended[gpu], capacity)
+            got_t, got_w = ring.window(gpu, np.inf)
+            assert np.array_equal(got_t, held)
+            if held.size < 2:
+                continue
+            for _ in range(10):
+                a, b = np.sort(rng.choice(held, 2))
+                for end, seconds in ((b, b - a), (b + 1e-7, b - a), (b - 1e-7, b - a - 2e-7),
+                                     (np.nextafter(b, 0), b - np.nextafter(a, 0))):
+                    t, _ = ring.window(gpu, seconds, end)
+                    start = end - seconds
+                    assert np.array_equal(t, held[(held > start) & (held <= end)])
+
+
+def test_a_time_not_a_whole_microsecond_turns_the_ring_to_float64_seconds() -> None:
+    """A polled GPU's wall clock (or a re-based driver clock) is kept exactly too."""
+    ring = PowerBuffer(2, 100)
+    stamps = 1.79e9 + np.arange(60) * 0.02
+    ring.append(0, stamps, np.full(60, 300.0))
+    ring.append(1, stamps[:30], np.full(30, 200.0))
+    assert ring.times.dtype == np.uint32
+    polled = stamps[-1] + np.array([0.1234567891, 0.2234567891])
+    ring.append(1, polled, np.array([250.0, 260.0]))
+    assert ring.times.dtype == np.float64 and ring.nbytes == 2 * 100 * (8 + 4)
+    assert np.array_equal(ring.window(0, np.inf)[0], stamps)
+    assert np.array_equal(ring.window(1, np.inf)[0], np.concatenate([stamps[:30], polled]))
+    assert ring.window(1, 0.15)[1].tolist() == [250.0, 260.0]
+    ring.append(0, np.array([stamps[-1] + 1.0]), np.array([1.0]))
+    assert ring.window(0, 0.5)[0].tolist() == [stamps[-1] + 1.0]
+
+
+def test_samples_held_over_more_than_71_minutes_turn_the_ring_to_float64_seconds() -> None:
+    """32 bits of microseconds span 71.6 minutes: a GPU whose held samples span more
+    (silent for over an hour, its ring not yet wrapped) keeps them all, as float64."""
+    ring = PowerBuffer(1, 100)
+    first = 1.79e9 + np.arange(10) * 0.02
+    ring.append(0, first, np.full(10, 300.0))
+    later = first[-1] + 4300.0 + np.arange(10) * 0.02
+    ring.append(0, later, np.full(10, 310.0))
+    assert ring.times.dtype == np.float64
+    assert np.array_equal(ring.window(0, np.inf)[0], np.concatenate([first, later]))
+    hours = PowerBuffer(1, 10)  # a GPU read on for hours: the epoch moves with the ring
+    for hour in range(5):
+        hours.append(0, first + 3600.0 * hour, np.full(10, 300.0))
+    assert hours.times.dtype == np.uint32
+    assert np.array_equal(hours.window(0, 10.0)[0], first + 3600.0 * 4)

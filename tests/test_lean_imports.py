@@ -3,6 +3,7 @@ real NVML) the simulator stay unimported, and every command still parses its own
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -131,6 +132,40 @@ def test_an_unknown_name_of_prometheus_client_is_an_attribute_error():
         exec("from prometheus_client import no_such_name")
 
 
+_RESIDENT_AFTER_A_FREED_TEMPORARY = """
+import sys
+import numpy as np
+from exporter.cli import tune_interpreter
+if sys.argv[1] == 'tuned':
+    tune_interpreter()
+def rss():
+    return next(int(line.split()[1]) for line in open('/proc/self/status')
+                if line.startswith('VmRSS:'))
+big = np.ones(2**19)  # 4 MiB, freed: glibc would raise its mmap threshold to it
+del big
+before = rss()
+temporary = np.ones(2**18)  # a 2 MiB temporary, as the analyses make every second
+del temporary
+print(rss() - before)
+"""
+
+
+def _kib_kept_after_a_temporary(mode: str) -> int:
+    result = subprocess.run([sys.executable, "-c", _RESIDENT_AFTER_A_FREED_TEMPORARY, mode],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_run_hands_large_temporaries_back_to_the_system():
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallopt") or not os.path.exists("/proc/self/status"):
+        pytest.skip("not glibc on Linux")
+    assert _kib_kept_after_a_temporary("tuned") < 512
+    assert _kib_kept_after_a_temporary("untuned") > 1024  # what the fixed threshold prevents
+
+
 def test_a_fake_exporter_without_state_directory_loads_no_sqlite():
     code = ("import sys\nsys.path.insert(0, '.')\nfrom tests.tools import ExporterFactory\n"
             "factory = ExporterFactory()\nexporter = factory.start(manual=True)\n"
@@ -181,6 +216,30 @@ def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_an_open_live_page_loads_no_masked_arrays():
+    # /api/v1/power over more samples than a series holds: decimated, its kept indices
+    # made unique by a sort (np.unique would load numpy.ma)
+    code = ("import socket, sys\n"
+            "from exporter.app import Exporter\nfrom exporter.config import Config\n"
+            "from exporter.sampling.clock import ManualClock\n"
+            "exporter = Exporter(Config.of(listen_address='127.0.0.1:0', fake=True, "
+            "fake_costs=False), clock=ManualClock())\n"
+            "exporter.start(threads=False)\n"
+            "exporter.sampler.advance(150)\n"
+            "with socket.socket() as s:\n"
+            "    s.connect(('127.0.0.1', exporter.port))\n"
+            "    s.sendall(b'GET /api/v1/power?seconds=150 HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+            "              b'Connection: close\\r\\n\\r\\n')\n"
+            "    reply = b''.join(iter(lambda: s.recv(65536), b''))\n"
+            "assert b' 200 ' in reply.split(b'\\r\\n')[0] and b'\"decimated\": true' in reply\n"
+            "exporter.stop()\n"
+            "print('numpy.ma' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"
 
 
 def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():

@@ -34,8 +34,8 @@ def resident_kib():
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 before = resident_kib()
-ring = PowerBuffer(8, 64 * 660, 660.0)  # run's ring for 8 GPUs: 3.9 MiB
-assert ring.nbytes > 3_500_000
+ring = PowerBuffer(8, 64 * 660, 660.0)  # run's ring for 8 GPUs: 2.6 MiB
+assert ring.nbytes > 2_500_000
 grown = resident_kib() - before
 assert grown < 1024, grown  # the pages are the kernel's zeros until written
 assert ring.latest_time() is None and ring.window(0, 60)[0].size == 0
@@ -52,6 +52,46 @@ assert np.isnan(grid_w[2]).all() and not np.isnan(grid_w[3]).all()
 def test_the_power_ring_is_resident_as_it_fills_not_at_start():
     """In a fresh interpreter, as `run` makes it: in a process that has freed large
     arrays before (this test run), glibc may hand back pages already resident."""
+    _in_a_fresh_process(RING_IN_A_FRESH_PROCESS)
+
+
+FULL_RING_IN_A_FRESH_PROCESS = """
+import numpy as np
+from exporter.sampling.buffers import PowerBuffer
+
+def resident_kib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+stamps = 1_790_000_000_000_000 + np.cumsum(np.full(64 * 660 + 500, 20_000))
+seconds = stamps.astype(float) / 1e6  # the drain's times: whole microseconds
+parts = np.array_split(np.arange(stamps.size), 900)
+
+def fill(ring, gpus):
+    for gpu in range(gpus):
+        for part in parts:
+            ring.append(gpu, seconds[part], np.full(part.size, 612.5))
+
+warm = PowerBuffer(1, 64 * 660, 660.0)  # first calls allocate for themselves: not counted
+fill(warm, 1)
+before = resident_kib()
+ring = PowerBuffer(8, 64 * 660, 660.0)
+fill(ring, 8)
+grown = (resident_kib() - before) / 1024
+assert 2.0 < grown < 3.2, f"{grown:.2f} MiB"  # 2.58 MiB of pages, and some slack
+times, watts = ring.window(5, 660.0)
+assert np.array_equal(times, seconds[-33000:])
+assert set(watts.tolist()) == {612.5}
+"""
+
+
+def test_a_full_power_ring_holds_8_bytes_a_sample():
+    """Once its window is full, run's ring for 8 GPUs (64 x 660 slots each) is resident:
+    uint32 microseconds and float32 milliwatts, 2.6 MiB (float64 seconds made it 3.9)."""
+    _in_a_fresh_process(FULL_RING_IN_A_FRESH_PROCESS)
+
+
+def _in_a_fresh_process(code: str) -> None:
     import subprocess
     import sys
     from pathlib import Path
@@ -60,7 +100,6 @@ def test_the_power_ring_is_resident_as_it_fills_not_at_start():
 
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc/self/status")
-    result = subprocess.run([sys.executable, "-c", RING_IN_A_FRESH_PROCESS],
-                            capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parent.parent)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr

@@ -121,6 +121,27 @@ def test_decimation_keeps_each_buckets_extremes_in_time_order():
     assert api.decimate(t[:100], w[:100], 1000)[2] is False
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_decimation_keeps_what_unique_indices_keep(seed: int) -> None:
+    """The kept indices, made unique by a sort: those np.unique gives (gaps as NaN)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1001, 20_000))
+    t = np.cumsum(rng.uniform(0.01, 0.03, n))
+    w = rng.integers(0, 4, n).astype(float)  # ties: a bucket's lowest may be its highest
+    w[rng.random(n) < 0.1] = np.nan
+    w[:int(rng.integers(0, 50))] = np.nan  # a whole bucket without a value
+    td, wd, decimated = api.decimate(t, w, 1000)
+    per = -(-n // 500)
+    padded = np.concatenate([w, np.full(-(-n // per) * per - n, np.nan)]).reshape(-1, per)
+    base = np.arange(len(padded)) * per
+    lo = np.argmin(np.where(np.isnan(padded), np.inf, padded), axis=1)
+    hi = np.argmax(np.where(np.isnan(padded), -np.inf, padded), axis=1)
+    keep = np.unique(np.concatenate([base + lo, base + hi]))
+    keep = keep[keep < n]
+    assert decimated and np.array_equal(td, t[keep])
+    assert np.array_equal(wd, w[keep], equal_nan=True)
+
+
 def test_a_snapshot_without_samples_answers_empty_series():
     body = json.loads(api.power_body(make_snapshot(2), api.PowerQuery(30, None)))
     assert body["gpus"] == {"0": {"timestamps": [], "watts": [], "decimated": False},

@@ -2,7 +2,9 @@
 pages are resident once its first window has filled them).
 
 - PowerBuffer: each GPU's power samples at their native rate, with the driver's own
-  timestamps (GPUs arrive at different times and rates: one ring per GPU). Power is held
+  timestamps (GPUs arrive at different times and rates: one ring per GPU), held as whole
+  microseconds in 32 bits after a per-GPU epoch, as the driver stamps them (float64
+  seconds only where a time is not a whole microsecond). Power is held
   as whole milliwatts in float32, which the driver reports (NVML gives integer mW) and
   float32 holds exactly up to 16.7 kW: read back as watts, each value is the float64 it
   was written as, in half the memory (1.3 MiB less for 8 GPUs and 660 s).
@@ -18,15 +20,23 @@ from collections.abc import Iterable
 
 import numpy as np
 
+_MICRO = 1e6
+_SPAN_US = 2**32  # what a uint32 holds: 71.6 minutes of microseconds
+
 
 class PowerBuffer:
     def __init__(self, gpus: int, capacity: int, span_seconds: float = 0.0):
         self.capacity = capacity
         self.span_seconds = span_seconds  # the time it is sized for (readers' bound)
-        # zeros, not NaN: the kernel's zero pages, made resident as samples fill them
-        # (3.9 MiB for 8 GPUs and 660 s, all of it at start when filled with NaN); no
-        # reader looks past a GPU's count
-        self.times = np.zeros((gpus, capacity))
+        # zeros, not NaN: the kernel's zero pages, made resident as samples fill them; no
+        # reader looks past a GPU's count. Times as whole microseconds after each GPU's
+        # epoch in 32 bits (the driver stamps whole microseconds): 2.6 MiB for 8 GPUs and
+        # 660 s with the milliwatts, where float64 seconds took 3.9. A time that is not a
+        # whole microsecond (a polled GPU's wall clock, a re-based driver clock), or a
+        # GPU's samples spanning more than 71 minutes, turns the ring to float64 seconds.
+        self._micros: np.ndarray | None = np.zeros((gpus, capacity), dtype=np.uint32)
+        self._epoch = [0] * gpus  # each GPU's microsecond 0 (its first sample's)
+        self._seconds: np.ndarray | None = None  # float64 times, once a time needs them
         self.milliwatts = np.zeros((gpus, capacity), dtype=np.float32)
         self.count = [0] * gpus  # samples ever written, per GPU
         # each GPU's newest time as a float (what append() compares against), so a drain
@@ -36,11 +46,92 @@ class PowerBuffer:
 
     @property
     def gpus(self) -> int:
-        return self.times.shape[0]
+        return self.milliwatts.shape[0]
+
+    @property
+    def times(self) -> np.ndarray:
+        """The array the times are held in (uint32 microseconds, or float64 seconds)."""
+        held = self._micros if self._micros is not None else self._seconds
+        assert held is not None  # one of the two, always
+        return held
 
     @property
     def nbytes(self) -> int:
         return self.times.nbytes + self.milliwatts.nbytes
+
+    def _decode(self, gpu: int, held: np.ndarray) -> np.ndarray:
+        """Held times as float64 seconds: exactly the floats written (caller holds the
+        lock)."""
+        if self._micros is None:
+            return held
+        return (held.astype(np.int64) + self._epoch[gpu]) / _MICRO
+
+    def _time_at(self, gpu: int, slot: int) -> float:
+        return float(self._decode(gpu, self.times[gpu, slot:slot + 1])[0])
+
+    def _after(self, gpu: int, held: np.ndarray, t: float) -> int:
+        """The index of the first held time later than t (held: one increasing run)."""
+        if self._micros is None:
+            return int(held.searchsorted(t, side="right"))
+        if math.isnan(t) or t == math.inf:
+            return len(held)
+        if t == -math.inf:
+            return 0
+        epoch = self._epoch[gpu]
+        q = math.floor(t * _MICRO) - epoch  # within a microsecond of the answer
+        if q > _SPAN_US:
+            return len(held)
+        if q < -2:
+            return 0
+        while (epoch + q) / _MICRO > t:  # the least q decoded later than t, as decoded
+            q -= 1
+        q += 1
+        while (epoch + q) / _MICRO <= t:
+            q += 1
+        if q <= 0:
+            return 0
+        if q >= _SPAN_US:
+            return len(held)
+        return int(held.searchsorted(np.uint32(q), side="left"))
+
+    def _to_seconds(self) -> None:
+        """Hold every time as float64 seconds from now on (caller holds the lock)."""
+        micros = self._micros
+        if micros is None:
+            return
+        seconds = np.zeros(self.milliwatts.shape)
+        for gpu in range(self.gpus):
+            for a, b in self._segments(gpu):
+                seconds[gpu, a:b] = self._decode(gpu, micros[gpu, a:b])
+        self._seconds, self._micros = seconds, None
+
+    def _encode(self, gpu: int, times: np.ndarray) -> np.ndarray | None:
+        """New times as microseconds after the GPU's epoch (moved on when they no longer
+        fit); None when they are not whole microseconds or cannot fit (caller holds the
+        lock)."""
+        micros = self._micros
+        if micros is None or not np.isfinite(times).all():
+            return None
+        us = np.round(times * _MICRO)
+        if np.abs(us).max() >= 2.0**53:
+            return None
+        us = us.astype(np.int64)
+        if not np.array_equal(us / _MICRO, times):
+            return None
+        if not self.count[gpu]:
+            self._epoch[gpu] = int(us[0])
+        epoch = self._epoch[gpu]
+        if int(us[-1]) - epoch >= _SPAN_US:  # move the epoch on to the oldest held
+            if not self.count[gpu]:
+                return None
+            segments = self._segments(gpu)
+            oldest = epoch + int(micros[gpu, segments[0][0]])
+            if int(us[-1]) - oldest >= _SPAN_US:
+                return None
+            for a, b in segments:
+                micros[gpu, a:b] -= np.uint32(oldest - epoch)
+            self._epoch[gpu] = epoch = oldest
+        return us - epoch
 
     def append(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
         """New samples of one GPU, oldest first. Any not newer than the GPU's newest are
@@ -61,14 +152,21 @@ class PowerBuffer:
             skipped = n
         milliwatts = np.rint(watts * 1000.0)  # exact below 16.7 kW (np.round's rounding)
         with self._lock:
+            held: np.ndarray = times
+            if self._micros is not None:
+                encoded = self._encode(gpu, times)
+                if encoded is None:
+                    self._to_seconds()
+                else:
+                    held = encoded
             start = (self.count[gpu] + skipped - n) % self.capacity
             end = start + n
             if end <= self.capacity:  # most drains: one slice, no index array
-                self.times[gpu, start:end] = times
+                self.times[gpu, start:end] = held
                 self.milliwatts[gpu, start:end] = milliwatts
             else:
                 slots = np.arange(start, end) % self.capacity
-                self.times[gpu, slots] = times
+                self.times[gpu, slots] = held
                 self.milliwatts[gpu, slots] = milliwatts
             self.count[gpu] += skipped
             self._newest[gpu] = float(times[-1])
@@ -84,15 +182,15 @@ class PowerBuffer:
 
     def _runs(self, gpu: int, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         """One GPU's samples with start < time <= end, oldest first, found by binary search
-        (a short window costs no copy of the whole ring): times as views of the ring
-        (copies only where the window crosses its end), watts as new float64 arrays
-        (caller holds the lock)."""
+        (a short window costs no copy of the whole ring): float64 times (views of a
+        float64 ring, copies only where the window crosses its end) and watts as new
+        float64 arrays (caller holds the lock)."""
         times, watts = [], []
         for a, b in self._segments(gpu):
             run = self.times[gpu, a:b]
-            lo, hi = run.searchsorted((start, end), side="right")
+            lo, hi = self._after(gpu, run, start), self._after(gpu, run, end)
             if hi > lo:
-                times.append(run[lo:hi])
+                times.append(self._decode(gpu, run[lo:hi]))
                 watts.append(np.divide(self.milliwatts[gpu, a + lo:a + hi], 1000.0,
                                        dtype=np.float64))  # float32 / 1000.0 stays float32
         if not times:
@@ -105,18 +203,19 @@ class PowerBuffer:
         """Copies of one GPU's samples with start < time <= end, oldest first."""
         with self._lock:
             times, watts = self._runs(gpu, start, end)
-            return times.copy(), watts  # watts: already a new array
+            # watts: already a new array; times too unless read from float64 seconds
+            return (times.copy() if self._micros is None else times), watts
 
     def _earliest(self) -> float:
         """The oldest sample any GPU still holds."""
         with self._lock:
-            firsts = [self.times[g, (self.count[g] - min(self.count[g], self.capacity))
-                                 % self.capacity] for g in range(self.gpus) if self.count[g]]
+            firsts = [self._time_at(g, (self.count[g] - min(self.count[g], self.capacity))
+                                    % self.capacity) for g in range(self.gpus) if self.count[g]]
         return min(firsts) if firsts else -np.inf
 
     def latest_time(self) -> float | None:
         with self._lock:
-            ends = [self.times[g, (self.count[g] - 1) % self.capacity]
+            ends = [self._time_at(g, (self.count[g] - 1) % self.capacity)
                     for g in range(self.gpus) if self.count[g]]
         return max(ends) if ends else None
 
@@ -127,7 +226,7 @@ class PowerBuffer:
             with self._lock:
                 if not self.count[gpu]:
                     return np.zeros(0), np.zeros(0)
-                end = float(self.times[gpu, (self.count[gpu] - 1) % self.capacity])
+                end = self._time_at(gpu, (self.count[gpu] - 1) % self.capacity)
         return self._between(gpu, end - seconds, end)
 
     def grid(self, seconds: float, dt: float, end: float | None = None

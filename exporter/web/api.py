@@ -180,7 +180,9 @@ def decimate(times: np.ndarray, watts: np.ndarray, cap: int
     lo = np.argmin(np.where(missing, np.inf, padded), axis=1)
     hi = np.argmax(np.where(missing, -np.inf, padded), axis=1)
     base = np.arange(buckets) * per
-    keep = np.unique(np.concatenate([base + lo, base + hi]))
+    keep = np.sort(np.concatenate([base + lo, base + hi]))
+    # each index once (np.unique would load numpy.ma, ~1 MiB, when a page is open)
+    keep = keep[np.concatenate(([True], keep[1:] != keep[:-1]))]
     keep = keep[keep < n]
     return times[keep], watts[keep], True
 
