@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.analysis.signal import detrend, hann
+from exporter.analysis.signal import ColumnBlocks, detrend, hann
 
 INSTANT = "instantaneous"
 AVERAGED = "averaged"
@@ -286,7 +286,7 @@ def averaging_evidence(series: list[tuple[np.ndarray, np.ndarray]], seconds: flo
     return _verdict(edges, hf, rough, dt, seconds, stats)
 
 
-class InterpolatedRows:
+class InterpolatedRows(ColumnBlocks):
     """Each GPU's readings interpolated onto ``times``, an (N, M) grid never held whole:
     ``[:, a:b]`` makes that block of columns (a long trace's grid is over a million
     samples a GPU), a block of ``block`` columns at a time, kept for the reads in it.
@@ -295,26 +295,15 @@ class InterpolatedRows:
 
     def __init__(self, times: np.ndarray, series: list[tuple[np.ndarray, np.ndarray]],
                  block: int = 1 << 14) -> None:
-        self.times, self.series, self.block = times, series, block
+        self.times, self.series, self.block_columns = times, series, block
         self.shape = (len(series), times.size)
-        self._cached: tuple[int, int, np.ndarray] | None = None
 
-    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
-        rows, cols = key
-        a, b, step = cols.indices(self.shape[1])
-        b = max(a, b)  # an empty read
-        if rows != slice(None) or step != 1:
-            raise IndexError("read as [:, a:b]")
-        c = self._cached
-        if c is None or not (c[0] <= a and b <= c[1]):
-            self._cached = None  # the block before goes before the next is made
-            stop = max(b, min(self.shape[1], a + self.block))
-            part = self.times[a:stop]
-            made = np.empty((self.shape[0], part.size))
-            for i, (t, x) in enumerate(self.series):
-                made[i] = np.interp(part, t, x)
-            c = self._cached = (a, stop, made)
-        return c[2][:, a - c[0]:b - c[0]]
+    def block(self, a: int, b: int) -> np.ndarray:
+        part = self.times[a:b]
+        made = np.empty((self.shape[0], part.size))
+        for i, (t, x) in enumerate(self.series):
+            made[i] = np.interp(part, t, x)
+        return made
 
     def row_sum(self) -> np.ndarray:
         """The sum over the rows, as ``grid.sum(axis=0)`` adds them (the first row, then

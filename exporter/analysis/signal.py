@@ -233,3 +233,31 @@ def hann(n: int) -> np.ndarray:
     window = np.hanning(n)
     window.flags.writeable = False
     return window
+
+
+class ColumnBlocks:
+    """An (N, M) grid never held whole: ``[:, a:b]`` gives that block of columns, made
+    ``block_columns`` at a time by ``block(a, b)`` and kept for the reads within it (the
+    block before is let go before the next is made). Subclasses set ``shape`` and
+    ``block_columns`` and make a block."""
+
+    shape: tuple[int, int]
+    block_columns: int
+    _cached: tuple[int, int, np.ndarray] | None = None
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """Columns a..b-1 (a new array)."""
+        raise NotImplementedError
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        rows, cols = key
+        a, b, step = cols.indices(self.shape[1])
+        b = max(a, b)  # an empty read
+        if rows != slice(None) or step != 1:
+            raise IndexError(f"a {type(self).__name__} is read as [:, a:b]")
+        c = self._cached
+        if c is None or not (c[0] <= a and b <= c[1]):
+            self._cached = None
+            stop = max(b, min(self.shape[1], a + self.block_columns))
+            c = self._cached = (a, stop, self.block(a, stop))
+        return c[2][:, a - c[0]:b - c[0]]

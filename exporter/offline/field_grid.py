@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from exporter.analysis.signal import ColumnBlocks
 from exporter.offline.gaps import gpu_gaps
 from exporter.traces.trace import GpuSeries, PackedFields
 
@@ -71,7 +72,7 @@ class _Readings:
             step *= 2
 
 
-class FieldGrid:
+class FieldGrid(ColumnBlocks):
     """A field of every GPU on the grid ``rel`` (seconds from ``t0``), ``(GPUs, samples)``:
     indexing ``[:, a:b]`` gives that block's float64 values (NaN outside a GPU's readings
     and inside a gap in them), what the whole grid would hold there."""
@@ -80,7 +81,8 @@ class FieldGrid:
                  rel: np.ndarray, dt: float, block: int = BLOCK,
                  gap_cache: dict[int, tuple[np.ndarray, list[tuple[float, float]]]] | None
                  = None) -> None:
-        self.name, self.t0, self.rel, self.dt, self.size = name, t0, rel, dt, block
+        self.name, self.t0, self.rel, self.dt = name, t0, rel, dt
+        self.block_columns = block
         self.shape = (len(series), rel.size)
         self._rows: list[_Readings | None] = []
         self.gaps: list[list[tuple[float, float]]] = []  # per GPU, from t0
@@ -106,24 +108,10 @@ class FieldGrid:
                 self.gaps.append(gpu_gaps(s.t[ok] - t0))
             del ok
             self._rows.append(_Readings(s, name, first, last, t0))
-        self._cached: tuple[int, int, np.ndarray] | None = None
 
     @property
     def has_readings(self) -> bool:
         return any(r is not None for r in self._rows)
-
-    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
-        rows, cols = key
-        a, b, step = cols.indices(self.shape[1])
-        b = max(a, b)  # an empty read
-        if rows != slice(None) or step != 1:
-            raise IndexError("a FieldGrid is read as [:, a:b]")
-        c = self._cached
-        if c is None or not (c[0] <= a and b <= c[1]):
-            self._cached = None  # the block before goes before the next is made
-            stop = max(b, min(self.shape[1], a + self.size))
-            c = self._cached = (a, stop, self.block(a, stop))
-        return c[2][:, a - c[0]:b - c[0]]
 
     def block(self, a: int, b: int) -> np.ndarray:
         """The grid's columns a..b-1 (a new array)."""
@@ -151,5 +139,5 @@ class FieldGrid:
 
     def any_finite(self) -> bool:
         """Whether any value of the grid is finite (a block at a time)."""
-        return any(np.isfinite(self[:, a:min(self.shape[1], a + self.size)]).any()
-                   for a in range(0, self.shape[1], self.size))
+        return any(np.isfinite(self[:, a:min(self.shape[1], a + self.block_columns)]).any()
+                   for a in range(0, self.shape[1], self.block_columns))
