@@ -154,7 +154,9 @@ KMSG_READABLE = Family(
 POWER_BUFFER = Family(
     "cte_power_buffer_bytes", "gauge", "Memory held by the power ring buffers.",
     unit="bytes", source="sampler",
-    doc="Memory held by the power ring buffers (fixed at start).")
+    doc="Memory the power ring buffers are sized for (set at start; it grows once, by "
+        "the times' float64 form, if a GPU's sample times are not whole microseconds). "
+        "Resident as samples fill the ring.")
 
 DECLARED = (BUILD, BACKEND, START_TIME, GPUS, LOOP_TARGET, LOOP_ACHIEVED, LOOP_ITERATIONS,
             LOOP_OVERRUNS, LOOP_JITTER, LOOP_AGE, LOOP_DURATION, LOOP_CPU, SNAPSHOT_TIME,
