@@ -3,13 +3,11 @@ by their key, shaped like the distributions they stand for, made without numpy.r
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from exporter.sim.physics import normal_table, uniform_table
+from tests.tools import fresh_python
 
 
 def test_a_key_gives_the_same_tables_and_another_key_others():
@@ -52,7 +50,5 @@ def test_a_fake_node_imports_no_numpy_random():
             "from exporter.sim.scenarios import load_scenario\n"
             "lib = FakeNvmlLibrary(load_scenario('training'), costs=None)\n"
             "print(len(lib.gpus), 'numpy.random' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["8", "False"]
+    stdout = fresh_python(code, timeout=60)
+    assert stdout.split() == ["8", "False"]

@@ -4,12 +4,11 @@ real NVML) the simulator stay unimported, and every command still parses its own
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from exporter.cli import _COMMANDS, main
+from tests.tools import fresh_python
 
 _LOADED = ("import sys\n"
            "print(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith("
@@ -17,10 +16,8 @@ _LOADED = ("import sys\n"
 
 
 def _modules_after(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code + "\n" + _LOADED],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
+    stdout = fresh_python(code + "\n" + _LOADED, timeout=120)
+    return stdout.strip().splitlines()[-1]
 
 
 def test_run_help_imports_no_other_command():
@@ -89,10 +86,8 @@ with tempfile.NamedTemporaryFile() as out:
 
 
 def _malloc_heaps(mode: str) -> int:
-    result = subprocess.run([sys.executable, "-c", _HEAPS_AFTER_THREADS, mode],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout)
+    stdout = fresh_python(_HEAPS_AFTER_THREADS, mode, timeout=60)
+    return int(stdout)
 
 
 def test_run_caps_the_malloc_arenas_its_threads_make():
@@ -113,10 +108,8 @@ def test_the_exporter_loads_two_modules_of_prometheus_client_and_others_get_all_
             "print(generate_latest(registry).decode().splitlines()[2])\n"
             "import prometheus_client\n"
             "print('generate_latest' in prometheus_client.__all__)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 0, result.stderr
-    loaded, sample, listed = result.stdout.splitlines()
+    stdout = fresh_python(code, timeout=60)
+    loaded, sample, listed = stdout.splitlines()
     assert loaded == ("['prometheus_client', 'prometheus_client.metrics_core', "
                       "'prometheus_client.samples', 'prometheus_client.validation']")
     assert sample == "demo_total 1.0"
@@ -151,10 +144,8 @@ print(rss() - before)
 
 
 def _kib_kept_after_a_temporary(mode: str) -> int:
-    result = subprocess.run([sys.executable, "-c", _RESIDENT_AFTER_A_FREED_TEMPORARY, mode],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return int(result.stdout)
+    stdout = fresh_python(_RESIDENT_AFTER_A_FREED_TEMPORARY, mode, timeout=60)
+    return int(stdout)
 
 
 def test_run_hands_large_temporaries_back_to_the_system():
@@ -174,10 +165,8 @@ def test_a_fake_exporter_without_state_directory_loads_no_sqlite():
             "from exporter.history.store import Store\nimport tempfile, time\n"
             "store = Store(tempfile.mkdtemp(), time.time)\nstore.open()\n"
             "print('_sqlite3' in sys.modules, type(store.db).__name__)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-2:] == ["False", "True Connection"]
+    stdout = fresh_python(code, timeout=120)
+    assert stdout.splitlines()[-2:] == ["False", "True Connection"]
 
 
 def test_run_help_names_the_simulators_scenarios_without_loading_it():
@@ -212,10 +201,8 @@ def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
             "    assert reply.startswith(b'HTTP/1.0 200') or reply.startswith(b'HTTP/1.1 200')\n"
             "exporter.stop()\n"
             f"print(sorted(m for m in {_NEVER_LOADED!r} if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == "[]"
+    stdout = fresh_python(code, timeout=120)
+    assert stdout.splitlines()[-1] == "[]"
 
 
 def test_an_open_live_page_loads_no_masked_arrays():
@@ -236,10 +223,8 @@ def test_an_open_live_page_loads_no_masked_arrays():
             "assert b' 200 ' in reply.split(b'\\r\\n')[0] and b'\"decimated\": true' in reply\n"
             "exporter.stop()\n"
             "print('numpy.ma' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == "False"
+    stdout = fresh_python(code, timeout=120)
+    assert stdout.splitlines()[-1] == "False"
 
 
 def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():
@@ -250,7 +235,5 @@ def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():
             "context = SSLContext(PROTOCOL_TLS_SERVER)\n"
             "print(lazy.loaded(ssl), isinstance(context, ssl.SSLContext),\n"
             "      hasattr(http.client, 'HTTPSConnection'), ssl.TLSVersion['TLSv1_2'].name)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["False False", "True True True TLSv1_2"]
+    stdout = fresh_python(code, timeout=60)
+    assert stdout.splitlines() == ["False False", "True True True TLSv1_2"]

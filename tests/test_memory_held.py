@@ -8,6 +8,7 @@ from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
 from exporter.sim import costs, fake
 from exporter.sim.scenarios import load_scenario
+from tests.tools import fresh_python
 
 
 def test_the_fake_without_costs_holds_no_burn_buffer():
@@ -92,14 +93,10 @@ def test_a_full_power_ring_holds_8_bytes_a_sample():
 
 
 def _in_a_fresh_process(code: str) -> None:
-    import subprocess
-    import sys
     from pathlib import Path
 
     import pytest
 
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc/self/status")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, cwd=Path(__file__).resolve().parent.parent)
-    assert result.returncode == 0, result.stderr
+    fresh_python(code)

@@ -6,6 +6,8 @@ import os
 import random
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -72,6 +74,16 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def fresh_python(code: str, *args: str, timeout: float = 120) -> str:
+    """Run `code` in a fresh interpreter from the repository root (nothing imported or
+    allocated by the test run before it) and return its stdout; fails on a nonzero exit
+    with the child's stderr."""
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                            text=True, timeout=timeout, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def require_module(name: str):
