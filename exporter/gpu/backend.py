@@ -8,6 +8,7 @@ call and error name; one failing call never stops a sweep.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import sys
 import threading
@@ -372,8 +373,10 @@ class NvmlBackend:
         gpu = uuids.get(uuid) if uuid is not None else None
         return gpu if gpu is not None else self.call("nvmlDeviceGetIndex", handle)
 
-    @property
+    @functools.cached_property
     def bindings_version(self) -> str:
+        """The bindings' version, read once: it is asked at every snapshot, and pynvml
+        has no `__version__`, so each getattr raised and caught an AttributeError."""
         return getattr(self.nvml, "__version__", "") or "unknown"
 
 

@@ -61,10 +61,11 @@ class PowerBuffer:
 
     def _decode(self, gpu: int, held: np.ndarray) -> np.ndarray:
         """Held times as float64 seconds: exactly the floats written (caller holds the
-        lock)."""
+        lock). The sum is taken in float64 in one step: uint32 plus an epoch below 2**53
+        microseconds is a whole number float64 holds exactly, as the int64 sum was."""
         if self._micros is None:
             return held
-        return (held.astype(np.int64) + self._epoch[gpu]) / _MICRO
+        return np.add(held, float(self._epoch[gpu])) / _MICRO
 
     def _time_at(self, gpu: int, slot: int) -> float:
         return float(self._decode(gpu, self.times[gpu, slot:slot + 1])[0])
@@ -186,9 +187,13 @@ class PowerBuffer:
         float64 ring, copies only where the window crosses its end) and watts as new
         float64 arrays (caller holds the lock)."""
         times, watts = [], []
+        # a window that ends at or after the GPU's newest sample takes each run to its
+        # end (the usual case: the window ends at the newest sample of any GPU)
+        whole = end >= self._newest[gpu]
         for a, b in self._segments(gpu):
             run = self.times[gpu, a:b]
-            lo, hi = self._after(gpu, run, start), self._after(gpu, run, end)
+            lo = self._after(gpu, run, start)
+            hi = b - a if whole else self._after(gpu, run, end)
             if hi > lo:
                 times.append(self._decode(gpu, run[lo:hi]))
                 watts.append(np.divide(self.milliwatts[gpu, a + lo:a + hi], 1000.0,
@@ -206,17 +211,29 @@ class PowerBuffer:
             # watts: already a new array; times too unless read from float64 seconds
             return (times.copy() if self._micros is None else times), watts
 
-    def _earliest(self) -> float:
-        """The oldest sample any GPU still holds."""
+    def _oldest(self, gpu: int) -> float:
+        """The oldest sample the GPU still holds (caller holds the lock; count > 0)."""
+        count = self.count[gpu]
+        return self._time_at(gpu, (count - min(count, self.capacity)) % self.capacity)
+
+    def _not_before_earliest(self, t: float) -> float:
+        """max(t, the oldest sample any GPU still holds): t as soon as one GPU holds a
+        sample at or before it (mostly the first GPU asked), without reading the others."""
         with self._lock:
-            firsts = [self._time_at(g, (self.count[g] - min(self.count[g], self.capacity))
-                                    % self.capacity) for g in range(self.gpus) if self.count[g]]
-        return min(firsts) if firsts else -np.inf
+            oldest = math.inf
+            for gpu in range(self.gpus):
+                if self.count[gpu]:
+                    first = self._oldest(gpu)
+                    if first <= t:
+                        return t
+                    oldest = min(oldest, first)
+        return t if oldest == math.inf else max(t, oldest)
 
     def latest_time(self) -> float | None:
+        """The newest sample of any GPU: the float each GPU's newest was written as (what
+        its slot decodes to), without reading the ring."""
         with self._lock:
-            ends = [self._time_at(g, (self.count[g] - 1) % self.capacity)
-                    for g in range(self.gpus) if self.count[g]]
+            ends = [self._newest[g] for g in range(self.gpus) if self.count[g]]
         return max(ends) if ends else None
 
     def window(self, gpu: int, seconds: float, end: float | None = None
@@ -237,7 +254,7 @@ class PowerBuffer:
         end = self.latest_time() if end is None else end
         if end is None:
             return np.zeros(0), np.zeros((self.gpus, 0))
-        start = max(end - seconds, self._earliest())  # no grid before the first sample
+        start = self._not_before_earliest(end - seconds)  # no grid before the first sample
         grid = end - dt * np.arange(int((end - start) / dt), -1, -1)  # increasing
         out = np.full((self.gpus, len(grid)), np.nan)
         hole = max(4 * dt, 0.25)

@@ -15,7 +15,6 @@ its counts at start and writes new XIDs to before a snapshot serves them.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -338,7 +337,7 @@ class Sampler:
         if analyses is not None:
             account = analyses.goodput_tick(snapshot.time, set(snapshot.lost) | set(failed))
             if account is not snapshot.goodput:
-                snapshot = dataclasses.replace(snapshot, goodput=account)
+                snapshot = snapshot.with_goodput(account)
         self._snapshot = snapshot
         return snapshot
 

@@ -6,6 +6,7 @@ see threads, NVML or buffers being written.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -126,11 +127,22 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         # read-only views: whoever renders or serves a snapshot cannot change it
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
             if isinstance(value, dict):
-                object.__setattr__(self, f.name, MappingProxyType(value))
+                object.__setattr__(self, name, MappingProxyType(value))
+
+    def with_goodput(self, goodput: GoodputAnalysis | None) -> Snapshot:
+        """The same snapshot with another goodput account: dataclasses.replace's result
+        without its work (every field passed again and its views checked), as the
+        snapshot is settled every second (Sampler.settle)."""
+        out = copy.copy(self)
+        object.__setattr__(out, "goodput", goodput)
+        return out
 
     def up(self, gpu: int) -> bool:
         return (gpu not in self.lost and gpu not in self.hung
                 and self.identities[gpu] is not None)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Snapshot))
