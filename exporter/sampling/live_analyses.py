@@ -70,15 +70,25 @@ class Analyses:
         self.goodput_analysis: GoodputAnalysis | None = None
         # who held each GPU and its ranks when the stall check last read (the account's)
         self._holders: tuple[dict[int, str] | None, Mapping[int, int] | None] = (None, None)
+        self._tdp_of: tuple[tuple, np.ndarray | None] | None = None  # (identities, _tdp())
 
     def _grid_step(self) -> float:
         intervals = [i for g in range(self.gpus.count) if (i := self.power.interval(g))]
         return max(FINEST_GRID_SECONDS, float(median(intervals)) if intervals else 0.05)
 
     def _tdp(self) -> np.ndarray | None:
-        limits = [i.default_power_limit_watts if i is not None else None
-                  for i in self.gpus.identities]
-        return None if any(v is None for v in limits) else np.array(limits, dtype=float)
+        """Each GPU's default power limit (None unless every GPU's is known): made again
+        only when an identity changed (it is asked every second; the array is read, never
+        written, by the analyses)."""
+        identities = tuple(self.gpus.identities)
+        if self._tdp_of is not None and self._tdp_of[0] == identities:
+            return self._tdp_of[1]
+        limits = [i.default_power_limit_watts if i is not None else None for i in identities]
+        tdp = None if any(v is None for v in limits) else np.array(limits, dtype=float)
+        if tdp is not None:
+            tdp.flags.writeable = False  # shared by every tick until an identity changes
+        self._tdp_of = (identities, tdp)
+        return tdp
 
     def power_tick(self) -> None:
         monitor, buffer = self.power_monitor, self.power.buffer

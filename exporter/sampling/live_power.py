@@ -96,7 +96,7 @@ class PowerMonitor:
             self.band = band
         t0 = time.perf_counter()
         s = self.settings
-        t_row = np.nanmax(times, axis=0) if times.size else np.zeros(0)
+        t_row = _row(times)
         swing = None
         recent = t_row >= (t_row[-1] - s.window_seconds) if t_row.size else t_row.astype(bool)
         power = None
@@ -112,7 +112,7 @@ class PowerMonitor:
             self.detector.reset()
         if cycle_window is not None:
             c_times, c_watts = cycle_window
-            c_row = np.nanmax(c_times, axis=0) if c_times.size else np.zeros(0)
+            c_row = _row(c_times)
         else:
             c_row, c_watts = t_row, watts
         if c_row.size and self.cycle_due(now) and c_row[-1] - c_row[0] >= 2 * 10.0:
@@ -187,6 +187,17 @@ class PowerMonitor:
                 continue  # seen in an earlier update
             self.ramps_total[ramp.direction] += 1
             self.last_ramp = ramp
+
+
+def _row(times: np.ndarray) -> np.ndarray:
+    """The one time row of (gpus, n) times: their latest at each point (NaN-aware). Times
+    broadcast from one grid (the sampler's: every row the same array) are that row, with
+    no pass over every GPU's copy of it."""
+    if not times.size:
+        return np.zeros(0)
+    if times.ndim == 2 and times.strides[0] == 0:
+        return times[0].copy()
+    return np.nanmax(times, axis=0)
 
 
 def _fill(t: np.ndarray, watts: np.ndarray, b: Bridge) -> np.ndarray | None:

@@ -46,6 +46,7 @@ class Loop:
         self._lateness: list[float] = []
         self._keep = max(16, int(10 / period))
         self._lock = threading.Lock()
+        self._stats: tuple[tuple, LoopStats] | None = None  # (what it was made of, stats)
         self.thread: threading.Thread | None = None
 
     @property
@@ -140,7 +141,13 @@ class Loop:
         return True
 
     def stats(self) -> LoopStats:
+        """The loop's figures; the same object again while none of them moved (they are
+        asked for every snapshot, and most loops tick less often)."""
         with self._lock:
+            key = (self.period, self.iterations, self.overruns, self.restarts,
+                   self.busy_gpu, self.cpu_seconds, self.last_duration, self.last_completed)
+            if self._stats is not None and self._stats[0] == key:
+                return self._stats[1]
             starts = list(self._starts)
             lateness = list(self._lateness)
             iterations, overruns, last = self.iterations, self.overruns, self.last_completed
@@ -148,9 +155,11 @@ class Loop:
         if len(starts) >= 2 and starts[-1] > starts[0]:
             achieved = (len(starts) - 1) / (starts[-1] - starts[0])
         jitter = sorted(lateness)[int(0.99 * (len(lateness) - 1))] if lateness else 0.0
-        busy = "" if self.busy_gpu is None else f"gpu {self.busy_gpu}"
-        return LoopStats(self.hertz, iterations, overruns, achieved, jitter, last, busy,
-                         self.last_duration, self.cpu_seconds, self.restarts)
+        busy = "" if key[4] is None else f"gpu {key[4]}"
+        out = LoopStats(1.0 / key[0], iterations, overruns, achieved, jitter, last, busy,
+                        key[6], key[5], key[3])
+        self._stats = (key, out)
+        return out
 
 
 def start_together(loops: list[Loop], name: str) -> threading.Thread:
