@@ -224,3 +224,29 @@ def test_samples_held_over_more_than_71_minutes_turn_the_ring_to_float64_seconds
         hours.append(0, first + 3600.0 * hour, np.full(10, 300.0))
     assert hours.times.dtype == np.uint32
     assert np.array_equal(hours.window(0, 10.0)[0], first + 3600.0 * 4)
+
+
+def test_a_grid_to_the_newest_sample_searches_each_run_once_and_reads_one_oldest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stall check's grid, every second: each GPU's run is searched for its start
+    only (it ends at the newest sample), the newest time is what was written, and the
+    oldest samples are read only until one GPU reaches back past the window. Same grid."""
+    rng = np.random.default_rng(3)
+    buf = random_buffer(rng, 30000, whole_micros=True, origin=1.79e9)
+    want = reference_grid(buf, 2.0, 0.1)
+    searches, oldest_reads = [], []
+    after, time_at = PowerBuffer._after, PowerBuffer._time_at
+    monkeypatch.setattr(PowerBuffer, "_after", lambda self, *a: searches.append(a) or after(
+        self, *a))
+    monkeypatch.setattr(PowerBuffer, "_time_at", lambda self, *a: oldest_reads.append(a)
+                        or time_at(self, *a))
+    got = buf.grid(2.0, 0.1)
+    assert np.array_equal(got[0], want[0])
+    assert np.array_equal(got[1], want[1], equal_nan=True)
+    runs = sum(len(buf._segments(g)) for g in range(buf.gpus))
+    assert len(searches) == runs  # one search per run, not two
+    assert len(oldest_reads) == 1  # the first GPU holds samples older than the window
+    newest = max(float(buf.window(g, np.inf)[0][-1]) for g in range(buf.gpus) if buf.count[g])
+    oldest_reads.clear()
+    assert buf.latest_time() == newest
+    assert oldest_reads == []  # the newest time is not read back from the ring

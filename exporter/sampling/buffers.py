@@ -65,7 +65,9 @@ class PowerBuffer:
         microseconds is a whole number float64 holds exactly, as the int64 sum was."""
         if self._micros is None:
             return held
-        return np.add(held, float(self._epoch[gpu])) / _MICRO
+        seconds = np.add(held, float(self._epoch[gpu]))
+        seconds /= _MICRO
+        return seconds
 
     def _time_at(self, gpu: int, slot: int) -> float:
         return float(self._decode(gpu, self.times[gpu, slot:slot + 1])[0])
