@@ -229,7 +229,7 @@ def child_ours(opts: argparse.Namespace) -> dict[str, Any]:
         # the health checks (inside the publish loop's figure) and how often they judged
         out["health"], out["health_judgements"] = (exp.health.cpu_seconds,
                                                    float(exp.health.judgements))
-        # the goodput account (inside the stragglers loop's figure)
+        # the goodput account (inside the publish loop's figure)
         goodput = sampler.analyses.goodput if sampler.analyses is not None else None
         if goodput is not None:
             out["goodput"] = goodput.cpu_seconds
@@ -491,7 +491,7 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
                   f"{board * 100:.4f} %; together {(rates['health'] + board) * 100:.4f} % of "
                   f"a core (budget 0.05 %)")
         if "goodput" in rates:
-            print(f"  goodput account (inside the stragglers loop): "
+            print(f"  goodput account (inside the publish loop): "
                   f"{rates['goodput'] * 100:.4f} % of a core (budget 0.05 %)")
         if "render_cpu_seconds" in res:
             renders = res["scrapes"]["count"] / res["wall_seconds"]
