@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pynvml
 import pytest
 
-from exporter.gpu import catalogue
+from exporter.gpu import batched, catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name
 from exporter.gpu.reading import read_gpu, read_identity
@@ -275,6 +277,14 @@ def test_batched_reads_agree_with_pynvml_wrappers(fake_nvml, clock):
     requests = [fi.POWER_AVERAGE, fi.MEMORY_TEMP, fi.TOTAL_ENERGY, (fi.NVLINK_STATE, 3),
                 (fi.NVLINK_TX, 5), 123456]
     assert fast.scoped_fields(1, requests) == slow.scoped_fields(1, requests)
+    # a request longer than batched.SMALL_REQUEST is read through numpy instead
+    longer = requests + [(fid, link) for link in range(18)
+                         for fid in (fi.NVLINK_RX, fi.NVLINK_RECOVERY, fi.NVLINK_CRC_FLIT)]
+    assert len(longer) > batched.SMALL_REQUEST
+    got = fast.scoped_fields(1, longer)
+    assert got == slow.scoped_fields(1, longer) and len(got) == len(longer) - 1
+    assert fast.errors.totals() == slow.errors.totals() == {
+        ("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
     a, b = fast.samples(1, fi.TOTAL_POWER_SAMPLES, 0), slow.samples(1, fi.TOTAL_POWER_SAMPLES, 0)
     assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 
@@ -306,6 +316,11 @@ def test_field_values_read_each_value_type_as_the_union_holds_it():
                     for entry, (_, member, _) in zip(array, order, strict=True)]
         assert batched.field_values(raw).tolist() == expected
         assert ctypes.sizeof(array) == raw.nbytes
+        # the short requests' plain-Python reading: the same floats, bit for bit
+        python = [batched.union_value(int(kind), int(value))
+                  for kind, value in zip(raw["valueType"], raw["value"], strict=True)]
+        assert np.array_equal(np.array(python), np.array(expected))
+        assert [math.copysign(1, v) for v in python] == [math.copysign(1, v) for v in expected]
 
 
 def test_an_event_handle_after_a_reopen_is_not_taken_for_the_gpu_registered_before(fake_nvml):

@@ -239,19 +239,17 @@ class NvmlBackend:
             return {}
         out: dict[tuple[int, int], float] = {}
         for chunk in self._field_chunks(gpu, requests):
-            entries = self._field_entries(gpu, handle, chunk)
-            if entries is None:
+            answer = self._field_answer(gpu, handle, chunk)
+            if answer is None:
                 return out
-            ok = entries["nvmlReturn"] == pynvml.NVML_SUCCESS
-            if ok.all():  # entries come back in the order asked
-                out.update(zip(chunk, batched.field_values(entries).tolist(), strict=True))
+            values, failed = answer
+            if not failed:  # entries come back in the order asked
+                out.update(zip(chunk, values, strict=True))
                 continue
-            for entry in entries[~ok]:
-                self._field_failed(gpu, int(entry["fieldId"]), int(entry["scopeId"]),
-                                   int(entry["nvmlReturn"]))
-            good = entries[ok]
-            keys = zip(good["fieldId"].tolist(), good["scopeId"].tolist(), strict=True)
-            out.update(zip(keys, batched.field_values(good).tolist(), strict=True))
+            for position, code in failed:
+                self._field_failed(gpu, *chunk[position], code)
+            out.update((request, value) for request, value in zip(chunk, values, strict=True)
+                       if value is not None)
         return out
 
     def _field_chunks(self, gpu: int, requests: Sequence[int | tuple[int, int]]
@@ -271,10 +269,10 @@ class NvmlBackend:
         self._field_plans[key] = (len(self._unsupported_fields), chunks)
         return chunks
 
-    def _field_entries(self, gpu: int, handle: Any, chunk: tuple[tuple[int, int], ...]
-                       ) -> np.ndarray | None:
-        """One nvmlDeviceGetFieldValues call, its entries as a numpy array; None if the
-        call itself failed (counted)."""
+    def _field_answer(self, gpu: int, handle: Any, chunk: tuple[tuple[int, int], ...]
+                      ) -> batched.FieldAnswer | None:
+        """One nvmlDeviceGetFieldValues call: each entry's value, and the failed ones; None
+        if the call itself failed (counted)."""
         try:
             if self._batched:
                 request = self._requests.get((gpu, chunk))
@@ -283,7 +281,8 @@ class NvmlBackend:
                     self._requests[(gpu, chunk)] = request
                 return request.read(self.nvml, handle)
             array = self.nvml.nvmlDeviceGetFieldValues(handle, chunk)
-            return np.frombuffer(memoryview(array).cast("B"), batched.FIELD_DTYPE).copy()
+            return batched.field_answer(np.frombuffer(memoryview(array).cast("B"),
+                                                      batched.FIELD_DTYPE))
         except self.nvml.NVMLError as exc:
             self._failed("nvmlDeviceGetFieldValues", exc, gpu, None)
             return None
