@@ -31,6 +31,7 @@ SMALL_REQUEST = 24
 
 # nvmlValueType_t -> how the 8-byte value union reads
 _DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
+_LOW32 = np.uint64(0xFFFFFFFF)  # a numpy scalar: a Python int is converted each use
 
 
 def layout_ok(nvml: ModuleType) -> bool:
@@ -156,6 +157,11 @@ class SampleBuffer:
         self.view = _view(self.array, SAMPLE_DTYPE)
         self.value_type = ctypes.c_uint()
         self.count = ctypes.c_uint()
+        # the call's arguments, made once: pointers to the answers, the time asked from
+        self._value_type_ref, self._count_ref = ctypes.byref(self.value_type), ctypes.byref(
+            self.count)
+        self._since = ctypes.c_ulonglong()
+        self._types: dict[int, ctypes.c_uint] = {}
 
     def read(self, nvml: ModuleType, handle, sampling_type: int, last_seen_us: int
              ) -> tuple[np.ndarray, np.ndarray]:
@@ -183,9 +189,12 @@ class SampleBuffer:
     def _read_once(self, nvml: ModuleType, handle, sampling_type: int, last_seen_us: int
                    ) -> tuple[np.ndarray, np.ndarray]:
         self.count.value = SAMPLE_CAPACITY
+        self._since.value = last_seen_us
+        kind = self._types.get(sampling_type)
+        if kind is None:
+            kind = self._types[sampling_type] = ctypes.c_uint(sampling_type)
         fn = nvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
-        ret = fn(handle, ctypes.c_uint(sampling_type), ctypes.c_ulonglong(last_seen_us),
-                 ctypes.byref(self.value_type), ctypes.byref(self.count), self.array)
+        ret = fn(handle, kind, self._since, self._value_type_ref, self._count_ref, self.array)
         if ret != nvml.NVML_SUCCESS:
             raise nvml.NVMLError(ret)
         got = self.view[:min(self.count.value, SAMPLE_CAPACITY)]
@@ -193,7 +202,7 @@ class SampleBuffer:
         if self.value_type.value == _DOUBLE:
             values = raw.view(np.float64).copy()
         elif self.value_type.value in (_UINT, _SINT):
-            values = (raw & 0xFFFFFFFF).astype(np.float64)
+            values = (raw & _LOW32).astype(np.float64)
         else:
             values = raw.astype(np.float64)
         return got["timeStamp"].copy(), values
