@@ -12,7 +12,7 @@ import importlib.util
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -116,6 +116,7 @@ class NvmlBackend:
         # (gpu, requests) -> (how many fields were unsupported, the calls to make)
         self._field_plans: dict[tuple, tuple[int, tuple[tuple[tuple[int, int], ...], ...]]] = {}
         self._sample_buffers: dict[int, batched.SampleBuffer] = {}
+        self._bound: dict[tuple[int, int], tuple[tuple, tuple[Callable[[Any], Any], ...]]] = {}
         self.handles: list[Any] = []
         # the pointer behind each handle registered for events -> its GPU: an event names
         # its GPU by handle, and a lost GPU's handle answers nothing (not even its UUID)
@@ -183,6 +184,41 @@ class NvmlBackend:
             if expected and error_name(exc) in expected:
                 return None, error_name(exc)
             return None, self._failed(name, exc, gpu, key)
+
+    def bound(self, gpu: int, name: str, args: tuple[int, ...] = ()
+              ) -> Callable[[Any], Any]:
+        """call(name, handle, *args, gpu=gpu) as a function of the handle, with the pynvml
+        function and the key of unsupported calls looked up once, not at every call: the
+        sweep makes each of its calls on each GPU every second."""
+        function = getattr(self.nvml, name, None)
+        if function is None:  # counted (once) as call() counts it
+            return lambda handle: self.call(name, handle, *args, gpu=gpu)
+        key = (gpu, name, *[a for a in args if isinstance(a, int)]) if args else (gpu, name)
+        unsupported, nvml_error, failed = self._unsupported, self.nvml.NVMLError, self._failed
+
+        def bound_call(handle: Any) -> Any:
+            if key in unsupported:
+                return None
+            try:
+                return function(handle, *args)
+            except nvml_error as exc:
+                failed(name, exc, gpu, key)
+                return None
+
+        return bound_call
+
+    def bound_calls(self, gpu: int, calls: tuple[tuple[str, tuple[int, ...]], ...]
+                    ) -> tuple[Callable[[Any], Any], ...]:
+        """bound() of each (name, args), kept by the tuple's identity (a reading plan's:
+        the same few every sweep)."""
+        kept = self._bound.get((gpu, id(calls)))
+        if kept is not None and kept[0] is calls:
+            return kept[1]
+        functions = tuple(self.bound(gpu, name, args) for name, args in calls)
+        if len(self._bound) >= 1024:
+            self._bound.clear()
+        self._bound[(gpu, id(calls))] = (calls, functions)  # holds the tuple: its id stays
+        return functions
 
     def process_utilization(self, gpu: int, last_seen_us: int, handle: Any = None
                             ) -> list | None:

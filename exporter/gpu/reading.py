@@ -74,12 +74,13 @@ Member = str | int | Callable[[Any], Any] | None  # a struct member, a list inde
 
 @dataclass(frozen=True)
 class _CallPlan:
-    """One call and the entries it serves: (key, member of its answer, scale); `fallback`
-    is asked instead when this call answers nothing."""
+    """One call and the entries it serves: (key, member of its answer, scale); `at`: its
+    place in the plan's `specs`; `fallback` is asked instead when it answers nothing."""
 
     name: str
     args: tuple[int, ...]
     served: tuple[tuple[str, Member, float], ...]
+    at: int = 0
     fallback: _CallPlan | None = None
 
 
@@ -91,6 +92,8 @@ class _Plan:
     field_ids: tuple[int, ...]
     fields: tuple[tuple[str, int, float], ...]  # (key, field id, scale)
     calls: tuple[_CallPlan, ...]
+    # (name, args) of each call and fallback, by `at`: the backend binds them once a GPU
+    specs: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 _PLANS: dict[int, tuple[tuple[GpuValue, ...], _Plan]] = {}  # by id() of the entries
@@ -117,14 +120,22 @@ def _make_plan(entries: tuple[GpuValue, ...]) -> _Plan:
         if isinstance(e.nvml, Call):
             calls.setdefault((e.nvml.name, e.nvml.args), []).append(
                 (e.key, e.nvml.member, e.scale))
-    plans = {call: _CallPlan(*call, tuple(served)) for call, served in calls.items()}
-    v1, v2 = plans.get(_MEMORY_V1), plans.get(_MEMORY_V2)
-    if v1 is not None and v2 is not None and all(m in _V1_FROM_V2 for _, m, _ in v1.served):
-        plans[_MEMORY_V2] = _CallPlan(*_MEMORY_V2, v2.served + tuple(
-            (key, _V1_FROM_V2[member], scale) for key, member, scale in v1.served),
-            fallback=v1)
-        del plans[_MEMORY_V1]
-    return _Plan(tuple(f[1] for f in fields), fields, tuple(plans.values()))
+    served = {call: tuple(keys) for call, keys in calls.items()}
+    fallbacks: dict[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]] = {}
+    v1, v2 = served.get(_MEMORY_V1), served.get(_MEMORY_V2)
+    if v1 is not None and v2 is not None and all(m in _V1_FROM_V2 for _, m, _ in v1):
+        served[_MEMORY_V2] = v2 + tuple((key, _V1_FROM_V2[member], scale)
+                                        for key, member, scale in v1)
+        fallbacks[_MEMORY_V2] = _MEMORY_V1
+        del served[_MEMORY_V1]
+    specs = (*served, *fallbacks.values())
+    plans = []
+    for call, keys in served.items():
+        fallback = fallbacks.get(call)
+        plans.append(_CallPlan(*call, keys, specs.index(call), None if fallback is None else
+                               _CallPlan(*fallback, tuple(calls[fallback]),
+                                         specs.index(fallback, len(served)))))
+    return _Plan(tuple(f[1] for f in fields), fields, tuple(plans), specs)
 
 
 def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
@@ -142,12 +153,12 @@ def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
             raw = readings.get(field_id)
             if raw is not None and raw not in NOT_AVAILABLE:
                 out[key] = float(raw) * scale
-    call = backend.call
+    bound = backend.bound_calls(gpu, plan.specs)
     for nvml_call in plan.calls:  # the member read inline: ~15 a GPU each sweep
-        answer = call(nvml_call.name, handle, *nvml_call.args, gpu=gpu)
+        answer = bound[nvml_call.at](handle)
         if answer is None and nvml_call.fallback is not None:
             nvml_call = nvml_call.fallback
-            answer = call(nvml_call.name, handle, *nvml_call.args, gpu=gpu)
+            answer = bound[nvml_call.at](handle)
         if answer is None:
             continue
         for key, member, scale in nvml_call.served:
