@@ -179,6 +179,29 @@ def power_samples(backend: NvmlBackend, seconds: float) -> dict:
             "observable_band_hz": [0, round(500 / interval, 2)]}
 
 
+def memory_info_versions(count: int) -> dict:
+    """Version 1 and version 2 of nvmlDeviceGetMemoryInfo on every GPU, read back to back:
+    the sweep serves version 1's total and used from version 2 alone (total, and total -
+    free), which holds where the two agree ("agree": every GPU did; "differ": the ones
+    that did not; "unsupported": version 2 not answered, so the sweep reads version 1)."""
+    out: dict = {"agree": True, "differ": {}, "unsupported": []}
+    for gpu in range(count):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+        try:
+            v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2)
+        except pynvml.NVMLError:
+            out["unsupported"].append(gpu)
+            continue
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        served = (v2.total, v2.total - v2.free)
+        if (v1.total, v1.used) != served:
+            out["agree"] = False
+            out["differ"][gpu] = {"v1_total_used": [v1.total, v1.used],
+                                  "v2_total_total_minus_free": list(served),
+                                  "v2_reserved": v2.reserved}
+    return out
+
+
 def measure_nvml(args: argparse.Namespace) -> dict:
     report: dict = {}
     backend = NvmlBackend()
@@ -189,6 +212,7 @@ def measure_nvml(args: argparse.Namespace) -> dict:
     report["gpu_name"] = pynvml.nvmlDeviceGetName(handle)
     report["gpu_count"] = count
     report["call_latency"] = call_latencies(handle)
+    report["memory_info"] = memory_info_versions(count)
     report["power_update"] = power_update_period(handle, min(5.0, args.seconds / 4))
     report["power_samples"] = power_samples(backend, min(10.0, args.seconds / 2))
     report["gpm"] = gpm_check(backend, min(5.0, args.seconds / 4), timed)
@@ -218,6 +242,11 @@ def main() -> int:
         if ctx is not None:
             ctx.__exit__(None, None, None)
     failures, warnings, summary = check_metrics(args.fake, args.seconds)
+    if not report["memory_info"]["agree"]:  # memory moved between the two reads, or not
+        warnings.append("nvmlDeviceGetMemoryInfo: version 1's total and used differ from "
+                        "version 2's total and total - free (what the sweep serves) on GPUs "
+                        f"{sorted(report['memory_info']['differ'])}; run again on an idle "
+                        "GPU to tell a change between the reads from a driver that differs")
     report.update(exporter=summary, failures=failures, warnings=warnings)
     print_report(report)
     if args.json:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pynvml
 import pytest
 
-from exporter.gpu import catalogue
+from exporter.gpu import batched, catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name
 from exporter.gpu.reading import read_gpu, read_identity
 from exporter.sim import fake
+from exporter.sim.fake_device import DeviceSymbols
 from tests.tools import scenario_from_yaml
 
 ALL = catalogue.CADENCES
@@ -85,11 +88,85 @@ def test_values_of_cadences_not_due_are_carried_over(fake_nvml, clock):
     assert second.time > first.time
 
 
+MEMORY = ("memory_used_bytes", "memory_total_bytes", "memory_free_bytes",
+          "memory_reserved_bytes")
+
+
+def _memory_calls(lib: fake.FakeNvmlLibrary) -> tuple[int, int]:
+    return (lib.calls.get("nvmlDeviceGetMemoryInfo", 0),
+            lib.calls.get("nvmlDeviceGetMemoryInfo_v2", 0))
+
+
+def test_a_gpu_with_memory_info_v2_is_read_with_one_memory_call_a_sweep(fake_nvml, clock):
+    """Version 2 of the memory call answers what version 1 does too (its total, and used as
+    total - free): one call a GPU each sweep, the four values each call gives alone."""
+    backend = NvmlBackend()
+    backend.open()
+    clock.advance(40)
+    previous = None
+    for _ in range(3):
+        before = _memory_calls(fake_nvml)
+        previous = read_gpu(backend, 3, clock(), [catalogue.SWEEP], previous)
+        assert _memory_calls(fake_nvml) == (before[0], before[1] + 1)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(3)
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, catalogue.MEMORY_INFO_V2)
+        assert [previous.get(key) for key in MEMORY] == [v1.used, v1.total, v2.free,
+                                                         v2.reserved]
+        assert v1.used == v2.total - v2.free > v2.reserved > 0
+        clock.advance(1)
+    assert backend.errors.totals() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
+
+
+def test_a_driver_without_memory_info_v2_is_read_with_version_1(fake_nvml, clock, monkeypatch):
+    """An older driver lacks the v2 symbol: asked once (counted as FunctionNotFound), then
+    version 1 alone every sweep; the used and total bytes as before, free and reserved
+    absent."""
+    monkeypatch.delattr(DeviceSymbols, "_nvmlDeviceGetMemoryInfo_v2")
+    backend = NvmlBackend()
+    backend.open()
+    clock.advance(40)
+    previous = None
+    for _ in range(3):
+        before = _memory_calls(fake_nvml)
+        previous = read_gpu(backend, 1, clock(), [catalogue.SWEEP], previous)
+        assert _memory_calls(fake_nvml) == (before[0] + 1, before[1])
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(1))
+        assert [previous.get(key) for key in MEMORY] == [v1.used, v1.total, None, None]
+        clock.advance(1)
+    assert backend.errors.totals() == {
+        ("nvmlDeviceGetFanSpeed", "NotSupported"): 1,
+        ("nvmlDeviceGetMemoryInfo", "FunctionNotFound"): 1}
+
+
+def test_memory_info_v2_not_supported_falls_back_to_version_1(clock):
+    """A GPU that answers NotSupported for version 2: asked once, then version 1 alone."""
+    scenario = scenario_from_yaml("""
+gpus: 2
+events:
+  - {kind: error, at: 0, call: nvmlDeviceGetMemoryInfo_v2, error: NotSupported}
+""")
+    with fake.installed(scenario, clock, costs=None) as lib:
+        backend = NvmlBackend()
+        backend.open()
+        readings = []
+        for _ in range(3):
+            readings.append(read_gpu(backend, 0, clock(), [catalogue.SWEEP]))
+            clock.advance(1)
+        assert _memory_calls(lib) == (3, 1)
+        for reading in readings:
+            assert reading.get("memory_total_bytes") == 81559 * 1024 * 1024
+            assert 0 < reading.get("memory_used_bytes") < reading.get("memory_total_bytes")
+            assert reading.get("memory_free_bytes") is None
+            assert reading.get("memory_reserved_bytes") is None
+        assert backend.errors.totals()[("nvmlDeviceGetMemoryInfo", "NotSupported")] == 1
+
+
 ERRORS_ON_GPU_2 = """
 gpus: 4
 events:
   - {kind: error, at: 0, gpu: 2, call: nvmlDeviceGetTemperature, error: Unknown}
-  - {kind: error, at: 0, gpu: 2, call: nvmlDeviceGetMemoryInfo, error: NoPermission}
+  - {kind: error, at: 0, gpu: 2, call: nvmlDeviceGetMemoryInfo_v2, error: NoPermission}
   - {kind: error, at: 0, gpu: 2, call: nvmlDeviceGetFieldValues, error: GpuIsLost}
   - {kind: error, at: 10, until: 20, call: nvmlDeviceGetUtilizationRates, error: Timeout}
 """
@@ -102,8 +179,10 @@ def test_errors_are_counted_by_call_and_name_and_hide_nothing_else(clock):
         backend.open()
         states = {gpu: read_gpu(backend, gpu, clock(), ALL) for gpu in range(4)}
         assert states[2].get("temperature_celsius") is None
-        assert states[2].get("memory_used_bytes") is None
+        assert states[2].get("memory_free_bytes") is None
         assert states[2].get("power_average_watts") is None
+        # version 1 of the memory call is asked where version 2 failed: used and total stay
+        assert states[2].get("memory_used_bytes") == states[0].get("memory_used_bytes")
         assert states[2].get("sm_clock_hertz") is not None  # other calls still work
         for gpu in (0, 1, 3):
             assert states[gpu].get("temperature_celsius") is not None
@@ -198,6 +277,14 @@ def test_batched_reads_agree_with_pynvml_wrappers(fake_nvml, clock):
     requests = [fi.POWER_AVERAGE, fi.MEMORY_TEMP, fi.TOTAL_ENERGY, (fi.NVLINK_STATE, 3),
                 (fi.NVLINK_TX, 5), 123456]
     assert fast.scoped_fields(1, requests) == slow.scoped_fields(1, requests)
+    # a request longer than batched.SMALL_REQUEST is read through numpy instead
+    longer = requests + [(fid, link) for link in range(18)
+                         for fid in (fi.NVLINK_RX, fi.NVLINK_RECOVERY, fi.NVLINK_CRC_FLIT)]
+    assert len(longer) > batched.SMALL_REQUEST
+    got = fast.scoped_fields(1, longer)
+    assert got == slow.scoped_fields(1, longer) and len(got) == len(longer) - 1
+    assert fast.errors.totals() == slow.errors.totals() == {
+        ("nvmlDeviceGetFieldValues(123456)", "NotSupported"): 1}
     a, b = fast.samples(1, fi.TOTAL_POWER_SAMPLES, 0), slow.samples(1, fi.TOTAL_POWER_SAMPLES, 0)
     assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 
@@ -229,6 +316,11 @@ def test_field_values_read_each_value_type_as_the_union_holds_it():
                     for entry, (_, member, _) in zip(array, order, strict=True)]
         assert batched.field_values(raw).tolist() == expected
         assert ctypes.sizeof(array) == raw.nbytes
+        # the short requests' plain-Python reading: the same floats, bit for bit
+        python = [batched.union_value(int(kind), int(value))
+                  for kind, value in zip(raw["valueType"], raw["value"], strict=True)]
+        assert np.array_equal(np.array(python), np.array(expected))
+        assert [math.copysign(1, v) for v in python] == [math.copysign(1, v) for v in expected]
 
 
 def test_an_event_handle_after_a_reopen_is_not_taken_for_the_gpu_registered_before(fake_nvml):

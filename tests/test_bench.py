@@ -107,6 +107,18 @@ def test_bench_memory_prints_the_data_by_structure_on_a_manual_clock():
     assert "exporter/sampling/buffers.py" in out.stdout
 
 
+def test_bench_sweep_path_prints_both_loops_and_the_calls():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_sweep_path.py"), "--seconds",
+                          "5", "--runs", "1"], capture_output=True, text=True, timeout=300,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()[2:4]}
+    assert set(rows) == {"sweep", "power"} and all(len(v) == 3 for v in rows.values())
+    power = next(line for line in out.stdout.splitlines() if line.startswith("power samples"))
+    assert float(power.split()[4].rstrip(",")) > 300 and power.endswith("lost: 0")
+    assert "nvmlDeviceGetMemoryInfo_v2" in out.stdout
+
+
 def test_bench_profiles_prints_each_selection_against_full():
     out = subprocess.run(
         [sys.executable, str(BENCH / "bench_profiles.py"), "--seconds", "1", "--renders", "2",

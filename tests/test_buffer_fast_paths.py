@@ -250,3 +250,34 @@ def test_a_grid_to_the_newest_sample_searches_each_run_once_and_reads_one_oldest
     oldest_reads.clear()
     assert buf.latest_time() == newest
     assert oldest_reads == []  # the newest time is not read back from the ring
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_drain_that_hands_over_its_microseconds_fills_the_ring_the_same(seed: int) -> None:
+    """The power drain gives the ring the driver's whole microseconds with the times made
+    of them: the ring then skips working them out again, and holds exactly what it holds
+    from the times alone (over drains that overlap the newest, overfill the ring and
+    outlast what 32 bits of microseconds span)."""
+    rng = np.random.default_rng(seed)
+    given, worked_out = PowerBuffer(2, 64), PowerBuffer(2, 64)
+    stamp = int(1.79e15) + int(rng.integers(0, 10**9))
+    for drain in range(300):
+        n = int(rng.integers(1, 120))  # past the capacity at times
+        steps = rng.integers(15_000, 25_000, n)
+        if drain % 100 == 7:
+            steps[0] = 3_000_000_000  # silent for 50 minutes: the epoch moves on
+        micros = (stamp + np.cumsum(steps)).astype(np.uint64)
+        if drain % 9 == 4:
+            micros = np.concatenate([micros[:1] - np.uint64(40_000), micros])  # overlaps
+        stamp = int(micros[-1])
+        times = micros.astype(float) / 1e6  # as the drain makes them
+        watts = rng.integers(50_000, 700_000, micros.size) / 1000.0
+        given.append(drain % 2, times, watts, micros)
+        worked_out.append(drain % 2, times, watts)
+        assert given.times.dtype == worked_out.times.dtype == np.uint32
+        assert np.array_equal(given.times, worked_out.times)
+        assert np.array_equal(given.milliwatts, worked_out.milliwatts)
+        assert given._epoch == worked_out._epoch and given.count == worked_out.count
+        for gpu in range(2):
+            a, b = given.window(gpu, np.inf), worked_out.window(gpu, np.inf)
+            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])

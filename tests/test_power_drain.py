@@ -35,6 +35,20 @@ def test_samples_in_any_order_come_out_in_time_order_once_each():
     assert drain.last_seen_us == T0 + 60_000 and drain.samples_total == 4
 
 
+def test_a_drain_hands_its_microseconds_on_only_where_times_are_made_of_them_alone():
+    """The ring takes the driver's microseconds as they are (no rounding of the times back):
+    the times are exactly them / 1e6; a re-based clock's times are not, and hand none."""
+    stamps = [T0 + 20_000 * k for k in range(5)]
+    new = _drain((stamps, [1] * 5)).read()
+    assert new.micros is not None and new.micros.tolist() == stamps
+    assert np.array_equal(new.micros / 1e6, new.times)
+    boot = [20_000 * k + 7 for k in range(1, 6)]  # microseconds since boot
+    rebased = _drain((boot, [1] * 5))
+    new = rebased.read()
+    assert rebased.offset and new.micros is None
+    assert new.times[-1] == pytest.approx(T0 / 1e6)
+
+
 def test_a_drain_repeating_what_was_seen_adds_nothing():
     first = ([T0 + 20_000 * k for k in range(5)], [1] * 5)
     drain = _drain(first, first, ([T0 + 20_000 * k for k in range(3, 8)], list(range(5))))

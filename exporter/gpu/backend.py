@@ -13,7 +13,7 @@ import importlib.util
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -117,6 +117,7 @@ class NvmlBackend:
         # (gpu, requests) -> (how many fields were unsupported, the calls to make)
         self._field_plans: dict[tuple, tuple[int, tuple[tuple[tuple[int, int], ...], ...]]] = {}
         self._sample_buffers: dict[int, batched.SampleBuffer] = {}
+        self._bound: dict[tuple[int, int], tuple[tuple, tuple[Callable[[Any], Any], ...]]] = {}
         self.handles: list[Any] = []
         # the pointer behind each handle registered for events -> its GPU: an event names
         # its GPU by handle, and a lost GPU's handle answers nothing (not even its UUID)
@@ -185,6 +186,41 @@ class NvmlBackend:
                 return None, error_name(exc)
             return None, self._failed(name, exc, gpu, key)
 
+    def bound(self, gpu: int, name: str, args: tuple[int, ...] = ()
+              ) -> Callable[[Any], Any]:
+        """call(name, handle, *args, gpu=gpu) as a function of the handle, with the pynvml
+        function and the key of unsupported calls looked up once, not at every call: the
+        sweep makes each of its calls on each GPU every second."""
+        function = getattr(self.nvml, name, None)
+        if function is None:  # counted (once) as call() counts it
+            return lambda handle: self.call(name, handle, *args, gpu=gpu)
+        key = (gpu, name, *[a for a in args if isinstance(a, int)]) if args else (gpu, name)
+        unsupported, nvml_error, failed = self._unsupported, self.nvml.NVMLError, self._failed
+
+        def bound_call(handle: Any) -> Any:
+            if key in unsupported:
+                return None
+            try:
+                return function(handle, *args)
+            except nvml_error as exc:
+                failed(name, exc, gpu, key)
+                return None
+
+        return bound_call
+
+    def bound_calls(self, gpu: int, calls: tuple[tuple[str, tuple[int, ...]], ...]
+                    ) -> tuple[Callable[[Any], Any], ...]:
+        """bound() of each (name, args), kept by the tuple's identity (a reading plan's:
+        the same few every sweep)."""
+        kept = self._bound.get((gpu, id(calls)))
+        if kept is not None and kept[0] is calls:
+            return kept[1]
+        functions = tuple(self.bound(gpu, name, args) for name, args in calls)
+        if len(self._bound) >= 1024:
+            self._bound.clear()
+        self._bound[(gpu, id(calls))] = (calls, functions)  # holds the tuple: its id stays
+        return functions
+
     def process_utilization(self, gpu: int, last_seen_us: int, handle: Any = None
                             ) -> list | None:
         """`nvmlDeviceGetProcessUtilization` samples newer than `last_seen_us`: [] when
@@ -240,19 +276,17 @@ class NvmlBackend:
             return {}
         out: dict[tuple[int, int], float] = {}
         for chunk in self._field_chunks(gpu, requests):
-            entries = self._field_entries(gpu, handle, chunk)
-            if entries is None:
+            answer = self._field_answer(gpu, handle, chunk)
+            if answer is None:
                 return out
-            ok = entries["nvmlReturn"] == pynvml.NVML_SUCCESS
-            if ok.all():  # entries come back in the order asked
-                out.update(zip(chunk, batched.field_values(entries).tolist(), strict=True))
+            values, failed = answer
+            if not failed:  # entries come back in the order asked
+                out.update(zip(chunk, values, strict=True))
                 continue
-            for entry in entries[~ok]:
-                self._field_failed(gpu, int(entry["fieldId"]), int(entry["scopeId"]),
-                                   int(entry["nvmlReturn"]))
-            good = entries[ok]
-            keys = zip(good["fieldId"].tolist(), good["scopeId"].tolist(), strict=True)
-            out.update(zip(keys, batched.field_values(good).tolist(), strict=True))
+            for position, code in failed:
+                self._field_failed(gpu, *chunk[position], code)
+            out.update((request, value) for request, value in zip(chunk, values, strict=True)
+                       if value is not None)
         return out
 
     def _field_chunks(self, gpu: int, requests: Sequence[int | tuple[int, int]]
@@ -272,10 +306,10 @@ class NvmlBackend:
         self._field_plans[key] = (len(self._unsupported_fields), chunks)
         return chunks
 
-    def _field_entries(self, gpu: int, handle: Any, chunk: tuple[tuple[int, int], ...]
-                       ) -> np.ndarray | None:
-        """One nvmlDeviceGetFieldValues call, its entries as a numpy array; None if the
-        call itself failed (counted)."""
+    def _field_answer(self, gpu: int, handle: Any, chunk: tuple[tuple[int, int], ...]
+                      ) -> batched.FieldAnswer | None:
+        """One nvmlDeviceGetFieldValues call: each entry's value, and the failed ones; None
+        if the call itself failed (counted)."""
         try:
             if self._batched:
                 request = self._requests.get((gpu, chunk))
@@ -284,7 +318,8 @@ class NvmlBackend:
                     self._requests[(gpu, chunk)] = request
                 return request.read(self.nvml, handle)
             array = self.nvml.nvmlDeviceGetFieldValues(handle, chunk)
-            return np.frombuffer(memoryview(array).cast("B"), batched.FIELD_DTYPE).copy()
+            return batched.field_answer(np.frombuffer(memoryview(array).cast("B"),
+                                                      batched.FIELD_DTYPE))
         except self.nvml.NVMLError as exc:
             self._failed("nvmlDeviceGetFieldValues", exc, gpu, None)
             return None

@@ -206,10 +206,13 @@ CATALOGUE: tuple[GpuValue, ...] = (
                                "(0-1)."), trace=True),
     V("memory_used_bytes", Call("nvmlDeviceGetMemoryInfo", member="used"), 1, SWEEP,
       per_gpu("gpu_memory_used_bytes", "gauge", "Device memory in use.", unit="bytes",
-              source="`nvmlDeviceGetMemoryInfo().used`", profile=MINIMAL), trace=True),
+              source="`nvmlDeviceGetMemoryInfo().used` (version 1's used, reserved memory "
+                     "included: total - free of `nvmlDeviceGetMemoryInfo_v2` where the "
+                     "driver has it)", profile=MINIMAL), trace=True),
     V("memory_total_bytes", Call("nvmlDeviceGetMemoryInfo", member="total"), 1, SWEEP,
       per_gpu("gpu_memory_total_bytes", "gauge", "Device memory in total.", unit="bytes",
-              source="`nvmlDeviceGetMemoryInfo().total`", profile=MINIMAL)),
+              source="`nvmlDeviceGetMemoryInfo().total` (of `_v2` where the driver has it)",
+              profile=MINIMAL)),
     V("power_average_watts", Field(fi.POWER_AVERAGE), 1e-3, SWEEP,
       per_gpu("gpu_power_average_watts", "gauge",
               "Power averaged by the driver over about 1 s.", unit="W",

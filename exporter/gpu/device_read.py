@@ -10,6 +10,7 @@ one call, not 90.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -89,6 +90,30 @@ def device_read_requests(nvlinks: int, reads: NvlinkReads = NvlinkReads()
     return requests
 
 
+# One link's keys into the device read's answer: its state; (type, key, scale) of each
+# error counter; its data CRC field (None: links 12+, a call); (key, scale) of TX and RX.
+_LinkKeys = tuple[tuple[int, int], tuple[tuple[str, tuple[int, int], float], ...],
+                  tuple[int, int] | None, tuple[tuple[tuple[int, int], float], ...]]
+_CRC_CALL = "nvmlDeviceGetNvLinkErrorCounter"
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(nvlinks: int, reads: NvlinkReads) -> tuple[
+        tuple[int | tuple[int, int], ...], tuple[_LinkKeys, ...],
+        tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The requests of a device read, each link's keys into the answer, and the data CRC
+    calls (links 12+): worked out once per link count and selection, not every read."""
+    per_link = reads.state or reads.errors or (reads.traffic and reads.traffic_per_link)
+    links = tuple(((_STATE[0][0], link),
+                   tuple((kind, (fid, link), scale) for fid, scale, (kind,) in _ERRORS),
+                   (fi.NVLINK_CRC_DATA[link], 0) if link < len(fi.NVLINK_CRC_DATA) else None,
+                   tuple(((fid, link), scale) for fid, scale, _ in _TRAFFIC))
+                  for link in range(nvlinks if per_link else 0))
+    calls = tuple((_CRC_CALL, (link, fi.NVLINK_ERROR_DL_CRC_DATA))
+                  for link in range(len(fi.NVLINK_CRC_DATA), len(links)))
+    return tuple(device_read_requests(nvlinks, reads)), links, calls
+
+
 def _traffic_totals(backend: NvmlBackend, gpu: int, nvlinks: int,
                     got: dict[tuple[int, int], float]) -> tuple[float | None, float | None]:
     """Bytes over all links: the all-links fields, else (a driver that does not answer
@@ -119,28 +144,27 @@ def read_device(backend: NvmlBackend, gpu: int, nvlinks: int, now: float,
     handle = backend.handle(gpu)
     if handle is None:
         return None
-    got = backend.scoped_fields(gpu, device_read_requests(nvlinks, reads))
+    requests, link_keys, crc_calls = _layout(nvlinks, reads)
+    got = backend.scoped_fields(gpu, requests)
     value = got.get  # by (field, scope): ~120 a GPU, no helper call each
+    crc_read = backend.bound_calls(gpu, crc_calls) if reads.errors else ()
 
     links = []
-    per_link = reads.state or reads.errors or (reads.traffic and reads.traffic_per_link)
-    for link in range(nvlinks if per_link else 0):
-        state = value((_STATE[0][0], link))
-        errors = {kind: v * scale for fid, scale, (kind,) in _ERRORS
-                  if (v := value((fid, link))) is not None}
+    for link, (state_key, error_keys, crc_key, traffic_keys) in enumerate(link_keys):
+        state = value(state_key)
+        errors = {kind: v * scale for kind, key, scale in error_keys
+                  if (v := value(key)) is not None}
         crc_data = None
         if not reads.errors:
             pass
-        elif link < len(fi.NVLINK_CRC_DATA):
-            crc_data = value((fi.NVLINK_CRC_DATA[link], 0))
+        elif crc_key is not None:
+            crc_data = value(crc_key)
         else:
-            crc_data = backend.call("nvmlDeviceGetNvLinkErrorCounter",
-                                    handle, link,
-                                    fi.NVLINK_ERROR_DL_CRC_DATA, gpu=gpu)
+            crc_data = crc_read[link - len(fi.NVLINK_CRC_DATA)](handle)
         if crc_data is not None:
             errors["crc_data"] = float(crc_data)
-        tx, rx = (None if (v := value((fid, link))) is None else v * scale
-                  for fid, scale, _ in _TRAFFIC)
+        tx, rx = (None if (v := value(key)) is None else v * scale
+                  for key, scale in traffic_keys)
         links.append(NvLink(link, None if state is None else bool(state), tx, rx, errors))
     action = value((fi.RECOVERY_ACTION, 0))
     return DeviceRead(

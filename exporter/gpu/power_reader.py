@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 BUFFER, POLL = "buffer", "poll"
 # Driver timestamps further than this from the clock are not epoch-based: re-based once.
 _EPOCH_TOLERANCE = 3600.0
+# Whole microseconds up to this convert to float64 exactly (2**53)
+_EXACT_MICROS = 2**53
 
 
 def _median(x: np.ndarray) -> float:
@@ -39,6 +41,9 @@ def _median(x: np.ndarray) -> float:
 class NewSamples:
     times: np.ndarray  # epoch seconds, increasing
     watts: np.ndarray
+    # the driver's whole microseconds where times are exactly micros / 1e6 (not re-based):
+    # the power ring holds them as they are, without working them out from times again
+    micros: np.ndarray | None = None
 
 
 _EMPTY = NewSamples(np.zeros(0), np.zeros(0))
@@ -102,20 +107,24 @@ class BufferDrain:
             # each timestamp once, whatever the driver repeated
             stamps_us, first = np.unique(stamps_us, return_index=True)
             milliwatts = milliwatts[first]
-        start = int(np.searchsorted(stamps_us, self.last_seen_us, side="right"))
+        start = int(stamps_us.searchsorted(self.last_seen_us, side="right"))
         if start == len(stamps_us):  # nothing newer than what we have (dedupe by timestamp)
             return _EMPTY
-        stamps, watts = stamps_us[start:].astype(float), milliwatts[start:] / 1000.0
+        micros = stamps_us[start:]
+        stamps, watts = micros.astype(float), milliwatts[start:] / 1000.0
         self.capacity_seen = max(self.capacity_seen, len(stamps))
         if not self._rebased:
             self._rebase(stamps[-1] / 1e6)
-        times = stamps / 1e6 + self.offset
+        times = stamps / 1e6
+        if self.offset:  # adding 0.0 changes no time: only a re-based clock pays for it
+            times += self.offset
         previous = self.last_seen_us / 1e6 + self.offset if self.last_seen_us else None
         self._count_gap(times, previous)
         self.intervals.add(times, previous)
         self.last_seen_us = int(stamps[-1])
         self.samples_total += len(times)
-        return NewSamples(times, watts)
+        return NewSamples(times, watts, None if self.offset or micros[-1] >= _EXACT_MICROS
+                          else micros)
 
     def _rebase(self, newest: float) -> None:
         now = self.clock()

@@ -10,7 +10,7 @@ A value NVML cannot give is absent (the backend counted the error).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,39 @@ class GpuReading:
         return self.values.get(key)
 
 
+# What version 1 of nvmlDeviceGetMemoryInfo answers, from version 2's answer: the same total,
+# and version 1's used, which counts what the driver reserves (nvml.h: "Sum of Reserved and
+# Allocated"), as total - free: the one v2 call each sweep serves all four values. Version 1
+# is asked only where version 2 answers nothing (a driver before it, or an error).
+_MEMORY_V1 = ("nvmlDeviceGetMemoryInfo", ())
+_MEMORY_V2 = ("nvmlDeviceGetMemoryInfo", (catalogue.MEMORY_INFO_V2,))
+
+
+def _v1_used(memory: Any) -> int | None:
+    total, free = memory.total, memory.free
+    if total in NOT_AVAILABLE or free in NOT_AVAILABLE or free > total:
+        return None
+    return total - free
+
+
+_V1_FROM_V2: dict[str | int | None, Callable[[Any], Any]] = {
+    "total": lambda memory: memory.total, "used": _v1_used}
+
+Member = str | int | Callable[[Any], Any] | None  # a struct member, a list index, derived
+
+
+@dataclass(frozen=True)
+class _CallPlan:
+    """One call and the entries it serves: (key, member of its answer, scale); `at`: its
+    place in the plan's `specs`; `fallback` is asked instead when it answers nothing."""
+
+    name: str
+    args: tuple[int, ...]
+    served: tuple[tuple[str, Member, float], ...]
+    at: int = 0
+    fallback: _CallPlan | None = None
+
+
 @dataclass(frozen=True)
 class _Plan:
     """How to read a set of entries: the fields for one batched call, and each call once
@@ -58,7 +91,9 @@ class _Plan:
 
     field_ids: tuple[int, ...]
     fields: tuple[tuple[str, int, float], ...]  # (key, field id, scale)
-    calls: tuple[tuple[Call, tuple[tuple[str, str | int | None, float], ...]], ...]
+    calls: tuple[_CallPlan, ...]
+    # (name, args) of each call and fallback, by `at`: the backend binds them once a GPU
+    specs: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 _PLANS: dict[int, tuple[tuple[GpuValue, ...], _Plan]] = {}  # by id() of the entries
@@ -80,24 +115,33 @@ def _plan(entries: tuple[GpuValue, ...]) -> _Plan:
 def _make_plan(entries: tuple[GpuValue, ...]) -> _Plan:
     fields = tuple((e.key, e.nvml.id, e.scale) for e in entries
                    if isinstance(e.nvml, Field))
-    calls: dict[tuple, tuple[Call, list]] = {}
+    calls: dict[tuple[str, tuple[int, ...]], list[tuple[str, Member, float]]] = {}
     for e in entries:
         if isinstance(e.nvml, Call):
-            served = calls.setdefault((e.nvml.name, e.nvml.args), (e.nvml, []))[1]
-            served.append((e.key, e.nvml.member, e.scale))
-    return _Plan(tuple(f[1] for f in fields), fields,
-                 tuple((call, tuple(served)) for call, served in calls.values()))
-
-
-def _value(raw: Any, member: str | int | None) -> Any:
-    if raw is None or member is None:
-        return raw
-    return raw[member] if isinstance(member, int) else getattr(raw, member)
+            calls.setdefault((e.nvml.name, e.nvml.args), []).append(
+                (e.key, e.nvml.member, e.scale))
+    served = {call: tuple(keys) for call, keys in calls.items()}
+    fallbacks: dict[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]] = {}
+    v1, v2 = served.get(_MEMORY_V1), served.get(_MEMORY_V2)
+    if v1 is not None and v2 is not None and all(m in _V1_FROM_V2 for _, m, _ in v1):
+        served[_MEMORY_V2] = v2 + tuple((key, _V1_FROM_V2[member], scale)
+                                        for key, member, scale in v1)
+        fallbacks[_MEMORY_V2] = _MEMORY_V1
+        del served[_MEMORY_V1]
+    specs = (*served, *fallbacks.values())
+    plans = []
+    for call, keys in served.items():
+        fallback = fallbacks.get(call)
+        plans.append(_CallPlan(*call, keys, specs.index(call), None if fallback is None else
+                               _CallPlan(*fallback, tuple(calls[fallback]),
+                                         specs.index(fallback, len(served)))))
+    return _Plan(tuple(f[1] for f in fields), fields, tuple(plans), specs)
 
 
 def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
                 ) -> dict[str, float]:
-    """The entries' values: their fields in one batched call, each call made once."""
+    """The entries' values: their fields in one batched call, each call made once (the
+    memory-info calls: one, see _MEMORY_V1)."""
     handle = backend.handle(gpu)
     if handle is None:
         return {}
@@ -109,16 +153,21 @@ def read_values(backend: NvmlBackend, gpu: int, entries: Iterable[GpuValue]
             raw = readings.get(field_id)
             if raw is not None and raw not in NOT_AVAILABLE:
                 out[key] = float(raw) * scale
-    call = backend.call
-    for nvml_call, served in plan.calls:  # the member read inline: ~15 a GPU each sweep
-        answer = call(nvml_call.name, handle, *nvml_call.args, gpu=gpu)
+    bound = backend.bound_calls(gpu, plan.specs)
+    for nvml_call in plan.calls:  # the member read inline: ~15 a GPU each sweep
+        answer = bound[nvml_call.at](handle)
+        if answer is None and nvml_call.fallback is not None:
+            nvml_call = nvml_call.fallback
+            answer = bound[nvml_call.at](handle)
         if answer is None:
             continue
-        for key, member, scale in served:
+        for key, member, scale in nvml_call.served:
             if member is None:
                 raw = answer
+            elif isinstance(member, str):
+                raw = getattr(answer, member)
             else:
-                raw = answer[member] if isinstance(member, int) else getattr(answer, member)
+                raw = answer[member] if isinstance(member, int) else member(answer)
             if raw is not None and raw not in NOT_AVAILABLE:
                 out[key] = float(raw) * scale
     return out

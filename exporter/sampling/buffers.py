@@ -108,19 +108,26 @@ class PowerBuffer:
                 seconds[gpu, a:b] = self._decode(gpu, micros[gpu, a:b])
         self._seconds, self._micros = seconds, None
 
-    def _encode(self, gpu: int, times: np.ndarray) -> np.ndarray | None:
+    def _encode(self, gpu: int, times: np.ndarray, whole: np.ndarray | None = None
+                ) -> np.ndarray | None:
         """New times as microseconds after the GPU's epoch (moved on when they no longer
         fit); None when they are not whole microseconds or cannot fit (caller holds the
-        lock)."""
+        lock). `whole`: the whole microseconds times are exactly (times == whole / 1e6),
+        where the caller has them (a drain's driver timestamps): not worked out again."""
         micros = self._micros
-        if micros is None or not np.isfinite(times).all():
+        if micros is None:
             return None
-        us = np.round(times * _MICRO)
-        if np.abs(us).max() >= 2.0**53:
-            return None
-        us = us.astype(np.int64)
-        if not np.array_equal(us / _MICRO, times):
-            return None
+        if whole is not None:
+            us = whole.astype(np.int64)
+        else:
+            if not np.isfinite(times).all():
+                return None
+            rounded = np.round(times * _MICRO)
+            if np.abs(rounded).max() >= 2.0**53:
+                return None
+            us = rounded.astype(np.int64)
+            if not np.array_equal(us / _MICRO, times):
+                return None
         if not self.count[gpu]:
             self._epoch[gpu] = int(us[0])
         epoch = self._epoch[gpu]
@@ -136,20 +143,24 @@ class PowerBuffer:
             self._epoch[gpu] = epoch = oldest
         return us - epoch
 
-    def append(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
+    def append(self, gpu: int, times: np.ndarray, watts: np.ndarray,
+               micros: np.ndarray | None = None) -> None:
         """New samples of one GPU, oldest first. Any not newer than the GPU's newest are
         dropped (a wall clock stepped back under a polled GPU): the ring stays in time
-        order, which window() relies on."""
+        order, which window() relies on. `micros`, where the caller has them: the whole
+        microseconds (below 2**53) that times are exactly (times == micros / 1e6)."""
         with self._lock:
             newest = self._newest[gpu]
         if len(times) and times[0] <= newest:
             keep = times > newest
             times, watts = times[keep], watts[keep]
+            micros = None if micros is None else micros[keep]
         n = len(times)
         if n == 0:
             return
         if n > self.capacity:
             times, watts, skipped = times[-self.capacity:], watts[-self.capacity:], n
+            micros = None if micros is None else micros[-self.capacity:]
             n = self.capacity
         else:
             skipped = n
@@ -157,7 +168,7 @@ class PowerBuffer:
         with self._lock:
             held: np.ndarray = times
             if self._micros is not None:
-                encoded = self._encode(gpu, times)
+                encoded = self._encode(gpu, times, micros)
                 if encoded is None:
                     self._to_seconds()
                 else:

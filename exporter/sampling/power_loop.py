@@ -84,11 +84,12 @@ class PowerSampler:
             self._due[gpu] = now + interval - half_tick
             new = reader.read()
             if new is not None and len(new.times):
-                self._store(gpu, new.times, new.watts)
+                self._store(gpu, new.times, new.watts, new.micros)
 
         self.gpus.each(loop, read)
 
-    def _store(self, gpu: int, times: np.ndarray, watts: np.ndarray) -> None:
+    def _store(self, gpu: int, times: np.ndarray, watts: np.ndarray,
+               micros: np.ndarray | None = None) -> None:
         last = self.latest.get(gpu)
         joules = float(np.dot(watts[1:] + watts[:-1], times[1:] - times[:-1])) / 2  # trapezoids
         if last is not None:  # and the one from the previous sample on
@@ -96,7 +97,7 @@ class PowerSampler:
         self.energy[gpu] = self.energy.get(gpu, 0.0) + joules
         self.latest[gpu] = PowerReading(float(times[-1]), float(watts[-1]))
         if self.buffer is not None:
-            self.buffer.append(gpu, times, watts)
+            self.buffer.append(gpu, times, watts, micros)
         if self.recorder is not None:
             self.recorder(gpu, times, watts)
 

@@ -42,6 +42,7 @@ class SweepSampler:
         self.board: dict[int, BoardRead] = {}  # fabric and InfoROM: at start, then seldom
         self.board_interval = board_interval
         self.clock_event_seconds: dict[tuple[int, str], float] = {}
+        self._reason_keys: dict[int, list[tuple[tuple[int, str], int]]] = {}
         # gpu -> bytes per second sent and received over PCIe between the last two reads
         self.pcie_rates: dict[int, tuple[float | None, float | None]] = {}
         self._pcie_read: dict[int, tuple[float, tuple[float | None, ...]]] = {}
@@ -135,9 +136,13 @@ class SweepSampler:
             return
         # a gap longer than a few sweeps (a hang, a lost GPU) is not counted as active
         elapsed = min(reading.time - previous, 3 * self.interval)
-        for reason, bit in CLOCK_EVENT_REASONS.items():
-            key = (gpu, reason)
-            if int(reasons) & bit:
-                self.clock_event_seconds[key] = self.clock_event_seconds.get(key, 0.0) + elapsed
-            else:
-                self.clock_event_seconds.setdefault(key, 0.0)
+        mask, seconds = int(reasons), self.clock_event_seconds
+        keys = self._reason_keys.get(gpu)
+        if keys is None:  # each reason's key made once a GPU, not every sweep
+            keys = self._reason_keys[gpu] = [((gpu, reason), bit)
+                                              for reason, bit in CLOCK_EVENT_REASONS.items()]
+        for key, bit in keys:
+            if mask & bit:
+                seconds[key] = seconds.get(key, 0.0) + elapsed
+            elif key not in seconds:
+                seconds[key] = 0.0

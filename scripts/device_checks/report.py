@@ -13,6 +13,7 @@ def print_report(report: dict) -> None:
         note = f"  [{lat['error']}]" if lat["error"] else ""
         print(f"  {name:58s} {lat['p50_us']:9.1f} / {lat['p99_us']:9.1f} us, "
               f"cpu {lat['cpu_us']:9.1f} us{note}")
+    print(f"memory info, version 1 against version 2: {json.dumps(report['memory_info'])}")
     print(f"instant power field updates: {json.dumps(report['power_update'])}")
     print(f"driver power-sample buffer: {json.dumps(report['power_samples'])}")
     gpm = dict(report["gpm"])
