@@ -240,10 +240,11 @@ def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():
 
 
 # What `run` imports only for the feature that needs it: the history (a state directory),
-# dcgm-exporter's families (--metrics.compat), the Kubernetes and Slurm collectors (their
-# socket or mapping directory), the live page and its API (its first request), the web
-# config file's TLS helpers, trace reading (--replay), the "did you mean" of a bad name
-# (difflib), and importlib.resources with zipfile (the package's files read as paths).
+# dcgm-exporter's families (--metrics.compat), the Kubernetes, jobs and processes
+# collectors (their socket, mapping directory or flag), the kernel log (none on the fake),
+# the live page and its API (its first request), the web config file's TLS helpers, trace
+# errors (a trace read), the "did you mean" of a bad name (difflib), and
+# importlib.resources with zipfile (the package's files are read as paths).
 _FEATURE_MODULES = (
     "exporter.history.store", "exporter.history.recorder", "exporter.history.writer",
     "exporter.history.families", "exporter.history.answer", "exporter.history.episodes",
@@ -251,7 +252,9 @@ _FEATURE_MODULES = (
     "exporter.collectors.kubernetes.reading", "exporter.collectors.kubernetes.apiserver",
     "exporter.collectors.kubernetes.podresources", "exporter.collectors.kubernetes.families",
     "exporter.collectors.jobs.reading", "exporter.collectors.jobs.attributes",
-    "exporter.collectors.jobs.families", "exporter.web.api", "exporter.web.page",
+    "exporter.collectors.jobs.families", "exporter.collectors.processes.reading",
+    "exporter.collectors.processes.procfs", "exporter.collectors.processes.families",
+    "exporter.sampling.kmsg", "exporter.sampling.xid_kmsg", "exporter.web.api", "exporter.web.page",
     "exporter.web.static", "exporter.web.findings", "exporter.web.findings_hardware",
     "exporter.web.wording", "exporter.web.jsonarrays", "exporter.web.gotls",
     "exporter.web.pemsource", "exporter.web.tlsfiles", "exporter.traces.trace", "difflib",
@@ -306,10 +309,13 @@ def test_each_feature_loads_its_modules_when_asked_for_and_works(tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "0").write_text("4242\n")
+    kmsg = tmp_path / "kmsg"  # a regular file stands in for /dev/kmsg
+    kmsg.write_text("")
     features = ["--storage.path", str(tmp_path / "state"), "--metrics.compat",
                 "dcgm-exporter", "--hpc-job-mapping-dir", str(jobs),
                 "--collector.kubernetes", "--kubernetes.pod-resources-socket",
-                str(tmp_path / "kubelet.sock")]
+                str(tmp_path / "kubelet.sock"), "--collector.processes",
+                "--storage.kmsg-path", str(kmsg)]
     # TLS is checked by loading the file (the scrapes here are plain)
     then = ("from exporter.web.webconfig import load_web_config\n"
             f"assert load_web_config({str(web)!r}).tls\n"
@@ -317,6 +323,8 @@ def test_each_feature_loads_its_modules_when_asked_for_and_works(tmp_path):
             "assert 'gpu_hpc_job_info{' in metrics and 'hpc_job=\"4242\"' in metrics\n"
             "assert 'cte_kubernetes_pod_resources_up 0.0' in metrics\n"
             "assert 'cte_history_' in metrics\n"
+            "assert 'gpu_process_memory_used_bytes{' in metrics\n"
+            "assert 'cte_kmsg_readable 1.0' in metrics\n"
             "assert '<title>' in get('/')\n"
             "assert '\"findings\"' in get('/api/v1/findings')\n"
             "assert '\"episodes\"' in get('/api/v1/history')\n"
@@ -329,3 +337,19 @@ def test_each_feature_loads_its_modules_when_asked_for_and_works(tmp_path):
             "assert cli.main(['run', '--fake']) == 2\n")
     loaded = _scraped(features, then)
     assert loaded == sorted(_FEATURE_MODULES)
+
+
+def test_the_server_routes_the_page_by_the_prefixes_its_lazy_modules_serve():
+    from exporter.web import api, server, static
+
+    assert server.STATIC_PREFIX == static.PREFIX
+    assert all(path.startswith(server.API_PREFIX) for path in api.PATHS)
+
+
+def test_an_unknown_api_path_is_not_found(running_exporter):
+    from tests.tools import http_get
+
+    exp = running_exporter.start(manual=True)
+    exp.sampler.advance(2)
+    resp, body = http_get(exp.port, "/api/v1/nothing")
+    assert resp.status == 404 and body == b"not found\n"
