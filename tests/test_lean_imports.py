@@ -178,9 +178,11 @@ def test_run_help_names_the_simulators_scenarios_without_loading_it():
 
 # What a plain-HTTP fake node never needs: OpenSSL (ssl's libssl, hashlib's libcrypto),
 # numpy.random, numpy.ma, the idna codec's unicodedata, statistics' decimal and fractions,
-# trace loading (a replay's), pkgutil (the collectors are found by a directory scan).
+# trace loading (a replay's), pkgutil (the collectors are found by a directory scan),
+# uuid and its libuuid (the fake's UUIDs are made in exporter/sim/tenants.py).
 _NEVER_LOADED = ("_ssl", "_hashlib", "numpy.random", "numpy.ma", "unicodedata", "decimal",
-                 "fractions", "exporter.traces.load", "exporter.sim.replay", "pkgutil")
+                 "fractions", "exporter.traces.load", "exporter.sim.replay", "pkgutil",
+                 "uuid", "_uuid")
 
 
 def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
