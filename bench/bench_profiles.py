@@ -39,9 +39,9 @@ from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.gpu.device_read import read_device
 from exporter.gpu.reading import read_identity
-from exporter.metrics.compat.dcgm import DCGM_EXPORTER, NONE
 from exporter.metrics.render import FAMILY_FUNCTIONS, CachedFamilies, render
 from exporter.metrics.selection import Selection, load_selection
+from exporter.metrics.settings import DCGM_EXPORTER, NONE
 from exporter.sampling.clock import ManualClock
 from exporter.sampling.sampler import Sampler, SamplerSettings
 from exporter.sim import costs, fake

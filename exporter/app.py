@@ -16,12 +16,9 @@ from exporter.collectors.registry import CollectorSpec, S
 from exporter.config import Config
 from exporter.gpu.backend import NvmlBackend
 from exporter.health.monitor import HealthMonitor, Published
-from exporter.history.families import history_families
-from exporter.history.recorder import History
-from exporter.history.store import Store, StoreError
-from exporter.metrics.compat import dcgm
 from exporter.metrics.render import RenderedSnapshot
 from exporter.metrics.selection import Selection, load_selection
+from exporter.metrics.settings import DCGM_EXPORTER
 from exporter.sampling.clock import SYSTEM, Clock
 from exporter.sampling.collector_api import Collector
 from exporter.sampling.sampler import CollectorMaker, Sampler, SamplerSettings
@@ -34,6 +31,8 @@ from exporter.web.stats import ReloadStatus
 from exporter.web.webconfig import WebConfig, load_web_config
 
 if TYPE_CHECKING:
+    from exporter.history.recorder import History
+    from exporter.metrics.compat import dcgm
     from exporter.sim import fake
 
 log = logging.getLogger(__name__)
@@ -66,6 +65,8 @@ def sampler_settings(config: Config, selection: Selection | None = None) -> Samp
 
 def compat_summary(config: Config, selection: Selection) -> str:
     """The start's one line on dcgm-exporter compatibility: what is served, what not."""
+    from exporter.metrics.compat import dcgm
+
     reads = selection.nvlink_reads()
     profiling = any(s.name == "profiling" for s in registry.enabled(config.collectors))
     return dcgm.summary(profiling, reads.traffic, reads.errors)
@@ -95,8 +96,11 @@ class Exporter:
         self.reloads = ReloadStatus()
         self.limits = limits
         self.current: RenderedSnapshot | None = None
-        self.compat = (dcgm.DcgmCompat(hostname_label=config.metrics.compat_hostname_label)
-                       if config.metrics.compat == dcgm.DCGM_EXPORTER else None)
+        self.compat: dcgm.DcgmCompat | None = None
+        if config.metrics.compat == DCGM_EXPORTER:  # its module and tables only then
+            from exporter.metrics.compat import dcgm
+
+            self.compat = dcgm.DcgmCompat(hostname_label=config.metrics.compat_hostname_label)
         self.health = HealthMonitor(config.health)
         self.fake_lib = fake_lib
         self._collectors_from_config = collectors is None
@@ -131,6 +135,8 @@ class Exporter:
         serving += reload_families(self.reloads.stats())
         serving += tls_families(self.web.certificate_not_after)
         if self.history is not None:
+            from exporter.history.families import history_families
+
             serving += history_families(self.history, self.clock.time())
         return serving
 
@@ -151,6 +157,10 @@ class Exporter:
         if not directory:
             sampler.xids.begin(XidStart(), None)
             return
+        # the history's modules only with a state directory (the fake keeps none)
+        from exporter.history.recorder import History
+        from exporter.history.store import Store, StoreError
+
         store = Store(directory, self.clock.time)
         try:
             store.open()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import difflib
 import gc
 import importlib
 import logging
 import sys
 import textwrap
 from collections.abc import Sequence
-from importlib import resources
+from pathlib import Path
 from types import ModuleType
 
 from exporter import __version__
@@ -19,11 +18,8 @@ from exporter.collectors import registry
 from exporter.config import all_options, build_config, load_config_file
 from exporter.errors import EXIT_FAILURE, EXIT_USAGE, PROG, fail
 from exporter.gpu.backend import NvmlUnavailable
-from exporter.history.store import StoreBusy
 from exporter.metrics.selection import load_selection
 from exporter.options import RUN, add_flags
-from exporter.traces.trace import TraceError
-from exporter.web.webconfig import load_web_config
 from exporter.yamlfile import ConfigError
 
 
@@ -72,8 +68,9 @@ def _command_named(argv: Sequence[str]) -> str | None:
 
 def _scenario_names() -> list[str]:
     """The built-in scenarios' names (sim.scenarios.builtin_names, read here without
-    importing the simulator: `run` on real hardware never loads it)."""
-    folder = resources.files("exporter") / "scenarios"
+    importing the simulator: `run` on real hardware never loads it; nor importlib.resources
+    with zipfile, for a folder beside this file)."""
+    folder = Path(__file__).parent / "scenarios"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -107,6 +104,8 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: str | None,
                      if isinstance(a, argparse._SubParsersAction)), None)
     sub = commands.choices.get(command) if commands is not None and command else None
     flags = list(sub._option_string_actions) if sub is not None else []
+    import difflib  # only for a bad flag
+
     for word in extra:
         if word.startswith("--"):
             close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.75)
@@ -186,7 +185,11 @@ def _run(args: argparse.Namespace) -> int:
     except NvmlUnavailable as exc:
         return fail("run", f"{exc}. This machine has no usable NVIDIA driver. To try the "
                     f"exporter on a simulated node, run: {PROG} run --fake", EXIT_FAILURE)
-    except StoreBusy as exc:
+    except RuntimeError as exc:  # StoreBusy: its module is loaded only with a state directory
+        from exporter.history.store import StoreBusy
+
+        if not isinstance(exc, StoreBusy):
+            raise
         return fail("run", str(exc), EXIT_FAILURE)
     except OSError as exc:
         return fail("run", f"cannot listen on {config.serving.listen_address}: "
@@ -199,6 +202,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_config(path: str) -> int:
+    from exporter.web.webconfig import load_web_config
+
     config = load_config_file(path)
     web = load_web_config(config.serving.web_config_file)
     security = ("TLS" if web.tls else "plain HTTP") + (
@@ -231,7 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_config(args.file)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    except (ConfigError, TraceError) as exc:
+    except ValueError as exc:  # ConfigError or TraceError: one line, exit 2
+        from exporter.traces.trace import TraceError  # loaded by what read a trace
+
+        if not isinstance(exc, ConfigError | TraceError):
+            raise
         return fail(args.command, str(exc))
 
 

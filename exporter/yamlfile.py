@@ -16,7 +16,6 @@ into a MemoryError, and `--config /dev/zero` read without end):
 
 from __future__ import annotations
 
-import difflib
 import re
 import reprlib
 from collections.abc import Iterable, Mapping
@@ -198,6 +197,8 @@ def unknown_key(key: str, allowed: Iterable[str],
     """The message for an unknown key: the likely one first ("did you mean X?"), since
     the list of known keys may be cut short. `aliases` maps other spellings of a key (a
     command-line flag written in a file) to it."""
+    import difflib  # only for an unknown key
+
     known = sorted(allowed)
     if aliases and key.lstrip("-") in aliases:
         return f"unknown key (did you mean {aliases[key.lstrip('-')]}?)"

@@ -126,7 +126,7 @@ def test_kubernetes_daemonset_service_and_servicemonitor_fit_together():
     assert mounts[host_paths["/sys"]] == "/host/sys"
     assert "--path.sysfs=/host/sys" in container["args"]
     # the kubelet's pod-resources socket, where the kubernetes collector looks for it
-    from exporter.collectors.kubernetes.reading import DEFAULT_SOCKET
+    from exporter.collectors.kubernetes.spec import DEFAULT_SOCKET
 
     assert mounts[host_paths["/var/lib/kubelet/pod-resources"]] == os.path.dirname(
         DEFAULT_SOCKET)

@@ -7,7 +7,7 @@ import pytest
 
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
-from exporter.sim.tenants import ProcessSpec, processes_at
+from exporter.sim.tenants import NAMESPACE_OID, ProcessSpec, processes_at, uuid5_oid, uuid_text
 from exporter.yamlfile import ConfigError
 from tests.tools import ManualClock, scenario_from_yaml
 
@@ -138,3 +138,14 @@ def test_bad_tenants_are_refused_with_one_line(text, message):
     with pytest.raises(ConfigError, match=message) as info:
         scenario_from_yaml("gpus: 2\n" + text)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["cte-0-3", "cte-fabric-7", "cte-PF0A1B2C-mig-1-0", "",
+                                  "naïve-ü"])
+def test_the_fakes_uuids_are_uuid5_in_the_oid_namespace(name):
+    import uuid
+
+    expected = uuid.uuid5(uuid.NAMESPACE_OID, name)
+    assert uuid.NAMESPACE_OID.bytes == NAMESPACE_OID
+    assert uuid5_oid(name) == expected.bytes
+    assert uuid_text(uuid5_oid(name)) == str(expected)

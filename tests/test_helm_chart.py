@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from exporter import __version__
-from exporter.collectors.kubernetes.reading import DEFAULT_SOCKET
+from exporter.collectors.kubernetes.spec import DEFAULT_SOCKET
 from tests.tools import REPO, require_module
 
 CHART = REPO / "deploy" / "helm" / "cluster-telemetry-exporter"

@@ -191,7 +191,7 @@ def test_readyz_says_why_attribution_cannot_work(running_exporter, tmp_path):
 
 
 def test_readyz_degraded_without_grpc(running_exporter, tmp_path, monkeypatch):
-    monkeypatch.setattr(k8s_spec, "import_grpc", lambda: None)
+    monkeypatch.setattr(k8s, "import_grpc", lambda: None)  # read when the collector is made
     exp = running_exporter.start(manual=True,
                                  kubernetes_pod_resources_socket=str(tmp_path / "k.sock"))
     exp.sampler.advance(5)

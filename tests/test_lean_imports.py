@@ -178,9 +178,11 @@ def test_run_help_names_the_simulators_scenarios_without_loading_it():
 
 # What a plain-HTTP fake node never needs: OpenSSL (ssl's libssl, hashlib's libcrypto),
 # numpy.random, numpy.ma, the idna codec's unicodedata, statistics' decimal and fractions,
-# trace loading (a replay's).
+# trace loading (a replay's), pkgutil (the collectors are found by a directory scan),
+# uuid and its libuuid (the fake's UUIDs are made in exporter/sim/tenants.py).
 _NEVER_LOADED = ("_ssl", "_hashlib", "numpy.random", "numpy.ma", "unicodedata", "decimal",
-                 "fractions", "exporter.traces.load", "exporter.sim.replay")
+                 "fractions", "exporter.traces.load", "exporter.sim.replay", "pkgutil",
+                 "uuid", "_uuid")
 
 
 def test_a_scraped_fake_node_loads_no_openssl_random_or_masked_arrays():
@@ -237,3 +239,119 @@ def test_ssl_runs_on_its_first_use_and_serves_every_user_as_before():
             "      hasattr(http.client, 'HTTPSConnection'), ssl.TLSVersion['TLSv1_2'].name)")
     stdout = fresh_python(code, timeout=60)
     assert stdout.splitlines() == ["False False", "True True True TLSv1_2"]
+
+
+# What `run` imports only for the feature that needs it: the history (a state directory),
+# dcgm-exporter's families (--metrics.compat), the Kubernetes, jobs and processes
+# collectors (their socket, mapping directory or flag), the kernel log (none on the fake),
+# the live page and its API (its first request), the web config file's TLS helpers, trace
+# errors (a trace read), the "did you mean" of a bad name (difflib), and
+# importlib.resources with zipfile (the package's files are read as paths).
+_FEATURE_MODULES = (
+    "exporter.history.store", "exporter.history.recorder", "exporter.history.writer",
+    "exporter.history.families", "exporter.history.answer", "exporter.history.episodes",
+    "exporter.history.identities", "exporter.metrics.compat.dcgm",
+    "exporter.collectors.kubernetes.reading", "exporter.collectors.kubernetes.apiserver",
+    "exporter.collectors.kubernetes.podresources", "exporter.collectors.kubernetes.families",
+    "exporter.collectors.jobs.reading", "exporter.collectors.jobs.attributes",
+    "exporter.collectors.jobs.families", "exporter.collectors.processes.reading",
+    "exporter.collectors.processes.procfs", "exporter.collectors.processes.families",
+    "exporter.sampling.kmsg", "exporter.sampling.xid_kmsg", "exporter.web.api", "exporter.web.page",
+    "exporter.web.static", "exporter.web.findings", "exporter.web.findings_hardware",
+    "exporter.web.wording", "exporter.web.jsonarrays", "exporter.web.gotls",
+    "exporter.web.pemsource", "exporter.web.tlsfiles", "exporter.traces.trace", "difflib",
+    "csv", "zipfile", "importlib.resources")
+
+# `run --fake` as cli._run builds it (its flags parsed, its config built), on a manual
+# clock, scraped over plain sockets; FEATURES: more flags
+_RUN_AND_SCRAPE = """
+import socket, sys
+from exporter.app import Exporter
+from exporter.cli import RUN, all_options, build_config, build_parser
+from exporter.sampling.clock import ManualClock
+args = build_parser(only='run').parse_args(['run', '--fake', '--no-fake.costs',
+                                            '--web.listen-address', '127.0.0.1:0',
+                                            *FEATURES])
+overrides = {o.key: getattr(args, o.key) for o in all_options()
+             if o.flag is not None and RUN in o.commands}
+exporter = Exporter(build_config(None, overrides), clock=ManualClock())
+exporter.start(threads=False)
+def get(path):
+    with socket.socket() as s:
+        s.connect(('127.0.0.1', exporter.port))
+        s.sendall(b'GET ' + path.encode() + b' HTTP/1.1\\r\\nHost: x\\r\\n'
+                  b'Accept-Encoding: identity\\r\\nConnection: close\\r\\n\\r\\n')
+        reply = b''.join(iter(lambda: s.recv(65536), b''))
+    status = reply.split(b'\\r\\n', 1)[0]
+    assert b' 200 ' in status, (path, status)
+    return reply.decode(errors='replace')
+"""
+
+
+def _scraped(features: list[str], then: str) -> list[str]:
+    code = (_RUN_AND_SCRAPE.replace("*FEATURES", repr(features)[1:-1] or "")
+            + "for _ in range(4):\n    exporter.sampler.advance(7.5)\n"
+            "    metrics = get('/metrics')\n" + then + "\nexporter.stop()\n"
+            f"print(sorted(m for m in {_FEATURE_MODULES!r} if m in sys.modules))")
+    return eval(fresh_python(code, timeout=120).splitlines()[-1])
+
+
+def test_run_on_a_fake_node_loads_no_feature_it_was_not_asked_for():
+    assert _scraped([], "") == []
+
+
+def test_each_feature_loads_its_modules_when_asked_for_and_works(tmp_path):
+    from tests.certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n"
+                   f"  key_file: {certs.server_key}\n  cipher_suites: "
+                   "[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n")
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "0").write_text("4242\n")
+    kmsg = tmp_path / "kmsg"  # a regular file stands in for /dev/kmsg
+    kmsg.write_text("")
+    features = ["--storage.path", str(tmp_path / "state"), "--metrics.compat",
+                "dcgm-exporter", "--hpc-job-mapping-dir", str(jobs),
+                "--collector.kubernetes", "--kubernetes.pod-resources-socket",
+                str(tmp_path / "kubelet.sock"), "--collector.processes",
+                "--storage.kmsg-path", str(kmsg)]
+    # TLS is checked by loading the file (the scrapes here are plain)
+    then = ("from exporter.web.webconfig import load_web_config\n"
+            f"assert load_web_config({str(web)!r}).tls\n"
+            "assert 'DCGM_FI_DEV_POWER_USAGE{' in metrics\n"
+            "assert 'gpu_hpc_job_info{' in metrics and 'hpc_job=\"4242\"' in metrics\n"
+            "assert 'cte_kubernetes_pod_resources_up 0.0' in metrics\n"
+            "assert 'cte_history_' in metrics\n"
+            "assert 'gpu_process_memory_used_bytes{' in metrics\n"
+            "assert 'cte_kmsg_readable 1.0' in metrics\n"
+            "assert '<title>' in get('/')\n"
+            "assert '\"findings\"' in get('/api/v1/findings')\n"
+            "assert '\"episodes\"' in get('/api/v1/history')\n"
+            "assert 'MIT License' in get('/static/uPlot.LICENSE')\n"
+            # a misspelt flag ("did you mean"), a trace that cannot be read: one line, exit 2
+            "from exporter import cli\n"
+            "assert cli.main(['run', '--fakee']) == 2\n"
+            "from exporter.traces.trace import TraceError\n"
+            "cli._run = lambda args: (_ for _ in ()).throw(TraceError('t.csv:1: bad'))\n"
+            "assert cli.main(['run', '--fake']) == 2\n")
+    loaded = _scraped(features, then)
+    assert loaded == sorted(_FEATURE_MODULES)
+
+
+def test_the_server_routes_the_page_by_the_prefixes_its_lazy_modules_serve():
+    from exporter.web import api, server, static
+
+    assert server.STATIC_PREFIX == static.PREFIX
+    assert all(path.startswith(server.API_PREFIX) for path in api.PATHS)
+
+
+def test_an_unknown_api_path_is_not_found(running_exporter):
+    from tests.tools import http_get
+
+    exp = running_exporter.start(manual=True)
+    exp.sampler.advance(2)
+    resp, body = http_get(exp.port, "/api/v1/nothing")
+    assert resp.status == 404 and body == b"not found\n"

@@ -166,7 +166,7 @@ def test_ranks_are_read_once_per_process_and_forgotten_with_it(tmp_path):
     context = CollectorContext(gpu_count=1, backend=backend, readable=lambda gpu: True,
                                energy_joules=lambda gpu: 0.0, clock=lambda: 50.0)
     write_proc(tmp_path, 10, "python", "", env("RANK=4", "LOCAL_RANK=0"))
-    source = ProcessesCollector(context, procfs=str(tmp_path))
+    source = ProcessesCollector(context, 256, procfs=str(tmp_path))
     backend.listed = [proc(10)]
     assert ranks_of(source.read()) == {10: (4, 0)}
     (tmp_path / "10" / "environ").write_bytes(env("RANK=5"))  # never read again while known

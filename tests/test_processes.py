@@ -11,6 +11,7 @@ import pytest
 from exporter.collectors.processes.families import processes_families
 from exporter.collectors.processes.procfs import ProcReader, container_id, parse_comm
 from exporter.collectors.processes.reading import ProcessesCollector, split_energy
+from exporter.collectors.processes.spec import DEFAULT_MAX
 from exporter.sampling.collector_api import CollectorContext
 from exporter.sim.scenarios import load_scenario
 from tests.tools import http_get, make_snapshot, samples
@@ -80,7 +81,7 @@ def by_pid(reading) -> dict[int, object]:
 
 def test_energy_is_conserved_and_exited_processes_go(scripted):
     backend, state, context = scripted
-    source = ProcessesCollector(context)
+    source = ProcessesCollector(context, DEFAULT_MAX)
     backend.listed = [proc(10), proc(11)]
     first = source.read()  # the baseline: nothing attributed yet
     assert {p.energy_joules for p in first.processes} == {0.0}
@@ -111,7 +112,7 @@ def test_energy_is_conserved_and_exited_processes_go(scripted):
 
 def test_an_energy_reset_is_a_new_baseline(scripted):
     backend, state, context = scripted
-    source = ProcessesCollector(context)
+    source = ProcessesCollector(context, DEFAULT_MAX)
     backend.listed = [proc(10)]
     source.read()
     state["energy"] = 10.0  # the GPU came back: its sampled energy restarted
@@ -124,7 +125,7 @@ def test_an_energy_reset_is_a_new_baseline(scripted):
 def test_without_process_utilization_there_is_no_energy_split(scripted):
     backend, state, context = scripted
     backend.listed, backend.samples = [proc(10, gi=3)], None  # MIG mode: NotSupported
-    source = ProcessesCollector(context)
+    source = ProcessesCollector(context, DEFAULT_MAX)
     source.read()
     state["energy"] = 2000.0
     reading = source.read()
@@ -135,7 +136,7 @@ def test_without_process_utilization_there_is_no_energy_split(scripted):
 
 def test_the_cap_keeps_known_processes_then_the_biggest(scripted):
     backend, state, context = scripted
-    source = ProcessesCollector(context, max_processes=2)
+    source = ProcessesCollector(context, 2)
     backend.listed = [proc(10, 1), proc(11, 5), proc(12, 3)]
     assert set(by_pid(source.read())) == {11, 12}  # by memory
     backend.listed = [proc(10, 1), proc(11, 5), proc(12, 3), proc(13, 9)]
@@ -150,7 +151,7 @@ def test_the_cap_keeps_known_processes_then_the_biggest(scripted):
 
 def test_an_unreadable_gpu_is_left_out_and_resumes(scripted):
     backend, state, context = scripted
-    source = ProcessesCollector(context)
+    source = ProcessesCollector(context, DEFAULT_MAX)
     backend.listed = [proc(10)]
     source.read()
     state["readable"] = False

@@ -276,7 +276,7 @@ def test_an_api_handler_that_fails_answers_500_and_logs_it(running_exporter, cap
     def broken(*args, **kwargs):
         raise OverflowError("a bug")
     exp.server.api.answer = broken
-    with caplog.at_level("ERROR", logger="exporter.web.server"):
+    with caplog.at_level("ERROR", logger="exporter.web.api"):
         resp, body = http_get(exp.port, "/api/v1/findings")
     assert resp.status == 500 and b"internal error" in body
     assert any("/api/v1/findings failed" in r.getMessage() and r.exc_info

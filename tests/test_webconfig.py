@@ -363,7 +363,7 @@ def test_inline_pem_is_served_and_never_written_to_disk(tmp_path, certs, monkeyp
         opened.append(key)
         return real(text, key, label)
 
-    monkeypatch.setattr("exporter.web.webconfig.inline_pem", spy)
+    monkeypatch.setattr(pemsource, "inline_pem", spy)  # imported by webconfig when used
 
     def block(path) -> str:
         return "|\n" + textwrap.indent(path.read_text(), "    ")

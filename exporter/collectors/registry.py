@@ -15,7 +15,7 @@ read stalls only that collector); its last reading goes into the snapshot, and i
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -97,14 +97,19 @@ def specs() -> tuple[CollectorSpec[Any], ...]:
     import exporter.collectors as package
 
     found = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if not info.ispkg:
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}.spec")
+    for name in _packages(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{name}.spec")
         spec = getattr(module, "SPEC", None)
         if isinstance(spec, CollectorSpec):
             found.append(spec)
     return tuple(sorted(found, key=lambda s: s.name))
+
+
+def _packages(folders: Iterable[str]) -> list[str]:
+    """The packages in `folders` (directories with an __init__.py), as
+    pkgutil.iter_modules finds them, without loading pkgutil at every start."""
+    return sorted({entry.name for folder in folders for entry in os.scandir(folder)
+                   if entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py"))})
 
 
 def options() -> list[Option]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import registry
 from exporter.health.model import NodeHealth
 from exporter.health.monitor import Published
-from exporter.metrics.compat.dcgm import DcgmCompat
 from exporter.metrics.exposition import WRITER
 from exporter.metrics.goodput import goodput_families
 from exporter.metrics.gpu import gpu_families
@@ -30,6 +29,9 @@ from exporter.metrics.selection import Selection
 from exporter.metrics.self_metrics import self_families
 from exporter.metrics.stragglers import straggler_families
 from exporter.sampling.snapshot import Snapshot
+
+if TYPE_CHECKING:  # the compat module is imported only where --metrics.compat asks for it
+    from exporter.metrics.compat.dcgm import DcgmCompat
 
 FamilyFunction = Callable[[Snapshot], Iterable[Metric]]
 

@@ -19,7 +19,6 @@ does not have (exporter.metrics.family_table), or for a glob, that none of its f
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Iterable, Iterator
@@ -157,6 +156,8 @@ def _known_family(name: str) -> str | None:
     """Why a plain family name is not one (with a suggestion), or None."""
     if name in PROFILE:
         return None
+    import difflib  # only for an unknown name
+
     close = difflib.get_close_matches(name, list(PROFILE), n=1, cutoff=0.6)
     return "unknown family" + (f" (did you mean {close[0]}?)" if close else "")
 

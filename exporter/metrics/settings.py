@@ -6,8 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.families import DEFAULT_PROFILE, PROFILES
-from exporter.metrics.compat.dcgm import CHOICES, HOSTNAME_LABELS, NONE
 from exporter.options import RUN, SIMULATE, setting
+
+# --metrics.compat's choices, here and not in metrics/compat/dcgm.py: the settings are
+# read at every start, the compat module and its tables only where it is chosen
+DCGM_EXPORTER = "dcgm-exporter"
+NONE = "none"
+CHOICES = (NONE, DCGM_EXPORTER)
+HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter's older and newer spelling
 
 
 @dataclass(frozen=True)

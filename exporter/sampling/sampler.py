@@ -39,7 +39,6 @@ from exporter.sampling.power_loop import PowerSampler
 from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
 from exporter.sampling.sweep import SweepSampler
-from exporter.sampling.xid_kmsg import POLL_SECONDS
 from exporter.sampling.xid_ledger import XidStart
 from exporter.sampling.xid_sources import XidSources
 from exporter.sampling.xids import WAIT_MS
@@ -238,6 +237,8 @@ class Sampler:
         if s.xid_events and manual:  # in threads, XIDs have a blocking thread of their own
             loops.append(Loop("xids", 0.1, self.xids.events.poll, stop, clock))
         if self.xids.kernel_log is not None:
+            from exporter.sampling.xid_kmsg import POLL_SECONDS
+
             loops.append(Loop("kmsg", POLL_SECONDS, self.xids.kernel_log.tick, stop, clock,
                               slot=slot(PHASES["kmsg"])))
         if not manual:  # in simulated time no call holds a loop while time passes

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from exporter.sampling.clock import Clock
 from exporter.sampling.gpus import GpuSet
-from exporter.sampling.kmsg import pci_slot
 from exporter.sampling.snapshot import XidRecord, XidSourceStats
-from exporter.sampling.xid_kmsg import KernelLogFollower
 from exporter.sampling.xid_ledger import GpuKey, XidLedger, XidSink, XidStart
 from exporter.sampling.xids import XidWatcher
+
+if TYPE_CHECKING:
+    from exporter.sampling.xid_kmsg import KernelLogFollower
 
 
 class XidSources:
@@ -23,8 +25,11 @@ class XidSources:
         self.gpus = gpus
         self.ledger = XidLedger(self.keys)
         self.events = XidWatcher(gpus, clock, stop, self.ledger)
-        self.kernel_log = (KernelLogFollower(kmsg_path, self.ledger, self.slots)
-                           if kmsg_path else None)
+        self.kernel_log: KernelLogFollower | None = None
+        if kmsg_path:  # the kernel log's modules only where one is read (none on the fake)
+            from exporter.sampling.xid_kmsg import KernelLogFollower
+
+            self.kernel_log = KernelLogFollower(kmsg_path, self.ledger, self.slots)
         self.begun = False
         self._later: dict[GpuKey, Mapping[int, XidRecord]] = {}
 
@@ -43,6 +48,8 @@ class XidSources:
 
     def slots(self) -> dict[str, int]:
         """Each GPU's PCI slot, as the kernel log names it -> its index."""
+        from exporter.sampling.kmsg import pci_slot
+
         return {pci_slot(i.pci_bus_id): i.index for i in self.gpus.identities if i is not None}
 
     def keys(self) -> dict[int, GpuKey]:

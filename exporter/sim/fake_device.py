@@ -15,7 +15,7 @@ from exporter.gpu.batched import SAMPLE_DTYPE
 from exporter.sim.cstructs import target, value_of
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.scenarios import ERROR_CODES, FABRIC_STATES
-from exporter.sim.tenants import uuid5_oid
+from exporter.sim.tenants import uuid5_oid, uuid_text
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 ERROR_NOT_FOUND = 6
@@ -54,7 +54,7 @@ class DeviceSymbols(FakeCore):
         if not events:
             return gpu.serial, gpu.uuid
         serial = max(events, key=lambda e: e.at).params["serial"]
-        return serial, "GPU-" + str(uuid5_oid(f"cte-{serial}"))
+        return serial, "GPU-" + uuid_text(uuid5_oid(f"cte-{serial}"))
 
     def _nvmlDeviceGetName(self, handle, buffer, size) -> int:
         # a replayed GPU has the name its trace recorded; the fake's share the scenario's
@@ -267,7 +267,7 @@ class DeviceSymbols(FakeCore):
         out.status = 0 if status == "Success" else ERROR_CODES[status]
         registered = state == "completed"
         out.cliqueId = 1 if registered else 0
-        cluster = uuid5_oid(f"cte-fabric-{self.scenario.seed}").bytes
+        cluster = uuid5_oid(f"cte-fabric-{self.scenario.seed}")
         ctypes.memmove(out.clusterUuid, cluster if registered else bytes(16), 16)
         # health mask: each field "false" (2) when healthy, degraded bandwidth "true" (1)
         healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from exporter.sim.scenarios import Scenario
-from exporter.sim.tenants import uuid5_oid
+from exporter.sim.tenants import uuid5_oid, uuid_text
 
 HANDLE_BASE = 0x7E57_0000  # fake device handles are this plus the GPU's index
 _PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
@@ -61,7 +61,7 @@ def normal_table(key: int, n: int) -> np.ndarray:
 
 def gpu_uuid(seed: int, index: int) -> str:
     """A fake GPU's UUID: stable for a scenario's seed (a fake kubelet can name it)."""
-    return "GPU-" + str(uuid5_oid(f"cte-{seed}-{index}"))
+    return "GPU-" + uuid_text(uuid5_oid(f"cte-{seed}-{index}"))
 
 
 class Waveform:

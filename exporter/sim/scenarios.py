@@ -8,9 +8,7 @@ exporter/scenarios/NAME.yaml and are selected by name.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from exporter.gpu.fields import CLOCK_EVENT_REASONS as CLOCK_EVENT_BITS
@@ -232,20 +230,25 @@ class Scenario:
                                  self.workload.compute_fraction)
 
 
+# the package's data folders, beside its modules (read as paths: importlib.resources
+# would load zipfile for them into every fake node)
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
 def builtin_names() -> list[str]:
-    folder = resources.files("exporter") / "scenarios"
+    folder = _PACKAGE / "scenarios"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def load_scenario(name_or_path: str) -> Scenario:
     """Load a built-in scenario by name, or a YAML file by path."""
     if name_or_path in builtin_names():
-        resource = resources.files("exporter") / "scenarios" / f"{name_or_path}.yaml"
+        resource = _PACKAGE / "scenarios" / f"{name_or_path}.yaml"
         source = f"scenario {name_or_path}"
         return parse_scenario(load_yaml(resource.read_text(encoding="utf-8"), source),
                               source, name_or_path)
     path = Path(name_or_path)
-    fleet = resources.files("exporter") / "fleet_scenarios" / f"{name_or_path}.yaml"
+    fleet = _PACKAGE / "fleet_scenarios" / f"{name_or_path}.yaml"
     if not path.suffix and not path.exists() and fleet.is_file():
         raise ConfigError(
             f"{name_or_path!r} is a fleet scenario: run it with `simulate --scenario "
@@ -404,6 +407,8 @@ def _check_call(call: str, where: Where) -> None:
         raise where.error("call", f"{call} blocks by design: a fault there never fires")
     if call in SYMBOLS:
         return
+    import difflib  # only for a misspelt call
+
     close = difflib.get_close_matches(call, sorted(SYMBOLS), n=1, cutoff=0.8)
     hint = f"did you mean {close[0]}?" if close else (
         "known: " + ", ".join(sorted(SYMBOLS - WAITING)))

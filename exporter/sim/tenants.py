@@ -12,13 +12,12 @@ good (pid 4100 + GPU index): what a node in data-parallel training shows.
 from __future__ import annotations
 
 import math
-import uuid as uuidlib
 from dataclasses import dataclass
 
 from exporter.yamlfile import Where, expect_mapping, get_int, get_number, get_string
 
 __all__ = ["DEFAULT_TRAINER_PID", "FakeProcess", "MigInstanceSpec", "MigSpec", "ProcessSpec",
-           "mig_uuid", "parse_mig", "parse_processes", "processes_at", "uuid5_oid"]
+           "mig_uuid", "parse_mig", "parse_processes", "processes_at", "uuid5_oid", "uuid_text"]
 
 DEFAULT_TRAINER_PID = 4100
 MAX_RUNS = 1_000_000  # runs of a repeating process a span may ask about, at most
@@ -193,20 +192,32 @@ class MigSpec:
     instances: tuple[MigInstanceSpec, ...]  # in MIG device index order
 
 
-def uuid5_oid(name: str) -> uuidlib.UUID:
-    """uuid.uuid5(NAMESPACE_OID, name), hashed by the interpreter's own SHA-1: uuid5 asks
-    hashlib, which loads OpenSSL's libcrypto (~3.5 MiB) into the fake node for it."""
+NAMESPACE_OID = bytes.fromhex("6ba7b8129dad11d180b400c04fd430c8")  # uuid.NAMESPACE_OID
+
+
+def uuid5_oid(name: str) -> bytes:
+    """The 16 bytes of uuid.uuid5(NAMESPACE_OID, name), hashed by the interpreter's own
+    SHA-1 (uuid5 asks hashlib, which loads OpenSSL's libcrypto, ~3.5 MiB, into the fake
+    node for it), without the uuid module and its libuuid."""
     try:
         from _sha1 import sha1  # type: ignore[import-not-found]  # CPython's
     except ImportError:
         from hashlib import sha1
-    digest = sha1(uuidlib.NAMESPACE_OID.bytes + name.encode()).digest()
-    return uuidlib.UUID(bytes=digest[:16], version=5)
+    raw = bytearray(sha1(NAMESPACE_OID + name.encode()).digest()[:16])
+    raw[6] = raw[6] & 0x0F | 0x50  # version 5
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122's variant
+    return bytes(raw)
+
+
+def uuid_text(raw: bytes) -> str:
+    """A UUID's 16 bytes as str(uuid.UUID(bytes=raw)) writes them: 8-4-4-4-12 hex digits."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def mig_uuid(seed: int, gpu: int, instance: MigInstanceSpec) -> str:
     key = f"cte-{seed}-{gpu}-mig-{instance.gpu_instance}-{instance.compute_instance}"
-    return "MIG-" + str(uuid5_oid(key))
+    return "MIG-" + uuid_text(uuid5_oid(key))
 
 
 _INSTANCE_KEYS = {"gpu_instance", "compute_instance", "slices", "compute_slices", "memory_mib"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -47,6 +48,8 @@ from exporter.web.findings import findings
 from exporter.web.jsonarrays import json_array
 from exporter.web.probes import Readiness
 from exporter.web.wording import gpu_list, number
+
+log = logging.getLogger(__name__)
 
 POWER, FINDINGS, HEALTH, HISTORY = ("/api/v1/power", "/api/v1/findings", "/api/v1/health",
                                    "/api/v1/history")
@@ -379,6 +382,26 @@ class Api:
         self._for: RenderedSnapshot | None = None
         self._answers: dict[tuple, Answer] = {}
         self.history = history
+
+    def reply(self, rendered: RenderedSnapshot | None, path: str, query: str,
+              gzip_ok: bool) -> tuple[int, bytes, dict[str, str]]:
+        """Status, body and headers for GET path?query (path one of PATHS): 503 before
+        the first snapshot, 400 for a query refused, 500 and a log line for a bug."""
+        no_store = {"Cache-Control": "no-store"}
+        if rendered is None:
+            return 503, error_body("no snapshot yet"), no_store
+        try:
+            answer = self.answer(rendered, path, query)
+        except BadRequest as exc:
+            return 400, error_body(str(exc)), no_store
+        except Exception:  # a bug of ours: one answer and one log line, never a dropped
+            # connection; the exporter serves on
+            log.exception("%s failed", path)
+            return 500, error_body("internal error (the exporter's log says what)"), no_store
+        headers = {**no_store, "Vary": "Accept-Encoding"}
+        if gzip_ok:
+            return 200, answer.gzipped, {**headers, "Content-Encoding": "gzip"}
+        return 200, answer.body, headers
 
     def answer(self, rendered: RenderedSnapshot, path: str, query: str) -> Answer:
         """The answer to GET path?query; BadRequest for a query it refuses."""

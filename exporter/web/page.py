@@ -13,6 +13,9 @@ from __future__ import annotations
 import html
 
 from exporter import __version__
+from exporter.health.model import unknown_health
+from exporter.metrics.render import RenderedSnapshot
+from exporter.web.api import verdict_summary
 from exporter.web.static import url
 
 # Same origin only: scripts, styles, fetches; no frames, no forms, no plugins.
@@ -24,6 +27,25 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 WINDOWS = (30, 60, 120)  # seconds the page can show; 60 at first
+
+
+def page_for(rendered: RenderedSnapshot | None, readiness: str, node: str) -> bytes:
+    """The page for the snapshot being served (None: none yet) and the exporter's
+    readiness words."""
+    backend = "starting"
+    gpus = 0
+    if rendered is not None:
+        snap = rendered.snapshot
+        backend = snap.backend + (f" (scenario {snap.scenario})" if snap.backend == "fake" else "")
+        gpus = snap.gpu_count
+    verdict = verdict_summary(rendered.verdict if rendered is not None
+                              else unknown_health(0.0, 0))
+    return landing_page(gpus, backend, readiness, verdict, node)
+
+
+def headers_beside(configured: dict[str, str]) -> dict[str, str]:
+    """The page's own headers, except where the web config sets one (its CSP wins)."""
+    return {k: v for k, v in PAGE_HEADERS.items() if k not in configured}
 
 
 def landing_page(gpus: int, backend: str, readiness: str, verdict: str, node: str) -> bytes:

@@ -27,21 +27,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 from exporter import lazy
-from exporter.health.model import unknown_health
-from exporter.history.recorder import History
 from exporter.metrics.render import CONTENT_TYPE, RenderedSnapshot
-from exporter.web import api, clientsans, static
+from exporter.web import clientsans
 from exporter.web.auth import BasicAuth, Verdict
 from exporter.web.connections import BUSY, HEAD, IDLE, Conn, Connections
-from exporter.web.page import PAGE_HEADERS, landing_page
 from exporter.web.probes import Probes
 from exporter.web.ratelimit import TokenBucket
 from exporter.web.stats import HttpStats
 from exporter.web.webconfig import WebConfig
 
+if TYPE_CHECKING:  # imported by the first request for the page or its API
+    from exporter.history.recorder import History
+    from exporter.web.api import Api
+
 log = logging.getLogger(__name__)
+
+# routed by prefix: the page's modules load on its first request, never on a node only scraped
+API_PREFIX, STATIC_PREFIX = "/api/", "/static/"  # of every api.PATHS; static.PREFIX
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,9 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self.connections = Connections(self.limits.max_connections,
                                        self.limits.head_timeout_seconds)
         self.slots = threading.BoundedSemaphore(self.limits.max_active_requests)
-        self.api = api.Api(probes.readiness, history=history)
+        self.history = history
+        self._api: Api | None = None
+        self._api_lock = threading.Lock()
         self.busy_refusals = 0
         self._conn_of: dict[socket.socket, Conn] = {}  # accepted socket -> its bookkeeping
         self._conn_lock = threading.Lock()
@@ -110,6 +117,16 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         host, self.server_port = self.server_address[:2]
         self.server_name = str(host)
+
+    @property
+    def api(self) -> Api:
+        """The JSON API, made by the first request that needs it."""
+        with self._api_lock:
+            if self._api is None:
+                from exporter.web.api import Api
+
+                self._api = Api(self.probes.readiness, history=self.history)
+            return self._api
 
     @property
     def web(self) -> WebConfig:
@@ -481,40 +498,36 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             self._metrics(head)
         elif path == "/":
-            self._send(200, "text/html; charset=utf-8", _landing_page(self.server), head,
-                       _page_headers(self.server.web.headers))
-        elif path in api.PATHS:
+            self._page(head)
+        elif path.startswith(API_PREFIX):
             self._api(path, query, head)
-        elif path.startswith(static.PREFIX):
-            self._static(path.removeprefix(static.PREFIX), head)
+        elif path.startswith(STATIC_PREFIX):
+            self._static(path.removeprefix(STATIC_PREFIX), head)
         else:
             self._send(404, "text/plain; charset=utf-8", b"not found\n", head)
 
+    def _page(self, head: bool) -> None:
+        from exporter.web import page
+
+        s, rendered = self.server, self.server.current()
+        self._send(200, "text/html; charset=utf-8", page.page_for(
+            rendered, s.probes.readiness(rendered).words, s.api.node), head,
+            page.headers_beside(s.web.headers))
+
     def _api(self, path: str, query: str, head: bool) -> None:
-        rendered = self.server.current()
-        no_store = {"Cache-Control": "no-store"}
-        if rendered is None:
-            self._send(503, api.JSON_TYPE, api.error_body("no snapshot yet"), head, no_store)
+        from exporter.web import api
+
+        if path not in api.PATHS:
+            self._send(404, "text/plain; charset=utf-8", b"not found\n", head)
             return
-        try:
-            answer = self.server.api.answer(rendered, path, query)
-        except api.BadRequest as exc:
-            self._send(400, api.JSON_TYPE, api.error_body(str(exc)), head, no_store)
-            return
-        except Exception:  # a bug of ours: one answer and one log line, never a dropped
-            # connection; the exporter serves on
-            log.exception("%s failed", path)
-            self._send(500, api.JSON_TYPE, api.error_body(
-                "internal error (the exporter's log says what)"), head, no_store)
-            return
-        headers = {**no_store, "Vary": "Accept-Encoding"}
-        if accepts_gzip(self.headers.get("Accept-Encoding", "")):
-            self._send(200, api.JSON_TYPE, answer.gzipped, head,
-                       {**headers, "Content-Encoding": "gzip"})
-        else:
-            self._send(200, api.JSON_TYPE, answer.body, head, headers)
+        code, body, headers = self.server.api.reply(
+            self.server.current(), path, query,
+            accepts_gzip(self.headers.get("Accept-Encoding", "")))
+        self._send(code, api.JSON_TYPE, body, head, headers)
 
     def _static(self, name: str, head: bool) -> None:
+        from exporter.web import static
+
         found = static.asset(name)
         if found is None:
             self._send(404, "text/plain; charset=utf-8", b"not found\n", head)
@@ -573,25 +586,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not head:
             self.wfile.write(body)
-
-
-def _landing_page(server: ExporterHTTPServer) -> bytes:
-    rendered = server.current()
-    backend = "starting"
-    gpus = 0
-    if rendered is not None:
-        snap = rendered.snapshot
-        backend = snap.backend + (f" (scenario {snap.scenario})" if snap.backend == "fake" else "")
-        gpus = snap.gpu_count
-    readiness = server.probes.readiness(rendered)
-    verdict = api.verdict_summary(rendered.verdict if rendered is not None
-                                  else unknown_health(0.0, 0))
-    return landing_page(gpus, backend, readiness.words, verdict, server.api.node)
-
-
-def _page_headers(configured: dict[str, str]) -> dict[str, str]:
-    """The page's own headers, except where the web config sets one (its CSP wins)."""
-    return {k: v for k, v in PAGE_HEADERS.items() if k not in configured}
 
 
 def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread:

@@ -38,15 +38,14 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.regularfile import read_regular
-from exporter.web import gotls
-from exporter.web.clientsans import normalized_sans
-from exporter.web.pemsource import Pem, inline_pem
 from exporter.web.ratelimit import parse_go_duration
-from exporter.web.tlsfiles import check_certificate, check_key_permissions
 from exporter.yamlfile import LineDict, Where, excerpt, expect_mapping, kind_name, load_yaml_file
+
+if TYPE_CHECKING:
+    from exporter.web.pemsource import Pem
 
 # by the names of ssl's members: naming them here would load ssl (OpenSSL) in an exporter
 # that serves plain HTTP (exporter/lazy.py)
@@ -109,9 +108,12 @@ class WebConfig:
 
 
 def load_web_config(path: str | Path | None) -> WebConfig:
-    """Parse and check the file; raise ConfigError naming file, line and key."""
+    """Parse and check the file; raise ConfigError naming file, line and key. Its helper
+    modules (TLS files, Go names, inline PEM, client SANs) load only with a file."""
     if not path:
         return WebConfig()
+    from exporter.web.clientsans import normalized_sans
+
     data = load_yaml_file(path)
     where = Where(str(path), data)
     top = expect_mapping(data, where, _TOP_KEYS)
@@ -204,6 +206,8 @@ def _readable_pem(mapping: dict, key: str, where: Where, base: Path) -> str:
 def _tls_context(section: tuple[dict, Where],
                  base: Path) -> tuple[ssl.SSLContext | None, float | None]:
     """The server's TLS context (None: plain HTTP) and its certificate's notAfter."""
+    from exporter.web.tlsfiles import check_certificate, check_key_permissions
+
     mapping, where = section
     expect_mapping(mapping, where, _TLS_KEYS)
     with contextlib.ExitStack() as inline_files:
@@ -229,6 +233,8 @@ def _tls_context(section: tuple[dict, Where],
 def _pem(mapping: dict, where: Where, base: Path, name: str,
          inline_files: contextlib.ExitStack) -> Pem | None:
     """The PEM of `name`_file or inline `name` (cert, key, client_ca); None if neither."""
+    from exporter.web.pemsource import Pem, inline_pem
+
     file_key = f"{name}_file"
     path, text = _text(mapping, file_key, where), _text(mapping, name, where)
     if path and text:
@@ -245,6 +251,8 @@ def _pem(mapping: dict, where: Where, base: Path, name: str,
 
 
 def _context(mapping: dict, where: Where, base: Path, cert: Pem, key: Pem) -> ssl.SSLContext:
+    from exporter.web import gotls
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.set_alpn_protocols(["http/1.1"])
     low = _version(mapping, "min_version", where, "TLS12")
@@ -273,6 +281,8 @@ def _context(mapping: dict, where: Where, base: Path, cert: Pem, key: Pem) -> ss
 def _ciphers(context: ssl.SSLContext, mapping: dict, where: Where,
              high: ssl.TLSVersion) -> None:
     """cipher_suites (TLS 1.2 and older) and who picks among them."""
+    from exporter.web import gotls
+
     if _bool(mapping, "prefer_server_cipher_suites", where, True):
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     else:

@@ -1,15 +1,23 @@
-"""The jobs collector's spec: its flag, settings, factory and families."""
+"""The jobs collector's spec: its flag, settings, factory and families.
+
+The collector's modules are imported when it is made or its reading rendered: a node
+without a mapping directory never loads them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from exporter.collectors.jobs.attributes import JobAttributesReader
-from exporter.collectors.jobs.families import jobs_families
-from exporter.collectors.jobs.reading import JobsCollector
+from prometheus_client.metrics_core import Metric
+
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
 from exporter.sampling.collector_api import CollectorContext
+from exporter.sampling.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from exporter.collectors.jobs.reading import JobsCollector, JobsReading
 
 
 def _mapping_dir_problem(text: str) -> str | None:
@@ -27,9 +35,19 @@ class JobsSettings:
 
 
 def _make(settings: JobsSettings, context: CollectorContext) -> JobsCollector:
+    from exporter.collectors.jobs.attributes import JobAttributesReader
+    from exporter.collectors.jobs.reading import JobsCollector
+
     assert settings.mapping_dir is not None  # the requirement
     return JobsCollector(settings.mapping_dir, context.gpu_count,
                          JobAttributesReader(settings.mapping_dir))
+
+
+
+def _families(reading: JobsReading, snapshot: Snapshot) -> Iterator[Metric]:
+    from exporter.collectors.jobs.families import jobs_families
+
+    return jobs_families(reading, snapshot)
 
 
 SPEC = CollectorSpec(
@@ -38,7 +56,7 @@ SPEC = CollectorSpec(
     "(default: on when --hpc-job-mapping-dir is set)",
     default=lambda settings: settings.mapping_dir is not None,
     factory=_make,
-    families=jobs_families,
+    families=_families,
     settings=JobsSettings,
     requirement=lambda settings: None if settings.mapping_dir else (
         "needs --hpc-job-mapping-dir"),

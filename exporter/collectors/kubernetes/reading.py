@@ -69,7 +69,7 @@ from exporter.collectors.kubernetes.podresources import (
 from exporter.collectors.mig.reading import Placement, read_mig_devices, read_placements
 from exporter.sampling.collector_api import CollectorContext, HoldsResources, JobGrouping
 
-__all__ = ["DEFAULT_SOCKET", "FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
+__all__ = ["FAILURE_REASONS", "KEEP_SECONDS", "MAX_SERIES",
            "KubernetesReading", "KubernetesCollector", "PodDevice", "PodLabels",
            "label_name"]
 
@@ -78,7 +78,6 @@ log = logging.getLogger(__name__)
 NO_GRPC = ("the grpcio package is missing, so gpu_pod_info stays empty (install the "
            "exporter with its kubernetes extra, or pip install grpcio)")
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 #: Why a List failed (the self-metric's `reason` label).
 FAILURE_REASONS = ("absent", "not_a_socket", "unavailable", "timeout", "error",

@@ -1,21 +1,28 @@
-"""The Kubernetes collector's spec: its flag, settings, factory and families."""
+"""The Kubernetes collector's spec: its flag, settings, factory and families.
+
+The collector's modules (the kubelet's client, the API server's watcher, its families)
+are imported when it is made or its reading rendered: a node without Kubernetes never
+loads them."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from exporter.collectors.kubernetes.apiserver import PodWatcher, in_cluster
-from exporter.collectors.kubernetes.families import kubernetes_families
-from exporter.collectors.kubernetes.reading import (
-    DEFAULT_SOCKET,
-    KubernetesCollector,
-    import_grpc,
-)
+from prometheus_client.metrics_core import Metric
+
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
 from exporter.sampling.collector_api import CollectorContext
+from exporter.sampling.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from exporter.collectors.kubernetes.reading import KubernetesCollector, KubernetesReading
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 def _path_problem(text: str) -> str | None:
@@ -61,12 +68,22 @@ def _default(settings: KubernetesSettings) -> bool:
 
 
 def _make(settings: KubernetesSettings, context: CollectorContext) -> KubernetesCollector:
+    from exporter.collectors.kubernetes.apiserver import PodWatcher, in_cluster
+    from exporter.collectors.kubernetes.reading import KubernetesCollector, import_grpc
+
     path = settings.pod_resources_socket or DEFAULT_SOCKET
     if settings.pod_labels is None:
         return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc())
     pods = PodWatcher(in_cluster()).start()
     return KubernetesCollector(path, context, settings.timeout_seconds, import_grpc(),
                                pods, re.compile(settings.pod_labels))
+
+
+
+def _families(reading: KubernetesReading, snapshot: Snapshot) -> Iterator[Metric]:
+    from exporter.collectors.kubernetes.families import kubernetes_families
+
+    return kubernetes_families(reading, snapshot)
 
 
 SPEC = CollectorSpec(
@@ -76,7 +93,7 @@ SPEC = CollectorSpec(
     f"{DEFAULT_SOCKET} exists at start)",
     default=_default,
     factory=_make,
-    families=kubernetes_families,
+    families=_families,
     settings=KubernetesSettings,
     interval=lambda settings: settings.refresh_interval_seconds,
 )

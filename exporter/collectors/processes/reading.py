@@ -38,11 +38,9 @@ from types import MappingProxyType
 from exporter.collectors.processes.procfs import ProcLabels, ProcReader
 from exporter.sampling.collector_api import CollectorContext, RankSource
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX", "GpuProcess", "ProcessesReading",
+__all__ = ["GpuProcess", "ProcessesReading",
            "ProcessesCollector", "split_energy"]
 
-DEFAULT_INTERVAL = 15.0
-DEFAULT_MAX = 256
 _NO_INSTANCE = 0xFFFFFFFF
 _NOT_AVAILABLE = (None, 0xFFFFFFFFFFFFFFFF)
 
@@ -128,7 +126,7 @@ def _utilization_shares(samples: list) -> tuple[dict[int, float], int]:
 class ProcessesCollector:
     name = "processes"
 
-    def __init__(self, context: CollectorContext, max_processes: int = DEFAULT_MAX,
+    def __init__(self, context: CollectorContext, max_processes: int,
                  procfs: str | None = None) -> None:
         self.context = context
         self.max_processes = max_processes

@@ -1,18 +1,26 @@
-"""The processes collector's spec: its flag, settings, factory and families."""
+"""The processes collector's spec: its flag, settings, factory and families.
+
+The collector's modules are imported when it is made or its reading rendered: a node
+that leaves it off (the default) never loads them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from exporter.collectors.processes.families import processes_families
-from exporter.collectors.processes.reading import (
-    DEFAULT_INTERVAL,
-    DEFAULT_MAX,
-    ProcessesCollector,
-)
+from prometheus_client.metrics_core import Metric
+
 from exporter.collectors.registry import CollectorSpec
 from exporter.options import setting
 from exporter.sampling.collector_api import CollectorContext
+from exporter.sampling.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from exporter.collectors.processes.reading import ProcessesCollector, ProcessesReading
+
+DEFAULT_INTERVAL = 15.0
+DEFAULT_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -35,10 +43,19 @@ class ProcessesSettings:
 
 
 def _make(settings: ProcessesSettings, context: CollectorContext) -> ProcessesCollector:
+    from exporter.collectors.processes.reading import ProcessesCollector
+
     # a fake or replayed node's PIDs are made up: /proc would name this host's processes
     real = not context.simulated or settings.procfs != "/proc"
     procfs = settings.procfs if settings.proc_labels and real else None
     return ProcessesCollector(context, settings.max, procfs)
+
+
+
+def _families(reading: ProcessesReading, snapshot: Snapshot) -> Iterator[Metric]:
+    from exporter.collectors.processes.families import processes_families
+
+    return processes_families(reading, snapshot)
 
 
 SPEC = CollectorSpec(
@@ -47,7 +64,7 @@ SPEC = CollectorSpec(
     "(nvmlDeviceGetProcessUtilization, ~2 ms of CPU per GPU a read)",
     default=False,
     factory=_make,
-    families=processes_families,
+    families=_families,
     settings=ProcessesSettings,
     interval=lambda settings: settings.interval_seconds,
 )

@@ -37,12 +37,9 @@ from exporter.collectors.mig.reading import MigReading
 from exporter.collectors.profiling.reading import ProfilingReading
 from exporter.health.model import FAILED, OK, UNKNOWN, WARNING, NodeHealth
 from exporter.metrics.exposition import WRITER, go_float
+from exporter.metrics.settings import HOSTNAME_LABELS
 from exporter.sampling.snapshot import Snapshot
 
-DCGM_EXPORTER = "dcgm-exporter"
-NONE = "none"
-CHOICES = (NONE, DCGM_EXPORTER)
-HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter's older and newer spelling
 #: dcgm-exporter's default window of DCGM_EXP_XID_ERRORS_COUNT (--xid-count-window-size)
 XID_WINDOW_MS = 300_000
 #: DCGM's health results (dcgmHealthWatchResults_t): pass, warn, fail
