@@ -15,7 +15,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pynvml
@@ -280,8 +280,8 @@ class NvmlBackend:
             if answer is None:
                 return out
             values, failed = answer
-            if not failed:  # entries come back in the order asked
-                out.update(zip(chunk, values, strict=True))
+            if not failed:  # entries come back in the order asked, every one answered
+                out.update(zip(chunk, cast(list[float], values), strict=True))
                 continue
             for position, code in failed:
                 self._field_failed(gpu, *chunk[position], code)

@@ -66,10 +66,9 @@ def _v1_used(memory: Any) -> int | None:
     return total - free
 
 
-_V1_FROM_V2: dict[str | int | None, Callable[[Any], Any]] = {
-    "total": lambda memory: memory.total, "used": _v1_used}
-
 Member = str | int | Callable[[Any], Any] | None  # a struct member, a list index, derived
+_V1_FROM_V2: dict[Member, Callable[[Any], Any]] = {
+    "total": lambda memory: memory.total, "used": _v1_used}
 
 
 @dataclass(frozen=True)
