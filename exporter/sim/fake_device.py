@@ -125,11 +125,11 @@ class DeviceSymbols(FakeCore):
             self.charge_later(0)
             return SUCCESS
         n = min(out_count.value, stop - first)
-        ks = np.arange(first, first + n)
-        times = gpu.sample_times(ks)
+        times, watts = gpu.samples_run(first, n)
         view = np.frombuffer(memoryview(samples).cast("B"), SAMPLE_DTYPE)
-        view["timeStamp"][:n] = np.round(times * 1e6).astype(np.uint64)
-        view["value"][:n] = np.round(gpu.samples_watts(ks, times) * 1000).astype(np.uint64)
+        # rint is np.round's whole-number rounding; the assignment casts as astype would
+        view["timeStamp"][:n] = np.rint(times * 1e6)
+        view["value"][:n] = np.rint(watts * 1000)
         out_count.value = n
         self.charge_later(n)
         return SUCCESS

@@ -20,6 +20,7 @@ from exporter.gpu import fields as fi
 from exporter.gpu.device_read import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
+from exporter.sim.fake_model import FAULT_KEYS, STATIC_KEYS
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.scenarios import DRIVER_RECOVERY_CODES, FaultEvent
 
@@ -93,8 +94,12 @@ class _FieldPlan:
 
 def _fixed(gpu: FakeGpu, field_id: int, fault_kinds: frozenset[str]) -> bool:
     """Whether _field answers this field the same at any time, given the faults' kinds."""
-    if field_id == fi.POWER_INSTANT or field_id in _CATALOGUE_KEYS:
-        return False  # the model's values
+    if field_id == fi.POWER_INSTANT:
+        return False
+    key = _CATALOGUE_KEYS.get(field_id)
+    if key is not None:  # the model's values: a few stand still (a replay's may not)
+        return not gpu.replays and (key in STATIC_KEYS or (
+            key in FAULT_KEYS and FAULT_KEYS[key] not in fault_kinds))
     if gpu.replays and not gpu.provides("health"):
         return True  # NotSupported
     if field_id in _NVLINK_FIELDS:

@@ -269,17 +269,31 @@ class FakeGpu:
         what np.round(sample_times(ks) * 1e6) makes of it, on a scalar."""
         return round(self.sample_time(k) * 1e6)
 
-    def samples_watts(self, ks: np.ndarray, times: np.ndarray | None = None) -> np.ndarray:
-        """sample_watts for many samples at once (`times`: their sample_times, where the
-        caller has them already)."""
-        t = self.sample_times(ks) if times is None else times
+    def samples_watts(self, ks: np.ndarray) -> np.ndarray:
+        """sample_watts for many samples at once."""
+        return self._watts(self.sample_times(ks), self.noise[ks % _NOISE_TABLE])
+
+    def samples_run(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sample_times, samples_watts) of the n samples from the first-th: what a drain
+        returns, the tables read as slices where the run does not wrap (no gather)."""
+        ks = np.arange(first, first + n)
+        at = first % _NOISE_TABLE
+        if at + n <= _NOISE_TABLE:
+            jitter, noise = self.jitter[at:at + n], self.noise[at:at + n]
+        else:
+            jitter, noise = self.jitter[ks % _NOISE_TABLE], self.noise[ks % _NOISE_TABLE]
+        times = (ks + jitter) * self.sample_interval
+        return times, self._watts(times, noise)
+
+    def _watts(self, t: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """The samples' watts at times t, with their noise."""
         wave = self.wave
         power = _interp((t + self.phase) % wave.period, wave.breaks_array, wave.levels_array)
         if self.every > 0:
             phase = t % self.every
             power = np.where((phase < self.ckpt_seconds) & (t - phase >= self.ckpt_from),
                              self.ckpt_watts, power)
-        return np.maximum(0.0, power + self.noise[ks % _NOISE_TABLE])
+        return np.maximum(0.0, power + noise)
 
     def samples_between(self, t0: float, t1: float) -> range:
         """Indices of the driver's samples taken in (t0, t1] (sample times increase:
