@@ -21,6 +21,7 @@ from exporter.sim import fake
 from exporter.sim.fake_model import FAULT_KEYS, STATIC_KEYS
 from exporter.sim.physics import HANDLE_BASE, step_timing
 from exporter.sim.scenarios import load_scenario
+from exporter.sim.tenants import uuid5_oid, uuid5_oid_bytes
 
 SCENARIOS = sorted(p.stem for p in (Path(fake.__file__).parents[1] / "scenarios").glob("*.yaml"))
 TIMES = (0.0, 7.0, 30.0, 95.0, 400.0, 1300.0)  # before, during and after the faults
@@ -151,3 +152,13 @@ def test_without_a_cost_model_each_thread_counts_its_cpu_and_no_charge():
     assert lib.busy_by_thread[ident] > before  # the fake's own Python, in CPU seconds
     assert lib.modelled_by_thread[ident] == 0.0
     assert lib.busy_seconds == pytest.approx(sum(lib.busy_by_thread.values()))
+
+
+@pytest.mark.parametrize("name", ["cte-0-3", "cte-fabric-7", "cte-1652221000005", "é" * 40, ""])
+def test_the_fakes_uuids_are_uuid5_of_the_oid_namespace(name):
+    """Made without the uuid module, they are what uuid.uuid5 makes."""
+    import uuid
+
+    expected = uuid.uuid5(uuid.NAMESPACE_OID, name)
+    assert uuid5_oid(name) == str(expected)
+    assert uuid5_oid_bytes(name) == expected.bytes

@@ -15,7 +15,7 @@ from exporter.gpu.batched import SAMPLE_DTYPE
 from exporter.sim.cstructs import target, value_of
 from exporter.sim.fake_core import FakeCore
 from exporter.sim.scenarios import ERROR_CODES, FABRIC_STATES
-from exporter.sim.tenants import uuid5_oid
+from exporter.sim.tenants import uuid5_oid, uuid5_oid_bytes
 
 SUCCESS, ERROR_UNINITIALIZED, ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED = 0, 1, 2, 3
 ERROR_NOT_FOUND = 6
@@ -271,7 +271,7 @@ class DeviceSymbols(FakeCore):
         out.status = 0 if status == "Success" else ERROR_CODES[status]
         registered = state == "completed"
         out.cliqueId = 1 if registered else 0
-        cluster = uuid5_oid(f"cte-fabric-{self.scenario.seed}").bytes
+        cluster = uuid5_oid_bytes(f"cte-fabric-{self.scenario.seed}")
         ctypes.memmove(out.clusterUuid, cluster if registered else bytes(16), 16)
         # health mask: each field "false" (2) when healthy, degraded bandwidth "true" (1)
         healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8

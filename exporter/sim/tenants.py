@@ -12,13 +12,13 @@ good (pid 4100 + GPU index): what a node in data-parallel training shows.
 from __future__ import annotations
 
 import math
-import uuid as uuidlib
 from dataclasses import dataclass
 
 from exporter.yamlfile import Where, expect_mapping, get_int, get_number, get_string
 
 __all__ = ["DEFAULT_TRAINER_PID", "FakeProcess", "MigInstanceSpec", "MigSpec", "ProcessSpec",
-           "mig_uuid", "parse_mig", "parse_processes", "processes_at", "uuid5_oid"]
+           "mig_uuid", "parse_mig", "parse_processes", "processes_at", "uuid5_oid",
+           "uuid5_oid_bytes"]
 
 DEFAULT_TRAINER_PID = 4100
 MAX_RUNS = 1_000_000  # runs of a repeating process a span may ask about, at most
@@ -193,15 +193,27 @@ class MigSpec:
     instances: tuple[MigInstanceSpec, ...]  # in MIG device index order
 
 
-def uuid5_oid(name: str) -> uuidlib.UUID:
-    """uuid.uuid5(NAMESPACE_OID, name), hashed by the interpreter's own SHA-1: uuid5 asks
-    hashlib, which loads OpenSSL's libcrypto (~3.5 MiB) into the fake node for it."""
+_NAMESPACE_OID = bytes.fromhex("6ba7b8129dad11d180b400c04fd430c8")  # uuid.NAMESPACE_OID
+
+
+def uuid5_oid_bytes(name: str) -> bytes:
+    """The 16 bytes of uuid.uuid5(NAMESPACE_OID, name), hashed by the interpreter's own
+    SHA-1 (uuid5 asks hashlib, which loads OpenSSL's libcrypto, ~3.5 MiB, into the fake
+    node for it), without the uuid module (~75 KiB that nothing else in `run` loads)."""
     try:
         from _sha1 import sha1  # type: ignore[import-not-found]  # CPython's
     except ImportError:
         from hashlib import sha1
-    digest = sha1(uuidlib.NAMESPACE_OID.bytes + name.encode()).digest()
-    return uuidlib.UUID(bytes=digest[:16], version=5)
+    digest = bytearray(sha1(_NAMESPACE_OID + name.encode()).digest()[:16])
+    digest[6] = digest[6] & 0x0F | 0x50  # version 5
+    digest[8] = digest[8] & 0x3F | 0x80  # RFC 4122 variant
+    return bytes(digest)
+
+
+def uuid5_oid(name: str) -> str:
+    """str(uuid.uuid5(NAMESPACE_OID, name)): 8-4-4-4-12 lowercase hex digits."""
+    h = uuid5_oid_bytes(name).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def mig_uuid(seed: int, gpu: int, instance: MigInstanceSpec) -> str:
