@@ -76,10 +76,9 @@ class _FieldPlan:
     8 bytes), the fixed answers filled in and timestamps left to the call, and the
     entries whose answer changes (their byte offset, field id, scope)."""
 
-    __slots__ = ("ids", "words", "changing")
+    __slots__ = ("words", "changing")
 
     def __init__(self, pairs: list[tuple[int, int]], answers: list):
-        self.ids = [field_id for field_id, _ in pairs]  # (what the cost model reads)
         self.changing: list[tuple[int, int, int]] = []
         packed = bytearray(len(pairs) * _ENTRY.size)
         for i, ((field_id, scope), answer) in enumerate(zip(pairs, answers, strict=True)):
@@ -135,7 +134,8 @@ class FieldSymbols(FakeCore):
             _ANSWER.pack_into(buffer, offset, *((0, ERROR_NOT_SUPPORTED, 0) if answer is None
                                                 else (answer[0], SUCCESS, int(answer[1]))))
         if self.costs is not None:
-            self.pending_cost = self.costs.of_fields(plan.ids)
+            field_ids = entries.cast("I")[0::_ENTRY.size // 4].tolist()  # each entry's first
+            self.pending_cost = self.costs.of_fields(field_ids)
         return SUCCESS
 
     def _field_plan(self, gpu: FakeGpu, asked: bytes, entries: memoryview, t: float
