@@ -134,8 +134,8 @@ class FieldSymbols(FakeCore):
             _ANSWER.pack_into(buffer, offset, *((0, ERROR_NOT_SUPPORTED, 0) if answer is None
                                                 else (answer[0], SUCCESS, int(answer[1]))))
         if self.costs is not None:
-            field_ids = entries.cast("I")[0::_ENTRY.size // 4].tolist()  # each entry's first
-            self.pending_cost = self.costs.of_fields(field_ids)
+            self.pending_cost = self.costs.of_fields(
+                [entry[0] for entry in _ENTRY.iter_unpack(entries)])
         return SUCCESS
 
     def _field_plan(self, gpu: FakeGpu, asked: bytes, entries: memoryview, t: float
