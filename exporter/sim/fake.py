@@ -236,6 +236,10 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
     def gpu(self, handle) -> FakeGpu | None:
         if self.initialized <= 0:
             return None
+        known = self.handles.entries.get(id(handle))  # _gpu_of's answer for a known handle
+        if known is not None and known[0] is handle and known[1] is self.nvml.c_nvmlDevice_t:
+            index = known[2] - HANDLE_BASE
+            return self.gpus[index] if 0 <= index < len(self.gpus) else None
         index = self._gpu_of(handle)
         return None if index is None else self.gpus[index]
 

@@ -33,6 +33,9 @@ FAULT_KEYS = {
     "pcie_replays": "pcie", "pcie_generation": "pcie", "pcie_width": "pcie"}
 
 
+_SCALE = {key: entry.scale for key, entry in catalogue.BY_KEY.items()}  # NVML's unit
+
+
 class ModelValues(FakeCore):
     """Mixin of FakeNvmlLibrary (which provides scenario, clock, now(), start, faults())."""
 
@@ -67,7 +70,7 @@ class ModelValues(FakeCore):
     def nvml_units(self, gpu: FakeGpu, key: str) -> int | None:
         """The value as NVML reports it (mW, MHz, percent, ...), a whole number."""
         value = self.model(gpu, key)
-        return None if value is None else int(round(value / catalogue.BY_KEY[key].scale))
+        return None if value is None else int(round(value / _SCALE[key]))
 
     # -- faults that change the physics ------------------------------------------
     def clock_events(self, gpu: FakeGpu, t: float) -> tuple[int, float, float]:
