@@ -36,24 +36,26 @@ class HandleAddresses:
     LIMIT = 1024  # entries; past it the cache starts again (handles made per call)
 
     def __init__(self):
-        self._entries: dict[int, tuple[object, type, int]] = {}
+        # id(handle) -> (handle, its type, its pointer); read directly by the fake's
+        # hottest lookup (FakeNvmlLibrary.gpu)
+        self.entries: dict[int, tuple[object, type, int]] = {}
 
     def address(self, handle: object, kind: type[ctypes._Pointer]) -> int | None:
         """The handle's pointer value; None if it is not a `kind`."""
-        entry = self._entries.get(id(handle))
+        entry = self.entries.get(id(handle))
         if entry is not None and entry[0] is handle and entry[1] is kind:
             return entry[2]
         if not isinstance(handle, kind):
             return None
         address = ctypes.cast(handle, ctypes.c_void_p).value or 0
         if handle._b_base_ is None:  # owns its memory: only a write into it changes it
-            if len(self._entries) >= self.LIMIT:
-                self._entries.clear()
-            self._entries[id(handle)] = (handle, kind, address)
+            if len(self.entries) >= self.LIMIT:
+                self.entries.clear()
+            self.entries[id(handle)] = (handle, kind, address)
         return address
 
     def forget(self, obj) -> None:
-        self._entries.pop(id(obj), None)
+        self.entries.pop(id(obj), None)
 
     def write(self, out, value: int) -> None:
         """write_pointer, forgetting what was cached for the object written."""

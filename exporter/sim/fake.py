@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from threading import get_ident
+from time import thread_time
 from types import ModuleType
 
 import pynvml
@@ -48,7 +49,13 @@ class FakeHookError(RuntimeError):
 
 
 class _Symbol:
-    """A callable standing for one C symbol; pynvml may set attributes (restype) on it."""
+    """A callable standing for one C symbol; pynvml may set attributes (restype) on it.
+
+    Each call counts in `lib.calls` and, per thread, the CPU it took in
+    `lib.busy_by_thread` (time.thread_time() around the call: the fake's own Python, or
+    with a cost model what the model burnt where that is more) and what the model
+    charged in `lib.modelled_by_thread` (0 without one). A call that may wait
+    (symbols.WAITING) counts in `calls` only."""
 
     def __init__(self, lib: FakeNvmlLibrary, name: str, impl: Callable[..., int]):
         self.lib, self.name, self.impl = lib, name, impl
@@ -60,21 +67,39 @@ class _Symbol:
         calls[name] = calls.get(name, 0) + 1
         if self.waits:
             return self.impl(*args)
-        model = lib.costs
-        t0, c0 = time.perf_counter(), time.thread_time()  # CPU: GIL waits are not ours
-        if model is not None:
-            lib.pending_cost = None
+        if lib.costs is not None:
+            return self._charged(args)
+        c0 = thread_time()  # CPU: GIL waits are not ours
+        try:
+            may_fail = lib._call_faults.get(name)
+            if may_fail or (may_fail is None and lib.may_fail(name)):
+                fault = lib.fault_for(name, args)
+                if fault is not None:
+                    return fault
+            return self.impl(*args)
+        finally:
+            spent = thread_time() - c0
+            # each thread adds to its own entries only: no update is lost to another
+            busy, thread = lib.busy_by_thread, get_ident()
+            before = busy.get(thread)
+            if before is None:
+                busy[thread] = spent
+                lib.modelled_by_thread.setdefault(thread, 0.0)
+            else:
+                busy[thread] = before + spent
+
+    def _charged(self, args: tuple):
+        """The call, charged what the cost model says it costs."""
+        lib, name, model = self.lib, self.name, self.lib.costs
+        assert model is not None
+        t0, c0 = time.perf_counter(), thread_time()
+        lib.pending_cost = None
         try:
             fault = lib.fault_for(name, args) if lib.may_fail(name) else None
             return fault if fault is not None else self.impl(*args)
         finally:
-            modelled = 0.0
-            if model is not None:
-                cost = lib.pending_cost or model.of_call(name)
-                spent, modelled = cost_model.charge(cost, c0, t0), cost.cpu
-            else:
-                spent = time.thread_time() - c0
-            # each thread adds to its own entries only: no update is lost to another
+            cost = lib.pending_cost or model.of_call(name)
+            spent, modelled = cost_model.charge(cost, c0, t0), cost.cpu
             busy, charged, thread = lib.busy_by_thread, lib.modelled_by_thread, get_ident()
             busy[thread] = busy.get(thread, 0.0) + spent
             charged[thread] = charged.get(thread, 0.0) + modelled
@@ -139,7 +164,7 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         self._faults_by_kind = {kind: tuple(events) for kind, events in by_kind.items()}
         self.fault_kinds = frozenset(by_kind)
         self._call_faults: dict[str, bool] = {}  # symbol -> whether a fault could fail it
-        self.fixed_answers: dict[tuple, list] = {}  # fake_fields: answers no time changes
+        self.fixed_answers: dict[bytes, dict] = {}  # fake_fields: answers no time changes
 
     # -- plumbing ---------------------------------------------------------
     def __getattr__(self, name: str) -> _Symbol:
@@ -211,6 +236,10 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
     def gpu(self, handle) -> FakeGpu | None:
         if self.initialized <= 0:
             return None
+        known = self.handles.entries.get(id(handle))  # _gpu_of's answer for a known handle
+        if known is not None and known[0] is handle and known[1] is self.nvml.c_nvmlDevice_t:
+            index = known[2] - HANDLE_BASE
+            return self.gpus[index] if 0 <= index < len(self.gpus) else None
         index = self._gpu_of(handle)
         return None if index is None else self.gpus[index]
 

@@ -29,7 +29,7 @@ class FakeCore:
     gpus: list[FakeGpu]
     initialized: int
     fault_kinds: frozenset[str]
-    fixed_answers: dict[tuple, list]
+    fixed_answers: dict[bytes, dict]
     _lock: threading.Lock
     _released: threading.Event
     _event_sets: dict[int, dict]

@@ -110,22 +110,26 @@ class DeviceSymbols(FakeCore):
         # the driver sampled before the exporter started: its buffer is full from the start
         oldest = now - 2 * capacity * dev.power_sample_interval_seconds
         span = gpu.samples_between(max(seen / 1e6 - 1e-3, oldest), now)
-        ks = np.arange(span.start, span.stop)
-        stamps = np.round(gpu.sample_times(ks) * 1e6).astype(np.uint64)
-        keep = stamps > seen
-        ks, stamps = ks[keep][-capacity:], stamps[keep][-capacity:]
-        if not len(ks):
+        # the samples stamped after `seen` (stamps never decrease: a suffix of the span,
+        # found by stamping its first one or two), the newest `capacity` of them
+        first, stop = span.start, span.stop
+        while first < stop and gpu.sample_stamp(first) <= seen:
+            first += 1
+        first = max(first, stop - capacity)
+        if first >= stop:
             return ERROR_NOT_FOUND
         target(value_type).value = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
         out_count = target(count)
         if samples is None:  # pynvml's first call asks how many to allocate
-            out_count.value = len(ks)
+            out_count.value = stop - first
             self.charge_later(0)
             return SUCCESS
-        n = min(out_count.value, len(ks))
+        n = min(out_count.value, stop - first)
+        times, watts = gpu.samples_run(first, n)
         view = np.frombuffer(memoryview(samples).cast("B"), SAMPLE_DTYPE)
-        view["timeStamp"][:n] = stamps[:n]
-        view["value"][:n] = np.round(gpu.samples_watts(ks[:n]) * 1000).astype(np.uint64)
+        # rint is np.round's whole-number rounding; the assignment casts as astype would
+        view["timeStamp"][:n] = np.rint(times * 1e6)
+        view["value"][:n] = np.rint(watts * 1000)
         out_count.value = n
         self.charge_later(n)
         return SUCCESS

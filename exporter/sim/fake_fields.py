@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 import time
+from array import array
+from collections.abc import Sequence
 
 import pynvml
 
@@ -17,6 +20,7 @@ from exporter.gpu import fields as fi
 from exporter.gpu.device_read import ALL_LINKS
 from exporter.sim.cstructs import target, value_of, write_pointer
 from exporter.sim.fake_core import FakeCore
+from exporter.sim.fake_model import FAULT_KEYS, STATIC_KEYS
 from exporter.sim.physics import HANDLE_BASE, FakeGpu
 from exporter.sim.scenarios import DRIVER_RECOVERY_CODES, FaultEvent
 
@@ -62,10 +66,39 @@ _CATALOGUE_KEYS = {field_id: value.key for field_id, value in catalogue.BY_FIELD
                    if field_id not in FAULT_FIELDS}
 
 
+_ANSWER = struct.Struct("<IIQ")  # an entry's valueType, nvmlReturn and value (its last 16 bytes)
+_WORDS = _ENTRY.size // 8  # an entry is 5 words of 8 bytes: the timestamp is the second
+_SWAP = sys.byteorder == "big"  # entries are written little-endian, as struct packs them
+
+
+class _FieldPlan:
+    """One request's answer on one GPU: every entry as the call writes it (as words of
+    8 bytes), the fixed answers filled in and timestamps left to the call, and the
+    entries whose answer changes (their byte offset, field id, scope)."""
+
+    __slots__ = ("words", "changing")
+
+    def __init__(self, pairs: list[tuple[int, int]], answers: list):
+        self.changing: list[tuple[int, int, int]] = []
+        packed = bytearray(len(pairs) * _ENTRY.size)
+        for i, ((field_id, scope), answer) in enumerate(zip(pairs, answers, strict=True)):
+            if answer is _CHANGES:
+                self.changing.append((i * _ENTRY.size + 24, field_id, scope))
+                answer = None
+            _ENTRY.pack_into(packed, i * _ENTRY.size, field_id, scope, 0, 0,
+                             *((0, ERROR_NOT_SUPPORTED, 0) if answer is None
+                               else (answer[0], SUCCESS, int(answer[1]))))
+        self.words = array("q", packed)
+
+
 def _fixed(gpu: FakeGpu, field_id: int, fault_kinds: frozenset[str]) -> bool:
     """Whether _field answers this field the same at any time, given the faults' kinds."""
-    if field_id == fi.POWER_INSTANT or field_id in _CATALOGUE_KEYS:
-        return False  # the model's values
+    if field_id == fi.POWER_INSTANT:
+        return False
+    key = _CATALOGUE_KEYS.get(field_id)
+    if key is not None:  # the model's values: a few stand still (a replay's may not)
+        return not gpu.replays and (key in STATIC_KEYS or (
+            key in FAULT_KEYS and FAULT_KEYS[key] not in fault_kinds))
     if gpu.replays and not gpu.provides("health"):
         return True  # NotSupported
     if field_id in _NVLINK_FIELDS:
@@ -81,42 +114,57 @@ class FieldSymbols(FakeCore):
         if gpu is None:
             return ERROR_UNINITIALIZED if self.initialized <= 0 else ERROR_INVALID_ARGUMENT
         n = value_of(count)
+        if n < 0:
+            return ERROR_INVALID_ARGUMENT
         buffer = memoryview(target(values)).cast("B")
         if len(buffer) < n * _ENTRY.size:
             raise ValueError("nvmlDeviceGetFieldValues: count is larger than the array")
         t = self.now()
-        stamp = int(t * 1e6)
-        asked = tuple(entry[:2] for entry in _ENTRY.iter_unpack(buffer[:n * _ENTRY.size]))
-        rows: list[int] = []  # every entry, written with one struct.pack_into
-        for (field_id, scope), fixed in zip(asked, self._fixed_answers(gpu, asked, t),
-                                            strict=True):
-            answer = self._field(gpu, field_id, scope, t) if fixed is _CHANGES else fixed
-            rows += ((field_id, scope, stamp, 0, 0, ERROR_NOT_SUPPORTED, 0) if answer is None
-                     else (field_id, scope, stamp, 0, answer[0], SUCCESS, int(answer[1])))
-        struct.pack_into("<" + _ENTRY.format[1:] * n, buffer, 0, *rows)
+        entries = buffer[:n * _ENTRY.size]
+        words = entries.cast("q")
+        plan = self._field_plan(gpu, words[0::_WORDS].tobytes(), entries, t)
+        words[:] = plan.words
+        stamps = array("q", [int(t * 1e6)]) * n
+        if _SWAP:
+            stamps.byteswap()
+        words[1::_WORDS] = stamps
+        field = self._field
+        for offset, field_id, scope in plan.changing:
+            answer = field(gpu, field_id, scope, t)
+            _ANSWER.pack_into(buffer, offset, *((0, ERROR_NOT_SUPPORTED, 0) if answer is None
+                                                else (answer[0], SUCCESS, int(answer[1]))))
         if self.costs is not None:
-            self.pending_cost = self.costs.of_fields([field_id for field_id, _ in asked])
+            self.pending_cost = self.costs.of_fields(
+                [entry[0] for entry in _ENTRY.iter_unpack(entries)])
         return SUCCESS
 
-    def _fixed_answers(self, gpu: FakeGpu, asked: tuple[tuple[int, int], ...], t: float
+    def _field_plan(self, gpu: FakeGpu, asked: bytes, entries: memoryview, t: float
+                    ) -> _FieldPlan:
+        """The answer to this request on this GPU (`asked`: the first word of each entry,
+        its field id and scope) with what no time or fault of this scenario can change
+        filled in, worked out once per GPU, request and scenario (_fixed_answers). A
+        GPU's device read is 121 fields (18 links), most of them fixed: the fake's Python
+        for them cost more than the H200 charges for the whole call."""
+        by_gpu = self.fixed_answers.get(asked)  # emptied whenever the scenario is set
+        if by_gpu is None:
+            if len(self.fixed_answers) >= 64:
+                self.fixed_answers.clear()
+            by_gpu = self.fixed_answers[asked] = {}
+        plan = by_gpu.get(gpu.index)
+        if plan is None:
+            pairs = [entry[:2] for entry in _ENTRY.iter_unpack(entries)]
+            plan = by_gpu[gpu.index] = _FieldPlan(pairs, self._fixed_answers(gpu, pairs, t))
+        return plan
+
+    def _fixed_answers(self, gpu: FakeGpu, asked: Sequence[tuple[int, int]], t: float
                        ) -> list:
         """Per entry asked, its answer where no time or fault of this scenario can change
         it (a healthy link's state and error counters, a static flag), else _CHANGES;
-        worked out once per GPU, request and scenario by _field itself. A GPU's device
-        read is 121 fields (18 links), most of them fixed: the fake's Python for them cost
-        more than the H200 charges for the whole call."""
-        cache = self.fixed_answers  # emptied whenever the scenario is set
-        key = (gpu.index, asked)
-        answers = cache.get(key)
-        if answers is None:
-            kinds = self.fault_kinds
-            answers = [self._field(gpu, field_id, scope, t)
-                       if _fixed(gpu, field_id, kinds) else _CHANGES
-                       for field_id, scope in asked]
-            if len(cache) >= 256:
-                cache.clear()
-            cache[key] = answers
-        return answers
+        worked out by _field itself."""
+        kinds = self.fault_kinds
+        return [self._field(gpu, field_id, scope, t)
+                if _fixed(gpu, field_id, kinds) else _CHANGES
+                for field_id, scope in asked]
 
     def _field(self, gpu: FakeGpu, field_id: int, scope: int, t: float
                ) -> tuple[int, float] | None:

@@ -16,6 +16,25 @@ from exporter.sim.fake_core import FakeCore
 from exporter.sim.physics import FakeGpu
 from exporter.sim.scenarios import CLOCK_EVENT_BITS
 
+# Values no time changes for a GPU of the model (not a replay), and values only faults of
+# one kind change (the same at any time in a scenario without such faults): the fields
+# that carry them keep their first answer (fake_fields._fixed); tests/test_fake_lean.py
+# checks both against the model over every scenario.
+STATIC_KEYS = frozenset({
+    "default_power_limit_watts", "power_max_limit_watts", "pcie_max_generation",
+    "pcie_max_width", "sm_clock_max_hertz", "memory_total_bytes", "memory_clock_hertz",
+    "memory_reserved_bytes", "fan_speed_ratio", "encoder_utilization_ratio",
+    "decoder_utilization_ratio", "power_limit_watts", "performance_state"})
+FAULT_KEYS = {
+    "clock_event_sw_thermal_slowdown_seconds": "clock_event",
+    "clock_event_thermal_seconds": "clock_event",
+    "clock_event_hw_thermal_slowdown_seconds": "clock_event",
+    "clock_event_hw_power_brake_slowdown_seconds": "clock_event",
+    "pcie_replays": "pcie", "pcie_generation": "pcie", "pcie_width": "pcie"}
+
+
+_SCALE = {key: entry.scale for key, entry in catalogue.BY_KEY.items()}  # NVML's unit
+
 
 class ModelValues(FakeCore):
     """Mixin of FakeNvmlLibrary (which provides scenario, clock, now(), start, faults())."""
@@ -51,7 +70,7 @@ class ModelValues(FakeCore):
     def nvml_units(self, gpu: FakeGpu, key: str) -> int | None:
         """The value as NVML reports it (mW, MHz, percent, ...), a whole number."""
         value = self.model(gpu, key)
-        return None if value is None else int(round(value / catalogue.BY_KEY[key].scale))
+        return None if value is None else int(round(value / _SCALE[key]))
 
     # -- faults that change the physics ------------------------------------------
     def clock_events(self, gpu: FakeGpu, t: float) -> tuple[int, float, float]:

@@ -6,6 +6,7 @@ deterministic for a given clock.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -65,7 +66,8 @@ def gpu_uuid(seed: int, index: int) -> str:
 
 
 class Waveform:
-    """One training step's power shape, repeated; with its exact running integral."""
+    """One training step's power shape, repeated; with its exact running integral.
+    Read-only once made: GPUs with the same shape share one (waveform())."""
 
     def __init__(self, period: float, fraction: float, ramp: float, high: float, low: float):
         self.period = period
@@ -76,8 +78,8 @@ class Waveform:
         self.breaks = xp
         self.levels = [low, high, high, low, low]
         self.low = low
-        self.power = np.interp(grid, xp, self.levels)
-        steps = (self.power[1:] + self.power[:-1]) / 2 * np.diff(grid)
+        power = np.interp(grid, xp, self.levels)  # only for the integral: not kept
+        steps = (power[1:] + power[:-1]) / 2 * np.diff(grid)
         self.cumulative = np.concatenate([[0.0], np.cumsum(steps)])
         self.energy_per_period = float(self.cumulative[-1])
         self.breaks_array, self.levels_array = np.array(xp), np.array(self.levels)
@@ -99,6 +101,14 @@ class Waveform:
         return whole * self.energy_per_period + float(_interp(frac, self.grid, self.cumulative))
 
 
+@lru_cache(maxsize=64)
+def waveform(period: float, fraction: float, ramp: float, high: float, low: float
+             ) -> Waveform:
+    """The Waveform of these parameters, one for all the GPUs (and fake nodes) that share
+    them: its grid and integral are 32 KiB, the same for every GPU in lockstep."""
+    return Waveform(period, fraction, ramp, high, low)
+
+
 class FakeGpu:
     """One simulated GPU."""
 
@@ -117,7 +127,7 @@ class FakeGpu:
         low = work.communication_watts * scale if self.training else work.idle_watts * scale
         if not self.training:
             high = low
-        self.wave = Waveform(period, fraction, work.ramp_seconds, high, low)
+        self.wave = waveform(period, fraction, work.ramp_seconds, high, low)
         self.high = high
         self.phase = work.phase_seconds + (over.phase_seconds if over else 0.0)
         self.start = start
@@ -254,16 +264,36 @@ class FakeGpu:
         """sample_time for many samples at once."""
         return (ks + self.jitter[ks % _NOISE_TABLE]) * self.sample_interval
 
+    def sample_stamp(self, k: int) -> int:
+        """The k-th sample's time stamp as the driver reports it (whole microseconds):
+        what np.round(sample_times(ks) * 1e6) makes of it, on a scalar."""
+        return round(self.sample_time(k) * 1e6)
+
     def samples_watts(self, ks: np.ndarray) -> np.ndarray:
         """sample_watts for many samples at once."""
-        t = self.sample_times(ks)
-        power = np.interp((t + self.phase) % self.wave.period, self.wave.breaks,
-                          self.wave.levels)
+        return self._watts(self.sample_times(ks), self.noise[ks % _NOISE_TABLE])
+
+    def samples_run(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sample_times, samples_watts) of the n samples from the first-th: what a drain
+        returns, the tables read as slices where the run does not wrap (no gather)."""
+        ks = np.arange(first, first + n)
+        at = first % _NOISE_TABLE
+        if at + n <= _NOISE_TABLE:
+            jitter, noise = self.jitter[at:at + n], self.noise[at:at + n]
+        else:
+            jitter, noise = self.jitter[ks % _NOISE_TABLE], self.noise[ks % _NOISE_TABLE]
+        times = (ks + jitter) * self.sample_interval
+        return times, self._watts(times, noise)
+
+    def _watts(self, t: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """The samples' watts at times t, with their noise."""
+        wave = self.wave
+        power = _interp((t + self.phase) % wave.period, wave.breaks_array, wave.levels_array)
         if self.every > 0:
             phase = t % self.every
             power = np.where((phase < self.ckpt_seconds) & (t - phase >= self.ckpt_from),
                              self.ckpt_watts, power)
-        return np.maximum(0.0, power + self.noise[ks % _NOISE_TABLE])
+        return np.maximum(0.0, power + noise)
 
     def samples_between(self, t0: float, t1: float) -> range:
         """Indices of the driver's samples taken in (t0, t1] (sample times increase:

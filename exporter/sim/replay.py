@@ -120,6 +120,10 @@ class TraceGpu(FakeGpu):
     def samples_watts(self, ks: np.ndarray) -> np.ndarray:
         return self.power_w[ks % len(self.power_w)]
 
+    def samples_run(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ks = np.arange(first, first + n)
+        return self.sample_times(ks), self.samples_watts(ks)
+
     def _index_at(self, t: float) -> int:
         """The index of the last sample taken at or before clock time t (-1 if none)."""
         if t < self.sample_time(0):
