@@ -240,8 +240,8 @@ class FakeNvmlLibrary(DeviceSymbols, FieldSymbols, GpmSymbols, ModelValues, Tena
         if known is not None and known[0] is handle and known[1] is self.nvml.c_nvmlDevice_t:
             index = known[2] - HANDLE_BASE
             return self.gpus[index] if 0 <= index < len(self.gpus) else None
-        index = self._gpu_of(handle)
-        return None if index is None else self.gpus[index]
+        found = self._gpu_of(handle)
+        return None if found is None else self.gpus[found]
 
     def device_call(self, handle, out, compute: Callable[..., object], *args) -> int:
         """Answer a getter: compute(gpu, *args) into `out`; None means NotSupported."""
