@@ -14,6 +14,7 @@ from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name
 from exporter.gpu.reading import read_gpu, read_identity
 from exporter.sim import fake
 from exporter.sim.fake_device import DeviceSymbols
+from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml
 
 ALL = catalogue.CADENCES
@@ -116,6 +117,20 @@ def test_a_gpu_with_memory_info_v2_is_read_with_one_memory_call_a_sweep(fake_nvm
         assert v1.used == v2.total - v2.free > v2.reserved > 0
         clock.advance(1)
     assert backend.errors.totals() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
+
+
+def test_both_memory_calls_agree_on_an_idle_gpu(clock):
+    """An idle GPU holds less than the driver reserves: version 1's used is still
+    total - free (the reservation counted in), as version 2 tells it."""
+    with fake.installed(load_scenario("idle"), clock, costs=None):
+        clock.advance(5)
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, catalogue.MEMORY_INFO_V2)
+        pynvml.nvmlShutdown()
+        assert v2.used == 0 < v2.reserved
+        assert (v1.total, v1.used, v1.free) == (v2.total, v2.total - v2.free, v2.free)
 
 
 def test_a_driver_without_memory_info_v2_is_read_with_version_1(fake_nvml, clock, monkeypatch):

@@ -174,7 +174,10 @@ class DeviceSymbols(FakeCore):
             out.total, out.used, out.free = total if total is not None else na, (
                 used if used is not None else na), na
             return SUCCESS
-        out.total, out.used, out.free = total, min(used, total), total - min(used, total)
+        # v1's used counts the driver's reservation too (total - free, as v2 tells it)
+        reserved = self.nvml_units(gpu, "memory_reserved_bytes")
+        used = min(used if reserved is None else max(used, reserved), total)
+        out.total, out.used, out.free = total, used, total - used
         return SUCCESS
 
     def _nvmlDeviceGetMemoryInfo_v2(self, handle, memory) -> int:
