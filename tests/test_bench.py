@@ -86,6 +86,16 @@ def test_bench_memory_prints_rss_at_start_and_the_reference():
     assert "a bare interpreter importing the same libraries" in out.stdout
 
 
+def test_the_fault_soak_holds_every_kind_of_fault_the_fake_models():
+    """The 30-minute soak shows growth from anything a fault makes the exporter keep only
+    if it has every kind of fault: a kind added to the fake must join it."""
+    from exporter.sim.scenarios import FAULT_KINDS, load_scenario
+
+    soak = load_scenario(str(BENCH / "scenarios" / "fault-soak.yaml"))
+    assert {event.kind for event in soak.events} == set(FAULT_KINDS)
+    assert max(event.at for event in soak.events) < 1800 and soak.gpus == 8
+
+
 def test_bench_memory_prints_the_import_floor_against_the_bare_interpreter():
     out = subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--imports",
                           "--rounds", "1"], capture_output=True, text=True, timeout=300,
