@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pynvml
@@ -11,7 +12,7 @@ import pytest
 from exporter.gpu import batched, catalogue
 from exporter.gpu import fields as fi
 from exporter.gpu.backend import NvmlBackend, NvmlUnavailable, field_name
-from exporter.gpu.reading import read_gpu, read_identity
+from exporter.gpu.reading import GpuReading, read_gpu, read_identity
 from exporter.sim import fake
 from exporter.sim.fake_device import DeviceSymbols
 from exporter.sim.scenarios import load_scenario
@@ -98,24 +99,33 @@ def _memory_calls(lib: fake.FakeNvmlLibrary) -> tuple[int, int]:
             lib.calls.get("nvmlDeviceGetMemoryInfo_v2", 0))
 
 
-def test_a_gpu_with_memory_info_v2_is_read_with_one_memory_call_a_sweep(fake_nvml, clock):
-    """Version 2 of the memory call answers what version 1 does too (its total, and used as
-    total - free): one call a GPU each sweep, the four values each call gives alone."""
-    backend = NvmlBackend()
+def _three_sweeps(backend: NvmlBackend, gpu: int, lib: fake.FakeNvmlLibrary, clock,
+                  calls: tuple[int, int]) -> Iterator[GpuReading]:
+    """Open the backend 40 s in, then three sweeps of the GPU a second apart, each making
+    `calls` (version 1, version 2) memory calls."""
     backend.open()
     clock.advance(40)
     previous = None
     for _ in range(3):
-        before = _memory_calls(fake_nvml)
-        previous = read_gpu(backend, 3, clock(), [catalogue.SWEEP], previous)
-        assert _memory_calls(fake_nvml) == (before[0], before[1] + 1)
+        before = _memory_calls(lib)
+        previous = read_gpu(backend, gpu, clock(), [catalogue.SWEEP], previous)
+        assert previous is not None
+        assert _memory_calls(lib) == (before[0] + calls[0], before[1] + calls[1])
+        yield previous
+        clock.advance(1)
+
+
+def test_a_gpu_with_memory_info_v2_is_read_with_one_memory_call_a_sweep(fake_nvml, clock):
+    """Version 2 of the memory call answers what version 1 does too (its total, and used as
+    total - free): one call a GPU each sweep, the four values each call gives alone."""
+    backend = NvmlBackend()
+    for reading in _three_sweeps(backend, 3, fake_nvml, clock, (0, 1)):
         handle = pynvml.nvmlDeviceGetHandleByIndex(3)
         v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
         v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, catalogue.MEMORY_INFO_V2)
-        assert [previous.get(key) for key in MEMORY] == [v1.used, v1.total, v2.free,
-                                                         v2.reserved]
+        assert [reading.get(key) for key in MEMORY] == [v1.used, v1.total, v2.free,
+                                                        v2.reserved]
         assert v1.used == v2.total - v2.free > v2.reserved > 0
-        clock.advance(1)
     assert backend.errors.totals() == {("nvmlDeviceGetFanSpeed", "NotSupported"): 1}
 
 
@@ -139,16 +149,9 @@ def test_a_driver_without_memory_info_v2_is_read_with_version_1(fake_nvml, clock
     absent."""
     monkeypatch.delattr(DeviceSymbols, "_nvmlDeviceGetMemoryInfo_v2")
     backend = NvmlBackend()
-    backend.open()
-    clock.advance(40)
-    previous = None
-    for _ in range(3):
-        before = _memory_calls(fake_nvml)
-        previous = read_gpu(backend, 1, clock(), [catalogue.SWEEP], previous)
-        assert _memory_calls(fake_nvml) == (before[0] + 1, before[1])
+    for reading in _three_sweeps(backend, 1, fake_nvml, clock, (1, 0)):
         v1 = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(1))
-        assert [previous.get(key) for key in MEMORY] == [v1.used, v1.total, None, None]
-        clock.advance(1)
+        assert [reading.get(key) for key in MEMORY] == [v1.used, v1.total, None, None]
     assert backend.errors.totals() == {
         ("nvmlDeviceGetFanSpeed", "NotSupported"): 1,
         ("nvmlDeviceGetMemoryInfo", "FunctionNotFound"): 1}
