@@ -117,6 +117,20 @@ def test_bench_memory_prints_the_data_by_structure_on_a_manual_clock():
     assert "exporter/sampling/buffers.py" in out.stdout
 
 
+def test_bench_bursts_prints_each_pause_against_back_to_back():
+    out = subprocess.run([sys.executable, str(BENCH / "bench_bursts.py"), "--seconds", "2",
+                          "--rounds", "1", "--pauses", "0.05"], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[1].split() == ["round", "back", "to", "back", "after", "0.05", "s"]
+    number, hot, cold, ratio = lines[2].split()
+    assert number == "1" and float(hot) > 0 and float(cold) > 0
+    assert ratio == f"({float(cold) / float(hot):4.2f}x)".replace(" ", "")
+    loops = lines[3].removeprefix("by loop, back to back (last round): ").split(", ")
+    assert {"sweep", "power"} <= {loop.split()[0] for loop in loops}
+
+
 def test_bench_sweep_path_prints_both_loops_and_the_calls():
     out = subprocess.run([sys.executable, str(BENCH / "bench_sweep_path.py"), "--seconds",
                           "5", "--runs", "1"], capture_output=True, text=True, timeout=300,
