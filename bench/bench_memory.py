@@ -81,7 +81,8 @@ def measure(seconds: float, scenario: str, every: float, costs: bool = True
 
     return {"start": start / MIB, "at 60 s": at(60), "at 300 s": at(300),
             "steady": steady / MIB, "max": max(r for _, r in series) / MIB,
-            "end": series[-1][1] / MIB}
+            "end": series[-1][1] / MIB,
+            **{f"{m} min": at(60 * m) for m in range(5, int(seconds // 60) + 1, 5)}}
 
 
 # The import floor: libraries, then the parts of ours from the bottom up (each line
@@ -214,8 +215,12 @@ def main() -> None:
     costs = " --no-fake.costs" if args.no_costs else ""
     print(f"run --fake{costs} --scenario {args.scenario}, {args.seconds:g} s, scraped every "
           f"{SCRAPE_SECONDS:g} s:")
-    print("  RSS " + ", ".join(f"{k} {v:.1f} MiB" for k, v in ours.items())
+    summary = {k: v for k, v in ours.items() if not k.endswith(" min")}
+    print("  RSS " + ", ".join(f"{k} {v:.1f} MiB" for k, v in summary.items())
           + f" (steady: median once the {WINDOW_SECONDS} s power window is full)")
+    if len(ours) > len(summary):  # so a step (a fault) tells itself from a creep
+        print("  RSS every 5 minutes: " + ", ".join(
+            f"{k} {v:.1f}" for k, v in ours.items() if k.endswith(" min")) + " MiB")
     print(f"  reference: a bare interpreter importing the same libraries {ref:.1f} MiB -> "
           f"steady / reference = {ours['steady'] / ref:.2f}, start / reference = "
           f"{ours['start'] / ref:.2f}")
