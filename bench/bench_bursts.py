@@ -18,18 +18,9 @@ import argparse
 import time
 from typing import Any
 
+from targets import manual_fake_exporter
+
 WARMUP_SECONDS = 700.0  # the power window (660 s) full, as at steady state
-
-
-def build() -> Any:
-    from exporter.app import Exporter
-    from exporter.config import Config
-    from exporter.sampling.clock import ManualClock
-
-    exporter = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, fake_costs=False),
-                        clock=ManualClock())
-    exporter.start(threads=False)
-    return exporter
 
 
 def cpu_per_second(sampler: Any, seconds: int, pause: float) -> float:
@@ -52,7 +43,7 @@ def main() -> None:
                         help="wall-clock pauses before each second, comma-separated")
     args = parser.parse_args()
     pauses = [float(p) for p in args.pauses.split(",") if p]
-    exporter = build()
+    exporter = manual_fake_exporter()
     sampler = exporter.sampler
     try:
         sampler.advance(WARMUP_SECONDS)

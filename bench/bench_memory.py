@@ -24,6 +24,7 @@ them, as shares of the total.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import subprocess
@@ -34,7 +35,7 @@ import urllib.request
 from collections import Counter
 
 import psutil
-from targets import free_port, scrape, wait_http
+from targets import free_port, manual_fake_exporter, scrape, wait_http
 
 WINDOW_SECONDS = 660  # the power ring's history (exporter/sampling/sampler.py)
 SCRAPE_SECONDS = 7.5  # two Prometheus servers, each every 15 s, half an interval apart
@@ -51,7 +52,9 @@ def _reference_rss() -> int:
 
 
 def measure(seconds: float, scenario: str, every: float, costs: bool = True
-            ) -> dict[str, float]:
+            ) -> tuple[dict[str, float], dict[int, float]]:
+    """The RSS figures (MiB), and the RSS at every 5 minutes before the end (minute -> MiB),
+    so a step (a fault) tells itself from a creep."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "run", "--fake", "--scenario",
                              scenario, "--web.listen-address", f"127.0.0.1:{port}",
@@ -79,11 +82,10 @@ def measure(seconds: float, scenario: str, every: float, costs: bool = True
         return next(r for t, r in series if t >= seconds) / MIB if (
             series[-1][0] >= seconds) else float("nan")
 
-    return {"start": start / MIB, "at 60 s": at(60), "at 300 s": at(300),
-            "steady": steady / MIB, "max": max(r for _, r in series) / MIB,
-            "end": series[-1][1] / MIB,
-            **{f"{m} min": at(60 * m) for m in range(5, int(seconds // 60) + 1, 5)
-               if 60 * m < seconds}}  # the last: "end"
+    return ({"start": start / MIB, "at 60 s": at(60), "at 300 s": at(300),
+             "steady": steady / MIB, "max": max(r for _, r in series) / MIB,
+             "end": series[-1][1] / MIB},
+            {m: at(60 * m) for m in range(5, int(seconds // 60) + 1, 5) if 60 * m < seconds})
 
 
 # The import floor: libraries, then the parts of ours from the bottom up (each line
@@ -156,14 +158,9 @@ def _structures(exporter) -> dict[str, int]:
 
 
 def print_data(minutes: float, scenario: str) -> None:
-    from exporter.app import Exporter
-    from exporter.config import Config
-    from exporter.sampling.clock import ManualClock
-
+    importlib.import_module("exporter.app")  # before tracing: the data held, not the code
     tracemalloc.start(12)
-    exporter = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, fake_costs=False,
-                                  scenario=scenario), clock=ManualClock())
-    exporter.start(threads=False)
+    exporter = manual_fake_exporter(scenario)
     url = f"http://127.0.0.1:{exporter.port}/metrics"
     print(f"run --fake --scenario {scenario} on a manual clock, scraped every 15 s: Python "
           f"memory held (tracemalloc)")
@@ -211,17 +208,16 @@ def main() -> None:
     if args.data is not None:
         print_data(args.data, args.scenario)
         return
-    ours = measure(args.seconds, args.scenario, args.every, costs=not args.no_costs)
+    ours, by_five = measure(args.seconds, args.scenario, args.every, costs=not args.no_costs)
     ref = _reference_rss() / MIB
     costs = " --no-fake.costs" if args.no_costs else ""
     print(f"run --fake{costs} --scenario {args.scenario}, {args.seconds:g} s, scraped every "
           f"{SCRAPE_SECONDS:g} s:")
-    summary = {k: v for k, v in ours.items() if not k.endswith(" min")}
-    print("  RSS " + ", ".join(f"{k} {v:.1f} MiB" for k, v in summary.items())
+    print("  RSS " + ", ".join(f"{k} {v:.1f} MiB" for k, v in ours.items())
           + f" (steady: median once the {WINDOW_SECONDS} s power window is full)")
-    if len(ours) > len(summary):  # so a step (a fault) tells itself from a creep
+    if by_five:
         print("  RSS every 5 minutes: " + ", ".join(
-            f"{k} {v:.1f}" for k, v in ours.items() if k.endswith(" min")) + " MiB")
+            f"{m} min {v:.1f}" for m, v in by_five.items()) + " MiB")
     print(f"  reference: a bare interpreter importing the same libraries {ref:.1f} MiB -> "
           f"steady / reference = {ours['steady'] / ref:.2f}, start / reference = "
           f"{ours['start'] / ref:.2f}")

@@ -21,24 +21,15 @@ import pstats
 import time
 from typing import Any
 
+from targets import manual_fake_exporter
+
 LOOPS = ("sweep", "power")
-
-
-def build(scenario: str) -> Any:
-    from exporter.app import Exporter
-    from exporter.config import Config
-    from exporter.sampling.clock import ManualClock
-
-    exporter = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, fake_costs=False,
-                                  scenario=scenario), clock=ManualClock())
-    exporter.start(threads=False)
-    return exporter
 
 
 def run(seconds: float, scenario: str, warmup: float = 40.0,
         profile: str | None = None) -> dict[str, Any]:
     """One run: the loops' CPU over `seconds` of simulated time after `warmup`."""
-    exporter = build(scenario)
+    exporter = manual_fake_exporter(scenario)
     lib, sampler = exporter.fake_lib, exporter.sampler
     spent = {name: [0.0, 0.0] for name in LOOPS}  # loop -> [thread CPU, inside the fake]
     profiler = cProfile.Profile() if profile else None

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 import time
+from typing import Any
 
 # What Prometheus sends: gzip, and the formats it accepts in its order of preference.
 HEADERS = {"Accept-Encoding": "gzip",
@@ -19,6 +20,19 @@ HEADERS = {"Accept-Encoding": "gzip",
 # from /proc quickly and its figure is the floor of an exporter's HTTP round trip.
 NODE_EXPORTER_MINIMAL = ("--collector.disable-defaults", "--collector.cpu",
                          "--collector.meminfo")
+
+
+def manual_fake_exporter(scenario: str = "training") -> Any:
+    """One exporter as `run --fake --no-fake.costs` builds it, started on a manual clock with
+    its threads off: the caller moves simulated time with `exporter.sampler.advance`."""
+    from exporter.app import Exporter
+    from exporter.config import Config
+    from exporter.sampling.clock import ManualClock
+
+    exporter = Exporter(Config.of(listen_address="127.0.0.1:0", fake=True, fake_costs=False,
+                                  scenario=scenario), clock=ManualClock())
+    exporter.start(threads=False)
+    return exporter
 
 
 def free_port() -> int:

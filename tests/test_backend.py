@@ -135,10 +135,12 @@ def test_both_memory_calls_agree_on_an_idle_gpu(clock):
     with fake.installed(load_scenario("idle"), clock, costs=None):
         clock.advance(5)
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, catalogue.MEMORY_INFO_V2)
-        pynvml.nvmlShutdown()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, catalogue.MEMORY_INFO_V2)
+        finally:
+            pynvml.nvmlShutdown()
         assert v2.used == 0 < v2.reserved
         assert (v1.total, v1.used, v1.free) == (v2.total, v2.total - v2.free, v2.free)
 

@@ -174,9 +174,9 @@ class DeviceSymbols(FakeCore):
             out.total, out.used, out.free = total if total is not None else na, (
                 used if used is not None else na), na
             return SUCCESS
-        # v1's used counts the driver's reservation too (total - free, as v2 tells it)
-        reserved = self.nvml_units(gpu, "memory_reserved_bytes")
-        used = min(used if reserved is None else max(used, reserved), total)
+        # v1's used is total - free: the driver's reservation counted in, as v2 tells it
+        free = self.nvml_units(gpu, "memory_free_bytes")
+        used = min(used, total) if free is None else total - free
         out.total, out.used, out.free = total, used, total - used
         return SUCCESS
 
