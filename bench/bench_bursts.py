@@ -9,7 +9,9 @@ time: back to back (the reference, measured in the same round), then with a wall
 before each second. The exporter runs once a second after sleeping, so what the pause adds
 (caches and branch predictors cold again) is part of its CPU in threads; the work is the
 same, so the ratio is what the machine charges for bursts. Per loop, the loops' own CPU
-(`Loop.cpu_seconds`) over the back-to-back seconds. Not a pass/fail test.
+(`Loop.cpu_seconds`) over the back-to-back seconds. Last, what a wake-up costs by itself
+(the same pauses slept with no work): in threads each loop's thread pays it once a tick,
+on top of its cold work. Not a pass/fail test.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ def cpu_per_second(sampler: Any, seconds: int, pause: float) -> float:
         sampler.advance(1.0)
         spent += time.process_time() - cpu0
     return 1000 * spent / seconds
+
+
+def wake_alone(seconds: int, pause: float) -> float:
+    """ms of process CPU a wake-up costs with no work: `seconds` sleeps of `pause`, the CPU
+    taken over the whole loop (the figures above start after each sleep has returned)."""
+    cpu0 = time.process_time()
+    for _ in range(seconds):
+        time.sleep(pause)
+    return 1000 * (time.process_time() - cpu0) / seconds
 
 
 def main() -> None:
@@ -62,6 +73,8 @@ def main() -> None:
         print("by loop, back to back (last round): " + ", ".join(
             f"{name} {ms:.2f}" for name, ms in sorted(loops.items(), key=lambda kv: -kv[1])
             if ms >= 0.005))
+        print("a wake-up alone (the pause slept, no work): " + ", ".join(
+            f"after {p:g} s {wake_alone(args.seconds, p):.3f} ms" for p in pauses))
     finally:
         exporter.stop()
 

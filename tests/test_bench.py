@@ -131,6 +131,8 @@ def test_bench_bursts_prints_each_pause_against_back_to_back():
     assert abs(float(ratio[1:-2]) - float(cold) / float(hot)) <= 0.011
     loops = lines[3].removeprefix("by loop, back to back (last round): ").split(", ")
     assert {"sweep", "power"} <= {loop.split()[0] for loop in loops}
+    wake = lines[4].removeprefix("a wake-up alone (the pause slept, no work): ").split()
+    assert wake[:3] == ["after", "0.05", "s"] and wake[4] == "ms" and float(wake[3]) >= 0
 
 
 def test_bench_sweep_path_prints_both_loops_and_the_calls():
