@@ -53,6 +53,8 @@ def main() -> None:
     parser.add_argument("--pauses", default="0.1,1",
                         help="wall-clock pauses before each second, comma-separated")
     args = parser.parse_args()
+    if args.rounds < 1 or args.seconds < 1:
+        parser.error("--rounds and --seconds must be at least 1")
     pauses = [float(p) for p in args.pauses.split(",") if p]
     exporter = manual_fake_exporter()
     sampler = exporter.sampler
