@@ -66,13 +66,14 @@ def test_bench_cpu_child_reports_json():
     # each loop's thread is named, and a thread's CPU is at least its loops' ticks: in the
     # totals since the start, read loops first (a window's rates can cut a tick in two)
     threads = result["loop_threads"]
-    assert threads["sweep"] == "cte-sweep" and threads["publish"] == "cte-analyses"
+    assert threads["sweep"] == threads["publish"] == "cte-sampling"
+    assert threads["power_watch"] == "cte-power_watch"
     totals = result["totals"]
     assert totals["loop/sweep"] > 0
     # without schedstat (some kernels) a thread's CPU comes in whole clock ticks, cut down
     tick = 1e-6 if os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat") else (
         1.0 / os.sysconf("SC_CLK_TCK"))
-    assert totals["thread/cte-sweep"] >= totals["loop/sweep"] - tick - 1e-6
+    assert totals["thread/cte-sampling"] >= totals["loop/sweep"] - tick - 1e-6
 
 
 def test_bench_memory_prints_rss_at_start_and_the_reference():

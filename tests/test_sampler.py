@@ -16,8 +16,14 @@ from exporter.gpu.backend import NvmlBackend
 from exporter.metrics.render import render
 from exporter.sampling.buffers import PowerBuffer
 from exporter.sampling.clock import ManualClock
-from exporter.sampling.loops import Loop
-from exporter.sampling.sampler import PHASES, CollectorMaker, Sampler, SamplerSettings
+from exporter.sampling.loops import Loop, Together
+from exporter.sampling.sampler import (
+    COLLECTOR_PHASES,
+    PHASES,
+    CollectorMaker,
+    Sampler,
+    SamplerSettings,
+)
 from exporter.sim import fake
 from exporter.sim.scenarios import load_scenario
 from tests.tools import scenario_from_yaml, wait_for
@@ -234,11 +240,11 @@ def test_collectors_are_built_with_the_gpu_count_before_the_first_read():
 # -- real threads: loops keep their schedule; hung calls are isolated -------------------
 
 @contextmanager
-def threaded(on_snapshot=None, **settings):
+def threaded(on_snapshot=None, collectors=None, **settings):
     """A sampler on the fake (training), in its threads, in real time."""
     with fake.installed(load_scenario("training"), costs=None):
         sampler = Sampler(NvmlBackend(), SamplerSettings(backend="fake", **settings),
-                          on_snapshot=on_snapshot)
+                          collectors=collectors, on_snapshot=on_snapshot)
         sampler.start()
         try:
             yield sampler
@@ -256,48 +262,56 @@ def test_threads_publish_snapshots_with_all_gpus():
 
 
 @pytest.mark.parametrize("base", [1.0, 0.5])
-def test_loops_of_one_period_tick_apart_in_threads(base):
-    """Ticks that coincide fight for the GIL: in threads each loop keeps its own slot
-    in the sweep interval, the readers first and the snapshot after them."""
-    with threaded(sweep_interval_seconds=base) as sampler:
-        loops = {name: sampler.loop(name) for name in ("power", "sweep", "publish")}
+def test_loops_in_threads_of_their_own_tick_apart_from_the_sampling_slot(base):
+    """Ticks that coincide fight for the GIL: a loop in a thread of its own (the readers'
+    watch, the collectors) keeps its own slot in the sweep interval, apart from the
+    sampling thread's, which the readers, the analyses and the snapshot share."""
+    fine = CollectorMaker("fine", base, lambda context: _Fine())
+    with threaded(collectors=[fine], sweep_interval_seconds=base) as sampler:
+        names = ("power", "sweep", "publish", "power_watch", "fine")
+        loops = {name: sampler.loop(name) for name in names}
         wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
         power = loops["power"].next_tick  # (power's slot is 0)
         slot = {name: (loop.next_tick - power) % base for name, loop in loops.items()}
     # (the threads start a few ms apart)
-    assert slot["sweep"] == pytest.approx(PHASES["sweep"] * base, abs=0.02)
-    assert slot["publish"] == pytest.approx(PHASES["publish"] * base, abs=0.02)
+    assert slot["sweep"] == pytest.approx(0.0, abs=0.02)
+    assert slot["publish"] == pytest.approx(0.0, abs=0.02)
+    assert slot["power_watch"] == pytest.approx(PHASES["power_watch"] * base, abs=0.02)
+    assert COLLECTOR_PHASES[0] * base - 0.02 <= slot["fine"] <= COLLECTOR_PHASES[1] * base + 0.02
 
 
-def test_the_analyses_share_one_thread_and_the_snapshot_follows_them():
-    """The loops that never call NVML run in one thread: one wake-up a second for all
-    three, the snapshot taken right after the straggler tick it publishes."""
+def test_the_readers_analyses_and_snapshot_share_one_thread_in_order():
+    """One wake-up a second for the power drain, the sweep, the analyses and the
+    snapshot, in that order (the snapshot right after the straggler tick it publishes);
+    the readers' watch and the collectors in threads of their own."""
     snapshots = []
-    with threaded(snapshots.append) as sampler:
-        loops = [sampler.loop(name) for name in ("analysis", "stragglers", "publish")]
-        wait_for(lambda: loops[1].iterations >= 2 and loops[2].iterations >= 4, timeout=15)
-        readers = {sampler.loop("power").thread, sampler.loop("sweep").thread}
-    threads = {loop.thread for loop in loops}
-    assert len(threads) == 1 and threads.pop().name == "cte-analyses"
-    assert len(readers) == 2 and not readers & {loops[0].thread}
-    # in the wake-up of a straggler tick, right after it: another slot would put it 0.5 s
-    # (power's) or 0.6 s (sweep's) after the last straggler tick; 0.4 s leaves the tick
-    # itself room to run long on a loaded machine
-    published = loops[2]._starts[-1]
-    assert any(0 <= published - tick < 0.4 for tick in loops[1]._starts)
+    fine = CollectorMaker("fine", 1.0, lambda context: _Fine())
+    with threaded(snapshots.append, collectors=[fine]) as sampler:
+        names = ("power", "sweep", "analysis", "stragglers", "publish")
+        loops = [sampler.loop(name) for name in names]
+        wait_for(lambda: loops[3].iterations >= 2 and loops[4].iterations >= 4, timeout=15)
+        apart = [sampler.loop("power_watch").thread,
+                 *(r.loop.thread for r in sampler.collectors)]
+        threads = {loop.thread for loop in loops}
+        starts = {name: list(loop._starts) for name, loop in zip(names, loops, strict=True)}
+    assert len(threads) == 1 and threads.pop().name == "cte-sampling"
+    assert len(set(apart)) == len(apart) and not set(apart) & {loops[0].thread}
+    # each tick after the one before it in the same wake-up (0.4 s leaves a tick room to
+    # run long on a loaded machine; another wake-up would be a whole interval apart)
+    for before, after in (("power", "sweep"), ("sweep", "stragglers"),
+                          ("stragglers", "publish")):
+        assert any(0 <= starts[after][-1] - tick < 0.4 for tick in starts[before])
     assert snapshots[-1].gpu_count == 8
 
 
-def test_the_power_watch_ticks_in_the_analyses_slot():
-    """The power loop's watch shares the analyses' thread and their slot: the thread
-    wakes once a second for all its loops, not once more for the watch alone."""
+def test_the_readers_watch_ticks_half_an_interval_after_the_sampling_slot():
+    """The watch must run while a reader may be stuck, so in a thread of its own: half a
+    sweep interval after the sampling thread's wake-up, time enough for a whole tick."""
     with threaded() as sampler:
-        loops = {name: sampler.loop(name) for name in ("power", "power_watch", "publish")}
+        loops = {name: sampler.loop(name) for name in ("power", "power_watch")}
         wait_for(lambda: all(loop.iterations >= 2 for loop in loops.values()), timeout=10)
         slot = {name: loop.next_tick % 1.0 for name, loop in loops.items()}
-    apart = (slot["power_watch"] - slot["publish"]) % 1.0
-    assert min(apart, 1.0 - apart) < 0.02
-    # and still after the power tick it watches, within a second
+        assert loops["power_watch"].thread is not loops["power"].thread
     after_power = (slot["power_watch"] - slot["power"]) % 1.0
     assert after_power == pytest.approx(PHASES["power_watch"], abs=0.02)
 
@@ -403,6 +417,79 @@ def test_a_hung_gpu_is_isolated_and_comes_back_when_its_call_returns():
             lib.release_hangs()  # the stuck call returns: GPU 1 is read again
             wait_for(lambda: 1 not in snapshots[-1].hung and 1 in snapshots[-1].readings,
                      timeout=5)
+        finally:
+            lib.release_hangs()
+            sampler.stop()
+
+
+def test_loops_sharing_a_thread_go_on_together_when_one_is_left_stuck():
+    """Superseding a loop that shares its thread takes the others into the fresh thread:
+    they keep their schedule there, and the stuck thread exits when its call returns
+    without ticking anything again (no loop runs in two threads)."""
+    stop, release = threading.Event(), threading.Event()
+    calls = {"stuck": 0, "steady": 0}
+
+    def stuck():
+        calls["stuck"] += 1
+        if calls["stuck"] == 2:
+            stuck_loop.enter(0)
+            release.wait(30)  # a call that hangs until released
+            stuck_loop.leave()
+
+    def steady():
+        calls["steady"] += 1
+
+    stuck_loop = Loop("stuck", 0.1, stuck, stop)
+    steady_loop = Loop("steady", 0.1, steady, stop)
+    together = Together([stuck_loop, steady_loop], "pair")
+    old = together.start()
+    try:
+        wait_for(lambda: stuck_loop.busy_gpu == 0, timeout=5, interval=0.01)
+        before = calls["steady"]
+        time.sleep(0.3)
+        assert calls["steady"] == before  # held up with it
+        stuck_loop.restart()
+        fresh = stuck_loop.thread
+        assert fresh is steady_loop.thread is together.thread and fresh is not old
+        wait_for(lambda: calls["steady"] >= before + 5, timeout=5)  # going on
+        assert stuck_loop.iterations >= 1 and stuck_loop.restarts == 1
+        release.set()
+        old.join(5)
+        assert not old.is_alive() and fresh.is_alive()
+        ticks = steady_loop.iterations
+        time.sleep(1.0)
+        # one thread at 0.1 s: ~10 ticks in a second, not twice that
+        assert 5 <= steady_loop.iterations - ticks <= 13
+    finally:
+        release.set()
+        stop.set()
+        together.thread.join(5)
+
+
+def test_a_sweep_stuck_in_one_gpu_holds_up_neither_the_power_drain_nor_the_snapshot():
+    """The sweep shares its thread with the power drain and the snapshot: stuck in GPU 1's
+    call, it is left behind by the readers' watch long before the hang timeout, and the
+    others' power is drained on time (none of their samples lost) while snapshots go on."""
+    snapshots = []
+    settings = SamplerSettings(backend="fake", hang_timeout_seconds=30.0,
+                               startup_wait_seconds=0.5)
+    with fake.installed(scenario_from_yaml(HANG_LATER), costs=None) as lib:
+        sampler = Sampler(NvmlBackend(), settings, on_snapshot=snapshots.append)
+        sampler.start()
+        try:
+            sweep = sampler.loop("sweep")
+            wait_for(lambda: sweep.busy_gpu == 1, timeout=10, interval=0.01)
+            stuck_at = time.monotonic()
+            wait_for(lambda: sweep.restarts == 1, timeout=5, interval=0.01)
+            assert time.monotonic() - stuck_at < 2.0  # the watch, not the 30 s timeout
+            count = len(snapshots)
+            samples = snapshots[-1].power_sampling[0].samples_total
+            wait_for(lambda: len(snapshots) >= count + 3, timeout=10)  # publishing goes on
+            snap = snapshots[-1]
+            assert snap.power_sampling[0].samples_total > samples + 50  # a second's worth
+            assert all(snap.power_sampling[g].lost_total == 0 for g in (0, 2, 3))
+            assert not snap.hung  # stuck, not yet hung: that waits for the timeout
+            assert sorted(snap.readings) == [0, 1, 2, 3]  # its last reading still served
         finally:
             lib.release_hangs()
             sampler.stop()

@@ -64,10 +64,10 @@ LOOP_CPU = Family(
     "CPU time spent in a loop's ticks (power, sweep, analyses, each collector, publish).",
     ("loop",), unit="s", source="sampler",
     doc="CPU time spent in each loop's ticks (`power`, `sweep`, `analysis`, `stragglers`, "
-        "each collector by name, `publish`, and `power_watch`, which leaves a power drain "
-        "stuck in one GPU's call behind; `analysis`, `stragglers`, `publish` and "
-        "`power_watch` share one thread): where the exporter's own cost goes (NVML's "
-        "included).")
+        "each collector by name, `publish`, and `power_watch`, which leaves a reader "
+        "stuck in one GPU's call behind; `power`, `sweep`, `analysis`, `stragglers` and "
+        "`publish` share one thread, `power_watch` and each collector have their own): "
+        "where the exporter's own cost goes (NVML's included).")
 SNAPSHOT_TIME = Family(
     "cte_snapshot_time_seconds", "gauge",
     "When the snapshot being served was built (epoch); time() minus this is its age as "

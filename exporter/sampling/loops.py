@@ -1,5 +1,5 @@
-"""Periodic loops on a deadline schedule, each in its own thread (those that never call
-NVML may share one: start_together) or ticked by hand.
+"""Periodic loops on a deadline schedule, each in its own thread or several in one
+(`Together`), or ticked by hand.
 
 A loop runs `fn` every `period` seconds without drift; when an iteration overruns, the
 missed ticks are counted and skipped, keeping the phase. A loop given a `slot` keeps to
@@ -48,6 +48,7 @@ class Loop:
         self._lock = threading.Lock()
         self._stats: tuple[tuple, LoopStats] | None = None  # (what it was made of, stats)
         self.thread: threading.Thread | None = None
+        self.together: Together | None = None  # the loops it shares its thread with
 
     @property
     def due(self) -> float:
@@ -85,14 +86,20 @@ class Loop:
                                 name=f"cte-{self.name}", daemon=True)
 
     def restart(self) -> None:
-        """Abandon the current thread (stuck in a call) and continue in a new one."""
+        """Abandon the current thread (stuck in a call) and continue in a new one (with
+        the loops it shares its thread with)."""
+        together = self.together
         with self._lock:
             self.generation += 1
             self.restarts += 1
             self.busy_gpu = None
             self.next_tick = self.clock.monotonic()
-            self.thread = self._new_thread()
-        self.thread.start()
+            if together is None:
+                self.thread = thread = self._new_thread()
+        if together is not None:
+            together.restart()
+        else:
+            thread.start()
 
     def _run(self, generation: int) -> None:
         self._local.generation = generation
@@ -162,29 +169,60 @@ class Loop:
         return out
 
 
+class Together:
+    """Loops run in one thread, each on its own schedule and with its own figures: one
+    thread to wake instead of several, and loops due at the same time run back to back,
+    in list order (so one wake-up a second serves them all: a thread that sleeps finds
+    its caches cold, and each wake-up pays for that again).
+
+    A loop among them that is stuck in a call can be superseded like any (Loop.restart):
+    the others go on with it in a fresh thread, and the stuck one exits when its call
+    returns. Something outside the thread must watch for that (Sampler: `power_watch`)."""
+
+    def __init__(self, loops: list[Loop], name: str):
+        self.loops, self.name = loops, name
+        self.generation = 0
+        self.thread: threading.Thread | None = None
+        for loop in loops:
+            loop.together = self
+
+    def start(self) -> threading.Thread:
+        now = self.loops[0].clock.monotonic()
+        for loop in self.loops:
+            loop.next_tick = now + loop.first_delay
+        return self._spawn()
+
+    def restart(self) -> None:
+        """Go on in a fresh thread; the current one exits when its call returns."""
+        self._spawn()
+
+    def _spawn(self) -> threading.Thread:
+        self.generation += 1
+        thread = threading.Thread(target=self._run, args=(self.generation,),
+                                  name=f"cte-{self.name}", daemon=True)
+        self.thread = thread
+        for loop in self.loops:
+            loop.thread = thread
+        thread.start()
+        return thread
+
+    def _run(self, generation: int) -> None:
+        loops = self.loops
+        stop, clock = loops[0].stop, loops[0].clock
+        for loop in loops:  # this thread is each loop's current one (Loop.current)
+            loop._local.generation = loop.generation
+        while not stop.is_set() and generation == self.generation:
+            loop = min(loops, key=lambda lp: lp.due)  # the first of those due together
+            wait = loop.due - clock.monotonic()
+            if wait > 0 and stop.wait(wait):
+                return
+            if generation != self.generation or not loop.tick():
+                return  # superseded while stuck: the fresh thread carries on
+
+
 def start_together(loops: list[Loop], name: str) -> threading.Thread:
-    """Run loops that never call NVML (nothing in them can hang) in one thread, each on
-    its own schedule and with its own figures: one thread to wake instead of several,
-    and loops due at the same time run back to back, in list order."""
-    now = loops[0].clock.monotonic()
-    for loop in loops:
-        loop.next_tick = now + loop.first_delay
-    thread = threading.Thread(target=_run_together, args=(loops,), name=f"cte-{name}",
-                              daemon=True)
-    for loop in loops:
-        loop.thread = thread
-    thread.start()
-    return thread
-
-
-def _run_together(loops: list[Loop]) -> None:
-    stop, clock = loops[0].stop, loops[0].clock
-    while not stop.is_set():
-        loop = min(loops, key=lambda lp: lp.due)  # the first of those due together
-        wait = loop.due - clock.monotonic()
-        if wait > 0 and stop.wait(wait):
-            return
-        loop.tick()
+    """Run loops in one thread (see Together); the thread."""
+    return Together(loops, name).start()
 
 
 def run_due(loops: list[Loop], clock, until: float) -> None:

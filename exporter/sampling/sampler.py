@@ -34,7 +34,7 @@ from exporter.sampling.collector_api import (
 from exporter.sampling.collectors import CollectorRunner
 from exporter.sampling.gpus import GpuSet
 from exporter.sampling.live_analyses import Analyses
-from exporter.sampling.loops import Loop, run_due, start_together
+from exporter.sampling.loops import Loop, Together, run_due
 from exporter.sampling.power_loop import PowerSampler
 from exporter.sampling.settings import SamplerSettings
 from exporter.sampling.snapshot import Snapshot
@@ -56,23 +56,25 @@ class CollectorMaker:
 
 
 # Where each loop ticks, as a fraction of the sweep interval (1 s by default) from the
-# sampler's start, after its first tick. Ticks that coincide fight for the GIL (every
-# NVML call and numpy operation releases it), and each hand-over is a thread wake-up:
-# tens of µs of CPU on a VM. Apart, they made 4-6x fewer wake-ups and took 0.1-0.2 % of
-# a core off (docs/performance.md). The readers come first, the analyses of what they
-# read next, the snapshot after them.
-PHASES = {"power": 0.0, "sweep": 0.1, "kmsg": 0.3, "analysis": 0.5, "stragglers": 0.5,
-          "publish": 0.5, "power_watch": 0.5}
+# sampler's start, after its first tick. The readers, the analyses of what they read and
+# the snapshot after them share one thread and one slot (SAMPLING): a thread that sleeps
+# a second finds its caches cold and pays for it at each wake-up, so one wake-up a
+# second for all of them costs less than one each (docs/performance.md). The loops in
+# threads of their own keep slots apart: ticks that coincide fight for the GIL (every
+# NVML call and numpy operation releases it), and each hand-over is a wake-up too.
+PHASES = {"power": 0.0, "sweep": 0.0, "analysis": 0.0, "stragglers": 0.0, "publish": 0.0,
+          "kmsg": 0.3, "power_watch": 0.5}
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
-# Loops that never call NVML share one thread (loops.start_together), in this order:
-# due together, the snapshot comes after the analyses it publishes.
-ANALYSES = ("power_watch", "analysis", "stragglers", "publish")
+# The loops that share the sampling thread (loops.Together), in this order: due
+# together, the analyses come after the reads and the snapshot after the analyses.
+SAMPLING = ("power", "sweep", "analysis", "stragglers", "publish")
 READERS = ("power", "sweep")  # the loops that read every GPU through NVML
-# The power loop is watched at most once a second, in the analyses' thread and slot
-# (half a sweep interval after the power tick: one wake-up of that thread a second for
-# all its loops, not two), and a drain inside one GPU's call for POWER_PATIENCE by then
-# is left behind: the other GPUs are drained at once, well within the ~2.4 s their
-# driver buffers hold, instead of after the hang timeout. A drain takes ~0.5 ms.
+# A reader stuck in one GPU's call holds up the whole sampling thread, the power drain
+# with it. `power_watch`, in a thread of its own, half a sweep interval after the
+# sampling slot (at most once a second), leaves behind a reader that has been inside one
+# GPU's call for POWER_PATIENCE: the sampling thread goes on in a fresh thread without
+# that GPU at once, well within the ~2.4 s the other GPUs' driver buffers hold, instead
+# of after the hang timeout. A drain takes ~0.5 ms, a sweep of one GPU a few ms.
 # POWER_WATCH_DELAY: its first watch after the start (simulated time: its only offset).
 POWER_WATCH_DELAY = 0.25
 POWER_PATIENCE = 0.1
@@ -104,6 +106,7 @@ class Sampler:
         self.xids = XidSources(self.gpus, clock, self._stop, s.kmsg_path)
         self.loops: list[Loop] = []
         self._snapshot: Snapshot | None = None
+        self._publishing = threading.Lock()  # start()'s first snapshot and the thread's
         self._opened = False
         self._threads = False
         self._slot: Callable[[float], float | None] = lambda phase: None
@@ -151,20 +154,22 @@ class Sampler:
                 loop.tick()
             self.publish()
             return
+        sampling = Together([found for name in SAMPLING
+                             if (found := self.loop(name)) is not None], "sampling")
+        sampling.start()
         for loop in self.loops:
-            if loop.name not in ANALYSES:
+            if loop.together is None:
                 loop.start_thread()
         if s.xid_events:
             self.xids.events.start()
         # Wait (bounded) for first values, so the first snapshot is complete; a hung
-        # NVML call at start-up only delays it.
+        # NVML call at start-up only delays it (and the sampling thread's own publish,
+        # a sweep interval after the start, may come first: publish() takes turns).
         wait = max(s.startup_wait_seconds, 2 * s.sweep_interval_seconds)
         deadline = self.clock.monotonic() + wait
         for loop in [*self._readers(), *(r.loop for r in self.collectors)]:
             loop.first_done.wait(max(0.0, deadline - self.clock.monotonic()))
         self.publish()
-        start_together([found for name in ANALYSES if (found := self.loop(name)) is not None],
-                       "analyses")
 
     def _runner(self, item: Collector | CollectorMaker) -> CollectorRunner:
         s = self.settings
@@ -243,17 +248,16 @@ class Sampler:
                               slot=slot(PHASES["kmsg"])))
         if not manual:  # in simulated time no call holds a loop while time passes
             loops.append(Loop("power_watch", max(1.0, s.power_drain_interval_seconds),
-                              self._watch_power, stop, clock, first_delay=POWER_WATCH_DELAY,
+                              self._watch_readers, stop, clock, first_delay=POWER_WATCH_DELAY,
                               slot=slot(PHASES["power_watch"])))
         loops.append(Loop("publish", s.sweep_interval_seconds, self.publish, stop, clock,
                           first_delay=s.sweep_interval_seconds, slot=slot(PHASES["publish"])))
         return loops
 
-    def _watch_power(self) -> None:
-        """Leave behind a power drain stuck in one GPU's call (see POWER_PATIENCE)."""
-        power = self.loop("power")
-        if power is not None:
-            self.gpus.move_on(power, POWER_PATIENCE)
+    def _watch_readers(self) -> None:
+        """Leave behind a reader stuck in one GPU's call (see POWER_PATIENCE)."""
+        for loop in self._readers():
+            self.gpus.move_on(loop, POWER_PATIENCE)
 
     def drain_power(self) -> None:
         """One more read of every GPU's power (after stop(): the samples since the last
@@ -323,12 +327,13 @@ class Sampler:
         return None
 
     def publish(self) -> None:
-        self.gpus.check_hangs(self._readers())
-        snapshot = self.build_snapshot()
-        if self.on_snapshot is not None:
-            self.on_snapshot(snapshot)  # judged, settled and published there
-        else:
-            self.settle(snapshot)
+        with self._publishing:  # one snapshot at a time, each settled before the next
+            self.gpus.check_hangs(self._readers())
+            snapshot = self.build_snapshot()
+            if self.on_snapshot is not None:
+                self.on_snapshot(snapshot)  # judged, settled and published there
+            else:
+                self.settle(snapshot)
 
     def settle(self, snapshot: Snapshot, failed: Iterable[int] = ()) -> Snapshot:
         """The snapshot as it is published: with the goodput account's newest second, in
