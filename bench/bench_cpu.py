@@ -446,9 +446,9 @@ def print_ratios(results: dict[str, dict[str, Any]]) -> None:
 def thread_parts(rates: dict[str, float], loop_threads: dict[str, str]
                  ) -> list[tuple[str, float, float, float]]:
     """(loop or thread, CPU, in fake, H200 model) per loop (its cpu_seconds) and per other
-    thread (psutil), largest first. `loop_threads`: each loop's thread; loops sharing one
-    make no NVML calls (loops.start_together), so only a loop alone in its thread gets
-    that thread's time in the fake."""
+    thread (psutil), largest first. `loop_threads`: each loop's thread; the fake counts
+    its time by thread, so only a loop alone in its thread gets that thread's time in
+    the fake (shared_fake: the shared threads')."""
     loops = {k[5:]: v for k, v in rates.items() if k.startswith("loop/")}
     names = {n: loop_threads.get(n, f"cte-{n}") for n in loops}
     hosted = list(names.values())
@@ -463,6 +463,15 @@ def thread_parts(rates: dict[str, float], loop_threads: dict[str, str]
     return sorted(parts, key=lambda p: -p[1])
 
 
+def shared_fake(rates: dict[str, float], loop_threads: dict[str, str]
+                ) -> dict[str, tuple[float, float]]:
+    """Each thread that several loops share (the sampling thread): its time in the fake
+    and what the H200 model charges for its calls."""
+    hosted = list(loop_threads.values())
+    return {t: (rates.get(f"driver_thread/{t}", 0.0), rates.get(f"model_thread/{t}", 0.0))
+            for t in dict.fromkeys(hosted) if hosted.count(t) > 1}
+
+
 def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
     for name, res in results.items():
         if "error" in res or name == "node_exporter":
@@ -472,6 +481,10 @@ def print_breakdown(results: dict[str, dict[str, Any]]) -> None:
         parts = thread_parts(rates, res.get("loop_threads", {}))
         print("  " + ", ".join(f"{n} {v * 100:.2f} % ({d * 100:.2f}, {m * 100:.2f})"
                                for n, v, d, m in parts if v > 0.00005))
+        for thread, (fake_share, model) in shared_fake(rates, res.get("loop_threads", {})
+                                                       ).items():
+            print(f"  {thread}'s loops together: in the fake {fake_share * 100:.2f} %, "
+                  f"H200 model {model * 100:.2f} %")
         other = shares(res).whole - sum(p[1] for p in parts)
         print(f"  other (threads that came and went, e.g. HTTP connections): "
               f"{other * 100:.2f} %; scraper thread, taken off: "

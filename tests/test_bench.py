@@ -49,6 +49,9 @@ def test_bench_cpu_runs_its_targets_in_children_and_prints_a_table():
     assert out.returncode == 0, out.stderr
     assert "ours (run --fake)" in out.stdout and "not measured" not in out.stdout, out.stdout
     assert "by loop/thread" in out.stdout
+    # the sampling thread's loops share its time in the fake (counted by thread)
+    shared = out.stdout.split("cte-sampling's loops together: in the fake ")[1]
+    assert float(shared.split(" %")[0]) > 0
 
 
 def test_bench_cpu_child_reports_json():

@@ -220,11 +220,6 @@ class Together:
                 return  # superseded while stuck: the fresh thread carries on
 
 
-def start_together(loops: list[Loop], name: str) -> threading.Thread:
-    """Run loops in one thread (see Together); the thread."""
-    return Together(loops, name).start()
-
-
 def run_due(loops: list[Loop], clock, until: float) -> None:
     """Synchronously run every loop tick due up to `until` (monotonic), in time order,
     moving a manual clock to each tick: the whole sampler in simulated time."""
