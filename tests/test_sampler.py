@@ -481,7 +481,7 @@ def test_a_sweep_stuck_in_one_gpu_holds_up_neither_the_power_drain_nor_the_snaps
             wait_for(lambda: sweep.busy_gpu == 1, timeout=10, interval=0.01)
             stuck_at = time.monotonic()
             wait_for(lambda: sweep.restarts == 1, timeout=5, interval=0.01)
-            assert time.monotonic() - stuck_at < 2.0  # the watch, not the 30 s timeout
+            assert time.monotonic() - stuck_at < 5.0  # the watch, not the 30 s timeout
             count = len(snapshots)
             samples = snapshots[-1].power_sampling[0].samples_total
             wait_for(lambda: len(snapshots) >= count + 3, timeout=10)  # publishing goes on
