@@ -62,8 +62,7 @@ class CollectorMaker:
 # second for all of them costs less than one each (docs/performance.md). The loops in
 # threads of their own keep slots apart: ticks that coincide fight for the GIL (every
 # NVML call and numpy operation releases it), and each hand-over is a wake-up too.
-PHASES = {"power": 0.0, "sweep": 0.0, "analysis": 0.0, "stragglers": 0.0, "publish": 0.0,
-          "kmsg": 0.3, "power_watch": 0.5}
+PHASES = {"sampling": 0.0, "kmsg": 0.3, "power_watch": 0.5}
 COLLECTOR_PHASES = (0.7, 0.95)  # spread over the collectors in turn
 # The loops that share the sampling thread (loops.Together), in this order: due
 # together, the analyses come after the reads and the snapshot after the analyses.
@@ -72,12 +71,13 @@ READERS = ("power", "sweep")  # the loops that read every GPU through NVML
 # A reader stuck in one GPU's call holds up the whole sampling thread, the power drain
 # with it. `power_watch`, in a thread of its own, half a sweep interval after the
 # sampling slot (at most once a second), leaves behind a reader that has been inside one
-# GPU's call for POWER_PATIENCE: the sampling thread goes on in a fresh thread without
+# GPU's call for READER_PATIENCE: the sampling thread goes on in a fresh thread without
 # that GPU at once, well within the ~2.4 s the other GPUs' driver buffers hold, instead
-# of after the hang timeout. A drain takes ~0.5 ms, a sweep of one GPU a few ms.
+# of after the hang timeout. On an H200 a drain call takes 0.3-0.5 ms and the slowest
+# call a sweep makes, the energy counter, 15-24 ms at p99 (docs/nvml-costs.md).
 # POWER_WATCH_DELAY: its first watch after the start (simulated time: its only offset).
 POWER_WATCH_DELAY = 0.25
-POWER_PATIENCE = 0.1
+READER_PATIENCE = 0.1
 
 
 class Sampler:
@@ -223,18 +223,19 @@ class Sampler:
         base = s.sweep_interval_seconds
         slot = (lambda phase: None) if manual else (lambda phase: t0 + phase * base)
         self._slot = slot
+        sampling_slot = slot(PHASES["sampling"])  # the sampling thread's loops (SAMPLING)
         power = Loop("power", self.power.period, lambda: self.power.tick(power), stop, clock,
-                     slot=slot(PHASES["power"]))
+                     slot=sampling_slot)
         sweep = Loop("sweep", s.sweep_interval_seconds, lambda: self.sweep.tick(sweep), stop,
-                     clock, slot=slot(PHASES["sweep"]))
+                     clock, slot=sampling_slot)
         loops = [power, sweep]
         if s.power is not None:
             loops.append(Loop("analysis", s.power.update_seconds, analyses.power_tick,
                               stop, clock, first_delay=s.power.update_seconds,
-                              slot=slot(PHASES["analysis"])))
+                              slot=sampling_slot))
         if s.stragglers is not None:
             loops.append(Loop("stragglers", 1.0, analyses.straggler_tick, stop, clock,
-                              first_delay=2.0, slot=slot(PHASES["stragglers"])))
+                              first_delay=2.0, slot=sampling_slot))
         lo, hi = COLLECTOR_PHASES
         for i, runner in enumerate(self.collectors):
             runner.loop.slot = slot(lo + (hi - lo) * i / max(1, len(self.collectors)))
@@ -251,13 +252,13 @@ class Sampler:
                               self._watch_readers, stop, clock, first_delay=POWER_WATCH_DELAY,
                               slot=slot(PHASES["power_watch"])))
         loops.append(Loop("publish", s.sweep_interval_seconds, self.publish, stop, clock,
-                          first_delay=s.sweep_interval_seconds, slot=slot(PHASES["publish"])))
+                          first_delay=s.sweep_interval_seconds, slot=sampling_slot))
         return loops
 
     def _watch_readers(self) -> None:
-        """Leave behind a reader stuck in one GPU's call (see POWER_PATIENCE)."""
+        """Leave behind a reader stuck in one GPU's call (see READER_PATIENCE)."""
         for loop in self._readers():
-            self.gpus.move_on(loop, POWER_PATIENCE)
+            self.gpus.move_on(loop, READER_PATIENCE)
 
     def drain_power(self) -> None:
         """One more read of every GPU's power (after stop(): the samples since the last
