@@ -5,12 +5,21 @@ node-problem-detector and slurmd run `health` every 30 to 60 s on every GPU node
 asks a running exporter, so it needs neither the sampler, the collectors nor numpy, whose
 import is most of the full command line's start: this way a run of `health` costs about
 a quarter of the CPU.
+
+Every other command does its linear algebra on a few GPUs' rows, in one thread: numpy's
+OpenBLAS would otherwise start a worker per CPU (up to 64) at numpy's import, each
+spinning about 0.1 s before it sleeps, at every start, on 100-core GPU nodes
+(docs/performance.md). A setting of the user's own is kept.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
+
+# read by OpenBLAS when numpy loads it: set before anything imports numpy
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,6 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.commands.health.command import run
 
         return run(args[1:])
+    for name, value in BLAS_THREADS.items():
+        os.environ.setdefault(name, value)
     from exporter.cli import main as full
 
     return full(args)
