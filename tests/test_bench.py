@@ -6,10 +6,12 @@ import ast
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
-from tests.tools import REPO
+from tests.tools import REPO, free_port, http_get, stop_process, wait_for
 
 BENCH = REPO / "bench"
 
@@ -187,3 +189,39 @@ def test_bench_analyze_memory_prints_peak_rss_and_ratios():
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     assert figures["large"]["rows"] > figures["reference"]["rows"] > 0
     assert figures["large"]["rss"] > 0
+
+
+def test_ours_on_fake_writes_the_fakes_accounts_on_sigusr1(tmp_path):
+    """What a side-by-side harness reads from a peer on its fake, from ours: the calls
+    into the fake and the CPU inside them grow between two signals, within the
+    process's own CPU, and the exporter serves meanwhile."""
+    stats, port = tmp_path / "stats.json", free_port()
+
+    def serving() -> bool:
+        try:
+            return http_get(port, "/readyz")[0].status == 200
+        except OSError:
+            return False
+
+    def accounts() -> dict:
+        before = stats.stat().st_mtime_ns if stats.exists() else 0
+        proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: stats.exists() and stats.stat().st_mtime_ns != before)
+        return json.loads(stats.read_text())
+
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "ours_on_fake.py"), "--stats-file", str(stats), "--",
+         "run", "--fake", "--no-fake.costs", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        wait_for(serving, timeout=60)
+        first = accounts()
+        time.sleep(2.5)
+        second = accounts()
+        assert serving()
+    finally:
+        stop_process(proc)
+    assert second["time"] > first["time"]
+    assert second["fake_calls"] > first["fake_calls"] > 0
+    assert 0 < first["fake_cpu_s"] < second["fake_cpu_s"] < second["process_cpu_s"]
+    assert second["missing_symbols"] == []
