@@ -18,9 +18,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-# read by OpenBLAS when numpy loads it: set before anything imports numpy
-BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
@@ -28,8 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.commands.health.command import run
 
         return run(args[1:])
-    for name, value in BLAS_THREADS.items():
-        os.environ.setdefault(name, value)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads OpenBLAS
     from exporter.cli import main as full
 
     return full(args)
