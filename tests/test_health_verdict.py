@@ -8,13 +8,18 @@ from types import MappingProxyType
 
 import pytest
 
+from exporter.collectors.infiniband.reading import (
+    InfinibandDevice,
+    InfinibandPort,
+    InfinibandReading,
+)
 from exporter.gpu.board import BoardRead, FabricInfo
 from exporter.gpu.device_read import DeviceRead
 from exporter.gpu.reading import GpuReading
 from exporter.health.context import Check
 from exporter.health.model import FAILED, OK, Outcome
 from exporter.health.monitor import GPU_CHECKS, HealthMonitor
-from exporter.sampling.snapshot import XidRecord
+from exporter.sampling.snapshot import CollectorResult, XidRecord
 from exporter.web.api import health_body
 from tests.tools import ExporterFactory, http_get, make_snapshot
 
@@ -186,6 +191,42 @@ def test_judged_once_per_snapshot_and_since_holds_while_the_state_does():
     assert check(at_20, 0, "row_remap_failure").since == 20.0
     assert check(at_25, 0, "row_remap_failure").since == 20.0
     assert check(at_25, 1, "row_remap_failure").since == 10.0
+
+
+def ports_read(time: float, down: bool = False) -> dict:
+    """The InfiniBand collector's result of `time`: one port, up or down."""
+    port = InfinibandPort("mlx5_0", 1, state_id=1 if down else 4,
+                          counters={"link_downed": 0.0})
+    return {"infiniband": CollectorResult(InfinibandReading(
+        (InfinibandDevice("mlx5_0", ports=(port,)),), {}), 0.0, True, 0,
+        last_success=time)}
+
+
+def test_a_new_ports_read_judges_the_ports_again_and_keeps_the_gpus_verdicts():
+    """The ports are read at their own times: a snapshot where they alone have moved
+    keeps the GPUs' verdicts (their checks are not run again) and judges the node's; a
+    snapshot where the GPUs' reads have moved judges the GPUs again."""
+    calls: list[int] = []
+
+    def counted(inputs) -> Outcome:
+        calls.append(inputs.gpu)
+        return Outcome(OK)
+
+    monitor = HealthMonitor(gpu_checks=(*GPU_CHECKS, Check("counted", "test", counted)))
+    at_10 = snap(10.0, collectors=ports_read(10.0))
+    first = monitor.assess(at_10)
+    assert calls == [0, 1] and first.node.state != FAILED  # its rates not known yet
+    gpus_as_at_10 = {"device_reads": at_10.device_reads, "board": at_10.board,
+                     "readings": at_10.readings}
+    port_down = monitor.assess(snap(12.0, collectors=ports_read(12.0, down=True),
+                                    **gpus_as_at_10))
+    assert calls == [0, 1]  # the GPUs' checks were not run again ...
+    assert all(port_down.gpus[g] is first.gpus[g] for g in (0, 1))  # ... their verdicts kept
+    assert port_down.node.state == FAILED
+    assert "InfiniBand port mlx5_0/1 down" in port_down.node.reasons
+    reads = {g: device_read(15.0) for g in (0, 1)}
+    monitor.assess(snap(15.0, device_reads=reads, collectors=ports_read(12.0, down=True)))
+    assert calls == [0, 1, 0, 1]  # new GPU reads: the GPUs judged again
 
 
 def test_health_body_has_the_documented_shape():

@@ -46,20 +46,31 @@ PORT_CHECKS: tuple[Check, ...] = checks_node.PORT_CHECKS
 RE_JUDGE_SECONDS = 60.0  # judged again at least this often (XIDs age out of the hold)
 
 
-def inputs_key(snapshot: Snapshot) -> tuple:
-    """What the checks read, in brief: while it stays the same, so does the verdict."""
+def gpu_inputs_key(snapshot: Snapshot) -> tuple:
+    """What the GPU checks read, in brief (and the node's checks besides the ports'):
+    while it stays the same, so do the GPUs' verdicts."""
     return (snapshot.gpu_count, snapshot.expected_gpus,
             tuple(ident is None for ident in snapshot.identities),
             tuple((gpu, h.time) for gpu, h in sorted(snapshot.device_reads.items())),
             tuple((gpu, b.time) for gpu, b in sorted(snapshot.board.items())),
             tuple(sorted((key, r.count) for key, r in snapshot.xids.items())),
             snapshot.lost, tuple(sorted(snapshot.hung)),
-            # the InfiniBand reads (their rates need each one) and the ports' states
-            tuple(r.last_success for r in snapshot.collectors.values()
+            int(snapshot.time // RE_JUDGE_SECONDS))
+
+
+def port_inputs_key(snapshot: Snapshot) -> tuple:
+    """What the InfiniBand port checks read besides: the reads (their rates need each
+    one) and the ports' states."""
+    return (tuple(r.last_success for r in snapshot.collectors.values()
                   if isinstance(r.reading, InfinibandReading)),
             tuple((p.device, p.port, p.state_id)
-                  for p in checks_node.infiniband_ports_of(snapshot)),
-            int(snapshot.time // RE_JUDGE_SECONDS))
+                  for p in checks_node.infiniband_ports_of(snapshot)))
+
+
+def inputs_key(snapshot: Snapshot) -> tuple[tuple, tuple]:
+    """What the checks read, in brief: while it stays the same, so does the verdict; while
+    its first part does, so do the GPUs' (the ports are read at their own times)."""
+    return gpu_inputs_key(snapshot), port_inputs_key(snapshot)
 
 
 def _action(scope: str, check: str, outcome: Outcome) -> str:
@@ -85,7 +96,10 @@ class HealthMonitor:
         self._verdicts: dict[int | None, Verdict] = {}
         self._errors: dict[str, int] = {}
         self._last: tuple[Snapshot, NodeHealth] | None = None
-        self._key: tuple | None = None
+        self._key: tuple[tuple, tuple] | None = None
+        # the GPUs' verdicts and the GPU inputs they were judged on: a snapshot whose
+        # ports alone have moved keeps them (its node and port checks are judged again)
+        self._gpus: tuple[tuple, dict[int, Verdict]] | None = None
         self._lock = threading.Lock()
         # what judging costs (bench/bench_cpu.py shows it): CPU-seconds and judgements
         self.cpu_seconds = 0.0
@@ -98,25 +112,25 @@ class HealthMonitor:
             if self._last is not None and self._last[0] is snapshot:
                 return self._last[1]
             try:
-                key: tuple | None = inputs_key(snapshot)
+                key: tuple[tuple, tuple] | None = inputs_key(snapshot)
             except Exception:  # noqa: BLE001 - judged anew, and safely, below
                 key = None
             if self._last is not None and key is not None and key == self._key:
                 result = self._last[1]
             else:
                 started = time.thread_time()
-                result = self._judge_safely(snapshot)
+                result = self._judge_safely(snapshot, None if key is None else key[0])
                 self._key = key
                 self.judgements += 1
                 self.cpu_seconds += time.thread_time() - started
             self._last = (snapshot, result)
             return result
 
-    def _judge_safely(self, snapshot: Snapshot) -> NodeHealth:
+    def _judge_safely(self, snapshot: Snapshot, gpu_key: tuple | None) -> NodeHealth:
         """The verdict, or, should judging itself fail (not one check: those are caught
         each), an unknown one: publishing the snapshot must go on."""
         try:
-            return self._judge(snapshot)
+            return self._judge(snapshot, gpu_key)
         except Exception:  # noqa: BLE001 - the sampler's publishing must never stop here
             count = self._errors.get("verdict", 0) + 1
             self._errors["verdict"] = count
@@ -125,13 +139,20 @@ class HealthMonitor:
             return unknown_health(snapshot.time, snapshot.gpu_count, "health verdict failed",
                                   tuple(sorted(self._errors.items())))
 
-    def _judge(self, snapshot: Snapshot) -> NodeHealth:
-        gpus = {}
-        for gpu in range(snapshot.gpu_count):
-            inputs = GpuInputs(snapshot, gpu, self.settings, self.counters)
-            results = tuple(self._run(check, inputs, gpu, snapshot.time, GPU)
-                            for check in self.gpu_checks)
-            gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
+    def _judge(self, snapshot: Snapshot, gpu_key: tuple | None) -> NodeHealth:
+        kept = self._gpus
+        if gpu_key is not None and kept is not None and kept[0] == gpu_key:
+            gpus = dict(kept[1])  # what the GPU checks read has not moved
+        else:
+            self._gpus = None
+            gpus = {}
+            for gpu in range(snapshot.gpu_count):
+                inputs = GpuInputs(snapshot, gpu, self.settings, self.counters)
+                results = tuple(self._run(check, inputs, gpu, snapshot.time, GPU)
+                                for check in self.gpu_checks)
+                gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
+            if gpu_key is not None:
+                self._gpus = (gpu_key, dict(gpus))
         node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus, self.counters)
         own = [self._run(check, node_inputs, None, snapshot.time, NODE)
                for check in self.node_checks]
