@@ -142,7 +142,7 @@ class HealthMonitor:
     def _judge(self, snapshot: Snapshot, gpu_key: tuple | None) -> NodeHealth:
         kept = self._gpus
         if gpu_key is not None and kept is not None and kept[0] == gpu_key:
-            gpus = dict(kept[1])  # what the GPU checks read has not moved
+            gpus = kept[1]  # what the GPU checks read has not moved (read, never written)
         else:
             self._gpus = None
             gpus = {}
@@ -152,7 +152,7 @@ class HealthMonitor:
                                 for check in self.gpu_checks)
                 gpus[gpu] = self._verdict(gpu, results, f"GPU {gpu}: ")
             if gpu_key is not None:
-                self._gpus = (gpu_key, dict(gpus))
+                self._gpus = (gpu_key, gpus)
         node_inputs = checks_node.NodeInputs(snapshot, self.settings, gpus, self.counters)
         own = [self._run(check, node_inputs, None, snapshot.time, NODE)
                for check in self.node_checks]
