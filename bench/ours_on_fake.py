@@ -13,6 +13,10 @@ calls into the fake and the thread CPU spent inside them, every thread: the fake
 Python, which a real driver does not run, or with call costs on what the model charged
 where that is more), `missing_symbols` (symbols asked for that the fake lacks). Until
 the exporter has installed its fake, the fake's figures are 0. Not a pass/fail test.
+
+`--no-analyses` starts the sampler without its live analyses (power swings, stalls,
+stragglers, goodput), as `record` starts it: what sampling, publishing and serving cost
+alone, to hold a CPU figure against. A measurement, not a mode of the exporter.
 """
 
 from __future__ import annotations
@@ -53,13 +57,32 @@ def write(path: str) -> None:
     os.replace(temporary, path)
 
 
+def without_analyses() -> None:
+    """The sampler settings the exporter starts with, less the live analyses."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as exporter/entry.py, before numpy
+    import dataclasses
+
+    import exporter.app as app
+
+    made = app.sampler_settings
+
+    def less(*args: Any, **kwargs: Any) -> Any:
+        return dataclasses.replace(made(*args, **kwargs), power=None, stragglers=None)
+
+    app.sampler_settings = less
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stats-file", required=True, help="where SIGUSR1 writes the accounts")
+    parser.add_argument("--no-analyses", action="store_true",
+                        help="start the sampler without its live analyses (a measurement)")
     argv = sys.argv[1:]
     if "--" not in argv:
         parser.error("give the exporter's arguments after --")
     args = parser.parse_args(argv[:argv.index("--")])
+    if args.no_analyses:
+        without_analyses()
     # the exporter's own signal handling leaves SIGUSR1 alone; its main thread wakes on
     # any handled signal (signal.set_wakeup_fd), so the handler runs at once
     signal.signal(signal.SIGUSR1, lambda *_: write(args.stats_file))

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.tools import REPO, free_port, http_get, stop_process, wait_for
 
 BENCH = REPO / "bench"
@@ -225,3 +227,35 @@ def test_ours_on_fake_writes_the_fakes_accounts_on_sigusr1(tmp_path):
     assert second["fake_calls"] > first["fake_calls"] > 0
     assert 0 < first["fake_cpu_s"] < second["fake_cpu_s"] < second["process_cpu_s"]
     assert second["missing_symbols"] == []
+
+
+@pytest.mark.parametrize("analyses", [True, False])
+def test_ours_on_fake_can_start_the_sampler_without_its_analyses(tmp_path, analyses):
+    """`--no-analyses` (the floor a CPU figure is held against): the power drain, the
+    sweep and publish run, the analysis and straggler loops do not; without the flag
+    they do (the reference, so the test can fail)."""
+    port = free_port()
+    flags = [] if analyses else ["--no-analyses"]
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "ours_on_fake.py"), "--stats-file",
+         str(tmp_path / "stats.json"), *flags, "--", "run", "--fake", "--no-fake.costs",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+
+    def loops() -> set[str]:
+        try:
+            body = http_get(port, "/metrics")[1].decode()
+        except OSError:
+            return set()
+        return {line.split('loop="')[1].split('"')[0] for line in body.splitlines()
+                if line.startswith("cte_loop_cpu_seconds_total{")}
+
+    try:
+        wait_for(lambda: {"power", "sweep", "publish"} <= loops(), timeout=60)
+        running = loops()
+    finally:
+        stop_process(proc)
+    if analyses:
+        assert {"analysis", "stragglers"} <= running
+    else:
+        assert not {"analysis", "stragglers"} & running
