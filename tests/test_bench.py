@@ -193,6 +193,14 @@ def test_bench_analyze_memory_prints_peak_rss_and_ratios():
     assert figures["large"]["rss"] > 0
 
 
+def start_ours_on_fake(stats, port: int, *flags: str) -> subprocess.Popen:
+    """bench/ours_on_fake.py running the exporter on the zero-cost fake at `port`."""
+    return subprocess.Popen(
+        [sys.executable, str(BENCH / "ours_on_fake.py"), "--stats-file", str(stats), *flags,
+         "--", "run", "--fake", "--no-fake.costs", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=stats.parent)
+
+
 def test_ours_on_fake_writes_the_fakes_accounts_on_sigusr1(tmp_path):
     """What a side-by-side harness reads from a peer on its fake, from ours: the calls
     into the fake and the CPU inside them grow between two signals, within the
@@ -211,10 +219,7 @@ def test_ours_on_fake_writes_the_fakes_accounts_on_sigusr1(tmp_path):
         wait_for(lambda: stats.exists() and stats.stat().st_mtime_ns != before)
         return json.loads(stats.read_text())
 
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "ours_on_fake.py"), "--stats-file", str(stats), "--",
-         "run", "--fake", "--no-fake.costs", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    proc = start_ours_on_fake(stats, port)
     try:
         wait_for(serving, timeout=60)
         first = accounts()
@@ -235,12 +240,8 @@ def test_ours_on_fake_can_start_the_sampler_without_its_analyses(tmp_path, analy
     sweep and publish run, the analysis and straggler loops do not; without the flag
     they do (the reference, so the test can fail)."""
     port = free_port()
-    flags = [] if analyses else ["--no-analyses"]
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "ours_on_fake.py"), "--stats-file",
-         str(tmp_path / "stats.json"), *flags, "--", "run", "--fake", "--no-fake.costs",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    proc = start_ours_on_fake(tmp_path / "stats.json", port,
+                              *([] if analyses else ["--no-analyses"]))
 
     def loops() -> set[str]:
         try:
