@@ -88,15 +88,28 @@ def thread_cpu(proc: psutil.Process) -> dict[str, float]:
     return out
 
 
+def _per_task(pid: int, name: str) -> dict[int, str]:
+    """Each live thread's /proc/<pid>/task/<tid>/<name>, by tid. A thread that ended
+    between the listing and the read is left out, not the threads after it."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                out[int(tid)] = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
+
+
 def _task_cpu(proc: psutil.Process) -> dict[int, float]:
-    try:
-        out = {}
-        for tid in os.listdir(f"/proc/{proc.pid}/task"):
-            with open(f"/proc/{proc.pid}/task/{tid}/schedstat") as f:
-                out[int(tid)] = int(f.read().split()[0]) / 1e9
-        return out
-    except (OSError, ValueError, IndexError):
-        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+    # the main thread's file says whether this kernel keeps schedstat at all
+    if os.path.exists(f"/proc/{proc.pid}/schedstat"):
+        try:
+            return {tid: int(text.split()[0]) / 1e9
+                    for tid, text in _per_task(proc.pid, "schedstat").items()}
+        except (OSError, ValueError, IndexError):
+            pass
+    return {t.id: t.user_time + t.system_time for t in proc.threads()}
 
 
 def wakeups(proc: psutil.Process) -> float:
@@ -104,13 +117,14 @@ def wakeups(proc: psutil.Process) -> float:
     was woken: a sleep, an Event, a GIL wait); 0 where /proc does not say."""
     total = 0
     try:
-        for tid in os.listdir(f"/proc/{proc.pid}/task"):
-            with open(f"/proc/{proc.pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        total += int(line.split()[1])
-    except (OSError, ValueError):
-        pass  # a thread that ended while read: its switches are left out
+        statuses = _per_task(proc.pid, "status").values()
+    except OSError:
+        return 0.0
+    for status in statuses:
+        for line in status.splitlines():
+            name, _, value = line.partition(":")
+            if name == "voluntary_ctxt_switches" and value.strip().isdigit():
+                total += int(value)
     return float(total)
 
 

@@ -83,6 +83,33 @@ def test_bench_cpu_child_reports_json():
     assert totals["thread/cte-sampling"] >= totals["loop/sweep"] - tick - 1e-6
 
 
+def test_bench_cpu_reads_threads_in_ns_when_one_ends_while_read(monkeypatch):
+    """A thread that ends between the listing of /proc/<pid>/task and the read of its files
+    is left out: the others keep schedstat's nanoseconds (not psutil's whole clock ticks,
+    which can read a thread's CPU below its loops') and their wake-ups."""
+    if not os.path.exists(f"/proc/{os.getpid()}/schedstat"):
+        pytest.skip("this kernel keeps no schedstat")
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench_cpu = importlib.import_module("bench_cpu")
+    listdir = os.listdir
+
+    def listing(path):  # a thread listed, then gone before its files are read
+        names = listdir(path)
+        return ["999999999", *names] if str(path).endswith("/task") else names
+
+    monkeypatch.setattr(bench_cpu.os, "listdir", listing)
+
+    class Proc:  # psutil.Process as far as the bench reads it, without the tick fallback
+        pid = os.getpid()
+
+        def threads(self):
+            raise AssertionError("fell back to whole clock ticks")
+
+    cpu = bench_cpu._task_cpu(Proc())
+    assert cpu[os.getpid()] > 0 and 999999999 not in cpu
+    assert bench_cpu.wakeups(Proc()) > 0
+
+
 def test_bench_memory_prints_rss_at_start_and_the_reference():
     out = subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--seconds", "3",
                           "--every", "0.5"], capture_output=True, text=True, timeout=180,
