@@ -446,7 +446,8 @@ def test_pcie_rates_without_gpm_come_from_the_sweeps_own_reads(running_exporter)
     assert "DCGM_FI_PROF_PCIE_TX_BYTES" not in compat_families(body)  # one read: no rate yet
     exp.sampler.advance(20)
     _, before = http_get(exp.port)
-    exp.sampler.advance(5)  # one health interval: one more read of the counters
+    interval = exp.sampler.settings.gpu_health_interval_seconds
+    exp.sampler.advance(interval)  # one health interval: one more read of the counters
     for _ in range(3):  # scrapes in between change nothing: the rate is the sampler's
         _, after = http_get(exp.port)
     tx, rx = _pcie(after), _pcie(after, "DCGM_FI_PROF_PCIE_RX_BYTES")
@@ -455,8 +456,8 @@ def test_pcie_rates_without_gpm_come_from_the_sweeps_own_reads(running_exporter)
     received_after = _counter(after, "gpu_pcie_receive_bytes_total")
     assert set(tx) == set(rx) == {str(g) for g in range(8)}
     for gpu in tx:
-        assert math.isclose(tx[gpu], (sent_after[gpu] - sent_before[gpu]) / 5.0)
-        assert math.isclose(rx[gpu], (received_after[gpu] - received_before[gpu]) / 5.0)
+        assert math.isclose(tx[gpu], (sent_after[gpu] - sent_before[gpu]) / interval)
+        assert math.isclose(rx[gpu], (received_after[gpu] - received_before[gpu]) / interval)
         assert tx[gpu] > 0 and rx[gpu] > 0
     assert compat_families(after)["DCGM_FI_PROF_PCIE_TX_BYTES"].type == "gauge"
     # profiling off leaves the PCIe rates served: the start's line does not list them

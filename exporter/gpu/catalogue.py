@@ -26,7 +26,7 @@ Where a per-GPU value lives:
 Cadence, chosen by what each read costs on a real H200 (exporter/sim/costs.py):
 - once: at start and when a lost GPU comes back (static: limits, maximum clocks);
 - sweep: every sweep (default 1 s): the cheap getters, 1-8 us each;
-- slow: the slow sweep, every --sweep.health-interval (default 5 s): slowly changing
+- slow: the slow sweep, every --sweep.health-interval (default 15 s): slowly changing
   values, the PCIe counters (80-170 us per field) and the memory errors;
 - energy: every energy interval (default 30 s): the energy counter, ~4 ms of CPU.
 """

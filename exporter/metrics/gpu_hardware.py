@@ -136,7 +136,8 @@ _MEMORY_KEYS = tuple(e.key for f in WITH_HARDWARE for e in catalogue.FAMILIES[f]
 
 def link_memory_key(snapshot: Snapshot) -> tuple:
     """Everything link_memory_families renders: equal keys, equal text. By value, not by
-    reading: a reading every 5 s against a scrape every 15-60 s would always miss."""
+    reading: a new reading (every 15 s, the scrape's own interval or less) is most
+    often the same text."""
     memory = tuple((gpu, tuple(reading.get(key) for key in _MEMORY_KEYS))
                    for gpu, reading in sorted(snapshot.readings.items()))
     readings = tuple(

@@ -118,8 +118,12 @@ class SamplerSettings:
     sweep_interval_seconds: float = setting(
         1.0, "full GPU sweep and snapshot interval", flag="--sweep.interval", low=0.1,
         high=60.0, metavar="SECONDS", commands=ALL)
+    # 15 s, a scrape interval: these are counters and flags, so a longer interval loses
+    # no event, only freshness; and the slow sweep holds the costliest fields (on an H200
+    # ~2 ms a GPU: PCIe replays and bytes 80-170 us each, three clock-event violation
+    # counters 0.4-0.7 ms each; docs/nvml-costs.md), 0.3 % of a core for 8 GPUs every 5 s.
     gpu_health_interval_seconds: float = setting(
-        5.0, "how often ECC, row remapping, NVLink and PCIe counters are read",
+        15.0, "how often ECC, row remapping, NVLink and PCIe counters are read",
         flag="--sweep.health-interval", low=0.1, high=600.0, metavar="SECONDS", commands=ALL)
     gpu_board_interval_seconds: float = setting(
         60.0, "how often NVLink fabric registration and InfoROM validity are read (also "
