@@ -21,7 +21,7 @@ class Running:
 
     def __init__(self, factory: ExporterFactory, scenario: str, realtime: bool = False,
                  **config):
-        # the scenarios' faults are timed for a health read every 5 s (a fault at 10 s
+        # the scenarios' faults are timed for a slow sweep every 5 s (a fault at 10 s
         # is read by 15 s); the default interval is tested in test_sweep_cadence.py
         config.setdefault("gpu_health_interval_seconds", 5.0)
         self.exporter = factory.start(manual=not realtime, scenario=scenario, **config)

@@ -16,7 +16,7 @@ def judged(tmp_path, events: list[str], check: str, until: float = 70.0, device:
     path.write_text("gpus: 2\n" + device + "events:\n" + "".join(f"  - {e}\n" for e in events))
     factory = ExporterFactory()
     try:
-        # a health read every 5 s: the minute holds 12 (the default, 15 s, would hold 4)
+        # a slow sweep every 5 s: the minute holds 12 (the default, 15 s, would hold 4)
         exporter = factory.start(manual=True, scenario=str(path),
                                  gpu_health_interval_seconds=5.0)
         exporter.sampler.advance(until)
