@@ -184,7 +184,7 @@ def test_live_page_health_panel_names_the_failed_gpu_and_its_action(running_expo
 def test_live_page_health_panel_on_a_healthy_node(running_exporter, tmp_path):
     require_binary("chromium")
     exp = running_exporter.start(manual=True, scenario="training")
-    exp.sampler.advance(16)  # two health reads (15 s apart): every rate is known
+    exp.sampler.advance(16)  # two slow sweeps (15 s apart): every rate is known
     result = chromium(tmp_path, f"http://127.0.0.1:{exp.port}/", "--dump-dom")
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r'<span id="health-verdict" class="verdict" data-state="ok">ok</span>',
