@@ -7,30 +7,26 @@ from __future__ import annotations
 import pytest
 
 from exporter.sampling.settings import SamplerSettings
-from tests.tools import ExporterFactory
 
 
-def read_times(interval: float | None, seconds: int) -> tuple[list[float], list[float], dict]:
+def read_times(factory, interval: float | None, seconds: int
+               ) -> tuple[list[float], list[float], dict]:
     """(when GPU 0's device read (the slow sweep's) changed, when its sweep reading changed,
     the NVML calls made over the run), second by second after the start."""
-    factory = ExporterFactory()
     config = {} if interval is None else {"gpu_health_interval_seconds": interval}
-    try:
-        exporter = factory.start(manual=True, scenario="training", **config)
-        sampler, start = exporter.sampler, exporter.sampler.clock.time()
-        calls0 = dict(exporter.fake_lib.calls)
-        slow, sweeps = [], []
-        for _ in range(seconds):
-            sampler.advance(1.0)
-            device, reading = sampler.sweep.device_reads[0], sampler.sweep.readings[0]
-            if not slow or device.time - start != slow[-1]:
-                slow.append(device.time - start)
-            if not sweeps or reading.time - start != sweeps[-1]:
-                sweeps.append(reading.time - start)
-        calls = {k: v - calls0.get(k, 0) for k, v in exporter.fake_lib.calls.items()}
-        return slow, sweeps, calls
-    finally:
-        factory.stop_all()
+    exporter = factory.start(manual=True, scenario="training", **config)
+    sampler, start = exporter.sampler, exporter.sampler.clock.time()
+    calls0 = dict(exporter.fake_lib.calls)
+    slow, sweeps = [], []
+    for _ in range(seconds):
+        sampler.advance(1.0)
+        device, reading = sampler.sweep.device_reads[0], sampler.sweep.readings[0]
+        if not slow or device.time - start != slow[-1]:
+            slow.append(device.time - start)
+        if not sweeps or reading.time - start != sweeps[-1]:
+            sweeps.append(reading.time - start)
+    calls = {k: v - calls0.get(k, 0) for k, v in exporter.fake_lib.calls.items()}
+    return slow, sweeps, calls
 
 
 def test_the_default_health_interval_is_a_scrape_interval():
@@ -38,9 +34,10 @@ def test_the_default_health_interval_is_a_scrape_interval():
 
 
 @pytest.mark.parametrize("interval", [None, 5.0])
-def test_the_slow_sweep_comes_every_interval_and_the_sweep_every_second(interval):
+def test_the_slow_sweep_comes_every_interval_and_the_sweep_every_second(running_exporter,
+                                                                       interval):
     every = interval or 15.0
-    slow, sweeps, calls = read_times(interval, 61)
+    slow, sweeps, calls = read_times(running_exporter, interval, 61)
     gaps = [b - a for a, b in zip(slow, slow[1:], strict=False)]
     assert gaps and all(gap == pytest.approx(every) for gap in gaps), slow
     assert [b - a for a, b in zip(sweeps, sweeps[1:], strict=False)] == pytest.approx(

@@ -136,8 +136,7 @@ _MEMORY_KEYS = tuple(e.key for f in WITH_HARDWARE for e in catalogue.FAMILIES[f]
 
 def link_memory_key(snapshot: Snapshot) -> tuple:
     """Everything link_memory_families renders: equal keys, equal text. By value, not by
-    reading: a new reading (every 15 s, the scrape's own interval or less) is most
-    often the same text."""
+    reading: most new device reads (every --sweep.health-interval) render the same text."""
     memory = tuple((gpu, tuple(reading.get(key) for key in _MEMORY_KEYS))
                    for gpu, reading in sorted(snapshot.readings.items()))
     readings = tuple(
